@@ -1,0 +1,1 @@
+"""Adapters at the edge: Redis scheduler, PostgreSQL audit store, ladder files, services."""

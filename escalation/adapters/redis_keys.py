@@ -1,0 +1,88 @@
+"""The one key-builder for the scheduler's Redis layout (DESIGN.md, seed 000 names).
+
+Every key of one shard shares the hash tag ``{<namespace>:<shard>}`` so a Lua script's keys
+all live in one Redis Cluster slot. Layout for shard ``s`` of namespace ``ns``::
+
+    escalations:{ns:s}:pending        ZSET   member = dispute id, score = due (epoch ms)
+    escalation:{ns:s}:payload:<id>    HASH   the escalation (see redis_scheduler.PAYLOAD_FIELDS)
+    escalation:{ns:s}:lock:<id>       STRING "<fencing token>:<worker id>", PX = lease
+    escalations:{ns:s}:dead           ZSET   dead letters, score = time dead-lettered (ms)
+    escalations:{ns:s}:review         STREAM notifications for the next tier's review queue
+    escalations:{ns:s}:fence          STRING fencing-token counter (INCR)
+    escalations:{ns:s}:stats          HASH   counters (claimed, stuck, lock_contended, ...)
+    escalations:{ns:s}:wake           LIST   wake-up marker for sleeping workers
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from uuid import UUID
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key names for one shard. ``Keys("esc", 0).pending == "escalations:{esc:0}:pending"``."""
+
+    namespace: str = "esc"
+    shard: int = 0
+
+    @property
+    def tag(self) -> str:
+        """The hash tag shared by every key of this shard."""
+        return f"{{{self.namespace}:{self.shard}}}"
+
+    @property
+    def pending(self) -> str:
+        """ZSET of pending escalations, score = due time in epoch ms."""
+        return f"escalations:{self.tag}:pending"
+
+    @property
+    def payload_prefix(self) -> str:
+        """Prefix of payload hashes; ``payload_prefix + dispute_id``."""
+        return f"escalation:{self.tag}:payload:"
+
+    @property
+    def lock_prefix(self) -> str:
+        """Prefix of lock keys; ``lock_prefix + dispute_id``."""
+        return f"escalation:{self.tag}:lock:"
+
+    def payload(self, dispute_id: UUID | str) -> str:
+        """HASH holding one escalation's payload."""
+        return f"{self.payload_prefix}{dispute_id}"
+
+    def lock(self, dispute_id: UUID | str) -> str:
+        """Lock key of one escalation (value ``"<token>:<worker>"``)."""
+        return f"{self.lock_prefix}{dispute_id}"
+
+    @property
+    def dead(self) -> str:
+        """ZSET of dead letters, score = dead-lettered time (epoch ms)."""
+        return f"escalations:{self.tag}:dead"
+
+    @property
+    def review(self) -> str:
+        """STREAM of notifications for the next tier's review queue."""
+        return f"escalations:{self.tag}:review"
+
+    @property
+    def fence(self) -> str:
+        """Counter that issues fencing tokens (monotonic per shard)."""
+        return f"escalations:{self.tag}:fence"
+
+    @property
+    def stats(self) -> str:
+        """HASH of counters: claimed, stuck, lock_contended, stale_apply, ..."""
+        return f"escalations:{self.tag}:stats"
+
+    @property
+    def wake(self) -> str:
+        """LIST pushed when an escalation is enqueued earlier than anything pending."""
+        return f"escalations:{self.tag}:wake"
+
+
+def shard_of(dispute_id: UUID | str, shards: int) -> int:
+    """Stable shard number (0..shards-1) of a dispute: CRC32 of its id modulo ``shards``."""
+    if shards <= 1:
+        return 0
+    return zlib.crc32(str(dispute_id).encode()) % shards

@@ -1,0 +1,82 @@
+"""decide(): the pure rule that turns a due escalation into a decision (seed 000, step 4).
+
+``decide(escalation, ladder, now, calendars)`` -> :class:`Decision`. The decision strings are
+the seed's: ``PROMOTED_TO_<TIER>`` and ``TERMINAL_ESCALATION``. The next tier's due time is
+computed from the promotion time ``now`` (Redis ``TIME`` of the claim) in that tier's calendar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from escalation.domain.calendars import CalendarRegistry, window_end
+from escalation.domain.errors import InvalidInput
+from escalation.domain.escalation import Escalation
+from escalation.domain.ladder import Ladder
+from escalation.domain.timeutil import require_aware
+
+TERMINAL_ESCALATION = "TERMINAL_ESCALATION"
+NOT_DUE = "NOT_DUE"
+
+
+class DecisionKind(StrEnum):
+    """What the decision does to the escalation."""
+
+    PROMOTED = "promoted"
+    TERMINAL = "terminal"
+    NOT_DUE = "not_due"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of :func:`decide`.
+
+    Attributes:
+        kind: promoted, terminal, or not_due (claimed early: nothing to record).
+        match_decision: ``PROMOTED_TO_<TIER>``, ``TERMINAL_ESCALATION`` or ``NOT_DUE``.
+        from_tier: tier before the decision.
+        to_tier: tier after (``None`` for terminal / not due).
+        next_due_at: aware UTC end of the next tier's SLA window (``None`` unless promoted).
+        decided_at: aware UTC decision time (Redis TIME).
+    """
+
+    kind: DecisionKind
+    match_decision: str
+    from_tier: str
+    to_tier: str | None
+    next_due_at: datetime | None
+    decided_at: datetime
+
+
+def decide(
+    escalation: Escalation, ladder: Ladder, now: datetime, calendars: CalendarRegistry
+) -> Decision:
+    """Decide what a claimed escalation becomes at ``now``.
+
+    Args:
+        escalation: the claimed escalation (its ``ladder_version`` must equal ``ladder.version``).
+        ladder: the escalation's pinned ladder version.
+        now: aware decision time (Redis TIME from the claim script).
+        calendars: calendars by id, for the next tier's SLA window.
+
+    Raises:
+        InvalidInput: ``now`` naive, or ``ladder`` is not the escalation's pinned version.
+        UnknownTier: the escalation's tier is not in its pinned ladder version.
+    """
+    now = require_aware(now, "now")
+    if (escalation.ladder, escalation.ladder_version) != (ladder.name, ladder.version):
+        raise InvalidInput(
+            f"escalation is pinned to {escalation.ladder_key}, refusing to decide with {ladder.key}"
+        )
+    current = ladder.tier(escalation.tier)
+    if escalation.due_at > now:
+        return Decision(DecisionKind.NOT_DUE, NOT_DUE, current.id, None, None, now)
+    nxt = ladder.next_tier(current.id)
+    if nxt is None:
+        return Decision(DecisionKind.TERMINAL, TERMINAL_ESCALATION, current.id, None, None, now)
+    due = window_end(now, nxt.window, calendars)
+    if escalation.regulatory_deadline is not None and due > escalation.regulatory_deadline:
+        due = max(now, escalation.regulatory_deadline)
+    return Decision(DecisionKind.PROMOTED, nxt.decision_name, current.id, nxt.id, due, now)

@@ -1,0 +1,47 @@
+"""The error hierarchy. Entry points map each class to a one-line message and an exit code.
+
+``EscalationError`` is the root; ``InvalidInput`` (and its subclasses) are usage errors
+(CLI exit code 2, nothing written); the others are operational (exit code 1).
+"""
+
+from __future__ import annotations
+
+
+class EscalationError(Exception):
+    """Root of every error this package raises on purpose."""
+
+    exit_code: int = 1
+
+
+class InvalidInput(EscalationError, ValueError):
+    """Bad input from a caller: naive datetime, float money, bad UUID, ... Nothing is written."""
+
+    exit_code = 2
+
+
+class UnknownTier(InvalidInput):
+    """A tier id that the escalation's pinned ladder version does not define."""
+
+
+class LadderError(InvalidInput):
+    """A ladder file that fails validation (the message names the file and the field)."""
+
+
+class LadderMigrationError(EscalationError):
+    """A ladder migration that cannot be planned or applied (drift, demotion, missing map)."""
+
+
+class ConfigError(InvalidInput):
+    """A configuration value out of its documented range (the message names it and the range)."""
+
+
+class SchemaNotAtHead(EscalationError):
+    """The database is not at the Alembic head revision; run ``escalation db upgrade``."""
+
+
+class NotFound(EscalationError):
+    """A dispute, dead letter or ladder version that does not exist."""
+
+
+class ConflictError(EscalationError):
+    """A state transition that is not allowed now (e.g. enqueue of a terminal dispute)."""

@@ -1,0 +1,153 @@
+"""The Escalation value object: one dispute's position on its pinned ladder.
+
+Validation happens here, once, so adapters can trust what they store: aware UTC times, a
+UUID dispute id, a tier that exists in the pinned ladder version, a bounded source hash.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from uuid import UUID
+
+from escalation.domain.errors import InvalidInput
+from escalation.domain.ladder import Ladder
+from escalation.domain.materiality import Materiality
+from escalation.domain.timeutil import require_aware
+
+MAX_SOURCE_HASH_LEN = 128  # SHA-512 hex; SHA-256 hex is 64
+MAX_EXTERNAL_ID_LEN = 200
+_HEX = re.compile(r"^[0-9a-fA-F]+$")
+
+
+class Status(StrEnum):
+    """Lifecycle of an escalation in the projection."""
+
+    PENDING = "pending"
+    PAUSED = "paused"
+    TERMINAL = "terminal"
+    CANCELLED = "cancelled"
+
+
+def parse_dispute_id(value: object) -> UUID:
+    """A dispute id as ``UUID``.
+
+    Raises:
+        InvalidInput: ``value`` is not a UUID or a string holding one.
+    """
+    if isinstance(value, UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return UUID(value.strip())
+        except ValueError:
+            pass
+    raise InvalidInput(f"dispute id must be a UUID, got {value!r}")
+
+
+def check_source_hash(value: object) -> str:
+    """A source hash: non-empty hex, at most 128 characters (lower-cased).
+
+    Raises:
+        InvalidInput: empty, not hex, or longer than 128 characters.
+    """
+    if not isinstance(value, str) or not value:
+        raise InvalidInput("source hash must be a non-empty hex string")
+    if len(value) > MAX_SOURCE_HASH_LEN:
+        raise InvalidInput(
+            f"source hash is {len(value)} characters; at most {MAX_SOURCE_HASH_LEN} allowed"
+        )
+    if not _HEX.match(value):
+        raise InvalidInput(f"source hash must be hexadecimal, got {value[:20]!r}")
+    return value.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Escalation:
+    """One dispute's escalation state.
+
+    Attributes:
+        dispute_id: the dispute (UUID; non-UUID source ids are mapped by ``import``).
+        tier: current tier id in the pinned ladder version.
+        due_at: aware UTC instant the current tier's SLA window ends (the breach time).
+        materiality: disputed amount, Decimal cents.
+        source_hash: hex digest of the source record (seed field).
+        ladder: ladder name; ``ladder_version``: the pinned version.
+        seq: sequence number of the last ledger row for this dispute (1 after enqueue).
+        entered_tier_at: aware UTC instant the escalation entered ``tier``.
+        trace_id: correlation id carried into every log event and ledger row.
+        external_id: the source system's id when it is not a UUID (e.g. CFPB Complaint ID).
+        regulatory_deadline: aware UTC regulatory deadline, when the ladder defines one.
+        status: lifecycle status.
+    """
+
+    dispute_id: UUID
+    tier: str
+    due_at: datetime
+    materiality: Materiality
+    source_hash: str
+    ladder: str
+    ladder_version: int
+    seq: int
+    entered_tier_at: datetime
+    trace_id: str
+    external_id: str | None = None
+    regulatory_deadline: datetime | None = None
+    status: Status = Status.PENDING
+
+    @classmethod
+    def new(
+        cls,
+        *,
+        dispute_id: object,
+        tier: str,
+        due_at: datetime,
+        materiality: object,
+        source_hash: object,
+        ladder: Ladder,
+        entered_tier_at: datetime,
+        trace_id: str,
+        external_id: str | None = None,
+        regulatory_deadline: datetime | None = None,
+    ) -> Escalation:
+        """Validate inputs and build a fresh escalation (``seq`` 0: not yet recorded).
+
+        Raises:
+            InvalidInput: naive datetime, non-UUID id, float/NaN/negative materiality,
+                bad source hash, over-long external id.
+            UnknownTier: ``tier`` is not in ``ladder``.
+        """
+        ladder.tier(tier)
+        if external_id is not None and len(external_id) > MAX_EXTERNAL_ID_LEN:
+            raise InvalidInput(f"external id longer than {MAX_EXTERNAL_ID_LEN} characters")
+        if not trace_id or len(trace_id) > 64:
+            raise InvalidInput("trace id must be 1-64 characters")
+        return cls(
+            dispute_id=parse_dispute_id(dispute_id),
+            tier=tier,
+            due_at=require_aware(due_at, "due_at"),
+            materiality=Materiality.parse(materiality),
+            source_hash=check_source_hash(source_hash),
+            ladder=ladder.name,
+            ladder_version=ladder.version,
+            seq=0,
+            entered_tier_at=require_aware(entered_tier_at, "entered_tier_at"),
+            trace_id=trace_id,
+            external_id=external_id,
+            regulatory_deadline=(
+                None
+                if regulatory_deadline is None
+                else require_aware(regulatory_deadline, "regulatory_deadline")
+            ),
+        )
+
+    @property
+    def ladder_key(self) -> str:
+        """``"<ladder>@<version>"``."""
+        return f"{self.ladder}@{self.ladder_version}"
+
+    def with_changes(self, **changes: object) -> Escalation:
+        """A copy with fields replaced (dataclasses.replace)."""
+        return replace(self, **changes)  # type: ignore[arg-type]

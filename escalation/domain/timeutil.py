@@ -1,0 +1,37 @@
+"""Time helpers shared by the domain: aware-UTC checks and epoch-millisecond conversion.
+
+Scores in Redis are epoch **milliseconds** (DESIGN.md); the domain works in aware
+``datetime`` objects and converts only at the edges.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from escalation.domain.errors import InvalidInput
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def require_aware(value: datetime, name: str) -> datetime:
+    """Return ``value`` converted to UTC.
+
+    Raises:
+        InvalidInput: ``value`` is not a datetime or is naive (no tzinfo / utcoffset).
+    """
+    if not isinstance(value, datetime):
+        raise InvalidInput(f"{name} must be a datetime, not {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(f"{name} must be timezone-aware (got naive {value.isoformat()})")
+    return value.astimezone(UTC)
+
+
+def to_ms(value: datetime) -> int:
+    """Aware datetime -> integer epoch milliseconds (UTC). Raises InvalidInput if naive."""
+    aware = require_aware(value, "datetime")
+    return (aware - EPOCH) // timedelta(milliseconds=1)
+
+
+def from_ms(ms: int) -> datetime:
+    """Integer epoch milliseconds -> aware UTC datetime."""
+    return EPOCH + timedelta(milliseconds=ms)

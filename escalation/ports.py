@@ -1,0 +1,157 @@
+"""Ports: the Protocols the service layer depends on, and the values that cross them.
+
+Adapters implement them against real servers (``adapters.redis_scheduler.RedisScheduler``,
+``adapters.audit_store.PostgresAuditStore``); unit tests of the service layer may use small
+in-memory fakes of these ports (never of Redis itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+from uuid import UUID
+
+from escalation.domain.decide import Decision
+from escalation.domain.escalation import Escalation, Status
+
+
+# --------------------------------------------------------------------------- scheduler
+@dataclass(frozen=True, slots=True)
+class ClaimedItem:
+    """One member taken by ``claim``: its fencing token and payload (seq = last applied)."""
+
+    escalation: Escalation
+    token: int
+    score_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """What one claim script call returns.
+
+    Attributes:
+        now: Redis TIME at the claim (aware UTC) -- the one clock.
+        items: claimed members (locked, re-scored to now + lease).
+        stuck: member ids that had no payload (STUCK_MEMBER), removed from the ZSET.
+        contended: due members skipped because another worker holds their lock.
+        next_due_ms: score of the earliest member still pending after the claim, or None.
+    """
+
+    now: datetime
+    items: list[ClaimedItem]
+    stuck: list[str] = field(default_factory=list)
+    contended: int = 0
+    next_due_ms: int | None = None
+
+
+class ApplyAction(StrEnum):
+    """What ``apply`` does to a member."""
+
+    RESCHEDULE = "reschedule"  # write payload fields, ZADD at due_ms
+    REMOVE = "remove"  # terminal or cancelled: ZREM + DEL payload
+    PARK = "park"  # paused: ZREM, keep payload with the recorded seq
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyOp:
+    """One member's apply instruction, guarded by ``seq`` and (if given) the fencing token.
+
+    Attributes:
+        escalation: the state recorded in PostgreSQL (its ``seq`` is the guard: applied only
+            if the payload's seq is older).
+        action: reschedule / remove / park.
+        token: fencing token from the claim, or None for an owner-less repair (reconcile).
+        notify: fields for the review stream entry (None = no notification).
+    """
+
+    escalation: Escalation
+    action: ApplyAction
+    token: int | None = None
+    notify: dict[str, str] | None = None
+
+
+class ApplyOutcome(StrEnum):
+    """Per-item result of ``apply``."""
+
+    APPLIED = "applied"
+    STALE_SEQ = "stale_seq"  # payload already at or past this seq: nothing to do
+    NOT_OWNER = "not_owner"  # lock held by another token (or gone): stale worker refused
+    MISSING = "missing"  # no payload (cancelled meanwhile): nothing brought back
+
+
+class Scheduler(Protocol):
+    """The Redis sorted-set scheduler."""
+
+    def enqueue(self, escalation: Escalation) -> bool:
+        """Add payload + score atomically; False if the dispute is already scheduled."""
+        ...
+
+    def claim(self, batch_size: int, lease_ms: int, worker_id: str) -> ClaimResult: ...
+
+    def apply(self, ops: Sequence[ApplyOp]) -> list[ApplyOutcome]: ...
+
+    def cancel(self, dispute_id: UUID) -> bool: ...
+
+
+# --------------------------------------------------------------------------- audit log
+class RecordStatus(StrEnum):
+    """Per-item result of recording a decision."""
+
+    RECORDED = "recorded"  # a new ledger row; projection moved to seq + 1
+    STALE = "stale"  # projection seq != claimed seq: a newer decision exists (apply it)
+    UNKNOWN = "unknown"  # no projection row for this dispute
+    CLOSED = "closed"  # projection terminal/cancelled: remove from Redis
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOutcome:
+    """Result of recording one decision: the state PostgreSQL now holds for the dispute."""
+
+    status: RecordStatus
+    state: Escalation | None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """One append-only ledger row (see docs/architecture.md, "The ledger")."""
+
+    dispute_id: UUID
+    seq: int
+    event: str
+    match_decision: str
+    from_tier: str | None
+    to_tier: str | None
+    ladder: str
+    ladder_version: int
+    materiality: str
+    due_at: datetime | None
+    next_due_at: datetime | None
+    decided_at: datetime
+    recorded_at: datetime | None
+    actor: str
+    trace_id: str
+    source_hash: str
+    external_id: str | None
+    fence_token: int | None
+    details: dict[str, Any]
+    prev_hash: str
+    row_hash: str
+
+
+class AuditLog(Protocol):
+    """The PostgreSQL system of record: ledger (append only) + projection."""
+
+    def record_enqueue(self, escalation: Escalation, actor: str) -> tuple[bool, Escalation]: ...
+
+    def record_decisions(
+        self, items: Sequence[tuple[ClaimedItem, Decision]], actor: str
+    ) -> list[RecordOutcome]: ...
+
+    def record_cancel(
+        self, dispute_id: UUID, actor: str, decided_at: datetime, reason: str
+    ) -> Escalation: ...
+
+    def get(self, dispute_id: UUID) -> tuple[Escalation, Status] | None: ...

@@ -1,0 +1,99 @@
+"""Settings from ``ESCALATION_*`` environment variables (pydantic-settings) and CLI flags.
+
+The seed's configuration table (seed 000, "Configuration boundary table"); a value out of
+range is refused at start with a message naming the parameter and its range.
+
+| parameter        | default | range  |
+|------------------|---------|--------|
+| poll_interval_s  | 5       | 1-60   |
+| batch_size       | 50      | 1-500  |
+| lock_ttl_s       | 30      | 5-300  |
+| jitter           | 0.2     | 0.0-0.5|
+| tier ladder      | from the ladder file ``ladders/<default_ladder>.v<N>.toml`` |
+
+No ``Settings()`` is created at import time; entry points call :func:`get_settings`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from escalation.domain.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+RANGES: dict[str, tuple[float, float]] = {
+    "poll_interval_s": (1, 60),
+    "batch_size": (1, 500),
+    "lock_ttl_s": (5, 300),
+    "jitter": (0.0, 0.5),
+    "shards": (1, 1024),
+}
+
+
+def default_home() -> Path:
+    """Per-user data directory for the embedded servers (``ESCALATION_HOME`` overrides)."""
+    return Path(platformdirs.user_data_dir("escalation"))
+
+
+class Settings(BaseSettings):
+    """All runtime configuration. Env vars are ``ESCALATION_<NAME>`` (case-insensitive).
+
+    ``redis_url`` / ``database_url`` unset means: start the embedded Valkey and PostgreSQL
+    under ``home`` (see ``escalation.adapters.embedded``).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="ESCALATION_", extra="ignore")
+
+    redis_url: str | None = None
+    database_url: str | None = None
+    home: Path = Field(default_factory=default_home)
+    namespace: str = Field(default="esc", pattern=r"^[A-Za-z0-9_.-]{1,40}$")
+    shards: int = 1
+    poll_interval_s: float = 5
+    batch_size: int = 50
+    lock_ttl_s: int = 30
+    jitter: float = 0.2
+    ladders_dir: Path = REPO_ROOT / "ladders"
+    calendars_file: Path | None = None
+    default_ladder: str = "dispute_review"
+    worker_id: str | None = None
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: str = "INFO"
+
+    @field_validator("poll_interval_s", "batch_size", "lock_ttl_s", "jitter", "shards")
+    @classmethod
+    def _in_range(cls, value: float, info: Any) -> float:
+        lo, hi = RANGES[info.field_name]
+        if not lo <= value <= hi:
+            raise ValueError(f"{info.field_name} must be in {lo:g}-{hi:g}, got {value:g}")
+        return value
+
+    @property
+    def lease_ms(self) -> int:
+        """Lease (visibility timeout) in milliseconds = lock_ttl_s * 1000."""
+        return int(self.lock_ttl_s * 1000)
+
+
+def get_settings(**overrides: Any) -> Settings:
+    """Build Settings from the environment plus explicit overrides (CLI flags; ``None`` ignored).
+
+    Raises:
+        ConfigError: a value out of range or of the wrong type; the message names the
+            parameter (as its env var) and the accepted range.
+    """
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**clean)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = ".".join(str(p) for p in err["loc"]) or "settings"
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            problems.append(f"ESCALATION_{name.upper()} ({name}): {msg}")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
