@@ -1,4 +1,4 @@
-"""Tiers and ladders (pure). Files in ``ladders/`` are parsed by ``escalation.adapters.ladder_files``.
+"""Tiers and ladders (pure). ``escalation.adapters.ladder_files`` parses the files in ``ladders/``.
 
 A ladder is an ordered list of tiers with stable ids and strictly increasing authority
 rank; the last tier is terminal. An escalation is pinned to the ladder *version* it entered
@@ -8,11 +8,13 @@ section) is why "next tier" is never looked up in any other version.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 
-from escalation.domain.calendars import SlaWindow
+from escalation.domain.calendars import CalendarRegistry, SlaWindow, window_end
 from escalation.domain.errors import LadderError, UnknownTier
 
 
@@ -52,6 +54,32 @@ class MaterialityBand:
 
 
 @dataclass(frozen=True, slots=True)
+class RegulatoryDeadline:
+    """A deadline fixed by law or scheme rules, anchored on an external event (domain.md 0.1).
+
+    Attributes:
+        name: e.g. ``"determine_or_provisionally_credit"`` (Reg E 1005.11(c)(1)).
+        anchor: the event that starts the clock, e.g. ``"notice_of_error_received"``.
+        window: the deadline as a window from the anchor (amount, unit, calendar).
+        buffer: safety margin in ``window.unit`` / ``window.calendar`` (>= 0): the tier windows
+            must end at least this long before the deadline (``escalation ladder check``).
+    """
+
+    name: str
+    anchor: str
+    window: SlaWindow
+    buffer: int = 0
+
+    def deadline(self, anchor_at: datetime, calendars: CalendarRegistry) -> datetime:
+        """Aware UTC deadline for an anchor event at ``anchor_at``.
+
+        Raises:
+            InvalidInput: naive ``anchor_at`` or an unknown calendar.
+        """
+        return window_end(anchor_at, self.window, calendars)
+
+
+@dataclass(frozen=True, slots=True)
 class Ladder:
     """One version of a ladder.
 
@@ -63,7 +91,9 @@ class Ladder:
         previous_version: the version this one replaces (``None`` for version 1).
         tier_map: for a new version, old tier id -> new tier id for removed/renamed tiers.
         bands: materiality bands, highest ``min_amount`` first.
+        regulatory: the regulatory deadline the tier windows must fit inside, if any.
         checksum: SHA-256 hex of the source file bytes ("" when built in code).
+        source: the file it was loaded from, for error messages ("" when built in code).
     """
 
     name: str
@@ -73,23 +103,22 @@ class Ladder:
     previous_version: int | None = None
     tier_map: Mapping[str, str] = field(default_factory=dict)
     bands: tuple[MaterialityBand, ...] = ()
-    regulatory: Mapping[str, object] = field(default_factory=dict)
+    regulatory: RegulatoryDeadline | None = None
     checksum: str = ""
+    source: str = ""
 
     def __post_init__(self) -> None:
         if not self.tiers:
-            raise LadderError(f"ladder {self.name} v{self.version}: tiers: at least one tier")
+            raise LadderError(f"{self.label}: tiers: at least one tier")
         ids = [t.id for t in self.tiers]
         if len(set(ids)) != len(ids):
-            raise LadderError(f"ladder {self.name} v{self.version}: tiers: duplicate tier id")
+            raise LadderError(f"{self.label}: tiers: duplicate tier id")
         ranks = [t.rank for t in self.tiers]
-        if any(b <= a for a, b in zip(ranks, ranks[1:], strict=False)):
-            raise LadderError(
-                f"ladder {self.name} v{self.version}: tiers: ranks must be strictly increasing"
-            )
+        if any(b <= a for a, b in itertools.pairwise(ranks)):
+            raise LadderError(f"{self.label}: tiers: ranks must be strictly increasing")
         if self.terminal_tier != ids[-1]:
             raise LadderError(
-                f"ladder {self.name} v{self.version}: terminal_tier: must be the last tier "
+                f"{self.label}: terminal_tier: must be the last tier "
                 f"({ids[-1]!r}), got {self.terminal_tier!r}"
             )
 
@@ -125,6 +154,16 @@ class Ladder:
         current = self.tier(tier_id)
         idx = self.tiers.index(current)
         return self.tiers[idx + 1] if idx + 1 < len(self.tiers) else None
+
+    @property
+    def label(self) -> str:
+        """Where errors point: the source file, else ``"<name>@<version>"``."""
+        return self.source or self.key
+
+    def band_for(self, amount: Decimal) -> MaterialityBand | None:
+        """The band with the highest ``min_amount <= amount`` (inclusive), or ``None``."""
+        eligible = [b for b in self.bands if b.min_amount <= amount]
+        return max(eligible, key=lambda b: b.min_amount, default=None)
 
     def is_terminal(self, tier_id: str) -> bool:
         """True when ``tier_id`` is this ladder's terminal tier. Raises UnknownTier."""

@@ -1,0 +1,206 @@
+"""Business calendars: an IANA time zone, working days, working hours and holidays (pure).
+
+Conventions (issue 4 point 1; docs/ladders.md "Calendars"):
+
+* ``calendar_minutes`` / ``calendar_hours``: elapsed time (``start + timedelta``); a DST change
+  does not stretch or shrink them.
+* ``calendar_days``: added in *local wall-clock* time of the calendar's zone, so one calendar
+  day across the spring-forward gap is 23 elapsed hours in America/New_York and 25 across the
+  fall-back overlap. Holidays and weekends count (they are calendar days). A wall time that
+  does not exist (inside the gap) moves forward by the gap; an ambiguous one takes its first
+  occurrence (``fold=0``).
+* ``business_days``: the deadline is the **close of the Nth business day after the start's
+  local day** (the start day itself is never counted: "exclusive start", domain.md 2.6; the
+  receipt-day convention is unverified there, item 6.3, so this is a stated choice). Time of
+  day of the start does not matter: a notice at 08:00 or at 20:00 on Monday, with N = 1, is
+  due at Tuesday's close.
+* ``business_hours``: N hours of elapsed time counted only inside working hours of business
+  days; a start outside working hours begins counting at the next open. A window that runs
+  out exactly at a close ends at that close.
+
+Working days are ISO weekdays (1 = Monday ... 7 = Sunday). ``close == time(0)`` means
+midnight at the end of the day (24:00), so ``open=00:00, close=00:00`` is a 24-hour day.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+import holidays as holidays_lib
+from holidays.version import __version__ as HOLIDAYS_VERSION
+
+from escalation.domain.calendars import UTC_CALENDAR, Calendar, WindowUnit
+from escalation.domain.errors import InvalidInput
+from escalation.domain.timeutil import require_aware
+
+HolidayPredicate = Callable[[date], bool]
+MAX_SCAN_DAYS = 3660  # ten years: a calendar with no business day in that span is a config error
+WEEKDAYS = {"mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6, "sun": 7}
+
+
+def fixed_holidays(dates: Iterable[date]) -> HolidayPredicate:
+    """A holiday predicate for an explicit list of local dates."""
+    table = frozenset(dates)
+    return table.__contains__
+
+
+@dataclass(frozen=True, slots=True)
+class BusinessCalendar:
+    """A calendar with working days, working hours and holidays in one IANA time zone.
+
+    Attributes:
+        id: name used in ladder files (``window.calendar``).
+        version: recorded in ledger rows so a due time can be recomputed later.
+        tz: the zone whose local days and hours count.
+        working_days: ISO weekdays that are working days (1 = Monday ... 7 = Sunday).
+        open: local opening time of a working day.
+        close: local closing time (``time(0)`` = 24:00, the end of the day).
+        is_holiday: local date -> True when closed all day (on top of non-working weekdays).
+
+    Raises:
+        InvalidInput: empty or out-of-range working days, or ``open >= close`` (except 24:00).
+    """
+
+    id: str
+    version: str
+    tz: ZoneInfo
+    working_days: frozenset[int]
+    open: time
+    close: time
+    is_holiday: HolidayPredicate = field(default=lambda _d: False)
+
+    def __post_init__(self) -> None:
+        if not self.working_days or not self.working_days <= frozenset(range(1, 8)):
+            raise InvalidInput(
+                f"calendar {self.id}: working_days must be a non-empty subset of 1..7 "
+                f"(ISO weekdays), got {sorted(self.working_days)}"
+            )
+        if self.close != time(0) and self.open >= self.close:
+            raise InvalidInput(
+                f"calendar {self.id}: open {self.open} must be before close {self.close}"
+            )
+
+    # -- days ---------------------------------------------------------------------------
+    def is_business_day(self, day: date) -> bool:
+        """True when local ``day`` is a working weekday and not a holiday."""
+        return day.isoweekday() in self.working_days and not self.is_holiday(day)
+
+    def local(self, day: date, at: time) -> datetime:
+        """Aware UTC instant of wall time ``at`` on local ``day`` (gap -> shifted forward)."""
+        wall = datetime.combine(day, at, tzinfo=self.tz)
+        return wall.astimezone(UTC)
+
+    def opens_at(self, day: date) -> datetime:
+        """Aware UTC instant the calendar opens on local ``day``."""
+        return self.local(day, self.open)
+
+    def closes_at(self, day: date) -> datetime:
+        """Aware UTC instant the calendar closes on local ``day`` (24:00 = next midnight)."""
+        if self.close == time(0):
+            return datetime.combine(day + timedelta(days=1), time(0), tzinfo=self.tz).astimezone(
+                UTC
+            )
+        return self.local(day, self.close)
+
+    def next_business_day(self, day: date) -> date:
+        """The first business day strictly after ``day``. Raises InvalidInput if none in 10y."""
+        for offset in range(1, MAX_SCAN_DAYS + 1):
+            candidate = day + timedelta(days=offset)
+            if self.is_business_day(candidate):
+                return candidate
+        raise InvalidInput(f"calendar {self.id}: no business day within {MAX_SCAN_DAYS} days")
+
+    # -- arithmetic ---------------------------------------------------------------------
+    def add(self, start: datetime, amount: int, unit: WindowUnit) -> datetime:
+        """The aware UTC instant ``amount`` ``unit`` after aware ``start`` (module conventions).
+
+        Raises:
+            InvalidInput: ``start`` naive, or ``amount`` negative.
+        """
+        start = require_aware(start, "start")
+        if amount < 0:
+            raise InvalidInput(f"window amount must not be negative, got {amount}")
+        if unit is WindowUnit.CALENDAR_MINUTES:
+            return start + timedelta(minutes=amount)
+        if unit is WindowUnit.CALENDAR_HOURS:
+            return start + timedelta(hours=amount)
+        if unit is WindowUnit.CALENDAR_DAYS:
+            wall = start.astimezone(self.tz).replace(tzinfo=None) + timedelta(days=amount)
+            return wall.replace(tzinfo=self.tz).astimezone(UTC)
+        if unit is WindowUnit.BUSINESS_DAYS:
+            return self._add_business_days(start, amount)
+        return self._add_business_hours(start, amount)
+
+    def _add_business_days(self, start: datetime, amount: int) -> datetime:
+        day = start.astimezone(self.tz).date()
+        if amount == 0:
+            return start
+        for _ in range(amount):
+            day = self.next_business_day(day)
+        return self.closes_at(day)
+
+    def _add_business_hours(self, start: datetime, amount: int) -> datetime:
+        remaining = timedelta(hours=amount)
+        if not remaining:
+            return start
+        day = start.astimezone(self.tz).date()
+        for _ in range(MAX_SCAN_DAYS):
+            if self.is_business_day(day):
+                begin, end = max(start, self.opens_at(day)), self.closes_at(day)
+                if begin < end:
+                    if begin + remaining <= end:
+                        return begin + remaining
+                    remaining -= end - begin
+            day = self.next_business_day(day)
+        raise InvalidInput(f"calendar {self.id}: business hours do not fit in {MAX_SCAN_DAYS} days")
+
+
+# -- the US Federal Reserve calendar ---------------------------------------------------------
+
+FED_RULE_VERSION = "1"
+
+
+@functools.lru_cache(maxsize=256)
+def _fed_closed_days(year: int) -> frozenset[date]:
+    """Local dates on which Reserve Banks are closed for a holiday, for ``year``.
+
+    Built from ``holidays.US(observed=False)`` (the 11 federal holidays, actual dates) plus
+    the Federal Reserve rule (domain.md 2.6 [FR1][FR2]): a holiday on a Sunday closes the
+    Monday after; a holiday on a Saturday leaves Reserve Banks open the Friday before (the
+    Saturday itself stays listed; it is not a working day anyway). Neighbouring years are
+    read so that a Sunday 31 December would still close 1 January.
+    """
+    closed: set[date] = set()
+    federal = holidays_lib.country_holidays("US", years=[year - 1, year, year + 1], observed=False)
+    for holiday in federal:
+        day = holiday + timedelta(days=1) if holiday.isoweekday() == 7 else holiday
+        if day.year == year:
+            closed.add(day)
+    return frozenset(closed)
+
+
+def is_fed_holiday(day: date) -> bool:
+    """True when the Federal Reserve Banks are closed for a holiday on ``day``."""
+    return day in _fed_closed_days(day.year)
+
+
+US_FEDERAL_RESERVE = BusinessCalendar(
+    id="us_federal_reserve",
+    version=f"fed-{FED_RULE_VERSION}+holidays-{HOLIDAYS_VERSION}",
+    tz=ZoneInfo("America/New_York"),
+    working_days=frozenset({1, 2, 3, 4, 5}),
+    open=time(9, 0),
+    close=time(17, 0),
+    is_holiday=is_fed_holiday,
+)
+"""Reserve Banks' schedule: Mon-Fri 09:00-17:00 America/New_York (hours and zone are this
+service's assumption, domain.md 2.6 [U]), closed on Federal Reserve holidays."""
+
+
+def builtin_calendars() -> dict[str, Calendar]:
+    """The calendars every deployment has: ``utc`` (always open) and ``us_federal_reserve``."""
+    return {UTC_CALENDAR.id: UTC_CALENDAR, US_FEDERAL_RESERVE.id: US_FEDERAL_RESERVE}
