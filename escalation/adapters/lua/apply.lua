@@ -1,0 +1,143 @@
+-- apply.lua: apply recorded decisions to one shard (RedisScheduler.apply / restore; DESIGN.md
+-- "The firing protocol" step 4). Runs after PostgreSQL recorded the decision; each op is
+-- guarded by its sequence number (repeats and late workers have no effect) and, when a token
+-- is given, by the fencing token held in the lock (stale workers are refused).
+-- Per op, in order:
+--   no payload HASH:
+--     create = "1" and action reschedule/park, lock free -> write payload (+ ZADD if
+--                                                         reschedule): "applied"
+--     create = "1" and lock held                       -> "not_owner" (never touch a held member)
+--     otherwise                                         -> "missing" (cancelled: never brought back)
+--   token given and the lock's token differs (or no lock) -> "not_owner" (nothing changed)
+--   create = "1" and lock held                            -> "not_owner"
+--   payload seq >= op seq                                 -> "stale_seq" (the token owner's lock
+--     is released). Repair: create = "1", action reschedule, equal seq and the member missing
+--     from the ZSET -> ZADD at due_ms: "applied"
+--   otherwise "applied":
+--     reschedule -> replace the payload with fields, ZADD pending due_ms
+--     remove     -> ZREM + DEL payload (terminal escalations never ZADD)
+--     park       -> ZREM, replace the payload with fields (keeps the new seq; paused)
+--     then XADD notify to the review STREAM (MAXLEN ~ ARGV[1]) when given, and DEL the lock
+--     when this op's token owns it.
+-- Stats counters: applied, stale_apply, not_owner, missing. Every op is validated before the
+-- first write; re-sending the call yields "stale_seq" for ops already applied.
+--
+-- KEYS[1]      pending ZSET (score = due time, epoch milliseconds)
+-- KEYS[2]      review STREAM
+-- KEYS[3]      stats HASH
+-- KEYS[2+2i]   payload HASH of op i (i = 1..n); must end with the op's id
+-- KEYS[3+2i]   lock STRING of op i; must end with the op's id
+-- ARGV[1]      review stream approximate MAXLEN, integer 1..100000000
+-- ARGV[1+i]    op i as a JSON object of strings / string arrays:
+--                id      dispute id (ZSET member), 1..100 bytes
+--                action  "reschedule" | "remove" | "park"
+--                token   fencing token, decimal integer string, or "" (owner-less repair)
+--                seq     sequence number recorded in PostgreSQL, decimal integer string
+--                due_ms  due time, integer epoch milliseconds string (required for reschedule)
+--                fields  [f1, v1, ...] payload fields (required, non-empty, for reschedule/park)
+--                notify  [f1, v1, ...] review stream entry fields, or [] for none
+--                create  "1" = restore mode (may create a missing payload), else "0"
+-- Returns:     array of n outcome strings: "applied" | "stale_seq" | "not_owner" | "missing"
+-- Errors:      "EINVAL apply: <reason>" (nothing written)
+
+local function fail(msg) return redis.error_reply('EINVAL apply: ' .. msg) end
+local function is_int(s) return type(s) == 'string' and string.match(s, '^%d+$') ~= nil and #s <= 16 end
+local function is_pairs(t, allow_empty)
+  if type(t) ~= 'table' then return false end
+  local len = #t
+  if len % 2 ~= 0 or len > 64 or (len == 0 and not allow_empty) then return false end
+  for j = 1, len do
+    if type(t[j]) ~= 'string' or (j % 2 == 1 and #t[j] == 0) then return false end
+  end
+  return true
+end
+local ACTIONS = {reschedule = true, remove = true, park = true}
+
+local maxlen = ARGV[1]
+if not is_int(maxlen) or tonumber(maxlen) < 1 or tonumber(maxlen) > 100000000 then
+  return fail('review MAXLEN must be an integer 1..100000000')
+end
+local n = #ARGV - 1
+if #KEYS ~= 3 + 2 * n then return fail('expected ' .. (3 + 2 * n) .. ' KEYS, got ' .. #KEYS) end
+local ops = {}
+for i = 1, n do
+  local ok, op = pcall(cjson.decode, ARGV[1 + i])
+  if not ok or type(op) ~= 'table' then return fail('op ' .. i .. ' is not JSON') end
+  local id = op.id
+  if type(id) ~= 'string' or #id == 0 or #id > 100 then return fail('op ' .. i .. ': bad id') end
+  if string.sub(KEYS[2 + 2 * i], -#id) ~= id or string.sub(KEYS[3 + 2 * i], -#id) ~= id then
+    return fail('op ' .. i .. ': KEYS do not belong to ' .. id)
+  end
+  if not ACTIONS[op.action] then return fail('op ' .. i .. ': bad action') end
+  if op.token ~= '' and not is_int(op.token) then return fail('op ' .. i .. ': bad token') end
+  if not is_int(op.seq) then return fail('op ' .. i .. ': bad seq') end
+  if op.action == 'reschedule' and not is_int(op.due_ms) then return fail('op ' .. i .. ': bad due_ms') end
+  if op.action ~= 'remove' and not is_pairs(op.fields, false) then return fail('op ' .. i .. ': bad fields') end
+  if not is_pairs(op.notify, true) then return fail('op ' .. i .. ': bad notify') end
+  if op.create ~= '0' and op.create ~= '1' then return fail('op ' .. i .. ': bad create flag') end
+  op.pkey, op.lkey = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
+  ops[i] = op
+end
+
+local function write_payload(op)
+  redis.call('DEL', op.pkey)
+  redis.call('HSET', op.pkey, unpack(op.fields))
+end
+
+local result = {}
+local counts = {applied = 0, stale_seq = 0, not_owner = 0, missing = 0}
+for i, op in ipairs(ops) do
+  local pseq = redis.call('HGET', op.pkey, 'seq')
+  local lockval = redis.call('GET', op.lkey)
+  local locktok = lockval and string.match(lockval, '^(%d+):') or nil
+  local restore = op.create == '1'
+  local out
+  if pseq == false then
+    if restore and op.action ~= 'remove' then
+      if lockval then
+        out = 'not_owner'
+      else
+        write_payload(op)
+        if op.action == 'reschedule' then redis.call('ZADD', KEYS[1], op.due_ms, op.id) end
+        out = 'applied'
+      end
+    else
+      out = 'missing'
+    end
+  elseif op.token ~= '' and locktok ~= op.token then
+    out = 'not_owner'
+  elseif restore and lockval then
+    out = 'not_owner'
+  elseif tonumber(pseq) >= tonumber(op.seq) then
+    out = 'stale_seq'
+    if restore and op.action == 'reschedule' and tonumber(pseq) == tonumber(op.seq)
+        and redis.call('ZSCORE', KEYS[1], op.id) == false then
+      redis.call('ZADD', KEYS[1], op.due_ms, op.id)
+      out = 'applied'
+    end
+    if op.token ~= '' then redis.call('DEL', op.lkey) end
+  else
+    if op.action == 'reschedule' then
+      write_payload(op)
+      redis.call('ZADD', KEYS[1], op.due_ms, op.id)
+    elseif op.action == 'remove' then
+      redis.call('ZREM', KEYS[1], op.id)
+      redis.call('DEL', op.pkey)
+    else
+      redis.call('ZREM', KEYS[1], op.id)
+      write_payload(op)
+    end
+    if #op.notify > 0 then
+      redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', unpack(op.notify))
+    end
+    if op.token ~= '' then redis.call('DEL', op.lkey) end
+    out = 'applied'
+  end
+  counts[out] = counts[out] + 1
+  result[i] = out
+end
+local STAT = {applied = 'applied', stale_seq = 'stale_apply', not_owner = 'not_owner', missing = 'missing'}
+for k, v in pairs(counts) do
+  if v > 0 then redis.call('HINCRBY', KEYS[3], STAT[k], v) end
+end
+return result

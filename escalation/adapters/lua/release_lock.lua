@@ -1,0 +1,16 @@
+-- release_lock.lua: compare-and-delete of a lock (RedisScheduler.release_lock).
+-- Deletes the lock only while it still holds the caller's value, so a worker whose lock
+-- expired cannot release a lock another worker acquired since (seed 000 step 3, made atomic).
+--
+-- KEYS[1]  lock STRING of one dispute
+-- ARGV[1]  expected value: the owner string given to try_acquire_lock (non-empty)
+-- Returns: 1 = deleted (caller owned it), 0 = absent or owned by someone else (unchanged)
+-- Errors:  "EINVAL release_lock: empty owner" (nothing written)
+
+if type(ARGV[1]) ~= 'string' or #ARGV[1] == 0 then
+  return redis.error_reply('EINVAL release_lock: empty owner')
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0

@@ -1,0 +1,476 @@
+"""The Redis sorted-set scheduler (seed 000 layout, seed 002 safety rules; DESIGN.md).
+
+One Lua script per atomic operation lives in ``adapters/lua/`` (``claim.lua`` <->
+``RedisScheduler.claim``); each opens with a header giving its KEYS, ARGV and returns.
+Scripts are read through the installed package (``importlib.resources``) and registered per
+client with ``register_script`` (which re-sends a script on NOSCRIPT). Every key a script
+touches is passed in KEYS, so every call addresses one shard (one Redis Cluster slot).
+
+Times: scores and payload times are epoch **milliseconds** UTC; the only clock consulted for
+"is it due" is Redis ``TIME`` (inside the scripts, or via ``time()``), never the host clock.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cache
+from importlib import resources
+from typing import Any, cast
+from uuid import UUID
+
+import redis
+from redis.commands.core import Script
+
+from escalation.adapters.redis_keys import Keys, shard_of
+from escalation.adapters.redis_payload import escalation_to_payload, payload_to_escalation
+from escalation.domain.errors import ConflictError, InvalidInput
+from escalation.domain.escalation import Escalation, Status
+from escalation.domain.timeutil import from_ms
+from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome, ClaimedItem, ClaimResult
+
+SCRIPT_NAMES: tuple[str, ...] = (
+    "enqueue",
+    "pop_if_due",
+    "release_lock",
+    "claim",
+    "apply",
+    "cancel",
+)
+MAX_BATCH = 500  # seed 000 config table: batch_size 1-500
+MAX_LEASE_MS = 86_400_000  # claim.lua refuses longer leases
+MAX_CLAIM_ROUNDS = 4  # candidate windows tried per shard before giving up on contention
+REVIEW_MAXLEN = 100_000  # approximate MAXLEN of the review stream
+_WAKE_GRACE_S = 1.0  # socket guard beyond the BLPOP timeout
+
+
+@cache
+def script_source(name: str) -> str:
+    """Text of ``adapters/lua/<name>.lua`` read through the installed package.
+
+    Raises:
+        FileNotFoundError: the package data is missing (a packaging bug).
+    """
+    return (
+        resources.files("escalation.adapters")
+        .joinpath("lua", f"{name}.lua")
+        .read_text(encoding="utf-8")
+    )
+
+
+def packaged_scripts() -> list[str]:
+    """Names (without ``.lua``) of the Lua files shipped in the installed package, sorted."""
+    folder = resources.files("escalation.adapters").joinpath("lua")
+    return sorted(p.name[:-4] for p in folder.iterdir() if p.name.endswith(".lua"))
+
+
+def _pairs(mapping: dict[str, str]) -> list[str]:
+    flat: list[str] = []
+    for key, value in mapping.items():
+        flat += [str(key), str(value)]
+    return flat
+
+
+def _as_dict(flat: Sequence[str]) -> dict[str, str]:
+    return {flat[i]: flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+
+
+def _check_range(name: str, value: int, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"{name} must be an integer in {low}..{high}, got {value!r}")
+    return value
+
+
+@dataclass
+class _ShardClaim:
+    now_ms: int
+    items: list[ClaimedItem] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)
+    contended: int = 0
+    next_due_ms: int | None = None
+
+
+class RedisScheduler:
+    """Scheduler port on Redis: pending ZSET + payload HASH + lock per escalation, N shards.
+
+    Args:
+        client: a ``redis.Redis`` created with ``decode_responses=True``.
+        namespace: key namespace (hash tag ``{<namespace>:<shard>}``, see ``Keys``).
+        shards: number of shards (>= 1); a dispute lives in ``shard_of(dispute_id, shards)``.
+
+    Raises:
+        InvalidInput: ``shards`` < 1 or an empty namespace.
+    """
+
+    def __init__(self, client: redis.Redis, namespace: str = "esc", shards: int = 1) -> None:
+        if not namespace:
+            raise InvalidInput("namespace must not be empty")
+        _check_range("shards", shards, 1, 1_000_000)
+        self._client = client
+        self.namespace = namespace
+        self.shards = shards
+        self._scripts: dict[str, Script] = {
+            name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
+        }
+
+    # ------------------------------------------------------------------ helpers
+    def keys_for(self, dispute_id: UUID | str) -> Keys:
+        """The ``Keys`` of the shard holding ``dispute_id``."""
+        return Keys(self.namespace, shard_of(str(dispute_id), self.shards))
+
+    def shard_keys(self) -> list[Keys]:
+        """``Keys`` of every shard, shard 0 first."""
+        return [Keys(self.namespace, s) for s in range(self.shards)]
+
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+        return self._scripts[name](keys=list(keys), args=list(args))
+
+    # ------------------------------------------------------------------ clock
+    def time(self) -> datetime:
+        """Redis ``TIME`` as an aware UTC datetime (millisecond precision): the one clock."""
+        return from_ms(self._now_ms())
+
+    def _now_ms(self) -> int:
+        seconds, micros = self._client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    # ------------------------------------------------------------------ enqueue
+    def enqueue(self, esc: Escalation) -> bool:
+        """Write payload + score atomically unless a payload exists (enqueue.lua).
+
+        Returns:
+            True if scheduled now; False if the dispute was already scheduled (nothing changed).
+
+        Raises:
+            ConflictError: ``esc.status`` is not PENDING (terminal escalations never ZADD).
+            InvalidInput: negative ``seq``.
+        """
+        return self.enqueue_many([esc])[0]
+
+    def enqueue_many(self, escs: Sequence[Escalation]) -> list[bool]:
+        """``enqueue`` for many escalations: one enqueue.lua call per shard per 500 items.
+
+        Returns:
+            one bool per input, in input order (a repeated dispute id: the later one is False).
+
+        Raises:
+            ConflictError / InvalidInput: as ``enqueue``; raised before anything is written.
+        """
+        for esc in escs:
+            if esc.status is not Status.PENDING:
+                raise ConflictError(f"cannot enqueue {esc.dispute_id}: status {esc.status}")
+            if esc.seq < 0:
+                raise InvalidInput(f"seq of {esc.dispute_id} must be >= 0")
+        results: list[bool] = [False] * len(escs)
+        for shard, idxs in self._by_shard([e.dispute_id for e in escs]).items():
+            keys = Keys(self.namespace, shard)
+            for start in range(0, len(idxs), MAX_BATCH):
+                chunk = idxs[start : start + MAX_BATCH]
+                kargs: list[str] = [keys.pending, keys.wake, keys.stats]
+                argv: list[str | int] = []
+                for i in chunk:
+                    esc = escs[i]
+                    fields = escalation_to_payload(esc)
+                    kargs.append(keys.payload(esc.dispute_id))
+                    argv += [str(esc.dispute_id), fields["due_ms"], len(fields), *_pairs(fields)]
+                raw = self._run("enqueue", kargs, argv)
+                for i, flag in zip(chunk, raw, strict=True):
+                    results[i] = int(flag) == 1
+        return results
+
+    def _by_shard(self, ids: Sequence[UUID | str]) -> dict[int, list[int]]:
+        groups: dict[int, list[int]] = defaultdict(list)
+        for i, dispute_id in enumerate(ids):
+            groups[shard_of(str(dispute_id), self.shards)].append(i)
+        return groups
+
+    # ------------------------------------------------------------------ seed step 2
+    def fetch_due(self, batch_size: int) -> list[tuple[str, int]]:
+        """Non-destructive read of up to ``batch_size`` due members (score <= Redis TIME).
+
+        Returns:
+            ``(dispute id, score epoch ms)`` pairs, earliest first (across shards).
+        """
+        _check_range("batch_size", batch_size, 1, MAX_BATCH)
+        now = self._now_ms()
+        found: list[tuple[str, int]] = []
+        for keys in self.shard_keys():
+            rows = self._client.zrangebyscore(
+                keys.pending, "-inf", now, start=0, num=batch_size, withscores=True
+            )
+            found += [(str(m), int(s)) for m, s in cast(list[tuple[str, float]], rows)]
+        return sorted(found, key=lambda pair: pair[1])[:batch_size]
+
+    def pop_if_due(self) -> tuple[str, int] | None:
+        """Atomically pop the earliest member if it is due (pop_if_due.lua), else None.
+
+        Shards are tried in order; a future member is never removed. The payload is kept.
+        """
+        for keys in self.shard_keys():
+            raw = self._run("pop_if_due", [keys.pending], [])
+            if raw:
+                return str(raw[0]), int(float(raw[1]))
+        return None
+
+    # ------------------------------------------------------------------ seed step 3
+    def try_acquire_lock(self, dispute_id: UUID | str, ttl_ms: int, owner: str) -> bool:
+        """``SET lock owner NX PX ttl_ms``: True if acquired, False if someone holds it."""
+        _check_range("ttl_ms", ttl_ms, 1, MAX_LEASE_MS)
+        if not owner:
+            raise InvalidInput("owner must not be empty")
+        key = self.keys_for(dispute_id).lock(dispute_id)
+        return bool(self._client.set(key, owner, nx=True, px=ttl_ms))
+
+    def release_lock(self, dispute_id: UUID | str, owner: str) -> bool:
+        """Compare-and-delete (release_lock.lua): True only if ``owner`` held the lock."""
+        if not owner:
+            raise InvalidInput("owner must not be empty")
+        key = self.keys_for(dispute_id).lock(dispute_id)
+        return int(self._run("release_lock", [key], [owner])) == 1
+
+    # ------------------------------------------------------------------ claim
+    def claim(self, batch_size: int, lease_ms: int, worker_id: str) -> ClaimResult:
+        """Claim up to ``batch_size`` due members (claim.lua; DESIGN.md firing protocol step 1).
+
+        Shards are visited round-robin from a random one. Per shard: read a window of the
+        earliest members (by rank, no client clock), run claim.lua on it; if the window was all
+        contended / taken by other workers, try the next window (at most ``MAX_CLAIM_ROUNDS``).
+
+        Args:
+            batch_size: 1..500 members.
+            lease_ms: lock TTL and visibility timeout, milliseconds (1..86 400 000).
+            worker_id: non-empty, at most 200 characters; stored as ``"<token>:<worker_id>"``.
+
+        Returns:
+            ClaimResult (now = Redis TIME of the first script call; next_due_ms = minimum over
+            the shards visited).
+
+        Raises:
+            InvalidInput: an argument out of range.
+        """
+        _check_range("batch_size", batch_size, 1, MAX_BATCH)
+        _check_range("lease_ms", lease_ms, 1, MAX_LEASE_MS)
+        if not worker_id or len(worker_id) > 200:
+            raise InvalidInput("worker_id must be 1..200 characters")
+        start = random.randrange(self.shards)
+        order = [(start + i) % self.shards for i in range(self.shards)]
+        total: _ShardClaim | None = None
+        for shard in order:
+            need = batch_size - (len(total.items) if total else 0)
+            if need <= 0:
+                break
+            part = self._claim_shard(Keys(self.namespace, shard), need, lease_ms, worker_id)
+            if total is None:
+                total = part
+                continue
+            total.items += part.items
+            total.stuck += part.stuck
+            total.contended += part.contended
+            if part.next_due_ms is not None and (
+                total.next_due_ms is None or part.next_due_ms < total.next_due_ms
+            ):
+                total.next_due_ms = part.next_due_ms
+        assert total is not None  # noqa: S101 -- shards >= 1 and batch_size >= 1
+        return ClaimResult(
+            now=from_ms(total.now_ms),
+            items=total.items,
+            stuck=total.stuck,
+            contended=total.contended,
+            next_due_ms=total.next_due_ms,
+        )
+
+    def _claim_shard(self, keys: Keys, need: int, lease_ms: int, worker_id: str) -> _ShardClaim:
+        result: _ShardClaim | None = None
+        offset = 0
+        for _ in range(MAX_CLAIM_ROUNDS):
+            size = need
+            window = cast(list[str], self._client.zrange(keys.pending, offset, offset + size - 1))
+            kargs = [keys.pending, keys.fence, keys.stats]
+            for member in window:
+                kargs += [keys.payload(member), keys.lock(member)]
+            raw = self._run("claim", kargs, [lease_ms, worker_id, need, *window])
+            now_ms, next_due, contended, stop, stuck, items = raw
+            if result is None:
+                result = _ShardClaim(now_ms=int(now_ms))
+            result.next_due_ms = None if int(float(next_due)) < 0 else int(float(next_due))
+            result.contended += int(contended)
+            result.stuck += [str(s) for s in stuck]
+            for member, token, score, flat in items:
+                esc = payload_to_escalation(member, _as_dict(flat))
+                result.items.append(ClaimedItem(esc, int(token), int(float(score))))
+            need -= len(items)
+            offset += int(contended)
+            if int(stop) or need <= 0 or len(window) < size:
+                break
+        assert result is not None  # noqa: S101 -- MAX_CLAIM_ROUNDS >= 1
+        return result
+
+    # ------------------------------------------------------------------ apply / restore
+    def apply(self, ops: Sequence[ApplyOp]) -> list[ApplyOutcome]:
+        """Apply recorded decisions (apply.lua): one script call per shard per 500 ops.
+
+        Per op: MISSING (no payload: cancelled, never brought back), NOT_OWNER (``op.token``
+        given and the lock holds another token, or none), STALE_SEQ (payload seq >= op seq),
+        else APPLIED: RESCHEDULE replaces the payload and ZADDs at due; REMOVE = ZREM + DEL;
+        PARK = ZREM, payload kept with the new seq; ``op.notify`` is XADDed to the review
+        stream; the lock is released if ``op.token`` owns it. Ops with ``token=None`` are
+        owner-less repairs, guarded by seq only.
+
+        Returns:
+            one outcome per op, in input order.
+
+        Raises:
+            InvalidInput: negative seq/token (raised before anything is written).
+        """
+        return self._apply(ops, create=False)
+
+    def restore(self, escalations: Sequence[Escalation]) -> list[ApplyOutcome]:
+        """Owner-less repair from PostgreSQL state (reconcile / stuck repair).
+
+        Status PENDING -> reschedule, PAUSED -> park, TERMINAL / CANCELLED -> remove. Creates a
+        missing payload (+ score if pending); updates when the payload's seq < ``esc.seq``;
+        re-adds a pending member whose payload is at the same seq but whose score vanished
+        (ZSET drift). Never touches a member whose lock is held (NOT_OWNER); never creates
+        anything for a terminal / cancelled escalation (MISSING).
+
+        Returns:
+            one outcome per escalation, in input order.
+        """
+        actions = {
+            Status.PENDING: ApplyAction.RESCHEDULE,
+            Status.PAUSED: ApplyAction.PARK,
+            Status.TERMINAL: ApplyAction.REMOVE,
+            Status.CANCELLED: ApplyAction.REMOVE,
+        }
+        ops = [ApplyOp(escalation=e, action=actions[e.status]) for e in escalations]
+        return self._apply(ops, create=True)
+
+    def _apply(self, ops: Sequence[ApplyOp], *, create: bool) -> list[ApplyOutcome]:
+        encoded = [self._encode_op(op, create) for op in ops]
+        results: list[ApplyOutcome] = [ApplyOutcome.MISSING] * len(ops)
+        for shard, idxs in self._by_shard([op.escalation.dispute_id for op in ops]).items():
+            keys = Keys(self.namespace, shard)
+            for start in range(0, len(idxs), MAX_BATCH):
+                chunk = idxs[start : start + MAX_BATCH]
+                kargs = [keys.pending, keys.review, keys.stats]
+                for i in chunk:
+                    dispute_id = ops[i].escalation.dispute_id
+                    kargs += [keys.payload(dispute_id), keys.lock(dispute_id)]
+                raw = self._run("apply", kargs, [REVIEW_MAXLEN, *(encoded[i] for i in chunk)])
+                for i, outcome in zip(chunk, raw, strict=True):
+                    results[i] = ApplyOutcome(outcome)
+        return results
+
+    @staticmethod
+    def _encode_op(op: ApplyOp, create: bool) -> str:
+        esc = op.escalation
+        if esc.seq < 0 or (op.token is not None and op.token < 0):
+            raise InvalidInput(f"apply for {esc.dispute_id}: seq and token must be >= 0")
+        fields = escalation_to_payload(esc)
+        return json.dumps(
+            {
+                "id": str(esc.dispute_id),
+                "action": ApplyAction(op.action).value,
+                "token": "" if op.token is None else str(op.token),
+                "seq": str(esc.seq),
+                "due_ms": fields["due_ms"],
+                "fields": _pairs(fields),
+                "notify": _pairs(dict(op.notify or {})),
+                "create": "1" if create else "0",
+            }
+        )
+
+    # ------------------------------------------------------------------ cancel
+    def cancel(self, dispute_id: UUID | str) -> bool:
+        """Remove member, payload and lock atomically (cancel.lua).
+
+        Returns:
+            True if something was scheduled. A worker still holding the claim then gets
+            MISSING from ``apply``: a cancelled dispute never comes back.
+        """
+        keys = self.keys_for(dispute_id)
+        kargs = [keys.pending, keys.payload(dispute_id), keys.lock(dispute_id), keys.stats]
+        return int(self._run("cancel", kargs, [str(dispute_id)])) == 1
+
+    # ------------------------------------------------------------------ wake-ups
+    def wait_for_wake(self, timeout_s: float) -> bool:
+        """Block until an enqueue pushed a wake marker (BLPOP on every shard's wake key).
+
+        Args:
+            timeout_s: longest wait in seconds (> 0; 0 or less = just check, no blocking).
+
+        Returns:
+            True if a marker was taken, False on timeout. The socket read is bounded by
+            ``timeout_s + 1 s`` so a lost server cannot hang the worker.
+        """
+        wake_keys = [k.wake for k in self.shard_keys()]
+        if timeout_s <= 0:
+            return any(self._client.lpop(key) is not None for key in wake_keys)
+        pool = self._client.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_command("BLPOP", *wake_keys, f"{timeout_s:.3f}")  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+            reply = conn.read_response(timeout=timeout_s + _WAKE_GRACE_S)
+        except (redis.TimeoutError, redis.ConnectionError):
+            conn.disconnect()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+            return False
+        finally:
+            pool.release(conn)
+        return reply is not None
+
+    # ------------------------------------------------------------------ inspection
+    def earliest_due_ms(self) -> int | None:
+        """Lowest score over all shards (epoch ms), or None when nothing is pending."""
+        best: int | None = None
+        for keys in self.shard_keys():
+            rows = cast(
+                list[tuple[str, float]], self._client.zrange(keys.pending, 0, 0, withscores=True)
+            )
+            if rows and (best is None or int(rows[0][1]) < best):
+                best = int(rows[0][1])
+        return best
+
+    def payload(self, dispute_id: UUID | str) -> dict[str, str] | None:
+        """The payload HASH of ``dispute_id`` (str -> str), or None if there is none."""
+        fields = cast(
+            dict[str, str], self._client.hgetall(self.keys_for(dispute_id).payload(dispute_id))
+        )
+        return fields or None
+
+    def pending_members(self, shard: int) -> Iterator[tuple[str, int]]:
+        """ZSCAN of one shard's pending ZSET: ``(dispute id, score epoch ms)`` (for reconcile)."""
+        _check_range("shard", shard, 0, self.shards - 1)
+        for member, score in self._client.zscan_iter(Keys(self.namespace, shard).pending):
+            yield str(member), int(score)
+
+    def stats(self) -> dict[str, int | None]:
+        """Numbers for ``escalation status`` summed over shards.
+
+        Keys: pending (ZCARD), due_now (score <= Redis TIME), oldest_overdue_ms (now - earliest
+        due score, None when nothing is due), locked (lock keys, counted with SCAN), dead
+        (ZCARD dead), plus every counter of the stats hashes (claimed, stuck, lock_contended,
+        applied, stale_apply, not_owner, missing, enqueued, cancelled).
+        """
+        now = self._now_ms()
+        out: dict[str, int | None] = {"pending": 0, "due_now": 0, "locked": 0, "dead": 0}
+        counters: dict[str, int] = defaultdict(int)
+        for keys in self.shard_keys():
+            out["pending"] = int(out["pending"] or 0) + int(self._client.zcard(keys.pending))
+            out["due_now"] = int(out["due_now"] or 0) + int(
+                self._client.zcount(keys.pending, "-inf", now)
+            )
+            out["dead"] = int(out["dead"] or 0) + int(self._client.zcard(keys.dead))
+            locks = self._client.scan_iter(match=f"{keys.lock_prefix}*", count=1000)
+            out["locked"] = int(out["locked"] or 0) + sum(1 for _ in locks)
+            for name, value in cast(dict[str, str], self._client.hgetall(keys.stats)).items():
+                counters[name] += int(value)
+        earliest = self.earliest_due_ms()
+        out["oldest_overdue_ms"] = (
+            now - earliest if earliest is not None and earliest <= now else None
+        )
+        out.update(counters)
+        return out
