@@ -1,0 +1,125 @@
+"""PostgreSQL connection and schema helpers: URL normalisation, engine, Alembic from code.
+
+Nothing here runs at import time. The Alembic scripts live in the repository's
+``migrations/`` directory (``Path(escalation.__file__).parent.parent / "migrations"``); the
+database URL reaches ``migrations/env.py`` through ``Config.attributes["database_url"]``
+(never through the ini file, so a ``%`` in a password needs no escaping).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+import escalation
+from escalation.domain.errors import ConfigError, SchemaNotAtHead
+
+MIGRATIONS_DIR = Path(escalation.__file__).resolve().parent.parent / "migrations"
+DRIVER = "postgresql+psycopg"
+_ACCEPTED_DRIVERS = frozenset(
+    {"postgres", "postgresql", "postgresql+psycopg", "postgresql+psycopg2", "postgresql+psycopg3"}
+)
+
+
+def normalize_url(url: str) -> str:
+    """A SQLAlchemy psycopg 3 URL (``postgresql+psycopg://...``) for any PostgreSQL URL.
+
+    Accepts ``postgresql://``, ``postgres://``, ``postgresql+psycopg://`` (and ``+psycopg2``,
+    rewritten to psycopg 3), including socket-directory URLs such as
+    ``postgresql://postgres:@/db?host=/tmp/x``. Query parameters and the password are kept.
+
+    Raises:
+        ConfigError: empty, unparsable, or not a PostgreSQL URL.
+    """
+    text = (url or "").strip()
+    if not text:
+        raise ConfigError("database URL is empty (set ESCALATION_DATABASE_URL)")
+    try:
+        parsed = sa.engine.make_url(text)
+    except sa.exc.ArgumentError as exc:
+        raise ConfigError(f"database URL is not a valid URL: {exc}") from None
+    if parsed.drivername not in _ACCEPTED_DRIVERS:
+        raise ConfigError(f"database URL must be postgresql:// (got scheme {parsed.drivername!r})")
+    return parsed.set(drivername=DRIVER).render_as_string(hide_password=False)
+
+
+def make_engine(url: str, pool_size: int = 5) -> sa.Engine:
+    """A SQLAlchemy engine on psycopg 3 with ``pool_pre_ping`` (connections checked on checkout).
+
+    Args:
+        url: any URL :func:`normalize_url` accepts.
+        pool_size: connections kept open; up to ``pool_size`` more overflow under load.
+
+    Raises:
+        ConfigError: the URL is not a PostgreSQL URL.
+    """
+    return sa.create_engine(
+        normalize_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        connect_args={"application_name": "escalation"},
+    )
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """An Alembic ``Config`` pointing at ``migrations/``; ``url`` goes into its attributes.
+
+    With ``url`` None, ``migrations/env.py`` falls back to ``ESCALATION_DATABASE_URL``.
+    """
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if url is not None:
+        cfg.attributes["database_url"] = normalize_url(url)
+    return cfg
+
+
+def upgrade_to_head(url: str) -> None:
+    """Run every pending Alembic revision on the database at ``url`` (idempotent).
+
+    Raises:
+        ConfigError: bad URL. Database errors propagate (sqlalchemy.exc.*).
+    """
+    command.upgrade(alembic_config(url), "head")
+
+
+def downgrade(url: str, rev: str) -> None:
+    """Downgrade the database at ``url`` to revision ``rev`` (``"base"`` drops everything).
+
+    Dropping the ledger destroys the audit record: only for tests and fresh installs.
+    """
+    command.downgrade(alembic_config(url), rev)
+
+
+def current_revision(engine: sa.Engine) -> str | None:
+    """The Alembic revision the database is at, or None if it was never migrated."""
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision() -> str:
+    """The head revision of the scripts shipped in ``migrations/versions``."""
+    head = ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+    if head is None:  # pragma: no cover - the repository always ships revisions
+        raise SchemaNotAtHead(f"no Alembic revisions found under {MIGRATIONS_DIR}")
+    return head
+
+
+def check_at_head(engine: sa.Engine) -> None:
+    """Refuse to run against a database whose schema is not the one this code expects.
+
+    Raises:
+        SchemaNotAtHead: with the current and expected revisions and the command to run.
+    """
+    current = current_revision(engine)
+    expected = head_revision()
+    if current != expected:
+        shown = current or "none (never migrated)"
+        raise SchemaNotAtHead(
+            f"database is at revision {shown}, code expects {expected}: run `escalation db upgrade`"
+        )

@@ -1,0 +1,165 @@
+"""Hash chain of the audit ledger (pure): canonical bytes, row hash, chain verification.
+
+Every ledger row carries ``row_hash = SHA-256(prev_hash || canonical_bytes(fields))`` where
+``prev_hash`` is the previous row's ``row_hash`` in the same dispute's chain, or 32 zero bytes
+(:data:`GENESIS`) for ``seq`` 1. Changing, reordering or removing a row in the middle of a
+chain is therefore detectable (see /work/shared/reference/tech.md section 1.3).
+
+Canonical serialization (version 1, :data:`HASH_VERSION`), the bytes a verifier can
+reproduce from the stored row years later:
+
+* a JSON object of exactly the :data:`HASHED_FIELDS` keys (missing keys are ``null``);
+* keys sorted, no whitespace (``separators=(",", ":")``), UTF-8, non-ASCII kept as is;
+* ``datetime``: must be timezone-aware; rendered in UTC as
+  ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (always six fractional digits);
+* ``Decimal``: fixed-point string, e.g. ``"1250.00"`` (money arrives quantized to cents,
+  exactly as ``numeric(18,2)`` returns it); NaN/infinity refused;
+* ``UUID``: lower-case hyphenated string;
+* ``None`` -> ``null``; ``bool``/``int``/``str`` as JSON; ``dict``/``list``/``tuple``
+  recursively (dict keys must be strings); ``bytes`` as lower-case hex;
+* ``float`` is refused (no float may come near money or a hash);
+* ``recorded_at``, ``prev_hash`` and ``row_hash`` are NOT hashed: the database assigns
+  ``recorded_at`` and the other two are the chain itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from escalation.domain.errors import InvalidInput
+
+HASH_VERSION = 1
+GENESIS = bytes(32)
+"""``prev_hash`` of the first row (seq 1) of every dispute's chain: 32 zero bytes."""
+
+HASHED_FIELDS: tuple[str, ...] = (
+    "dispute_id",
+    "seq",
+    "event",
+    "match_decision",
+    "from_tier",
+    "to_tier",
+    "ladder",
+    "ladder_version",
+    "calendar_version",
+    "materiality",
+    "due_at",
+    "next_due_at",
+    "regulatory_deadline",
+    "decided_at",
+    "actor",
+    "trace_id",
+    "source_hash",
+    "external_id",
+    "fence_token",
+    "details",
+)
+"""Ledger columns covered by the hash (everything except recorded_at, prev_hash, row_hash)."""
+
+
+def _canonical_scalar(value: Any, path: str) -> Any:
+    """JSON-ready form of a non-container value (see the module docstring for the rules).
+
+    Raises:
+        InvalidInput: naive datetime, float, non-finite Decimal, or an unsupported type.
+    """
+    if value is None or isinstance(value, bool | str | int):
+        return value
+    if isinstance(value, float):
+        raise InvalidInput(f"{path}: float {value!r} cannot be hashed canonically; use Decimal")
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise InvalidInput(f"{path}: non-finite Decimal {value!r}")
+        return format(value, "f")
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise InvalidInput(f"{path}: naive datetime {value.isoformat()} (must be aware)")
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    raise InvalidInput(f"{path}: cannot hash a value of type {type(value).__name__}")
+
+
+def _canonical_value(value: Any, path: str) -> Any:
+    """JSON-ready form of ``value``, recursing into dicts (string keys only) and lists.
+
+    Raises:
+        InvalidInput: as :func:`_canonical_scalar`, or a non-string dict key.
+    """
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidInput(f"{path}: dict key {key!r} is not a string")
+            out[key] = _canonical_value(item, f"{path}.{key}")
+        return out
+    if isinstance(value, list | tuple):
+        return [_canonical_value(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    return _canonical_scalar(value, path)
+
+
+def canonical_bytes(fields: Mapping[str, Any]) -> bytes:
+    """The canonical UTF-8 JSON bytes of a ledger row's hashed fields.
+
+    Args:
+        fields: a mapping holding (a superset of) :data:`HASHED_FIELDS`; other keys such as
+            ``recorded_at``, ``prev_hash`` and ``row_hash`` are ignored, missing ones are null.
+
+    Raises:
+        InvalidInput: a value that has no canonical form (naive datetime, float, ...).
+    """
+    doc = {name: _canonical_value(fields.get(name), name) for name in HASHED_FIELDS}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8")
+
+
+def row_hash(prev_hash: bytes, fields: Mapping[str, Any]) -> bytes:
+    """``SHA-256(prev_hash || canonical_bytes(fields))``: 32 bytes.
+
+    Raises:
+        InvalidInput: ``prev_hash`` is not 32 bytes, or a field has no canonical form.
+    """
+    prev = bytes(prev_hash)
+    if len(prev) != 32:
+        raise InvalidInput(f"prev_hash must be 32 bytes, got {len(prev)}")
+    return hashlib.sha256(prev + canonical_bytes(fields)).digest()
+
+
+def verify_chain(rows: Iterable[Mapping[str, Any]]) -> int | None:
+    """Check one dispute's chain; return the seq of the first broken link, or None if intact.
+
+    ``rows`` must be one dispute's ledger rows in ascending ``seq`` order, each holding the
+    :data:`HASHED_FIELDS` plus ``prev_hash`` and ``row_hash`` (bytes). A link is broken when
+    ``seq`` is not the expected next number (1, 2, 3, ...: the missing seq is returned),
+    ``prev_hash`` differs from the previous row's ``row_hash`` (GENESIS for seq 1), or the
+    recomputed hash differs from ``row_hash``. A row whose fields cannot be canonicalised
+    counts as broken. Removal of the chain's tail is not detectable here; compare the last
+    row with the projection's ``last_seq``/``last_hash`` for that.
+    """
+    expected_prev = GENESIS
+    expected_seq = 1
+    for row in rows:
+        seq = row.get("seq")
+        if seq != expected_seq:
+            return expected_seq
+        stored_prev = bytes(row.get("prev_hash") or b"")
+        stored_hash = bytes(row.get("row_hash") or b"")
+        if stored_prev != expected_prev:
+            return expected_seq
+        try:
+            computed = row_hash(expected_prev, row)
+        except InvalidInput:
+            return expected_seq
+        if computed != stored_hash:
+            return expected_seq
+        expected_prev = stored_hash
+        expected_seq += 1
+    return None
