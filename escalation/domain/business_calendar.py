@@ -6,9 +6,13 @@ Conventions (issue 4 point 1; docs/ladders.md "Calendars"):
   does not stretch or shrink them.
 * ``calendar_days``: added in *local wall-clock* time of the calendar's zone, so one calendar
   day across the spring-forward gap is 23 elapsed hours in America/New_York and 25 across the
-  fall-back overlap. Holidays and weekends count (they are calendar days). A wall time that
-  does not exist (inside the gap) moves forward by the gap; an ambiguous one takes its first
-  occurrence (``fold=0``).
+  fall-back overlap. Holidays and weekends count (they are calendar days).
+* Missing and doubled wall times (DST gap / overlap) resolve to the **earlier** instant: a
+  wall time inside the gap is read with the post-transition offset (it lands just before the
+  gap), an ambiguous one takes its first occurrence. A deadline is therefore never later than
+  its wall-clock reading, and chained windows never end later than one window of their sum.
+  (java.time shifts gap times forward instead; that can push a chained deadline past a
+  regulatory one, which ``ladder check`` caught.)
 * ``business_days``: the deadline is the **close of the Nth business day after the start's
   local day** (the start day itself is never counted: "exclusive start", domain.md 2.6; the
   receipt-day convention is unverified there, item 6.3, so this is a stated choice). Time of
@@ -90,9 +94,16 @@ class BusinessCalendar:
         return day.isoweekday() in self.working_days and not self.is_holiday(day)
 
     def local(self, day: date, at: time) -> datetime:
-        """Aware UTC instant of wall time ``at`` on local ``day`` (gap -> shifted forward)."""
-        wall = datetime.combine(day, at, tzinfo=self.tz)
-        return wall.astimezone(UTC)
+        """Aware UTC instant of wall time ``at`` on local ``day`` (see :meth:`resolve_wall`)."""
+        return self.resolve_wall(datetime.combine(day, at))
+
+    def resolve_wall(self, wall: datetime) -> datetime:
+        """Aware UTC instant of naive local ``wall``; a missing or doubled wall time takes the
+        earlier instant (a deadline never lands later than its wall-clock reading)."""
+        first = wall.replace(tzinfo=self.tz, fold=0)
+        if first.astimezone(UTC).astimezone(self.tz).replace(tzinfo=None) != wall:
+            return wall.replace(tzinfo=self.tz, fold=1).astimezone(UTC)  # in the gap
+        return first.astimezone(UTC)
 
     def opens_at(self, day: date) -> datetime:
         """Aware UTC instant the calendar opens on local ``day``."""
@@ -101,9 +112,7 @@ class BusinessCalendar:
     def closes_at(self, day: date) -> datetime:
         """Aware UTC instant the calendar closes on local ``day`` (24:00 = next midnight)."""
         if self.close == time(0):
-            return datetime.combine(day + timedelta(days=1), time(0), tzinfo=self.tz).astimezone(
-                UTC
-            )
+            return self.resolve_wall(datetime.combine(day + timedelta(days=1), time(0)))
         return self.local(day, self.close)
 
     def next_business_day(self, day: date) -> date:
@@ -130,7 +139,7 @@ class BusinessCalendar:
             return start + timedelta(hours=amount)
         if unit is WindowUnit.CALENDAR_DAYS:
             wall = start.astimezone(self.tz).replace(tzinfo=None) + timedelta(days=amount)
-            return wall.replace(tzinfo=self.tz).astimezone(UTC)
+            return self.resolve_wall(wall)
         if unit is WindowUnit.BUSINESS_DAYS:
             return self._add_business_days(start, amount)
         return self._add_business_hours(start, amount)

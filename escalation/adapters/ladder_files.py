@@ -1,0 +1,296 @@
+"""Ladder files: ``ladders/<ladder>.v<N>.toml`` -> :class:`~escalation.domain.ladder.Ladder`.
+
+Files are read with ``tomllib.loads(text, parse_float=Decimal)`` (no float ever touches a
+threshold) and validated by the pydantic models below; docs/ladder-schema.json is generated
+from :class:`LadderFile` (``render_json_schema``). Every error is a ``LadderError`` whose
+message names the file and the field, e.g.
+``ladders/dispute_review.v2.toml: tiers[1].rank: ranks must be strictly increasing``.
+A released file is never edited (STYLE.md 11): its SHA-256 ``checksum`` is compared with the
+one recorded when it was applied (``escalation.domain.ladder_check``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from escalation.domain.calendars import SlaWindow, WindowUnit
+from escalation.domain.errors import LadderError
+from escalation.domain.ladder import Ladder, MaterialityBand, RegulatoryDeadline, Tier
+from escalation.domain.ladder_check import check_ladders
+
+FILE_NAME = re.compile(r"^(?P<name>[a-z][a-z0-9_]*)\.v(?P<version>[1-9][0-9]*)\.toml$")
+Ident = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)]
+PositiveInt = Annotated[int, Field(strict=True, gt=0)]
+DecimalText = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]{1,2})?$")]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WindowModel(_Model):
+    """An SLA window: ``{ amount = 24, unit = "calendar_hours", calendar = "utc" }``."""
+
+    amount: PositiveInt
+    unit: WindowUnit
+    calendar: Ident = "utc"
+
+
+class TierModel(_Model):
+    """One tier: stable ``id``, display ``name``, authority ``rank``, SLA ``window``."""
+
+    id: Ident
+    name: Annotated[str, StringConstraints(min_length=1, max_length=100)]
+    rank: Annotated[int, Field(strict=True, ge=0)]
+    window: WindowModel
+    warn_at: list[Annotated[Decimal, Field(gt=0, lt=1)]] = Field(
+        default_factory=list, description='fractions of the window, e.g. ["0.50", "0.75"]'
+    )
+
+
+class RegulatoryModel(_Model):
+    """The regulatory deadline (law or scheme rule) that the tier windows must fit inside."""
+
+    name: Ident
+    anchor: Ident = Field(description="event that starts the clock, e.g. notice_received")
+    amount: PositiveInt
+    unit: WindowUnit
+    calendar: Ident = "utc"
+    buffer: Annotated[int, Field(strict=True, ge=0)] = Field(
+        default=0, description="margin in the same unit and calendar"
+    )
+    source: str = Field(default="", description="citation, e.g. 12 CFR 1005.11(c)(1)")
+
+
+class BandModel(_Model):
+    """Materiality band: amounts >= ``min_amount`` (decimal string) start in ``start_tier``."""
+
+    name: Ident
+    min_amount: DecimalText
+    start_tier: Ident | None = None
+    window_factor: Annotated[Decimal, Field(gt=0, le=1)] = Decimal(1)
+
+
+class LadderFile(_Model):
+    """A ladder file (one version of one ladder); see docs/ladders.md."""
+
+    model_config = ConfigDict(title="Ladder file", extra="forbid", frozen=True)
+
+    ladder: Ident
+    version: PositiveInt
+    previous_version: PositiveInt | None = None
+    terminal_tier: Ident
+    description: str = ""
+    tiers: list[TierModel] = Field(min_length=1)
+    regulatory: RegulatoryModel | None = None
+    bands: list[BandModel] = Field(default_factory=list)
+    tier_map: dict[Ident, Ident] = Field(
+        default_factory=dict, description="old tier id -> new tier id, for removed/renamed tiers"
+    )
+
+
+def render_json_schema() -> str:
+    """docs/ladder-schema.json as text (sorted keys, 2-space indent, trailing newline)."""
+    return json.dumps(LadderFile.model_json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(file)"
+
+
+def _semantic_errors(label: str, model: LadderFile, stem: re.Match[str] | None) -> list[str]:
+    errors: list[str] = []
+    if stem is None:
+        errors.append(f"{label}: (file name): must be <ladder>.v<N>.toml")
+    else:
+        if stem["name"] != model.ladder:
+            errors.append(f"{label}: ladder: {model.ladder!r} differs from the file name")
+        if int(stem["version"]) != model.version:
+            errors.append(f"{label}: version: {model.version} differs from the file name")
+    errors.extend(_tier_errors(label, model))
+    expected_prev = None if model.version == 1 else model.version - 1
+    if model.previous_version != expected_prev:
+        errors.append(f"{label}: previous_version: must be {expected_prev} for v{model.version}")
+    if model.version == 1 and model.tier_map:
+        errors.append(f"{label}: tier_map: version 1 has no previous version to map from")
+    return errors
+
+
+def _tier_errors(label: str, model: LadderFile) -> list[str]:
+    errors: list[str] = []
+    ids = [t.id for t in model.tiers]
+    for i, tier in enumerate(model.tiers):
+        if tier.id in ids[:i]:
+            errors.append(f"{label}: tiers[{i}].id: duplicate tier id {tier.id!r}")
+        if i and tier.rank <= model.tiers[i - 1].rank:
+            errors.append(f"{label}: tiers[{i}].rank: ranks must be strictly increasing")
+        if list(tier.warn_at) != sorted(set(tier.warn_at)):
+            errors.append(f"{label}: tiers[{i}].warn_at: must be increasing and distinct")
+    if model.terminal_tier != ids[-1]:
+        errors.append(f"{label}: terminal_tier: must be the last tier ({ids[-1]!r})")
+    for old, new in model.tier_map.items():
+        if new not in ids:
+            errors.append(f"{label}: tier_map.{old}: {new!r} is not a tier of this version")
+    names = [b.name for b in model.bands]
+    for i, band in enumerate(model.bands):
+        if band.name in names[:i]:
+            errors.append(f"{label}: bands[{i}].name: duplicate band {band.name!r}")
+        if band.start_tier is not None and band.start_tier not in ids:
+            errors.append(f"{label}: bands[{i}].start_tier: unknown tier {band.start_tier!r}")
+    return errors
+
+
+def _to_domain(model: LadderFile, label: str, checksum: str) -> Ladder:
+    tiers = tuple(
+        Tier(
+            id=t.id,
+            name=t.name,
+            rank=t.rank,
+            window=SlaWindow(t.window.amount, t.window.unit, t.window.calendar),
+            warn_at=tuple(t.warn_at),
+        )
+        for t in model.tiers
+    )
+    reg = model.regulatory
+    bands = sorted(model.bands, key=lambda b: Decimal(b.min_amount), reverse=True)
+    return Ladder(
+        name=model.ladder,
+        version=model.version,
+        tiers=tiers,
+        terminal_tier=model.terminal_tier,
+        previous_version=model.previous_version,
+        tier_map=dict(model.tier_map),
+        bands=tuple(
+            MaterialityBand(b.name, Decimal(b.min_amount), b.start_tier, b.window_factor)
+            for b in bands
+        ),
+        regulatory=None
+        if reg is None
+        else RegulatoryDeadline(
+            reg.name, reg.anchor, SlaWindow(reg.amount, reg.unit, reg.calendar), reg.buffer
+        ),
+        checksum=checksum,
+        source=label,
+    )
+
+
+def _parse(path: Path) -> tuple[Ladder | None, list[str]]:
+    label = str(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return None, [f"{label}: (file): cannot read: {exc.strerror}"]
+    try:
+        raw: dict[str, Any] = tomllib.loads(data.decode("utf-8"), parse_float=Decimal)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return None, [f"{label}: (file): not valid TOML: {exc}"]
+    try:
+        model = LadderFile.model_validate(raw)
+    except ValidationError as exc:
+        return None, [f"{label}: {_loc(e['loc'])}: {e['msg']}" for e in exc.errors()]
+    errors = _semantic_errors(label, model, FILE_NAME.match(path.name))
+    if errors:
+        return None, errors
+    return _to_domain(model, label, hashlib.sha256(data).hexdigest()), []
+
+
+def load_ladder_file(path: Path) -> Ladder:
+    """Parse and validate one ladder file.
+
+    Returns:
+        The :class:`Ladder`, with ``checksum`` = SHA-256 hex of the file bytes and
+        ``source`` = ``str(path)``.
+
+    Raises:
+        LadderError: unreadable, not TOML, or invalid; one line per problem, each naming the
+            file and the field.
+    """
+    ladder, errors = _parse(path)
+    if ladder is None:
+        raise LadderError("\n".join(errors))
+    return ladder
+
+
+def check_ladder_dir(
+    path: Path, applied_checksums: Mapping[tuple[str, int], str] | None = None
+) -> list[str]:
+    """Everything ``escalation ladder check`` reports for the ``*.toml`` files in ``path``.
+
+    File-level errors (parse, schema, naming) plus :func:`check_ladders` over the files that
+    parsed. An empty list means every file is valid. Never raises for a bad file.
+    """
+    errors: list[str] = []
+    ladders: list[Ladder] = []
+    for file in sorted(path.glob("*.toml")):
+        ladder, file_errors = _parse(file)
+        errors.extend(file_errors)
+        if ladder is not None:
+            ladders.append(ladder)
+    errors.extend(check_ladders(ladders, applied_checksums or {}))
+    return errors
+
+
+class LadderCatalog:
+    """Every ladder version loaded from a directory, by ``(name, version)``."""
+
+    def __init__(self, ladders: list[Ladder]) -> None:
+        """Index ``ladders``. Raises LadderError on a duplicate ``(name, version)``."""
+        self._by_key: dict[tuple[str, int], Ladder] = {}
+        for ladder in ladders:
+            key = (ladder.name, ladder.version)
+            if key in self._by_key:
+                raise LadderError(f"{ladder.label}: version: {ladder.key} is defined twice")
+            self._by_key[key] = ladder
+
+    @classmethod
+    def from_dir(cls, path: Path) -> LadderCatalog:
+        """Load every ``*.toml`` in ``path`` (sorted by file name).
+
+        Raises:
+            LadderError: any file invalid (message names the file and field), or ``path``
+                missing.
+        """
+        if not path.is_dir():
+            raise LadderError(f"{path}: (directory): ladder directory not found")
+        return cls([load_ladder_file(f) for f in sorted(path.glob("*.toml"))])
+
+    def get(self, name: str, version: int) -> Ladder:
+        """The ladder ``name`` at ``version``. Raises LadderError if there is no such file."""
+        try:
+            return self._by_key[(name, version)]
+        except KeyError:
+            known = ", ".join(str(v) for v in self.versions(name)) or "none"
+            raise LadderError(
+                f"ladder {name!r} version {version} not found (versions: {known})"
+            ) from None
+
+    def latest(self, name: str) -> Ladder:
+        """The highest version of ladder ``name``. Raises LadderError if unknown."""
+        versions = self.versions(name)
+        if not versions:
+            raise LadderError(f"ladder {name!r} not found (ladders: {', '.join(self.names())})")
+        return self._by_key[(name, versions[-1])]
+
+    def versions(self, name: str) -> list[int]:
+        """Versions of ladder ``name``, ascending (empty if unknown)."""
+        return sorted(v for n, v in self._by_key if n == name)
+
+    def names(self) -> list[str]:
+        """Ladder names, sorted."""
+        return sorted({n for n, _ in self._by_key})
+
+    def all(self) -> list[Ladder]:
+        """Every ladder version, sorted by name then version."""
+        return [self._by_key[k] for k in sorted(self._by_key)]

@@ -1,0 +1,174 @@
+"""``escalation ladder check`` as a pure function over parsed ladders (issue 3 point 2).
+
+Rules, each reported as ``"<file>: <field>: <problem>"``:
+
+* versions of a ladder are contiguous from 1, and ``previous_version`` is ``version - 1``;
+* exactly one terminal tier and it is the last; ranks strictly increasing; windows positive;
+  every window's calendar is known;
+* every tier of the previous version missing from the new one is mapped in ``tier_map``; a
+  map's keys are tiers of the previous version; no map lowers authority (new rank < old);
+* an applied version's checksum is unchanged (a released file is never edited, STYLE.md 11);
+* with a regulatory deadline, the tier windows chained from the anchor end no later than the
+  deadline minus its buffer (domain.md 0.1 and 3). Business calendars make that depend on the
+  anchor, so it is checked for anchors every ``ANCHOR_STEP`` across ``ANCHOR_SPAN`` from
+  ``ANCHOR_FROM``, and the worst case is reported.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+
+from escalation.domain.calendars import CalendarRegistry, window_end
+from escalation.domain.errors import InvalidInput
+from escalation.domain.ladder import Ladder
+
+ANCHOR_FROM = datetime(2026, 1, 1, tzinfo=UTC)
+ANCHOR_SPAN = timedelta(days=366)
+ANCHOR_STEP = timedelta(hours=7)  # coprime with 24: anchors visit every hour of the day
+
+
+def check_ladders(
+    ladders: list[Ladder],
+    applied_checksums: Mapping[tuple[str, int], str] | None = None,
+    calendars: CalendarRegistry | None = None,
+) -> list[str]:
+    """All problems found in ``ladders`` (every version of every ladder being checked).
+
+    Args:
+        ladders: parsed ladder versions (``Ladder.source`` names the file in messages).
+        applied_checksums: ``(name, version) -> SHA-256 hex`` recorded when applied.
+        calendars: calendars by id; default ``builtin_calendars()`` (utc, us_federal_reserve).
+
+    Returns:
+        Error lines, empty when everything is valid. Never raises for a bad ladder.
+    """
+    if calendars is None:
+        from escalation.domain.business_calendar import builtin_calendars  # noqa: PLC0415
+
+        calendars = builtin_calendars()
+    errors: list[str] = []
+    by_name: dict[str, dict[int, Ladder]] = defaultdict(dict)
+    for ladder in ladders:
+        if ladder.version in by_name[ladder.name]:
+            errors.append(f"{ladder.label}: version: {ladder.key} is defined twice")
+        by_name[ladder.name][ladder.version] = ladder
+    for name, versions in sorted(by_name.items()):
+        missing = sorted(set(range(1, max(versions) + 1)) - set(versions))
+        if missing:
+            errors.append(
+                f"{name}: version: versions must be contiguous from 1; missing "
+                + ", ".join(f"v{v}" for v in missing)
+            )
+        for version in sorted(versions):
+            ladder = versions[version]
+            errors.extend(_check_one(ladder, calendars))
+            previous = versions.get(version - 1)
+            if previous is not None:
+                errors.extend(_check_map(previous, ladder))
+    errors.extend(_check_checksums(by_name, applied_checksums or {}))
+    return errors
+
+
+def _check_one(ladder: Ladder, calendars: CalendarRegistry) -> list[str]:
+    label, errors = ladder.label, []
+    expected = None if ladder.version == 1 else ladder.version - 1
+    if ladder.previous_version != expected:
+        errors.append(f"{label}: previous_version: must be {expected} for v{ladder.version}")
+    terminal = [i for i, t in enumerate(ladder.tiers) if t.id == ladder.terminal_tier]
+    if terminal != [len(ladder.tiers) - 1]:
+        errors.append(f"{label}: terminal_tier: exactly one terminal tier, and it is the last")
+    for i, (a, b) in enumerate(itertools.pairwise(ladder.tiers), start=1):
+        if b.rank <= a.rank:
+            errors.append(f"{label}: tiers[{i}].rank: ranks must be strictly increasing")
+    for i, tier in enumerate(ladder.tiers):
+        if tier.window.amount <= 0:
+            errors.append(f"{label}: tiers[{i}].window.amount: must be positive")
+        if tier.window.calendar not in calendars:
+            errors.append(
+                f"{label}: tiers[{i}].window.calendar: unknown calendar {tier.window.calendar!r}"
+            )
+    if ladder.regulatory is not None:
+        if ladder.regulatory.window.calendar not in calendars:
+            errors.append(
+                f"{label}: regulatory.calendar: unknown calendar "
+                f"{ladder.regulatory.window.calendar!r}"
+            )
+        elif not errors:
+            errors.extend(_check_regulatory_fit(ladder, calendars))
+    return errors
+
+
+def _check_map(previous: Ladder, ladder: Ladder) -> list[str]:
+    label, errors = ladder.label, []
+    new_ids = set(ladder.tier_ids)
+    for old_id in previous.tier_ids:
+        if old_id not in new_ids and old_id not in ladder.tier_map:
+            errors.append(
+                f"{label}: tier_map: tier {old_id!r} of v{previous.version} is removed or renamed"
+                f" and must be mapped"
+            )
+    for old_id, new_id in sorted(ladder.tier_map.items()):
+        if old_id not in previous.tier_ids:
+            errors.append(
+                f"{label}: tier_map.{old_id}: not a tier of v{previous.version}"
+                f" ({', '.join(previous.tier_ids)})"
+            )
+            continue
+        if new_id not in new_ids:
+            errors.append(f"{label}: tier_map.{old_id}: {new_id!r} is not a tier of this version")
+            continue
+        old_rank, new_rank = previous.tier(old_id).rank, ladder.tier(new_id).rank
+        if new_rank < old_rank:
+            errors.append(
+                f"{label}: tier_map.{old_id}: maps to {new_id!r} (rank {new_rank}) below "
+                f"{old_id!r} (rank {old_rank}); a migration never lowers authority"
+            )
+    return errors
+
+
+def _check_checksums(
+    by_name: Mapping[str, Mapping[int, Ladder]], applied: Mapping[tuple[str, int], str]
+) -> list[str]:
+    errors = []
+    for (name, version), recorded in sorted(applied.items()):
+        ladder = by_name.get(name, {}).get(version)
+        if ladder is None:
+            errors.append(f"{name}@{version}: (file): applied version has no ladder file")
+        elif ladder.checksum != recorded:
+            errors.append(
+                f"{ladder.label}: checksum: file is {ladder.checksum[:12]}..., applied as "
+                f"{recorded[:12]}...; a released ladder file is never edited, add a new version"
+            )
+    return errors
+
+
+def _check_regulatory_fit(ladder: Ladder, calendars: CalendarRegistry) -> list[str]:
+    reg = ladder.regulatory
+    assert reg is not None  # noqa: S101  (caller checked; narrows the type for mypy)
+    buffer_cal = calendars[reg.window.calendar]
+    worst: tuple[timedelta, datetime, datetime, datetime] | None = None
+    anchor = ANCHOR_FROM
+    try:
+        while anchor < ANCHOR_FROM + ANCHOR_SPAN:
+            end = anchor
+            for tier in ladder.tiers:
+                end = window_end(end, tier.window, calendars)
+            deadline = reg.deadline(anchor, calendars)
+            with_buffer = buffer_cal.add(end, reg.buffer, reg.window.unit) if reg.buffer else end
+            over = with_buffer - deadline
+            if over > timedelta(0) and (worst is None or over > worst[0]):
+                worst = (over, anchor, end, deadline)
+            anchor += ANCHOR_STEP
+    except InvalidInput as exc:
+        return [f"{ladder.label}: regulatory: {exc}"]
+    if worst is None:
+        return []
+    _, at, end, deadline = worst
+    return [
+        f"{ladder.label}: regulatory: tier windows do not fit inside {reg.name} "
+        f"({reg.window.describe()}, buffer {reg.buffer}): for an anchor at {at.isoformat()} they "
+        f"end at {end.isoformat()}, deadline {deadline.isoformat()}"
+    ]
