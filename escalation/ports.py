@@ -16,6 +16,7 @@ from uuid import UUID
 
 from escalation.domain.decide import Decision
 from escalation.domain.escalation import Escalation, Status
+from escalation.domain.ladder import Ladder
 
 
 # --------------------------------------------------------------------------- scheduler
@@ -83,17 +84,43 @@ class ApplyOutcome(StrEnum):
 
 
 class Scheduler(Protocol):
-    """The Redis sorted-set scheduler."""
+    """The Redis sorted-set scheduler (adapter: ``adapters.redis_scheduler.RedisScheduler``)."""
 
-    def enqueue(self, escalation: Escalation) -> bool:
-        """Add payload + score atomically; False if the dispute is already scheduled."""
+    def time(self) -> datetime:
+        """Redis TIME as an aware UTC datetime (the one clock)."""
         ...
 
-    def claim(self, batch_size: int, lease_ms: int, worker_id: str) -> ClaimResult: ...
+    def enqueue_many(self, escalations: Sequence[Escalation]) -> list[bool]:
+        """Add payload + score atomically per escalation; False where already scheduled."""
+        ...
 
-    def apply(self, ops: Sequence[ApplyOp]) -> list[ApplyOutcome]: ...
+    def claim(self, batch_size: int, lease_ms: int, worker_id: str) -> ClaimResult:
+        """Atomically claim up to ``batch_size`` due members (see claim.lua)."""
+        ...
 
-    def cancel(self, dispute_id: UUID) -> bool: ...
+    def apply(self, ops: Sequence[ApplyOp]) -> list[ApplyOutcome]:
+        """Apply recorded decisions under the seq + fencing-token guard (see apply.lua)."""
+        ...
+
+    def restore(self, escalations: Sequence[Escalation]) -> list[ApplyOutcome]:
+        """Owner-less repair from PostgreSQL state (reconcile, stuck members)."""
+        ...
+
+    def cancel(self, dispute_id: UUID) -> bool:
+        """Remove member, payload and lock atomically; False if nothing was there."""
+        ...
+
+
+class LadderSource(Protocol):
+    """Versioned ladders (adapter: ``adapters.ladder_files.LadderCatalog``)."""
+
+    def get(self, name: str, version: int) -> Ladder:
+        """One ladder version. Raises LadderError if unknown."""
+        ...
+
+    def latest(self, name: str) -> Ladder:
+        """The highest version of ``name``. Raises LadderError if unknown."""
+        ...
 
 
 # --------------------------------------------------------------------------- audit log
@@ -144,14 +171,30 @@ class LedgerRow:
 class AuditLog(Protocol):
     """The PostgreSQL system of record: ledger (append only) + projection."""
 
-    def record_enqueue(self, escalation: Escalation, actor: str) -> tuple[bool, Escalation]: ...
+    def record_enqueue_many(
+        self, escalations: Sequence[Escalation], actor: str, decided_at: datetime
+    ) -> list[tuple[bool, Escalation]]:
+        """Record ENQUEUED rows; (created, state) per escalation, idempotent per dispute."""
+        ...
 
     def record_decisions(
         self, items: Sequence[tuple[ClaimedItem, Decision]], actor: str
-    ) -> list[RecordOutcome]: ...
+    ) -> list[RecordOutcome]:
+        """Record a batch of decisions in one transaction (the commit point)."""
+        ...
 
     def record_cancel(
         self, dispute_id: UUID, actor: str, decided_at: datetime, reason: str
-    ) -> Escalation: ...
+    ) -> Escalation:
+        """Record a CANCELLED row. Raises NotFound / ConflictError."""
+        ...
 
-    def get(self, dispute_id: UUID) -> tuple[Escalation, Status] | None: ...
+    def record_stuck(
+        self, dispute_id: UUID, actor: str, decided_at: datetime
+    ) -> Escalation | None:
+        """Record a STUCK_MEMBER row; None if PostgreSQL does not know the dispute."""
+        ...
+
+    def get(self, dispute_id: UUID) -> tuple[Escalation, Status] | None:
+        """Current projection state and status, or None."""
+        ...

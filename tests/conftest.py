@@ -102,3 +102,31 @@ def engine(database_url: str) -> Iterator[sa.Engine]:
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """Nothing to skip: every test runs against real servers."""
+
+
+@pytest.fixture()
+def settings(redis_url: str, database_url: str, namespace: str) -> Any:
+    """Settings pointing at the test servers with this test's namespace."""
+    from escalation.settings import get_settings
+
+    return get_settings(redis_url=redis_url, database_url=database_url, namespace=namespace,
+                        poll_interval_s=1, lock_ttl_s=5, log_format="json")
+
+
+@pytest.fixture()
+def app(settings: Any, redis_client: redis.Redis) -> Iterator[Any]:
+    """The wired App (scheduler, store, ladders, calendars) for this test's namespace."""
+    from escalation.bootstrap import build
+
+    a = build(settings, actor="test-worker")
+    yield a
+    a.close()
+
+
+@pytest.fixture()
+def cli_env(redis_url: str, database_url: str, namespace: str) -> dict[str, str]:
+    """Environment for running the ``escalation`` CLI as a subprocess against the test servers."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
+    env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=database_url,
+               ESCALATION_NAMESPACE=namespace, ESCALATION_LOG_FORMAT="json")
+    return env

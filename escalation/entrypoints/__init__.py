@@ -1,0 +1,1 @@
+"""Entry points: the ``escalation`` CLI and the worker loop."""

@@ -1,0 +1,248 @@
+"""The ``escalation`` command line (typer + rich).
+
+Every user mistake becomes a one-line ``error: ...`` on stderr and exit code 2 (usage) or
+1 (operational), never a traceback. See docs/cli.md for the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from escalation.domain.errors import EscalationError, InvalidInput
+from escalation.domain.timeutil import require_aware
+
+app = typer.Typer(
+    name="escalation", no_args_is_help=True, pretty_exceptions_enable=False,
+    help="Dispute SLA escalation: enqueue on breach, fire on time, audit everything.",
+    add_completion=False,
+)
+services_app = typer.Typer(help="The embedded Valkey and PostgreSQL servers.", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema (Alembic).", no_args_is_help=True)
+audit_app = typer.Typer(help="The audit ledger.", no_args_is_help=True)
+app.add_typer(services_app, name="services")
+app.add_typer(db_app, name="db")
+app.add_typer(audit_app, name="audit")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def parse_time(value: str | None, name: str) -> datetime | None:
+    """ISO-8601 text -> aware datetime. Raises InvalidInput for bad or naive values."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput(f"{name}: not an ISO-8601 time: {value!r}") from None
+    return require_aware(parsed, name)
+
+
+def _settings(**overrides: Any) -> Any:
+    from escalation.settings import get_settings
+
+    return get_settings(**overrides)
+
+
+def _app(actor: str | None = None, check_schema: bool = True, **overrides: Any) -> Any:
+    from escalation.bootstrap import build
+    from escalation.logs import configure_logging
+
+    settings = _settings(**overrides)
+    configure_logging(settings.log_format, settings.log_level)
+    return build(settings, actor=actor, check_schema=check_schema)
+
+
+def _print_json(data: Any) -> None:
+    out.print_json(json.dumps(data, default=str))
+
+
+# --------------------------------------------------------------------------- enqueue/cancel
+@app.command()
+def enqueue(
+    dispute_id: Annotated[str, typer.Option(help="Dispute id (UUID).")],
+    source_hash: Annotated[str, typer.Option(help="Hex digest of the source record.")],
+    materiality: Annotated[str, typer.Option(help="Disputed amount, e.g. 1250.00.")] = "0.00",
+    tier: Annotated[str | None, typer.Option(help="Current tier id (default: first).")] = None,
+    due_at: Annotated[str | None, typer.Option(help="Breach time, ISO-8601 with offset.")] = None,
+    opened_at: Annotated[
+        str | None, typer.Option(help="Tier entry time, ISO-8601 with offset.")
+    ] = None,
+    ladder: Annotated[str | None, typer.Option(help="Ladder name.")] = None,
+    external_id: Annotated[str | None, typer.Option(help="Source system id.")] = None,
+    trace_id: Annotated[str | None, typer.Option(help="Correlation id.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Schedule an escalation for a dispute (idempotent per dispute)."""
+    from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
+
+    req = EnqueueRequest(
+        dispute_id=dispute_id, materiality=materiality, source_hash=source_hash, tier=tier,
+        due_at=parse_time(due_at, "--due-at"), opened_at=parse_time(opened_at, "--opened-at"),
+        ladder=ladder, external_id=external_id, trace_id=trace_id,
+    )
+    a = _app(actor="cli")
+    try:
+        res = enqueue_on_breach(
+            req, scheduler=a.scheduler, store=a.store, ladders=a.ladders, calendars=a.calendars,
+            default_ladder=a.settings.default_ladder, actor=a.actor,
+        )
+    finally:
+        a.close()
+    e = res.escalation
+    info = {"created": res.created, "dispute_id": str(e.dispute_id), "tier": e.tier,
+            "due_at": e.due_at.isoformat(), "ladder": e.ladder_key, "seq": e.seq,
+            "status": res.status.value}
+    if as_json:
+        _print_json(info)
+    elif res.created:
+        out.print(f"enqueued {e.dispute_id}: tier {e.tier}, due {e.due_at.isoformat()}")
+    else:
+        out.print(f"already enqueued {e.dispute_id} (status {res.status.value}, seq {e.seq}):"
+                  " nothing changed")
+
+
+@app.command()
+def cancel(
+    dispute_id: Annotated[str, typer.Argument(help="Dispute id (UUID).")],
+    reason: Annotated[str, typer.Option(help="Why (recorded in the ledger).")] = "resolved",
+) -> None:
+    """Cancel a dispute's escalation (the dispute was resolved)."""
+    from escalation.service_layer.cancel import cancel as do_cancel
+
+    a = _app(actor="cli")
+    try:
+        state = do_cancel(dispute_id, scheduler=a.scheduler, store=a.store, actor=a.actor,
+                          reason=reason)
+    finally:
+        a.close()
+    out.print(f"cancelled {state.dispute_id} (seq {state.seq})")
+
+
+# --------------------------------------------------------------------------- status / audit
+@app.command()
+def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Pending, due now, oldest overdue age, locked, dead, per tier."""
+    from escalation.service_layer.status import status as get_status
+
+    a = _app(actor="cli")
+    try:
+        data = get_status(scheduler=a.scheduler, store=a.store)
+    finally:
+        a.close()
+    if as_json:
+        _print_json(data)
+        return
+    table = Table(title="escalation status")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for src, values in data.items():
+        for key, val in values.items():
+            if isinstance(val, dict):
+                for k2, v2 in val.items():
+                    table.add_row(f"{src}.{key}.{k2}", str(v2))
+            else:
+                table.add_row(f"{src}.{key}", str(val))
+    out.print(table)
+
+
+@audit_app.command("show")
+def audit_show(
+    dispute_id: Annotated[str, typer.Argument(help="Dispute id (UUID) or external id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+) -> None:
+    """One dispute's audit trail, oldest first."""
+    from escalation.domain.escalation import parse_dispute_id
+    from escalation.entrypoints.render import trail_table
+
+    did = parse_dispute_id(dispute_id)
+    a = _app(actor="cli")
+    try:
+        rows = a.store.trail(did)
+    finally:
+        a.close()
+    if not rows:
+        raise EscalationError(f"no audit rows for dispute {did}")
+    if as_json:
+        for r in rows:
+            sys.stdout.write(json.dumps(r.__dict__, default=str) + "\n")
+        return
+    out.print(trail_table(rows))
+
+
+# --------------------------------------------------------------------------- db / services
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Bring the database schema to the Alembic head."""
+    from escalation.adapters.db import upgrade_to_head
+    from escalation.bootstrap import resolve_urls
+
+    urls = resolve_urls(_settings())
+    upgrade_to_head(urls.database_url)
+    out.print("database at head")
+
+
+@services_app.command("stop")
+def services_stop() -> None:
+    """Stop the embedded Valkey and PostgreSQL servers of ESCALATION_HOME."""
+    from escalation.adapters.embedded import stop_services
+
+    stopped = stop_services(_settings().home)
+    out.print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+
+
+@services_app.command("status")
+def services_status() -> None:
+    """Show the embedded servers of ESCALATION_HOME."""
+    from escalation.adapters.embedded import services_status as st
+
+    _print_json(st(_settings().home))
+
+
+# --------------------------------------------------------------------------- worker
+@app.command()
+def worker(
+    burst: Annotated[bool, typer.Option(help="Drain what is due, then exit.")] = False,
+    batch_size: Annotated[int | None, typer.Option(help="1-500 (default 50).")] = None,
+    poll_interval_s: Annotated[float | None, typer.Option(help="1-60 s (default 5).")] = None,
+    lock_ttl_s: Annotated[int | None, typer.Option(help="5-300 s (default 30).")] = None,
+    jitter: Annotated[float | None, typer.Option(help="0.0-0.5 (default 0.2).")] = None,
+    worker_id: Annotated[str | None, typer.Option(help="Worker id in logs/ledger.")] = None,
+) -> None:
+    """Fire due escalations until SIGTERM/SIGINT (or, with --burst, until nothing is due)."""
+    from escalation.entrypoints.worker import run_worker
+
+    a = _app(batch_size=batch_size, poll_interval_s=poll_interval_s, lock_ttl_s=lock_ttl_s,
+             jitter=jitter, worker_id=worker_id)
+    try:
+        totals = run_worker(a, burst=burst)
+    finally:
+        a.close()
+    if burst:
+        err.print(f"burst done: {totals.claimed} claimed, {totals.recorded} recorded, "
+                  f"{totals.stale} already decided, {totals.stuck} stuck repaired")
+
+
+def register_more() -> None:
+    """Attach command groups that live in their own modules."""
+    from escalation.entrypoints import cli_import  # noqa: F401 - registers commands
+
+
+def main() -> None:
+    """Console-script entry point: run the app, map EscalationError to exit codes."""
+    register_more()
+    try:
+        app()
+    except EscalationError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,102 @@
+"""``escalation import`` and ``escalation demo``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from escalation.domain.errors import InvalidInput
+from escalation.entrypoints.cli import _app, app, err, out
+
+
+def _mapping(
+    mapping: Path | None, **flags: str | None
+) -> object:
+    from escalation.service_layer.importer import ColumnMapping
+
+    if mapping is not None:
+        return ColumnMapping.from_file(mapping, **flags)
+    clean = {k: v for k, v in flags.items() if v is not None}
+    return ColumnMapping(**clean)  # type: ignore[arg-type]
+
+
+@app.command("import")
+def import_csv(
+    csv_path: Annotated[Path, typer.Argument(help="CSV file with a header row.")],
+    mapping: Annotated[Path | None, typer.Option(help="TOML mapping file.")] = None,
+    id_column: Annotated[str | None, typer.Option(help="Dispute id column.")] = None,
+    opened_column: Annotated[str | None, typer.Option(help="Tier entry time column.")] = None,
+    due_column: Annotated[str | None, typer.Option(help="Breach time column.")] = None,
+    tier_column: Annotated[str | None, typer.Option(help="Tier column.")] = None,
+    materiality_column: Annotated[str | None, typer.Option(help="Amount column.")] = None,
+    tier: Annotated[str | None, typer.Option(help="Default tier.")] = None,
+    default_materiality: Annotated[str | None, typer.Option(help="Default amount.")] = None,
+    timezone: Annotated[str | None, typer.Option(help="Zone of date-only values.")] = None,
+    external_source: Annotated[str | None, typer.Option(help="Namespace of ids.")] = None,
+    ladder: Annotated[str | None, typer.Option(help="Ladder name.")] = None,
+    skip_invalid: Annotated[bool, typer.Option(help="Import good rows, list bad.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Load disputes from a CSV (e.g. the CFPB complaint database) and schedule them.
+
+    Every row is validated first; a file with any bad row imports nothing unless
+    --skip-invalid.
+    """
+    from escalation.service_layer.bulk import bulk_enqueue
+    from escalation.service_layer.importer import plan_import
+
+    cmap = _mapping(
+        mapping, dispute_id=id_column, opened_at=opened_column, due_at=due_column,
+        tier=tier_column, materiality=materiality_column, default_tier=tier,
+        default_materiality=default_materiality, timezone=timezone,
+        external_source=external_source, ladder=ladder,
+    )
+    try:
+        with csv_path.open(newline="", encoding="utf-8") as fh:
+            plan = plan_import(fh, cmap)  # type: ignore[arg-type]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"{csv_path}: cannot read: {exc}") from None
+    a = _app(actor="import")
+    try:
+        res = bulk_enqueue(
+            plan.requests, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
+            calendars=a.calendars, default_ladder=a.settings.default_ladder, actor=a.actor,
+            prior_errors=plan.errors, skip_invalid=skip_invalid,
+        )
+    finally:
+        a.close()
+    for line, msg in res.errors[:50]:
+        err.print(f"{csv_path}:{line}: {msg}", markup=False, highlight=False)
+    if len(res.errors) > 50:
+        err.print(f"... and {len(res.errors) - 50} more bad rows")
+    if res.errors and not skip_invalid:
+        err.print(f"error: {len(res.errors)} bad row(s); nothing imported "
+                  "(fix them or pass --skip-invalid)")
+        raise typer.Exit(2)
+    summary = {"rows": plan.rows, "created": res.created, "already_enqueued": res.existing,
+               "skipped_invalid": len(res.errors)}
+    if as_json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+    else:
+        out.print(f"imported {csv_path}: {res.created} enqueued, {res.existing} already "
+                  f"enqueued, {len(res.errors)} skipped as invalid ({plan.rows} rows)")
+
+
+@app.command()
+def demo(
+    count: Annotated[int, typer.Option(help="Generated disputes.", min=1, max=20000)] = 300,
+    workers: Annotated[int, typer.Option(help="Worker processes.", min=1, max=16)] = 3,
+    csv_path: Annotated[Path | None, typer.Option("--csv", help="Import this CSV.")] = None,
+    mapping: Annotated[Path | None, typer.Option(help="Mapping file for --csv.")] = None,
+    timeout_s: Annotated[float, typer.Option(help="Give up after this long.")] = 120.0,
+) -> None:
+    """Run the main job end to end on the embedded servers (or the configured ones)."""
+    from escalation.entrypoints.demo import run_demo
+
+    code = run_demo(count=count, workers=workers, csv_path=csv_path, mapping=mapping,
+                    timeout_s=timeout_s)
+    raise typer.Exit(code)

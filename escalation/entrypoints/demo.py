@@ -1,0 +1,140 @@
+"""``escalation demo``: the main job end to end, with nothing configured.
+
+1. start (or reuse) the embedded Valkey + PostgreSQL and bring the schema to head;
+2. enqueue a generated batch of disputes (mixed tiers and materiality, most already past
+   their SLA window, a few due within seconds) -- or import ``--csv`` with ``--mapping``;
+3. start N worker processes (``python -m escalation worker``);
+4. wait until every escalation that was due has been decided, stop the workers (SIGTERM);
+5. print the summary (enqueued, promoted per tier, terminal, duplicate decisions = 0) and one
+   dispute's audit trail.
+Exit code 0 only if everything due was decided exactly once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+from rich.table import Table
+
+from escalation.adapters.audit_queries import decision_counts, duplicate_decisions, undecided_due
+from escalation.adapters.db import upgrade_to_head
+from escalation.bootstrap import build, resolve_urls
+from escalation.entrypoints.cli import err, out
+from escalation.entrypoints.render import trail_table
+from escalation.logs import configure_logging
+from escalation.service_layer.bulk import bulk_enqueue
+from escalation.service_layer.enqueue import EnqueueRequest
+from escalation.settings import get_settings
+
+
+def generated_batch(count: int, now_ms: int, seed: int | None = None) -> list[EnqueueRequest]:
+    """``count`` disputes: 60% standard / 25% senior / 15% compliance; 90% already past their
+    SLA window (up to 10 min ago), 10% due within the next 3 s; materiality 0-25,000.00."""
+    rng = random.Random(seed)  # noqa: S311 - demo data
+    from escalation.domain.timeutil import from_ms
+
+    reqs = []
+    for _ in range(count):
+        tier = rng.choices(["standard", "senior", "compliance"], weights=[60, 25, 15])[0]
+        offset = -rng.randint(0, 600_000) if rng.random() < 0.9 else rng.randint(200, 3000)
+        money = Decimal(rng.randint(0, 2_500_000)) / 100
+        did = uuid.UUID(int=rng.getrandbits(128), version=4)
+        body = json.dumps({"id": str(did), "tier": tier, "amount": str(money)}).encode()
+        reqs.append(EnqueueRequest(
+            dispute_id=did, materiality=money, source_hash=hashlib.sha256(body).hexdigest(),
+            tier=tier, due_at=from_ms(now_ms + offset),
+        ))
+    return reqs
+
+
+def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path | None,
+             timeout_s: float) -> int:
+    """Run the demo; returns the process exit code (0 = all due decided exactly once)."""
+    settings = get_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    urls = resolve_urls(settings)
+    err.print(f"servers: redis {urls.redis_url} | postgres "
+              f"{'embedded' if urls.embedded else 'configured'} (home {settings.home})")
+    upgrade_to_head(urls.database_url)
+    a = build(settings, actor="demo")
+    try:
+        now = a.scheduler.time()
+        if csv_path is not None:
+            from escalation.service_layer.importer import ColumnMapping, plan_import
+
+            cmap = ColumnMapping.from_file(mapping) if mapping else ColumnMapping()
+            with csv_path.open(newline="", encoding="utf-8") as fh:
+                plan = plan_import(fh, cmap)
+            lines = plan.requests
+            prior = plan.errors
+        else:
+            from escalation.domain.timeutil import to_ms
+
+            lines = list(enumerate(generated_batch(count, to_ms(now)), start=1))
+            prior = []
+        res = bulk_enqueue(lines, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
+                           calendars=a.calendars, default_ladder=settings.default_ladder,
+                           actor=a.actor, prior_errors=prior, skip_invalid=True)
+        ids = [r.escalation.dispute_id for r in res.results]
+        last_due = max((r.escalation.due_at for r in res.results), default=now)
+        err.print(f"enqueued {res.created} (already there: {res.existing}, invalid: "
+                  f"{len(res.errors)}); starting {workers} workers")
+        env = dict(os.environ, ESCALATION_REDIS_URL=urls.redis_url,
+                   ESCALATION_DATABASE_URL=urls.database_url, ESCALATION_LOG_FORMAT="json")
+        log_dir = settings.home / "demo-logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        procs = []
+        for i in range(workers):
+            fh = (log_dir / f"worker-{i + 1}.log").open("w")
+            procs.append(subprocess.Popen(  # noqa: S603 - our own interpreter and module
+                [sys.executable, "-m", "escalation", "worker", "--poll-interval-s", "1",
+                 "--worker-id", f"demo-worker-{i + 1}-{os.getpid()}"],
+                env=env, stdout=fh, stderr=subprocess.STDOUT,
+            ))
+        deadline = time.monotonic() + timeout_s
+        remaining = len(ids)
+        try:
+            while time.monotonic() < deadline:
+                at = max(a.scheduler.time(), last_due + timedelta(milliseconds=1))
+                remaining = undecided_due(a.engine, ids, at)
+                if remaining == 0 and a.scheduler.time() > last_due:
+                    break
+                time.sleep(0.3)
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            codes = [p.wait(timeout=60) for p in procs]
+        counts = decision_counts(a.engine, ids)
+        dupes = duplicate_decisions(a.engine, ids)
+        table = Table(title="escalation demo summary")
+        table.add_column("figure")
+        table.add_column("value", justify="right")
+        table.add_row("enqueued", str(res.created))
+        for key in sorted(k for k in counts if k.startswith("PROMOTED_TO_")):
+            table.add_row(key, str(counts[key]))
+        table.add_row("TERMINAL_ESCALATION", str(counts.get("TERMINAL_ESCALATION", 0)))
+        table.add_row("still due (not decided)", str(remaining))
+        table.add_row("duplicate decisions in the ledger", str(dupes))
+        table.add_row("worker exit codes", ",".join(str(c) for c in codes))
+        out.print(table)
+        sample = next((i for i in ids if len(a.store.trail(i)) >= 2), ids[0] if ids else None)
+        if sample is not None:
+            out.print(trail_table(a.store.trail(sample)))
+        ok = remaining == 0 and dupes == 0 and all(c == 0 for c in codes)
+        if not ok:
+            err.print(f"demo FAILED: {remaining} still due, {dupes} duplicates, exit codes "
+                      f"{codes}; worker logs in {log_dir}")
+        return 0 if ok else 1
+    finally:
+        a.close()

@@ -1,0 +1,163 @@
+"""The worker loop: fire batches, sleep until the earliest due time (or the jittered poll
+interval), wake early when an earlier escalation is enqueued, stop cleanly on SIGTERM/SIGINT.
+
+Sleep (seed 000, configuration table): ``poll_interval_s * (1 + U(-jitter, +jitter))``,
+shortened to the earliest pending due time read from the ZSET. A full batch is followed by
+the next one at once. SIGTERM/SIGINT during a batch let the batch finish (record + apply),
+then the worker exits 0; during a sleep they end it at once.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import sqlalchemy.exc
+import redis.exceptions
+
+from escalation.bootstrap import App
+from escalation.logs import get_logger
+from escalation.service_layer.fire import BatchReport, fire_due
+
+log = get_logger("escalation.worker")
+
+MAX_BACKOFF_S = 30.0
+
+
+class _Shutdown(Exception):  # noqa: N818 - control flow, not an error
+    """Raised from the signal handler to break out of a blocking wait."""
+
+
+@dataclass
+class WorkerTotals:
+    """Totals over a worker's life (printed by ``--burst``)."""
+
+    batches: int = 0
+    claimed: int = 0
+    recorded: int = 0
+    stale: int = 0
+    stuck: int = 0
+    poison: int = 0
+
+
+def _emit(event: str, level: str = "info", **fields: Any) -> None:
+    getattr(log, level)(event, **fields)
+
+
+def sleep_seconds(
+    poll_interval_s: float, jitter: float, now_ms: int, next_due_ms: int | None,
+    rng: random.Random,
+) -> float:
+    """Seconds to sleep: jittered poll interval, capped by the time until ``next_due_ms``.
+
+    ``poll_interval_s * (1 + U(-jitter, +jitter))`` (seed 000); never negative.
+    """
+    base = poll_interval_s * (1 + rng.uniform(-jitter, jitter))
+    if next_due_ms is not None:
+        base = min(base, max(0.0, (next_due_ms - now_ms) / 1000.0))
+    return max(0.0, base)
+
+
+def crashpoint_from_env() -> Any:
+    """Test hook: ``ESCALATION_CRASHPOINT=<name>:<n>`` SIGKILLs this process the n-th time the
+    protocol passes boundary ``<name>`` (after_claim, after_record, after_apply). Unset = no-op.
+    Used by the fault-injection tests only."""
+    spec = os.environ.get("ESCALATION_CRASHPOINT")
+    if not spec:
+        return None
+    name, _, count = spec.partition(":")
+    seen = {"n": 0}
+    target = int(count or "1")
+
+    def hook(point: str) -> None:
+        if point == name:
+            seen["n"] += 1
+            if seen["n"] >= target:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None) -> WorkerTotals:
+    """Run until SIGTERM/SIGINT (or, with ``burst``, until nothing is due). Returns totals.
+
+    Database or Redis outages are logged (``worker.backoff``) and retried with exponential
+    backoff (capped at 30 s); members claimed before the failure come due again after their
+    lease, so nothing is lost.
+    """
+    settings = app.settings
+    rng = random.Random()  # noqa: S311 - jitter, not security
+    totals = WorkerTotals()
+    state = {"stop": False, "in_batch": False}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        state["stop"] = True
+        log.info("worker.stopping", signal=signal.Signals(signum).name, worker_id=app.actor)
+        if not state["in_batch"]:
+            raise _Shutdown
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    log.info("worker.started", worker_id=app.actor, batch_size=settings.batch_size,
+             lock_ttl_s=settings.lock_ttl_s, poll_interval_s=settings.poll_interval_s,
+             jitter=settings.jitter, burst=burst)
+    failures = 0
+    hook = crashpoint_from_env()
+    try:
+        while not state["stop"]:
+            state["in_batch"] = True
+            try:
+                report = fire_due(
+                    scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                    calendars=app.calendars, batch_size=settings.batch_size,
+                    lease_ms=settings.lease_ms, worker_id=app.actor, emit=_emit,
+                    crashpoint=hook,
+                )
+                failures = 0
+            except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
+                    redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                failures += 1
+                delay = min(MAX_BACKOFF_S, 0.5 * 2 ** min(failures, 8)) * rng.uniform(0.8, 1.2)
+                log.warning("worker.backoff", worker_id=app.actor, error=str(exc)[:300],
+                            attempt=failures, sleep_s=round(delay, 2))
+                state["in_batch"] = False
+                if state["stop"]:
+                    break
+                time.sleep(delay)
+                continue
+            finally:
+                state["in_batch"] = False
+            _add(totals, report)
+            if state["stop"] or (max_batches is not None and totals.batches >= max_batches):
+                break
+            if report.claimed >= settings.batch_size:
+                continue  # backlog: next batch at once
+            now_ms = int(report.now.timestamp() * 1000) if report.now else 0
+            if report.claimed or report.stuck:
+                continue  # something moved; look again before sleeping
+            if burst and (report.next_due_ms is None or report.next_due_ms > now_ms):
+                break
+            wait = sleep_seconds(settings.poll_interval_s, settings.jitter, now_ms,
+                                 report.next_due_ms, rng)
+            if wait > 0:
+                app.scheduler.wait_for_wake(wait)
+    except _Shutdown:
+        pass
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    log.info("worker.stopped", worker_id=app.actor, **totals.__dict__)
+    return totals
+
+
+def _add(totals: WorkerTotals, report: BatchReport) -> None:
+    totals.batches += 1
+    totals.claimed += report.claimed
+    totals.recorded += report.recorded
+    totals.stale += report.stale
+    totals.stuck += report.stuck
+    totals.poison += report.poison

@@ -1,0 +1,1 @@
+"""Use cases, one module each: enqueue, cancel, fire (worker batch), status."""

@@ -1,0 +1,80 @@
+"""Use case helpers for bulk input: validate every request with line numbers, then enqueue."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from escalation.domain.calendars import CalendarRegistry
+from escalation.domain.errors import InvalidInput
+from escalation.ports import AuditLog, LadderSource, Scheduler
+from escalation.service_layer.enqueue import (
+    EnqueueRequest,
+    EnqueueResult,
+    build_escalation,
+    enqueue_many,
+)
+
+
+@dataclass
+class BulkResult:
+    """Outcome of a bulk enqueue: created / already present, and bad rows (line, message)."""
+
+    created: int = 0
+    existing: int = 0
+    errors: list[tuple[int, str]] = field(default_factory=list)
+    results: list[EnqueueResult] = field(default_factory=list)
+
+
+def validate_requests(
+    requests: Sequence[tuple[int, EnqueueRequest]],
+    *,
+    scheduler: Scheduler,
+    ladders: LadderSource,
+    calendars: CalendarRegistry,
+    default_ladder: str,
+) -> list[tuple[int, str]]:
+    """Every (line, message) for requests that would be refused (unknown tier, bad ladder...)."""
+    now = scheduler.time()
+    errors: list[tuple[int, str]] = []
+    for line, req in requests:
+        try:
+            build_escalation(req, ladders.latest(req.ladder or default_ladder), calendars, now)
+        except InvalidInput as exc:
+            errors.append((line, str(exc)))
+    return errors
+
+
+def bulk_enqueue(
+    requests: Sequence[tuple[int, EnqueueRequest]],
+    *,
+    scheduler: Scheduler,
+    store: AuditLog,
+    ladders: LadderSource,
+    calendars: CalendarRegistry,
+    default_ladder: str,
+    actor: str,
+    prior_errors: Sequence[tuple[int, str]] = (),
+    skip_invalid: bool = False,
+) -> BulkResult:
+    """Validate all, then enqueue the valid ones.
+
+    With any bad row (including ``prior_errors`` from parsing) and not ``skip_invalid``,
+    nothing is written and the result carries only the errors.
+    """
+    errors = list(prior_errors) + validate_requests(
+        requests, scheduler=scheduler, ladders=ladders, calendars=calendars,
+        default_ladder=default_ladder,
+    )
+    result = BulkResult(errors=sorted(errors))
+    if errors and not skip_invalid:
+        return result
+    bad = {line for line, _ in errors}
+    good = [req for line, req in requests if line not in bad]
+    result.results = enqueue_many(
+        good, scheduler=scheduler, store=store, ladders=ladders, calendars=calendars,
+        default_ladder=default_ladder, actor=actor,
+    )
+    result.created = sum(1 for r in result.results if r.created)
+    result.existing = len(result.results) - result.created
+    return result

@@ -1,0 +1,167 @@
+"""Use case: a dispute breached (or will breach) its tier's SLA window -> schedule the escalation.
+
+Order (DESIGN.md): record in PostgreSQL first (the system of record), then write payload +
+score to Redis atomically. Idempotent per dispute: a second enqueue of a pending dispute
+changes nothing and says so (and re-asserts the Redis entry, repairing a crash between the
+two writes).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from escalation.domain.calendars import CalendarRegistry, window_end
+from escalation.domain.errors import ConflictError, InvalidInput
+from escalation.domain.escalation import Escalation, Status
+from escalation.domain.ladder import Ladder
+from escalation.domain.timeutil import require_aware
+from escalation.ports import AuditLog, LadderSource, Scheduler
+
+ENQUEUE_CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRequest:
+    """What a dispute service sends when a dispute enters (or sits in) a review tier.
+
+    Exactly one of ``due_at`` (the breach instant) and ``opened_at`` (the instant the dispute
+    entered ``tier``; due = opened_at + the tier's SLA window) is given. Datetimes must be
+    timezone-aware. ``tier`` None = the ladder's first tier (or the materiality band's).
+    """
+
+    dispute_id: object
+    materiality: object
+    source_hash: object
+    tier: str | None = None
+    due_at: datetime | None = None
+    opened_at: datetime | None = None
+    ladder: str | None = None
+    external_id: str | None = None
+    trace_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """``created`` False = the dispute already had an escalation; ``escalation`` is its state."""
+
+    created: bool
+    escalation: Escalation
+    status: Status
+
+
+def build_escalation(
+    req: EnqueueRequest, ladder: Ladder, calendars: CalendarRegistry, now: datetime
+) -> Escalation:
+    """Validate a request into an unrecorded :class:`Escalation` (seq 0).
+
+    Raises:
+        InvalidInput: both or neither of due_at/opened_at, naive datetimes, bad money/ids.
+        UnknownTier: ``req.tier`` not in ``ladder``.
+    """
+    if (req.due_at is None) == (req.opened_at is None):
+        raise InvalidInput("give exactly one of due_at (breach time) or opened_at (tier entry)")
+    tier_id = req.tier or _start_tier(ladder, req.materiality)
+    tier = ladder.tier(tier_id)
+    if req.opened_at is not None:
+        entered = require_aware(req.opened_at, "opened_at")
+        due = window_end(entered, tier.window, calendars)
+    else:
+        assert req.due_at is not None
+        due = require_aware(req.due_at, "due_at")
+        entered = min(require_aware(now, "now"), due)
+    return Escalation.new(
+        dispute_id=req.dispute_id,
+        tier=tier.id,
+        due_at=due,
+        materiality=req.materiality,
+        source_hash=req.source_hash,
+        ladder=ladder,
+        entered_tier_at=entered,
+        trace_id=req.trace_id or uuid.uuid4().hex,
+        external_id=req.external_id,
+    )
+
+
+def _start_tier(ladder: Ladder, materiality: object) -> str:
+    """First tier, or the start tier of the highest materiality band the amount reaches."""
+    from escalation.domain.materiality import Materiality
+
+    amount = Materiality.parse(materiality).amount
+    for band in sorted(ladder.bands, key=lambda b: b.min_amount, reverse=True):
+        if band.start_tier and amount >= Decimal(band.min_amount):
+            return band.start_tier
+    return ladder.tiers[0].id
+
+
+def enqueue_many(
+    requests: Sequence[EnqueueRequest],
+    *,
+    scheduler: Scheduler,
+    store: AuditLog,
+    ladders: LadderSource,
+    calendars: CalendarRegistry,
+    default_ladder: str,
+    actor: str,
+) -> list[EnqueueResult]:
+    """Validate every request first (nothing is written if one is bad), then record and schedule.
+
+    Raises:
+        InvalidInput / UnknownTier: the first bad request (prefixed with its index when >1).
+        ConflictError: never for duplicates (they return ``created=False``).
+    """
+    now = scheduler.time()
+    escalations: list[Escalation] = []
+    for i, req in enumerate(requests):
+        ladder = ladders.latest(req.ladder or default_ladder)
+        try:
+            escalations.append(build_escalation(req, ladder, calendars, now))
+        except InvalidInput as exc:
+            if len(requests) == 1:
+                raise
+            raise type(exc)(f"request {i + 1}: {exc}") from None
+    results: list[EnqueueResult] = []
+    for start in range(0, len(escalations), ENQUEUE_CHUNK):
+        chunk = escalations[start : start + ENQUEUE_CHUNK]
+        recorded = store.record_enqueue_many(chunk, actor, now)
+        to_schedule: list[Escalation] = []
+        for created, state in recorded:
+            got = store.get(state.dispute_id) if not created else (state, Status.PENDING)
+            status = got[1] if got else Status.PENDING
+            if status is Status.PENDING:
+                to_schedule.append(state)
+            results.append(EnqueueResult(created, state, status))
+        if to_schedule:
+            scheduler.enqueue_many(to_schedule)
+    return results
+
+
+def enqueue_on_breach(
+    req: EnqueueRequest,
+    *,
+    scheduler: Scheduler,
+    store: AuditLog,
+    ladders: LadderSource,
+    calendars: CalendarRegistry,
+    default_ladder: str,
+    actor: str,
+) -> EnqueueResult:
+    """Schedule one escalation (see module doc). Returns whether it was created.
+
+    Raises:
+        InvalidInput, UnknownTier: bad request; nothing written.
+        ConflictError: the dispute's escalation is already terminal or cancelled.
+    """
+    result = enqueue_many(
+        [req], scheduler=scheduler, store=store, ladders=ladders, calendars=calendars,
+        default_ladder=default_ladder, actor=actor,
+    )[0]
+    if not result.created and result.status in (Status.TERMINAL, Status.CANCELLED):
+        raise ConflictError(
+            f"dispute {result.escalation.dispute_id} already has a {result.status.value} "
+            "escalation; nothing changed"
+        )
+    return result

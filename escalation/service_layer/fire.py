@@ -1,0 +1,209 @@
+"""Use case: fire due escalations -- one batch of claim -> decide -> record -> apply.
+
+DESIGN.md "The firing protocol":
+1. claim (one Lua call, Redis TIME is the clock, locks with fencing tokens, re-scores each
+   claimed member to now + lease so a crashed worker's member comes due again by itself);
+2. decide (pure, against the escalation's *pinned* ladder version);
+3. record (one PostgreSQL transaction for the whole batch = the commit point);
+4. apply (one Lua call; seq + token guarded, so repeats and stale workers have no effect).
+Audit before apply, never the reverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from escalation.domain.calendars import CalendarRegistry
+from escalation.domain.decide import Decision, DecisionKind, decide
+from escalation.domain.errors import EscalationError
+from escalation.domain.escalation import Escalation, Status
+from escalation.domain.timeutil import to_ms
+from escalation.ports import (
+    ApplyAction,
+    ApplyOp,
+    ApplyOutcome,
+    AuditLog,
+    ClaimedItem,
+    LadderSource,
+    RecordOutcome,
+    RecordStatus,
+    Scheduler,
+)
+
+EventSink = Callable[..., None]
+
+
+@dataclass
+class BatchReport:
+    """What one :func:`fire_due` call did (counts by outcome, plus per-decision details)."""
+
+    now: datetime | None = None
+    claimed: int = 0
+    recorded: int = 0
+    applied: int = 0
+    stale: int = 0
+    not_owner: int = 0
+    stuck: int = 0
+    poison: int = 0
+    contended: int = 0
+    next_due_ms: int | None = None
+    decisions: dict[str, int] = field(default_factory=dict)
+
+
+def _status_action(status: Status) -> ApplyAction:
+    if status is Status.PENDING:
+        return ApplyAction.RESCHEDULE
+    if status is Status.PAUSED:
+        return ApplyAction.PARK
+    return ApplyAction.REMOVE
+
+
+def _notification(item: ClaimedItem, decision: Decision, state: Escalation) -> dict[str, str]:
+    """Review-stream entry for the next tier's queue (idempotency key = dispute:seq)."""
+    return {
+        "dispute_id": str(state.dispute_id),
+        "seq": str(state.seq),
+        "idempotency_key": f"{state.dispute_id}:{state.seq}",
+        "match_decision": decision.match_decision,
+        "from_tier": decision.from_tier,
+        "to_tier": decision.to_tier or "",
+        "ladder": state.ladder_key,
+        "trace_id": state.trace_id,
+        "source_hash": state.source_hash,
+        "materiality": str(state.materiality),
+        "decided_ms": str(to_ms(decision.decided_at)),
+    }
+
+
+def fire_due(
+    *,
+    scheduler: Scheduler,
+    store: AuditLog,
+    ladders: LadderSource,
+    calendars: CalendarRegistry,
+    batch_size: int,
+    lease_ms: int,
+    worker_id: str,
+    emit: EventSink | None = None,
+    crashpoint: Callable[[str], None] | None = None,
+) -> BatchReport:
+    """Fire one batch. Returns a :class:`BatchReport`.
+
+    ``emit(event, **fields)`` receives one structured event per decision
+    (``escalation.promoted`` / ``escalation.terminal`` / ``escalation.stale`` / ...), with the
+    seed's ``trace_id``, ``source_hash`` and ``match_decision``. ``crashpoint(name)`` is a test
+    hook called at each protocol boundary (``after_claim``, ``after_record``, ``after_apply``).
+
+    Raises:
+        Database or Redis connection errors propagate (the caller backs off); claimed members
+        then come due again when their lease ends.
+    """
+    sink: EventSink = emit or (lambda event, **kw: None)
+    hook = crashpoint or (lambda name: None)
+    report = BatchReport()
+    claim = scheduler.claim(batch_size, lease_ms, worker_id)
+    report.now, report.claimed = claim.now, len(claim.items)
+    report.contended, report.next_due_ms = claim.contended, claim.next_due_ms
+    hook("after_claim")
+
+    for member in claim.stuck:
+        _repair_stuck(member, scheduler, store, worker_id, claim.now, sink)
+        report.stuck += 1
+    if not claim.items:
+        return report
+
+    decided: list[tuple[ClaimedItem, Decision]] = []
+    ops: list[ApplyOp] = []
+    for item in claim.items:
+        esc = item.escalation
+        try:
+            ladder = ladders.get(esc.ladder, esc.ladder_version)
+            decision = decide(esc, ladder, claim.now, calendars)
+        except EscalationError as exc:
+            report.poison += 1
+            sink("escalation.decision_failed", dispute_id=str(esc.dispute_id),
+                 trace_id=esc.trace_id, source_hash=esc.source_hash,
+                 match_decision="DECISION_FAILED", error=str(exc), level="error")
+            continue
+        if decision.kind is DecisionKind.NOT_DUE:
+            ops.append(ApplyOp(esc.with_changes(seq=esc.seq), ApplyAction.RESCHEDULE, item.token))
+            continue
+        decided.append((item, decision))
+
+    outcomes: list[RecordOutcome] = store.record_decisions(decided, worker_id) if decided else []
+    hook("after_record")
+    logs: list[tuple[str, dict[str, Any]]] = []
+    for (item, decision), outcome in zip(decided, outcomes, strict=True):
+        esc = item.escalation
+        if outcome.status is RecordStatus.RECORDED and outcome.state is not None:
+            state = outcome.state
+            report.recorded += 1
+            report.decisions[decision.match_decision] = (
+                report.decisions.get(decision.match_decision, 0) + 1
+            )
+            action = (ApplyAction.REMOVE if decision.kind is DecisionKind.TERMINAL
+                      else ApplyAction.RESCHEDULE)
+            ops.append(ApplyOp(state, action, item.token, _notification(item, decision, state)))
+            event = ("escalation.terminal" if decision.kind is DecisionKind.TERMINAL
+                     else "escalation.promoted")
+            logs.append((event, {
+                "dispute_id": str(esc.dispute_id), "trace_id": esc.trace_id,
+                "source_hash": esc.source_hash, "match_decision": decision.match_decision,
+                "from_tier": decision.from_tier, "to_tier": decision.to_tier,
+                "ladder": esc.ladder_key, "seq": state.seq, "fence_token": item.token,
+                "lag_ms": to_ms(claim.now) - to_ms(esc.due_at),
+                "next_due_at": state.due_at.isoformat() if decision.to_tier else None,
+            }))
+        elif outcome.status is RecordStatus.UNKNOWN:
+            ops.append(ApplyOp(esc.with_changes(seq=esc.seq + 1), ApplyAction.REMOVE, item.token))
+            logs.append(("escalation.unknown_member", {
+                "dispute_id": str(esc.dispute_id), "trace_id": esc.trace_id,
+                "source_hash": esc.source_hash, "match_decision": "ZSET_DRIFT"}))
+        elif outcome.state is not None:
+            # STALE or CLOSED: PostgreSQL already holds a newer decision; apply that state.
+            report.stale += 1
+            state = outcome.state
+            ops.append(ApplyOp(state, _status_action(state.status), item.token))
+            logs.append(("escalation.stale_claim", {
+                "dispute_id": str(esc.dispute_id), "trace_id": esc.trace_id,
+                "source_hash": esc.source_hash, "match_decision": "ALREADY_DECIDED",
+                "claimed_seq": esc.seq, "recorded_seq": state.seq}))
+
+    results = scheduler.apply(ops) if ops else []
+    hook("after_apply")
+    for result in results:
+        if result is ApplyOutcome.APPLIED:
+            report.applied += 1
+        elif result is ApplyOutcome.NOT_OWNER:
+            report.not_owner += 1
+    for event, fields in logs:
+        sink(event, worker_id=worker_id, **fields)
+    return report
+
+
+def _repair_stuck(
+    member: str, scheduler: Scheduler, store: AuditLog, worker_id: str, now: datetime,
+    sink: EventSink,
+) -> None:
+    """A ZSET member without payload (seed: STUCK_MEMBER): record it, restore from PostgreSQL."""
+    from escalation.domain.escalation import parse_dispute_id
+
+    try:
+        dispute_id = parse_dispute_id(member)
+    except EscalationError:
+        sink("escalation.stuck_member", dispute_id=member, match_decision="STUCK_MEMBER",
+             trace_id="", source_hash="", repaired=False, worker_id=worker_id, level="warning")
+        return
+    state = store.record_stuck(dispute_id, worker_id, now)
+    repaired = False
+    if state is not None:
+        got = store.get(dispute_id)
+        if got is not None and got[1] is Status.PENDING:
+            scheduler.restore([got[0]])
+            repaired = True
+    sink("escalation.stuck_member", dispute_id=member, match_decision="STUCK_MEMBER",
+         trace_id=state.trace_id if state else "", source_hash=state.source_hash if state else "",
+         repaired=repaired, worker_id=worker_id, level="warning")

@@ -1,0 +1,43 @@
+"""Helpers for end-to-end tests: enqueue due escalations, run worker processes."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import uuid
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many
+
+
+def due_requests(n: int, now: datetime, tier: str = "standard",
+                 past_s: float = 5.0) -> list[EnqueueRequest]:
+    """``n`` requests already past their SLA window (due ``past_s`` seconds ago)."""
+    reqs = []
+    for i in range(n):
+        did = uuid.uuid4()
+        reqs.append(EnqueueRequest(
+            dispute_id=did, materiality=Decimal(i % 5000) + Decimal("0.25"),
+            source_hash=hashlib.sha256(str(did).encode()).hexdigest(), tier=tier,
+            due_at=now - timedelta(seconds=past_s),
+        ))
+    return reqs
+
+
+def enqueue(app: Any, reqs: list[EnqueueRequest]) -> list[uuid.UUID]:
+    """Enqueue through the service layer; returns the dispute ids."""
+    res = enqueue_many(reqs, scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                       calendars=app.calendars, default_ladder=app.settings.default_ladder,
+                       actor="test")
+    return [r.escalation.dispute_id for r in res]
+
+
+def start_worker(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+    """Start ``python -m escalation worker ARGS`` with ``env``; output to a pipe."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "escalation", "worker", *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )

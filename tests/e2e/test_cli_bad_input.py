@@ -1,0 +1,126 @@
+"""Bad input: a clear one-line error, exit code 2, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from escalation.domain.errors import InvalidInput, UnknownTier
+from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
+
+GOOD_HASH = "ab" * 32
+
+
+def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "escalation", *args], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def assert_nothing_written(app: Any, did: str) -> None:
+    from escalation.domain.escalation import parse_dispute_id
+
+    try:
+        parsed = parse_dispute_id(did)
+    except InvalidInput:
+        return
+    assert app.store.get(parsed) is None
+    assert app.scheduler.payload(parsed) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--due-at", "2026-01-01T10:00:00"], "timezone-aware"),
+        (["--materiality", "NaN"], "finite"),
+        (["--materiality", "-5.00"], "negative"),
+        (["--materiality", "1e20"], "integer digits"),
+        (["--tier", "nonexistent"], "unknown tier"),
+        (["--source-hash", "f" * 200], "at most 128"),
+        (["--due-at", "yesterday"], "ISO-8601"),
+    ],
+)
+def test_enqueue_bad_input_exits_2_with_one_line_and_writes_nothing(
+    app: Any, cli_env: dict[str, str], args: list[str], needle: str
+) -> None:
+    did = str(uuid.uuid4())
+    base = {"--dispute-id": did, "--source-hash": GOOD_HASH, "--materiality": "10.00",
+            "--due-at": "2026-01-01T10:00:00+00:00"}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        base[flag] = value
+    flat = [x for kv in base.items() for x in kv]
+    res = run_cli(cli_env, "enqueue", *flat)
+    assert res.returncode == 2, res.stderr
+    assert needle in res.stderr
+    assert "Traceback" not in res.stderr
+    assert len([line for line in res.stderr.splitlines() if line.strip()]) == 1
+    assert_nothing_written(app, did)
+
+
+def test_non_uuid_dispute_id_is_refused(app: Any, cli_env: dict[str, str]) -> None:
+    res = run_cli(cli_env, "enqueue", "--dispute-id", "12345", "--source-hash", GOOD_HASH,
+                  "--due-at", "2026-01-01T10:00:00+00:00")
+    assert res.returncode == 2 and "UUID" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_python_api_refuses_float_money_and_naive_datetime(app: Any) -> None:
+    from datetime import datetime
+
+    deps = dict(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                calendars=app.calendars, default_ladder="dispute_review", actor="t")
+    did = uuid.uuid4()
+    with pytest.raises(InvalidInput, match="float"):
+        enqueue_on_breach(EnqueueRequest(did, 12.5, GOOD_HASH, due_at=app.scheduler.time()),
+                          **deps)
+    with pytest.raises(InvalidInput, match="timezone-aware"):
+        enqueue_on_breach(EnqueueRequest(did, Decimal("1.00"), GOOD_HASH,
+                                         due_at=datetime(2026, 1, 1)), **deps)  # noqa: DTZ001
+    with pytest.raises(UnknownTier):
+        enqueue_on_breach(EnqueueRequest(did, Decimal("1.00"), GOOD_HASH, tier="vip",
+                                         due_at=app.scheduler.time()), **deps)
+    assert app.store.get(did) is None and app.scheduler.payload(did) is None
+
+
+def test_out_of_range_config_is_refused_at_start_naming_the_parameter(
+    cli_env: dict[str, str]
+) -> None:
+    res = run_cli(cli_env, "worker", "--burst", "--batch-size", "900")
+    assert res.returncode == 2
+    assert "batch_size" in res.stderr and "1-500" in res.stderr
+    env = dict(cli_env, ESCALATION_LOCK_TTL_S="2")
+    res = run_cli(env, "worker", "--burst")
+    assert res.returncode == 2 and "lock_ttl_s" in res.stderr and "5-300" in res.stderr
+
+
+def test_import_with_a_bad_row_imports_nothing_unless_skip_invalid(
+    app: Any, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    ids = [str(uuid.uuid4()) for _ in range(3)]
+    csv_file = tmp_path / "d.csv"
+    csv_file.write_text(
+        "id,opened,amount,tier\n"
+        f"{ids[0]},2024-01-02,10.00,standard\n"
+        f"{ids[1]},not-a-date,10.00,standard\n"
+        f"{ids[2]},2024-01-02,12.00,vip\n"
+    )
+    args = ["import", str(csv_file), "--id-column", "id", "--opened-column", "opened",
+            "--materiality-column", "amount", "--tier-column", "tier"]
+    res = run_cli(cli_env, *args)
+    assert res.returncode == 2
+    assert f"{csv_file}:3:" in res.stderr and f"{csv_file}:4:" in res.stderr
+    assert "Traceback" not in res.stderr
+    for did in ids:
+        assert_nothing_written(app, did)
+    res = run_cli(cli_env, *args, "--skip-invalid")
+    assert res.returncode == 0, res.stderr
+    assert "1 enqueued" in res.stdout
+    from escalation.domain.escalation import parse_dispute_id
+
+    assert app.store.get(parse_dispute_id(ids[0])) is not None
+    assert_nothing_written(app, ids[1])
+    assert_nothing_written(app, ids[2])
