@@ -313,12 +313,15 @@ class RedisScheduler:
     def apply(self, ops: Sequence[ApplyOp]) -> list[ApplyOutcome]:
         """Apply recorded decisions (apply.lua): one script call per shard per 500 ops.
 
-        Per op: MISSING (no payload: cancelled, never brought back), NOT_OWNER (``op.token``
-        given and the lock holds another token, or none), STALE_SEQ (payload seq >= op seq),
-        else APPLIED: RESCHEDULE replaces the payload and ZADDs at due; REMOVE = ZREM + DEL;
-        PARK = ZREM, payload kept with the new seq; ``op.notify`` is XADDed to the review
-        stream; the lock is released if ``op.token`` owns it. Ops with ``token=None`` are
-        owner-less repairs, guarded by seq only.
+        Per op, in order: MISSING (no payload: cancelled, never brought back); STALE_SEQ
+        (payload seq >= op seq: nothing changes, a re-sent apply lands here; a lock owned by
+        ``op.token`` is released and an equal-seq RESCHEDULE by that owner puts the member back
+        at its payload due time); NOT_OWNER (``op.token`` given and the lock holds another
+        token, or none: a stale worker is refused); else APPLIED: RESCHEDULE replaces the
+        payload and ZADDs at due; REMOVE = ZREM + DEL (never ZADD); PARK = ZREM, payload kept
+        with the new seq. ``op.notify`` is XADDed to the review stream (MAXLEN ~100 000) and
+        the lock released if ``op.token`` owns it. Ops with ``token=None`` are owner-less
+        repairs, guarded by seq only.
 
         Returns:
             one outcome per op, in input order.

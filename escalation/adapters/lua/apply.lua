@@ -8,11 +8,14 @@
 --                                                         reschedule): "applied"
 --     create = "1" and lock held                       -> "not_owner" (never touch a held member)
 --     otherwise                                         -> "missing" (cancelled: never brought back)
+--   payload seq >= op seq                                 -> "stale_seq": nothing changes, except
+--     that a lock owned by this op's token is released (a re-sent apply lands here) and, for
+--     a reschedule at equal seq by that owner, the member goes back to the payload's due_ms
+--     (the claim is handed back without a new decision). Repair:
+--     create = "1", action reschedule, equal seq, lock free and the member missing from the
+--     ZSET -> ZADD at due_ms: "applied"
 --   token given and the lock's token differs (or no lock) -> "not_owner" (nothing changed)
---   create = "1" and lock held                            -> "not_owner"
---   payload seq >= op seq                                 -> "stale_seq" (the token owner's lock
---     is released). Repair: create = "1", action reschedule, equal seq and the member missing
---     from the ZSET -> ZADD at due_ms: "applied"
+--   create = "1" and lock held                            -> "not_owner" (never touch a held member)
 --   otherwise "applied":
 --     reschedule -> replace the payload with fields, ZADD pending due_ms
 --     remove     -> ZREM + DEL payload (terminal escalations never ZADD)
@@ -104,18 +107,24 @@ for i, op in ipairs(ops) do
     else
       out = 'missing'
     end
-  elseif op.token ~= '' and locktok ~= op.token then
-    out = 'not_owner'
-  elseif restore and lockval then
-    out = 'not_owner'
   elseif tonumber(pseq) >= tonumber(op.seq) then
     out = 'stale_seq'
-    if restore and op.action == 'reschedule' and tonumber(pseq) == tonumber(op.seq)
+    if restore and not lockval and op.action == 'reschedule' and tonumber(pseq) == tonumber(op.seq)
         and redis.call('ZSCORE', KEYS[1], op.id) == false then
       redis.call('ZADD', KEYS[1], op.due_ms, op.id)
       out = 'applied'
     end
-    if op.token ~= '' then redis.call('DEL', op.lkey) end
+    if op.token ~= '' and locktok == op.token then
+      if op.action == 'reschedule' and tonumber(pseq) == tonumber(op.seq) then
+        local due = redis.call('HGET', op.pkey, 'due_ms')
+        if due then redis.call('ZADD', KEYS[1], 'XX', due, op.id) end
+      end
+      redis.call('DEL', op.lkey)
+    end
+  elseif op.token ~= '' and locktok ~= op.token then
+    out = 'not_owner'
+  elseif restore and lockval then
+    out = 'not_owner'
   else
     if op.action == 'reschedule' then
       write_payload(op)

@@ -1,0 +1,511 @@
+"""RedisScheduler against a real Redis (DB 9, a fresh key namespace per test).
+
+Seed 000 "Verification and testing" in spirit (due / future / double lock / full drain), plus
+the seed 002 safety rules: atomic claim with Redis TIME, fencing tokens, seq-guarded apply.
+Lease expiry is simulated where noted (lock deleted + score moved into the past: exactly
+what the passage of ``lease_ms`` does) so the tests do not depend on timing.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+import redis
+
+from escalation.adapters.redis_keys import Keys
+from escalation.adapters.redis_scheduler import RedisScheduler
+from escalation.domain.errors import ConflictError, InvalidInput
+from escalation.domain.escalation import Escalation, Status
+from escalation.domain.materiality import Materiality
+from escalation.domain.timeutil import to_ms
+from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome
+
+LEASE_MS = 30_000
+
+
+def make_esc(
+    due_in: timedelta,
+    *,
+    seq: int = 1,
+    tier: str = "standard",
+    dispute_id: uuid.UUID | None = None,
+    now: datetime | None = None,
+) -> Escalation:
+    base = now or datetime.now(UTC)
+    base = base.replace(microsecond=base.microsecond // 1000 * 1000)  # Redis keeps ms
+    return Escalation(
+        dispute_id=dispute_id or uuid.uuid4(),
+        tier=tier,
+        due_at=base + due_in,
+        materiality=Materiality(Decimal("1250.00")),
+        source_hash="a1b2c3",
+        ladder="default",
+        ladder_version=1,
+        seq=seq,
+        entered_tier_at=base - timedelta(hours=1),
+        trace_id=uuid.uuid4().hex,
+    )
+
+
+@pytest.fixture()
+def sched(redis_client: redis.Redis, namespace: str) -> RedisScheduler:
+    return RedisScheduler(redis_client, namespace=namespace)
+
+
+def keys(sched: RedisScheduler, esc: Escalation) -> Keys:
+    return sched.keys_for(esc.dispute_id)
+
+
+def expire_lease(r: redis.Redis, sched: RedisScheduler, esc: Escalation) -> None:
+    """What the passage of lease_ms does: the lock's PX runs out, the re-score comes due."""
+    k = keys(sched, esc)
+    r.delete(k.lock(esc.dispute_id))
+    r.zadd(k.pending, {str(esc.dispute_id): to_ms(sched.time()) - 1})
+
+
+def promoted(esc: Escalation, due_in: timedelta = timedelta(hours=4)) -> Escalation:
+    return esc.with_changes(tier="senior", seq=esc.seq + 1, due_at=datetime.now(UTC) + due_in)
+
+
+# ----------------------------------------------------------------- seed 000 verification
+def test_due_member_is_claimable(sched: RedisScheduler) -> None:
+    esc = make_esc(-timedelta(seconds=5))
+    assert sched.enqueue(esc)
+    assert str(esc.dispute_id) in [m for m, _ in sched.fetch_due(10)]
+    result = sched.claim(10, LEASE_MS, "worker-a")
+    assert [i.escalation for i in result.items] == [esc]
+    assert result.items[0].score_ms == to_ms(esc.due_at)
+
+
+def test_future_member_is_not_claimable(sched: RedisScheduler) -> None:
+    esc = make_esc(timedelta(minutes=10))
+    assert sched.enqueue(esc)
+    assert sched.fetch_due(10) == []
+    result = sched.claim(10, LEASE_MS, "worker-a")
+    assert result.items == []
+    assert result.next_due_ms == to_ms(esc.due_at)
+
+
+def test_second_lock_on_same_dispute_is_refused(sched: RedisScheduler) -> None:
+    dispute = uuid.uuid4()
+    assert sched.try_acquire_lock(dispute, 30_000, "worker-a")
+    assert sched.try_acquire_lock(dispute, 30_000, "worker-b") is False
+    assert sched.release_lock(dispute, "worker-b") is False  # not the owner: unchanged
+    assert sched.release_lock(dispute, "worker-a") is True
+    assert sched.try_acquire_lock(dispute, 30_000, "worker-b")
+
+
+def test_full_drain_removes_exactly_the_past_due_members(
+    sched: RedisScheduler, redis_client: redis.Redis, namespace: str
+) -> None:
+    past = [make_esc(-timedelta(seconds=s)) for s in (1, 5, 60, 3600, 86400)]
+    future = [make_esc(timedelta(minutes=m)) for m in (5, 60, 600)]
+    assert sched.enqueue_many(past + future) == [True] * 8
+    pending = Keys(namespace, 0).pending
+    before = redis_client.zcard(pending)
+    result = sched.claim(50, LEASE_MS, "worker-a")
+    assert {i.escalation.dispute_id for i in result.items} == {e.dispute_id for e in past}
+    ops = [
+        ApplyOp(i.escalation.with_changes(seq=i.escalation.seq + 1), ApplyAction.REMOVE, i.token)
+        for i in result.items
+    ]
+    assert sched.apply(ops) == [ApplyOutcome.APPLIED] * len(past)
+    assert before - redis_client.zcard(pending) == len(past)
+    assert sched.earliest_due_ms() == to_ms(future[0].due_at)
+
+
+# ----------------------------------------------------------------- enqueue
+def test_enqueue_is_idempotent_and_changes_nothing_the_second_time(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    esc = make_esc(timedelta(minutes=5))
+    assert sched.enqueue(esc) is True
+    later = esc.with_changes(due_at=esc.due_at + timedelta(days=1), tier="senior", seq=7)
+    assert sched.enqueue(later) is False
+    assert sched.payload(esc.dispute_id) == {
+        "tier": "standard",
+        "ladder": "default@1",
+        "seq": "1",
+        "due_ms": str(to_ms(esc.due_at)),
+        "entered_ms": str(to_ms(esc.entered_tier_at)),
+        "materiality": "1250.00",
+        "source_hash": "a1b2c3",
+        "trace_id": esc.trace_id,
+    }
+    score = redis_client.zscore(keys(sched, esc).pending, str(esc.dispute_id))
+    assert score is not None and int(score) == to_ms(esc.due_at)
+
+
+def test_enqueue_many_reports_duplicates_in_input_order(sched: RedisScheduler) -> None:
+    a, b = make_esc(timedelta(minutes=1)), make_esc(timedelta(minutes=2))
+    assert sched.enqueue(a)
+    assert sched.enqueue_many([a, b, b]) == [False, True, False]
+
+
+def test_enqueue_refuses_a_terminal_escalation(sched: RedisScheduler) -> None:
+    esc = make_esc(timedelta(minutes=1)).with_changes(status=Status.TERMINAL)
+    with pytest.raises(ConflictError):
+        sched.enqueue(esc)
+    assert sched.payload(esc.dispute_id) is None
+
+
+def test_enqueue_of_a_new_earliest_member_wakes_sleepers(sched: RedisScheduler) -> None:
+    assert sched.enqueue(make_esc(timedelta(minutes=10)))
+    assert sched.wait_for_wake(0) is True  # first member is the earliest
+    assert sched.enqueue(make_esc(timedelta(minutes=20)))
+    assert sched.wait_for_wake(0) is False  # later than the earliest: no marker
+    assert sched.enqueue(make_esc(timedelta(minutes=1)))
+    assert sched.wait_for_wake(0.5) is True
+
+
+def test_wake_list_is_trimmed_to_one_marker(
+    sched: RedisScheduler, redis_client: redis.Redis, namespace: str
+) -> None:
+    for minutes in (30, 20, 10):
+        assert sched.enqueue(make_esc(timedelta(minutes=minutes)))
+    assert redis_client.llen(Keys(namespace, 0).wake) == 1
+
+
+def test_wait_for_wake_times_out_without_marker(sched: RedisScheduler) -> None:
+    assert sched.wait_for_wake(0.1) is False
+
+
+# ----------------------------------------------------------------- claim
+def test_claim_rescores_to_now_plus_lease_and_locks_with_token(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    esc = make_esc(-timedelta(minutes=1))
+    sched.enqueue(esc)
+    result = sched.claim(10, LEASE_MS, "worker-a")
+    (item,) = result.items
+    k = keys(sched, esc)
+    assert redis_client.zscore(k.pending, str(esc.dispute_id)) == to_ms(result.now) + LEASE_MS
+    assert redis_client.get(k.lock(esc.dispute_id)) == f"{item.token}:worker-a"
+    ttl = redis_client.pttl(k.lock(esc.dispute_id))
+    assert 0 < ttl <= LEASE_MS
+    assert sched.claim(10, LEASE_MS, "worker-b").items == []  # not due again yet
+
+
+def test_member_is_claimable_again_after_lease_expiry_with_larger_token(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    esc = make_esc(-timedelta(minutes=1))
+    sched.enqueue(esc)
+    first = sched.claim(10, LEASE_MS, "worker-a").items[0]
+    expire_lease(redis_client, sched, esc)
+    second = sched.claim(10, LEASE_MS, "worker-b").items[0]
+    assert second.escalation.dispute_id == esc.dispute_id
+    assert second.token > first.token
+
+
+def test_real_short_lease_lets_the_member_come_due_again(sched: RedisScheduler) -> None:
+    esc = make_esc(-timedelta(minutes=1))
+    sched.enqueue(esc)
+    first = sched.claim(10, 50, "worker-a").items[0]
+    deadline = time.monotonic() + 3.0
+    again = []
+    while not again and time.monotonic() < deadline:
+        time.sleep(0.02)
+        again = sched.claim(10, 50, "worker-b").items
+    assert again and again[0].token > first.token
+
+
+def test_stuck_member_is_reported_and_removed(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    stuck, fine = make_esc(-timedelta(minutes=2)), make_esc(-timedelta(minutes=1))
+    sched.enqueue_many([stuck, fine])
+    redis_client.delete(keys(sched, stuck).payload(stuck.dispute_id))
+    result = sched.claim(10, LEASE_MS, "worker-a")
+    assert result.stuck == [str(stuck.dispute_id)]
+    assert [i.escalation.dispute_id for i in result.items] == [fine.dispute_id]
+    assert redis_client.zscore(keys(sched, stuck).pending, str(stuck.dispute_id)) is None
+    assert sched.stats()["stuck"] == 1
+
+
+def test_locked_member_is_skipped_as_lock_contention(sched: RedisScheduler) -> None:
+    esc = make_esc(-timedelta(minutes=1))
+    sched.enqueue(esc)
+    assert sched.try_acquire_lock(esc.dispute_id, 30_000, "someone-else")
+    result = sched.claim(10, LEASE_MS, "worker-a")
+    assert result.items == []
+    assert result.contended == 1
+    assert sched.stats()["lock_contended"] == 1
+
+
+def test_contended_window_does_not_starve_claim_of_later_due_members(
+    sched: RedisScheduler,
+) -> None:
+    escs = [make_esc(-timedelta(minutes=60 - i)) for i in range(20)]
+    sched.enqueue_many(escs)
+    for esc in escs[:8]:  # the 8 earliest are held by another worker
+        assert sched.try_acquire_lock(esc.dispute_id, 30_000, "other")
+    result = sched.claim(5, LEASE_MS, "worker-a")
+    assert [i.escalation.dispute_id for i in result.items] == [e.dispute_id for e in escs[8:13]]
+    assert result.contended >= 5
+
+
+def test_two_workers_drain_everything_exactly_once(sched: RedisScheduler) -> None:
+    escs = [make_esc(-timedelta(seconds=i + 1)) for i in range(1200)]
+    sched.enqueue_many(escs)
+    seen: list[uuid.UUID] = []
+    for _ in range(10):
+        for worker in ("worker-a", "worker-b"):
+            seen += [i.escalation.dispute_id for i in sched.claim(500, LEASE_MS, worker).items]
+    assert len(seen) == len(set(seen)) == 1200
+
+
+def test_claim_uses_redis_time_not_the_host_clock(
+    sched: RedisScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CLOCK_SKEW: a worker whose host clock runs an hour ahead claims nothing early."""
+    real_now = datetime.now(UTC)
+    esc = make_esc(timedelta(minutes=10), now=real_now)
+    sched.enqueue(esc)
+    skewed = time.time() + 3600
+    monkeypatch.setattr(time, "time", lambda: skewed)
+    assert sched.claim(10, LEASE_MS, "skewed-worker").items == []
+    assert sched.fetch_due(10) == []
+    assert sched.pop_if_due() is None
+    assert abs(sched.time() - real_now) < timedelta(minutes=1)
+
+
+def test_claim_argument_out_of_range_is_refused(sched: RedisScheduler) -> None:
+    with pytest.raises(InvalidInput):
+        sched.claim(501, LEASE_MS, "w")
+    with pytest.raises(InvalidInput):
+        sched.claim(10, 0, "w")
+    with pytest.raises(InvalidInput):
+        sched.claim(10, LEASE_MS, "")
+
+
+# ----------------------------------------------------------------- pop_if_due
+def test_pop_if_due_never_pops_a_future_member(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    future = make_esc(timedelta(minutes=5))
+    sched.enqueue(future)
+    assert sched.pop_if_due() is None
+    assert redis_client.zscore(keys(sched, future).pending, str(future.dispute_id)) is not None
+    past = make_esc(-timedelta(seconds=1))
+    sched.enqueue(past)
+    assert sched.pop_if_due() == (str(past.dispute_id), to_ms(past.due_at))
+    assert sched.pop_if_due() is None
+
+
+# ----------------------------------------------------------------- apply
+def test_stale_worker_cannot_apply_after_lease_expired(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    esc = make_esc(-timedelta(minutes=1))
+    sched.enqueue(esc)
+    a = sched.claim(10, LEASE_MS, "worker-a").items[0]
+    expire_lease(redis_client, sched, esc)
+    b = sched.claim(10, LEASE_MS, "worker-b").items[0]
+    k = keys(sched, esc)
+    score_before = redis_client.zscore(k.pending, str(esc.dispute_id))
+    payload_before = sched.payload(esc.dispute_id)
+    op_a = ApplyOp(promoted(esc), ApplyAction.RESCHEDULE, a.token, {"dispute_id": "x"})
+    assert sched.apply([op_a]) == [ApplyOutcome.NOT_OWNER]
+    assert sched.payload(esc.dispute_id) == payload_before
+    assert redis_client.zscore(k.pending, str(esc.dispute_id)) == score_before
+    assert redis_client.get(k.lock(esc.dispute_id)) == f"{b.token}:worker-b"
+    assert redis_client.xlen(k.review) == 0
+    op_b = ApplyOp(promoted(esc), ApplyAction.RESCHEDULE, b.token, {"dispute_id": "x"})
+    assert sched.apply([op_b]) == [ApplyOutcome.APPLIED]
+    assert redis_client.xlen(k.review) == 1
+
+
+def test_reschedule_writes_payload_scores_due_and_releases_lock(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    esc = make_esc(-timedelta(minutes=1))
+    sched.enqueue(esc)
+    item = sched.claim(10, LEASE_MS, "worker-a").items[0]
+    nxt = promoted(esc).with_changes(external_id="CFPB-1")
+    notify = {"dispute_id": str(esc.dispute_id), "to_tier": "senior"}
+    assert sched.apply([ApplyOp(nxt, ApplyAction.RESCHEDULE, item.token, notify)]) == [
+        ApplyOutcome.APPLIED
+    ]
+    k = keys(sched, esc)
+    assert redis_client.zscore(k.pending, str(esc.dispute_id)) == to_ms(nxt.due_at)
+    assert redis_client.exists(k.lock(esc.dispute_id)) == 0
+    fields = sched.payload(esc.dispute_id)
+    assert fields is not None
+    assert (fields["tier"], fields["seq"], fields["external_id"]) == ("senior", "2", "CFPB-1")
+    ((_, entry),) = redis_client.xrange(k.review)
+    assert entry == notify
+
+
+def test_repeated_apply_is_a_no_op(sched: RedisScheduler, redis_client: redis.Redis) -> None:
+    esc = make_esc(-timedelta(minutes=1))
+    sched.enqueue(esc)
+    item = sched.claim(10, LEASE_MS, "worker-a").items[0]
+    op = ApplyOp(promoted(esc), ApplyAction.RESCHEDULE, item.token, {"event": "promoted"})
+    assert sched.apply([op]) == [ApplyOutcome.APPLIED]
+    k = keys(sched, esc)
+    state = (sched.payload(esc.dispute_id), redis_client.zscore(k.pending, str(esc.dispute_id)))
+    assert sched.apply([op]) == [ApplyOutcome.STALE_SEQ]
+    owner_less = ApplyOp(promoted(esc), ApplyAction.REMOVE)
+    assert sched.apply([owner_less]) == [ApplyOutcome.STALE_SEQ]
+    assert (
+        sched.payload(esc.dispute_id),
+        redis_client.zscore(k.pending, str(esc.dispute_id)),
+    ) == state
+    assert redis_client.xlen(k.review) == 1
+
+
+def test_terminal_remove_never_re_adds_the_member(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    """ZSET_DRIFT prevented: once removed, no later apply brings the member back."""
+    esc = make_esc(-timedelta(minutes=1), tier="compliance")
+    sched.enqueue(esc)
+    item = sched.claim(10, LEASE_MS, "worker-a").items[0]
+    done = esc.with_changes(seq=2, status=Status.TERMINAL)
+    assert sched.apply([ApplyOp(done, ApplyAction.REMOVE, item.token)]) == [ApplyOutcome.APPLIED]
+    k = keys(sched, esc)
+    late = ApplyOp(promoted(esc), ApplyAction.RESCHEDULE, item.token)
+    assert sched.apply([late]) == [ApplyOutcome.MISSING]
+    assert sched.apply([ApplyOp(promoted(esc), ApplyAction.RESCHEDULE)]) == [ApplyOutcome.MISSING]
+    assert redis_client.zcard(k.pending) == 0
+    assert sched.payload(esc.dispute_id) is None
+
+
+def test_park_removes_member_but_keeps_payload_with_new_seq(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    esc = make_esc(timedelta(hours=1))
+    sched.enqueue(esc)
+    paused = esc.with_changes(seq=2, status=Status.PAUSED)
+    assert sched.apply([ApplyOp(paused, ApplyAction.PARK)]) == [ApplyOutcome.APPLIED]
+    assert redis_client.zcard(keys(sched, esc).pending) == 0
+    fields = sched.payload(esc.dispute_id)
+    assert fields is not None and fields["seq"] == "2"
+
+
+def test_cancel_while_worker_holds_lock_makes_its_apply_missing(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    esc = make_esc(-timedelta(minutes=1))
+    sched.enqueue(esc)
+    item = sched.claim(10, LEASE_MS, "worker-a").items[0]
+    assert sched.cancel(esc.dispute_id) is True
+    k = keys(sched, esc)
+    assert redis_client.exists(k.lock(esc.dispute_id)) == 0
+    op = ApplyOp(promoted(esc), ApplyAction.RESCHEDULE, item.token, {"event": "promoted"})
+    assert sched.apply([op]) == [ApplyOutcome.MISSING]
+    assert redis_client.zcard(k.pending) == 0
+    assert sched.payload(esc.dispute_id) is None
+    assert redis_client.xlen(k.review) == 0
+    assert sched.cancel(esc.dispute_id) is False
+
+
+# ----------------------------------------------------------------- restore
+def test_restore_creates_missing_payload_and_score(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    esc = make_esc(timedelta(minutes=30), seq=3)
+    assert sched.restore([esc]) == [ApplyOutcome.APPLIED]
+    assert sched.payload(esc.dispute_id) is not None
+    score = redis_client.zscore(keys(sched, esc).pending, str(esc.dispute_id))
+    assert score == to_ms(esc.due_at)
+    assert sched.restore([esc]) == [ApplyOutcome.STALE_SEQ]
+
+
+def test_restore_updates_older_payload_and_re_adds_a_lost_score(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    esc = make_esc(timedelta(minutes=30))
+    sched.enqueue(esc)
+    newer = promoted(esc)
+    assert sched.restore([newer]) == [ApplyOutcome.APPLIED]
+    fields = sched.payload(esc.dispute_id)
+    assert fields is not None and fields["seq"] == "2"
+    k = keys(sched, esc)
+    redis_client.zrem(k.pending, str(esc.dispute_id))  # drift: payload without a member
+    assert sched.restore([newer]) == [ApplyOutcome.APPLIED]
+    assert redis_client.zscore(k.pending, str(esc.dispute_id)) == to_ms(newer.due_at)
+
+
+def test_restore_never_touches_a_locked_member(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    esc = make_esc(-timedelta(minutes=1))
+    sched.enqueue(esc)
+    sched.claim(10, LEASE_MS, "worker-a")
+    before = sched.payload(esc.dispute_id)
+    assert sched.restore([promoted(esc)]) == [ApplyOutcome.NOT_OWNER]
+    assert sched.payload(esc.dispute_id) == before
+    fresh = make_esc(timedelta(minutes=1))
+    assert sched.try_acquire_lock(fresh.dispute_id, 30_000, "x")
+    assert sched.restore([fresh]) == [ApplyOutcome.NOT_OWNER]
+    assert sched.payload(fresh.dispute_id) is None
+
+
+def test_restore_of_terminal_escalation_creates_nothing(sched: RedisScheduler) -> None:
+    esc = make_esc(timedelta(minutes=1), seq=4).with_changes(status=Status.TERMINAL)
+    assert sched.restore([esc]) == [ApplyOutcome.MISSING]
+    assert sched.payload(esc.dispute_id) is None
+
+
+# ----------------------------------------------------------------- shards, stats
+def test_two_shards_spread_members_and_claim_drains_both(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    sched = RedisScheduler(redis_client, namespace=namespace, shards=2)
+    escs = [make_esc(-timedelta(seconds=i + 1)) for i in range(40)]
+    assert sched.enqueue_many(escs) == [True] * 40
+    sizes = [redis_client.zcard(Keys(namespace, s).pending) for s in (0, 1)]
+    assert sum(sizes) == 40 and min(sizes) > 0
+    for esc in escs:
+        k = sched.keys_for(esc.dispute_id)
+        assert redis_client.exists(k.payload(esc.dispute_id)) == 1
+    result = sched.claim(40, LEASE_MS, "worker-a")
+    assert len(result.items) == 40
+    ops = [
+        ApplyOp(i.escalation.with_changes(seq=2), ApplyAction.REMOVE, i.token) for i in result.items
+    ]
+    assert sched.apply(ops) == [ApplyOutcome.APPLIED] * 40
+    assert sched.stats()["pending"] == 0
+    members = [m for s in (0, 1) for m in sched.pending_members(s)]
+    assert members == []
+
+
+def test_stats_report_pending_due_locked_and_counters(sched: RedisScheduler) -> None:
+    due = [make_esc(-timedelta(minutes=m)) for m in (1, 2, 3)]
+    sched.enqueue_many([*due, make_esc(timedelta(hours=1))])
+    sched.claim(1, LEASE_MS, "worker-a")
+    stats = sched.stats()
+    assert stats["pending"] == 4
+    assert stats["due_now"] == 2
+    assert stats["locked"] == 1
+    assert stats["dead"] == 0
+    assert stats["claimed"] == 1
+    assert stats["enqueued"] == 4
+    overdue = stats["oldest_overdue_ms"]
+    assert overdue is not None and overdue >= 2 * 60_000
+
+
+def test_pending_members_lists_id_and_score(sched: RedisScheduler) -> None:
+    esc = make_esc(timedelta(minutes=3))
+    sched.enqueue(esc)
+    assert list(sched.pending_members(0)) == [(str(esc.dispute_id), to_ms(esc.due_at))]
+
+
+def test_owner_reschedule_at_same_seq_hands_the_claim_back(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    esc = make_esc(-timedelta(minutes=1))
+    sched.enqueue(esc)
+    item = sched.claim(10, LEASE_MS, "worker-a").items[0]
+    op = ApplyOp(esc, ApplyAction.RESCHEDULE, item.token)
+    assert sched.apply([op]) == [ApplyOutcome.STALE_SEQ]
+    k = keys(sched, esc)
+    assert redis_client.zscore(k.pending, str(esc.dispute_id)) == to_ms(esc.due_at)
+    assert redis_client.exists(k.lock(esc.dispute_id)) == 0
+    assert sched.claim(10, LEASE_MS, "worker-b").items[0].token > item.token
