@@ -159,7 +159,7 @@ def test_utc_calendar_counts_business_units_as_calendar_units() -> None:
 
 def test_naive_start_is_refused() -> None:
     with pytest.raises(InvalidInput):
-        FED.add(datetime(2026, 3, 7, 12, 0), 1, U.CALENDAR_DAYS)  # noqa: DTZ001
+        FED.add(datetime(2026, 3, 7, 12, 0), 1, U.CALENDAR_DAYS)
 
 
 def test_window_end_refuses_unknown_calendar() -> None:
