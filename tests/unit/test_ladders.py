@@ -1,0 +1,270 @@
+"""Ladder files, the catalog, the JSON Schema and ``ladder check``."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from escalation.adapters.ladder_files import (
+    LadderCatalog,
+    check_ladder_dir,
+    load_ladder_file,
+    render_json_schema,
+)
+from escalation.domain.calendars import SlaWindow, WindowUnit
+from escalation.domain.errors import LadderError
+from escalation.domain.ladder import Ladder, RegulatoryDeadline, Tier
+from escalation.domain.ladder_check import check_ladders
+
+REPO = Path(__file__).resolve().parents[2]
+LADDERS = REPO / "ladders"
+
+V1 = """ladder = "dispute_review"
+version = 1
+terminal_tier = "compliance"
+
+[[tiers]]
+id = "standard"
+name = "Standard"
+rank = 10
+window = { amount = 24, unit = "calendar_hours" }
+
+[[tiers]]
+id = "senior"
+name = "Senior"
+rank = 20
+window = { amount = 48, unit = "calendar_hours" }
+
+[[tiers]]
+id = "compliance"
+name = "Compliance"
+rank = 30
+window = { amount = 72, unit = "calendar_hours" }
+"""
+
+V2_HEADER = """ladder = "dispute_review"
+version = 2
+previous_version = 1
+terminal_tier = "compliance"
+"""
+
+
+def _tier(tid: str, rank: int, hours: int = 24) -> str:
+    return (
+        f'\n[[tiers]]\nid = "{tid}"\nname = "{tid.title()}"\nrank = {rank}\n'
+        f'window = {{ amount = {hours}, unit = "calendar_hours" }}\n'
+    )
+
+
+def _write(d: Path, name: str, text: str) -> Path:
+    p = d / name
+    p.write_text(text)
+    return p
+
+
+def test_every_shipped_ladder_file_is_valid() -> None:
+    assert check_ladder_dir(LADDERS) == []
+
+
+def test_committed_json_schema_equals_generated() -> None:
+    assert (REPO / "docs" / "ladder-schema.json").read_text() == render_json_schema()
+
+
+def test_dispute_review_v1_is_the_seed_ladder() -> None:
+    ladder = LadderCatalog.from_dir(LADDERS).get("dispute_review", 1)
+    assert ladder.tier_ids == ("standard", "senior", "compliance")
+    assert [t.rank for t in ladder.tiers] == [10, 20, 30]
+    assert [t.window.amount for t in ladder.tiers] == [24, 48, 72]
+    assert {t.window.unit for t in ladder.tiers} == {WindowUnit.CALENDAR_HOURS}
+    assert {t.window.calendar for t in ladder.tiers} == {"utc"}
+    assert ladder.terminal_tier == "compliance"
+    assert ladder.previous_version is None
+
+
+def test_checksum_is_sha256_of_file_bytes_and_source_is_the_path(tmp_path: Path) -> None:
+    p = _write(tmp_path, "dispute_review.v1.toml", V1)
+    ladder = load_ladder_file(p)
+    assert ladder.checksum == hashlib.sha256(p.read_bytes()).hexdigest()
+    assert ladder.source == str(p)
+
+
+def test_catalog_lookups(tmp_path: Path) -> None:
+    _write(tmp_path, "dispute_review.v1.toml", V1)
+    _write(
+        tmp_path,
+        "dispute_review.v2.toml",
+        V2_HEADER + _tier("standard", 10) + _tier("senior", 20) + _tier("compliance", 30),
+    )
+    cat = LadderCatalog.from_dir(tmp_path)
+    assert cat.versions("dispute_review") == [1, 2]
+    assert cat.latest("dispute_review").version == 2
+    assert cat.names() == ["dispute_review"]
+    assert [lad.key for lad in cat.all()] == ["dispute_review@1", "dispute_review@2"]
+    with pytest.raises(LadderError, match="version 3 not found"):
+        cat.get("dispute_review", 3)
+    with pytest.raises(LadderError, match="not found"):
+        cat.latest("nope")
+
+
+def test_warn_at_and_bands_are_decimals(tmp_path: Path) -> None:
+    text = V1.replace(
+        'unit = "calendar_hours" }\n', 'unit = "calendar_hours" }\nwarn_at = ["0.50", 0.75]\n', 1
+    )
+    text += '\n[[bands]]\nname = "high"\nmin_amount = "2500.00"\nstart_tier = "senior"\n'
+    ladder = load_ladder_file(_write(tmp_path, "dispute_review.v1.toml", text))
+    assert [str(f) for f in ladder.tiers[0].warn_at] == ["0.50", "0.75"]
+    band = ladder.band_for(__import__("decimal").Decimal("2500.00"))
+    assert band is not None
+    assert band.start_tier == "senior"
+    assert ladder.band_for(__import__("decimal").Decimal("2499.99")) is None
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda t: t.replace("rank = 20", "rank = 5"), "tiers[1].rank: ranks must be strictly"),
+        (lambda t: t.replace("amount = 48", "amount = 0"), "tiers[1].window.amount"),
+        (lambda t: t.replace("amount = 48", "amount = 4.5"), "tiers[1].window.amount"),
+        (lambda t: t.replace('"calendar_hours" }', '"fortnights" }', 1), "tiers[0].window.unit"),
+        (
+            lambda t: t.replace('terminal_tier = "compliance"', 'terminal_tier = "senior"'),
+            "terminal_tier: must be the last tier",
+        ),
+        (lambda t: t.replace('id = "senior"', 'id = "standard"'), "tiers[1].id: duplicate"),
+        (
+            lambda t: t.replace("version = 1", "version = 1\nprevious_version = 1"),
+            "previous_version",
+        ),
+        (lambda t: t + "colour = 1\n", "colour"),
+        (lambda t: t + '\n[[bands]]\nname = "b"\nmin_amount = "1e3"\n', "bands[0].min_amount"),
+        (
+            lambda t: t + '\n[[bands]]\nname = "b"\nmin_amount = "1"\nstart_tier = "x"\n',
+            "bands[0].start_tier",
+        ),
+        (lambda t: t + '\n[tier_map]\nold = "senior"\n', "tier_map"),
+        (lambda t: t.replace("ladder = ", "ladder == "), "(file): not valid TOML"),
+        (
+            lambda t: t.replace("ladder = ", "ladder = 1 #"),
+            "ladder: Input should be a valid string",
+        ),
+    ],
+)
+def test_invalid_file_error_names_file_and_field(tmp_path: Path, mutate, expected: str) -> None:
+    p = _write(tmp_path, "dispute_review.v1.toml", mutate(V1))
+    with pytest.raises(LadderError) as exc:
+        load_ladder_file(p)
+    assert str(exc.value).startswith(f"{p}: ")
+    assert expected in str(exc.value)
+
+
+def test_file_name_must_match_ladder_and_version(tmp_path: Path) -> None:
+    with pytest.raises(LadderError, match="version: 1 differs from the file name"):
+        load_ladder_file(_write(tmp_path, "dispute_review.v2.toml", V1))
+    with pytest.raises(LadderError, match="file name"):
+        load_ladder_file(_write(tmp_path, "dispute_review.toml", V1))
+
+
+# -- ladder check across versions -----------------------------------------------------------
+
+
+def _check(tmp_path: Path, v2: str, applied: dict[tuple[str, int], str] | None = None) -> str:
+    _write(tmp_path, "dispute_review.v1.toml", V1)
+    _write(tmp_path, "dispute_review.v2.toml", v2)
+    return "\n".join(check_ladder_dir(tmp_path, applied))
+
+
+def test_inserted_and_renamed_tiers_need_no_map(tmp_path: Path) -> None:
+    v2 = V2_HEADER + _tier("standard", 10) + _tier("senior", 20) + _tier("lead", 25)
+    v2 += _tier("compliance", 30).replace('name = "Compliance"', 'name = "Compliance desk"')
+    assert _check(tmp_path, v2) == ""
+
+
+def test_removed_tier_without_map_is_refused(tmp_path: Path) -> None:
+    v2 = V2_HEADER + _tier("standard", 10) + _tier("compliance", 30)
+    out = _check(tmp_path, v2)
+    assert "dispute_review.v2.toml: tier_map: tier 'senior' of v1 is removed" in out
+
+
+def test_removed_tier_mapped_upward_is_accepted(tmp_path: Path) -> None:
+    v2 = V2_HEADER + '\n[tier_map]\nsenior = "compliance"\n'
+    v2 += _tier("standard", 10) + _tier("compliance", 30)
+    assert _check(tmp_path, v2) == ""
+
+
+def test_map_that_lowers_authority_is_refused(tmp_path: Path) -> None:
+    v2 = V2_HEADER + '\n[tier_map]\nsenior = "standard"\n'
+    v2 += _tier("standard", 10) + _tier("compliance", 30)
+    assert "tier_map.senior: maps to 'standard' (rank 10) below 'senior' (rank 20)" in _check(
+        tmp_path, v2
+    )
+
+
+def test_map_from_unknown_old_tier_is_refused(tmp_path: Path) -> None:
+    v2 = V2_HEADER + '\n[tier_map]\nghost = "compliance"\n'
+    v2 += _tier("standard", 10) + _tier("senior", 20) + _tier("compliance", 30)
+    assert "tier_map.ghost: not a tier of v1" in _check(tmp_path, v2)
+
+
+def test_gap_in_versions_is_refused(tmp_path: Path) -> None:
+    _write(tmp_path, "dispute_review.v1.toml", V1)
+    v3 = V2_HEADER.replace("version = 2\nprevious_version = 1", "version = 3\nprevious_version = 2")
+    _write(tmp_path, "dispute_review.v3.toml", v3 + _tier("standard", 10) + _tier("compliance", 30))
+    out = "\n".join(check_ladder_dir(tmp_path))
+    assert "dispute_review: version: versions must be contiguous from 1; missing v2" in out
+
+
+def test_edited_applied_file_is_refused(tmp_path: Path) -> None:
+    v2 = V2_HEADER + _tier("standard", 10) + _tier("senior", 20) + _tier("compliance", 30)
+    assert _check(tmp_path, v2, {("dispute_review", 1): "0" * 64}).endswith(
+        "a released ladder file is never edited, add a new version"
+    )
+    good = hashlib.sha256(V1.encode()).hexdigest()
+    assert _check(tmp_path, v2, {("dispute_review", 1): good}) == ""
+
+
+def test_applied_version_without_file_is_reported(tmp_path: Path) -> None:
+    _write(tmp_path, "dispute_review.v1.toml", V1)
+    out = check_ladder_dir(tmp_path, {("dispute_review", 2): "ab" * 32})
+    assert out == ["dispute_review@2: (file): applied version has no ladder file"]
+
+
+def test_tier_windows_must_fit_inside_the_regulatory_deadline() -> None:
+    def ladder(senior_days: int) -> Ladder:
+        fed = "us_federal_reserve"
+        return Ladder(
+            name="reg_e",
+            version=1,
+            tiers=(
+                Tier("standard", "S", 10, SlaWindow(4, WindowUnit.BUSINESS_DAYS, fed)),
+                Tier("senior", "Sr", 20, SlaWindow(senior_days, WindowUnit.BUSINESS_DAYS, fed)),
+                Tier("compliance", "C", 30, SlaWindow(2, WindowUnit.BUSINESS_DAYS, fed)),
+            ),
+            terminal_tier="compliance",
+            regulatory=RegulatoryDeadline(
+                "determine", "notice", SlaWindow(10, WindowUnit.BUSINESS_DAYS, fed), buffer=1
+            ),
+            source="ladders/reg_e.v1.toml",
+        )
+
+    assert check_ladders([ladder(3)]) == []  # 4 + 3 + 2 = 9 = 10 - 1
+    errors = check_ladders([ladder(4)])
+    assert len(errors) == 1
+    assert errors[0].startswith("ladders/reg_e.v1.toml: regulatory: tier windows do not fit")
+
+
+def test_unknown_window_calendar_is_reported() -> None:
+    lad = Ladder(
+        name="x",
+        version=1,
+        tiers=(Tier("a", "A", 1, SlaWindow(1, WindowUnit.CALENDAR_DAYS, "mars")),),
+        terminal_tier="a",
+    )
+    assert check_ladders([lad]) == ["x@1: tiers[0].window.calendar: unknown calendar 'mars'"]
+
+
+def test_domain_ladder_refuses_non_increasing_ranks() -> None:
+    w = SlaWindow(1, WindowUnit.CALENDAR_HOURS)
+    with pytest.raises(LadderError, match="ranks must be strictly increasing"):
+        Ladder("x", 1, (Tier("a", "A", 2, w), Tier("b", "B", 2, w)), "b")
