@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -509,3 +510,26 @@ def test_owner_reschedule_at_same_seq_hands_the_claim_back(
     assert redis_client.zscore(k.pending, str(esc.dispute_id)) == to_ms(esc.due_at)
     assert redis_client.exists(k.lock(esc.dispute_id)) == 0
     assert sched.claim(10, LEASE_MS, "worker-b").items[0].token > item.token
+
+
+def test_concurrent_workers_never_claim_the_same_member_twice(
+    redis_url: str, sched: RedisScheduler, namespace: str
+) -> None:
+    escs = [make_esc(-timedelta(seconds=i + 1)) for i in range(3000)]
+    sched.enqueue_many(escs)
+
+    def drain(worker: str) -> list[uuid.UUID]:
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
+        own = RedisScheduler(client, namespace=namespace)
+        got: list[uuid.UUID] = []
+        for _ in range(50):
+            items = own.claim(200, LEASE_MS, worker).items
+            got += [i.escalation.dispute_id for i in items]
+        client.close()
+        return got
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(drain, [f"worker-{n}" for n in range(4)]))
+    claimed = [d for r in results for d in r]
+    assert len(claimed) == len(set(claimed)) == 3000
+    assert all(results), "every worker got a share"

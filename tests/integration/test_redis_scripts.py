@@ -1,0 +1,200 @@
+"""The Lua scripts themselves: shipped in the package, documented, and argument-checked.
+
+Scripts are read through ``importlib.resources`` (the installed package), so missing package
+data fails here. Bad arguments must raise before the first write (Redis has no rollback).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+import redis
+
+from escalation.adapters.redis_keys import Keys
+from escalation.adapters.redis_payload import escalation_to_payload, payload_to_escalation
+from escalation.adapters.redis_scheduler import (
+    SCRIPT_NAMES,
+    RedisScheduler,
+    packaged_scripts,
+    script_source,
+)
+from escalation.domain.errors import InvalidInput
+from escalation.domain.escalation import Escalation
+from escalation.domain.materiality import Materiality
+
+
+def make_esc(due_in: timedelta, **changes: object) -> Escalation:
+    now = datetime.now(UTC).replace(microsecond=0)
+    esc = Escalation(
+        dispute_id=uuid.uuid4(),
+        tier="standard",
+        due_at=now + due_in,
+        materiality=Materiality(Decimal("980.50")),
+        source_hash="d4e5f6",
+        ladder="default",
+        ladder_version=2,
+        seq=1,
+        entered_tier_at=now,
+        trace_id="trace-1",
+    )
+    return esc.with_changes(**changes) if changes else esc
+
+
+def test_every_script_is_shipped_in_the_installed_package() -> None:
+    assert packaged_scripts() == sorted(SCRIPT_NAMES)
+    for name in SCRIPT_NAMES:
+        assert "redis.call" in script_source(name)
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_every_lua_file_opens_with_a_complete_header(name: str) -> None:
+    text = script_source(name)
+    lines = text.splitlines()
+    assert lines[0].startswith(f"-- {name}.lua: ")
+    header = "\n".join(line for line in lines if line.startswith("--"))
+    body = "\n".join(line for line in lines if not line.startswith("--"))
+    assert "KEYS[1]" in header
+    assert "Returns:" in header
+    assert "Errors:" in header
+    for ref in set(re.findall(r"(?:KEYS|ARGV)\[\d+\]", body)):
+        assert ref in header, f"{name}.lua uses {ref} without documenting it"
+
+
+def test_lua_files_interpolate_no_values() -> None:
+    for name in SCRIPT_NAMES:
+        assert "loadstring" not in script_source(name)
+
+
+# ----------------------------------------------------------------- bad arguments
+def test_enqueue_with_a_bad_item_writes_nothing(redis_client: redis.Redis, namespace: str) -> None:
+    k = Keys(namespace, 0)
+    script = redis_client.register_script(script_source("enqueue"))
+    good, bad = str(uuid.uuid4()), str(uuid.uuid4())
+    argv = [good, "1000", "1", "tier", "standard", bad, "soon", "1", "tier", "standard"]
+    with pytest.raises(redis.ResponseError, match="EINVAL enqueue"):
+        script(keys=[k.pending, k.wake, k.stats, k.payload(good), k.payload(bad)], args=argv)
+    assert redis_client.zcard(k.pending) == 0
+    assert redis_client.exists(k.payload(good), k.payload(bad), k.wake, k.stats) == 0
+
+
+def test_enqueue_refuses_keys_that_do_not_match_the_member(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    k = Keys(namespace, 0)
+    script = redis_client.register_script(script_source("enqueue"))
+    member = str(uuid.uuid4())
+    with pytest.raises(redis.ResponseError, match="payload key"):
+        script(
+            keys=[k.pending, k.wake, k.stats, k.payload("other")],
+            args=[member, "1000", "1", "tier", "x"],
+        )
+    assert redis_client.zcard(k.pending) == 0
+
+
+@pytest.mark.parametrize(
+    ("lease", "worker", "max_items"),
+    [("abc", "w", "10"), ("0", "w", "10"), ("1000", "", "10"), ("1000", "w", "501")],
+)
+def test_claim_with_bad_arguments_writes_nothing(
+    redis_client: redis.Redis, namespace: str, lease: str, worker: str, max_items: str
+) -> None:
+    sched = RedisScheduler(redis_client, namespace=namespace)
+    esc = make_esc(-timedelta(minutes=1))
+    sched.enqueue(esc)
+    k = Keys(namespace, 0)
+    member = str(esc.dispute_id)
+    script = redis_client.register_script(script_source("claim"))
+    with pytest.raises(redis.ResponseError, match="EINVAL claim"):
+        script(
+            keys=[k.pending, k.fence, k.stats, k.payload(member), k.lock(member)],
+            args=[lease, worker, max_items, member],
+        )
+    assert redis_client.exists(k.fence, k.lock(member)) == 0
+    assert redis_client.hget(k.stats, "claimed") is None
+    assert redis_client.zscore(k.pending, member) == int(esc.due_at.timestamp() * 1000)
+
+
+def test_apply_with_one_bad_op_applies_none(redis_client: redis.Redis, namespace: str) -> None:
+    sched = RedisScheduler(redis_client, namespace=namespace)
+    esc = make_esc(timedelta(minutes=5))
+    sched.enqueue(esc)
+    k = Keys(namespace, 0)
+    member = str(esc.dispute_id)
+    good = json.dumps(
+        {
+            "id": member,
+            "action": "remove",
+            "token": "",
+            "seq": "9",
+            "due_ms": "1",
+            "fields": [],
+            "notify": ["event", "removed"],
+            "create": "0",
+        }
+    )
+    other = str(uuid.uuid4())
+    script = redis_client.register_script(script_source("apply"))
+    op_keys = [k.pending, k.review, k.stats, k.payload(member), k.lock(member)]
+    op_keys += [k.payload(other), k.lock(other)]
+    for bad in ("not json", json.dumps({"id": other, "action": "explode"})):
+        with pytest.raises(redis.ResponseError, match="EINVAL apply"):
+            script(
+                keys=op_keys,
+                args=["1000", good, bad],
+            )
+    assert redis_client.zscore(k.pending, member) is not None
+    assert sched.payload(member) is not None
+    assert redis_client.exists(k.review) == 0
+
+
+def test_cancel_refuses_keys_of_another_dispute(redis_client: redis.Redis, namespace: str) -> None:
+    sched = RedisScheduler(redis_client, namespace=namespace)
+    esc = make_esc(timedelta(minutes=5))
+    sched.enqueue(esc)
+    k = Keys(namespace, 0)
+    member = str(esc.dispute_id)
+    script = redis_client.register_script(script_source("cancel"))
+    with pytest.raises(redis.ResponseError, match="EINVAL cancel"):
+        script(keys=[k.pending, k.payload(member), k.lock(member), k.stats], args=["other-id"])
+    assert redis_client.zscore(k.pending, member) is not None
+
+
+def test_release_lock_refuses_an_empty_owner(redis_client: redis.Redis, namespace: str) -> None:
+    script = redis_client.register_script(script_source("release_lock"))
+    key = Keys(namespace, 0).lock("x")
+    redis_client.set(key, "")
+    with pytest.raises(redis.ResponseError, match="EINVAL release_lock"):
+        script(keys=[key], args=[""])
+    assert redis_client.exists(key) == 1
+
+
+# ----------------------------------------------------------------- payload mapping
+def test_payload_round_trips_an_escalation_with_optional_fields() -> None:
+    esc = make_esc(
+        timedelta(days=2),
+        external_id="CFPB-4411",
+        regulatory_deadline=datetime(2030, 1, 1, tzinfo=UTC),
+        seq=5,
+    )
+    fields = escalation_to_payload(esc)
+    assert fields["ladder"] == "default@2"
+    assert fields["materiality"] == "980.50"
+    assert payload_to_escalation(str(esc.dispute_id), fields) == esc
+
+
+def test_payload_omits_unset_optional_fields() -> None:
+    fields = escalation_to_payload(make_esc(timedelta(days=1)))
+    assert "external_id" not in fields
+    assert "deadline_ms" not in fields
+
+
+def test_payload_without_required_field_is_refused() -> None:
+    fields = escalation_to_payload(make_esc(timedelta(days=1)))
+    del fields["seq"]
+    with pytest.raises(InvalidInput, match="seq"):
+        payload_to_escalation(uuid.uuid4(), fields)
