@@ -63,7 +63,10 @@ def make_engine(url: str, pool_size: int = 5) -> sa.Engine:
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
-        connect_args={"application_name": "escalation"},
+        connect_args={
+            "application_name": "escalation",
+            "options": "-c TimeZone=UTC",  # timestamps come back in UTC
+        },
     )
 
 

@@ -1,0 +1,492 @@
+"""PostgresAuditStore: the system of record (append-only ledger + projection).
+
+Every write method is ONE transaction that locks the dispute's projection row, appends
+ledger row(s) chained to the projection's ``last_hash``, and updates the projection
+(DESIGN.md "Where the truth lives"; tech.md section 1.3 "head row lock"). The only ledger
+verb is append: there is no update or delete of ``escalation_audit`` anywhere in the code,
+and the database refuses them anyway.
+
+Read methods (``get``, ``trail``, ``pending_page``, ``counts``, ``duplicate_decisions``,
+``verify``) live in :mod:`escalation.adapters.audit_queries` and are mixed in here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+from escalation.adapters.audit_queries import AuditQueries
+from escalation.adapters.audit_rows import chained_row, escalation_from_state
+from escalation.adapters.tables import LEDGER_EVENTS, STATUSES, escalation_audit, escalation_state
+from escalation.domain.decide import Decision, DecisionKind
+from escalation.domain.errors import ConflictError, InvalidInput, NotFound
+from escalation.domain.escalation import Escalation, Status
+from escalation.domain.materiality import Materiality
+from escalation.domain.timeutil import require_aware
+from escalation.ports import ClaimedItem, RecordOutcome, RecordStatus
+
+_S = escalation_state
+_CLOSED = frozenset({Status.TERMINAL.value, Status.CANCELLED.value})
+_UUIDS = pg.ARRAY(pg.UUID(as_uuid=True))
+MUTABLE_STATE = frozenset(
+    {
+        "status",
+        "tier",
+        "ladder",
+        "ladder_version",
+        "due_at",
+        "entered_tier_at",
+        "materiality",
+        "regulatory_deadline",
+        "remaining_ms",
+        "external_id",
+    }
+)
+"""Projection columns ``append_event(changes=...)`` may set."""
+
+_LOCK_MANY = (
+    sa.select(_S)
+    .where(_S.c.dispute_id == sa.any_(sa.bindparam("ids", type_=_UUIDS)))
+    .order_by(_S.c.dispute_id)
+    .with_for_update()
+)
+_LOCK_ONE = sa.select(_S).where(_S.c.dispute_id == sa.bindparam("id")).with_for_update()
+_SELECT_MANY = sa.select(_S).where(_S.c.dispute_id == sa.any_(sa.bindparam("ids", type_=_UUIDS)))
+
+# One statement updates every recorded dispute of a batch (no per-row round trips).
+_BULK_UPDATE = sa.text(
+    """
+    UPDATE escalation_state AS s
+       SET tier = v.tier, status = v.status, due_at = v.due_at,
+           entered_tier_at = v.entered_tier_at, last_seq = v.last_seq,
+           last_hash = v.last_hash, updated_at = clock_timestamp()
+      FROM unnest(CAST(:ids AS uuid[]), CAST(:tiers AS text[]), CAST(:statuses AS text[]),
+                  CAST(:due AS timestamptz[]), CAST(:entered AS timestamptz[]),
+                  CAST(:seqs AS bigint[]), CAST(:hashes AS bytea[]))
+           AS v(dispute_id, tier, status, due_at, entered_tier_at, last_seq, last_hash)
+     WHERE s.dispute_id = v.dispute_id
+    """
+)
+
+
+class PostgresAuditStore(AuditQueries):
+    """The PostgreSQL audit log (implements ``escalation.ports.AuditLog``).
+
+    Args:
+        engine: a psycopg 3 engine (``escalation.adapters.db.make_engine``) on a database at
+            the Alembic head. The store opens one short transaction per call.
+    """
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+
+    # ------------------------------------------------------------------ enqueue
+    def record_enqueue(
+        self, escalation: Escalation, actor: str, decided_at: datetime | None = None
+    ) -> tuple[bool, Escalation]:
+        """Record a new escalation: projection row + ENQUEUED ledger row (seq 1).
+
+        Idempotent per dispute: if the dispute already has a projection row, nothing is
+        written and ``(False, <its current state>)`` is returned (whatever its status).
+
+        Args:
+            escalation: validated escalation (``Escalation.new``), status pending.
+            actor: who enqueued (service name, admin, worker id).
+            decided_at: aware UTC time of the enqueue decision; default ``entered_tier_at``.
+
+        Returns:
+            ``(True, escalation at seq 1)`` when recorded now, else ``(False, current)``.
+
+        Raises:
+            InvalidInput: naive ``decided_at`` or a non-pending escalation.
+        """
+        return self.record_enqueue_many([escalation], actor, decided_at)[0]
+
+    def record_enqueue_many(
+        self, escalations: Sequence[Escalation], actor: str, decided_at: datetime | None = None
+    ) -> list[tuple[bool, Escalation]]:
+        """:meth:`record_enqueue` for a batch, in one transaction and three statements.
+
+        Returns one ``(recorded, state)`` per input, in input order; a dispute repeated in
+        the batch is recorded once (its later occurrences return ``False``).
+        """
+        if not escalations:
+            return []
+        when = None if decided_at is None else require_aware(decided_at, "decided_at")
+        firsts: dict[UUID, dict[str, Any]] = {}
+        for esc in escalations:
+            if esc.status is not Status.PENDING:
+                raise InvalidInput(f"only a pending escalation can be enqueued ({esc.status})")
+            if esc.dispute_id not in firsts:
+                firsts[esc.dispute_id] = _enqueue_rows(esc, actor, when or esc.entered_tier_at)
+        with self._engine.begin() as conn:
+            inserted = {
+                r[0]
+                for r in conn.execute(
+                    pg.insert(_S)
+                    .on_conflict_do_nothing(index_elements=["dispute_id"])
+                    .returning(_S.c.dispute_id),
+                    [rows["state"] for rows in firsts.values()],
+                )
+            }
+            if inserted:
+                conn.execute(sa.insert(escalation_audit), [firsts[d]["ledger"] for d in inserted])
+            others = [d for d in firsts if d not in inserted]
+            existing = {}
+            if others:
+                for row in conn.execute(_SELECT_MANY, {"ids": others}).mappings():
+                    existing[row["dispute_id"]] = escalation_from_state(row)
+        out: list[tuple[bool, Escalation]] = []
+        seen: set[UUID] = set()
+        for esc in escalations:
+            d = esc.dispute_id
+            if d in inserted and d not in seen:
+                out.append((True, esc.with_changes(seq=1, status=Status.PENDING)))
+            else:
+                out.append((False, existing.get(d) or esc.with_changes(seq=1)))
+            seen.add(d)
+        return out
+
+    # ------------------------------------------------------------------ decisions
+    def record_decisions(
+        self, items: Sequence[tuple[ClaimedItem, Decision]], actor: str
+    ) -> list[RecordOutcome]:
+        """Record a batch of promote/terminal decisions: the commit point of a firing.
+
+        One transaction: lock the projection rows (``FOR UPDATE``, ordered by dispute id so
+        concurrent workers cannot deadlock), then per item in input order:
+
+        * no projection row -> ``UNKNOWN`` (state None);
+        * terminal or cancelled -> ``CLOSED``;
+        * paused, or ``last_seq`` != the claimed payload's ``seq`` -> ``STALE`` (a newer
+          decision exists; the returned state is what the caller should apply);
+        * else append a PROMOTED/TERMINAL ledger row (seq + 1, ``fence_token`` = claim
+          token, chained hash) and move the projection -> ``RECORDED``.
+
+        Ledger rows go in with one executemany, projection updates with one
+        ``UPDATE ... FROM unnest(...)``. Repeating a batch writes nothing (all STALE).
+
+        Returns:
+            One :class:`RecordOutcome` per item, in input order, with the state PostgreSQL
+            holds after the transaction.
+
+        Raises:
+            InvalidInput: a NOT_DUE decision, a promotion without ``next_due_at``, or a
+                naive datetime. Nothing is written.
+        """
+        if not items:
+            return []
+        for _claimed, decision in items:
+            _check_decision(decision)
+        ids = sorted({claimed.escalation.dispute_id for claimed, _ in items})
+        with self._engine.begin() as conn:
+            states = {
+                r["dispute_id"]: dict(r) for r in conn.execute(_LOCK_MANY, {"ids": ids}).mappings()
+            }
+            outcomes, ledger, moved = _apply_decisions(states, items, actor)
+            if ledger:
+                conn.execute(sa.insert(escalation_audit), ledger)
+                conn.execute(_BULK_UPDATE, _unnest_params(moved))
+        return outcomes
+
+    # ------------------------------------------------------------------ single events
+    def record_cancel(
+        self, dispute_id: UUID, actor: str, decided_at: datetime, reason: str
+    ) -> Escalation:
+        """Cancel an escalation (the dispute was resolved): a CANCELLED ledger row.
+
+        Idempotent: cancelling an already-cancelled escalation writes nothing and returns it.
+
+        Raises:
+            NotFound: no escalation for ``dispute_id``.
+            ConflictError: the escalation already reached its terminal tier.
+            InvalidInput: naive ``decided_at``.
+        """
+        require_aware(decided_at, "decided_at")
+        with self._engine.begin() as conn:
+            state = _lock_one(conn, dispute_id)
+            if state["status"] == Status.CANCELLED.value:
+                return escalation_from_state(state)
+            if state["status"] == Status.TERMINAL.value:
+                raise ConflictError(
+                    f"dispute {dispute_id} already reached terminal escalation in tier "
+                    f"{state['tier']!r}; it cannot be cancelled"
+                )
+            return _append(
+                conn,
+                state,
+                event="CANCELLED",
+                match_decision="CANCELLED",
+                actor=actor,
+                decided_at=decided_at,
+                changes={"status": Status.CANCELLED.value},
+                details={"reason": reason},
+            )
+
+    def record_stuck(
+        self,
+        dispute_id: UUID,
+        actor: str,
+        decided_at: datetime,
+        details: Mapping[str, Any] | None = None,
+    ) -> Escalation | None:
+        """Record a STUCK_MEMBER (a Redis member without payload) on the dispute's chain.
+
+        The projection is unchanged except for its chain head. Returns the state, or None
+        (nothing written) when PostgreSQL has no escalation for ``dispute_id``: with no
+        chain to extend there is nothing to record; the caller logs the anomaly.
+        """
+        require_aware(decided_at, "decided_at")
+        with self._engine.begin() as conn:
+            try:
+                state = _lock_one(conn, dispute_id)
+            except NotFound:
+                return None
+            return _append(
+                conn,
+                state,
+                event="STUCK_MEMBER",
+                match_decision="STUCK_MEMBER",
+                actor=actor,
+                decided_at=decided_at,
+                changes={},
+                details=details or {},
+            )
+
+    def append_event(  # noqa: PLR0917 - positional order is the service layer contract
+        self,
+        dispute_id: UUID,
+        event: str,
+        match_decision: str,
+        actor: str,
+        decided_at: datetime,
+        changes: Mapping[str, Any],
+        details: Mapping[str, Any],
+        *,
+        expected_seq: int | None = None,
+        calendar_version: str | None = None,
+    ) -> Escalation:
+        """Append one ledger row and apply ``changes`` to the projection, in one transaction.
+
+        The generic verb behind pause, resume, ladder migration, warnings, dead letters.
+        The ledger row's ``from_tier``/``due_at`` are the values before, ``to_tier``/
+        ``next_due_at``/``ladder``/``ladder_version`` the values after the change.
+
+        Args:
+            event: one of ``tables.LEDGER_EVENTS``.
+            changes: projection columns to set (keys from :data:`MUTABLE_STATE`; ``status``
+                as ``Status`` or str, ``materiality`` as Materiality/Decimal). A status other
+                than pending clears ``due_at`` unless ``changes`` sets it.
+            details: JSON object stored (and hashed) with the row; no floats.
+            expected_seq: if given, the projection's ``last_seq`` must equal it (CAS).
+
+        Raises:
+            NotFound: no escalation for ``dispute_id``.
+            ConflictError: ``expected_seq`` differs from the projection's ``last_seq``.
+            InvalidInput: unknown event or column, bad status, naive datetime, float.
+        """
+        if event not in LEDGER_EVENTS:
+            raise InvalidInput(f"unknown ledger event {event!r}; expected one of {LEDGER_EVENTS}")
+        require_aware(decided_at, "decided_at")
+        clean = _clean_changes(changes)
+        with self._engine.begin() as conn:
+            state = _lock_one(conn, dispute_id)
+            if expected_seq is not None and int(state["last_seq"]) != expected_seq:
+                raise ConflictError(
+                    f"dispute {dispute_id} is at seq {state['last_seq']}, expected {expected_seq}"
+                )
+            return _append(
+                conn,
+                state,
+                event=event,
+                match_decision=match_decision,
+                actor=actor,
+                decided_at=decided_at,
+                changes=clean,
+                details=details,
+                calendar_version=calendar_version,
+            )
+
+
+# ---------------------------------------------------------------------- helpers
+def _enqueue_rows(esc: Escalation, actor: str, decided_at: datetime) -> dict[str, Any]:
+    """Projection row (seq 1) and its ENQUEUED ledger row for one new escalation."""
+    state: dict[str, Any] = {
+        "dispute_id": esc.dispute_id,
+        "external_id": esc.external_id,
+        "status": Status.PENDING.value,
+        "tier": esc.tier,
+        "ladder": esc.ladder,
+        "ladder_version": esc.ladder_version,
+        "due_at": esc.due_at,
+        "entered_tier_at": esc.entered_tier_at,
+        "materiality": esc.materiality.amount,
+        "source_hash": esc.source_hash,
+        "trace_id": esc.trace_id,
+        "regulatory_deadline": esc.regulatory_deadline,
+        "remaining_ms": None,
+        "last_seq": 0,
+        "last_hash": b"\x00" * 32,
+    }
+    ledger = chained_row(
+        state,
+        event="ENQUEUED",
+        match_decision="ENQUEUED",
+        actor=actor,
+        decided_at=decided_at,
+        from_tier=None,
+        to_tier=esc.tier,
+        due_at=esc.due_at,
+        next_due_at=esc.due_at,
+    )
+    state["last_seq"] = 1
+    state["last_hash"] = ledger["row_hash"]
+    return {"state": state, "ledger": ledger}
+
+
+def _check_decision(decision: Decision) -> None:
+    if decision.kind is DecisionKind.NOT_DUE:
+        raise InvalidInput("a NOT_DUE decision has nothing to record")
+    if decision.kind is DecisionKind.PROMOTED and (
+        decision.next_due_at is None or decision.to_tier is None
+    ):
+        raise InvalidInput("a promotion needs to_tier and next_due_at")
+    require_aware(decision.decided_at, "decided_at")
+
+
+def _apply_decisions(
+    states: dict[UUID, dict[str, Any]],
+    items: Sequence[tuple[ClaimedItem, Decision]],
+    actor: str,
+) -> tuple[list[RecordOutcome], list[dict[str, Any]], dict[UUID, dict[str, Any]]]:
+    """Decide per item what to record, against the locked ``states`` (mutated in place).
+
+    Returns (outcomes in input order, ledger rows to insert, final state per moved dispute).
+    """
+    outcomes: list[RecordOutcome] = []
+    ledger: list[dict[str, Any]] = []
+    moved: dict[UUID, dict[str, Any]] = {}
+    for claimed, decision in items:
+        state = states.get(claimed.escalation.dispute_id)
+        if state is None:
+            outcomes.append(RecordOutcome(RecordStatus.UNKNOWN, None))
+            continue
+        if state["status"] in _CLOSED:
+            outcomes.append(RecordOutcome(RecordStatus.CLOSED, escalation_from_state(state)))
+            continue
+        if state["status"] != Status.PENDING.value or state["last_seq"] != claimed.escalation.seq:
+            outcomes.append(RecordOutcome(RecordStatus.STALE, escalation_from_state(state)))
+            continue
+        terminal = decision.kind is DecisionKind.TERMINAL
+        row = chained_row(
+            state,
+            event="TERMINAL" if terminal else "PROMOTED",
+            match_decision=decision.match_decision,
+            actor=actor,
+            decided_at=decision.decided_at,
+            from_tier=decision.from_tier,
+            to_tier=decision.to_tier,
+            due_at=state["due_at"],
+            next_due_at=decision.next_due_at,
+            fence_token=claimed.token,
+        )
+        ledger.append(row)
+        state.update(
+            tier=state["tier"] if terminal else decision.to_tier,
+            status=Status.TERMINAL.value if terminal else Status.PENDING.value,
+            due_at=None if terminal else decision.next_due_at,
+            entered_tier_at=decision.decided_at,
+            last_seq=row["seq"],
+            last_hash=row["row_hash"],
+        )
+        moved[state["dispute_id"]] = state
+        outcomes.append(RecordOutcome(RecordStatus.RECORDED, escalation_from_state(state)))
+    return outcomes, ledger, moved
+
+
+def _unnest_params(moved: Mapping[UUID, Mapping[str, Any]]) -> dict[str, list[Any]]:
+    rows = list(moved.values())
+    return {
+        "ids": [r["dispute_id"] for r in rows],
+        "tiers": [r["tier"] for r in rows],
+        "statuses": [r["status"] for r in rows],
+        "due": [r["due_at"] for r in rows],
+        "entered": [r["entered_tier_at"] for r in rows],
+        "seqs": [r["last_seq"] for r in rows],
+        "hashes": [r["last_hash"] for r in rows],
+    }
+
+
+def _lock_one(conn: sa.Connection, dispute_id: UUID) -> dict[str, Any]:
+    """The dispute's projection row, locked FOR UPDATE. Raises NotFound."""
+    row = conn.execute(_LOCK_ONE, {"id": dispute_id}).mappings().first()
+    if row is None:
+        raise NotFound(f"no escalation recorded for dispute {dispute_id}")
+    return dict(row)
+
+
+def _clean_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate and normalise ``append_event`` changes. Raises InvalidInput."""
+    unknown = set(changes) - MUTABLE_STATE
+    if unknown:
+        raise InvalidInput(f"cannot change projection column(s) {sorted(unknown)}")
+    clean = dict(changes)
+    if "status" in clean:
+        clean["status"] = str(Status(clean["status"]).value)
+        if clean["status"] not in STATUSES:  # pragma: no cover - Status mirrors STATUSES
+            raise InvalidInput(f"unknown status {clean['status']!r}")
+    if "materiality" in clean:
+        clean["materiality"] = Materiality.parse(clean["materiality"]).amount
+    for name in ("due_at", "entered_tier_at", "regulatory_deadline"):
+        if clean.get(name) is not None:
+            clean[name] = require_aware(clean[name], name)
+    return clean
+
+
+def _append(
+    conn: sa.Connection,
+    state: dict[str, Any],
+    *,
+    event: str,
+    match_decision: str,
+    actor: str,
+    decided_at: datetime,
+    changes: Mapping[str, Any],
+    details: Mapping[str, Any],
+    calendar_version: str | None = None,
+) -> Escalation:
+    """Append one chained ledger row for ``state`` (locked) and apply ``changes``."""
+    before = dict(state)
+    after = {**state, **changes}
+    if after["status"] != Status.PENDING.value and "due_at" not in changes:
+        after["due_at"] = None
+    if after["status"] == Status.PENDING.value and after["due_at"] is None:
+        raise InvalidInput("a pending escalation needs due_at")
+    row = chained_row(
+        after,
+        event=event,
+        match_decision=match_decision,
+        actor=actor,
+        decided_at=decided_at,
+        from_tier=before["tier"],
+        to_tier=after["tier"],
+        due_at=before["due_at"],
+        next_due_at=after["due_at"],
+        calendar_version=calendar_version,
+        details=details,
+    )
+    conn.execute(sa.insert(escalation_audit), [row])
+    values = {k: after[k] for k in MUTABLE_STATE}
+    values.update(last_seq=row["seq"], last_hash=row["row_hash"])
+    conn.execute(
+        sa.update(_S)
+        .where(_S.c.dispute_id == state["dispute_id"])
+        .values(**values, updated_at=sa.func.clock_timestamp())
+    )
+    after.update(last_seq=row["seq"], last_hash=row["row_hash"])
+    return escalation_from_state(after)
