@@ -24,6 +24,7 @@ from typing import Any, cast
 from uuid import UUID
 
 import redis
+import structlog
 from redis.commands.core import Script
 
 from escalation.adapters.redis_keys import Keys, shard_of
@@ -46,6 +47,8 @@ MAX_LEASE_MS = 86_400_000  # claim.lua refuses longer leases
 MAX_CLAIM_ROUNDS = 4  # candidate windows tried per shard before giving up on contention
 REVIEW_MAXLEN = 100_000  # approximate MAXLEN of the review stream
 _WAKE_GRACE_S = 1.0  # socket guard beyond the BLPOP timeout
+
+log = structlog.get_logger(__name__)
 
 
 @cache
@@ -300,7 +303,14 @@ class RedisScheduler:
             result.contended += int(contended)
             result.stuck += [str(s) for s in stuck]
             for member, token, score, flat in items:
-                esc = payload_to_escalation(member, _as_dict(flat))
+                try:
+                    esc = payload_to_escalation(member, _as_dict(flat))
+                except InvalidInput as exc:
+                    # Left locked and re-scored: it comes due again after the lease; reconcile
+                    # (restore from PostgreSQL) is the repair. One bad payload must not cost
+                    # the batch.
+                    log.error("escalation.payload_corrupt", dispute_id=member, error=str(exc))
+                    continue
                 result.items.append(ClaimedItem(esc, int(token), int(float(score))))
             need -= len(items)
             offset += int(contended)

@@ -16,6 +16,7 @@ from decimal import Decimal
 
 import pytest
 import redis
+from structlog.testing import capture_logs
 
 from escalation.adapters.redis_keys import Keys
 from escalation.adapters.redis_scheduler import RedisScheduler
@@ -533,3 +534,16 @@ def test_concurrent_workers_never_claim_the_same_member_twice(
     claimed = [d for r in results for d in r]
     assert len(claimed) == len(set(claimed)) == 3000
     assert all(results), "every worker got a share"
+
+
+def test_corrupt_payload_is_logged_and_does_not_cost_the_batch(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    bad, good = make_esc(-timedelta(minutes=2)), make_esc(-timedelta(minutes=1))
+    sched.enqueue_many([bad, good])
+    redis_client.hset(keys(sched, bad).payload(bad.dispute_id), "materiality", "lots")
+    with capture_logs() as logs:
+        result = sched.claim(10, LEASE_MS, "worker-a")
+    assert [i.escalation.dispute_id for i in result.items] == [good.dispute_id]
+    assert [e["event"] for e in logs] == ["escalation.payload_corrupt"]
+    assert logs[0]["dispute_id"] == str(bad.dispute_id)
