@@ -49,6 +49,7 @@ VALKEY_START_TIMEOUT_S = 15.0
 PG_START_ATTEMPTS = 3
 STOP_TIMEOUT_S = 30.0
 ORPHAN_GRACE_S = 5.0
+PORT_RELEASE_S = 3.0
 
 
 class EmbeddedServiceError(EscalationError):
@@ -185,6 +186,16 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _wait_port_free(port: int, timeout_s: float) -> bool:
+    """Poll until ``port`` can be bound; a killed multi-threaded server releases it late."""
+    deadline = time.monotonic() + timeout_s
+    while not _port_free(port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -268,7 +279,7 @@ def _ensure_valkey(home: Path) -> str:
         _signal(pid, signal.SIGTERM)
         _wait_gone(pid, STOP_TIMEOUT_S)
     (vdir / "valkey.pid").unlink(missing_ok=True)  # stale: dead pid or reused by another program
-    candidates = [port] if port is not None and _port_free(port) else []
+    candidates = [port] if port is not None and _wait_port_free(port, PORT_RELEASE_S) else []
     candidates += [_free_port(), _free_port()]
     for candidate in candidates:
         if _start_valkey(vdir, candidate) is not None:
