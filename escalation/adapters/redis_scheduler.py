@@ -28,11 +28,25 @@ import structlog
 from redis.commands.core import Script
 
 from escalation.adapters.redis_keys import Keys, shard_of
-from escalation.adapters.redis_payload import escalation_to_payload, payload_to_escalation
+from escalation.adapters.redis_payload import (
+    PAYLOAD_FIELDS,
+    escalation_to_payload,
+    payload_to_escalation,
+)
 from escalation.domain.errors import ConflictError, InvalidInput
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.timeutil import from_ms
 from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome, ClaimedItem, ClaimResult
+
+__all__ = [
+    "PAYLOAD_FIELDS",
+    "SCRIPT_NAMES",
+    "RedisScheduler",
+    "escalation_to_payload",
+    "packaged_scripts",
+    "payload_to_escalation",
+    "script_source",
+]
 
 SCRIPT_NAMES: tuple[str, ...] = (
     "enqueue",
