@@ -80,12 +80,34 @@ def _canonical_scalar(value: Any, path: str) -> Any:
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise InvalidInput(f"{path}: naive datetime {value.isoformat()} (must be aware)")
-        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return _iso_utc(value)
     if isinstance(value, UUID):
         return str(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     raise InvalidInput(f"{path}: cannot hash a value of type {type(value).__name__}")
+
+
+def _iso_utc(value: datetime) -> str:
+    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` of an aware datetime, in UTC."""
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def _fast_form(value: Any) -> Any:
+    """Canonical form of the common exact types, or :data:`_SLOW` to take the full checks."""
+    kind = type(value)
+    if kind is str or kind is int or value is None or kind is bool:
+        return value
+    if kind is datetime and value.utcoffset() is not None:
+        return _iso_utc(value)
+    if kind is Decimal and value.is_finite():
+        return format(value, "f")
+    if kind is UUID:
+        return str(value)
+    return _SLOW
+
+
+_SLOW = object()
 
 
 def _canonical_value(value: Any, path: str) -> Any:
@@ -94,6 +116,9 @@ def _canonical_value(value: Any, path: str) -> Any:
     Raises:
         InvalidInput: as :func:`_canonical_scalar`, or a non-string dict key.
     """
+    fast = _fast_form(value)  # hot path: about 20 fields per ledger row
+    if fast is not _SLOW:
+        return fast
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():

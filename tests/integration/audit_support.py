@@ -64,9 +64,7 @@ def scratch_database(admin_url: str) -> Iterator[str]:
     with admin.connect() as conn:
         conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
     try:
-        yield sa.engine.make_url(admin_url).set(database=name).render_as_string(
-            hide_password=False
-        )
+        yield sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     finally:
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -37,14 +37,16 @@ def test_ledger_refuses_mutation(engine, dispute, sql, replica):
         _attempt(engine, sql, dispute, replica)
     assert info.value.orig.sqlstate == "42501"  # insufficient_privilege
     with engine.connect() as conn:
-        actors = conn.execute(
-            sa.text("SELECT actor FROM escalation_audit WHERE dispute_id = :d"), {"d": dispute}
-        ).scalars().all()
+        actors = (
+            conn.execute(
+                sa.text("SELECT actor FROM escalation_audit WHERE dispute_id = :d"), {"d": dispute}
+            )
+            .scalars()
+            .all()
+        )
     assert actors == ["svc"]
 
 
 def test_the_store_has_no_update_or_delete_verb_for_the_ledger():
-    import escalation.adapters.audit_store as store_module
-
-    public = {name for name in dir(store_module.PostgresAuditStore) if not name.startswith("_")}
+    public = {name for name in dir(PostgresAuditStore) if not name.startswith("_")}
     assert not {n for n in public if n.startswith(("update", "delete", "remove", "purge"))}

@@ -42,7 +42,12 @@ def test_enqueue_records_projection_and_enqueued_row_at_seq_1(store):
     assert status is Status.PENDING
     assert got == esc.with_changes(seq=1)
     (row,) = store.trail(esc.dispute_id)
-    assert (row.seq, row.event, row.match_decision, row.to_tier) == (1, "ENQUEUED", "ENQUEUED", "standard")
+    assert (row.seq, row.event, row.match_decision, row.to_tier) == (
+        1,
+        "ENQUEUED",
+        "ENQUEUED",
+        "standard",
+    )
     assert row.prev_hash == GENESIS.hex()
     assert row.materiality == "1250.00"
     assert row.recorded_at is not None
@@ -117,7 +122,9 @@ def test_stale_claim_is_not_recorded_and_returns_the_current_state(store, engine
 
 
 def test_repeating_a_batch_writes_nothing(store, engine):
-    escs = [r[1] for r in store.record_enqueue_many([make_escalation() for _ in range(20)], "s", T0)]
+    escs = [
+        r[1] for r in store.record_enqueue_many([make_escalation() for _ in range(20)], "s", T0)
+    ]
     batch = [(claimed(e), promote(e)) for e in escs]
     first = store.record_decisions(batch, "w")
     assert {o.status for o in first} == {RecordStatus.RECORDED}
@@ -149,7 +156,11 @@ def test_mixed_batch_keeps_input_order(store):
     out = store.record_decisions(
         [(claimed(ghost), promote(ghost)), (claimed(b), promote(b)), (claimed(a), promote(a))], "w"
     )
-    assert [o.status for o in out] == [RecordStatus.UNKNOWN, RecordStatus.CLOSED, RecordStatus.RECORDED]
+    assert [o.status for o in out] == [
+        RecordStatus.UNKNOWN,
+        RecordStatus.CLOSED,
+        RecordStatus.RECORDED,
+    ]
 
 
 def test_not_due_decision_is_refused_before_anything_is_written(store, engine):
@@ -199,12 +210,23 @@ def test_stuck_member_is_chained_without_changing_the_state(store):
 def test_append_event_applies_changes_in_the_same_transaction(store):
     esc = store.record_enqueue(make_escalation(), "svc", T0)[1]
     paused = store.append_event(
-        esc.dispute_id, "PAUSED", "PAUSED", "admin", T0, {"status": Status.PAUSED, "remaining_ms": 5000}, {"why": "hold"}
+        esc.dispute_id,
+        "PAUSED",
+        "PAUSED",
+        "admin",
+        T0,
+        {"status": Status.PAUSED, "remaining_ms": 5000},
+        {"why": "hold"},
     )
     assert paused.status is Status.PAUSED and paused.seq == 2
     resumed = store.append_event(
-        esc.dispute_id, "RESUMED", "RESUMED", "admin", T0 + timedelta(hours=1),
-        {"status": "pending", "due_at": T0 + timedelta(hours=1, seconds=5), "remaining_ms": None}, {},
+        esc.dispute_id,
+        "RESUMED",
+        "RESUMED",
+        "admin",
+        T0 + timedelta(hours=1),
+        {"status": "pending", "due_at": T0 + timedelta(hours=1, seconds=5), "remaining_ms": None},
+        {},
         expected_seq=2,
     )
     assert resumed.status is Status.PENDING and resumed.due_at == T0 + timedelta(hours=1, seconds=5)
