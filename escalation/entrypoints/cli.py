@@ -31,8 +31,8 @@ app.add_typer(services_app, name="services")
 app.add_typer(db_app, name="db")
 app.add_typer(audit_app, name="audit")
 
-out = Console()
-err = Console(stderr=True)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def parse_time(value: str | None, name: str) -> datetime | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from escalation.adapters.audit_queries import decision_counts, duplicate_decisions, undecided_due
+from escalation.adapters.report_queries import decision_counts, duplicate_decisions, undecided_due
 from escalation.adapters.db import upgrade_to_head
 from escalation.bootstrap import build, resolve_urls
 from escalation.entrypoints.cli import err, out

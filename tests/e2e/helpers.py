@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import tempfile
 import sys
 import uuid
 from datetime import datetime, timedelta
@@ -36,8 +37,22 @@ def enqueue(app: Any, reqs: list[EnqueueRequest]) -> list[uuid.UUID]:
 
 
 def start_worker(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
-    """Start ``python -m escalation worker ARGS`` with ``env``; output to a pipe."""
-    return subprocess.Popen(
+    """Start ``python -m escalation worker ARGS`` with ``env``.
+
+    Output goes to a temporary file (a pipe nobody reads would fill and block the worker);
+    read it back with :func:`worker_output`.
+    """
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the process object
+    proc = subprocess.Popen(
         [sys.executable, "-m", "escalation", "worker", *args],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env=env, stdout=log, stderr=subprocess.STDOUT,
     )
+    proc.log_file = log  # type: ignore[attr-defined]
+    return proc
+
+
+def worker_output(proc: subprocess.Popen[bytes]) -> str:
+    """Everything the worker wrote so far."""
+    log = proc.log_file  # type: ignore[attr-defined]
+    log.seek(0)
+    return str(log.read().decode(errors="replace"))

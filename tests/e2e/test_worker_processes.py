@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.e2e.helpers import due_requests, enqueue, start_worker
+from tests.e2e.helpers import due_requests, enqueue, start_worker, worker_output
 
 
 def ledger_stats(app: Any, ids: list[Any]) -> tuple[int, int, int]:
@@ -70,7 +70,7 @@ def test_sigterm_lets_the_worker_finish_its_batch_and_exit_zero(
     time.sleep(1.5)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
-    out = proc.stdout.read().decode() if proc.stdout else ""
+    out = worker_output(proc)
     assert "worker.stopped" in out
     # whatever it claimed it also recorded and applied: no member waits a lease
     pending_locked = [k for k in app.redis.scan_iter(match=f"*{{{app.settings.namespace}:*lock*")]

@@ -1,0 +1,51 @@
+"""Read-only reporting queries over the ledger and projection (demo summary, doctor).
+
+Set-based queries over a list of disputes; the per-dispute reads live in audit_queries.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+import sqlalchemy as sa
+
+
+def decision_counts(engine: sa.Engine, dispute_ids: Sequence[UUID]) -> dict[str, int]:
+    """match_decision -> number of ledger rows, over ``dispute_ids``."""
+    sql = sa.text(
+        "SELECT match_decision, count(*) FROM escalation_audit "
+        "WHERE dispute_id = ANY(:ids) GROUP BY match_decision"
+    )
+    with engine.connect() as conn:
+        return {str(k): int(v) for k, v in conn.execute(sql, {"ids": list(dispute_ids)})}
+
+
+def undecided_due(engine: sa.Engine, dispute_ids: Sequence[UUID], at: datetime) -> int:
+    """How many of ``dispute_ids`` are pending with a due time <= ``at`` (not fired yet)."""
+    sql = sa.text(
+        "SELECT count(*) FROM escalation_state WHERE dispute_id = ANY(:ids) "
+        "AND status = 'pending' AND due_at <= :at"
+    )
+    with engine.connect() as conn:
+        return int(conn.execute(sql, {"ids": list(dispute_ids), "at": at}).scalar_one())
+
+
+def duplicate_decisions(engine: sa.Engine, dispute_ids: Sequence[UUID] | None = None) -> int:
+    """DOUBLE_ESCALATION count: (dispute, from tier, ladder version) decided more than once.
+
+    A decision is a PROMOTED or TERMINAL row; each (dispute, from_tier, ladder_version) may
+    have at most one. Restricted to ``dispute_ids`` when given.
+    """
+    where = "event IN ('PROMOTED', 'TERMINAL')"
+    params: dict[str, object] = {}
+    if dispute_ids is not None:
+        where += " AND dispute_id = ANY(:ids)"
+        params["ids"] = list(dispute_ids)
+    sql = sa.text(
+        f"SELECT count(*) FROM (SELECT dispute_id, from_tier, ladder_version FROM "
+        f"escalation_audit WHERE {where} GROUP BY 1, 2, 3 HAVING count(*) > 1) d"
+    )
+    with engine.connect() as conn:
+        return int(conn.execute(sql, params).scalar_one())
