@@ -1,0 +1,22 @@
+"""Ladder migration history (issue 3).
+
+Revision ID: 0003
+Revises: 0002
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+revision: str = "0003"
+down_revision: str | Sequence[str] | None = "0002"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    """Placeholder kept so the revision chain is fixed; filled in by its issue's work."""
+
+
+def downgrade() -> None:
+    """Nothing to undo yet."""

@@ -1,0 +1,22 @@
+"""SLA timing: warnings, regulatory deadlines, priority (issue 4).
+
+Revision ID: 0004
+Revises: 0003
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+revision: str = "0004"
+down_revision: str | Sequence[str] | None = "0003"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    """Placeholder kept so the revision chain is fixed; filled in by its issue's work."""
+
+
+def downgrade() -> None:
+    """Nothing to undo yet."""
