@@ -38,7 +38,7 @@ class Materiality:
         """
         if isinstance(value, Materiality):
             return value
-        if isinstance(value, bool) or isinstance(value, float):
+        if isinstance(value, (bool, float)):
             raise InvalidInput(
                 f"materiality must be a Decimal or a decimal string, not {type(value).__name__}"
                 f" ({value!r}); floats cannot represent cents exactly"
@@ -54,7 +54,9 @@ class Materiality:
             except InvalidOperation:
                 raise InvalidInput(f"materiality {value!r} is not a decimal number") from None
         else:
-            raise InvalidInput(f"materiality must be a Decimal or string, not {type(value).__name__}")
+            raise InvalidInput(
+                f"materiality must be a Decimal or string, not {type(value).__name__}"
+            )
         if not dec.is_finite():
             raise InvalidInput(f"materiality must be finite, got {value!r}")
         if dec < 0:

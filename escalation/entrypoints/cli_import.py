@@ -5,23 +5,21 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from escalation.domain.errors import InvalidInput
 from escalation.entrypoints.cli import _app, app, err, out
+from escalation.service_layer.importer import ColumnMapping
 
 
-def _mapping(
-    mapping: Path | None, **flags: str | None
-) -> object:
-    from escalation.service_layer.importer import ColumnMapping
-
+def _mapping(mapping: Path | None, **flags: str | None) -> ColumnMapping:
+    """The column mapping from a TOML file and/or flags (flags win)."""
     if mapping is not None:
         return ColumnMapping.from_file(mapping, **flags)
-    clean = {k: v for k, v in flags.items() if v is not None}
-    return ColumnMapping(**clean)  # type: ignore[arg-type]
+    clean: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
+    return ColumnMapping(**clean)
 
 
 @app.command("import")
@@ -57,7 +55,7 @@ def import_csv(
     )
     try:
         with csv_path.open(newline="", encoding="utf-8") as fh:
-            plan = plan_import(fh, cmap)  # type: ignore[arg-type]
+            plan = plan_import(fh, cmap)
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{csv_path}: cannot read: {exc}") from None
     a = _app(actor="import")

@@ -69,8 +69,7 @@ def build_escalation(
     if req.opened_at is not None:
         entered = require_aware(req.opened_at, "opened_at")
         due = window_end(entered, tier.window, calendars)
-    else:
-        assert req.due_at is not None
+    elif req.due_at is not None:
         due = require_aware(req.due_at, "due_at")
         entered = min(require_aware(now, "now"), due)
     return Escalation.new(

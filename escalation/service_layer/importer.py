@@ -115,9 +115,8 @@ def stable_dispute_id(raw: str, source: str) -> tuple[uuid.UUID, str | None]:
 
 def _lines(stream: TextIO) -> Iterator[tuple[int, str]]:
     """Physical records with their starting line numbers (quoted newlines kept together)."""
-    buf, start, lineno = "", 0, 0
-    for line in stream:
-        lineno += 1
+    buf, start = "", 0
+    for lineno, line in enumerate(stream, start=1):
         if not buf:
             start = lineno
         buf += line
