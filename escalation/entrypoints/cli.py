@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -31,7 +30,7 @@ app.add_typer(services_app, name="services")
 app.add_typer(db_app, name="db")
 app.add_typer(audit_app, name="audit")
 
-out = Console(soft_wrap=True)
+out = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, soft_wrap=True)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from rich.table import Table
 
@@ -14,15 +15,18 @@ def trail_table(rows: Sequence[LedgerRow]) -> Table:
     first = rows[0]
     table = Table(title=f"audit trail of {first.dispute_id}"
                   + (f" (external id {first.external_id})" if first.external_id else ""))
-    for col in ("seq", "event", "match_decision", "from", "to", "ladder", "due_at",
-                "next_due_at", "decided_at", "actor", "row_hash"):
-        table.add_column(col)
+    for col in ("seq", "match_decision", "tiers", "ladder", "due (UTC)", "next due (UTC)",
+                "decided (Redis TIME)", "actor", "hash"):
+        table.add_column(col, no_wrap=True)
     for r in rows:
+        tiers = " -> ".join(t for t in (r.from_tier, r.to_tier) if t)
         table.add_row(
-            str(r.seq), r.event, r.match_decision, r.from_tier or "", r.to_tier or "",
-            f"{r.ladder}@{r.ladder_version}",
-            r.due_at.isoformat(timespec="seconds") if r.due_at else "",
-            r.next_due_at.isoformat(timespec="seconds") if r.next_due_at else "",
-            r.decided_at.isoformat(timespec="milliseconds"), r.actor, r.row_hash[:12],
+            str(r.seq), r.match_decision, tiers, f"{r.ladder}@{r.ladder_version}",
+            _ts(r.due_at), _ts(r.next_due_at),
+            r.decided_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3], r.actor, r.row_hash[:10],
         )
     return table
+
+
+def _ts(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else ""
