@@ -1,0 +1,91 @@
+"""The CLI commands a dispute service and an operator use: enqueue, status, audit show,
+cancel, worker refusing a database that is not at the Alembic head."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from tests.e2e.helpers import due_requests, enqueue
+
+HASH = "cd" * 32
+
+
+def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "escalation", *args], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_enqueue_twice_says_nothing_changed_and_audit_show_lists_the_trail(
+    app: Any, cli_env: dict[str, str]
+) -> None:
+    did = str(uuid.uuid4())
+    due = (app.scheduler.time() + timedelta(hours=1)).isoformat()
+    args = ["enqueue", "--dispute-id", did, "--source-hash", HASH, "--materiality", "1250.00",
+            "--due-at", due, "--json"]
+    first = run_cli(cli_env, *args)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["created"] is True
+    second = run_cli(cli_env, *args[:-1])
+    assert second.returncode == 0 and "nothing changed" in second.stdout
+    shown = run_cli(cli_env, "audit", "show", did, "--json")
+    rows = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert [r["match_decision"] for r in rows] == ["ENQUEUED"]
+    assert rows[0]["materiality"] == "1250.00" and rows[0]["source_hash"] == HASH
+    cancelled = run_cli(cli_env, "cancel", did, "--reason", "resolved for cardholder")
+    assert cancelled.returncode == 0, cancelled.stderr
+    shown = run_cli(cli_env, "audit", "show", did, "--json")
+    assert [json.loads(x)["match_decision"] for x in shown.stdout.splitlines()] == [
+        "ENQUEUED", "CANCELLED"]
+    assert app.scheduler.payload(uuid.UUID(did)) is None
+
+
+def test_status_reports_pending_due_locked_and_per_tier(
+    app: Any, cli_env: dict[str, str]
+) -> None:
+    now = app.scheduler.time()
+    enqueue(app, due_requests(3, now))
+    enqueue(app, due_requests(2, now, tier="senior", past_s=-3600))
+    claim = app.scheduler.claim(1, 30_000, "holder")
+    assert len(claim.items) == 1
+    res = run_cli(cli_env, "status", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    redis_part = data["redis"]
+    assert redis_part["pending"] == 5
+    assert redis_part["due_now"] == 2  # the claimed one was re-scored to now + lease
+    assert redis_part["locked"] == 1
+    assert redis_part["oldest_overdue_ms"] >= 5000
+    pending_by_tier = data["postgres"]["pending_by_tier"]
+    assert pending_by_tier["standard"] >= 3 and pending_by_tier["senior"] >= 2
+    table = run_cli(cli_env, "status")
+    assert table.returncode == 0 and "redis.pending" in table.stdout
+
+
+def test_worker_refuses_a_database_not_at_the_alembic_head(
+    database_url: str, cli_env: dict[str, str]
+) -> None:
+    name = f"escalation_unmigrated_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(database_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        url = sa.engine.make_url(database_url).set(database=name).render_as_string(
+            hide_password=False)
+        res = run_cli(dict(cli_env, ESCALATION_DATABASE_URL=url), "worker", "--burst")
+        assert res.returncode == 1
+        assert "escalation db upgrade" in res.stderr and "Traceback" not in res.stderr
+        up = run_cli(dict(cli_env, ESCALATION_DATABASE_URL=url), "db", "upgrade")
+        assert up.returncode == 0, up.stderr
+        res = run_cli(dict(cli_env, ESCALATION_DATABASE_URL=url), "worker", "--burst")
+        assert res.returncode == 0, res.stderr
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
