@@ -18,13 +18,19 @@ import tomllib
 from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from escalation.domain.calendars import SlaWindow, WindowUnit
 from escalation.domain.errors import LadderError
-from escalation.domain.ladder import Ladder, MaterialityBand, RegulatoryDeadline, Tier
+from escalation.domain.ladder import (
+    Ladder,
+    MaterialityBand,
+    MigrationPolicy,
+    RegulatoryDeadline,
+    Tier,
+)
 from escalation.domain.ladder_check import check_ladders
 
 FILE_NAME = re.compile(r"^(?P<name>[a-z][a-z0-9_]*)\.v(?P<version>[1-9][0-9]*)\.toml$")
@@ -80,6 +86,20 @@ class BandModel(_Model):
     window_factor: Annotated[Decimal, Field(gt=0, le=1)] = Decimal(1)
 
 
+class MigrationModel(_Model):
+    """``[migration]``: how ``ladder apply`` re-times escalations migrated onto this version."""
+
+    recompute_due: Literal["keep", "from_tier_entry"] = Field(
+        default="keep",
+        description="keep the due time, or recompute it from the time the escalation "
+        "entered its tier with the new window",
+    )
+    grace: WindowModel = Field(
+        default_factory=lambda: WindowModel(amount=1, unit=WindowUnit.CALENDAR_HOURS),
+        description="a shortened window never makes an escalation due before now + grace",
+    )
+
+
 class LadderFile(_Model):
     """A ladder file (one version of one ladder); see docs/ladders.md."""
 
@@ -96,6 +116,7 @@ class LadderFile(_Model):
     tier_map: dict[Ident, Ident] = Field(
         default_factory=dict, description="old tier id -> new tier id, for removed/renamed tiers"
     )
+    migration: MigrationModel = Field(default_factory=MigrationModel)
 
 
 def render_json_schema() -> str:
@@ -183,6 +204,14 @@ def _to_domain(model: LadderFile, label: str, checksum: str) -> Ladder:
         ),
         checksum=checksum,
         source=label,
+        migration=MigrationPolicy(
+            recompute_due=model.migration.recompute_due,
+            grace=SlaWindow(
+                model.migration.grace.amount,
+                model.migration.grace.unit,
+                model.migration.grace.calendar,
+            ),
+        ),
     )
 
 

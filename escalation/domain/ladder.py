@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from escalation.domain.calendars import CalendarRegistry, SlaWindow, window_end
+from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit, window_end
 from escalation.domain.errors import LadderError, UnknownTier
 
 
@@ -79,6 +79,28 @@ class RegulatoryDeadline:
         return window_end(anchor_at, self.window, calendars)
 
 
+DUE_KEEP = "keep"
+DUE_FROM_TIER_ENTRY = "from_tier_entry"
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationPolicy:
+    """How ``escalation ladder apply`` treats pending escalations migrated onto this version.
+
+    From the file's optional ``[migration]`` table (issue 3 point 6; domain.md 4.2 rows 2-3).
+
+    Attributes:
+        recompute_due: ``"keep"`` (default: the due time is unchanged) or
+            ``"from_tier_entry"`` (due = tier entry time + the new tier's window).
+        grace: when a recomputed due time is earlier than the current one (window
+            shortened), the due time is ``max(recomputed, now + grace)`` -- never a burst of
+            retroactive breaches -- and never later than the current due time.
+    """
+
+    recompute_due: str = DUE_KEEP
+    grace: SlaWindow = field(default_factory=lambda: SlaWindow(1, WindowUnit.CALENDAR_HOURS))
+
+
 @dataclass(frozen=True, slots=True)
 class Ladder:
     """One version of a ladder.
@@ -94,6 +116,7 @@ class Ladder:
         regulatory: the regulatory deadline the tier windows must fit inside, if any.
         checksum: SHA-256 hex of the source file bytes ("" when built in code).
         source: the file it was loaded from, for error messages ("" when built in code).
+        migration: how a migration onto this version recomputes due times (issue 3).
     """
 
     name: str
@@ -106,6 +129,7 @@ class Ladder:
     regulatory: RegulatoryDeadline | None = None
     checksum: str = ""
     source: str = ""
+    migration: MigrationPolicy = field(default_factory=MigrationPolicy)
 
     def __post_init__(self) -> None:
         if not self.tiers:
