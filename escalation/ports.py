@@ -143,7 +143,15 @@ class RecordOutcome:
 
 @dataclass(frozen=True, slots=True)
 class LedgerRow:
-    """One append-only ledger row (see docs/architecture.md, "The ledger")."""
+    """One append-only ledger row (see docs/architecture.md, "The ledger"; docs/audit.md).
+
+    Who: ``actor`` (worker id or admin). What: ``event``, ``match_decision``, ``from_tier``,
+    ``to_tier``, ``ladder``/``ladder_version``, ``calendar_version``, ``materiality``
+    (decimal string). When: ``due_at``, ``decided_at`` (Redis TIME for worker decisions),
+    ``recorded_at`` (database clock at insert), ``regulatory_deadline``; all aware UTC. Why /
+    provenance: ``trace_id``, ``source_hash``, ``details``. Chain: ``prev_hash``/``row_hash``
+    (hex); ``chain_created_at`` is the partition key (the dispute's creation time).
+    """
 
     dispute_id: UUID
     seq: int
@@ -166,6 +174,12 @@ class LedgerRow:
     details: dict[str, Any]
     prev_hash: str
     row_hash: str
+    regulatory_deadline: datetime | None = None
+    calendar_version: str | None = None
+    # Issue 5 (additive): the rest of "who, what, when and why" (docs/audit.md).
+    calendar_version: str | None = None
+    regulatory_deadline: datetime | None = None
+    chain_created_at: datetime | None = None
 
 
 class AuditLog(Protocol):

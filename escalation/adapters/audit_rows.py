@@ -88,6 +88,8 @@ def chained_row(
 
     Returns:
         A dict of every ledger column except ``recorded_at`` (the database assigns it).
+        ``chain_created_at`` (the partition key, not hashed) is ``state["created_at"]``, or
+        None when ``state`` has no projection row yet (enqueue fills it from RETURNING).
 
     Raises:
         InvalidInput: a value with no canonical hash form (naive datetime, float in details).
@@ -117,6 +119,7 @@ def chained_row(
     prev = bytes(state["last_hash"])
     fields["prev_hash"] = prev
     fields["row_hash"] = audit_hash.row_hash(prev, fields)
+    fields["chain_created_at"] = state.get("created_at")
     return fields
 
 
@@ -144,4 +147,7 @@ def ledger_row(row: Mapping[Any, Any]) -> LedgerRow:
         details=dict(row["details"] or {}),
         prev_hash=bytes(row["prev_hash"]).hex(),
         row_hash=bytes(row["row_hash"]).hex(),
+        calendar_version=row.get("calendar_version"),
+        regulatory_deadline=utc_opt(row.get("regulatory_deadline")),
+        chain_created_at=utc_opt(row.get("chain_created_at")),
     )

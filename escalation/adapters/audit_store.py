@@ -83,7 +83,7 @@ _ENQUEUE_STATES = sa.text(
     f"INSERT INTO escalation_state ({', '.join(_ENQUEUE_COLUMNS)})"
     " SELECT * FROM unnest("
     + ", ".join(f"CAST(:{c} AS {t}[])" for c, t in _ENQUEUE_TYPES.items())
-    + ") ON CONFLICT (dispute_id) DO NOTHING RETURNING dispute_id"
+    + ") ON CONFLICT (dispute_id) DO NOTHING RETURNING dispute_id, created_at"
 )
 _COPY_COLUMNS = tuple(c.name for c in escalation_audit.columns if c.name != "recorded_at")
 _COPY_SQL = f"COPY escalation_audit ({', '.join(_COPY_COLUMNS)}) FROM STDIN"
@@ -162,9 +162,13 @@ class PostgresAuditStore(AuditQueries):
             # Sorted by dispute id, like every lock taken here: no deadlock between batches.
             states = [firsts[d]["state"] for d in sorted(firsts)]
             params = {c: [st[c] for st in states] for c in _ENQUEUE_COLUMNS}
-            inserted = set(conn.execute(_ENQUEUE_STATES, params).scalars())
+            # created_at (database clock) is the chain's partition key: every later row of
+            # the dispute copies it from the projection, so the chain stays in one partition.
+            created = {r[0]: r[1] for r in conn.execute(_ENQUEUE_STATES, params)}
+            inserted = set(created)
             if inserted:
-                conn.execute(sa.insert(escalation_audit), [firsts[d]["ledger"] for d in inserted])
+                rows = [{**firsts[d]["ledger"], "chain_created_at": created[d]} for d in inserted]
+                conn.execute(sa.insert(escalation_audit), rows)
             others = [d for d in firsts if d not in inserted]
             existing = {}
             if others:
@@ -424,6 +428,7 @@ def _apply_decisions(
             due_at=state["due_at"],
             next_due_at=decision.next_due_at,
             fence_token=claimed.token,
+            calendar_version=decision.calendar_version,
         )
         ledger.append(row)
         state.update(

@@ -2,9 +2,16 @@
 
 * ``escalation_audit``: the ledger, one row per event, append only. The database refuses
   UPDATE, DELETE and TRUNCATE (triggers created by the first Alembic revision, ``ENABLE
-  ALWAYS``). Primary key ``(dispute_id, seq)``: recording is idempotent per dispute and
-  sequence number; ``row_hash`` chains each row to the previous one of the same dispute
+  ALWAYS``, on the parent and every partition). Partitioned by month on
+  ``chain_created_at`` (the dispute's ``escalation_state.created_at``, identical on every
+  row of one dispute). Primary key ``(dispute_id, seq, chain_created_at)``: since one
+  dispute has one ``chain_created_at``, this is ``(dispute_id, seq)`` unique in effect, and
+  the projection's compare-and-set on ``last_seq`` serialises seq numbers
+  (docs/audit.md). ``row_hash`` chains each row to the previous one of the same dispute
   (``escalation.domain.audit_hash``).
+* ``audit_checkpoint`` / ``audit_checkpoint_head`` (revision 0002): append-only
+  checkpoints, a Merkle root over all chain heads chained to the previous checkpoint.
+* ``audit_retention``: partitions dropped by retention (append-only).
 * ``escalation_state``: the projection, one mutable row per escalation: current tier, due
   time, chain head (``last_seq``/``last_hash``). It is updated in the same transaction as the
   ledger row, and its row lock serialises appends to one dispute's chain.
@@ -74,7 +81,8 @@ escalation_audit = sa.Table(
     sa.Column("details", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
     sa.Column("prev_hash", BYTEA, nullable=False),
     sa.Column("row_hash", BYTEA, nullable=False),
-    sa.PrimaryKeyConstraint("dispute_id", "seq"),
+    sa.Column("chain_created_at", TZ, nullable=False),
+    sa.PrimaryKeyConstraint("dispute_id", "seq", "chain_created_at"),
     sa.CheckConstraint("seq >= 1", name="seq_positive"),
     sa.CheckConstraint(
         "event IN (" + ", ".join(f"'{e}'" for e in LEDGER_EVENTS) + ")", name="event_known"
@@ -84,7 +92,10 @@ escalation_audit = sa.Table(
     sa.Index(None, "decided_at"),
     sa.Index(None, "event", "decided_at"),
     sa.Index(None, "actor"),
+    postgresql_partition_by="RANGE (chain_created_at)",
 )
+PARTITION_SCHEMA = "escalation_ledger_parts"
+"""Schema holding the monthly partitions ``escalation_audit_yYYYYmMM`` (revision 0001)."""
 
 escalation_state = sa.Table(
     "escalation_state",
@@ -118,3 +129,48 @@ escalation_state = sa.Table(
         postgresql_where=sa.text("status = 'pending'"),
     ),
 )
+
+audit_checkpoint = sa.Table(
+    "audit_checkpoint",
+    metadata,
+    sa.Column("checkpoint_id", sa.BigInteger, nullable=False, autoincrement=False),
+    sa.Column("created_at", TZ, nullable=False, server_default=sa.text("clock_timestamp()")),
+    sa.Column("head_count", sa.BigInteger, nullable=False),
+    sa.Column("heads_root", BYTEA, nullable=False),
+    sa.Column("prev_checkpoint_hash", BYTEA, nullable=False),
+    sa.Column("checkpoint_hash", BYTEA, nullable=False),
+    sa.Column("actor", sa.Text, nullable=False),
+    sa.PrimaryKeyConstraint("checkpoint_id"),
+    sa.CheckConstraint("checkpoint_id >= 1", name="id_positive"),
+)
+"""One row per checkpoint (append-only): see ``escalation.service_layer.checkpoint``."""
+
+audit_checkpoint_head = sa.Table(
+    "audit_checkpoint_head",
+    metadata,
+    sa.Column("checkpoint_id", sa.BigInteger, nullable=False, autoincrement=False),
+    sa.Column("dispute_id", UUID(as_uuid=True), nullable=False),
+    sa.Column("last_seq", sa.BigInteger, nullable=False),
+    sa.Column("last_hash", BYTEA, nullable=False),
+    sa.Column("chain_created_at", TZ, nullable=False),
+    sa.PrimaryKeyConstraint("checkpoint_id", "dispute_id"),
+    sa.ForeignKeyConstraint(["checkpoint_id"], ["audit_checkpoint.checkpoint_id"]),
+)
+"""The chain heads a checkpoint covers (its Merkle leaves), append-only."""
+
+audit_retention = sa.Table(
+    "audit_retention",
+    metadata,
+    sa.Column("partition_name", sa.Text, nullable=False),
+    sa.Column("range_from", TZ, nullable=False),
+    sa.Column("range_to", TZ, nullable=False),
+    sa.Column("row_count", sa.BigInteger, nullable=False),
+    sa.Column("max_recorded_at", TZ),
+    sa.Column("retention_days", sa.Integer, nullable=False),
+    sa.Column("action", sa.Text, nullable=False),
+    sa.Column("actor", sa.Text, nullable=False),
+    sa.Column("done_at", TZ, nullable=False, server_default=sa.text("clock_timestamp()")),
+    sa.PrimaryKeyConstraint("partition_name", "action"),
+    sa.CheckConstraint("action IN ('detached', 'dropped')", name="action_known"),
+)
+"""Partitions removed by retention (append-only); verify skips chains created before them."""

@@ -9,6 +9,15 @@ The ledger ``escalation_audit`` refuses UPDATE and DELETE (row trigger) and TRUN
 = replica`` cannot bypass them (tech.md section 1.1-1.2). Only a table owner or superuser
 disabling the triggers can change rows; the hash chain makes that detectable.
 
+The ledger is RANGE-partitioned by month on ``chain_created_at`` (the creation time of the
+dispute's chain = ``escalation_state.created_at``, copied onto every row of the dispute), so
+all rows of one dispute live in one partition and a retried append lands where the first
+attempt did (docs/audit.md "Partitions"). There is no DEFAULT partition: monthly partitions
+live in schema ``escalation_ledger_parts`` and are created ahead of time by the SQL function
+``escalation_audit_ensure_partition(date)`` (which also adds the per-partition TRUNCATE
+trigger, since statement triggers are not cloned to partitions); this revision creates the
+current month and the three following ones.
+
 Frozen DDL: this file does not import ``escalation.adapters.tables``, so later edits to the
 code's table definitions cannot change what this revision did.
 """
@@ -55,6 +64,38 @@ $$
 """
 
 
+PARTITION_SCHEMA = "escalation_ledger_parts"
+
+ENSURE_PARTITION_FUNCTION = """
+CREATE FUNCTION escalation_audit_ensure_partition(month_start date) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+  m date := date_trunc('month', month_start)::date;
+  part text := format('escalation_audit_y%%sm%%s', to_char(m, 'YYYY'), to_char(m, 'MM'));
+BEGIN
+  PERFORM pg_advisory_xact_lock(7305114211002);
+  IF to_regclass(format('%(parts)s.%%I', part)) IS NOT NULL THEN
+    RETURN NULL;
+  END IF;
+  EXECUTE format(
+    'CREATE TABLE %(parts)s.%%I PARTITION OF %(schema)s.escalation_audit'
+    ' FOR VALUES FROM (%%L) TO (%%L)',
+    part, m::text || ' 00:00:00+00', (m + interval '1 month')::date::text || ' 00:00:00+00');
+  EXECUTE format(
+    'CREATE TRIGGER trg_escalation_audit_no_truncate BEFORE TRUNCATE ON %(parts)s.%%I'
+    ' FOR EACH STATEMENT EXECUTE FUNCTION %(schema)s.escalation_audit_forbid_mutation()', part);
+  EXECUTE format(
+    'ALTER TABLE %(parts)s.%%I ENABLE ALWAYS TRIGGER trg_escalation_audit_no_truncate', part);
+  EXECUTE format(
+    'ALTER TABLE %(parts)s.%%I ENABLE ALWAYS TRIGGER trg_escalation_audit_no_mutation', part);
+  RETURN part;
+END
+$$
+"""
+"""Create the month's partition (+ its triggers) unless it exists; returns its name or NULL.
+Serialised by an advisory lock so concurrent callers do not collide."""
+
+
 def _in(column: str, values: Sequence[str]) -> str:
     return f"{column} IN (" + ", ".join(f"'{v}'" for v in values) + ")"
 
@@ -86,7 +127,10 @@ def upgrade() -> None:
         sa.Column("details", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
         sa.Column("prev_hash", BYTEA, nullable=False),
         sa.Column("row_hash", BYTEA, nullable=False),
-        sa.PrimaryKeyConstraint("dispute_id", "seq", name="pk_escalation_audit"),
+        sa.Column("chain_created_at", TZ, nullable=False),
+        sa.PrimaryKeyConstraint(
+            "dispute_id", "seq", "chain_created_at", name="pk_escalation_audit"
+        ),
         sa.CheckConstraint("seq >= 1", name=op.f("ck_escalation_audit_seq_positive")),
         sa.CheckConstraint(_in("event", EVENTS), name=op.f("ck_escalation_audit_event_known")),
         sa.CheckConstraint(
@@ -95,6 +139,7 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "octet_length(prev_hash) = 32", name=op.f("ck_escalation_audit_prev_hash_len")
         ),
+        postgresql_partition_by="RANGE (chain_created_at)",
     )
     op.create_index("ix_escalation_audit_decided_at", "escalation_audit", ["decided_at"])
     op.create_index(
@@ -118,6 +163,14 @@ def upgrade() -> None:
     )
     op.execute(
         "ALTER TABLE escalation_audit ENABLE ALWAYS TRIGGER trg_escalation_audit_no_truncate"
+    )
+    schema = op.get_bind().execute(sa.text("SELECT current_schema()")).scalar_one()
+    op.execute(f"CREATE SCHEMA IF NOT EXISTS {PARTITION_SCHEMA}")
+    op.execute(ENSURE_PARTITION_FUNCTION % {"parts": PARTITION_SCHEMA, "schema": schema})
+    op.execute(
+        "SELECT escalation_audit_ensure_partition("
+        "(date_trunc('month', now() AT TIME ZONE 'UTC') + make_interval(months => m))::date)"
+        " FROM generate_series(0, 3) AS m"
     )
 
     op.create_table(
@@ -161,8 +214,7 @@ def downgrade() -> None:
     op.drop_table("escalation_state")
     op.execute("DROP TRIGGER trg_escalation_audit_no_truncate ON escalation_audit")
     op.execute("DROP TRIGGER trg_escalation_audit_no_mutation ON escalation_audit")
+    op.execute("DROP FUNCTION escalation_audit_ensure_partition(date)")
+    op.execute("DROP TABLE escalation_audit CASCADE")  # the parent drops every partition
+    op.execute(f"DROP SCHEMA IF EXISTS {PARTITION_SCHEMA} CASCADE")
     op.execute("DROP FUNCTION escalation_audit_forbid_mutation()")
-    op.drop_index("ix_escalation_audit_actor", table_name="escalation_audit")
-    op.drop_index("ix_escalation_audit_event_decided_at", table_name="escalation_audit")
-    op.drop_index("ix_escalation_audit_decided_at", table_name="escalation_audit")
-    op.drop_table("escalation_audit")

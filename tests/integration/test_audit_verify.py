@@ -92,8 +92,8 @@ def test_duplicate_decisions_counts_a_double_escalation(scratch_engine):
                 "INSERT INTO escalation_audit SELECT dispute_id, 99, event, match_decision,"
                 " from_tier, to_tier, ladder, ladder_version, calendar_version, materiality,"
                 " due_at, next_due_at, regulatory_deadline, decided_at, recorded_at, actor,"
-                " trace_id, source_hash, external_id, fence_token, details, prev_hash, row_hash"
-                " FROM escalation_audit WHERE dispute_id = :d AND seq = 2"
+                " trace_id, source_hash, external_id, fence_token, details, prev_hash, row_hash,"
+                " chain_created_at FROM escalation_audit WHERE dispute_id = :d AND seq = 2"
             ),
             {"d": victim},
         )
