@@ -174,3 +174,43 @@ audit_retention = sa.Table(
     sa.CheckConstraint("action IN ('detached', 'dropped')", name="action_known"),
 )
 """Partitions removed by retention (append-only); verify skips chains created before them."""
+
+LADDER_RUN_STATUSES: tuple[str, ...] = ("running", "done", "failed")
+
+ladder_history = sa.Table(
+    "ladder_history",
+    metadata,
+    sa.Column("run_id", sa.BigInteger, sa.Identity(), nullable=False),
+    sa.Column("ladder", sa.Text, nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("checksum", sa.Text, nullable=False),
+    sa.Column("plan_hash", sa.Text, nullable=False),
+    sa.Column("applied_by", sa.Text, nullable=False),
+    sa.Column("started_at", TZ, nullable=False),
+    sa.Column("finished_at", TZ),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("planned", sa.Integer, nullable=False, server_default=sa.text("0")),
+    sa.Column("migrated", sa.Integer, nullable=False, server_default=sa.text("0")),
+    sa.Column("replanned", sa.Integer, nullable=False, server_default=sa.text("0")),
+    sa.Column("skipped", sa.Integer, nullable=False, server_default=sa.text("0")),
+    sa.Column("blocked", sa.Integer, nullable=False, server_default=sa.text("0")),
+    sa.Column("not_owner", sa.Integer, nullable=False, server_default=sa.text("0")),
+    sa.Column("last_dispute_id", UUID(as_uuid=True)),
+    sa.Column("redis_synced_through", UUID(as_uuid=True)),
+    sa.Column("error", sa.Text),
+    sa.PrimaryKeyConstraint("run_id"),
+    sa.CheckConstraint("status IN ('running', 'done', 'failed')", name="status_known"),
+    sa.Index(None, "ladder", "version"),
+    sa.Index(
+        "uq_ladder_history_one_running",
+        "ladder",
+        "version",
+        unique=True,
+        postgresql_where=sa.text("status = 'running'"),
+    ),
+)
+"""Ladder migrations applied (issue 3): one row per ``ladder apply`` run, Flyway-style.
+
+``checksum`` is the SHA-256 of the target file when applied (``ladder check`` refuses a
+changed file); ``last_dispute_id`` / ``redis_synced_through`` are the resume points (batches
+go in dispute-id order: PostgreSQL committed through / Redis restored through)."""

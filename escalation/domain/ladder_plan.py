@@ -1,0 +1,306 @@
+"""Pure planning of a ladder migration (issue 3 points 4 and 6; domain.md section 4.2).
+
+``plan_escalation(escalation, versions, target, calendars)`` says what happens to one pending
+(or paused) escalation when it moves from its pinned ladder version to ``target``:
+
+* its tier id is kept when the target still has it (a renamed tier keeps its stable id, only
+  the display name changes; an inserted tier changes only the *next* tier);
+* a tier removed along the way follows each version's ``tier_map``; no map -> blocked;
+* the new tier's authority rank may never be lower than the current one (a reorder that
+  would demote a pending escalation is blocked, domain.md 4.2 row 7);
+* the due time follows the target file's ``[migration]`` policy (:class:`DuePlan`):
+  ``keep``, or recomputed from the time the escalation entered its tier; a recomputed due
+  time earlier than the current one becomes ``min(current, max(recomputed, now + grace))``
+  (never a burst of retroactive breaches, domain.md 4.2 row 3).
+
+The due rule is part of the plan, not its value at one instant, so the plan hash does not
+drift with the clock: ``apply`` resolves ``now + grace`` with Redis TIME when it writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from uuid import UUID
+
+from escalation.domain.calendars import CalendarRegistry, SlaWindow, window_end
+from escalation.domain.errors import LadderMigrationError, UnknownTier
+from escalation.domain.escalation import Escalation, Status
+from escalation.domain.ladder import DUE_FROM_TIER_ENTRY, Ladder
+
+
+class DueRule(StrEnum):
+    """How the new due time is obtained."""
+
+    KEEP = "keep"  # unchanged (paused escalations, or policy "keep")
+    RECOMPUTED = "recomputed"  # tier entry + new window (>= current due: lengthened/equal)
+    FLOOR = "floor"  # shortened: min(current, max(recomputed, now + grace))
+
+
+@dataclass(frozen=True, slots=True)
+class DuePlan:
+    """The due-time rule of one planned escalation.
+
+    Attributes:
+        rule: see :class:`DueRule`.
+        current: the due time now (aware UTC), None for a paused escalation.
+        recomputed: tier entry + the new tier's window (capped by the regulatory deadline),
+            None for ``KEEP``.
+        grace: the target version's grace window (``FLOOR`` only).
+    """
+
+    rule: DueRule
+    current: datetime | None
+    recomputed: datetime | None = None
+    grace: SlaWindow | None = None
+
+    def resolve(self, now: datetime, calendars: CalendarRegistry) -> datetime | None:
+        """The concrete due time at ``now`` (aware UTC, Redis TIME at apply)."""
+        if self.rule is DueRule.KEEP or self.recomputed is None:
+            return self.current
+        if self.rule is DueRule.RECOMPUTED:
+            return self.recomputed
+        assert self.grace is not None and self.current is not None  # noqa: S101 - FLOOR has both
+        floor = window_end(now, self.grace, calendars)
+        return min(self.current, max(self.recomputed, floor))
+
+    def suppressed(self, now: datetime, calendars: CalendarRegistry) -> bool:
+        """True when the grace floor moved the due time later than the recomputed one."""
+        due = self.resolve(now, calendars)
+        return self.rule is DueRule.FLOOR and due is not None and due != self.recomputed
+
+    def render(self) -> str:
+        """Canonical text for the plan hash (no dependence on the clock)."""
+        cur = "-" if self.current is None else self.current.isoformat()
+        if self.rule is DueRule.KEEP or self.recomputed is None:
+            return f"keep:{cur}"
+        if self.rule is DueRule.RECOMPUTED:
+            return f"set:{self.recomputed.isoformat()}"
+        grace = "" if self.grace is None else self.grace.describe()
+        return f"floor:min({cur},max({self.recomputed.isoformat()},now+{grace}))"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanItem:
+    """One escalation that can be migrated.
+
+    Attributes:
+        dispute_id, seq: the escalation and the ledger seq the plan was made at (apply's CAS).
+        status: pending or paused.
+        from_version, to_version: pinned version now, target version.
+        from_tier, to_tier: tier id now, tier id after.
+        old_next, new_next: next tier id before/after (None = terminal tier).
+        due: the due-time rule.
+    """
+
+    dispute_id: UUID
+    seq: int
+    status: Status
+    from_version: int
+    to_version: int
+    from_tier: str
+    to_tier: str
+    old_next: str | None
+    new_next: str | None
+    due: DuePlan
+
+    @property
+    def changes(self) -> bool:
+        """True when the tier, the next tier or the due time changes."""
+        due_changes = self.due.rule is not DueRule.KEEP and self.due.recomputed != self.due.current
+        return self.from_tier != self.to_tier or self.old_next != self.new_next or due_changes
+
+    def render(self) -> str:
+        """Canonical line for the plan hash."""
+        return (
+            f"{self.dispute_id}|{self.seq}|{self.status.value}|v{self.from_version}|"
+            f"{self.from_tier}>{self.to_tier}|{self.due.render()}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """An escalation that cannot be migrated, and why (it stays on its pinned version)."""
+
+    dispute_id: UUID
+    seq: int
+    from_version: int
+    tier: str
+    reason: str
+
+    def render(self) -> str:
+        """Canonical line for the plan hash."""
+        return (
+            f"{self.dispute_id}|{self.seq}|blocked|v{self.from_version}|{self.tier}|"
+            f"{self.reason}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationPlan:
+    """A dry run: what ``apply`` would do to every pending escalation of one ladder.
+
+    Attributes:
+        ladder: ladder name; ``target_version`` and ``checksum`` identify the target file.
+        items: migratable escalations, sorted by dispute id.
+        blocked: escalations that cannot be migrated, sorted by dispute id.
+    """
+
+    ladder: str
+    target_version: int
+    checksum: str
+    items: tuple[PlanItem, ...]
+    blocked: tuple[Blocked, ...]
+
+    def groups(self) -> list[tuple[str, str, int]]:
+        """``(from tier, to tier, count)`` rows, sorted."""
+        counts = Counter((i.from_tier, i.to_tier) for i in self.items)
+        return [(a, b, n) for (a, b), n in sorted(counts.items())]
+
+    def changed(self) -> list[PlanItem]:
+        """Items whose tier, next tier or due time changes."""
+        return [i for i in self.items if i.changes]
+
+    @property
+    def plan_hash(self) -> str:
+        """SHA-256 hex over the canonical rendering (target, checksum, every item/blocked)."""
+        return plan_hash(self.ladder, self.target_version, self.checksum, self.items, self.blocked)
+
+
+def plan_hash(
+    ladder: str,
+    target_version: int,
+    checksum: str,
+    items: Iterable[PlanItem],
+    blocked: Iterable[Blocked],
+) -> str:
+    """SHA-256 hex of ``ladder@target\\nchecksum\\n<item lines>\\n<blocked lines>``."""
+    h = hashlib.sha256(f"{ladder}@{target_version}\n{checksum}\n".encode())
+    for item in items:
+        h.update(item.render().encode() + b"\n")
+    h.update(b"--blocked--\n")
+    for b in blocked:
+        h.update(b.render().encode() + b"\n")
+    return h.hexdigest()
+
+
+def migration_path(versions: Mapping[int, Ladder], start: int, target: int) -> list[Ladder]:
+    """The versions ``start+1 .. target`` in order.
+
+    Raises:
+        LadderMigrationError: a version in between has no file.
+    """
+    missing = [v for v in range(start + 1, target + 1) if v not in versions]
+    if missing:
+        raise LadderMigrationError(
+            f"cannot migrate from v{start} to v{target}: no file for "
+            + ", ".join(f"v{v}" for v in missing)
+        )
+    return [versions[v] for v in range(start + 1, target + 1)]
+
+
+def map_tier(tier: str, path: Sequence[Ladder]) -> tuple[str | None, str]:
+    """Follow ``tier`` through ``path``: kept where the version has it, else via ``tier_map``.
+
+    Returns:
+        ``(new tier id, "")`` or ``(None, reason)`` when a version removes it without a map.
+    """
+    for ladder in path:
+        if tier in ladder.tier_map:
+            tier = ladder.tier_map[tier]
+        elif tier not in ladder.tier_ids:
+            return None, (
+                f"tier {tier!r} is removed in {ladder.key} and its tier_map has no entry for it"
+            )
+    return tier, ""
+
+
+def plan_escalation(
+    esc: Escalation,
+    versions: Mapping[int, Ladder],
+    target: Ladder,
+    calendars: CalendarRegistry,
+) -> PlanItem | Blocked:
+    """Plan one pending/paused escalation onto ``target``.
+
+    Args:
+        esc: the escalation as PostgreSQL holds it (pinned ``ladder_version`` < target).
+        versions: every version of the ladder by number (must include the pinned one).
+        target: the target version.
+        calendars: for the recomputed due time.
+
+    Returns:
+        A :class:`PlanItem`, or :class:`Blocked` (unknown pinned tier, removed without a
+        map, or a demotion).
+
+    Raises:
+        LadderMigrationError: a version between the pinned one and the target has no file.
+    """
+    pinned = versions.get(esc.ladder_version)
+    if pinned is None:
+        return Blocked(esc.dispute_id, esc.seq, esc.ladder_version, esc.tier,
+                       f"pinned version {esc.ladder}@{esc.ladder_version} has no file")
+    try:
+        old = pinned.tier(esc.tier)
+    except UnknownTier as exc:
+        return Blocked(esc.dispute_id, esc.seq, esc.ladder_version, esc.tier, str(exc))
+    new_id, reason = map_tier(esc.tier, migration_path(versions, pinned.version, target.version))
+    if new_id is None:
+        return Blocked(esc.dispute_id, esc.seq, esc.ladder_version, esc.tier, reason)
+    new = target.tier(new_id)
+    if new.rank < old.rank:
+        return Blocked(
+            esc.dispute_id, esc.seq, esc.ladder_version, esc.tier,
+            f"demotion: tier {old.id!r} (rank {old.rank}) in {pinned.key} would become "
+            f"{new.id!r} (rank {new.rank}) in {target.key}; a migration never lowers authority",
+        )
+    old_next, new_next = pinned.next_tier(old.id), target.next_tier(new.id)
+    return PlanItem(
+        dispute_id=esc.dispute_id,
+        seq=esc.seq,
+        status=esc.status,
+        from_version=esc.ladder_version,
+        to_version=target.version,
+        from_tier=old.id,
+        to_tier=new.id,
+        old_next=None if old_next is None else old_next.id,
+        new_next=None if new_next is None else new_next.id,
+        due=_due_plan(esc, target, new.id, calendars),
+    )
+
+
+def _due_plan(esc: Escalation, target: Ladder, tier: str, calendars: CalendarRegistry) -> DuePlan:
+    if esc.status is not Status.PENDING:
+        return DuePlan(DueRule.KEEP, None)
+    policy = target.migration
+    if policy.recompute_due != DUE_FROM_TIER_ENTRY:
+        return DuePlan(DueRule.KEEP, esc.due_at)
+    recomputed = window_end(esc.entered_tier_at, target.tier(tier).window, calendars)
+    if esc.regulatory_deadline is not None:
+        recomputed = min(recomputed, esc.regulatory_deadline)
+    if recomputed >= esc.due_at:
+        return DuePlan(DueRule.RECOMPUTED, esc.due_at, recomputed)
+    return DuePlan(DueRule.FLOOR, esc.due_at, recomputed, policy.grace)
+
+
+def build_plan(
+    escalations: Iterable[Escalation],
+    versions: Mapping[int, Ladder],
+    target: Ladder,
+    calendars: CalendarRegistry,
+) -> MigrationPlan:
+    """Plan every escalation (those already at or past ``target.version`` are ignored)."""
+    items: list[PlanItem] = []
+    blocked: list[Blocked] = []
+    for esc in escalations:
+        if esc.ladder != target.name or esc.ladder_version >= target.version:
+            continue
+        planned = plan_escalation(esc, versions, target, calendars)
+        (items if isinstance(planned, PlanItem) else blocked).append(planned)  # type: ignore[arg-type]
+    items.sort(key=lambda i: i.dispute_id)
+    blocked.sort(key=lambda b: b.dispute_id)
+    return MigrationPlan(target.name, target.version, target.checksum, tuple(items), tuple(blocked))
