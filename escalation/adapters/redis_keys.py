@@ -11,6 +11,11 @@ all live in one Redis Cluster slot. Layout for shard ``s`` of namespace ``ns``::
     escalations:{ns:s}:fence          STRING fencing-token counter (INCR)
     escalations:{ns:s}:stats          HASH   counters (claimed, stuck, lock_contended, ...)
     escalations:{ns:s}:wake           LIST   wake-up marker for sleeping workers
+    escalations:{ns:s}:dead_data      HASH   dead-letter member -> JSON record (issue 7)
+    escalations:{ns:s}:notify_retry   ZSET   notifications to retry, score = retry time (ms)
+    escalations:{ns:s}:notify_data    HASH   retry member -> JSON record
+    escalations:{ns:s}:decision_failures HASH dispute id -> failed decision attempts
+    escalations:{ns:s}:leader:<name>  STRING leader lease token (PX = lease)
 """
 
 from __future__ import annotations
@@ -79,6 +84,33 @@ class Keys:
     def wake(self) -> str:
         """LIST pushed when an escalation is enqueued earlier than anything pending."""
         return f"escalations:{self.tag}:wake"
+
+    # ---- reliability (issue 7): additive keys
+    @property
+    def dead_data(self) -> str:
+        """HASH dead-letter member -> JSON record (kind, dispute id, reason, attempts, entry)."""
+        return f"escalations:{self.tag}:dead_data"
+
+    @property
+    def notify_retry(self) -> str:
+        """ZSET of notifications waiting for a retry, score = retry time (epoch ms)."""
+        return f"escalations:{self.tag}:notify_retry"
+
+    @property
+    def notify_data(self) -> str:
+        """HASH retry member -> JSON record (entry fields, attempts, last error)."""
+        return f"escalations:{self.tag}:notify_data"
+
+    @property
+    def decision_failures(self) -> str:
+        """HASH dispute id -> number of failed decision attempts (poison input)."""
+        return f"escalations:{self.tag}:decision_failures"
+
+    def leader(self, name: str) -> str:
+        """STRING leader lease ``<token>`` of one role (PX = lease), e.g. ``maintenance``."""
+        return f"escalations:{self.tag}:leader:{name}"
+
+
 
 
 def shard_of(dispute_id: UUID | str, shards: int) -> int:

@@ -1,0 +1,51 @@
+-- dead_letter.lua: move a poison escalation or an undeliverable notification to the dead-letter
+-- set (issue 7 points 1-2; seed 002 "After max attempts, move to jobs:dead for inspection").
+-- kind "decision": only while the caller's fencing token still holds the lock (when given);
+--   ZREM the pending member, DEL its lock, HDEL its failure counter; the payload HASH is kept
+--   so `dead retry` can put it back. kind "notify": ZREM + HDEL the retry entry.
+-- Then ZADD dead <Redis TIME ms> member and HSET dead_data member record.
+--
+-- KEYS[1]  dead ZSET (score = dead-lettered time, epoch milliseconds)
+-- KEYS[2]  dead_data HASH (member -> JSON record)
+-- KEYS[3]  pending ZSET
+-- KEYS[4]  lock STRING of the dispute (decision) -- any key of the shard for notify
+-- KEYS[5]  decision_failures HASH
+-- KEYS[6]  notify_retry ZSET
+-- KEYS[7]  notify_data HASH
+-- ARGV[1]  dead member ("decision:<dispute id>" or "notify:<idempotency key>"), 1..200 bytes
+-- ARGV[2]  record, a JSON object
+-- ARGV[3]  kind: "decision" | "notify"
+-- ARGV[4]  dispute id (pending member / failure counter field), or "" for notify
+-- ARGV[5]  fencing token that must hold the lock (decimal), or "" (no ownership check)
+-- ARGV[6]  notify_retry member to remove, or ""
+-- Returns: dead-lettered time (epoch ms) on success; 0 = refused (lock not held by ARGV[5])
+-- Errors:  "EINVAL dead_letter: <reason>" (nothing written)
+
+local member, record, kind, id, token, rmember = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+if type(member) ~= 'string' or #member == 0 or #member > 200 then
+  return redis.error_reply('EINVAL dead_letter: bad member')
+end
+local ok, decoded = pcall(cjson.decode, record or '')
+if not ok or type(decoded) ~= 'table' then return redis.error_reply('EINVAL dead_letter: record is not JSON') end
+if kind ~= 'decision' and kind ~= 'notify' then return redis.error_reply('EINVAL dead_letter: bad kind') end
+if kind == 'decision' and (id == nil or #id == 0) then return redis.error_reply('EINVAL dead_letter: no id') end
+if token ~= '' and string.match(token, '^%d+$') == nil then return redis.error_reply('EINVAL dead_letter: bad token') end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if kind == 'decision' then
+  if token ~= '' then
+    local lockval = redis.call('GET', KEYS[4])
+    local locktok = lockval and string.match(lockval, '^(%d+):') or nil
+    if locktok ~= token then return 0 end
+  end
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('DEL', KEYS[4])
+  redis.call('HDEL', KEYS[5], id)
+end
+if rmember ~= '' then
+  redis.call('ZREM', KEYS[6], rmember)
+  redis.call('HDEL', KEYS[7], rmember)
+end
+redis.call('ZADD', KEYS[1], now, member)
+redis.call('HSET', KEYS[2], member, record)
+return now

@@ -1,0 +1,214 @@
+"""Use case: reconcile Redis with PostgreSQL (the truth) -- issue 7 point 3.
+
+PostgreSQL's projection (``escalation_state``) says what is pending; Redis is a rebuildable
+index of it. Two passes, both safe alongside live workers:
+
+1. **PostgreSQL -> Redis**: every pending/paused escalation (keyset pages) is compared with its
+   Redis payload/member/lock. A missing payload (``MISSING``), a payload behind the recorded
+   sequence number (``BEHIND``) or a pending payload without ZSET member (``MISSING_MEMBER``) is
+   repaired with ``scheduler.restore`` (apply.lua in restore mode: seq-guarded, never touches a
+   locked member, never re-creates a terminal one). A locked member is left alone (``LOCKED``:
+   its worker's apply, or its lease expiry, settles it). A payload *ahead* of PostgreSQL
+   (``AHEAD``; audit-before-apply makes this impossible unless someone wrote Redis by hand) is
+   reported, never changed. Escalations dead-lettered as poison decisions are skipped.
+2. **Redis -> PostgreSQL**: every ZSET member is looked up; members PostgreSQL says are
+   terminal/cancelled (``TERMINAL_MEMBER``) or does not know (``UNKNOWN_MEMBER``) are removed,
+   paused ones (``PAUSED_MEMBER``) are taken out of the ZSET (payload kept), with
+   ``reconcile_remove.lua`` (lock-aware and seq-guarded). Members are read from Redis *before*
+   PostgreSQL is asked about them, and enqueue records in PostgreSQL before writing Redis, so a
+   member being enqueued concurrently is never mistaken for an unknown one.
+
+``dry_run`` computes the same differences and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+from uuid import UUID
+
+from escalation.adapters.redis_reliability import ReliabilityRedis
+from escalation.domain.errors import EscalationError
+from escalation.domain.escalation import Escalation, Status, parse_dispute_id
+from escalation.domain.timeutil import to_ms
+from escalation.ports import ApplyOutcome, Scheduler
+
+PAGE = 1000
+
+
+class DiffKind(StrEnum):
+    """Kinds of difference between PostgreSQL and Redis."""
+
+    MISSING = "MISSING"
+    MISSING_MEMBER = "MISSING_MEMBER"
+    BEHIND = "BEHIND"
+    AHEAD = "AHEAD"
+    LOCKED = "LOCKED"
+    TERMINAL_MEMBER = "TERMINAL_MEMBER"
+    UNKNOWN_MEMBER = "UNKNOWN_MEMBER"
+    PAUSED_MEMBER = "PAUSED_MEMBER"
+
+
+@dataclass(frozen=True, slots=True)
+class Diff:
+    """One difference: ``kind``, the dispute id (ZSET member), and a short detail."""
+
+    kind: DiffKind
+    dispute_id: str
+    detail: str = ""
+    repaired: bool = False
+
+
+@dataclass
+class ReconcileReport:
+    """Result of one reconcile run.
+
+    Attributes:
+        checked_db: pending/paused escalations read from PostgreSQL.
+        checked_members: ZSET members read from Redis.
+        diffs: every difference found (``repaired`` tells whether it was fixed).
+        dry_run: nothing was written.
+    """
+
+    dry_run: bool
+    checked_db: int = 0
+    checked_members: int = 0
+    diffs: list[Diff] = field(default_factory=list)
+
+    def count(self, kind: DiffKind | None = None, *, repaired: bool | None = None) -> int:
+        """Number of diffs of ``kind`` (all kinds when None), optionally only (un)repaired."""
+        return sum(1 for d in self.diffs if (kind is None or d.kind is kind)
+                   and (repaired is None or d.repaired is repaired))
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready summary: counts per kind and the first 100 diffs."""
+        kinds = {k.value: self.count(k) for k in DiffKind if self.count(k)}
+        return {"dry_run": self.dry_run, "checked_db": self.checked_db,
+                "checked_members": self.checked_members, "differences": kinds,
+                "repaired": self.count(repaired=True),
+                "diffs": [{"kind": d.kind.value, "dispute_id": d.dispute_id,
+                           "detail": d.detail, "repaired": d.repaired} for d in self.diffs[:100]]}
+
+
+class PendingSource(Protocol):
+    """The part of the audit store reconcile reads (PostgresAuditStore satisfies it)."""
+
+    def pending_page(self, after: UUID | None, limit: int,
+                     statuses: tuple[Status, ...] = ...) -> list[Escalation]:
+        """Keyset page of escalations with the given statuses, dispute id ascending."""
+        ...
+
+    def get_many(self, dispute_ids: list[UUID]) -> dict[UUID, Escalation]:
+        """Recorded states by dispute id (unknown ids absent)."""
+        ...
+
+
+def _pages(store: PendingSource, page: int) -> Iterator[list[Escalation]]:
+    after: UUID | None = None
+    while True:
+        rows = store.pending_page(after, page, (Status.PENDING, Status.PAUSED))
+        if not rows:
+            return
+        yield rows
+        after = rows[-1].dispute_id
+        if len(rows) < page:
+            return
+
+
+def reconcile(
+    *,
+    scheduler: Scheduler,
+    store: PendingSource,
+    redis_side: ReliabilityRedis,
+    dry_run: bool = False,
+    page: int = PAGE,
+) -> ReconcileReport:
+    """Compare PostgreSQL with Redis and repair Redis (see the module docstring).
+
+    Args:
+        scheduler: the Redis scheduler (its ``restore`` does the seq-guarded repairs).
+        store: PostgreSQL (``pending_page``, ``get_many``).
+        redis_side: reliability reads/scripts on the same namespace and shard count.
+        dry_run: only list the differences.
+        page: PostgreSQL page / Redis chunk size (1-10000).
+
+    Returns:
+        ReconcileReport.
+
+    Raises:
+        Redis / database connection errors propagate (reconcile can be re-run at any time).
+    """
+    report = ReconcileReport(dry_run=dry_run)
+    for rows in _pages(store, page):
+        report.checked_db += len(rows)
+        _db_to_redis(rows, scheduler, redis_side, report, dry_run)
+    for keys in redis_side.shard_keys():
+        for chunk in redis_side.scan_members(keys, page):
+            report.checked_members += len(chunk)
+            _redis_to_db([m for m, _ in chunk], store, redis_side, report, dry_run)
+    return report
+
+
+def _db_to_redis(rows: list[Escalation], scheduler: Scheduler, redis_side: ReliabilityRedis,
+                 report: ReconcileReport, dry_run: bool) -> None:
+    seen = redis_side.inspect([str(e.dispute_id) for e in rows])
+    todo: list[tuple[Escalation, DiffKind, str]] = []
+    for esc in rows:
+        did = str(esc.dispute_id)
+        got = seen[did]
+        if got.dead:
+            continue
+        pending = esc.status is Status.PENDING
+        if got.payload_seq is None:
+            kind, detail = DiffKind.MISSING, f"no payload; PostgreSQL seq {esc.seq}"
+        elif got.payload_seq < esc.seq:
+            kind, detail = DiffKind.BEHIND, f"payload seq {got.payload_seq} < {esc.seq}"
+        elif got.payload_seq > esc.seq:
+            report.diffs.append(Diff(DiffKind.AHEAD, did,
+                                     f"payload seq {got.payload_seq} > {esc.seq}"))
+            continue
+        elif pending and got.score_ms is None:
+            kind, detail = DiffKind.MISSING_MEMBER, f"due {to_ms(esc.due_at)} ms"
+        else:
+            continue
+        if got.locked:
+            report.diffs.append(Diff(DiffKind.LOCKED, did, f"{kind.value} left to its worker"))
+            continue
+        todo.append((esc, kind, detail))
+    if dry_run or not todo:
+        report.diffs += [Diff(k, str(e.dispute_id), d) for e, k, d in todo]
+        return
+    outcomes = scheduler.restore([e for e, _, _ in todo])
+    for (esc, kind, detail), outcome in zip(todo, outcomes, strict=True):
+        report.diffs.append(Diff(kind, str(esc.dispute_id), f"{detail}: {outcome.value}",
+                                 repaired=outcome is ApplyOutcome.APPLIED))
+
+
+def _redis_to_db(members: list[str], store: PendingSource, redis_side: ReliabilityRedis,
+                 report: ReconcileReport, dry_run: bool) -> None:
+    ids: dict[str, UUID | None] = {}
+    for m in members:
+        try:
+            ids[m] = parse_dispute_id(m)
+        except EscalationError:
+            ids[m] = None
+    known = store.get_many([u for u in ids.values() if u is not None])
+    for member, uid in ids.items():
+        esc = known.get(uid) if uid is not None else None
+        if esc is None:
+            kind, seq, mode = DiffKind.UNKNOWN_MEMBER, None, "remove"
+        elif esc.status in (Status.TERMINAL, Status.CANCELLED):
+            kind, seq, mode = DiffKind.TERMINAL_MEMBER, esc.seq, "remove"
+        elif esc.status is Status.PAUSED:
+            kind, seq, mode = DiffKind.PAUSED_MEMBER, esc.seq, "unpark"
+        else:
+            continue
+        status = "unknown" if esc is None else esc.status.value
+        if dry_run:
+            report.diffs.append(Diff(kind, member, f"PostgreSQL: {status}"))
+            continue
+        result = redis_side.remove_member(member, seq, mode)
+        report.diffs.append(Diff(kind, member, f"PostgreSQL: {status}; {result}",
+                                 repaired=result == "removed"))

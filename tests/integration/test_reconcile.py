@@ -1,0 +1,107 @@
+"""Reconcile: PostgreSQL is the truth; Redis is repaired from it (issue 7 point 3)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from escalation.domain.escalation import Status
+from escalation.domain.timeutil import to_ms
+from escalation.service_layer.reconcile import DiffKind, reconcile
+from tests.e2e.helpers import due_requests, enqueue
+from tests.integration import reliability_support as support
+from tests.integration.reliability_support import delete_namespace, reliability_redis
+
+own_database_url = support.own_database_url  # fixtures
+own_app = support.own_app
+
+
+def _run(app: Any, dry_run: bool = False) -> Any:
+    return reconcile(scheduler=app.scheduler, store=app.store,
+                     redis_side=reliability_redis(app), dry_run=dry_run)
+
+
+def _pg_pending(app: Any) -> dict[str, int]:
+    rows = app.store.pending_page(None, 10000)
+    return {str(e.dispute_id): to_ms(e.due_at) for e in rows}
+
+
+def _zset(app: Any) -> dict[str, int]:
+    return dict(app.scheduler.pending_members(0))
+
+
+def test_reconcile_restores_every_pending_escalation_with_its_due_time_after_namespace_wipe(
+    own_app: Any,
+) -> None:
+    now = own_app.scheduler.time()
+    enqueue(own_app, due_requests(150, now, past_s=-3600))  # due in an hour
+    enqueue(own_app, due_requests(50, now, past_s=30))  # already due
+    truth = _pg_pending(own_app)
+    assert len(truth) == 200
+    assert delete_namespace(own_app.redis, own_app.settings.namespace) > 0
+    assert _zset(own_app) == {}
+
+    dry = _run(own_app, dry_run=True)
+    assert dry.count(DiffKind.MISSING) == 200
+    assert _zset(own_app) == {}  # dry run wrote nothing
+
+    report = _run(own_app)
+    assert report.count(DiffKind.MISSING, repaired=True) == 200
+    assert _zset(own_app) == truth  # 100% restored, scores == PostgreSQL due_at in ms
+    for did in list(truth)[:5]:
+        assert own_app.scheduler.payload(did)["seq"] == "1"
+    assert _run(own_app).diffs == []  # idempotent: nothing left to repair
+
+
+def test_reconcile_removes_unknown_and_terminal_members_and_reapplies_stale_payloads(
+    own_app: Any,
+) -> None:
+    now = own_app.scheduler.time()
+    ids = enqueue(own_app, due_requests(3, now, past_s=-600))
+    stale, cancelled, lost_member = ids
+    r = own_app.redis
+    keys = own_app.scheduler.keys_for(stale)
+    # a payload behind PostgreSQL: PostgreSQL moved on (a WARNING row bumps seq)
+    own_app.store.append_event(stale, "WARNING", "TEST", "t", now, {}, {})
+    # cancelled in PostgreSQL, still in Redis (crash between record and apply)
+    own_app.store.record_cancel(cancelled, "t", now, "resolved")
+    # member lost from the ZSET, payload kept
+    r.zrem(keys.pending, str(lost_member))
+    # a member nobody knows
+    unknown = str(uuid.uuid4())
+    r.zadd(keys.pending, {unknown: 1, "not-a-uuid": 2})
+
+    report = _run(own_app)
+    kinds = {(d.kind, d.dispute_id): d.repaired for d in report.diffs}
+    assert kinds[(DiffKind.BEHIND, str(stale))] is True
+    assert kinds[(DiffKind.TERMINAL_MEMBER, str(cancelled))] is True
+    assert kinds[(DiffKind.MISSING_MEMBER, str(lost_member))] is True
+    assert kinds[(DiffKind.UNKNOWN_MEMBER, unknown)] is True
+    assert kinds[(DiffKind.UNKNOWN_MEMBER, "not-a-uuid")] is True
+    assert own_app.scheduler.payload(stale)["seq"] == "2"
+    assert own_app.scheduler.payload(cancelled) is None
+    assert _zset(own_app) == _pg_pending(own_app)
+
+
+def test_reconcile_leaves_a_locked_member_to_its_worker(own_app: Any) -> None:
+    now = own_app.scheduler.time()
+    (did,) = enqueue(own_app, due_requests(1, now, past_s=-600))
+    keys = own_app.scheduler.keys_for(did)
+    own_app.store.append_event(did, "WARNING", "TEST", "t", now, {}, {})
+    own_app.redis.set(keys.lock(did), "7:other-worker", px=60_000)
+    report = _run(own_app)
+    assert [d.kind for d in report.diffs] == [DiffKind.LOCKED]
+    assert own_app.scheduler.payload(did)["seq"] == "1"  # untouched while locked
+
+
+def test_reconcile_takes_a_paused_member_out_of_the_zset_and_keeps_its_payload(
+    own_app: Any,
+) -> None:
+    now = own_app.scheduler.time()
+    (did,) = enqueue(own_app, due_requests(1, now, past_s=-600))
+    own_app.store.append_event(did, "PAUSED", "PAUSED", "t", now,
+                               {"status": Status.PAUSED}, {})
+    report = _run(own_app)  # payload behind: restore parks it (ZREM, payload at new seq)
+    assert report.count(DiffKind.BEHIND, repaired=True) == 1
+    assert _zset(own_app) == {}
+    assert own_app.scheduler.payload(did)["seq"] == "2"
