@@ -1,0 +1,363 @@
+"""PostgreSQL side of ladder migrations (issue 3): the ``ladder_history`` table, the pending
+escalations of one ladder, and the one-transaction-per-batch migration write.
+
+* :meth:`LadderHistoryStore.migrate_batch` locks the batch's projection rows (sorted by
+  dispute id, like every lock in the audit store, so it cannot deadlock with workers), checks
+  each row's ``last_seq`` against the planned one (a worker decision in between makes the item
+  re-planned from the locked state, never overwritten), appends one chained
+  ``LADDER_MIGRATED`` ledger row per escalation, updates the projection (ladder_version,
+  tier, due_at) and advances the run's counters and resume point -- all in ONE transaction.
+* ``ladder_history`` rows are the Flyway-style record: checksum of the applied file, plan
+  hash, who, when, counts, status running|done|failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+from escalation.adapters.audit_rows import chained_row, escalation_from_state, utc, utc_opt
+from escalation.adapters.tables import escalation_audit, escalation_state, ladder_history
+from escalation.domain.errors import ConflictError, NotFound
+from escalation.domain.escalation import Escalation, Status
+from escalation.domain.ladder_plan import Blocked, PlanItem
+
+_S = escalation_state
+_H = ladder_history
+_UUIDS = pg.ARRAY(pg.UUID(as_uuid=True))
+_OPEN = (Status.PENDING.value, Status.PAUSED.value)
+MAX_PAGE = 10_000
+
+Replan = Callable[[Escalation], "tuple[PlanItem, datetime | None] | Blocked"]
+"""Re-plan one escalation from its locked current state -> (item, resolved due) or Blocked."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """One ``ladder_history`` row (times aware UTC)."""
+
+    run_id: int
+    ladder: str
+    version: int
+    checksum: str
+    plan_hash: str
+    applied_by: str
+    started_at: datetime
+    finished_at: datetime | None
+    status: str
+    planned: int
+    migrated: int
+    replanned: int
+    skipped: int
+    blocked: int
+    not_owner: int
+    last_dispute_id: UUID | None
+    redis_synced_through: UUID | None
+    error: str | None
+
+
+@dataclass
+class BatchResult:
+    """What one :meth:`LadderHistoryStore.migrate_batch` transaction did.
+
+    Attributes:
+        migrated: the new projection states (to restore into Redis), in dispute-id order.
+        replanned: items whose seq had moved (a worker decided meanwhile) and were re-planned.
+        skipped: items already at the target version, closed, or gone.
+        blocked: items that, re-planned, can no longer be migrated (left on their version).
+        suppressed: items whose due time the grace floor moved (no retroactive breach).
+    """
+
+    migrated: list[Escalation] = field(default_factory=list)
+    replanned: int = 0
+    skipped: int = 0
+    blocked: list[Blocked] = field(default_factory=list)
+    suppressed: int = 0
+
+
+def _row(r: Mapping[Any, Any]) -> HistoryRow:
+    return HistoryRow(**{
+        **dict(r),
+        "started_at": utc(r["started_at"]),
+        "finished_at": utc_opt(r["finished_at"]),
+    })
+
+
+class LadderHistoryStore:
+    """``ladder_history`` and the migration writes (PostgreSQL).
+
+    Args:
+        engine: a psycopg 3 engine on a database at the Alembic head.
+    """
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+
+    # ------------------------------------------------------------------ history
+    def applied_checksums(self) -> dict[tuple[str, int], str]:
+        """``(ladder, version) -> checksum`` of every run that is running or done (the latest
+        run per version wins)."""
+        stmt = (
+            sa.select(_H.c.ladder, _H.c.version, _H.c.checksum)
+            .where(_H.c.status.in_(("running", "done")))
+            .order_by(_H.c.run_id)
+        )
+        with self._engine.connect() as conn:
+            return {(r.ladder, r.version): r.checksum for r in conn.execute(stmt)}
+
+    def history(self, ladder: str | None = None) -> list[HistoryRow]:
+        """Every run (optionally of one ladder), oldest first."""
+        stmt = sa.select(_H).order_by(_H.c.run_id)
+        if ladder is not None:
+            stmt = stmt.where(_H.c.ladder == ladder)
+        with self._engine.connect() as conn:
+            return [_row(r) for r in conn.execute(stmt).mappings()]
+
+    def open_run(self, ladder: str, version: int) -> HistoryRow | None:
+        """The latest run of ``ladder@version`` that did not finish (running or failed)."""
+        stmt = (
+            sa.select(_H)
+            .where(_H.c.ladder == ladder, _H.c.version == version)
+            .order_by(_H.c.run_id.desc())
+            .limit(1)
+        )
+        with self._engine.connect() as conn:
+            r = conn.execute(stmt).mappings().first()
+        if r is None or r["status"] == "done":
+            return None
+        return _row(r)
+
+    def start(
+        self, *, ladder: str, version: int, checksum: str, plan_hash: str, applied_by: str,
+        started_at: datetime, planned: int,
+    ) -> int:
+        """Insert a ``running`` row; returns its ``run_id``.
+
+        Raises:
+            ConflictError: another apply of this ladder version is running.
+        """
+        try:
+            with self._engine.begin() as conn:
+                run_id = conn.execute(
+                    sa.insert(_H)
+                    .values(ladder=ladder, version=version, checksum=checksum,
+                            plan_hash=plan_hash, applied_by=applied_by, started_at=started_at,
+                            status="running", planned=planned)
+                    .returning(_H.c.run_id)
+                ).scalar_one()
+        except sa.exc.IntegrityError:
+            raise ConflictError(
+                f"another `ladder apply` of {ladder}@{version} is running (ladder history)"
+            ) from None
+        return int(run_id)
+
+    def resume(self, run_id: int, applied_by: str) -> None:
+        """Mark a failed run ``running`` again (a resumed apply). Raises ConflictError."""
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(
+                    sa.update(_H).where(_H.c.run_id == run_id)
+                    .values(status="running", applied_by=applied_by, error=None)
+                )
+        except sa.exc.IntegrityError:
+            raise ConflictError(f"another `ladder apply` is running (run {run_id})") from None
+
+    def finish(
+        self, run_id: int, status: str, finished_at: datetime, error: str | None = None
+    ) -> None:
+        """Set the run's final ``status`` (done|failed), ``finished_at`` and ``error``."""
+        with self._engine.begin() as conn:
+            conn.execute(
+                sa.update(_H).where(_H.c.run_id == run_id)
+                .values(status=status, finished_at=finished_at, error=error)
+            )
+
+    def note_redis(self, run_id: int, through: UUID, not_owner: int) -> None:
+        """Advance the Redis resume point and add ``not_owner`` to its counter."""
+        with self._engine.begin() as conn:
+            conn.execute(
+                sa.update(_H).where(_H.c.run_id == run_id)
+                .values(redis_synced_through=through, not_owner=_H.c.not_owner + not_owner)
+            )
+
+    def get_run(self, run_id: int) -> HistoryRow:
+        """One run. Raises NotFound."""
+        with self._engine.connect() as conn:
+            r = conn.execute(sa.select(_H).where(_H.c.run_id == run_id)).mappings().first()
+        if r is None:
+            raise NotFound(f"no ladder history run {run_id}")
+        return _row(r)
+
+    # ------------------------------------------------------------------ reads
+    def open_escalations(
+        self, ladder: str, after: UUID | None, limit: int, *, below_version: int | None = None,
+        at_version: int | None = None, through: UUID | None = None,
+    ) -> list[Escalation]:
+        """A keyset page (dispute id > ``after``, ascending) of pending/paused escalations
+        of ``ladder``, pinned below ``below_version`` or at ``at_version``, ids <= ``through``.
+
+        Raises:
+            ValueError: ``limit`` outside 1..10000.
+        """
+        if not 1 <= limit <= MAX_PAGE:
+            raise ValueError(f"page limit must be 1-{MAX_PAGE}, got {limit}")
+        stmt = sa.select(_S).where(_S.c.ladder == ladder, _S.c.status.in_(_OPEN))
+        if below_version is not None:
+            stmt = stmt.where(_S.c.ladder_version < below_version)
+        if at_version is not None:
+            stmt = stmt.where(_S.c.ladder_version == at_version)
+        if after is not None:
+            stmt = stmt.where(_S.c.dispute_id > after)
+        if through is not None:
+            stmt = stmt.where(_S.c.dispute_id <= through)
+        stmt = stmt.order_by(_S.c.dispute_id).limit(limit)
+        with self._engine.connect() as conn:
+            return [escalation_from_state(r) for r in conn.execute(stmt).mappings()]
+
+    def states(self, ids: Sequence[UUID]) -> dict[UUID, Escalation]:
+        """Current projection states of ``ids`` (missing ids are absent)."""
+        if not ids:
+            return {}
+        stmt = sa.select(_S).where(_S.c.dispute_id == sa.any_(sa.bindparam("ids", type_=_UUIDS)))
+        with self._engine.connect() as conn:
+            return {
+                r["dispute_id"]: escalation_from_state(r)
+                for r in conn.execute(stmt, {"ids": list(ids)}).mappings()
+            }
+
+    # ------------------------------------------------------------------ the write
+    def migrate_batch(
+        self,
+        run_id: int,
+        batch: Sequence[tuple[PlanItem, datetime | None]],
+        *,
+        target_version: int,
+        actor: str,
+        decided_at: datetime,
+        details: Mapping[str, Any],
+        replan: Replan,
+    ) -> BatchResult:
+        """Migrate one batch in ONE transaction (see the module docstring).
+
+        Args:
+            run_id: the ``ladder_history`` run; its counters and ``last_dispute_id`` advance
+                in the same transaction.
+            batch: ``(planned item, resolved new due time)`` pairs.
+            target_version: the version migrated to.
+            actor: who applies (ledger ``actor``).
+            decided_at: aware UTC time of the migration (Redis TIME).
+            details: extra JSON for every ledger row (migration id, checksum); no floats.
+            replan: re-plans an item whose seq moved, from its locked state.
+
+        Returns:
+            A :class:`BatchResult`.
+        """
+        result = BatchResult()
+        if not batch:
+            return result
+        ids = sorted(item.dispute_id for item, _ in batch)
+        with self._engine.begin() as conn:
+            locked = {
+                r["dispute_id"]: dict(r)
+                for r in conn.execute(
+                    sa.select(_S)
+                    .where(_S.c.dispute_id == sa.any_(sa.bindparam("ids", type_=_UUIDS)))
+                    .order_by(_S.c.dispute_id)
+                    .with_for_update(),
+                    {"ids": ids},
+                ).mappings()
+            }
+            for item, due in sorted(batch, key=lambda b: b[0].dispute_id):
+                state = locked.get(item.dispute_id)
+                if (
+                    state is None
+                    or state["status"] not in _OPEN
+                    or int(state["ladder_version"]) >= target_version
+                ):
+                    result.skipped += 1
+                    continue
+                if int(state["last_seq"]) != item.seq or state["status"] != item.status.value:
+                    result.replanned += 1
+                    again = replan(escalation_from_state(state))
+                    if isinstance(again, Blocked):
+                        result.blocked.append(again)
+                        continue
+                    item, due = again  # noqa: PLW2901 - the re-planned item replaces it
+                result.migrated.append(
+                    _migrate_one(conn, state, item, due, actor, decided_at, details)
+                )
+                if item.due.rule.value == "floor" and due != item.due.recomputed:
+                    result.suppressed += 1
+            conn.execute(
+                sa.update(_H).where(_H.c.run_id == run_id).values(
+                    migrated=_H.c.migrated + len(result.migrated),
+                    replanned=_H.c.replanned + result.replanned,
+                    skipped=_H.c.skipped + result.skipped,
+                    blocked=_H.c.blocked + len(result.blocked),
+                    last_dispute_id=ids[-1],
+                )
+            )
+        return result
+
+
+def _migrate_one(
+    conn: sa.Connection,
+    state: dict[str, Any],
+    item: PlanItem,
+    due: datetime | None,
+    actor: str,
+    decided_at: datetime,
+    details: Mapping[str, Any],
+) -> Escalation:
+    """Append the LADDER_MIGRATED row of one locked escalation and move its projection."""
+    old_due = utc_opt(state["due_at"])
+    after = {**state, "ladder_version": item.to_version, "tier": item.to_tier}
+    if state["status"] == Status.PENDING.value:
+        after["due_at"] = due
+    row = chained_row(
+        after,
+        event="LADDER_MIGRATED",
+        match_decision="LADDER_MIGRATED",
+        actor=actor,
+        decided_at=decided_at,
+        from_tier=item.from_tier,
+        to_tier=item.to_tier,
+        due_at=old_due,
+        next_due_at=after["due_at"],
+        details={
+            **details,
+            "from_version": item.from_version,
+            "to_version": item.to_version,
+            "old_tier": item.from_tier,
+            "new_tier": item.to_tier,
+            "old_next_tier": item.old_next,
+            "new_next_tier": item.new_next,
+            "old_due_at": None if old_due is None else old_due.isoformat(),
+            "new_due_at": None if after["due_at"] is None else after["due_at"].isoformat(),
+            "due_rule": item.due.rule.value,
+            "breach_suppressed_by_migration": bool(
+                item.due.rule.value == "floor" and due != item.due.recomputed
+            ),
+        },
+    )
+    conn.execute(sa.insert(escalation_audit), [row])
+    conn.execute(
+        sa.update(_S)
+        .where(_S.c.dispute_id == state["dispute_id"])
+        .values(
+            ladder_version=item.to_version,
+            tier=item.to_tier,
+            due_at=after["due_at"],
+            last_seq=row["seq"],
+            last_hash=row["row_hash"],
+            updated_at=sa.func.clock_timestamp(),
+        )
+    )
+    after.update(last_seq=row["seq"], last_hash=row["row_hash"])
+    return escalation_from_state(after)

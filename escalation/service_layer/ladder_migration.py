@@ -1,0 +1,303 @@
+"""Use cases: ``ladder check``, ``ladder plan``, ``ladder apply`` (issue 3; DESIGN.md "Ladders
+and ladder migrations"; tech.md 3.10 -- Flyway-style, not Alembic revisions).
+
+* :func:`check` -- every ladder file, plus the checksums recorded in ``ladder_history``.
+* :func:`plan_migration` -- a dry run over the pending and paused escalations of one ladder
+  in PostgreSQL (the system of record), with a plan hash. No writes.
+* :func:`apply_migration` -- re-plans and refuses if the hash differs; then, per batch, one
+  PostgreSQL transaction (LADDER_MIGRATED rows, projection, history counters) followed by a
+  seq-guarded ``Scheduler.restore`` of the batch. Resumable: a re-run with the same hash
+  continues a failed or crashed run (escalations already on the target version are no
+  longer in the plan; the Redis side of the last committed batch is restored first).
+
+Workers keep firing meanwhile. A worker that decided on the old version before the batch
+committed wins the seq compare-and-set and the item is re-planned from its new state; one
+that claimed before and records after gets STALE and applies the migrated state. A member
+whose lock a worker holds at restore time (NOT_OWNER) is retried until the lock is gone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from uuid import UUID
+
+from escalation.adapters.ladder_files import LadderCatalog, check_ladder_dir
+from escalation.adapters.ladder_history import HistoryRow, LadderHistoryStore
+from escalation.domain.calendars import CalendarRegistry
+from escalation.domain.errors import LadderMigrationError
+from escalation.domain.escalation import Escalation
+from escalation.domain.ladder import Ladder
+from escalation.domain.ladder_check import check_ladders
+from escalation.domain.ladder_plan import (
+    Blocked,
+    MigrationPlan,
+    PlanItem,
+    build_plan,
+    plan_escalation,
+)
+from escalation.ports import ApplyOutcome, Scheduler
+
+PAGE = 5000
+Progress = Callable[[int, int], None]
+Hook = Callable[[str, int], None]
+Replanned = tuple[PlanItem, datetime | None] | Blocked
+
+
+# --------------------------------------------------------------------------- check
+def check(ladders_dir: Path, history: LadderHistoryStore | None) -> list[str]:
+    """Every problem ``escalation ladder check`` reports (empty = valid).
+
+    File checks always; with ``history`` also the applied checksums of the ladders that have
+    files in ``ladders_dir`` (other ladders' history rows belong to other directories).
+    """
+    applied: dict[tuple[str, int], str] = {}
+    if history is not None:
+        names = {p.name.split(".v", 1)[0] for p in ladders_dir.glob("*.toml")}
+        applied = {k: v for k, v in history.applied_checksums().items() if k[0] in names}
+    return check_ladder_dir(ladders_dir, applied)
+
+
+# --------------------------------------------------------------------------- plan
+def _versions(
+    ladders: LadderCatalog, name: str, to_version: int
+) -> tuple[dict[int, Ladder], Ladder]:
+    target = ladders.get(name, to_version)
+    versions = {v: ladders.get(name, v) for v in ladders.versions(name)}
+    return versions, target
+
+
+def _validate(versions: dict[int, Ladder], history: LadderHistoryStore) -> None:
+    applied = {k: v for k, v in history.applied_checksums().items() if k[0] in
+               {ld.name for ld in versions.values()}}
+    errors = check_ladders(list(versions.values()), applied)
+    if errors:
+        raise LadderMigrationError("ladder files fail `ladder check`:\n" + "\n".join(errors))
+
+
+def _open_escalations(
+    history: LadderHistoryStore, name: str, below: int
+) -> Iterator[Escalation]:
+    after: UUID | None = None
+    while True:
+        page = history.open_escalations(name, after, PAGE, below_version=below)
+        yield from page
+        if len(page) < PAGE:
+            return
+        after = page[-1].dispute_id
+
+
+def plan_migration(
+    *,
+    history: LadderHistoryStore,
+    ladders: LadderCatalog,
+    calendars: CalendarRegistry,
+    ladder: str,
+    to_version: int,
+) -> MigrationPlan:
+    """Dry run: plan every pending/paused escalation of ``ladder`` pinned below ``to_version``.
+
+    Raises:
+        LadderError: no such ladder version.
+        LadderMigrationError: the ladder's files fail ``ladder check`` (contiguity, maps,
+            demoting maps, changed checksums).
+    """
+    versions, target = _versions(ladders, ladder, to_version)
+    _validate(versions, history)
+    return build_plan(_open_escalations(history, ladder, to_version), versions, target, calendars)
+
+
+# --------------------------------------------------------------------------- apply
+@dataclass
+class ApplyReport:
+    """What :func:`apply_migration` did (counts are for this invocation)."""
+
+    run_id: int = 0
+    resumed: bool = False
+    planned: int = 0
+    migrated: int = 0
+    replanned: int = 0
+    skipped: int = 0
+    suppressed: int = 0
+    blocked: list[Blocked] = field(default_factory=list)
+    not_owner: int = 0
+    left_to_workers: list[UUID] = field(default_factory=list)
+    redis_repaired: int = 0
+
+
+def apply_migration(
+    *,
+    history: LadderHistoryStore,
+    scheduler: Scheduler,
+    ladders: LadderCatalog,
+    calendars: CalendarRegistry,
+    ladder: str,
+    to_version: int,
+    plan_hash: str,
+    actor: str,
+    batch_size: int = 500,
+    lock_wait_s: float = 30.0,
+    progress: Progress | None = None,
+    hook: Hook | None = None,
+) -> ApplyReport:
+    """Apply the migration of ``ladder`` to ``to_version`` that ``plan_hash`` approved.
+
+    Args:
+        plan_hash: the hash ``ladder plan`` printed; a failed/crashed run with the same hash
+            is resumed even though the remaining plan differs.
+        batch_size: escalations per PostgreSQL transaction (1..5000).
+        lock_wait_s: how long to retry members whose lock a worker holds (NOT_OWNER).
+        progress: ``progress(done, total)`` after each batch.
+        hook: test hook ``hook(stage, batch_index)`` at ``after_record`` / ``after_restore``.
+
+    Raises:
+        LadderMigrationError: the re-computed plan hash differs (state drifted), the plan has
+            escalations that cannot be migrated, or the files fail ``ladder check``.
+        ConflictError: another apply of this ladder version is running.
+    """
+    if not 1 <= batch_size <= PAGE:
+        raise LadderMigrationError(f"batch size must be 1-{PAGE}, got {batch_size}")
+    versions, target = _versions(ladders, ladder, to_version)
+    plan = plan_migration(history=history, ladders=ladders, calendars=calendars,
+                          ladder=ladder, to_version=to_version)
+    report = ApplyReport(planned=len(plan.items))
+    run = history.open_run(ladder, to_version)
+    resuming = run is not None and run.plan_hash == plan_hash and run.checksum == target.checksum
+    if not resuming and plan.plan_hash != plan_hash:
+        raise LadderMigrationError(
+            f"plan hash differs: approved {plan_hash[:16]}..., the state now gives "
+            f"{plan.plan_hash[:16]}... (escalations changed since the plan); run "
+            f"`escalation ladder plan --to {to_version}` again and review it"
+        )
+    if plan.blocked:
+        raise LadderMigrationError(
+            f"{len(plan.blocked)} escalation(s) cannot be migrated to {target.key} (first: "
+            f"{plan.blocked[0].dispute_id}: {plan.blocked[0].reason}); nothing applied"
+        )
+    now = scheduler.time()
+    if resuming and run is not None:
+        report.resumed, report.run_id = True, run.run_id
+        if run.status == "failed":
+            history.resume(run.run_id, actor)
+        report.redis_repaired = _repair_redis(history, scheduler, ladder, to_version, run)
+    else:
+        if run is not None:
+            history.finish(run.run_id, "failed", now, error="superseded by a new plan")
+        report.run_id = history.start(
+            ladder=ladder, version=to_version, checksum=target.checksum, plan_hash=plan_hash,
+            applied_by=actor, started_at=now, planned=len(plan.items),
+        )
+    try:
+        _run_batches(plan, report, history=history, scheduler=scheduler, versions=versions,
+                     target=target, calendars=calendars, actor=actor, batch_size=batch_size,
+                     progress=progress, hook=hook)
+        report.left_to_workers = _retry_not_owner(
+            report.left_to_workers, history, scheduler, lock_wait_s
+        )
+    except BaseException as exc:
+        history.finish(report.run_id, "failed", scheduler.time(), error=repr(exc)[:500])
+        raise
+    history.finish(report.run_id, "done", scheduler.time())
+    return report
+
+
+def _run_batches(
+    plan: MigrationPlan,
+    report: ApplyReport,
+    *,
+    history: LadderHistoryStore,
+    scheduler: Scheduler,
+    versions: dict[int, Ladder],
+    target: Ladder,
+    calendars: CalendarRegistry,
+    actor: str,
+    batch_size: int,
+    progress: Progress | None,
+    hook: Hook | None,
+) -> None:
+    details = {"migration_id": report.run_id, "checksum": target.checksum,
+               "plan_hash": plan.plan_hash}
+    total = len(plan.items)
+    for index, start in enumerate(range(0, total, batch_size)):
+        chunk = plan.items[start : start + batch_size]
+        now = scheduler.time()
+
+        def replan(esc: Escalation, now: datetime = now) -> Replanned:
+            again = plan_escalation(esc, versions, target, calendars)
+            if isinstance(again, Blocked):
+                return again
+            return again, again.due.resolve(now, calendars)
+
+        result = history.migrate_batch(
+            report.run_id, [(i, i.due.resolve(now, calendars)) for i in chunk],
+            target_version=target.version, actor=actor, decided_at=now, details=details,
+            replan=replan,
+        )
+        report.migrated += len(result.migrated)
+        report.replanned += result.replanned
+        report.skipped += result.skipped
+        report.suppressed += result.suppressed
+        report.blocked.extend(result.blocked)
+        if hook:
+            hook("after_record", index)
+        busy = _restore(scheduler, result.migrated)
+        report.not_owner += len(busy)
+        report.left_to_workers = _retry_not_owner(
+            [*report.left_to_workers, *busy], history, scheduler, 0.0
+        )
+        history.note_redis(report.run_id, chunk[-1].dispute_id, len(busy))
+        if hook:
+            hook("after_restore", index)
+        if progress:
+            progress(min(start + batch_size, total), total)
+
+
+def _restore(scheduler: Scheduler, states: Sequence[Escalation]) -> list[UUID]:
+    """Restore ``states`` into Redis; returns the ids a worker's lock kept (NOT_OWNER)."""
+    if not states:
+        return []
+    outcomes = scheduler.restore(states)
+    return [s.dispute_id for s, o in zip(states, outcomes, strict=True)
+            if o is ApplyOutcome.NOT_OWNER]
+
+
+def _retry_not_owner(
+    ids: list[UUID], history: LadderHistoryStore, scheduler: Scheduler, wait_s: float
+) -> list[UUID]:
+    """Re-restore members a worker held, from fresh PostgreSQL state, until ``wait_s`` ends.
+
+    A worker holding the lock either records after the migration (STALE: it applies the
+    migrated state itself) or recorded before it and applies its own older state; either way
+    the lock is released within the lease, and this restore then brings Redis to PostgreSQL.
+    Returns the ids still held when the time is up (their own worker or reconcile fixes them).
+    """
+    deadline = time.monotonic() + wait_s
+    while ids:
+        states = list(history.states(ids).values())
+        ids = _restore(scheduler, states)
+        if not ids or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    return ids
+
+
+def _repair_redis(
+    history: LadderHistoryStore, scheduler: Scheduler, ladder: str, version: int,
+    run: HistoryRow,
+) -> int:
+    """Resume: restore the batches PostgreSQL committed but Redis may not have seen."""
+    last = run.last_dispute_id
+    if last is None:
+        return 0
+    after = run.redis_synced_through
+    repaired = 0
+    while True:
+        page = history.open_escalations(ladder, after, PAGE, at_version=version, through=last)
+        _restore(scheduler, page)
+        repaired += len(page)
+        if len(page) < PAGE:
+            return repaired
+        after = page[-1].dispute_id
