@@ -174,8 +174,6 @@ class LedgerRow:
     details: dict[str, Any]
     prev_hash: str
     row_hash: str
-    regulatory_deadline: datetime | None = None
-    calendar_version: str | None = None
     # Issue 5 (additive): the rest of "who, what, when and why" (docs/audit.md).
     calendar_version: str | None = None
     regulatory_deadline: datetime | None = None

@@ -11,6 +11,7 @@ all live in one Redis Cluster slot. Layout for shard ``s`` of namespace ``ns``::
     escalations:{ns:s}:fence          STRING fencing-token counter (INCR)
     escalations:{ns:s}:stats          HASH   counters (claimed, stuck, lock_contended, ...)
     escalations:{ns:s}:wake           LIST   wake-up marker for sleeping workers
+    escalations:{ns:s}:warnings       ZSET   member "<id>:<seq>:<fraction>", score = warn time (ms)
     escalations:{ns:s}:dead_data      HASH   dead-letter member -> JSON record (issue 7)
     escalations:{ns:s}:notify_retry   ZSET   notifications to retry, score = retry time (ms)
     escalations:{ns:s}:notify_data    HASH   retry member -> JSON record
@@ -85,6 +86,12 @@ class Keys:
         """LIST pushed when an escalation is enqueued earlier than anything pending."""
         return f"escalations:{self.tag}:wake"
 
+    @property
+    def warnings(self) -> str:
+        """ZSET of pre-breach warnings: member ``"<id>:<seq>:<fraction>"``, score = warning
+        time (epoch ms); ``seq`` is the ledger seq at which the tier was entered (issue 4)."""
+        return f"escalations:{self.tag}:warnings"
+
     # ---- reliability (issue 7): additive keys
     @property
     def dead_data(self) -> str:
@@ -109,8 +116,6 @@ class Keys:
     def leader(self, name: str) -> str:
         """STRING leader lease ``<token>`` of one role (PX = lease), e.g. ``maintenance``."""
         return f"escalations:{self.tag}:leader:{name}"
-
-
 
 
 def shard_of(dispute_id: UUID | str, shards: int) -> int:

@@ -92,6 +92,17 @@ escalation_audit = sa.Table(
     sa.Index(None, "decided_at"),
     sa.Index(None, "event", "decided_at"),
     sa.Index(None, "actor"),
+    # Issue 4 (migration 0004): a pre-breach warning (dispute, tier-entry seq, fraction) is
+    # recorded at most once.
+    sa.Index(
+        "ux_escalation_audit_warning_once",
+        "dispute_id",
+        "chain_created_at",
+        sa.text("(details ->> 'tier_seq')"),
+        sa.text("(details ->> 'fraction')"),
+        unique=True,
+        postgresql_where=sa.text("event = 'WARNING'"),
+    ),
     postgresql_partition_by="RANGE (chain_created_at)",
 )
 PARTITION_SCHEMA = "escalation_ledger_parts"

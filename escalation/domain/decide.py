@@ -15,6 +15,7 @@ from escalation.domain.calendars import CalendarRegistry, window_end
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation
 from escalation.domain.ladder import Ladder
+from escalation.domain.sla_timing import calendar_of, cap_due, regulatory_cap, tier_window
 from escalation.domain.timeutil import require_aware
 
 TERMINAL_ESCALATION = "TERMINAL_ESCALATION"
@@ -40,6 +41,8 @@ class Decision:
         to_tier: tier after (``None`` for terminal / not due).
         next_due_at: aware UTC end of the next tier's SLA window (``None`` unless promoted).
         decided_at: aware UTC decision time (Redis TIME).
+        calendar_version: version of the calendar the next due time was counted in (recorded
+            in the ledger row), or None.
     """
 
     kind: DecisionKind
@@ -48,6 +51,7 @@ class Decision:
     to_tier: str | None
     next_due_at: datetime | None
     decided_at: datetime
+    calendar_version: str | None = None
 
 
 def decide(
@@ -76,7 +80,13 @@ def decide(
     nxt = ladder.next_tier(current.id)
     if nxt is None:
         return Decision(DecisionKind.TERMINAL, TERMINAL_ESCALATION, current.id, None, None, now)
-    due = window_end(now, nxt.window, calendars)
-    if escalation.regulatory_deadline is not None and due > escalation.regulatory_deadline:
-        due = max(now, escalation.regulatory_deadline)
-    return Decision(DecisionKind.PROMOTED, nxt.decision_name, current.id, nxt.id, due, now)
+    # issue 4: the band's window_factor shortens the window; the regulatory deadline minus
+    # its buffer caps the due time (escalation.domain.sla_timing).
+    window = tier_window(ladder, nxt.id, escalation.materiality.amount)
+    due = window_end(now, window, calendars)
+    cap = regulatory_cap(escalation.regulatory_deadline, ladder.regulatory, calendars)
+    due = cap_due(due, cap, now)
+    version = calendar_of(window, calendars).version
+    return Decision(
+        DecisionKind.PROMOTED, nxt.decision_name, current.id, nxt.id, due, now, version
+    )

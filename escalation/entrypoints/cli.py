@@ -78,28 +78,35 @@ def enqueue(
     ladder: Annotated[str | None, typer.Option(help="Ladder name.")] = None,
     external_id: Annotated[str | None, typer.Option(help="Source system id.")] = None,
     trace_id: Annotated[str | None, typer.Option(help="Correlation id.")] = None,
+    notice_at: Annotated[str | None, typer.Option(
+        help="Regulatory anchor event time, ISO-8601 (default: tier entry).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Schedule an escalation for a dispute (idempotent per dispute)."""
     from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
+    from escalation.service_layer.warnings import schedule_for
 
     req = EnqueueRequest(
         dispute_id=dispute_id, materiality=materiality, source_hash=source_hash, tier=tier,
         due_at=parse_time(due_at, "--due-at"), opened_at=parse_time(opened_at, "--opened-at"),
         ladder=ladder, external_id=external_id, trace_id=trace_id,
+        anchor_at=parse_time(notice_at, "--notice-at"),
     )
     a = _app(actor="cli")
     try:
         res = enqueue_on_breach(
             req, scheduler=a.scheduler, store=a.store, ladders=a.ladders, calendars=a.calendars,
             default_ladder=a.settings.default_ladder, actor=a.actor,
+            on_scheduled=schedule_for(a),
         )
     finally:
         a.close()
     e = res.escalation
     info = {"created": res.created, "dispute_id": str(e.dispute_id), "tier": e.tier,
             "due_at": e.due_at.isoformat(), "ladder": e.ladder_key, "seq": e.seq,
-            "status": res.status.value}
+            "status": res.status.value,
+            "regulatory_deadline": (e.regulatory_deadline.isoformat()
+                                    if e.regulatory_deadline else None)}
     if as_json:
         _print_json(info)
     elif res.created:
@@ -233,6 +240,7 @@ def worker(
 def register_more() -> None:
     """Attach command groups that live in their own modules."""
     from escalation.entrypoints import cli_import  # noqa: F401 - registers commands
+    from escalation.entrypoints import cli_sla  # noqa: F401 - pause/resume (issue 4)
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ import redis.exceptions
 from escalation.bootstrap import App
 from escalation.logs import get_logger
 from escalation.service_layer.fire import BatchReport, fire_due
+from escalation.service_layer.warnings import fire_warnings, schedule_for, warnings_for
 
 log = get_logger("escalation.worker")
 
@@ -107,6 +108,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
              jitter=settings.jitter, burst=burst)
     failures = 0
     hook = crashpoint_from_env()
+    warn_adapter, warn_schedule = warnings_for(app), schedule_for(app)  # issue 4
     try:
         while not state["stop"]:
             state["in_batch"] = True
@@ -115,8 +117,12 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
                     scheduler=app.scheduler, store=app.store, ladders=app.ladders,
                     calendars=app.calendars, batch_size=settings.batch_size,
                     lease_ms=settings.lease_ms, worker_id=app.actor, emit=_emit,
-                    crashpoint=hook,
+                    crashpoint=hook, on_scheduled=warn_schedule,
                 )
+                # issue 4: pre-breach warnings, one batch after each firing batch
+                fire_warnings(warnings=warn_adapter, scheduler=app.scheduler, store=app.store,
+                              ladders=app.ladders, calendars=app.calendars, actor=app.actor,
+                              max_items=settings.batch_size, emit=_emit)
                 failures = 0
             except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
                     redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:

@@ -9,7 +9,7 @@ two writes).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -18,6 +18,8 @@ from escalation.domain.calendars import CalendarRegistry, window_end
 from escalation.domain.errors import ConflictError, InvalidInput
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder
+from escalation.domain.materiality import Materiality
+from escalation.domain.sla_timing import cap_due, regulatory_cap, tier_window
 from escalation.domain.timeutil import require_aware
 from escalation.ports import AuditLog, LadderSource, Scheduler
 
@@ -42,6 +44,13 @@ class EnqueueRequest:
     ladder: str | None = None
     external_id: str | None = None
     trace_id: str | None = None
+    anchor_at: datetime | None = None
+    """Aware instant of the ladder's regulatory anchor event (e.g. notice of error received);
+    None = the tier entry time. Ignored when the ladder has no regulatory rule (issue 4)."""
+
+
+OnScheduled = Callable[[Sequence[Escalation]], None]
+"""Hook called with the escalations just scheduled in Redis (warnings, issue 4 point 6)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +75,18 @@ def build_escalation(
         raise InvalidInput("give exactly one of due_at (breach time) or opened_at (tier entry)")
     tier_id = req.tier or _start_tier(ladder, req.materiality)
     tier = ladder.tier(tier_id)
+    amount = Materiality.parse(req.materiality).amount
     if req.opened_at is not None:
         entered = require_aware(req.opened_at, "opened_at")
-        due = window_end(entered, tier.window, calendars)
+        due = window_end(entered, tier_window(ladder, tier.id, amount), calendars)
     elif req.due_at is not None:
         due = require_aware(req.due_at, "due_at")
         entered = min(require_aware(now, "now"), due)
+    deadline = None
+    if ladder.regulatory is not None:  # issue 4: deadline from the anchor, due capped by it
+        anchor = entered if req.anchor_at is None else require_aware(req.anchor_at, "anchor_at")
+        deadline = ladder.regulatory.deadline(anchor, calendars)
+        due = cap_due(due, regulatory_cap(deadline, ladder.regulatory, calendars), entered)
     return Escalation.new(
         dispute_id=req.dispute_id,
         tier=tier.id,
@@ -82,13 +97,12 @@ def build_escalation(
         entered_tier_at=entered,
         trace_id=req.trace_id or uuid.uuid4().hex,
         external_id=req.external_id,
+        regulatory_deadline=deadline,
     )
 
 
 def _start_tier(ladder: Ladder, materiality: object) -> str:
     """First tier, or the start tier of the highest materiality band the amount reaches."""
-    from escalation.domain.materiality import Materiality
-
     amount = Materiality.parse(materiality).amount
     for band in sorted(ladder.bands, key=lambda b: b.min_amount, reverse=True):
         if band.start_tier and amount >= Decimal(band.min_amount):
@@ -105,8 +119,12 @@ def enqueue_many(
     calendars: CalendarRegistry,
     default_ladder: str,
     actor: str,
+    on_scheduled: OnScheduled | None = None,
 ) -> list[EnqueueResult]:
     """Validate every request first (nothing is written if one is bad), then record and schedule.
+
+    ``on_scheduled`` (optional) receives each chunk of escalations newly written to Redis
+    (used to schedule pre-breach warnings, ``service_layer.warnings``).
 
     Raises:
         InvalidInput / UnknownTier: the first bad request (prefixed with its index when >1).
@@ -134,7 +152,9 @@ def enqueue_many(
                 to_schedule.append(state)
             results.append(EnqueueResult(created, state, status))
         if to_schedule:
-            scheduler.enqueue_many(to_schedule)
+            flags = scheduler.enqueue_many(to_schedule)
+            if on_scheduled is not None:
+                on_scheduled([e for e, new in zip(to_schedule, flags, strict=True) if new])
     return results
 
 
@@ -147,6 +167,7 @@ def enqueue_on_breach(
     calendars: CalendarRegistry,
     default_ladder: str,
     actor: str,
+    on_scheduled: OnScheduled | None = None,
 ) -> EnqueueResult:
     """Schedule one escalation (see module doc). Returns whether it was created.
 
@@ -156,7 +177,7 @@ def enqueue_on_breach(
     """
     result = enqueue_many(
         [req], scheduler=scheduler, store=store, ladders=ladders, calendars=calendars,
-        default_ladder=default_ladder, actor=actor,
+        default_ladder=default_ladder, actor=actor, on_scheduled=on_scheduled,
     )[0]
     if not result.created and result.status in (Status.TERMINAL, Status.CANCELLED):
         raise ConflictError(

@@ -89,6 +89,7 @@ def fire_due(
     worker_id: str,
     emit: EventSink | None = None,
     crashpoint: Callable[[str], None] | None = None,
+    on_scheduled: Callable[[list[Escalation]], None] | None = None,
 ) -> BatchReport:
     """Fire one batch. Returns a :class:`BatchReport`.
 
@@ -179,6 +180,10 @@ def fire_due(
             report.applied += 1
         elif result is ApplyOutcome.NOT_OWNER:
             report.not_owner += 1
+    if on_scheduled is not None:  # issue 4: pre-breach warnings of the newly entered tiers
+        on_scheduled([op.escalation for op, res in zip(ops, results, strict=True)
+                      if res is ApplyOutcome.APPLIED and op.notify
+                      and op.action is ApplyAction.RESCHEDULE])
     for event, fields in logs:
         sink(event, worker_id=worker_id, **fields)
     return report

@@ -1,0 +1,111 @@
+"""Pre-breach warnings in Redis (issue 4 point 6): one ZSET per shard, ``Keys.warnings``.
+
+Member ``"<dispute id>:<seq>:<fraction>"`` (``seq`` = the ledger seq at which the tier was
+entered, ``fraction`` like ``0.50``), score = warning time in epoch **ms**. ``schedule`` adds
+members (ZADD NX: re-scheduling the same warning changes nothing); ``claim`` takes due ones
+atomically with ``warn_claim.lua`` (Redis TIME, ZREM in the same script).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import cast
+from uuid import UUID
+
+import redis
+
+from escalation.adapters.redis_keys import Keys, shard_of
+from escalation.adapters.redis_scheduler import script_source
+from escalation.domain.errors import InvalidInput
+from escalation.domain.timeutil import from_ms
+
+MAX_WARN_CLAIM = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class WarningMember:
+    """One scheduled warning: dispute, tier-entry seq, fraction text, due (epoch ms)."""
+
+    dispute_id: UUID
+    seq: int
+    fraction: str
+    due_ms: int
+
+    @property
+    def member(self) -> str:
+        """ZSET member text ``"<id>:<seq>:<fraction>"``."""
+        return f"{self.dispute_id}:{self.seq}:{self.fraction}"
+
+    @classmethod
+    def parse(cls, member: str, score: float) -> WarningMember:
+        """Inverse of :attr:`member`. Raises InvalidInput for a malformed member."""
+        try:
+            did, seq, fraction = member.split(":")
+            return cls(UUID(did), int(seq), fraction, int(score))
+        except ValueError:
+            raise InvalidInput(f"malformed warning member {member!r}") from None
+
+
+class RedisWarnings:
+    """The warnings ZSETs of a namespace (same sharding as ``RedisScheduler``).
+
+    Args:
+        client: ``redis.Redis`` with ``decode_responses=True``.
+        namespace, shards: as the scheduler's.
+    """
+
+    def __init__(self, client: redis.Redis, namespace: str, shards: int = 1) -> None:
+        self._client = client
+        self.namespace = namespace
+        self.shards = shards
+        self._claim = client.register_script(script_source("warn_claim"))
+
+    def keys_for(self, dispute_id: UUID | str) -> Keys:
+        """Keys of the shard holding ``dispute_id``."""
+        return Keys(self.namespace, shard_of(str(dispute_id), self.shards))
+
+    def schedule(self, members: Sequence[WarningMember]) -> int:
+        """ZADD NX each member at its due time (one pipeline). Returns how many were new."""
+        if not members:
+            return 0
+        pipe = self._client.pipeline(transaction=False)
+        for m in members:
+            pipe.zadd(self.keys_for(m.dispute_id).warnings, {m.member: m.due_ms}, nx=True)
+        return sum(int(x) for x in pipe.execute())
+
+    def claim(self, max_items: int) -> tuple[datetime, list[WarningMember]]:
+        """Take up to ``max_items`` due warnings over all shards (each handed out once).
+
+        Returns:
+            (Redis TIME of the last script call, members earliest first); malformed members
+            are dropped.
+
+        Raises:
+            InvalidInput: ``max_items`` outside 1..1000.
+        """
+        if not 1 <= max_items <= MAX_WARN_CLAIM:
+            raise InvalidInput(f"max_items must be 1..{MAX_WARN_CLAIM}, got {max_items}")
+        out: list[WarningMember] = []
+        now_ms = 0
+        for shard in range(self.shards):
+            need = max_items - len(out)
+            if need <= 0:
+                break
+            now, flat = self._claim(keys=[Keys(self.namespace, shard).warnings], args=[need])
+            now_ms = int(now)
+            for i in range(0, len(flat) - 1, 2):
+                try:
+                    out.append(WarningMember.parse(str(flat[i]), float(flat[i + 1])))
+                except InvalidInput:
+                    continue
+        out.sort(key=lambda m: m.due_ms)
+        return from_ms(now_ms), out
+
+    def pending(self, dispute_id: UUID | str) -> list[tuple[str, int]]:
+        """Scheduled warnings of one dispute: ``(member, due ms)`` (inspection / tests)."""
+        key = self.keys_for(dispute_id).warnings
+        rows = cast(list[tuple[str, float]], self._client.zrange(key, 0, -1, withscores=True))
+        prefix = f"{dispute_id}:"
+        return [(str(m), int(s)) for m, s in rows if str(m).startswith(prefix)]

@@ -1,0 +1,257 @@
+"""SLA timing rules (pure, issue 4 points 3-6): regulatory caps, materiality window factors,
+remaining time for pause/resume, warning instants, and the priority weight of a band.
+
+Conventions (docs/sla.md):
+
+* **Regulatory cap** (point 3): a tier's due time is never later than ``deadline - buffer``,
+  where the buffer is counted in the regulatory rule's own unit and calendar. "Minus N
+  business days" has no closed form, so the cap is the latest instant ``t`` with
+  ``add(t, buffer) <= deadline`` (found by bisection to the millisecond; ``add`` is monotonic
+  in its start, a property the calendar tests check).
+* **Window factor** (point 5): a materiality band may shorten windows by ``window_factor``
+  (0 < f <= 1); the scaled amount is ``floor(amount * f)``, at least 1 (rounding down fires
+  earlier, never later).
+* **Remaining time** (point 4): a window in calendar units keeps its remaining *elapsed*
+  milliseconds; a window in business units keeps its remaining *open* milliseconds (time
+  inside working hours of business days), so a pause over a weekend costs nothing.
+* **Warnings** (point 6): a warning at fraction ``f`` of a tier's window is due at
+  ``entered + f * window``, measured on the same basis (elapsed or open time).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from escalation.domain.business_calendar import BusinessCalendar
+from escalation.domain.calendars import (
+    Calendar,
+    CalendarRegistry,
+    SlaWindow,
+    WindowUnit,
+    window_end,
+)
+from escalation.domain.errors import InvalidInput
+from escalation.domain.ladder import Ladder, MaterialityBand, RegulatoryDeadline
+from escalation.domain.timeutil import from_ms, require_aware, to_ms
+
+BUSINESS_UNITS = frozenset({WindowUnit.BUSINESS_DAYS, WindowUnit.BUSINESS_HOURS})
+_MS = timedelta(milliseconds=1)
+
+
+def calendar_of(window: SlaWindow, calendars: CalendarRegistry) -> Calendar:
+    """The calendar a window counts in. Raises InvalidInput if unknown."""
+    try:
+        return calendars[window.calendar]
+    except KeyError:
+        raise InvalidInput(
+            f"unknown calendar {window.calendar!r}; known: {', '.join(sorted(calendars))}"
+        ) from None
+
+
+def scaled_window(window: SlaWindow, factor: Decimal) -> SlaWindow:
+    """``window`` shortened by a materiality band's ``factor`` (0 < factor <= 1).
+
+    Returns ``SlaWindow(max(1, floor(amount * factor)), unit, calendar)``.
+
+    Raises:
+        InvalidInput: factor outside (0, 1].
+    """
+    if not Decimal(0) < factor <= Decimal(1):
+        raise InvalidInput(f"window_factor must be in (0, 1], got {factor}")
+    if factor == 1:
+        return window
+    amount = max(1, math.floor(Decimal(window.amount) * factor))
+    return SlaWindow(amount, window.unit, window.calendar)
+
+
+def band_for(ladder: Ladder, materiality: Decimal) -> MaterialityBand | None:
+    """The ladder's band for ``materiality`` (highest ``min_amount <= materiality``), or None."""
+    return ladder.band_for(materiality)
+
+
+def tier_window(ladder: Ladder, tier_id: str, materiality: Decimal) -> SlaWindow:
+    """The SLA window of ``tier_id`` for an escalation of ``materiality`` (band factor applied).
+
+    Raises:
+        UnknownTier: ``tier_id`` is not in ``ladder``.
+    """
+    window = ladder.tier(tier_id).window
+    band = ladder.band_for(materiality)
+    return window if band is None else scaled_window(window, band.window_factor)
+
+
+def regulatory_cap(
+    deadline: datetime | None, rule: RegulatoryDeadline | None, calendars: CalendarRegistry
+) -> datetime | None:
+    """The latest due time allowed by a regulatory deadline: ``deadline - rule.buffer``.
+
+    Args:
+        deadline: the escalation's aware regulatory deadline, or None (no cap).
+        rule: the ladder's regulatory rule (its buffer, unit and calendar), or None.
+        calendars: calendar registry.
+
+    Returns:
+        None without a deadline; ``deadline`` itself without a rule or with buffer 0; else the
+        latest instant ``t`` (ms precision) with ``add(t, buffer, unit) <= deadline``.
+
+    Raises:
+        InvalidInput: naive deadline or unknown calendar.
+    """
+    if deadline is None:
+        return None
+    deadline = require_aware(deadline, "deadline")
+    if rule is None or rule.buffer == 0:
+        return deadline
+    cal = calendar_of(rule.window, calendars)
+    unit = rule.window.unit
+    # Lower bound: an instant far enough before that add() surely ends before the deadline.
+    span = timedelta(days=max(2, rule.buffer) * 4 + 30)
+    lo_ms, hi_ms = to_ms(deadline - span), to_ms(deadline)
+    if cal.add(from_ms(lo_ms), rule.buffer, unit) > deadline:  # pragma: no cover - defensive
+        return from_ms(lo_ms)
+    while hi_ms - lo_ms > 1:
+        mid = (lo_ms + hi_ms) // 2
+        if cal.add(from_ms(mid), rule.buffer, unit) <= deadline:
+            lo_ms = mid
+        else:
+            hi_ms = mid
+    return from_ms(lo_ms)
+
+
+def cap_due(due: datetime, cap: datetime | None, now: datetime) -> datetime:
+    """``due`` capped at ``cap`` but never before ``now`` (a cap already passed fires now)."""
+    if cap is None or due <= cap:
+        return due
+    return max(now, cap)
+
+
+# ---------------------------------------------------------------- open time (pause/resume)
+def uses_open_time(window: SlaWindow) -> bool:
+    """True when the window counts business time (its remainder is kept in open time)."""
+    return window.unit in BUSINESS_UNITS
+
+
+def open_ms_between(cal: Calendar, start: datetime, end: datetime) -> int:
+    """Milliseconds of working time between ``start`` and ``end`` (0 if end <= start).
+
+    For a non-business calendar (always open) this is the elapsed time.
+    """
+    start, end = require_aware(start, "start"), require_aware(end, "end")
+    if end <= start:
+        return 0
+    if not isinstance(cal, BusinessCalendar):
+        return (end - start) // _MS
+    total = timedelta(0)
+    day = start.astimezone(cal.tz).date()
+    last = end.astimezone(cal.tz).date()
+    while day <= last:
+        if cal.is_business_day(day):
+            begin, close = max(start, cal.opens_at(day)), min(end, cal.closes_at(day))
+            if begin < close:
+                total += close - begin
+        day += timedelta(days=1)
+    return total // _MS
+
+
+def advance_open_ms(cal: Calendar, start: datetime, amount_ms: int) -> datetime:
+    """The instant ``amount_ms`` of working time after ``start`` (elapsed for always-open).
+
+    Raises:
+        InvalidInput: negative amount or naive start.
+    """
+    start = require_aware(start, "start")
+    if amount_ms < 0:
+        raise InvalidInput(f"amount_ms must be >= 0, got {amount_ms}")
+    if not isinstance(cal, BusinessCalendar):
+        return start + amount_ms * _MS
+    remaining = amount_ms * _MS
+    if not remaining:
+        return start
+    day = start.astimezone(cal.tz).date()
+    for _ in range(3660):
+        if cal.is_business_day(day):
+            begin, close = max(start, cal.opens_at(day)), cal.closes_at(day)
+            if begin < close:
+                if begin + remaining <= close:
+                    return begin + remaining
+                remaining -= close - begin
+        day = cal.next_business_day(day)
+    raise InvalidInput(f"calendar {cal.id}: working time does not fit in ten years")
+
+
+def remaining_ms(window: SlaWindow, cal: Calendar, now: datetime, due: datetime) -> int:
+    """What is left of a tier's window at ``now`` (pause): open ms for business units,
+    elapsed ms otherwise; 0 when already due."""
+    if uses_open_time(window):
+        return open_ms_between(cal, now, due)
+    return max(0, (require_aware(due, "due") - require_aware(now, "now")) // _MS)
+
+
+def resume_due(window: SlaWindow, cal: Calendar, now: datetime, remaining: int) -> datetime:
+    """Due time after a resume at ``now`` with ``remaining`` ms left (see :func:`remaining_ms`)."""
+    if uses_open_time(window):
+        return advance_open_ms(cal, now, remaining)
+    return require_aware(now, "now") + remaining * _MS
+
+
+# ---------------------------------------------------------------- warnings
+def warning_times(
+    window: SlaWindow, cal: Calendar, entered: datetime, due: datetime,
+    fractions: tuple[Decimal, ...],
+) -> list[tuple[Decimal, datetime]]:
+    """``(fraction, instant)`` of each pre-breach warning of a tier entered at ``entered`` and
+    due at ``due``: ``entered + f * (due - entered)`` in open time for business units, else in
+    elapsed time. Fractions outside (0, 1) are refused.
+
+    Raises:
+        InvalidInput: a fraction not strictly between 0 and 1.
+    """
+    out: list[tuple[Decimal, datetime]] = []
+    business = uses_open_time(window)
+    total = open_ms_between(cal, entered, due) if business else max(
+        0, (due - entered) // _MS)
+    for f in fractions:
+        if not Decimal(0) < f < Decimal(1):
+            raise InvalidInput(f"warning fraction must be in (0, 1), got {f}")
+        offset = int(Decimal(total) * f)
+        at = advance_open_ms(cal, entered, offset) if business else entered + offset * _MS
+        out.append((f, at))
+    return out
+
+
+def fraction_label(f: Decimal) -> str:
+    """Canonical text of a warning fraction: ``Decimal("0.5")`` -> ``"0.50"``."""
+    return f"{f.quantize(Decimal('0.01'))}"
+
+
+# ---------------------------------------------------------------- priority
+def band_weight(ladder: Ladder, materiality: Decimal) -> int:
+    """Priority weight of an amount: 0 below every band, else 1 + the band's index in
+    ascending ``min_amount`` order (the highest band has weight ``len(ladder.bands)``)."""
+    band = ladder.band_for(materiality)
+    if band is None:
+        return 0
+    ordered = sorted(ladder.bands, key=lambda b: b.min_amount)
+    return ordered.index(band) + 1
+
+
+def effective_priority(weight: int, score_ms: int, now_ms: int, aging_ms: int) -> float:
+    """Claim order key (higher fires first): ``weight + age / aging_ms``, age = now - due.
+
+    Each ``aging_ms`` a due escalation has waited is worth one band of materiality, so an
+    escalation is overtaken only by escalations due less than ``(W_max - w) * aging_ms``
+    after it (docs/sla.md "Starvation bound").
+    """
+    if aging_ms <= 0:
+        raise InvalidInput("aging_ms must be > 0")
+    return weight + max(0, now_ms - score_ms) / aging_ms
+
+
+def window_end_for(
+    ladder: Ladder, tier_id: str, materiality: Decimal, start: datetime,
+    calendars: CalendarRegistry,
+) -> datetime:
+    """End of ``tier_id``'s window (band factor applied) started at ``start``."""
+    return window_end(start, tier_window(ladder, tier_id, materiality), calendars)

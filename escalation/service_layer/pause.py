@@ -1,0 +1,186 @@
+"""Use cases: pause and resume an escalation's SLA clock (issue 4 point 4), e.g. while waiting
+for the cardholder.
+
+* ``pause``: records PAUSED (the remaining window, in ms, kept in the tier's calendar basis:
+  open time for business units, elapsed time otherwise; ``sla_timing.remaining_ms``) with a
+  compare-and-set on the dispute's seq, then applies PARK to Redis (member off the ZSET,
+  payload kept with the new seq).
+* ``resume``: records RESUMED with ``due = now + remaining`` counted in the tier's calendar
+  (capped by the regulatory deadline minus its buffer), then re-schedules the member.
+
+Both use Redis ``TIME`` as the clock, PostgreSQL first, Redis second (DESIGN.md). The Redis
+step is owner-less (guarded by seq only); a worker holding the lock at that moment records
+STALE (the projection is paused / at a newer seq) and applies the PostgreSQL state itself.
+Cancelling a paused escalation is the ordinary ``cancel`` (its script removes the payload).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+from uuid import UUID
+
+from escalation.domain.calendars import CalendarRegistry
+from escalation.domain.errors import ConflictError, NotFound
+from escalation.domain.escalation import Escalation, Status, parse_dispute_id
+from escalation.domain.sla_timing import (
+    calendar_of,
+    cap_due,
+    regulatory_cap,
+    remaining_ms,
+    resume_due,
+    tier_window,
+    uses_open_time,
+)
+from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome, LadderSource, LedgerRow, Scheduler
+
+CAS_RETRIES = 5  # a worker may record a promotion between our read and our append
+APPLY_RETRIES = 5
+APPLY_RETRY_SLEEP_S = 0.05
+
+
+class PauseStore(Protocol):
+    """The audit-store methods pause/resume need (``PostgresAuditStore`` implements them)."""
+
+    def get(self, dispute_id: UUID) -> tuple[Escalation, Status] | None:
+        """Projection state and status, or None."""
+        ...
+
+    def trail(self, dispute_id: UUID) -> list[LedgerRow]:
+        """Ledger rows of one dispute, oldest first."""
+        ...
+
+    def append_event(
+        self, dispute_id: UUID, event: str, match_decision: str, actor: str,
+        decided_at: datetime, changes: dict[str, Any], details: dict[str, Any], *,
+        expected_seq: int | None = None, calendar_version: str | None = None,
+    ) -> Escalation:
+        """Append one ledger row + projection change (CAS on seq). Raises ConflictError."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PauseResult:
+    """State after pause/resume; ``remaining_ms`` = window left (open or elapsed ms)."""
+
+    escalation: Escalation
+    remaining_ms: int
+    basis: str  # "open" (business units) or "elapsed"
+    redis: ApplyOutcome
+
+
+def _current(store: PauseStore, did: UUID) -> tuple[Escalation, Status]:
+    got = store.get(did)
+    if got is None:
+        raise NotFound(f"no escalation recorded for dispute {did}")
+    return got
+
+
+def _apply_owner_less(scheduler: Scheduler, op: ApplyOp) -> ApplyOutcome:
+    """Apply ``op`` without a token; MISSING payload -> restore; brief retries on NOT_OWNER."""
+    outcome = ApplyOutcome.NOT_OWNER
+    for _ in range(APPLY_RETRIES):
+        outcome = scheduler.apply([op])[0]
+        if outcome is ApplyOutcome.MISSING:
+            outcome = scheduler.restore([op.escalation])[0]
+        if outcome is not ApplyOutcome.NOT_OWNER:
+            return outcome
+        time.sleep(APPLY_RETRY_SLEEP_S)
+    # A worker still holds the lock: its record step finds the new seq (STALE) and applies
+    # the PostgreSQL state itself, so the change still reaches Redis.
+    return outcome
+
+
+def pause(
+    dispute_id: object, *, scheduler: Scheduler, store: PauseStore, ladders: LadderSource,
+    calendars: CalendarRegistry, actor: str, reason: str,
+) -> PauseResult:
+    """Pause a pending escalation's clock.
+
+    Returns:
+        PauseResult with the paused state (status PAUSED, seq + 1) and the remaining window.
+
+    Raises:
+        InvalidInput: ``dispute_id`` is not a UUID.
+        NotFound: no escalation for the dispute.
+        ConflictError: already paused ("already paused"), terminal or cancelled, or the seq
+            kept moving under concurrent firing (after ``CAS_RETRIES`` attempts).
+    """
+    did = parse_dispute_id(dispute_id)
+    for _ in range(CAS_RETRIES):
+        esc, status = _current(store, did)
+        if status is Status.PAUSED:
+            raise ConflictError(f"dispute {did} is already paused; resume it first")
+        if status is not Status.PENDING:
+            raise ConflictError(f"dispute {did} is {status.value}; only a pending escalation "
+                                "can be paused")
+        ladder = ladders.get(esc.ladder, esc.ladder_version)
+        window = tier_window(ladder, esc.tier, esc.materiality.amount)
+        cal = calendar_of(window, calendars)
+        now = scheduler.time()
+        left = remaining_ms(window, cal, now, esc.due_at)
+        basis = "open" if uses_open_time(window) else "elapsed"
+        try:
+            state = store.append_event(
+                did, "PAUSED", "PAUSED", actor, now,
+                {"status": Status.PAUSED, "remaining_ms": left},
+                {"reason": reason, "remaining_ms": left, "basis": basis,
+                 "calendar": cal.id, "paused_due_at": esc.due_at.isoformat()},
+                expected_seq=esc.seq, calendar_version=cal.version,
+            )
+        except ConflictError:
+            continue
+        outcome = _apply_owner_less(scheduler, ApplyOp(state, ApplyAction.PARK))
+        return PauseResult(state, left, basis, outcome)
+    raise ConflictError(f"dispute {did}: state kept changing; pause not recorded, try again")
+
+
+def _remaining_from_trail(store: PauseStore, did: UUID) -> int:
+    for row in reversed(store.trail(did)):
+        if row.event == "PAUSED":
+            return int(row.details.get("remaining_ms", 0))
+    raise ConflictError(f"dispute {did} has no PAUSED ledger row")  # pragma: no cover
+
+
+def resume(
+    dispute_id: object, *, scheduler: Scheduler, store: PauseStore, ladders: LadderSource,
+    calendars: CalendarRegistry, actor: str,
+) -> PauseResult:
+    """Resume a paused escalation: due = now + remaining, counted in the tier's calendar.
+
+    Returns:
+        PauseResult with the pending state (new due time, seq + 1).
+
+    Raises:
+        InvalidInput: ``dispute_id`` is not a UUID.
+        NotFound: no escalation for the dispute.
+        ConflictError: the escalation is not paused (pending, terminal or cancelled).
+    """
+    did = parse_dispute_id(dispute_id)
+    for _ in range(CAS_RETRIES):
+        esc, status = _current(store, did)
+        if status is not Status.PAUSED:
+            raise ConflictError(f"dispute {did} is {status.value}, not paused; nothing to resume")
+        ladder = ladders.get(esc.ladder, esc.ladder_version)
+        window = tier_window(ladder, esc.tier, esc.materiality.amount)
+        cal = calendar_of(window, calendars)
+        left = _remaining_from_trail(store, did)
+        now = scheduler.time()
+        due = resume_due(window, cal, now, left)
+        due = cap_due(due, regulatory_cap(esc.regulatory_deadline, ladder.regulatory, calendars),
+                      now)
+        basis = "open" if uses_open_time(window) else "elapsed"
+        try:
+            state = store.append_event(
+                did, "RESUMED", "RESUMED", actor, now,
+                {"status": Status.PENDING, "due_at": due, "remaining_ms": None},
+                {"remaining_ms": left, "basis": basis, "calendar": cal.id},
+                expected_seq=esc.seq, calendar_version=cal.version,
+            )
+        except ConflictError:
+            continue
+        outcome = _apply_owner_less(scheduler, ApplyOp(state, ApplyAction.RESCHEDULE))
+        return PauseResult(state, left, basis, outcome)
+    raise ConflictError(f"dispute {did}: state kept changing; resume not recorded, try again")

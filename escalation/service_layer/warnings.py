@@ -1,0 +1,209 @@
+"""Use case: pre-breach warnings (issue 4 point 6), e.g. at 50 % and 75 % of a tier's window.
+
+* **schedule** (``schedule_warnings``): when a tier is scheduled (enqueue, promotion, resume),
+  one member per ``warn_at`` fraction of the tier goes into the shard's warnings ZSET, keyed by
+  the tier-entry seq: ``"<id>:<seq>:<fraction>"`` at ``entered + f * window``
+  (``sla_timing.warning_times``). Warnings at or after the breach are not scheduled.
+* **fire** (``fire_warnings``, called by the worker after each ``fire_due`` batch): claim due
+  members (``warn_claim.lua``), then per member:
+  - drop it if the escalation *moved on*: not pending, or a non-WARNING ledger row was
+    appended after the tier-entry seq (promotion, pause, resume, migration, cancel);
+  - drop it if a WARNING row for the same (dispute, tier seq, fraction) exists;
+  - else append a WARNING ledger row with ``expected_seq`` = the projection's seq (a
+    concurrent promotion makes it fail: dropped) and re-sync the Redis payload to the new seq
+    with an owner-less apply that also XADDs the review-stream entry (idempotency key
+    ``<id>:<tier seq>:warn:<fraction>``); apply refuses (STALE_SEQ / MISSING) if Redis has
+    moved on meanwhile, so no stream entry is sent then.
+  The database enforces "never twice" with a unique index on (dispute_id, tier_seq, fraction)
+  of WARNING rows (migration 0004).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Protocol
+from uuid import UUID
+
+import sqlalchemy.exc
+
+from escalation.adapters.redis_warnings import RedisWarnings, WarningMember
+from escalation.domain.calendars import CalendarRegistry
+from escalation.domain.errors import ConflictError, EscalationError, NotFound
+from escalation.domain.escalation import Escalation, Status
+from escalation.domain.sla_timing import calendar_of, fraction_label, tier_window, warning_times
+from escalation.domain.timeutil import to_ms
+from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome, LadderSource, LedgerRow, Scheduler
+
+EventSink = Callable[..., None]
+
+
+class WarningStore(Protocol):
+    """Audit-store methods used here (``PostgresAuditStore`` implements them)."""
+
+    def get(self, dispute_id: UUID) -> tuple[Escalation, Status] | None:
+        """Projection state and status, or None."""
+        ...
+
+    def trail(self, dispute_id: UUID) -> list[LedgerRow]:
+        """Ledger rows of one dispute, oldest first."""
+        ...
+
+    def append_event(
+        self, dispute_id: UUID, event: str, match_decision: str, actor: str,
+        decided_at: datetime, changes: dict[str, Any], details: dict[str, Any], *,
+        expected_seq: int | None = None, calendar_version: str | None = None,
+    ) -> Escalation:
+        """Append one ledger row (CAS on seq). Raises ConflictError."""
+        ...
+
+
+@dataclass
+class WarningReport:
+    """What one :func:`fire_warnings` call did."""
+
+    claimed: int = 0
+    recorded: int = 0
+    moved_on: int = 0
+    duplicate: int = 0
+    notified: int = 0
+    recorded_keys: list[str] = field(default_factory=list)
+
+
+def warning_members(
+    escalations: Sequence[Escalation], ladders: LadderSource, calendars: CalendarRegistry
+) -> list[WarningMember]:
+    """The warnings to schedule for pending escalations that just entered their tier.
+
+    Uses each tier's ``warn_at`` fractions; skips warnings at or after the due time and
+    escalations whose ladder/tier/calendar cannot be resolved (they are logged by decide).
+    """
+    out: list[WarningMember] = []
+    for esc in escalations:
+        if esc.status is not Status.PENDING:
+            continue
+        try:
+            ladder = ladders.get(esc.ladder, esc.ladder_version)
+            tier = ladder.tier(esc.tier)
+            if not tier.warn_at:
+                continue
+            window = tier_window(ladder, tier.id, esc.materiality.amount)
+            cal = calendar_of(window, calendars)
+            times = warning_times(window, cal, esc.entered_tier_at, esc.due_at, tier.warn_at)
+        except EscalationError:
+            continue
+        for fraction, at in times:
+            if at < esc.due_at:
+                out.append(WarningMember(esc.dispute_id, esc.seq, fraction_label(fraction),
+                                         to_ms(at)))
+    return out
+
+
+def schedule_warnings(
+    escalations: Sequence[Escalation], *, warnings: RedisWarnings, ladders: LadderSource,
+    calendars: CalendarRegistry,
+) -> int:
+    """Schedule the warnings of ``escalations`` (see module doc). Returns how many were new."""
+    return warnings.schedule(warning_members(escalations, ladders, calendars))
+
+
+class _AppLike(Protocol):
+    @property
+    def redis(self) -> Any: ...
+    @property
+    def scheduler(self) -> Any: ...
+    @property
+    def ladders(self) -> Any: ...
+    @property
+    def calendars(self) -> CalendarRegistry: ...
+
+
+def warnings_for(app: _AppLike) -> RedisWarnings:
+    """The ``RedisWarnings`` adapter matching ``app.scheduler``'s namespace and shards."""
+    return RedisWarnings(app.redis, app.scheduler.namespace, app.scheduler.shards)
+
+
+def schedule_for(app: _AppLike) -> Callable[[Sequence[Escalation]], None]:
+    """A hook ``escalations -> None`` scheduling their warnings (for enqueue / fire_due)."""
+    adapter = warnings_for(app)
+
+    def hook(escalations: Sequence[Escalation]) -> None:
+        schedule_warnings(escalations, warnings=adapter, ladders=app.ladders,
+                          calendars=app.calendars)
+
+    return hook
+
+
+def _moved_on(rows: Sequence[LedgerRow], seq: int, fraction: str) -> tuple[bool, bool]:
+    """(moved on, duplicate) for a warning of tier-entry ``seq`` given the dispute's trail."""
+    later = [r for r in rows if r.seq > seq]
+    if any(r.event != "WARNING" for r in later):
+        return True, False
+    dup = any(r.details.get("tier_seq") == seq and r.details.get("fraction") == fraction
+              for r in later)
+    return False, dup
+
+
+def fire_warnings(
+    *, warnings: RedisWarnings, scheduler: Scheduler, store: WarningStore,
+    ladders: LadderSource, calendars: CalendarRegistry, actor: str, max_items: int = 100,
+    emit: EventSink | None = None,
+) -> WarningReport:
+    """Claim and record one batch of due warnings (see module doc). Returns a report.
+
+    Raises:
+        Database / Redis connection errors propagate; claimed warnings are then lost (a
+        warning is advisory, at most once; the breach itself still fires).
+    """
+    sink: EventSink = emit or (lambda event, **kw: None)
+    report = WarningReport()
+    now, members = warnings.claim(max_items)
+    report.claimed = len(members)
+    ops: list[ApplyOp] = []
+    for m in members:
+        got = store.get(m.dispute_id)
+        if got is None or got[1] is not Status.PENDING:
+            report.moved_on += 1
+            continue
+        esc = got[0]
+        moved, dup = _moved_on(store.trail(m.dispute_id), m.seq, m.fraction)
+        if moved or dup:
+            report.moved_on += int(moved)
+            report.duplicate += int(dup)
+            continue
+        try:
+            ladder = ladders.get(esc.ladder, esc.ladder_version)
+            cal = calendar_of(tier_window(ladder, esc.tier, esc.materiality.amount), calendars)
+            state = store.append_event(
+                m.dispute_id, "WARNING", f"SLA_WARNING_{int(Decimal(m.fraction) * 100)}",
+                actor, now, {},
+                {"tier_seq": m.seq, "fraction": m.fraction, "tier": esc.tier,
+                 "due_at": esc.due_at.isoformat()},
+                expected_seq=esc.seq, calendar_version=cal.version,
+            )
+        except (ConflictError, NotFound):
+            report.moved_on += 1
+            continue
+        except sqlalchemy.exc.IntegrityError:
+            report.duplicate += 1  # unique index: another worker recorded it first
+            continue
+        report.recorded += 1
+        report.recorded_keys.append(m.member)
+        notify = {
+            "dispute_id": str(esc.dispute_id), "seq": str(state.seq),
+            "idempotency_key": f"{esc.dispute_id}:{m.seq}:warn:{m.fraction}",
+            "match_decision": "SLA_WARNING", "fraction": m.fraction, "tier": esc.tier,
+            "due_ms": str(to_ms(esc.due_at)), "ladder": esc.ladder_key,
+            "trace_id": esc.trace_id, "source_hash": esc.source_hash,
+            "decided_ms": str(to_ms(now)),
+        }
+        ops.append(ApplyOp(state, ApplyAction.RESCHEDULE, None, notify))
+        sink("escalation.warning", dispute_id=str(esc.dispute_id), trace_id=esc.trace_id,
+             source_hash=esc.source_hash, match_decision="SLA_WARNING", fraction=m.fraction,
+             tier=esc.tier, seq=state.seq, worker_id=actor)
+    if ops:
+        results = scheduler.apply(ops)
+        report.notified = sum(1 for r in results if r is ApplyOutcome.APPLIED)
+    return report
