@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ MAX_LEASE_MS = 86_400_000  # claim.lua refuses longer leases
 MAX_CLAIM_ROUNDS = 4  # candidate windows tried per shard before giving up on contention
 REVIEW_MAXLEN = 100_000  # approximate MAXLEN of the review stream
 _WAKE_GRACE_S = 1.0  # socket guard beyond the BLPOP timeout
+WAKE_MARGIN_S = 0.15  # last part of a wait slept locally (Redis hz 10 = 100 ms timer steps)
 
 log = structlog.get_logger(__name__)
 
@@ -306,6 +308,10 @@ class RedisScheduler:
         for _ in range(MAX_CLAIM_ROUNDS):
             size = need
             window = cast(list[str], self._client.zrange(keys.pending, offset, offset + size - 1))
+            if not window and result is None:
+                # Empty ZSET: nothing to claim, no script call (idle workers cost 2 commands
+                # per poll: this ZRANGE and TIME). next_due_ms None = nothing pending.
+                return _ShardClaim(now_ms=self._now_ms())
             kargs = [keys.pending, keys.fence, keys.stats]
             for member in window:
                 kargs += [keys.payload(member), keys.lock(member)]
@@ -425,23 +431,42 @@ class RedisScheduler:
 
     # ------------------------------------------------------------------ wake-ups
     def wait_for_wake(self, timeout_s: float) -> bool:
-        """Block until an enqueue pushed a wake marker (BLPOP on every shard's wake key).
+        """Block until an enqueue pushed a wake marker, or ``timeout_s`` passed.
+
+        Precision: Redis expires blocking timeouts from its event loop, which runs every
+        ``1000 / hz`` ms on an idle server (100 ms at the default ``hz 10``), so a BLPOP
+        timeout can end up to ~100 ms late. The BLPOP therefore covers only
+        ``timeout_s - WAKE_MARGIN_S`` and the rest is slept locally (``time.sleep``, host
+        monotonic clock, relative to now: no clock comparison), so a wait for the next due
+        time ends within a millisecond or two of it. A marker pushed during the final local
+        sleep (at most ``WAKE_MARGIN_S``) is seen on the next wait. Timeouts are sent in
+        whole milliseconds and never as ``0`` (which would mean "block forever").
 
         Args:
-            timeout_s: longest wait in seconds (> 0; 0 or less = just check, no blocking).
+            timeout_s: longest wait in seconds (0 or less = just check, no blocking).
 
         Returns:
             True if a marker was taken, False on timeout. The socket read is bounded by
-            ``timeout_s + 1 s`` so a lost server cannot hang the worker.
+            the BLPOP timeout + 1 s so a lost server cannot hang the worker.
         """
         wake_keys = [k.wake for k in self.shard_keys()]
         if timeout_s <= 0:
             return any(self._client.lpop(key) is not None for key in wake_keys)
+        deadline = time.monotonic() + timeout_s
+        block_s = timeout_s - WAKE_MARGIN_S
+        if block_s >= 0.001 and self._blpop(wake_keys, block_s):
+            return True
+        rest = deadline - time.monotonic()
+        if rest > 0:
+            time.sleep(rest)
+        return False
+
+    def _blpop(self, wake_keys: list[str], block_s: float) -> bool:
         pool = self._client.connection_pool
         conn = pool.get_connection()
         try:
-            conn.send_command("BLPOP", *wake_keys, f"{timeout_s:.3f}")  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-            reply = conn.read_response(timeout=timeout_s + _WAKE_GRACE_S)
+            conn.send_command("BLPOP", *wake_keys, f"{max(block_s, 0.001):.3f}")  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+            reply = conn.read_response(timeout=block_s + _WAKE_GRACE_S)
         except (redis.TimeoutError, redis.ConnectionError):
             conn.disconnect()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
             return False
