@@ -1,0 +1,116 @@
+"""Helpers for the ladder migration tests: a private copy of the fixture ladders under a
+unique ladder name (the session database is shared, so each test migrates only its own
+escalations), enqueue on v1, then add a v2 variant from tests/fixtures/ladders/<variant>/."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from escalation.adapters.ladder_files import LadderCatalog
+from escalation.adapters.ladder_history import LadderHistoryStore
+from escalation.adapters.tables import escalation_audit
+from escalation.domain.ladder_plan import MigrationPlan
+from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many
+from escalation.service_layer.ladder_migration import (
+    ApplyReport,
+    apply_migration,
+    plan_migration,
+)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ladders"
+
+
+@dataclass
+class MigEnv:
+    """One test's ladder directory (unique ladder name) on the test's App."""
+
+    app: Any
+    dir: Path
+    name: str
+
+    @classmethod
+    def make(cls, app: Any, tmp_path: Path) -> MigEnv:
+        """Copy base/migdemo.v1.toml as ``<unique>.v1.toml`` into ``tmp_path/ladders``."""
+        env = cls(app, tmp_path / "ladders", "m" + uuid.uuid4().hex[:12])
+        env.dir.mkdir()
+        env.add("base", 1)
+        return env
+
+    def add(self, variant: str, version: int = 2) -> Path:
+        """Copy ``<variant>/migdemo.v<version>.toml`` under this test's ladder name."""
+        text = (FIXTURES / variant / f"migdemo.v{version}.toml").read_text()
+        path = self.dir / f"{self.name}.v{version}.toml"
+        path.write_text(text.replace('ladder = "migdemo"', f'ladder = "{self.name}"'))
+        return path
+
+    @property
+    def catalog(self) -> LadderCatalog:
+        """The ladders as they are on disk now."""
+        return LadderCatalog.from_dir(self.dir)
+
+    @property
+    def history(self) -> LadderHistoryStore:
+        """The ladder history store on the test database."""
+        return LadderHistoryStore(self.app.engine)
+
+    def enqueue(
+        self, tier: str = "standard", *, due_at: datetime | None = None,
+        opened_at: datetime | None = None, n: int = 1,
+    ) -> list[uuid.UUID]:
+        """Enqueue ``n`` escalations on the latest version present."""
+        reqs = []
+        for _ in range(n):
+            did = uuid.uuid4()
+            reqs.append(EnqueueRequest(
+                dispute_id=did, materiality=Decimal("125.00"),
+                source_hash=hashlib.sha256(str(did).encode()).hexdigest(), tier=tier,
+                due_at=due_at, opened_at=opened_at, ladder=self.name,
+            ))
+        res = enqueue_many(reqs, scheduler=self.app.scheduler, store=self.app.store,
+                           ladders=self.catalog, calendars=self.app.calendars,
+                           default_ladder=self.name, actor="test")
+        return [r.escalation.dispute_id for r in res]
+
+    def plan(self, to: int = 2) -> MigrationPlan:
+        """``ladder plan --to``."""
+        return plan_migration(history=self.history, ladders=self.catalog,
+                              calendars=self.app.calendars, ladder=self.name, to_version=to)
+
+    def apply(self, plan_hash: str, to: int = 2, **kw: Any) -> ApplyReport:
+        """``ladder apply --to --plan-hash``."""
+        return apply_migration(history=self.history, scheduler=self.app.scheduler,
+                               ladders=self.catalog, calendars=self.app.calendars,
+                               ladder=self.name, to_version=to, plan_hash=plan_hash,
+                               actor="test-admin", **kw)
+
+    def state(self, did: uuid.UUID) -> Any:
+        """The projection state (Escalation) of ``did``."""
+        got = self.app.store.get(did)
+        assert got is not None
+        return got[0]
+
+    def migrated_rows(self, did: uuid.UUID) -> list[dict[str, Any]]:
+        """The LADDER_MIGRATED ledger rows of ``did``."""
+        stmt = sa.select(escalation_audit).where(
+            escalation_audit.c.dispute_id == did, escalation_audit.c.event == "LADDER_MIGRATED"
+        )
+        with self.app.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(stmt).mappings()]
+
+    def pinned_in_redis(self, did: uuid.UUID) -> str | None:
+        """The ``ladder`` field of the Redis payload (``name@version``)."""
+        payload = self.app.scheduler.payload(did)
+        return None if payload is None else payload["ladder"]
+
+
+def hours(n: float) -> timedelta:
+    """``n`` hours."""
+    return timedelta(hours=n)
