@@ -1,0 +1,238 @@
+"""Use case: deliver review-queue notifications (issue 7 point 1; seed 002 retries + DLQ).
+
+A promotion's notification is XADDed to the shard's review STREAM by apply.lua in the same
+script that applies the decision. This module is the consumer side:
+
+- one consumer group per review queue: ``notify`` (every tier) or ``notify.<tier>`` (only
+  entries whose ``to_tier`` is that tier; other entries are acknowledged and skipped);
+- ``XREADGROUP`` new entries; deliver each to the optional webhook (``Idempotency-Key`` =
+  ``<dispute id>:<seq>``); ``XACK`` on success;
+- on failure: ``notify_defer.lua`` acknowledges the entry and schedules the next attempt in
+  the ``notify_retry`` ZSET at ``now + RetryPolicy.delay`` (5 s, 30 s, 5 min, 1 h, +/-20 %);
+  retries are claimed with ``notify_claim_retry.lua`` (visibility timeout, so a crash
+  mid-delivery re-delivers);
+- after ``policy.max_attempts`` failures the notification moves to the dead-letter set
+  (``dead_letter.lua``) and a ``DEAD_LETTERED`` ledger row is appended;
+- a crashed consumer's pending entries (delivered to it, never acknowledged) are taken over
+  with ``XAUTOCLAIM`` once idle for ``idle_ms``.
+
+Delivery is at-least-once; the idempotency key lets a receiver drop repeats.
+
+Ledger semantics of a dead-lettered notification: ``append_event`` puts a ``DEAD_LETTERED``
+row on the dispute's own hash chain (one audit trail per dispute), which bumps the dispute's
+sequence number. The Redis payload is then brought to the new seq with ``scheduler.restore``
+(seq-guarded; skipped while a worker holds the claim). If a worker holds it, its record step
+sees STALE and applies the recorded state instead of deciding; the member is re-scored to its
+recorded due time and decided by the next batch -- one wasted claim, never a lost or double
+decision (the ``ledger`` projection status and due time are unchanged by the row).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+from escalation.adapters.redis_keys import Keys
+from escalation.adapters.redis_reliability import DEAD_NOTIFY, ReliabilityRedis
+from escalation.domain.errors import EscalationError
+from escalation.domain.escalation import parse_dispute_id
+from escalation.domain.retry import RetryPolicy
+from escalation.domain.timeutil import from_ms
+from escalation.ports import Scheduler
+
+Deliver = Callable[[Mapping[str, str]], object]
+DEFAULT_GROUP = "notify"
+
+
+@dataclass
+class NotifyReport:
+    """Counts of one :meth:`Notifier.run_once`."""
+
+    delivered: int = 0
+    deferred: int = 0
+    dead: int = 0
+    skipped: int = 0
+    recovered: int = 0
+
+
+def group_name(tier: str | None) -> str:
+    """Consumer group of a review queue: ``notify`` or ``notify.<tier>``."""
+    return DEFAULT_GROUP if not tier else f"{DEFAULT_GROUP}.{tier}"
+
+
+class Notifier:
+    """Consumer of the review streams of one namespace.
+
+    Args:
+        rel: reliability Redis access (namespace, shards).
+        scheduler: to re-align a payload after a DEAD_LETTERED row (``restore``).
+        store: the audit store (``append_event``, ``get``).
+        deliver: ``deliver(fields)`` raises on failure (None = acknowledge only: the stream
+            itself is the review queue).
+        policy: retry ladder and jitter.
+        tier: deliver only entries for this tier (group ``notify.<tier>``), or every entry.
+        consumer: consumer name within the group (unique per process).
+        actor: who writes ledger rows.
+        idle_ms: pending entries idle this long are taken over (XAUTOCLAIM).
+        lease_ms: visibility timeout of a claimed retry.
+    """
+
+    def __init__(
+        self, *, rel: ReliabilityRedis, scheduler: Scheduler, store: Any,
+        deliver: Deliver | None, policy: RetryPolicy, consumer: str, actor: str,
+        tier: str | None = None, idle_ms: int = 60_000, lease_ms: int = 30_000,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.rel, self.scheduler, self.store = rel, scheduler, store
+        self.deliver, self.policy, self.tier = deliver, policy, tier
+        self.group = group_name(tier)
+        self.consumer, self.actor = consumer, actor
+        self.idle_ms, self.lease_ms = idle_ms, lease_ms
+        self.rng = rng or random.Random()
+        self._ready = False
+
+    @property
+    def client(self) -> redis.Redis:
+        """The Redis client."""
+        return self.rel.client
+
+    def ensure_groups(self) -> None:
+        """Create the consumer group on every shard's stream (from the start; idempotent)."""
+        for keys in self.rel.shard_keys():
+            try:
+                self.client.xgroup_create(keys.review, self.group, id="0", mkstream=True)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+        self._ready = True
+
+    def run_once(self, count: int = 100, block_ms: int | None = None) -> NotifyReport:
+        """Recover idle entries, read new ones, run due retries, on every shard.
+
+        Args:
+            count: most entries read per step per shard (1-1000).
+            block_ms: block the XREADGROUP up to this many ms when nothing is new (None: no).
+        """
+        if not self._ready:
+            self.ensure_groups()
+        report = NotifyReport()
+        for keys in self.rel.shard_keys():
+            self._recover(keys, count, report)
+            self._read_new(keys, count, block_ms, report)
+            self._run_retries(keys, count, report)
+        return report
+
+    # ------------------------------------------------------------------ stream
+    def _recover(self, keys: Keys, count: int, report: NotifyReport) -> None:
+        raw = self.client.xautoclaim(keys.review, self.group, self.consumer,
+                                     min_idle_time=self.idle_ms, start_id="0-0", count=count)
+        for entry_id, fields in cast(list[Any], raw[1]):
+            if fields is None:  # entry trimmed from the stream while pending
+                self.client.xack(keys.review, self.group, entry_id)
+                continue
+            report.recovered += 1
+            self._handle_entry(keys, entry_id, fields, report)
+
+    def _read_new(self, keys: Keys, count: int, block_ms: int | None,
+                  report: NotifyReport) -> None:
+        got = self.client.xreadgroup(self.group, self.consumer, {keys.review: ">"},
+                                     count=count, block=block_ms)
+        for _stream, entries in cast(list[Any], got or []):
+            for entry_id, fields in entries:
+                self._handle_entry(keys, entry_id, fields, report)
+
+    def _handle_entry(self, keys: Keys, entry_id: str, fields: dict[str, str],
+                      report: NotifyReport) -> None:
+        if self.tier and fields.get("to_tier") != self.tier:
+            self.client.xack(keys.review, self.group, entry_id)
+            report.skipped += 1
+            return
+        error = self._try(fields)
+        if error is None:
+            self.client.xack(keys.review, self.group, entry_id)
+            report.delivered += 1
+            return
+        self._failed(keys, entry_id, fields, 1, error, report)
+
+    # ------------------------------------------------------------------ retries
+    def _run_retries(self, keys: Keys, count: int, report: NotifyReport) -> None:
+        raw = self.rel.run("notify_claim_retry", [keys.notify_retry, keys.notify_data],
+                           [min(count, 1000), self.lease_ms])
+        for member, blob in raw[1:]:
+            record = json.loads(blob)
+            fields = cast(dict[str, str], record["fields"])
+            error = self._try(fields)
+            if error is None:
+                pipe = self.client.pipeline(transaction=True)
+                pipe.zrem(keys.notify_retry, member)
+                pipe.hdel(keys.notify_data, member)
+                pipe.execute()
+                report.delivered += 1
+                continue
+            self._failed(keys, "", fields, int(record["attempts"]) + 1, error, report)
+
+    def _try(self, fields: Mapping[str, str]) -> str | None:
+        if self.deliver is None:
+            return None
+        try:
+            self.deliver(fields)
+        except Exception as exc:
+            return str(exc)[:300] or type(exc).__name__
+        return None
+
+    def _member(self, fields: Mapping[str, str]) -> str:
+        return f"{self.group}|{fields.get('idempotency_key', '')}"
+
+    def _failed(self, keys: Keys, entry_id: str, fields: dict[str, str], attempts: int,
+                error: str, report: NotifyReport) -> None:
+        member = self._member(fields)
+        record = {"fields": fields, "attempts": attempts, "last_error": error,
+                  "group": self.group}
+        if self.policy.exhausted(attempts):
+            self._dead(keys, entry_id, member, record)
+            report.dead += 1
+            return
+        at = self.rel.now_ms() + self.policy.next_delay_ms(attempts, self.rng)
+        self.rel.run("notify_defer", [keys.review, keys.notify_retry, keys.notify_data],
+                     [self.group, entry_id, member, at, json.dumps(record)])
+        report.deferred += 1
+
+    def _dead(self, keys: Keys, entry_id: str, member: str, record: dict[str, Any]) -> None:
+        fields = cast(dict[str, str], record["fields"])
+        dead_record = {"kind": "notify", "dispute_id": fields.get("dispute_id", ""),
+                       "reason": record["last_error"], "attempts": record["attempts"],
+                       "group": self.group, "retry_member": member, "fields": fields}
+        dead_ms = int(self.rel.run(
+            "dead_letter",
+            [keys.dead, keys.dead_data, keys.pending, keys.stats, keys.decision_failures,
+             keys.notify_retry, keys.notify_data],
+            [DEAD_NOTIFY + member, json.dumps(dead_record), "notify", "", "", member]))
+        if entry_id:
+            self.client.xack(keys.review, self.group, entry_id)
+        ledger_dead_letter(self.store, self.scheduler, fields.get("dispute_id", ""),
+                           self.actor, dead_ms, "NOTIFICATION_DEAD_LETTERED",
+                           {"kind": "notify", "idempotency_key": fields.get("idempotency_key", ""),
+                            "attempts": int(record["attempts"]), "group": self.group,
+                            "last_error": str(record["last_error"])[:200]})
+
+
+def ledger_dead_letter(store: Any, scheduler: Scheduler, dispute_id: str, actor: str,
+                       at_ms: int, match_decision: str, details: dict[str, Any]) -> bool:
+    """Append a DEAD_LETTERED row on the dispute's chain, then re-align the Redis payload.
+
+    Returns False (nothing written) when ``dispute_id`` is not a UUID known to PostgreSQL.
+    See the module docstring for the sequence-number semantics.
+    """
+    try:
+        uid = parse_dispute_id(dispute_id)
+        state = store.append_event(uid, "DEAD_LETTERED", match_decision, actor, from_ms(at_ms),
+                                   {}, details)
+    except EscalationError:
+        return False
+    scheduler.restore([state])
+    return True

@@ -1,0 +1,200 @@
+"""Notification delivery: consumer group, webhook with Idempotency-Key, retries with backoff,
+dead letter after the last attempt, XAUTOCLAIM recovery (issue 7 point 1)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from escalation.adapters.webhook import post_notification
+from escalation.domain.retry import RetryPolicy
+from escalation.service_layer.fire import fire_due
+from escalation.service_layer.notify import Notifier, NotifyReport
+from tests.e2e.helpers import due_requests, enqueue
+from tests.integration.reliability_support import reliability_redis
+
+FAST = RetryPolicy(ladder_s=(0.01, 0.01, 0.01, 0.01), jitter=0.2)
+
+
+class Receiver:
+    """A real HTTP server on 127.0.0.1 that fails the first ``fail`` requests per key."""
+
+    def __init__(self, fail: int) -> None:
+        self.fail = fail
+        self.calls: list[tuple[str, dict[str, str]]] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                key = self.headers["Idempotency-Key"]
+                with outer.lock:
+                    outer.calls.append((key, body))
+                    seen = sum(1 for k, _ in outer.calls if k == key)
+                code = 503 if outer.fail < 0 or seen <= outer.fail else 200
+                self.send_response(code)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture()
+def receiver_factory() -> Iterator[Any]:
+    made: list[Receiver] = []
+
+    def make(fail: int) -> Receiver:
+        made.append(Receiver(fail))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.close()
+
+
+def _promote(app: Any, n: int) -> list[Any]:
+    ids = enqueue(app, due_requests(n, app.scheduler.time()))
+    report = fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                      calendars=app.calendars, batch_size=100, lease_ms=30_000,
+                      worker_id="w")
+    assert report.recorded == n
+    return ids
+
+
+def _notifier(app: Any, url: str | None, policy: RetryPolicy = FAST, **kw: Any) -> Notifier:
+    deliver = None if url is None else (lambda f: post_notification(url, f, 2.0))
+    return Notifier(rel=reliability_redis(app), scheduler=app.scheduler, store=app.store,
+                    deliver=deliver, policy=policy, consumer=kw.pop("consumer", "c1"),
+                    actor="notifier", **kw)
+
+
+def _drain(notifier: Notifier, until: Any, rounds: int = 400) -> NotifyReport:
+    total = NotifyReport()
+    for _ in range(rounds):
+        r = notifier.run_once()
+        for k in total.__dict__:
+            setattr(total, k, getattr(total, k) + getattr(r, k))
+        if until(total):
+            return total
+        time.sleep(0.01)
+    return total
+
+
+def test_notification_is_posted_with_its_idempotency_key_and_acknowledged(
+    app: Any, receiver_factory: Any
+) -> None:
+    rx = receiver_factory(0)
+    ids = _promote(app, 3)
+    n = _notifier(app, rx.url)
+    report = n.run_once()
+    assert report.delivered == 3
+    keys = {k for k, _ in rx.calls}
+    assert keys == {f"{d}:2" for d in ids}  # <dispute>:<seq of the promotion row>
+    assert all(b["match_decision"] == "PROMOTED_TO_SENIOR" for _, b in rx.calls)
+    stream = app.scheduler.keys_for(ids[0]).review
+    assert app.redis.xpending(stream, "notify")["pending"] == 0
+
+
+def test_failing_receiver_is_retried_with_backoff_until_it_succeeds(
+    app: Any, receiver_factory: Any
+) -> None:
+    rx = receiver_factory(2)  # fails twice per key, then 200
+    ids = _promote(app, 2)
+    n = _notifier(app, rx.url)
+    total = _drain(n, lambda t: t.delivered >= 2)
+    assert total.delivered == 2 and total.dead == 0 and total.deferred == 4
+    assert len(rx.calls) == 6  # 3 attempts each
+    keys = app.scheduler.keys_for(ids[0])
+    assert app.redis.zcard(keys.notify_retry) == 0 and app.redis.hlen(keys.notify_data) == 0
+
+
+def test_retry_is_scheduled_at_the_first_ladder_step_with_jitter(
+    app: Any, receiver_factory: Any
+) -> None:
+    rx = receiver_factory(-1)
+    ids = _promote(app, 1)
+    n = _notifier(app, rx.url, policy=RetryPolicy())
+    before = reliability_redis(app).now_ms()
+    assert n.run_once().deferred == 1
+    keys = app.scheduler.keys_for(ids[0])
+    ((member, score),) = app.redis.zrange(keys.notify_retry, 0, -1, withscores=True)
+    assert member == f"notify|{ids[0]}:2"
+    assert before + 4000 <= score <= before + 6000 + 1000  # 5 s +/- 20 %
+
+
+def test_always_failing_receiver_ends_in_the_dead_letter_set_with_a_ledger_row(
+    app: Any, receiver_factory: Any
+) -> None:
+    rx = receiver_factory(-1)
+    (did,) = _promote(app, 1)
+    n = _notifier(app, rx.url)
+    total = _drain(n, lambda t: t.dead >= 1)
+    assert total.dead == 1 and total.delivered == 0
+    assert len(rx.calls) == FAST.max_attempts  # 5 attempts, then dead
+    rel = reliability_redis(app)
+    (member, _ms, record) = rel.dead_list()[0]
+    assert member == f"notify:notify|{did}:2"
+    assert record["attempts"] == 5 and record["reason"] == "HTTP 503"
+    trail = app.store.trail(did)
+    assert trail[-1].event == "DEAD_LETTERED"
+    assert trail[-1].details["idempotency_key"] == f"{did}:2"
+    # the Redis payload follows the new sequence number, so no worker claim turns STALE
+    assert app.scheduler.payload(did)["seq"] == str(trail[-1].seq)
+
+
+def test_crashed_consumers_pending_entries_are_taken_over_after_idle_time(
+    app: Any, receiver_factory: Any
+) -> None:
+    rx = receiver_factory(0)
+    ids = _promote(app, 2)
+    crashed = _notifier(app, rx.url, consumer="crashed")
+    crashed.ensure_groups()
+    stream = app.scheduler.keys_for(ids[0]).review
+    # the crashed consumer read the entries and died before delivering / acknowledging
+    app.redis.xreadgroup("notify", "crashed", {stream: ">"}, count=10)
+    assert app.redis.xpending(stream, "notify")["pending"] == 2
+    survivor = _notifier(app, rx.url, consumer="survivor", idle_ms=1)
+    time.sleep(0.01)
+    report = survivor.run_once()
+    assert report.recovered == 2 and report.delivered == 2
+    assert app.redis.xpending(stream, "notify")["pending"] == 0
+
+
+def test_tier_group_delivers_only_its_tier_and_skips_others(
+    app: Any, receiver_factory: Any
+) -> None:
+    rx = receiver_factory(0)
+    _promote(app, 2)
+    assert _notifier(app, rx.url, tier="compliance").run_once().skipped == 2
+    assert rx.calls == []
+    assert _notifier(app, rx.url, tier="senior").run_once().delivered == 2
+
+
+def test_dead_lettered_notification_row_is_on_the_dispute_chain_which_still_verifies(
+    app: Any, receiver_factory: Any
+) -> None:
+    rx = receiver_factory(-1)
+    (did,) = _promote(app, 1)
+    _drain(_notifier(app, rx.url), lambda t: t.dead >= 1)
+    assert app.store.verify(did) == []
+    with app.engine.connect() as conn:
+        n = conn.execute(sa.text("SELECT count(*) FROM escalation_audit WHERE dispute_id = :d "
+                                 "AND event = 'DEAD_LETTERED'"), {"d": did}).scalar()
+    assert n == 1
