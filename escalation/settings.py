@@ -65,6 +65,10 @@ class Settings(BaseSettings):
     worker_id: str | None = None
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
+    # Issue 5 (audit): retention of ledger partitions (default 7 years = 2557 days) and how
+    # many months of partitions maintenance creates ahead of the current one.
+    audit_retention_days: int = Field(default=2557, ge=365, le=36525)
+    audit_partitions_ahead: int = Field(default=3, ge=1, le=120)
 
     @field_validator("poll_interval_s", "batch_size", "lock_ttl_s", "jitter", "shards")
     @classmethod

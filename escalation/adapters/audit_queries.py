@@ -44,6 +44,8 @@ _HEAD_MISMATCH = sa.text(
             WHERE dispute_id = s.dispute_id ORDER BY seq DESC LIMIT 1) AS a ON true
      WHERE (CAST(:id AS uuid) IS NULL OR s.dispute_id = CAST(:id AS uuid))
        AND (a.seq IS DISTINCT FROM s.last_seq OR a.row_hash IS DISTINCT FROM s.last_hash)
+       -- a chain whose partition was dropped by retention is gone on purpose
+       AND NOT (a.seq IS NULL AND s.created_at < (SELECT max(range_to) FROM audit_retention))
     """
 )
 

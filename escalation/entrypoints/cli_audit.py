@@ -1,0 +1,294 @@
+"""``escalation audit ...`` (verify, checkpoint, partitions, search, export) and
+``escalation report sla``. See docs/audit.md.
+
+Exit codes: 0 ok; 1 verification failed / refused operation (EscalationError); 2 usage.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import sqlalchemy as sa
+import typer
+from rich.table import Table
+
+from escalation.domain.errors import InvalidInput
+from escalation.entrypoints.cli import _settings, app, audit_app, err, out, parse_time
+
+partitions_app = typer.Typer(
+    help="Monthly ledger partitions: create ahead (--ahead N), drop expired ones."
+)
+report_app = typer.Typer(help="Compliance reports.", no_args_is_help=True)
+audit_app.add_typer(partitions_app, name="partitions")
+app.add_typer(report_app, name="report")
+
+
+@contextmanager
+def _engine() -> Iterator[sa.Engine]:
+    """An engine on the configured database, checked to be at the Alembic head."""
+    from escalation.adapters.db import check_at_head, make_engine
+    from escalation.bootstrap import resolve_urls
+
+    engine = make_engine(resolve_urls(_settings()).database_url)
+    try:
+        check_at_head(engine)
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def _uuid(value: str | None) -> Any:
+    if value is None:
+        return None
+    from escalation.domain.escalation import parse_dispute_id
+
+    return parse_dispute_id(value)
+
+
+# --------------------------------------------------------------------------- verify
+@audit_app.command("verify")
+def audit_verify(
+    dispute: Annotated[str | None, typer.Option("--dispute", help="One dispute (UUID).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every chain (default).")] = False,
+    digest: Annotated[
+        Path | None, typer.Option(help="A checkpoint digest file kept elsewhere to compare.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Recompute hash chains, projection heads and checkpoints; exit 1 on the first break."""
+    from escalation.service_layer.checkpoint import read_digest, verify
+
+    if dispute is not None and all_:
+        raise InvalidInput("give --dispute ID or --all, not both")
+    dig = None if digest is None else read_digest(digest)
+    with _engine() as engine:
+        report = verify(engine, _uuid(dispute), dig)
+    if as_json:
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "ok": report.ok,
+                    "broken_chains": [[str(d), s] for d, s in report.broken_chains],
+                    "checkpoint_mismatches": [
+                        [str(d), s] for d, s in report.checkpoint_mismatches
+                    ],
+                    "checkpoint_errors": report.checkpoint_errors,
+                    "checkpoint_id": report.checkpoint_id,
+                }
+            )
+            + "\n"
+        )
+    if report.ok:
+        if not as_json:
+            cp = report.checkpoint_id
+            out.print(f"ok: chains intact; last checkpoint {cp if cp else 'none'} matches")
+        return
+    if not as_json:
+        for d, seq in report.broken_chains:
+            err.print(f"broken chain: dispute {d}, first broken link at seq {seq}")
+        for d, seq in report.checkpoint_mismatches:
+            err.print(
+                f"checkpoint mismatch: dispute {d} seq {seq} differs from checkpoint "
+                f"{report.checkpoint_id}"
+            )
+        for text in report.checkpoint_errors:
+            err.print(f"checkpoint error: {text}")
+    raise typer.Exit(1)
+
+
+@audit_app.command("checkpoint")
+def audit_checkpoint(
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Write the digest JSON to this file.")
+    ] = None,
+    actor: Annotated[str, typer.Option(help="Who seals the checkpoint.")] = "cli",
+) -> None:
+    """Seal a checkpoint: Merkle root over all chain heads, chained to the previous one."""
+    from escalation.service_layer.checkpoint import create_checkpoint, digest_of, write_digest
+
+    with _engine() as engine:
+        cp = create_checkpoint(engine, actor)
+    if out_file is not None:
+        write_digest(cp, out_file)
+    out.print_json(json.dumps(digest_of(cp)))
+
+
+# --------------------------------------------------------------------------- partitions
+@partitions_app.callback(invoke_without_command=True)
+def partitions_main(
+    ctx: typer.Context,
+    ahead: Annotated[
+        int | None, typer.Option(help="Months to create ahead (default: settings, 3).")
+    ] = None,
+) -> None:
+    """Create this month's and the next N months' partitions, then list them."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from escalation.adapters.partitions import ensure_partitions, list_partitions
+
+    n = _settings().audit_partitions_ahead if ahead is None else ahead
+    with _engine() as engine:
+        created = ensure_partitions(engine, datetime.now(UTC), n)
+        parts = list_partitions(engine)
+    out.print("created: " + (", ".join(created) if created else "none"))
+    for p in parts:
+        out.print(f"{p.name}  [{p.range_from.isoformat()}, {p.range_to.isoformat()})")
+
+
+@partitions_app.command("drop-expired")
+def partitions_drop_expired(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Only these partitions (default: all expired).")
+    ] = None,
+    retention_days: Annotated[
+        int | None, typer.Option(help="Override ESCALATION_AUDIT_RETENTION_DAYS (>= 365).")
+    ] = None,
+    detach_only: Annotated[bool, typer.Option(help="Detach but do not drop.")] = False,
+    actor: Annotated[str, typer.Option(help="Who runs the retention.")] = "cli",
+) -> None:
+    """Detach/drop partitions entirely older than retention; refuse (exit 1) any other."""
+    from escalation.adapters.partitions import drop_expired
+
+    settings = _settings(audit_retention_days=retention_days)
+    with _engine() as engine:
+        result = drop_expired(
+            engine,
+            datetime.now(UTC),
+            settings.audit_retention_days,
+            actor=actor,
+            detach_only=detach_only,
+            names=names or None,
+        )
+    out.print("removed: " + (", ".join(result.removed) if result.removed else "none"))
+    if result.refused:
+        for name, why in result.refused.items():
+            err.print(f"refused {name}: {why}")
+        raise typer.Exit(1)
+
+
+# --------------------------------------------------------------------------- search/export
+def _filter(**kw: Any) -> Any:
+    from escalation.service_layer.audit_export import AuditFilter
+
+    return AuditFilter(
+        dispute_id=_uuid(kw["dispute"]),
+        tier=kw["tier"],
+        decision=kw["decision"],
+        since=parse_time(kw["since"], "--from"),
+        until=parse_time(kw["until"], "--to"),
+        actor=kw["actor"],
+        ladder=kw.get("ladder"),
+        ladder_version=kw["ladder_version"],
+    )
+
+
+@audit_app.command("search")
+def audit_search(
+    dispute: Annotated[str | None, typer.Option(help="Dispute id (UUID).")] = None,
+    tier: Annotated[str | None, typer.Option(help="From or to tier id.")] = None,
+    decision: Annotated[
+        str | None, typer.Option(help="Decision or event, e.g. PROMOTED_TO_SENIOR, CANCELLED.")
+    ] = None,
+    since: Annotated[str | None, typer.Option("--from", help="decided_at >= (ISO-8601).")] = None,
+    until: Annotated[str | None, typer.Option("--to", help="decided_at < (ISO-8601).")] = None,
+    actor: Annotated[str | None, typer.Option("--actor", "--worker", help="Actor.")] = None,
+    ladder: Annotated[str | None, typer.Option(help="Ladder name.")] = None,
+    ladder_version: Annotated[int | None, typer.Option(help="Ladder version.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many rows (1-10000).")] = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines.")] = False,
+) -> None:
+    """Search the ledger; rows ordered by decision time."""
+    from escalation.service_layer.audit_export import COLUMNS, export_value, search
+
+    flt = _filter(dispute=dispute, tier=tier, decision=decision, since=since, until=until,
+                  actor=actor, ladder=ladder, ladder_version=ladder_version)
+    with _engine() as engine:
+        rows = search(engine, flt, limit)
+    if as_json:
+        for r in rows:
+            d = asdict(r)
+            sys.stdout.write(
+                json.dumps({c: export_value(c, d.get(c)) for c in COLUMNS if c in d}) + "\n"
+            )
+        return
+    table = Table(title=f"{len(rows)} ledger row(s)")
+    for col in ("decided_at", "dispute_id", "seq", "decision", "from", "to", "actor", "ladder"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r.decided_at.isoformat(), str(r.dispute_id), str(r.seq), r.match_decision,
+            r.from_tier or "", r.to_tier or "", r.actor, f"{r.ladder}@{r.ladder_version}",
+        )
+    out.print(table)
+
+
+@audit_app.command("export")
+def audit_export(
+    fmt: Annotated[str, typer.Option("--format", help="csv or jsonl.")] = "csv",
+    since: Annotated[str | None, typer.Option("--from", help="decided_at >= (ISO-8601).")] = None,
+    until: Annotated[str | None, typer.Option("--to", help="decided_at < (ISO-8601).")] = None,
+    out_file: Annotated[Path, typer.Option("--out", help="Output file.")] = Path("audit.csv"),
+) -> None:
+    """Stream the ledger to a file in constant memory, plus <file>.manifest.json."""
+    from escalation.service_layer.audit_export import AuditFilter, count_rows, export
+
+    if fmt not in ("csv", "jsonl"):
+        raise InvalidInput(f"--format must be csv or jsonl, got {fmt!r}")
+    flt = AuditFilter(since=parse_time(since, "--from"), until=parse_time(until, "--to"))
+    with _engine() as engine:
+        if sys.stderr.isatty():
+            from rich.progress import Progress
+
+            total = count_rows(engine, flt)
+            with Progress(console=err) as bar:
+                task = bar.add_task("exporting", total=total)
+                manifest = export(engine, fmt, out_file, flt,  # type: ignore[arg-type]
+                                  lambda n: bar.update(task, completed=n))
+        else:
+            manifest = export(engine, fmt, out_file, flt)  # type: ignore[arg-type]
+    out.print(f"{manifest.row_count} rows -> {out_file} (sha256 {manifest.sha256})")
+
+
+# --------------------------------------------------------------------------- report
+@report_app.command("sla")
+def report_sla(
+    since: Annotated[str, typer.Option("--from", help="Window start (ISO-8601).")],
+    until: Annotated[str, typer.Option("--to", help="Window end, exclusive (ISO-8601).")],
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or html.")] = "table",
+    out_file: Annotated[Path | None, typer.Option("--out", help="Write to this file.")] = None,
+    grace_s: Annotated[int, typer.Option(help="On time = decided within N s of due.")] = 60,
+) -> None:
+    """SLA compliance per ladder and tier: entered, on time, breached, time in tier, deadlines."""
+    from escalation.service_layer import sla_report
+
+    if fmt not in ("table", "csv", "html"):
+        raise InvalidInput(f"--format must be table, csv or html, got {fmt!r}")
+    start = parse_time(since, "--from")
+    end = parse_time(until, "--to")
+    assert start is not None and end is not None  # noqa: S101 - required options
+    with _engine() as engine:
+        report = sla_report.build(engine, start, end, grace_s)
+    if fmt == "table":
+        table = Table(title=f"SLA report {start.isoformat()} .. {end.isoformat()}")
+        for col in sla_report.CSV_COLUMNS:
+            table.add_column(col, justify="left" if col in ("ladder", "tier") else "right")
+        for f in report.tiers:
+            table.add_row(*[str(v) for v in f.as_row().values()])
+        if out_file is not None:
+            raise InvalidInput("--out needs --format csv or html")
+        out.print(table)
+        return
+    text = sla_report.to_csv(report) if fmt == "csv" else sla_report.to_html(report)
+    if out_file is None:
+        sys.stdout.write(text)
+    else:
+        out_file.write_text(text, "utf-8")
+        out.print(f"wrote {out_file}")
+

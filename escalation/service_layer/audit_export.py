@@ -1,0 +1,357 @@
+"""Search and streaming export of the audit ledger (CSV or JSON Lines) with a manifest.
+
+Export streams rows through a server-side cursor (``stream_results`` + ``yield_per``), so
+memory stays constant whatever the row count (``benchmarks/export_1m.py``;
+``tests/integration/test_export_memory.py``). Value formats (format version 1):
+
+* timestamps: UTC ISO-8601 with microseconds and ``Z`` (``2026-03-02T09:00:00.000000Z``);
+* money (``materiality``): decimal string, e.g. ``"1250.00"`` (never a float);
+* hashes: lower-case hex; UUIDs: hyphenated lower case;
+* ``details``: canonical JSON (sorted keys, no spaces); in CSV as a JSON string;
+* NULL: empty CSV field / JSON ``null``.
+
+The manifest (``<file>.manifest.json``) holds the format version, format, columns, row
+count, the requested and actual time range and the SHA-256 of the exported file.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import IO, Any, Literal
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from escalation.adapters.audit_rows import ledger_row
+from escalation.adapters.tables import escalation_audit
+from escalation.domain.errors import InvalidInput
+from escalation.domain.timeutil import require_aware
+from escalation.ports import LedgerRow
+
+FORMAT_VERSION = 1
+Format = Literal["csv", "jsonl"]
+COLUMNS: tuple[str, ...] = (
+    "dispute_id",
+    "seq",
+    "event",
+    "match_decision",
+    "actor",
+    "from_tier",
+    "to_tier",
+    "ladder",
+    "ladder_version",
+    "calendar_version",
+    "materiality",
+    "due_at",
+    "next_due_at",
+    "regulatory_deadline",
+    "decided_at",
+    "recorded_at",
+    "trace_id",
+    "source_hash",
+    "external_id",
+    "fence_token",
+    "details",
+    "prev_hash",
+    "row_hash",
+    "chain_created_at",
+)
+"""Exported columns, in order: every ledger column (who, what, when, why, chain)."""
+_TIMES = frozenset(
+    {"due_at", "next_due_at", "regulatory_deadline", "decided_at", "recorded_at",
+     "chain_created_at"}
+)
+_A = escalation_audit
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFilter:
+    """Search/export filters; None means "any". Times are aware, ``[since, until)`` on
+    ``decided_at``. ``tier`` matches from_tier or to_tier; ``decision`` matches
+    ``match_decision`` or ``event``; ``actor`` is the worker id or admin name."""
+
+    dispute_id: UUID | None = None
+    tier: str | None = None
+    decision: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    actor: str | None = None
+    ladder: str | None = None
+    ladder_version: int | None = None
+
+    def where(self) -> list[sa.ColumnElement[bool]]:
+        """SQLAlchemy conditions for this filter. Raises InvalidInput for naive times."""
+        conds: list[sa.ColumnElement[bool]] = []
+        if self.dispute_id is not None:
+            conds.append(_A.c.dispute_id == self.dispute_id)
+        if self.tier is not None:
+            conds.append(sa.or_(_A.c.from_tier == self.tier, _A.c.to_tier == self.tier))
+        if self.decision is not None:
+            conds.append(
+                sa.or_(_A.c.match_decision == self.decision, _A.c.event == self.decision)
+            )
+        if self.since is not None:
+            conds.append(_A.c.decided_at >= require_aware(self.since, "from"))
+        if self.until is not None:
+            conds.append(_A.c.decided_at < require_aware(self.until, "to"))
+        if self.actor is not None:
+            conds.append(_A.c.actor == self.actor)
+        if self.ladder is not None:
+            conds.append(_A.c.ladder == self.ladder)
+        if self.ladder_version is not None:
+            conds.append(_A.c.ladder_version == self.ladder_version)
+        return conds
+
+
+def search(engine: sa.Engine, flt: AuditFilter, limit: int = 100) -> list[LedgerRow]:
+    """Ledger rows matching ``flt``, ordered by decided_at then dispute and seq.
+
+    Raises:
+        InvalidInput: ``limit`` outside 1-10000 or a naive time.
+    """
+    if not 1 <= limit <= 10_000:
+        raise InvalidInput(f"limit must be 1-10000, got {limit}")
+    stmt = (
+        sa.select(_A)
+        .where(*flt.where())
+        .order_by(_A.c.decided_at, _A.c.dispute_id, _A.c.seq)
+        .limit(limit)
+    )
+    with engine.connect() as conn:
+        return [ledger_row(r) for r in conn.execute(stmt).mappings()]
+
+
+def iso_utc(value: datetime) -> str:
+    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` of an aware datetime, in UTC."""
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def export_value(name: str, value: Any) -> Any:
+    """The JSON-ready export form of one column value (None stays None)."""
+    if value is None:
+        return None
+    for kind, convert in _EXPORTERS:
+        if isinstance(value, kind):
+            return convert(value)
+    return dict(value) if name == "details" else value
+
+
+_EXPORTERS: tuple[tuple[type | tuple[type, ...], Callable[[Any], Any]], ...] = (
+    (datetime, iso_utc),
+    (Decimal, lambda v: format(v, "f")),
+    (UUID, str),
+    ((bytes, memoryview, bytearray), lambda v: bytes(v).hex()),
+)
+
+
+def _details_text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class _HashingWriter(io.TextIOBase):
+    """Text sink that encodes to UTF-8, writes to ``raw`` and feeds a SHA-256."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self.sha = hashlib.sha256()
+
+    def write(self, text: str) -> int:
+        data = text.encode("utf-8")
+        self._raw.write(data)
+        self.sha.update(data)
+        return len(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """What an export wrote (see the module docstring); ``as_dict`` is the JSON file."""
+
+    format: str
+    row_count: int
+    sha256: str
+    requested_from: datetime | None
+    requested_to: datetime | None
+    first_decided_at: datetime | None
+    last_decided_at: datetime | None
+    file: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready manifest."""
+
+        def t(v: datetime | None) -> str | None:
+            return None if v is None else iso_utc(v)
+
+        return {
+            "format_version": FORMAT_VERSION,
+            "format": self.format,
+            "file": self.file,
+            "columns": list(COLUMNS),
+            "row_count": self.row_count,
+            "time_range": {
+                "field": "decided_at",
+                "from": t(self.requested_from),
+                "to": t(self.requested_to),
+                "first": t(self.first_decided_at),
+                "last": t(self.last_decided_at),
+            },
+            "sha256": self.sha256,
+            "timestamps": "UTC ISO-8601, microseconds, Z suffix",
+            "money": "decimal string",
+        }
+
+
+def manifest_path(out: Path) -> Path:
+    """Where the manifest of ``out`` goes: ``<out>.manifest.json``."""
+    return out.with_name(out.name + ".manifest.json")
+
+
+def count_rows(engine: sa.Engine, flt: AuditFilter) -> int:
+    """Number of ledger rows matching ``flt`` (for a progress bar)."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(sa.select(sa.func.count()).select_from(_A).where(*flt.where()))
+            .scalar_one()
+        )
+
+
+def stream_rows(
+    engine: sa.Engine, flt: AuditFilter, batch: int = 2000
+) -> Iterator[Mapping[Any, Any]]:
+    """Matching ledger rows (raw mappings) in (decided_at, dispute_id, seq) order, streamed
+    with a server-side cursor fetching ``batch`` rows at a time, in one snapshot."""
+    stmt = (
+        sa.select(*[_A.c[c] for c in COLUMNS])
+        .where(*flt.where())
+        .order_by(_A.c.decided_at, _A.c.dispute_id, _A.c.seq)
+    )
+    conn_ctx = engine.connect().execution_options(
+        isolation_level="REPEATABLE READ", stream_results=True, yield_per=batch
+    )
+    with conn_ctx as conn, conn.begin():
+        yield from conn.execute(stmt).mappings()
+
+
+def export(
+    engine: sa.Engine,
+    fmt: Format,
+    out: Path,
+    flt: AuditFilter,
+    progress: Callable[[int], None] | None = None,
+) -> Manifest:
+    """Stream matching rows to ``out`` as CSV (header row) or JSON Lines; write a manifest.
+
+    Args:
+        fmt: ``"csv"`` or ``"jsonl"``. out: the file to (over)write.
+        flt: usually ``since``/``until`` only (half-open on decided_at).
+        progress: called with the number of rows written so far, every 1000 rows and at end.
+
+    Returns:
+        The :class:`Manifest` (also written to :func:`manifest_path`).
+
+    Raises:
+        InvalidInput: unknown format or naive times.
+    """
+    if fmt not in ("csv", "jsonl"):
+        raise InvalidInput(f"format must be csv or jsonl, got {fmt!r}")
+    count = 0
+    first: datetime | None = None
+    last: datetime | None = None
+    with out.open("wb") as raw:
+        sink = _HashingWriter(raw)
+        writer = csv.writer(sink, lineterminator="\n") if fmt == "csv" else None
+        if writer is not None:
+            writer.writerow(COLUMNS)
+        for row in stream_rows(engine, flt):
+            values = [export_value(c, row[c]) for c in COLUMNS]
+            if writer is not None:
+                writer.writerow(_csv_cells(values))
+            else:
+                sink.write(
+                    json.dumps(dict(zip(COLUMNS, values, strict=True)), sort_keys=False,
+                               separators=(",", ":"), ensure_ascii=False) + "\n"
+                )
+            decided = row["decided_at"]
+            first = first or decided
+            last = decided
+            count += 1
+            if progress is not None and count % 1000 == 0:
+                progress(count)
+    if progress is not None:
+        progress(count)
+    manifest = Manifest(
+        format=fmt,
+        row_count=count,
+        sha256=sink.sha.hexdigest(),
+        requested_from=flt.since,
+        requested_to=flt.until,
+        first_decided_at=first,
+        last_decided_at=last,
+        file=out.name,
+    )
+    manifest_path(out).write_text(json.dumps(manifest.as_dict(), indent=2) + "\n", "utf-8")
+    return manifest
+
+
+def _csv_cells(values: list[Any]) -> list[Any]:
+    return [
+        "" if v is None else _details_text(v) if isinstance(v, dict) else v for v in values
+    ]
+
+
+def read_csv(path: Path) -> Iterator[dict[str, Any]]:
+    """Re-import an exported CSV: typed rows (UUID, int, Decimal, aware datetime, bytes
+    hashes, dict details; empty -> None), as the ledger holds them.
+
+    Raises:
+        InvalidInput: the header is not :data:`COLUMNS`.
+    """
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = tuple(next(reader, ()))
+        if header != COLUMNS:
+            raise InvalidInput(f"{path}: not an audit export (header {header[:3]}...)")
+        for cells in reader:
+            yield {c: _parse(c, v) for c, v in zip(COLUMNS, cells, strict=True)}
+
+
+def _parse(name: str, text: str) -> Any:
+    if text == "":
+        return {} if name == "details" else None
+    return _PARSERS.get(name, str)(text)
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "dispute_id": UUID,
+    "seq": int,
+    "ladder_version": int,
+    "fence_token": int,
+    "materiality": Decimal,
+    "prev_hash": bytes.fromhex,
+    "row_hash": bytes.fromhex,
+    "details": json.loads,
+    **dict.fromkeys(_TIMES, _parse_time),
+}
+
+
+def write_csv(rows: Iterator[Mapping[str, Any]], out: Path) -> str:
+    """Write typed rows (as :func:`read_csv` yields) in the export CSV format; return the
+    file's SHA-256 hex. Used to show that a re-import reproduces the file byte for byte."""
+    with out.open("wb") as raw:
+        sink = _HashingWriter(raw)
+        writer = csv.writer(sink, lineterminator="\n")
+        writer.writerow(COLUMNS)
+        for row in rows:
+            writer.writerow(_csv_cells([export_value(c, row[c]) for c in COLUMNS]))
+    return sink.sha.hexdigest()

@@ -1,0 +1,301 @@
+"""SLA compliance report per ladder and tier, from the ledger alone.
+
+Definitions (docs/audit.md "SLA report"); the window is ``[since, until)`` in UTC:
+
+* a *tier stay* starts with a ledger row moving the dispute into the tier (``ENQUEUED``, or
+  ``PROMOTED`` with ``to_tier`` = the tier) and ends with the next ``PROMOTED``/``TERMINAL``
+  (``from_tier`` = the tier) or ``CANCELLED`` row of the dispute;
+* **entered**: stays whose start was decided in the window;
+* **breached**: stays ended by an escalation (PROMOTED or TERMINAL: the tier's SLA window
+  elapsed) decided in the window;
+* **promoted on time**: breached stays whose escalation was decided no later than
+  ``grace_s`` seconds (default 60) after the stay's due time (``due_at`` of the escalation
+  row); **promoted late** = breached - on time;
+* **resolved**: stays ended by CANCELLED (dispute resolved in that tier) in the window;
+* **time in tier**: for stays ended in the window, end ``decided_at`` - start
+  ``decided_at`` in seconds; median (``statistics.median``: mean of the two middle values for
+  an even count) and p95 (nearest rank: the ``ceil(0.95 n)``-th smallest);
+* **regulatory deadlines**: disputes whose ``regulatory_deadline`` falls in the window,
+  counted in the tier the dispute was in at the deadline; *met* if the dispute was resolved
+  (CANCELLED) at or before the deadline, else *missed*.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import groupby
+from typing import Any
+
+import sqlalchemy as sa
+
+from escalation.domain.errors import InvalidInput
+from escalation.domain.timeutil import require_aware
+
+DEFAULT_GRACE_S = 60
+CSV_COLUMNS: tuple[str, ...] = (
+    "ladder",
+    "tier",
+    "entered",
+    "promoted_on_time",
+    "promoted_late",
+    "breached",
+    "resolved",
+    "median_time_in_tier_s",
+    "p95_time_in_tier_s",
+    "regulatory_met",
+    "regulatory_missed",
+)
+
+_ROWS = sa.text(
+    """
+    SELECT dispute_id, seq, event, from_tier, to_tier, ladder, due_at, decided_at,
+           regulatory_deadline
+      FROM escalation_audit
+     WHERE dispute_id IN (
+           SELECT dispute_id FROM escalation_audit
+            WHERE (decided_at >= :since AND decided_at < :until)
+               OR (regulatory_deadline >= :since AND regulatory_deadline < :until))
+     ORDER BY dispute_id, seq
+    """
+)
+
+
+@dataclass(slots=True)
+class TierFigures:
+    """Figures of one (ladder, tier); durations in seconds."""
+
+    ladder: str
+    tier: str
+    entered: int = 0
+    promoted_on_time: int = 0
+    promoted_late: int = 0
+    resolved: int = 0
+    regulatory_met: int = 0
+    regulatory_missed: int = 0
+    durations: list[float] = field(default_factory=list)
+
+    @property
+    def breached(self) -> int:
+        """Stays ended by an escalation (on time + late)."""
+        return self.promoted_on_time + self.promoted_late
+
+    @property
+    def median_s(self) -> float | None:
+        """Median time in tier (s), None without ended stays."""
+        return statistics.median(self.durations) if self.durations else None
+
+    @property
+    def p95_s(self) -> float | None:
+        """95th percentile time in tier (s), nearest-rank; None without ended stays."""
+        if not self.durations:
+            return None
+        ordered = sorted(self.durations)
+        return ordered[math.ceil(0.95 * len(ordered)) - 1]
+
+    def as_row(self) -> dict[str, Any]:
+        """The CSV/JSON row (:data:`CSV_COLUMNS`)."""
+        return {
+            "ladder": self.ladder,
+            "tier": self.tier,
+            "entered": self.entered,
+            "promoted_on_time": self.promoted_on_time,
+            "promoted_late": self.promoted_late,
+            "breached": self.breached,
+            "resolved": self.resolved,
+            "median_time_in_tier_s": _num(self.median_s),
+            "p95_time_in_tier_s": _num(self.p95_s),
+            "regulatory_met": self.regulatory_met,
+            "regulatory_missed": self.regulatory_missed,
+        }
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+@dataclass(frozen=True, slots=True)
+class SlaReport:
+    """The report: window, grace and figures sorted by ladder then tier."""
+
+    since: datetime
+    until: datetime
+    grace_s: int
+    tiers: list[TierFigures]
+
+
+def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
+            grace_s: int = DEFAULT_GRACE_S) -> SlaReport:
+    """Compute the report from ledger rows (ordered by dispute then seq). Pure.
+
+    Raises:
+        InvalidInput: naive bounds, ``since >= until`` or negative grace.
+    """
+    since = require_aware(since, "from")
+    until = require_aware(until, "to")
+    if since >= until:
+        raise InvalidInput("--from must be before --to")
+    if grace_s < 0:
+        raise InvalidInput("grace must be >= 0 seconds")
+    figures: dict[tuple[str, str], TierFigures] = {}
+
+    def fig(ladder: str, tier: str) -> TierFigures:
+        return figures.setdefault((ladder, tier), TierFigures(ladder, tier))
+
+    def inside(t: datetime | None) -> bool:
+        return t is not None and since <= t < until
+
+    for _d, chain_iter in groupby(rows, key=lambda r: r["dispute_id"]):
+        chain = list(chain_iter)
+        stay: Mapping[Any, Any] | None = None
+        for row in chain:
+            event = row["event"]
+            if stay is not None and event in ("PROMOTED", "TERMINAL", "CANCELLED"):
+                f = fig(stay["ladder"], stay["to_tier"])
+                if inside(row["decided_at"]):
+                    f.durations.append((row["decided_at"] - stay["decided_at"]).total_seconds())
+                    if event == "CANCELLED":
+                        f.resolved += 1
+                    elif row["due_at"] is not None and (
+                        (row["decided_at"] - row["due_at"]).total_seconds() <= grace_s
+                    ):
+                        f.promoted_on_time += 1
+                    else:
+                        f.promoted_late += 1
+                stay = None
+            if event in ("ENQUEUED", "PROMOTED") and row["to_tier"] is not None:
+                stay = row
+                if inside(row["decided_at"]):
+                    fig(row["ladder"], row["to_tier"]).entered += 1
+        _regulatory(chain, inside, fig)
+    tiers = sorted(figures.values(), key=lambda f: (f.ladder, f.tier))
+    return SlaReport(since, until, grace_s, tiers)
+
+
+def _regulatory(chain: list[Mapping[Any, Any]], inside: Any, fig: Any) -> None:
+    deadline = next(
+        (r["regulatory_deadline"] for r in reversed(chain) if r["regulatory_deadline"]), None
+    )
+    if deadline is None or not inside(deadline):
+        return
+    before = [r for r in chain if r["decided_at"] <= deadline]
+    if not before:
+        return
+    at_deadline = before[-1]
+    tier = at_deadline["to_tier"] or at_deadline["from_tier"] or "?"
+    met = any(r["event"] == "CANCELLED" for r in before)
+    target = fig(at_deadline["ladder"], tier)
+    if met:
+        target.regulatory_met += 1
+    else:
+        target.regulatory_missed += 1
+
+
+def build(engine: sa.Engine, since: datetime, until: datetime,
+          grace_s: int = DEFAULT_GRACE_S) -> SlaReport:
+    """Load the ledger rows of disputes active in the window and :func:`compute`."""
+    since = require_aware(since, "from")
+    until = require_aware(until, "to")
+    with engine.connect() as conn:
+        rows = conn.execute(_ROWS, {"since": since, "until": until}).mappings().all()
+    return compute(rows, since, until, grace_s)
+
+
+def to_csv(report: SlaReport) -> str:
+    """CSV text: header :data:`CSV_COLUMNS`, one row per (ladder, tier)."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for f in report.tiers:
+        writer.writerow(f.as_row())
+    return buf.getvalue()
+
+
+def _bars(title: str, labels: list[str], series: list[tuple[str, str, list[float]]]) -> str:
+    """A grouped horizontal bar chart as inline SVG (no external assets)."""
+    n_series = max(len(series), 1)
+    row_h = 14 * n_series + 10
+    width, left = 640, 180
+    height = 30 + row_h * max(len(labels), 1) + 20
+    top = max([v for _n, _c, vals in series for v in vals] or [0]) or 1
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'role="img" aria-label="{html.escape(title)}">',
+        f'<text x="4" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>',
+    ]
+    for i, label in enumerate(labels):
+        y0 = 30 + i * row_h
+        parts.append(
+            f'<text x="4" y="{y0 + 12}" font-size="11">{html.escape(label)}</text>'
+        )
+        for j, (_name, color, vals) in enumerate(series):
+            value = vals[i]
+            w = (width - left - 60) * value / top
+            y = y0 + j * 14
+            parts.append(
+                f'<rect x="{left}" y="{y}" width="{w:.1f}" height="12" fill="{color}"/>'
+                f'<text x="{left + w + 4:.1f}" y="{y + 10}" font-size="10">{value:g}</text>'
+            )
+    legend_y = height - 6
+    for j, (name, color, _vals) in enumerate(series):
+        x = left + j * 130
+        parts.append(
+            f'<rect x="{x}" y="{legend_y - 9}" width="10" height="10" fill="{color}"/>'
+            f'<text x="{x + 14}" y="{legend_y}" font-size="11">{html.escape(name)}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def to_html(report: SlaReport) -> str:
+    """A self-contained HTML page: the table plus two inline-SVG charts (no external assets)."""
+    labels = [f"{f.ladder} / {f.tier}" for f in report.tiers]
+    counts = _bars(
+        "Escalations per tier",
+        labels,
+        [
+            ("entered", "#4e79a7", [float(f.entered) for f in report.tiers]),
+            ("promoted on time", "#59a14f", [float(f.promoted_on_time) for f in report.tiers]),
+            ("promoted late", "#e15759", [float(f.promoted_late) for f in report.tiers]),
+        ],
+    )
+    times = _bars(
+        "Time in tier (hours)",
+        labels,
+        [
+            ("median", "#76b7b2", [(f.median_s or 0) / 3600 for f in report.tiers]),
+            ("p95", "#f28e2b", [(f.p95_s or 0) / 3600 for f in report.tiers]),
+        ],
+    )
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in CSV_COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in f.as_row().values()) + "</tr>"
+        for f in report.tiers
+    )
+    window = f"{report.since.isoformat()} to {report.until.isoformat()}"
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<title>SLA compliance report</title><style>"
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #999;padding:3px 8px;text-align:right}"
+        "</style></head><body>"
+        f"<h1>SLA compliance report</h1><p>Window (UTC, half-open): {html.escape(window)}; "
+        f"on time = decided within {report.grace_s} s of due.</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        f"<h2>Charts</h2>{counts}<br>{times}</body></html>\n"
+    )
+
+
+def grouped(report: SlaReport) -> dict[str, list[dict[str, Any]]]:
+    """Rows per ladder (for JSON output)."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for f in report.tiers:
+        out[f.ladder].append(f.as_row())
+    return dict(out)

@@ -1,0 +1,165 @@
+"""Checkpoints: Merkle root over chain heads; verify catches a superuser who rewrote a row
+and recomputed the whole chain (and projection head) behind the triggers' back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from escalation.adapters import db
+from escalation.adapters.audit_store import PostgresAuditStore
+from escalation.domain import audit_hash
+from escalation.domain.merkle import EMPTY_ROOT, leaf_hash, merkle_root, node_hash
+from escalation.service_layer.checkpoint import (
+    create_checkpoint,
+    digest_of,
+    read_digest,
+    verify,
+    write_digest,
+)
+from tests.integration.audit_support import T0, claimed, make_escalation, promote, scratch_database
+
+
+@pytest.fixture()
+def scratch(server_urls) -> Iterator[tuple[sa.Engine, str]]:
+    with scratch_database(server_urls[1]) as url:
+        db.upgrade_to_head(url)
+        engine = db.make_engine(url)
+        yield engine, url
+        engine.dispose()
+
+
+def _chain(store: PostgresAuditStore):
+    esc = store.record_enqueue(make_escalation(), "svc", T0)[1]
+    (o,) = store.record_decisions([(claimed(esc), promote(esc))], "w")
+    store.record_decisions([(claimed(o.state), promote(o.state, "compliance"))], "w")
+    return esc.dispute_id
+
+
+def _rewrite_whole_chain(engine: sa.Engine, dispute_id, seq: int, actor: str) -> None:
+    """What a superuser could do: edit a row, recompute every later hash and the head."""
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE escalation_audit DISABLE TRIGGER ALL"))
+        conn.execute(
+            sa.text("UPDATE escalation_audit SET actor = :a WHERE dispute_id = :d AND seq = :s"),
+            {"a": actor, "d": dispute_id, "s": seq},
+        )
+        rows = conn.execute(
+            sa.text("SELECT * FROM escalation_audit WHERE dispute_id = :d ORDER BY seq"),
+            {"d": dispute_id},
+        ).mappings().all()
+        prev = audit_hash.GENESIS
+        for row in rows:
+            new = audit_hash.row_hash(prev, dict(row))
+            conn.execute(
+                sa.text(
+                    "UPDATE escalation_audit SET prev_hash = :p, row_hash = :h"
+                    " WHERE dispute_id = :d AND seq = :s"
+                ),
+                {"p": prev, "h": new, "d": dispute_id, "s": row["seq"]},
+            )
+            prev = new
+        conn.execute(
+            sa.text("UPDATE escalation_state SET last_hash = :h WHERE dispute_id = :d"),
+            {"h": prev, "d": dispute_id},
+        )
+        for trg in ("trg_escalation_audit_no_mutation", "trg_escalation_audit_no_truncate"):
+            conn.execute(sa.text(f"ALTER TABLE escalation_audit ENABLE ALWAYS TRIGGER {trg}"))
+
+
+def test_merkle_root_follows_rfc6962():
+    a, b, c = b"a", b"b", b"c"
+    assert merkle_root([]) == EMPTY_ROOT == hashlib.sha256(b"").digest()
+    assert merkle_root([a]) == hashlib.sha256(b"\x00a").digest()
+    # n = 3: k = 2 -> node(node(a, b), c)
+    expect = node_hash(node_hash(leaf_hash(a), leaf_hash(b)), leaf_hash(c))
+    assert merkle_root([a, b, c]) == expect
+    assert merkle_root([b, a, c]) != expect
+
+
+def test_checkpoints_chain_to_each_other_and_cover_every_head(scratch):
+    engine, _ = scratch
+    store = PostgresAuditStore(engine)
+    for _ in range(3):
+        _chain(store)
+    first = create_checkpoint(engine, "test")
+    _chain(store)
+    second = create_checkpoint(engine, "test")
+    assert (first.checkpoint_id, first.head_count) == (1, 3)
+    assert (second.checkpoint_id, second.head_count) == (2, 4)
+    assert second.prev_checkpoint_hash == first.checkpoint_hash
+    assert verify(engine).ok
+
+
+def test_checkpoint_tables_are_append_only(scratch):
+    engine, _ = scratch
+    create_checkpoint(engine, "test")
+    with pytest.raises(sa.exc.DBAPIError, match="append-only"), engine.begin() as conn:
+        conn.execute(sa.text("UPDATE audit_checkpoint SET actor = 'mallory'"))
+
+
+def test_verify_catches_a_chain_recomputed_after_an_edit_through_the_checkpoint(scratch):
+    engine, _ = scratch
+    store = PostgresAuditStore(engine)
+    victim = _chain(store)
+    clean = _chain(store)
+    create_checkpoint(engine, "test")
+    _rewrite_whole_chain(engine, victim, 2, "mallory")
+    # The chain itself and the projection head are self-consistent again ...
+    assert store.verify() == []
+    # ... but the checkpoint sealed the old head of the victim's chain.
+    report = verify(engine)
+    assert not report.ok
+    assert report.checkpoint_mismatches == [(victim, 3)]
+    assert verify(engine, clean).ok
+
+
+def test_verify_catches_a_row_changed_with_triggers_disabled(scratch):
+    engine, _ = scratch
+    store = PostgresAuditStore(engine)
+    victim = _chain(store)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE escalation_audit DISABLE TRIGGER ALL"))
+        conn.execute(
+            sa.text("UPDATE escalation_audit SET materiality = 1.00 WHERE dispute_id = :d"
+                    " AND seq = 1"),
+            {"d": victim},
+        )
+    report = verify(engine)
+    assert report.broken_chains == [(victim, 1)]
+
+
+def test_digest_file_exposes_rewritten_checkpoint_tables(scratch, tmp_path):
+    engine, _ = scratch
+    _chain(PostgresAuditStore(engine))
+    cp = create_checkpoint(engine, "test")
+    path = tmp_path / "digest.json"
+    write_digest(cp, path)
+    assert read_digest(path) == json.loads(json.dumps(digest_of(cp)))
+    assert verify(engine, digest=read_digest(path)).ok
+    forged = {**read_digest(path), "heads_root": "00" * 32}
+    report = verify(engine, digest=forged)
+    assert report.checkpoint_errors == ["checkpoint 1 in the database differs from the digest file"]
+
+
+def test_cli_verify_exits_1_and_names_the_broken_link(scratch, cli_env, tmp_path):
+    engine, url = scratch
+    store = PostgresAuditStore(engine)
+    victim = _chain(store)
+    env = {**cli_env, "ESCALATION_DATABASE_URL": url}
+    cmd = [sys.executable, "-m", "escalation"]
+    ok = subprocess.run([*cmd, "audit", "checkpoint", "--out", str(tmp_path / "d.json")],
+                        env=env, capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert read_digest(tmp_path / "d.json")["head_count"] == 1
+    _rewrite_whole_chain(engine, victim, 1, "mallory")
+    res = subprocess.run([*cmd, "audit", "verify", "--all"], env=env, capture_output=True,
+                         text=True, check=False)
+    assert res.returncode == 1
+    assert f"dispute {victim} seq 3 differs from checkpoint 1" in res.stderr
