@@ -1,0 +1,245 @@
+"""``escalation ladder check|plan|apply|history`` (issue 3; docs/ladder-migrations.md).
+
+``check`` must work on a fresh machine (CI runs it): with no database configured it checks
+the files only and says so -- it never starts the embedded servers for the checksum part,
+but uses the embedded PostgreSQL when ESCALATION_HOME already runs one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from escalation.domain.errors import LadderError
+from escalation.entrypoints.cli import _app, _settings, app, err, out
+
+ladder_app = typer.Typer(help="Ladder files and ladder migrations.", no_args_is_help=True)
+app.add_typer(ladder_app, name="ladder")
+
+LadderOpt = Annotated[str | None, typer.Option("--ladder", help="Ladder name (default: the "
+                                               "configured default ladder).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _history_for_check(settings: Any) -> tuple[Any, str]:
+    """(LadderHistoryStore or None, where the checksums came from / why not)."""
+    from escalation.adapters.db import make_engine
+    from escalation.adapters.ladder_history import LadderHistoryStore
+
+    url = settings.database_url
+    if not url:
+        from escalation.adapters.embedded import services_status
+
+        pg = services_status(settings.home)["postgres"]
+        if not pg["running"]:
+            return None, "no database configured: checked the files only (no applied checksums)"
+        url = pg["url"]
+    engine = make_engine(url, pool_size=1)
+    try:
+        from sqlalchemy import inspect
+
+        if not inspect(engine).has_table("ladder_history"):
+            engine.dispose()
+            return None, "database has no ladder_history table (run `escalation db upgrade`): "\
+                "checked the files only"
+    except Exception as exc:
+        engine.dispose()
+        return None, f"database not reachable ({type(exc).__name__}): checked the files only"
+    return LadderHistoryStore(engine), "applied checksums compared with ladder_history"
+
+
+@ladder_app.command("check")
+def ladder_check(
+    directory: Annotated[Path | None, typer.Option("--dir", help="Ladder directory.")] = None,
+) -> None:
+    """Validate every ladder file (and the checksums of applied versions). Exit 2 on errors."""
+    from escalation.service_layer.ladder_migration import check
+
+    settings = _settings()
+    path = directory or settings.ladders_dir
+    if not path.is_dir():
+        raise LadderError(f"{path}: (directory): ladder directory not found")
+    history, note = _history_for_check(settings)
+    try:
+        errors = check(path, history)
+    finally:
+        if history is not None:
+            history._engine.dispose()
+    err.print(note, markup=False, highlight=False)
+    files = len(list(path.glob("*.toml")))
+    if errors:
+        for line in errors:
+            err.print(f"error: {line}", markup=False, highlight=False)
+        err.print(f"{len(errors)} problem(s) in {files} ladder file(s)")
+        sys.exit(2)
+    out.print(f"{files} ladder file(s) OK in {path}")
+
+
+def _plan_json(plan: Any, limit: int) -> dict[str, Any]:
+    return {
+        "ladder": plan.ladder, "to_version": plan.target_version, "checksum": plan.checksum,
+        "plan_hash": plan.plan_hash, "escalations": len(plan.items),
+        "groups": [{"from": a, "to": b, "count": n} for a, b, n in plan.groups()],
+        "changed": [
+            {"dispute_id": str(i.dispute_id), "seq": i.seq, "from_tier": i.from_tier,
+             "to_tier": i.to_tier, "old_next": i.old_next, "new_next": i.new_next,
+             "due": i.due.render()} for i in plan.changed()[:limit]
+        ],
+        "changed_total": len(plan.changed()),
+        "blocked": [{"dispute_id": str(b.dispute_id), "tier": b.tier, "reason": b.reason}
+                    for b in plan.blocked],
+    }
+
+
+@ladder_app.command("plan")
+def ladder_plan(
+    to: Annotated[int, typer.Option("--to", help="Target version.")],
+    ladder: LadderOpt = None,
+    limit: Annotated[int, typer.Option(help="Changed escalations listed at most.")] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """Dry run: what a migration to VERSION does to every pending escalation. No writes."""
+    from escalation.adapters.ladder_history import LadderHistoryStore
+    from escalation.service_layer.ladder_migration import plan_migration
+
+    a = _app(actor="cli")
+    try:
+        name = ladder or a.settings.default_ladder
+        plan = plan_migration(history=LadderHistoryStore(a.engine), ladders=a.ladders,
+                              calendars=a.calendars, ladder=name, to_version=to)
+        now = a.scheduler.time()
+    finally:
+        a.close()
+    data = _plan_json(plan, limit)
+    if as_json:
+        out.print_json(json.dumps(data))
+        return
+    table = Table(title=f"{name}: migrate {len(plan.items)} escalation(s) to v{to}")
+    for col in ("from tier", "to tier", "count"):
+        table.add_column(col, justify="right" if col == "count" else "left")
+    for src, dst, n in plan.groups():
+        table.add_row(src, dst, str(n))
+    out.print(table)
+    changed = plan.changed()
+    if changed:
+        ch = Table(title=f"next tier or due time changes ({len(changed)})")
+        for col in ("dispute", "tier", "next tier", "due now", "due after (at plan time)"):
+            ch.add_column(col)
+        for i in changed[:limit]:
+            after = i.due.resolve(now, a.calendars)
+            ch.add_row(str(i.dispute_id), f"{i.from_tier} -> {i.to_tier}",
+                       f"{i.old_next or '(terminal)'} -> {i.new_next or '(terminal)'}",
+                       i.due.current.isoformat() if i.due.current else "(paused)",
+                       after.isoformat() if after else "(paused)")
+        out.print(ch)
+    for b in plan.blocked:
+        out.print(f"cannot migrate {b.dispute_id} ({b.tier}): {b.reason}", markup=False)
+    out.print(f"plan hash: {plan.plan_hash}")
+    if plan.blocked:
+        out.print(f"{len(plan.blocked)} escalation(s) cannot be migrated: apply will refuse")
+    else:
+        out.print(f"apply with: escalation ladder apply --ladder {name} --to {to} "
+                  f"--plan-hash {plan.plan_hash}")
+
+
+@ladder_app.command("apply")
+def ladder_apply(
+    to: Annotated[int, typer.Option("--to", help="Target version.")],
+    plan_hash: Annotated[str, typer.Option("--plan-hash", help="Hash printed by `plan`.")],
+    ladder: LadderOpt = None,
+    batch_size: Annotated[int, typer.Option(help="Escalations per transaction.")] = 500,
+    as_json: JsonOpt = False,
+) -> None:
+    """Migrate the pending escalations to VERSION in resumable batches (re-plans first)."""
+    from escalation.adapters.ladder_history import LadderHistoryStore
+    from escalation.service_layer.ladder_migration import apply_migration
+
+    a = _app(actor="cli-ladder-apply")
+    name = ladder or a.settings.default_ladder
+    try:
+        with _progress() as progress:
+            report = apply_migration(
+                history=LadderHistoryStore(a.engine), scheduler=a.scheduler, ladders=a.ladders,
+                calendars=a.calendars, ladder=name, to_version=to, plan_hash=plan_hash,
+                actor=a.actor, batch_size=batch_size, lock_wait_s=a.settings.lock_ttl_s,
+                progress=progress,
+            )
+    finally:
+        a.close()
+    data = {"run_id": report.run_id, "resumed": report.resumed, "planned": report.planned,
+            "migrated": report.migrated, "replanned": report.replanned,
+            "skipped": report.skipped, "breach_suppressed": report.suppressed,
+            "blocked": len(report.blocked), "not_owner": report.not_owner,
+            "left_to_workers": [str(d) for d in report.left_to_workers],
+            "redis_repaired": report.redis_repaired}
+    if as_json:
+        out.print_json(json.dumps(data))
+        return
+    out.print(", ".join(f"{k} {v if not isinstance(v, list) else len(v)}"
+                        for k, v in data.items()))
+
+
+class _progress:
+    """Rich progress bar on a TTY, plain ``migrated N/M`` lines otherwise."""
+
+    def __enter__(self) -> Any:
+        if sys.stderr.isatty():
+            from rich.progress import Progress
+
+            self._bar: Any = Progress(console=err, transient=False)
+            self._bar.__enter__()
+            self._task = self._bar.add_task("migrating", total=None)
+
+            def tick(done: int, total: int) -> None:
+                self._bar.update(self._task, completed=done, total=total)
+
+            return tick
+        self._bar = None
+
+        def line(done: int, total: int) -> None:
+            err.print(f"migrated {done}/{total}", markup=False, highlight=False)
+
+        return line
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+
+
+@ladder_app.command("history")
+def ladder_history(ladder: LadderOpt = None, as_json: JsonOpt = False) -> None:
+    """What was applied and when (one row per `ladder apply` run)."""
+    from escalation.adapters.ladder_history import LadderHistoryStore
+
+    a = _app(actor="cli")
+    try:
+        rows = LadderHistoryStore(a.engine).history(ladder)
+    finally:
+        a.close()
+    if as_json:
+        out.print_json(json.dumps([_asdict(r) for r in rows], default=str))
+        return
+    table = Table(title="ladder history")
+    for col in ("run", "ladder", "version", "status", "started", "finished", "by", "migrated",
+                "replanned", "not owner", "checksum", "plan hash"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r.run_id), r.ladder, str(r.version), r.status,
+                      r.started_at.isoformat(timespec="seconds"),
+                      r.finished_at.isoformat(timespec="seconds") if r.finished_at else "",
+                      r.applied_by, str(r.migrated), str(r.replanned), str(r.not_owner),
+                      r.checksum[:12], r.plan_hash[:12])
+    out.print(table)
+    if not rows:
+        out.print("no ladder migration applied yet")
+
+
+def _asdict(row: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(row)
