@@ -89,6 +89,7 @@ def fire_due(
     worker_id: str,
     emit: EventSink | None = None,
     crashpoint: Callable[[str], None] | None = None,
+    on_poison: Callable[[ClaimedItem, str], object] | None = None,
     on_scheduled: Callable[[list[Escalation]], None] | None = None,
 ) -> BatchReport:
     """Fire one batch. Returns a :class:`BatchReport`.
@@ -97,6 +98,9 @@ def fire_due(
     (``escalation.promoted`` / ``escalation.terminal`` / ``escalation.stale`` / ...), with the
     seed's ``trace_id``, ``source_hash`` and ``match_decision``. ``crashpoint(name)`` is a test
     hook called at each protocol boundary (``after_claim``, ``after_record``, ``after_apply``).
+    ``on_poison(item, error)`` is called for a claimed member whose decision failed (poison
+    input, e.g. a missing ladder version); it counts attempts and dead-letters the member
+    after a bounded number (issue 7). Without it the member stays leased, due again later.
 
     Raises:
         Database or Redis connection errors propagate (the caller backs off); claimed members
@@ -128,6 +132,9 @@ def fire_due(
             sink("escalation.decision_failed", dispute_id=str(esc.dispute_id),
                  trace_id=esc.trace_id, source_hash=esc.source_hash,
                  match_decision="DECISION_FAILED", error=str(exc), level="error")
+            # issue 7 hook: bounded attempts -> dead letter (service_layer/dead_letters.py)
+            if on_poison is not None:
+                on_poison(item, str(exc))
             continue
         if decision.kind is DecisionKind.NOT_DUE:
             ops.append(ApplyOp(esc.with_changes(seq=esc.seq), ApplyAction.RESCHEDULE, item.token))

@@ -222,8 +222,11 @@ class Notifier:
 
 
 def ledger_dead_letter(store: Any, scheduler: Scheduler, dispute_id: str, actor: str,
-                       at_ms: int, match_decision: str, details: dict[str, Any]) -> bool:
-    """Append a DEAD_LETTERED row on the dispute's chain, then re-align the Redis payload.
+                       at_ms: int, match_decision: str, details: dict[str, Any], *,
+                       realign: bool = True) -> bool:
+    """Append a DEAD_LETTERED row on the dispute's chain; with ``realign``, then bring the
+    Redis payload to the new seq (``scheduler.restore``; a poison escalation is not realigned,
+    since restore would put it back into the pending ZSET).
 
     Returns False (nothing written) when ``dispute_id`` is not a UUID known to PostgreSQL.
     See the module docstring for the sequence-number semantics.
@@ -234,5 +237,6 @@ def ledger_dead_letter(store: Any, scheduler: Scheduler, dispute_id: str, actor:
                                    {}, details)
     except EscalationError:
         return False
-    scheduler.restore([state])
+    if realign:
+        scheduler.restore([state])
     return True

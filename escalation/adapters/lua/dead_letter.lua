@@ -1,6 +1,7 @@
 -- dead_letter.lua: move a poison escalation or an undeliverable notification to the dead-letter
 -- set (issue 7 points 1-2; seed 002 "After max attempts, move to jobs:dead for inspection").
--- kind "decision": only while the caller's fencing token still holds the lock (when given);
+-- kind "decision": refused while another fencing token holds the lock (the lease ended and
+--   another worker claimed the member); allowed when the caller's token holds it or no lock does;
 --   ZREM the pending member, DEL its lock, HDEL its failure counter; the payload HASH is kept
 --   so `dead retry` can put it back. kind "notify": ZREM + HDEL the retry entry.
 -- Then ZADD dead <Redis TIME ms> member and HSET dead_data member record.
@@ -18,7 +19,7 @@
 -- ARGV[4]  dispute id (pending member / failure counter field), or "" for notify
 -- ARGV[5]  fencing token that must hold the lock (decimal), or "" (no ownership check)
 -- ARGV[6]  notify_retry member to remove, or ""
--- Returns: dead-lettered time (epoch ms) on success; 0 = refused (lock not held by ARGV[5])
+-- Returns: dead-lettered time (epoch ms) on success; 0 = refused (lock held by another token)
 -- Errors:  "EINVAL dead_letter: <reason>" (nothing written)
 
 local member, record, kind, id, token, rmember = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -36,7 +37,7 @@ if kind == 'decision' then
   if token ~= '' then
     local lockval = redis.call('GET', KEYS[4])
     local locktok = lockval and string.match(lockval, '^(%d+):') or nil
-    if locktok ~= token then return 0 end
+    if lockval and locktok ~= token then return 0 end
   end
   redis.call('ZREM', KEYS[3], id)
   redis.call('DEL', KEYS[4])

@@ -1,0 +1,161 @@
+"""Use case: dead letters -- poison escalations and undeliverable notifications (issue 7 pt 2).
+
+Seed 002: "After max attempts, move to jobs:dead for inspection." Two kinds share the
+dead-letter ZSET (score = dead-lettered time, epoch ms) and its ``dead_data`` HASH of JSON
+records:
+
+- ``decision:<dispute id>``: an escalation whose decision failed ``max_attempts`` times in a
+  row (poison input: a ladder version missing, an unknown tier). Each failure increments a
+  counter (``decision_failures`` HASH); below the bound the member stays leased and comes due
+  again after its lease, so it never blocks the rest of the batch; at the bound
+  ``dead_letter.lua`` removes it from the pending ZSET while the claim's fencing token still
+  holds the lock. The payload stays (for ``retry``); reconcile skips dead-lettered ids. A
+  ``DEAD_LETTERED`` ledger row records it (the projection stays *pending*: PostgreSQL still
+  owes the escalation; the Redis payload is deliberately left at its older seq, and a later
+  ``retry`` re-claims it, sees STALE, applies the recorded state and decides again).
+- ``notify:<group>|<dispute id>:<seq>``: see :mod:`escalation.service_layer.notify`.
+
+``purge`` removes a dead letter for good and leaves a ``PURGED`` ledger row; purging a
+poison escalation also cancels it (status ``cancelled``, payload deleted) so reconcile does not
+bring it back.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from escalation.adapters.redis_reliability import DEAD_DECISION, DEAD_NOTIFY, ReliabilityRedis
+from escalation.domain.errors import EscalationError, InvalidInput, NotFound
+from escalation.domain.escalation import Status, parse_dispute_id
+from escalation.domain.timeutil import from_ms
+from escalation.ports import ClaimedItem, Scheduler
+from escalation.service_layer.notify import ledger_dead_letter
+
+DEFAULT_MAX_DECISION_ATTEMPTS = 5
+
+
+class DeadLetters:
+    """Dead-letter operations for one namespace.
+
+    Args:
+        rel: reliability Redis access.
+        scheduler: the scheduler (payload re-alignment).
+        store: the audit store (``append_event``).
+        actor: who writes ledger rows.
+        max_decision_attempts: failed decisions before a member is dead-lettered (>= 1).
+    """
+
+    def __init__(self, *, rel: ReliabilityRedis, scheduler: Scheduler, store: Any, actor: str,
+                 max_decision_attempts: int = DEFAULT_MAX_DECISION_ATTEMPTS) -> None:
+        if max_decision_attempts < 1:
+            raise InvalidInput("max_decision_attempts must be >= 1")
+        self.rel, self.scheduler, self.store, self.actor = rel, scheduler, store, actor
+        self.max_decision_attempts = max_decision_attempts
+
+    # ------------------------------------------------------------------ poison decisions
+    def on_decision_failed(self, item: ClaimedItem, error: str) -> bool:
+        """``fire_due``'s ``on_poison`` hook: count a failed decision; dead-letter at the bound.
+
+        Returns:
+            True when the member was moved to the dead-letter set now.
+        """
+        did = str(item.escalation.dispute_id)
+        keys = self.rel.keys_for(did)
+        attempts = int(self.rel.client.hincrby(keys.decision_failures, did, 1))
+        if attempts < self.max_decision_attempts:
+            return False
+        record = {"kind": "decision", "dispute_id": did, "reason": error[:300],
+                  "attempts": attempts, "ladder": item.escalation.ladder_key,
+                  "tier": item.escalation.tier, "seq": item.escalation.seq}
+        dead_ms = int(self.rel.run(
+            "dead_letter",
+            [keys.dead, keys.dead_data, keys.pending, keys.lock(did), keys.decision_failures,
+             keys.notify_retry, keys.notify_data],
+            [DEAD_DECISION + did, json.dumps(record), "decision", did, str(item.token), ""]))
+        if dead_ms == 0:
+            return False  # the lease ended and another worker holds the claim now
+        ledger_dead_letter(self.store, self.scheduler, did, self.actor, dead_ms,
+                           "DECISION_DEAD_LETTERED",
+                           {"kind": "decision", "attempts": attempts, "error": error[:200]},
+                           realign=False)
+        return True
+
+    # ------------------------------------------------------------------ admin
+    def list(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Dead letters, oldest first: ``{"member", "dead_ms", **record}``."""
+        return [{"member": m, "dead_ms": ms, **rec} for m, ms, rec in self.rel.dead_list(limit)]
+
+    def show(self, member: str) -> dict[str, Any]:
+        """One dead letter. Raises NotFound."""
+        got = self.rel.dead_get(member)
+        if got is None:
+            raise NotFound(f"no dead letter {member!r}")
+        return {"member": member, "dead_ms": got[0], **got[1]}
+
+    def retry(self, member: str) -> str:
+        """Schedule a dead letter again (due now). Returns the script outcome.
+
+        Raises:
+            NotFound: no such dead letter.
+        """
+        item = self.show(member)
+        keys = self.rel.dead_keys_of(member)
+        assert keys is not None  # noqa: S101 - show() found it
+        if member.startswith(DEAD_DECISION):
+            did = member[len(DEAD_DECISION):]
+            args = [member, "decision", did, ""]
+            kpay = keys.payload(did)
+        elif member.startswith(DEAD_NOTIFY):
+            rmember = member[len(DEAD_NOTIFY):]
+            record = {"fields": item.get("fields", {}), "attempts": 0,
+                      "last_error": "retried by admin", "group": item.get("group", "")}
+            args = [member, "notify", rmember, json.dumps(record)]
+            kpay = keys.stats
+        else:
+            raise InvalidInput(f"unknown dead letter kind: {member!r}")
+        return str(self.rel.run("dead_retry",
+                                [keys.dead, keys.dead_data, keys.pending, kpay,
+                                 keys.decision_failures, keys.notify_retry, keys.notify_data],
+                                args))
+
+    def purge(self, member: str, *, confirm: bool, reason: str = "") -> bool:
+        """Remove a dead letter for good; leave a PURGED ledger row on the dispute's chain.
+
+        A poison escalation is cancelled in PostgreSQL (status ``cancelled``) and its payload
+        deleted, so reconcile does not bring it back.
+
+        Returns:
+            True if a ledger row was written (False: the dispute is unknown to PostgreSQL).
+
+        Raises:
+            InvalidInput: ``confirm`` is False (the CLI's ``--yes``).
+            NotFound: no such dead letter.
+        """
+        if not confirm:
+            raise InvalidInput("purge is permanent: confirm with --yes")
+        item = self.show(member)
+        keys = self.rel.dead_keys_of(member)
+        assert keys is not None  # noqa: S101 - show() found it
+        did = str(item.get("dispute_id", ""))
+        decision = member.startswith(DEAD_DECISION)
+        written = False
+        try:
+            uid = parse_dispute_id(did)
+            changes: dict[str, Any] = {"status": Status.CANCELLED} if decision else {}
+            self.store.append_event(uid, "PURGED", "DEAD_LETTER_PURGED", self.actor,
+                                    from_ms(self.rel.now_ms()), changes,
+                                    {"member": member, "kind": item.get("kind", ""),
+                                     "reason": reason[:200]})
+            written = True
+        except EscalationError:
+            written = False
+        pipe = self.rel.client.pipeline(transaction=True)
+        pipe.zrem(keys.dead, member)
+        pipe.hdel(keys.dead_data, member)
+        if decision and did:
+            pipe.zrem(keys.pending, did)
+            pipe.delete(keys.payload(did))
+            pipe.hdel(keys.decision_failures, did)
+        pipe.execute()
+        return written
