@@ -1,0 +1,78 @@
+"""Pure ladder migration planning (escalation.domain.ladder_plan): due rules, maps, hash."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from escalation.domain.business_calendar import builtin_calendars
+from escalation.domain.calendars import SlaWindow, WindowUnit
+from escalation.domain.escalation import Escalation
+from escalation.domain.ladder import DUE_FROM_TIER_ENTRY, Ladder, MigrationPolicy, Tier
+from escalation.domain.ladder_plan import Blocked, DueRule, PlanItem, build_plan, plan_escalation
+
+CAL = builtin_calendars()
+T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+
+
+def _tier(tid: str, rank: int, hours: int) -> Tier:
+    return Tier(tid, tid.title(), rank, SlaWindow(hours, WindowUnit.CALENDAR_HOURS))
+
+
+V1 = Ladder("d", 1, (_tier("standard", 10, 24), _tier("senior", 20, 48),
+                     _tier("compliance", 30, 72)), "compliance")
+
+
+def _v2(*tiers: Tier, tier_map: dict[str, str] | None = None, recompute: bool = False) -> Ladder:
+    policy = MigrationPolicy(DUE_FROM_TIER_ENTRY if recompute else "keep",
+                             SlaWindow(30, WindowUnit.CALENDAR_MINUTES))
+    return Ladder("d", 2, tiers, tiers[-1].id, previous_version=1, tier_map=tier_map or {},
+                  migration=policy, checksum="c" * 64)
+
+
+def _esc(tier: str, entered: datetime, due: datetime) -> Escalation:
+    return Escalation.new(dispute_id=uuid.uuid4(), tier=tier, due_at=due, materiality="1.00",
+                          source_hash="ab", ladder=V1, entered_tier_at=entered,
+                          trace_id="t").with_changes(seq=3)
+
+
+def test_shortened_window_due_is_floored_at_now_plus_grace_and_capped_by_current_due() -> None:
+    v2 = _v2(_tier("standard", 10, 2), _tier("senior", 20, 48), _tier("compliance", 30, 72),
+             recompute=True)
+    esc = _esc("standard", T0 - timedelta(hours=10), T0 + timedelta(hours=14))
+    item = plan_escalation(esc, {1: V1, 2: v2}, v2, CAL)
+    assert isinstance(item, PlanItem) and item.due.rule is DueRule.FLOOR
+    assert item.due.resolve(T0, CAL) == T0 + timedelta(minutes=30)
+    assert item.due.suppressed(T0, CAL)
+    # close to the old due time, the floor never makes it later than it already was
+    assert item.due.resolve(T0 + timedelta(hours=14), CAL) == T0 + timedelta(hours=14)
+
+
+def test_lengthened_window_recomputes_from_tier_entry_and_keep_policy_keeps_due() -> None:
+    tiers = (_tier("standard", 10, 48), _tier("senior", 20, 48), _tier("compliance", 30, 72))
+    esc = _esc("standard", T0, T0 + timedelta(hours=24))
+    item = plan_escalation(esc, {1: V1, 2: _v2(*tiers, recompute=True)},
+                           _v2(*tiers, recompute=True), CAL)
+    assert isinstance(item, PlanItem) and item.due.resolve(T0, CAL) == T0 + timedelta(hours=48)
+    kept = plan_escalation(esc, {1: V1, 2: _v2(*tiers)}, _v2(*tiers), CAL)
+    assert isinstance(kept, PlanItem) and kept.due.resolve(T0, CAL) == T0 + timedelta(hours=24)
+
+
+def test_map_that_would_demote_is_blocked_and_unmapped_removal_is_blocked() -> None:
+    swapped = _v2(_tier("standard", 10, 24), _tier("compliance", 20, 72), _tier("senior", 30, 48))
+    esc = _esc("compliance", T0, T0 + timedelta(hours=1))
+    blocked = plan_escalation(esc, {1: V1, 2: swapped}, swapped, CAL)
+    assert isinstance(blocked, Blocked) and "demotion" in blocked.reason
+    removed = _v2(_tier("standard", 10, 24), _tier("compliance", 30, 72))
+    unmapped = plan_escalation(_esc("senior", T0, T0), {1: V1, 2: removed}, removed, CAL)
+    assert isinstance(unmapped, Blocked) and "tier_map" in unmapped.reason
+
+
+def test_plan_hash_depends_on_seq_and_not_on_the_clock() -> None:
+    v2 = _v2(_tier("standard", 10, 2), _tier("senior", 20, 48), _tier("compliance", 30, 72),
+             recompute=True)
+    esc = _esc("standard", T0 - timedelta(hours=10), T0 + timedelta(hours=14))
+    a = build_plan([esc], {1: V1, 2: v2}, v2, CAL)
+    b = build_plan([esc], {1: V1, 2: v2}, v2, CAL)
+    c = build_plan([esc.with_changes(seq=4)], {1: V1, 2: v2}, v2, CAL)
+    assert a.plan_hash == b.plan_hash != c.plan_hash
