@@ -1,0 +1,59 @@
+"""``escalation ladder check|plan|apply|history`` as a subprocess (issue 3 points 2, 4, 5)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.integration.ladder_support import MigEnv, hours
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "escalation", "ladder", *args], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_check_names_file_and_field_and_exits_2(cli_env: dict[str, str], tmp_path: Path,
+                                                app: Any) -> None:
+    mig = MigEnv.make(app, tmp_path)
+    bad = mig.add("removed_unmapped")
+    res = _cli(cli_env, "check", "--dir", str(mig.dir))
+    assert res.returncode == 2
+    assert f"{bad}: tier_map: tier 'senior'" in res.stderr
+
+
+def test_check_without_database_checks_files_only_and_says_so(tmp_path: Path) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
+    env["ESCALATION_HOME"] = str(tmp_path / "home")  # nothing running there
+    res = _cli(env, "check")
+    assert res.returncode == 0, res.stderr
+    assert "checked the files only" in res.stderr
+    assert not (tmp_path / "home" / "pg").exists()  # no embedded server was started
+
+
+def test_plan_apply_history_round_trip(cli_env: dict[str, str], tmp_path: Path,
+                                       app: Any) -> None:
+    mig = MigEnv.make(app, tmp_path)
+    ids = mig.enqueue("standard", due_at=app.scheduler.time() + hours(2), n=3)
+    mig.add("inserted")
+    env = {**cli_env, "ESCALATION_LADDERS_DIR": str(mig.dir)}
+    plan = _cli(env, "plan", "--ladder", mig.name, "--to", "2", "--json")
+    assert plan.returncode == 0, plan.stderr
+    data = json.loads(plan.stdout)
+    assert data["groups"] == [{"from": "standard", "to": "standard", "count": 3}]
+    applied = _cli(env, "apply", "--ladder", mig.name, "--to", "2", "--plan-hash",
+                   data["plan_hash"], "--json")
+    assert applied.returncode == 0, applied.stderr
+    assert json.loads(applied.stdout)["migrated"] == 3
+    assert "migrated 3/3" in applied.stderr  # plain progress lines when not a TTY
+    assert all(mig.state(d).ladder_version == 2 for d in ids)
+    again = _cli(env, "apply", "--ladder", mig.name, "--to", "2", "--plan-hash", "0" * 64)
+    assert again.returncode == 1 and "plan hash differs" in again.stderr
+    hist = _cli(env, "history", "--ladder", mig.name, "--json")
+    [run] = json.loads(hist.stdout)
+    assert run["status"] == "done" and run["migrated"] == 3
