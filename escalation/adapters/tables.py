@@ -225,3 +225,22 @@ ladder_history = sa.Table(
 ``checksum`` is the SHA-256 of the target file when applied (``ladder check`` refuses a
 changed file); ``last_dispute_id`` / ``redis_synced_through`` are the resume points (batches
 go in dispute-id order: PostgreSQL committed through / Redis restored through)."""
+
+maintenance_runs = sa.Table(
+    "maintenance_runs",
+    metadata,
+    sa.Column("job", sa.Text, nullable=False),
+    sa.Column("last_occurrence", TZ, nullable=False),
+    sa.Column("last_run_at", TZ, nullable=False),
+    sa.Column("last_status", sa.Text, nullable=False),
+    sa.Column("runs", sa.BigInteger, nullable=False, server_default=sa.text("0")),
+    sa.Column("missed", sa.BigInteger, nullable=False, server_default=sa.text("0")),
+    sa.Column("last_leader", sa.Text, nullable=False),
+    sa.Column("details", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.PrimaryKeyConstraint("job"),
+    sa.CheckConstraint("last_status IN ('running', 'ok', 'failed')", name="status_known"),
+)
+"""Recurring maintenance (issue 7 point 4): one row per job. ``last_occurrence`` is the
+schedule slot (epoch-aligned multiple of the job's interval) last claimed; claiming a slot is
+a compare-and-set on it, so one occurrence runs once across every worker; ``missed`` counts
+the slots skipped by the catch-up policy (run once on recovery, never N times)."""

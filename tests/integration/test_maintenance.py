@@ -1,0 +1,118 @@
+"""Recurring maintenance exactly once across workers; leader lease; catch-up after downtime
+(issue 7 point 4; seed 002 key idea 06)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import sqlalchemy as sa
+
+from escalation.service_layer.maintenance import Job, LeaderLease, Maintenance, runs
+from tests.integration.reliability_support import reliability_redis
+
+HOUR_MS = 3_600_000
+
+
+class FakeClock:
+    """Monotonic seconds under test control (the lease's own clock, not a wall clock)."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _job(name: str, counter: list[int], lock: threading.Lock) -> Job:
+    def fn() -> dict[str, Any]:
+        with lock:
+            counter.append(1)
+        return {}
+
+    return Job(name, 60, fn)
+
+
+def test_four_contenders_one_leader_and_each_occurrence_runs_once(
+    app: Any,
+) -> None:
+    rel = reliability_redis(app)
+    name = f"job-{uuid.uuid4().hex[:8]}"
+    counter: list[int] = []
+    lock = threading.Lock()
+    makers = [Maintenance(engine=app.engine, lease=LeaderLease(rel, ttl_ms=10_000),
+                          jobs=[_job(name, counter, lock)], actor=f"w{i}") for i in range(4)]
+    leaders = [m.lease.poll() for m in makers]
+    assert leaders.count(True) == 1
+    base = rel.now_ms() // 60_000 * 60_000
+    barrier = threading.Barrier(4)
+    ran: list[list[str]] = [[] for _ in makers]
+
+    def contend(i: int) -> None:
+        for occ in range(5):  # five occurrences, all four race on each (forced: PG guard)
+            barrier.wait()
+            ran[i] += makers[i].tick(base + occ * 60_000 + 5, force=True)
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(counter) == 5  # exactly one run per occurrence
+    assert sum(len(r) for r in ran) == 5
+    row = next(r for r in runs(app.engine) if r["job"] == name)
+    assert row["runs"] == 5 and row["last_status"] == "ok"
+
+
+def test_after_an_hour_of_downtime_the_job_runs_once_not_sixty_times(app: Any) -> None:
+    rel = reliability_redis(app)
+    name = f"job-{uuid.uuid4().hex[:8]}"
+    counter: list[int] = []
+    m = Maintenance(engine=app.engine, lease=LeaderLease(rel), jobs=[_job(name, counter,
+                    threading.Lock())], actor="w")
+    now = rel.now_ms()
+    assert m.tick(now - HOUR_MS, force=True) == [name]
+    assert m.tick(now, force=True) == [name]  # recovery: once
+    assert m.tick(now, force=True) == []  # same occurrence: not again
+    assert len(counter) == 2
+    row = next(r for r in runs(app.engine) if r["job"] == name)
+    assert row["missed"] == 59 and row["details"]["missed"] == 59
+
+
+def test_leader_that_cannot_renew_stops_acting_before_its_lease_ends(app: Any) -> None:
+    rel = reliability_redis(app)
+    clock = FakeClock()
+    lease = LeaderLease(rel, ttl_ms=10_000, margin=0.2, clock=clock)
+    other = LeaderLease(rel, ttl_ms=10_000)
+    assert lease.poll() and not other.poll()
+    clock.t += 7.9
+    assert lease.is_leader()
+    clock.t += 0.2  # 8.1 s > 10 s * (1 - 0.2) without renewal: stops acting
+    assert not lease.is_leader()
+    assert app.redis.pttl(lease.key) > 0  # while its lease still exists in Redis
+    counter: list[int] = []
+    m = Maintenance(engine=app.engine, lease=lease, jobs=[_job("never", counter,
+                    threading.Lock())], actor="w")
+    assert m.tick() == [] and counter == []
+
+
+def test_renew_is_compare_and_pexpire_and_release_is_compare_and_delete(app: Any) -> None:
+    rel = reliability_redis(app)
+    a = LeaderLease(rel, ttl_ms=5_000)
+    assert a.poll()
+    app.redis.set(a.key, "someone-else", px=5_000)  # lease lost and taken over
+    assert not a.poll()  # renewal refused: not leader any more
+    assert not a.release()
+    assert app.redis.get(a.key) == "someone-else"
+    app.redis.delete(a.key)
+    b = LeaderLease(rel, ttl_ms=5_000)
+    assert b.poll() and b.release() and app.redis.get(b.key) is None
+
+
+def test_migration_0005_creates_maintenance_runs(engine: sa.Engine) -> None:
+    with engine.connect() as conn:
+        cols = {r[0] for r in conn.execute(sa.text(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_name = 'maintenance_runs'"))}
+    assert {"job", "last_occurrence", "runs", "missed", "last_leader"} <= cols
