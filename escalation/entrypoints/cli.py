@@ -241,6 +241,7 @@ def register_more() -> None:
     """Attach command groups that live in their own modules."""
     from escalation.entrypoints import (
         cli_audit,  # noqa: F401 - audit verify/export, report
+        cli_bench,  # noqa: F401 - bench (issue 6)
         cli_import,  # noqa: F401 - registers commands
         cli_ladder,  # noqa: F401 - ladder check/plan/apply (issue 3)
         cli_sla,  # noqa: F401 - pause/resume (issue 4)

@@ -11,6 +11,7 @@ Audit before apply, never the reverse.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -191,8 +192,10 @@ def fire_due(
         on_scheduled([op.escalation for op, res in zip(ops, results, strict=True)
                       if res is ApplyOutcome.APPLIED and op.notify
                       and op.action is ApplyAction.RESCHEDULE])
+    # Host clock (epoch ms) right after the apply call: apply lag = applied_ms - due (bench).
+    applied_ms = time.time_ns() // 1_000_000
     for event, fields in logs:
-        sink(event, worker_id=worker_id, **fields)
+        sink(event, worker_id=worker_id, applied_ms=applied_ms, **fields)
     return report
 
 

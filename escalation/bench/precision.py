@@ -1,0 +1,76 @@
+"""Scenario ``precision``: one escalation due ``ahead_s`` ahead, repeated, no backlog.
+
+Method: one idle ``escalation worker`` (poll interval 5 s). Each round enqueues one
+escalation (service layer: PostgreSQL + Redis) due at Redis TIME + ``ahead_s``; the enqueue
+pushes the wake marker, the worker wakes, reads the earliest due time and sleeps until it
+(BLPOP for most of the wait, the last 150 ms locally: see ``RedisScheduler.wait_for_wake``).
+Lag = ``applied_ms`` (host clock right after apply) - due; claim lag = Redis TIME at claim
+- due. Rounds run one after another; each waits for its own promotion event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from typing import Any
+
+from escalation.bench.common import (
+    Target,
+    WorkerProc,
+    load,
+    new_namespace,
+    percentile,
+    wait_started,
+)
+from escalation.domain.timeutil import from_ms
+from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
+
+
+def run(tgt: Target, rounds: int = 20, ahead_s: float = 2.0) -> dict[str, Any]:
+    """Run ``rounds`` rounds. Returns lag_ms / claim_lag_ms {p50, p99, max}, lags (list), load.
+
+    Raises:
+        TimeoutError: a round's promotion did not show up within ``ahead_s + 15`` s.
+    """
+    ns = new_namespace()
+    app = tgt.app(ns)
+    wid = f"{ns}-w0"
+    worker = WorkerProc.start(tgt.worker_env(ns, wid, poll_interval_s=5), wid)
+    lags: list[int] = []
+    claim_lags: list[int] = []
+    start_load = load()
+    try:
+        wait_started([worker])
+        time.sleep(0.5)
+        for _ in range(rounds):
+            did = uuid.uuid4()
+            due_ms = int(app.scheduler.time().timestamp() * 1000) + int(ahead_s * 1000)
+            enqueue_on_breach(
+                EnqueueRequest(dispute_id=did, materiality="100.00",
+                               source_hash=hashlib.sha256(did.bytes).hexdigest(),
+                               due_at=from_ms(due_ms)),
+                scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                calendars=app.calendars, default_ladder=app.settings.default_ladder,
+                actor=app.actor)
+            end = time.monotonic() + ahead_s + 15
+            event = None
+            while event is None:
+                if time.monotonic() > end:
+                    raise TimeoutError(f"precision: no promotion of {did}")
+                time.sleep(0.05)
+                event = next((e for e in worker.events("escalation.promoted")
+                              if e.get("dispute_id") == str(did)), None)
+            lags.append(int(event["applied_ms"]) - due_ms)
+            claim_lags.append(int(event["lag_ms"]))
+    finally:
+        worker.close()
+        tgt.cleanup_namespace(ns)
+    return {
+        "scenario": "precision", "rounds": rounds, "ahead_s": ahead_s,
+        "lag_ms": {"p50": percentile(lags, 50), "p99": percentile(lags, 99),
+                   "max": max(lags) if lags else None},
+        "claim_lag_ms": {"p50": percentile(claim_lags, 50), "p99": percentile(claim_lags, 99),
+                         "max": max(claim_lags) if claim_lags else None},
+        "lags_ms": lags, "load": start_load,
+    }

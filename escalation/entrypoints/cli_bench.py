@@ -1,0 +1,171 @@
+"""``escalation bench``: measure this deployment (docs/performance.md).
+
+Each scenario prints a table, one JSON line with every figure, and one
+``SUMMARY <scenario>: ...`` line to paste into docs/performance.md. Runs use their own Redis
+namespace (``bench-<hex>``, keys UNLINKed at the end) and their own PostgreSQL database
+(created and dropped), or ``--database-url``. Targets: the configured servers, else the
+embedded ones, like every other command.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from escalation.domain.errors import InvalidInput
+from escalation.entrypoints.cli import app
+
+bench_app = typer.Typer(help="Benchmarks: drain, precision, idle, enqueue, scale.",
+                        no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+DbOpt = Annotated[str | None, typer.Option(
+    help="Use this (migrated) database instead of creating and dropping one.")]
+JsonOpt = Annotated[bool, typer.Option("--json-only", help="Print only the JSON and summary.")]
+
+
+def _ints(text: str, name: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``; accepts ``k``/``m`` suffixes (``10k``, ``1m``).
+
+    Raises:
+        InvalidInput: an empty list or a non-positive / non-integer item.
+    """
+    out: list[int] = []
+    for part in text.split(","):
+        item = part.strip().lower()
+        mult = 1_000_000 if item.endswith("m") else 1000 if item.endswith("k") else 1
+        item = item.rstrip("km")
+        if not item.isdigit() or int(item) * mult < 1:
+            raise InvalidInput(f"{name}: {part!r} is not a positive integer")
+        out.append(int(item) * mult)
+    if not out:
+        raise InvalidInput(f"{name}: give at least one value")
+    return out
+
+
+def _run(database_url: str | None, fn: Any) -> Any:
+    from escalation.bench.common import target
+    from escalation.logs import configure_logging
+
+    configure_logging("console", "WARNING")
+    with target(database_url) as tgt:
+        return fn(tgt)
+
+
+@bench_app.command("drain")
+def drain_cmd(
+    n: Annotated[int, typer.Option(help="Escalations due at one instant.")] = 20_000,
+    workers: Annotated[str, typer.Option(help="Worker counts, e.g. 1,2,4.")] = "1,2,4",
+    batch_size: Annotated[str, typer.Option(help="Batch sizes 1-500, e.g. 100,250,500.")] = "500",
+    lead_s: Annotated[float | None, typer.Option(
+        help="Seconds between now and the due instant (default 2 + n/4000).")] = None,
+    database_url: DbOpt = None,
+    json_only: JsonOpt = False,
+) -> None:
+    """N escalations due at once, W workers: escalations/s, apply lag, ledger count check."""
+    from escalation.bench import drain
+    from escalation.bench.common import report
+
+    ws, bs = _ints(workers, "--workers"), _ints(batch_size, "--batch-size")
+    if any(b > 500 for b in bs):
+        raise InvalidInput("--batch-size: at most 500 (settings.batch_size range 1-500)")
+    result = _run(database_url, lambda t: drain.run(t, n, ws, bs, lead_s))
+    rows = [{"workers": r["workers"], "batch": r["batch_size"], "esc/s": r["rate_per_s"],
+             "lag p50 ms": r["lag_ms"]["p50"], "lag p99 ms": r["lag_ms"]["p99"],
+             "lag max ms": r["lag_ms"]["max"], "ledger": "PASS" if r["ledger_ok"] else "FAIL",
+             "load": " ".join(map(str, r["load"]))} for r in result["runs"]]
+    summary = "; ".join(
+        f"W={r['workers']} B={r['batch_size']}: {r['rate_per_s']:,.0f}/s lag p50/p99/max "
+        f"{r['lag_ms']['p50']:.0f}/{r['lag_ms']['p99']:.0f}/{r['lag_ms']['max']:.0f} ms "
+        f"ledger {'PASS' if r['ledger_ok'] else 'FAIL'}" for r in result["runs"])
+    report(result, rows, f"N={n} {summary}", json_only=json_only)
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("precision")
+def precision_cmd(
+    rounds: Annotated[int, typer.Option(help="Escalations, one at a time.")] = 20,
+    ahead_s: Annotated[float, typer.Option(help="Seconds between enqueue and due.")] = 2.0,
+    database_url: DbOpt = None,
+    json_only: JsonOpt = False,
+) -> None:
+    """One escalation due AHEAD_S ahead, ROUNDS times, no backlog: firing lag p50/p99."""
+    from escalation.bench import precision
+    from escalation.bench.common import report
+
+    result = _run(database_url, lambda t: precision.run(t, rounds, ahead_s))
+    lag, claim = result["lag_ms"], result["claim_lag_ms"]
+    rows = [{"rounds": rounds, "lag p50 ms": lag["p50"], "lag p99 ms": lag["p99"],
+             "lag max ms": lag["max"], "claim lag p50 ms": claim["p50"],
+             "claim lag p99 ms": claim["p99"]}]
+    report(result, rows, f"{rounds} rounds, due {ahead_s:g} s ahead: apply lag p50 "
+           f"{lag['p50']:.0f} ms p99 {lag['p99']:.0f} ms (claim lag p50 {claim['p50']:.0f} "
+           f"p99 {claim['p99']:.0f} ms)", json_only=json_only)
+
+
+@bench_app.command("idle")
+def idle_cmd(
+    seconds: Annotated[float, typer.Option(help="Measurement window.")] = 10.0,
+    poll_interval_s: Annotated[float, typer.Option(help="Worker poll interval 1-60 s.")] = 5.0,
+    database_url: DbOpt = None,
+    json_only: JsonOpt = False,
+) -> None:
+    """Redis commands/s issued by one idle worker (MONITOR by client + INFO commandstats)."""
+    from escalation.bench import idle
+    from escalation.bench.common import report
+
+    result = _run(database_url, lambda t: idle.run(t, seconds, poll_interval_s))
+    rows = [{"poll s": poll_interval_s, "window s": result["seconds"],
+             "worker cmds/s": result["worker_cmds_per_s"],
+             "server cmds/s": result["server_cmds_per_s"],
+             "by command": " ".join(f"{k}={v}" for k, v in sorted(result["by_command"].items()))}]
+    report(result, rows, f"poll {poll_interval_s:g} s: {result['worker_cmds_per_s']:.2f} "
+           f"cmds/s by the worker ({result['by_command']}), server-wide "
+           f"{result['server_cmds_per_s']:.2f}/s", json_only=json_only)
+
+
+@bench_app.command("enqueue")
+def enqueue_cmd(
+    n: Annotated[int, typer.Option(help="Escalations for the batched figures.")] = 5000,
+    n_single: Annotated[int, typer.Option(help="Escalations for the one-by-one figures.")] = 1000,
+    batch: Annotated[int, typer.Option(help="Chunk size of the batched API.")] = 500,
+    database_url: DbOpt = None,
+    json_only: JsonOpt = False,
+) -> None:
+    """Escalations/s from one client: single and batched, with PostgreSQL and Redis-only."""
+    from escalation.bench import enqueue
+    from escalation.bench.common import report
+
+    result = _run(database_url, lambda t: enqueue.run(t, n, n_single, batch))
+    kinds = ("single", "batched", "redis_single", "redis_batched")
+    rows = [{"api": k, "n": result[k]["n"], "seconds": result[k]["seconds"],
+             "esc/s": result[k]["per_s"]} for k in kinds]
+    report(result, rows, ", ".join(f"{k} {result[k]['per_s']:,.0f}/s" for k in kinds)
+           + f" (batch {batch})", json_only=json_only)
+
+
+@bench_app.command("scale")
+def scale_cmd(
+    sizes: Annotated[str, typer.Option(help="Pending counts, e.g. 10k,100k,1m.")] = "10k,100k,1m",
+    rounds: Annotated[int, typer.Option(help="Claims timed per size.")] = 20,
+    claim_batch: Annotated[int, typer.Option(help="Members per claim (1-500).")] = 100,
+    database_url: DbOpt = None,
+    json_only: JsonOpt = False,
+) -> None:
+    """Claim latency and memory per pending escalation at growing backlogs."""
+    from escalation.bench import scale
+    from escalation.bench.common import report
+
+    ss = _ints(sizes, "--sizes")
+    result = _run(database_url, lambda t: scale.run(t, ss, rounds, claim_batch))
+    rows = [{"pending": r["size"], "claim p50 ms": r["claim_ms_p50"],
+             "claim mean ms": r["claim_ms_mean"], "bytes/pending": r["bytes_per_pending"],
+             "bare bytes": r["bare_bytes"], "mem ratio": r["memory_ratio"]}
+            for r in result["sizes"]]
+    parts = [f"{r['size']:,}: claim({claim_batch}) p50 {r['claim_ms_p50']:.2f} ms, "
+             f"{r['bytes_per_pending']:.0f} B/pending ({r['memory_ratio']}x bare)"
+             for r in result["sizes"]]
+    report(result, rows, "; ".join(parts) + f"; claim ratio {result['claim_ratio']}x",
+           json_only=json_only)

@@ -1,0 +1,113 @@
+"""Smoke runs of every ``escalation bench`` scenario at a tiny size (issue 6).
+
+They prove each scenario runs end to end on real servers, prints well-formed figures and,
+for drain, that the ledger holds exactly one PROMOTED row per escalation. Timings are
+never asserted: this 2-core machine is shared.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+pytestmark = pytest.mark.bench
+
+
+def _bench(env: dict[str, str], *args: str) -> tuple[dict[str, Any], str]:
+    """Run ``escalation bench ARGS --json-only``; return the JSON figures and the summary."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "escalation", "bench", *args, "--json-only"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    data = next(json.loads(ln) for ln in lines if ln.startswith("{"))
+    summary = next(ln for ln in lines if ln.startswith("SUMMARY "))
+    assert len(data["load"]) == 3
+    return data, summary
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and value >= 0
+
+
+def test_drain_applies_every_escalation_once_and_the_ledger_count_passes(
+    cli_env: dict[str, str], database_url: str
+) -> None:
+    data, summary = _bench(cli_env, "drain", "--n", "300", "--workers", "1,2",
+                           "--batch-size", "100", "--lead-s", "3",
+                           "--database-url", database_url)
+    assert data["ok"] is True
+    assert [(r["workers"], r["batch_size"]) for r in data["runs"]] == [(1, 100), (2, 100)]
+    for run in data["runs"]:
+        assert run["ledger_rows"] == 300 and run["ledger_distinct"] == 300
+        assert run["events"] == 300
+        assert _number(run["rate_per_s"]) and run["rate_per_s"] > 0
+        assert all(_number(run["lag_ms"][k]) for k in ("p50", "p99", "max"))
+        assert run["lag_ms"]["p50"] <= run["lag_ms"]["p99"] <= run["lag_ms"]["max"]
+    assert summary.startswith("SUMMARY drain: N=300") and "ledger PASS" in summary
+
+
+def test_precision_reports_one_lag_per_round(cli_env: dict[str, str], database_url: str) -> None:
+    data, summary = _bench(cli_env, "precision", "--rounds", "2", "--ahead-s", "1",
+                           "--database-url", database_url)
+    assert len(data["lags_ms"]) == 2
+    assert data["lag_ms"]["p50"] <= data["lag_ms"]["p99"] <= data["lag_ms"]["max"]
+    assert summary.startswith("SUMMARY precision: 2 rounds")
+
+
+def test_idle_counts_the_commands_of_the_idle_worker(cli_env: dict[str, str]) -> None:
+    """Also exercises the path that creates and drops its own database."""
+    data, summary = _bench(cli_env, "idle", "--seconds", "2", "--poll-interval-s", "1")
+    assert _number(data["worker_cmds_per_s"]) and _number(data["server_cmds_per_s"])
+    assert data["worker_cmds"] == sum(data["by_command"].values())
+    assert "BLPOP" in data["by_command"]  # the idle worker blocks instead of polling
+    assert summary.startswith("SUMMARY idle: poll 1 s")
+
+
+def test_enqueue_reports_all_four_apis(cli_env: dict[str, str], database_url: str) -> None:
+    data, _ = _bench(cli_env, "enqueue", "--n", "200", "--n-single", "20", "--batch", "100",
+                     "--database-url", database_url)
+    for kind, n in (("single", 20), ("batched", 200), ("redis_single", 20),
+                    ("redis_batched", 200)):
+        assert data[kind]["n"] == n and data[kind]["per_s"] > 0
+
+
+def test_scale_reports_memory_and_claim_latency_per_size(
+    cli_env: dict[str, str], database_url: str
+) -> None:
+    data, summary = _bench(cli_env, "scale", "--sizes", "200,400", "--rounds", "2",
+                           "--claim-batch", "10", "--database-url", database_url)
+    assert [r["size"] for r in data["sizes"]] == [200, 400]
+    for row in data["sizes"]:
+        assert row["claims"] == 2 and row["claim_ms_p50"] > 0
+        assert isinstance(row["bytes_per_pending"], int | float)
+    assert "claim ratio" in summary
+
+
+def test_bench_leaves_no_keys_and_no_database_behind(
+    cli_env: dict[str, str], redis_url: str, database_url: str
+) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    before = set(client.scan_iter(match="*{bench-*", count=1000))
+    admin = sa.create_engine(database_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with admin.connect() as conn:
+            dbs_before = set(conn.execute(sa.text(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'escbench_%'")).scalars())
+        _bench(cli_env, "enqueue", "--n", "50", "--n-single", "5", "--batch", "50")
+        with admin.connect() as conn:
+            dbs_after = set(conn.execute(sa.text(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'escbench_%'")).scalars())
+    finally:
+        admin.dispose()
+    after = set(client.scan_iter(match="*{bench-*", count=1000))
+    client.close()
+    assert after <= before  # every key the run wrote was UNLINKed
+    assert dbs_after <= dbs_before  # its own database was dropped
