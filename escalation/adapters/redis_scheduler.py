@@ -16,7 +16,7 @@ import json
 import random
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -36,6 +36,7 @@ from escalation.adapters.redis_payload import (
 )
 from escalation.domain.errors import ConflictError, InvalidInput
 from escalation.domain.escalation import Escalation, Status
+from escalation.domain.sla_timing import rank_candidates
 from escalation.domain.timeutil import from_ms
 from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome, ClaimedItem, ClaimResult
 
@@ -56,11 +57,14 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "claim",
     "apply",
     "cancel",
+    "warn_claim",  # issue 4: used by adapters.redis_warnings.RedisWarnings
 )
 MAX_BATCH = 500  # seed 000 config table: batch_size 1-500
 MAX_LEASE_MS = 86_400_000  # claim.lua refuses longer leases
 MAX_CLAIM_ROUNDS = 4  # candidate windows tried per shard before giving up on contention
 REVIEW_MAXLEN = 100_000  # approximate MAXLEN of the review stream
+PRIORITY_WINDOW = 4  # priority claims choose among 4 x batch of the oldest members
+DEFAULT_AGING_MS = 60_000  # one materiality band = one minute of waiting (docs/sla.md)
 _WAKE_GRACE_S = 1.0  # socket guard beyond the BLPOP timeout
 WAKE_MARGIN_S = 0.15  # last part of a wait slept locally (Redis hz 10 = 100 ms timer steps)
 
@@ -132,6 +136,10 @@ class RedisScheduler:
         self._client = client
         self.namespace = namespace
         self.shards = shards
+        # issue 4: materiality priority under backlog (None = plain due order); set by the
+        # worker to ``service_layer.priority.weight_fn(ladders)``.
+        self.priority: Callable[[str, str], int] | None = None
+        self.aging_ms: int = DEFAULT_AGING_MS
         self._scripts: dict[str, Script] = {
             name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
         }
@@ -307,7 +315,7 @@ class RedisScheduler:
         offset = 0
         for _ in range(MAX_CLAIM_ROUNDS):
             size = need
-            window = cast(list[str], self._client.zrange(keys.pending, offset, offset + size - 1))
+            window = self._candidates(keys, offset, size)  # issue 4: materiality priority
             if not window and result is None:
                 # Empty ZSET: nothing to claim, no script call (idle workers cost 2 commands
                 # per poll: this ZRANGE and TIME). next_due_ms None = nothing pending.
@@ -338,6 +346,31 @@ class RedisScheduler:
                 break
         assert result is not None  # noqa: S101 -- MAX_CLAIM_ROUNDS >= 1
         return result
+
+    def _candidates(self, keys: Keys, offset: int, size: int) -> list[str]:
+        """Candidate members for claim.lua, in claim order (issue 4 point 5, docs/sla.md).
+
+        Without ``self.priority``: the ``size`` earliest members from rank ``offset``. With it:
+        the due members among the ``PRIORITY_WINDOW * size`` earliest, ordered by
+        ``band weight + age / aging_ms`` (highest first), cut to ``size``.
+        """
+        if self.priority is None:
+            return cast(list[str], self._client.zrange(keys.pending, offset, offset + size - 1))
+        rows = cast(list[tuple[str, float]], self._client.zrange(
+            keys.pending, offset, offset + PRIORITY_WINDOW * size - 1, withscores=True))
+        now = self._now_ms()
+        due = [(str(m), int(sc)) for m, sc in rows if int(sc) <= now]
+        if not due:
+            return [str(m) for m, _ in rows[:size]]
+        pipe = self._client.pipeline(transaction=False)
+        for member, _ in due:
+            pipe.hmget(keys.payload(member), ["ladder", "materiality"])
+        weights = [
+            self.priority(str(lad), str(mat)) if lad is not None and mat is not None else 0
+            for lad, mat in pipe.execute()
+        ]
+        cands = [(m, sc, w) for (m, sc), w in zip(due, weights, strict=True)]
+        return rank_candidates(cands, now, self.aging_ms, size)
 
     # ------------------------------------------------------------------ apply / restore
     def apply(self, ops: Sequence[ApplyOp]) -> list[ApplyOutcome]:

@@ -255,3 +255,14 @@ def window_end_for(
 ) -> datetime:
     """End of ``tier_id``'s window (band factor applied) started at ``start``."""
     return window_end(start, tier_window(ladder, tier_id, materiality), calendars)
+
+
+def rank_candidates(
+    due: list[tuple[str, int, int]], now_ms: int, aging_ms: int, size: int
+) -> list[str]:
+    """Claim order among due candidates ``(member, due score ms, band weight)``: highest
+    :func:`effective_priority` first, ties by earlier due; at most ``size`` members."""
+    ranked = sorted(
+        due, key=lambda c: (-effective_priority(c[2], c[1], now_ms, aging_ms), c[1])
+    )
+    return [c[0] for c in ranked[:size]]

@@ -6,6 +6,7 @@ Every user mistake becomes a one-line ``error: ...`` on stderr and exit code 2 (
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from datetime import datetime
@@ -179,7 +180,7 @@ def audit_show(
         raise EscalationError(f"no audit rows for dispute {did}")
     if as_json:
         for r in rows:
-            sys.stdout.write(json.dumps(r.__dict__, default=str) + "\n")
+            sys.stdout.write(json.dumps(dataclasses.asdict(r), default=str) + "\n")
         return
     out.print(trail_table(rows))
 
@@ -244,6 +245,7 @@ def register_more() -> None:
         cli_bench,  # noqa: F401 - bench (issue 6)
         cli_import,  # noqa: F401 - registers commands
         cli_ladder,  # noqa: F401 - ladder check/plan/apply (issue 3)
+        cli_ops,  # noqa: F401 - notify/dead/reconcile/doctor/maintenance (issue 7)
         cli_sla,  # noqa: F401 - pause/resume (issue 4)
     )
 

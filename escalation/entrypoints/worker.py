@@ -23,6 +23,7 @@ import redis.exceptions
 from escalation.bootstrap import App
 from escalation.logs import get_logger
 from escalation.service_layer.fire import BatchReport, fire_due
+from escalation.service_layer.priority import weight_fn
 from escalation.service_layer.warnings import fire_warnings, schedule_for, warnings_for
 
 log = get_logger("escalation.worker")
@@ -109,6 +110,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
     failures = 0
     hook = crashpoint_from_env()
     warn_adapter, warn_schedule = warnings_for(app), schedule_for(app)  # issue 4
+    app.scheduler.priority = weight_fn(app.ladders)  # issue 4: materiality priority
     try:
         while not state["stop"]:
             state["in_batch"] = True

@@ -110,12 +110,12 @@ def test_paused_escalation_does_not_fire_while_a_worker_held_its_claim(app: Any)
 
 
 def test_business_hours_pause_keeps_open_time_not_elapsed_time(app: Any) -> None:
-    from escalation.domain.business_calendar import US_FEDERAL_RESERVE
-    from escalation.domain.sla_timing import advance_open_ms, open_ms_between
-
     # Friday 16:00 New York to Monday 10:00: 2 open hours, 66 elapsed hours.
     from datetime import datetime
     from zoneinfo import ZoneInfo
+
+    from escalation.domain.business_calendar import US_FEDERAL_RESERVE
+    from escalation.domain.sla_timing import advance_open_ms, open_ms_between
     ny = ZoneInfo("America/New_York")
     fri = datetime(2025, 3, 7, 16, 0, tzinfo=ny)
     mon = datetime(2025, 3, 10, 10, 0, tzinfo=ny)

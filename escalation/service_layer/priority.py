@@ -1,0 +1,56 @@
+"""Materiality priority under backlog (issue 5 of the SLA work: issue 4 point 5).
+
+When more escalations are due than the workers can fire, the claim picks, among a window of
+the oldest due members (``PRIORITY_WINDOW`` x batch), those with the highest *effective
+priority*::
+
+    effective = band_weight + age_ms / aging_ms          (sla_timing.effective_priority)
+
+``band_weight`` is 0 below every band of the escalation's pinned ladder, else 1 + the band's
+index in ascending ``min_amount`` order (``sla_timing.band_weight``). Each ``aging_ms`` of
+waiting is worth one band, so low-materiality escalations are never starved.
+
+Starvation bound (docs/sla.md): a due escalation ``m`` (weight ``w``) is overtaken only by
+escalations due before it, or due less than ``(W - w) * aging_ms`` after it, where ``W`` is the
+highest weight in use. So ``m`` fires no later than a plain FIFO claim would fire an
+escalation due ``(W - w) * aging_ms`` after ``m`` -- its extra wait is at most the time the
+workers need to fire what becomes due in that span. The window always contains the oldest due
+member, so the rule applies to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal
+from functools import lru_cache
+
+from escalation.domain.errors import EscalationError
+from escalation.domain.sla_timing import band_weight
+from escalation.ports import LadderSource
+
+DEFAULT_AGING_MS = 60_000
+"""One band of materiality is worth one minute of waiting (RedisScheduler.aging_ms)."""
+
+PriorityFn = Callable[[str, str], int]
+"""``(ladder key "<name>@<version>", materiality text) -> band weight`` (>= 0)."""
+
+
+def weight_fn(ladders: LadderSource) -> PriorityFn:
+    """A cached :data:`PriorityFn` over ``ladders``; unknown ladders / bad amounts weigh 0."""
+
+    @lru_cache(maxsize=65_536)
+    def weight(ladder_key: str, materiality: str) -> int:
+        name, _, version = ladder_key.rpartition("@")
+        try:
+            ladder = ladders.get(name, int(version))
+            return band_weight(ladder, Decimal(materiality))
+        except (EscalationError, ValueError, ArithmeticError):
+            return 0
+
+    return weight
+
+
+def max_extra_wait_ms(max_weight: int, weight: int, aging_ms: int = DEFAULT_AGING_MS) -> int:
+    """The span ``(W - w) * aging_ms`` (ms) of later-due escalations that may overtake one of
+    weight ``weight`` (see module doc)."""
+    return max(0, max_weight - weight) * aging_ms
