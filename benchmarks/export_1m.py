@@ -31,7 +31,8 @@ INSERT INTO escalation_audit (dispute_id, seq, event, match_decision, from_tier,
     actor, trace_id, source_hash, details, prev_hash, row_hash, chain_created_at)
 SELECT md5(g::text)::uuid, 1, 'PROMOTED', 'PROMOTED_TO_SENIOR', 'standard', 'senior',
        'dispute_review', 1, 'fed-2026', (g % 100000) / 100.0,
-       now() - interval '1 hour', now() + interval '1 day', now() - make_interval(secs => g % 86400),
+       now() - interval '1 hour', now() + interval '1 day',
+       now() - make_interval(secs => g % 86400),
        'worker-' || (g % 16), 'trace-' || g, repeat('ab', 32), '{}'::jsonb,
        decode(repeat('00', 32), 'hex'), sha256(int8send(g)), now()
   FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS g

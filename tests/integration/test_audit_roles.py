@@ -91,11 +91,14 @@ def test_superuser_is_refused_on_a_partition_too(engine, dispute, verb, replica)
             {"d": dispute},
         ).scalar_one()
     qualified = f"{PARTITION_SCHEMA}.{partition_for(created).name}"
-    with pytest.raises(sa.exc.DBAPIError, match="append-only"):
-        with engine.connect() as conn, conn.begin():
-            if replica:
-                conn.execute(sa.text("SET LOCAL session_replication_role = replica"))
-            conn.execute(sa.text(verb.format(p=qualified)))
+    with (
+        pytest.raises(sa.exc.DBAPIError, match="append-only"),
+        engine.connect() as conn,
+        conn.begin(),
+    ):
+        if replica:
+            conn.execute(sa.text("SET LOCAL session_replication_role = replica"))
+        conn.execute(sa.text(verb.format(p=qualified)))
 
 
 def test_app_role_inserts_through_the_parent_without_partition_schema_access(engine, dispute):
@@ -104,7 +107,7 @@ def test_app_role_inserts_through_the_parent_without_partition_schema_access(eng
             sa.text("SELECT * FROM escalation_audit WHERE dispute_id = :d"), {"d": dispute}
         ).mappings().one()
         conn.execute(sa.text("SET LOCAL ROLE escalation_app"))
-        cols = [c for c in row.keys() if c != "recorded_at"]
+        cols = [c for c in row if c != "recorded_at"]
         conn.execute(
             sa.text(
                 f"INSERT INTO escalation_audit ({', '.join(cols)}) VALUES "
