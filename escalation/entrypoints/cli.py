@@ -245,6 +245,7 @@ def register_more() -> None:
         cli_bench,  # noqa: F401 - bench (issue 6)
         cli_import,  # noqa: F401 - registers commands
         cli_ladder,  # noqa: F401 - ladder check/plan/apply (issue 3)
+        cli_ops,  # noqa: F401 - notify/dead/reconcile/doctor/maintenance (issue 7)
         cli_sla,  # noqa: F401 - pause/resume (issue 4)
     )
 

@@ -23,6 +23,9 @@ import redis.exceptions
 from escalation.bootstrap import App
 from escalation.logs import get_logger
 from escalation.service_layer.fire import BatchReport, fire_due
+from escalation.service_layer.dead_letters import for_app as dead_letters_for
+from escalation.service_layer.maintenance import for_app as maintenance_for
+from escalation.service_layer.maintenance import poll_safely as poll_maintenance
 from escalation.service_layer.priority import weight_fn
 from escalation.service_layer.warnings import fire_warnings, schedule_for, warnings_for
 
@@ -110,6 +113,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
     failures = 0
     hook = crashpoint_from_env()
     warn_adapter, warn_schedule = warnings_for(app), schedule_for(app)  # issue 4
+    maint, dead = maintenance_for(app), dead_letters_for(app)  # issue 7
     app.scheduler.priority = weight_fn(app.ladders)  # issue 4: materiality priority
     try:
         while not state["stop"]:
@@ -120,6 +124,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
                     calendars=app.calendars, batch_size=settings.batch_size,
                     lease_ms=settings.lease_ms, worker_id=app.actor, emit=_emit,
                     crashpoint=hook, on_scheduled=warn_schedule,
+                    on_poison=dead.on_decision_failed,  # issue 7: poison -> dead letter
                 )
                 # issue 4: pre-breach warnings, one batch after each firing batch
                 fire_warnings(warnings=warn_adapter, scheduler=app.scheduler, store=app.store,
@@ -140,6 +145,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
             finally:
                 state["in_batch"] = False
             _add(totals, report)
+            poll_maintenance(maint)  # issue 7: one cheap Redis command when not leader
             if state["stop"] or (max_batches is not None and totals.batches >= max_batches):
                 break
             if report.claimed >= settings.batch_size:
@@ -156,6 +162,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
     except _Shutdown:
         pass
     finally:
+        maint.lease.release()  # issue 7: hand the maintenance lease over at once
         for s, h in old.items():
             signal.signal(s, h)
     log.info("worker.stopped", worker_id=app.actor, **totals.__dict__)

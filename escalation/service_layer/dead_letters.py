@@ -159,3 +159,9 @@ class DeadLetters:
             pipe.hdel(keys.decision_failures, did)
         pipe.execute()
         return written
+
+
+def for_app(app: Any) -> DeadLetters:
+    """DeadLetters wired from an App (the worker's poison hook)."""
+    rel = ReliabilityRedis(app.redis, app.settings.namespace, app.settings.shards)
+    return DeadLetters(rel=rel, scheduler=app.scheduler, store=app.store, actor=app.actor)

@@ -254,3 +254,12 @@ def for_app(app: Any, *, ttl_ms: int | None = None) -> Maintenance:
     lease = LeaderLease(rel, ttl_ms=ttl)
     return Maintenance(engine=app.engine, lease=lease, jobs=default_jobs(app, rel),
                        actor=app.actor)
+
+
+def poll_safely(maintenance: Maintenance) -> list[str]:
+    """``maintenance.poll()`` for the worker loop: a failure is logged, never fatal."""
+    try:
+        return maintenance.poll()
+    except Exception as exc:
+        log.warning("maintenance.failed", error=str(exc)[:300])
+        return []

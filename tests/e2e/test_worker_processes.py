@@ -67,7 +67,9 @@ def test_sigterm_lets_the_worker_finish_its_batch_and_exit_zero(
     now = app.scheduler.time()
     ids = enqueue(app, due_requests(300, now))
     proc = start_worker(cli_env, "--batch-size", "20", "--poll-interval-s", "1")
-    time.sleep(1.5)
+    deadline = time.monotonic() + 30
+    while "escalation.promoted" not in worker_output(proc) and time.monotonic() < deadline:
+        time.sleep(0.05)  # wait until batches are in flight (handler installed)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     out = worker_output(proc)
@@ -76,7 +78,15 @@ def test_sigterm_lets_the_worker_finish_its_batch_and_exit_zero(
     pending_locked = [k for k in app.redis.scan_iter(match=f"*{{{app.settings.namespace}:*lock*")]
     assert pending_locked == []
     total, _, dup = ledger_stats(app, ids)
-    assert dup == 0
+    assert dup == 0 and total > 0
+    # every claimed member was applied: Redis payload seq == PostgreSQL seq, and the ZSET
+    # score is the recorded due time (not a lease re-score waiting for expiry)
+    recorded = app.store.get_many(ids)
+    for did in ids:
+        payload = app.scheduler.payload(did)
+        assert payload is not None and int(payload["seq"]) == recorded[did].seq
+        score = app.redis.zscore(app.scheduler.keys_for(did).pending, str(did))
+        assert score is not None and int(score) == int(payload["due_ms"])
 
 
 def test_burst_worker_drains_what_is_due_and_exits(app: Any, cli_env: dict[str, str]) -> None:

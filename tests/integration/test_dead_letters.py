@@ -84,3 +84,20 @@ def test_retry_puts_a_dead_escalation_back_due_now_and_purge_needs_confirmation(
     assert app.scheduler.payload(did) is None
     with pytest.raises(NotFound):
         dl.show(member)
+
+
+@pytest.mark.parametrize("name", [n for n in __import__(
+    "escalation.adapters.redis_reliability", fromlist=["x"]).RELIABILITY_SCRIPTS])
+def test_reliability_scripts_ship_with_a_complete_header(name: str) -> None:
+    import re
+
+    from escalation.adapters.redis_scheduler import packaged_scripts, script_source
+
+    assert name in packaged_scripts()
+    text = script_source(name)
+    assert text.splitlines()[0].startswith(f"-- {name}.lua: ")
+    header = "\n".join(line for line in text.splitlines() if line.startswith("--"))
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
+    assert "Returns:" in header
+    for ref in set(re.findall(r"(?:KEYS|ARGV)\[\d+\]", body)):
+        assert ref in header, f"{name}.lua uses {ref} without documenting it"

@@ -1,0 +1,179 @@
+"""Operations commands (issue 7): notify, dead, reconcile, doctor, maintenance."""
+
+from __future__ import annotations
+
+import random
+import signal
+from typing import Annotated, Any
+
+import typer
+
+from escalation.entrypoints.cli import _app, _print_json, app, out
+
+dead_app = typer.Typer(help="Dead letters: poison escalations, undeliverable notifications.",
+                       no_args_is_help=True)
+maint_app = typer.Typer(help="Recurring maintenance (leader-elected, run once).",
+                        no_args_is_help=True)
+app.add_typer(dead_app, name="dead")
+app.add_typer(maint_app, name="maintenance")
+
+
+def _rel(a: Any) -> Any:
+    from escalation.adapters.redis_reliability import ReliabilityRedis
+
+    return ReliabilityRedis(a.redis, a.settings.namespace, a.settings.shards)
+
+
+def _dead(a: Any) -> Any:
+    from escalation.service_layer.dead_letters import DeadLetters
+
+    return DeadLetters(rel=_rel(a), scheduler=a.scheduler, store=a.store, actor=a.actor)
+
+
+@app.command()
+def notify(
+    webhook_url: Annotated[str | None, typer.Option(
+        envvar="ESCALATION_WEBHOOK_URL", help="POST each notification here.")] = None,
+    timeout_s: Annotated[float, typer.Option(help="Webhook timeout, seconds.")] = 10.0,
+    tier: Annotated[str | None, typer.Option(help="Only this tier's review queue.")] = None,
+    burst: Annotated[bool, typer.Option(help="Process what is there, then exit.")] = False,
+    idle_ms: Annotated[int, typer.Option(help="Take over entries idle this long.")] = 60_000,
+    backoff: Annotated[str, typer.Option(help="Retry ladder, seconds, comma-separated.")] = (
+        "5,30,300,3600"),
+    jitter: Annotated[float, typer.Option(help="Retry jitter fraction 0-0.5.")] = 0.2,
+) -> None:
+    """Deliver review-queue notifications (consumer group, retries with backoff, dead letters)."""
+    from escalation.adapters.webhook import post_notification
+    from escalation.domain.retry import RetryPolicy
+    from escalation.service_layer.notify import Notifier
+
+    policy = RetryPolicy(tuple(float(x) for x in backoff.split(",") if x.strip()), jitter)
+    a = _app()
+    url = webhook_url
+    deliver = None if not url else (lambda f: post_notification(url, f, timeout_s))
+    n = Notifier(rel=_rel(a), scheduler=a.scheduler, store=a.store, deliver=deliver,
+                 policy=policy, consumer=a.actor, actor=a.actor, tier=tier, idle_ms=idle_ms,
+                 rng=random.Random())
+    stop = {"flag": False}
+
+    def handler(signum: int, frame: Any) -> None:
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        while not stop["flag"]:
+            r = n.run_once(block_ms=None if burst else 1000)
+            if burst and not (r.delivered or r.deferred or r.dead or r.recovered):
+                break
+    finally:
+        a.close()
+
+
+@dead_app.command("list")
+def dead_list(limit: Annotated[int, typer.Option(help="At most this many.")] = 100) -> None:
+    """List dead letters, oldest first (JSON)."""
+    a = _app()
+    try:
+        _print_json(_dead(a).list(limit))
+    finally:
+        a.close()
+
+
+@dead_app.command("show")
+def dead_show(member: Annotated[str, typer.Argument(help="Dead-letter member.")]) -> None:
+    """Show one dead letter (JSON)."""
+    a = _app()
+    try:
+        _print_json(_dead(a).show(member))
+    finally:
+        a.close()
+
+
+@dead_app.command("retry")
+def dead_retry(member: Annotated[str, typer.Argument(help="Dead-letter member.")]) -> None:
+    """Schedule a dead letter again, due now."""
+    a = _app()
+    try:
+        out.print(_dead(a).retry(member))
+    finally:
+        a.close()
+
+
+@dead_app.command("purge")
+def dead_purge(
+    member: Annotated[str, typer.Argument(help="Dead-letter member.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm: purge is permanent.")] = False,
+    reason: Annotated[str, typer.Option(help="Why (stored in the ledger row).")] = "",
+) -> None:
+    """Remove a dead letter for good (leaves a PURGED ledger row). Needs --yes."""
+    a = _app(actor="admin")
+    try:
+        written = _dead(a).purge(member, confirm=yes, reason=reason)
+        out.print("purged" + ("" if written else " (dispute unknown: no ledger row)"))
+    finally:
+        a.close()
+
+
+@app.command("reconcile")
+def reconcile_cmd(
+    dry_run: Annotated[bool, typer.Option(help="Only list the differences.")] = False,
+) -> None:
+    """Repair Redis from PostgreSQL (the truth); safe alongside live workers."""
+    from escalation.service_layer.reconcile import reconcile
+
+    a = _app(actor="reconcile")
+    try:
+        rep = reconcile(scheduler=a.scheduler, store=a.store, redis_side=_rel(a),
+                        dry_run=dry_run)
+        _print_json(rep.as_dict())
+    finally:
+        a.close()
+
+
+@app.command()
+def doctor(
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+    max_skew_ms: Annotated[int, typer.Option(help="Tolerated clock skew, ms.")] = 1000,
+) -> None:
+    """Check the seed's troubleshooting symptoms on this deployment; exit 1 if one fails."""
+    from escalation.service_layer.doctor import run_doctor
+
+    a = _app(actor="doctor")
+    try:
+        checks = run_doctor(a, max_skew_ms=max_skew_ms)
+    finally:
+        a.close()
+    if as_json:
+        _print_json([c.as_dict() for c in checks])
+    else:
+        for c in checks:
+            out.print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}", markup=False,
+                      highlight=False)
+            if not c.ok and c.advice:
+                out.print(f"     -> {c.advice}", markup=False, highlight=False)
+    if not all(c.ok for c in checks):
+        raise typer.Exit(1)
+
+
+@maint_app.command("run")
+def maintenance_run() -> None:
+    """Run every due maintenance job now (each occurrence still runs once across workers)."""
+    from escalation.service_layer.maintenance import for_app
+
+    a = _app(actor="maintenance-cli")
+    try:
+        out.print(", ".join(for_app(a).tick(force=True)) or "nothing due")
+    finally:
+        a.close()
+
+
+@maint_app.command("status")
+def maintenance_status() -> None:
+    """Last run of each maintenance job (JSON)."""
+    from escalation.service_layer.maintenance import runs
+
+    a = _app()
+    try:
+        _print_json(runs(a.engine))
+    finally:
+        a.close()
