@@ -1,0 +1,73 @@
+"""Worker SIGKILL at each boundary of the firing protocol (tech.md 2.3; DESIGN.md crash table).
+
+A victim worker SIGKILLs itself the n-th time it passes a boundary (``ESCALATION_CRASHPOINT``,
+see ``escalation.entrypoints.worker.crashpoint_from_env``); a healthy worker runs alongside
+and finishes the job once the victim's leases (5 s) expire. Every run asserts the suite's
+invariants (tests/fault/support.py).
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import due_requests, enqueue
+from tests.fault.support import (
+    assert_exactly_once,
+    check,
+    decided_count,
+    output,
+    settled,
+    spawn,
+    stop,
+    wait_until,
+    worker_env,
+)
+
+pytestmark = [pytest.mark.fault, pytest.mark.slow]
+
+N = 200
+BOUNDARIES = ("after_claim", "after_record", "after_apply")
+
+
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_worker_killed_at_a_protocol_boundary_every_escalation_is_decided_exactly_once(
+    app: Any, redis_url: str, database_url: str, namespace: str, boundary: str, n: int
+) -> None:
+    ids = enqueue(app, due_requests(N, app.scheduler.time()))
+    env = worker_env(redis_url, database_url, namespace)
+    victim = spawn(dict(env, ESCALATION_CRASHPOINT=f"{boundary}:{n}"), "victim")
+    assert victim.wait(timeout=60) == -signal.SIGKILL, output(victim)[-2000:]
+    healthy = spawn(env, "healthy")
+    try:
+        done = wait_until(lambda: settled(app, ids), timeout_s=60)
+    finally:
+        codes = stop([healthy])
+    assert done, f"only {decided_count(app.engine, ids)} of {N} decided: {output(healthy)[-3000:]}"
+    assert codes == [0]
+    # after_record: see the xfail test below (the crashed batch's notifications are lost)
+    assert_exactly_once(app, ids, notifications=boundary != "after_record")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known gap: a decision recorded by a worker killed before its apply is applied by the "
+    "next claimer through the STALE path of fire.py, which sends no notification, so the "
+    "review stream never gets it (fix: attach the notification when the recorded seq is the "
+    "claimed seq + 1, or drive notifications from a PostgreSQL outbox; tech.md 2.3)"))
+def test_decision_recorded_by_a_worker_killed_before_apply_is_still_notified(
+    app: Any, redis_url: str, database_url: str, namespace: str
+) -> None:
+    ids = enqueue(app, due_requests(40, app.scheduler.time()))
+    env = worker_env(redis_url, database_url, namespace)
+    victim = spawn(dict(env, ESCALATION_CRASHPOINT="after_record:1"), "victim")
+    assert victim.wait(timeout=60) == -signal.SIGKILL, output(victim)[-2000:]
+    healthy = spawn(env, "healthy")
+    try:
+        assert wait_until(lambda: settled(app, ids), timeout_s=60)
+    finally:
+        stop([healthy])
+    verdict = check(app, ids)
+    assert not verdict.unnotified, f"{len(verdict.unnotified)} decisions never notified"
