@@ -7,7 +7,7 @@ in-memory fakes of these ports (never of Redis itself).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -184,9 +184,11 @@ class AuditLog(Protocol):
     """The PostgreSQL system of record: ledger (append only) + projection."""
 
     def record_enqueue_many(
-        self, escalations: Sequence[Escalation], actor: str, decided_at: datetime
+        self, escalations: Sequence[Escalation], actor: str, decided_at: datetime,
+        calendar_versions: Mapping[UUID, str] | None = None,
     ) -> list[tuple[bool, Escalation]]:
-        """Record ENQUEUED rows; (created, state) per escalation, idempotent per dispute."""
+        """Record ENQUEUED rows; (created, state) per escalation, idempotent per dispute.
+        ``calendar_versions``: dispute id -> calendar version recorded on the row (issue 4)."""
         ...
 
     def record_decisions(

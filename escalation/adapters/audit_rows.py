@@ -9,7 +9,8 @@ Kept apart from ``audit_store`` so the transactional code reads as transactions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -60,7 +61,24 @@ def escalation_from_state(row: Mapping[Any, Any]) -> Escalation:
         external_id=row["external_id"],
         regulatory_deadline=utc_opt(row["regulatory_deadline"]),
         status=Status(row["status"]),
+        deadlines=deadlines_from_json(row.get("deadlines")),
     )
+
+
+def deadlines_json(deadlines: Sequence[tuple[str, datetime]]) -> str | None:
+    """The projection's ``deadlines`` JSONB text: ``[["name", "ISO 8601 UTC"], ...]`` in the
+    ladder's order, or None when there are none (issue 4 A)."""
+    if not deadlines:
+        return None
+    return json.dumps([[n, require_aware(at, n).isoformat()] for n, at in deadlines])
+
+
+def deadlines_from_json(value: Any) -> tuple[tuple[str, datetime], ...]:
+    """Inverse of :func:`deadlines_json` (accepts the decoded JSONB list, text, or None)."""
+    if value is None:
+        return ()
+    items = json.loads(value) if isinstance(value, str) else value
+    return tuple((str(n), utc(datetime.fromisoformat(str(at)))) for n, at in items)
 
 
 def chained_row(

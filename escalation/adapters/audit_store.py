@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 from sqlalchemy.dialects import postgresql as pg
 
 from escalation.adapters.audit_queries import AuditQueries
-from escalation.adapters.audit_rows import chained_row, escalation_from_state
+from escalation.adapters.audit_rows import chained_row, deadlines_json, escalation_from_state
 from escalation.adapters.tables import LEDGER_EVENTS, STATUSES, escalation_audit, escalation_state
 from escalation.domain.decide import Decision, DecisionKind
 from escalation.domain.errors import ConflictError, InvalidInput, NotFound
@@ -73,6 +73,7 @@ _ENQUEUE_TYPES: dict[str, str] = {
     "source_hash": "text",
     "trace_id": "text",
     "regulatory_deadline": "timestamptz",
+    "deadlines": "jsonb",  # issue 4 A: every regulatory deadline (escalation_deadlines_json)
     "remaining_ms": "bigint",
     "last_seq": "bigint",
     "last_hash": "bytea",
@@ -97,13 +98,16 @@ _BULK_UPDATE = sa.text(
     UPDATE escalation_state AS s
        SET tier = v.tier, status = v.status, due_at = v.due_at,
            entered_tier_at = v.entered_tier_at, last_seq = v.last_seq,
-           last_hash = decode(v.last_hash, 'hex'), updated_at = clock_timestamp()
+           last_hash = decode(v.last_hash, 'hex'), updated_at = clock_timestamp(),
+           regulatory_deadline = v.regulatory_deadline
       FROM unnest(CAST(CAST(:ids AS text) AS uuid[]), CAST(CAST(:tiers AS text) AS text[]),
                   CAST(CAST(:statuses AS text) AS text[]),
                   CAST(CAST(:due AS text) AS timestamptz[]),
                   CAST(CAST(:entered AS text) AS timestamptz[]),
-                  CAST(CAST(:seqs AS text) AS bigint[]), CAST(CAST(:hashes AS text) AS text[]))
-           AS v(dispute_id, tier, status, due_at, entered_tier_at, last_seq, last_hash)
+                  CAST(CAST(:seqs AS text) AS bigint[]), CAST(CAST(:hashes AS text) AS text[]),
+                  CAST(CAST(:deadlines AS text) AS timestamptz[]))
+           AS v(dispute_id, tier, status, due_at, entered_tier_at, last_seq, last_hash,
+                regulatory_deadline)
      WHERE s.dispute_id = v.dispute_id
     """
 )
@@ -156,7 +160,8 @@ class PostgresAuditStore(AuditQueries):
         return self.record_enqueue_many([escalation], actor, decided_at)[0]
 
     def record_enqueue_many(
-        self, escalations: Sequence[Escalation], actor: str, decided_at: datetime | None = None
+        self, escalations: Sequence[Escalation], actor: str, decided_at: datetime | None = None,
+        calendar_versions: Mapping[UUID, str] | None = None,
     ) -> list[tuple[bool, Escalation]]:
         """:meth:`record_enqueue` for a batch, in one transaction and at most three statements.
 
@@ -166,6 +171,8 @@ class PostgresAuditStore(AuditQueries):
 
         Returns one ``(recorded, state)`` per input, in input order; a dispute repeated in
         the batch is recorded once (its later occurrences return ``False``).
+        ``calendar_versions`` (optional, issue 4): dispute id -> version of the calendar its due
+        time was counted in, recorded in the ENQUEUED row's ``calendar_version``.
         """
         if not escalations:
             return []
@@ -175,7 +182,10 @@ class PostgresAuditStore(AuditQueries):
             if esc.status is not Status.PENDING:
                 raise InvalidInput(f"only a pending escalation can be enqueued ({esc.status})")
             if esc.dispute_id not in firsts:
-                firsts[esc.dispute_id] = _enqueue_rows(esc, actor, when or esc.entered_tier_at)
+                firsts[esc.dispute_id] = _enqueue_rows(
+                    esc, actor, when or esc.entered_tier_at,
+                    (calendar_versions or {}).get(esc.dispute_id),
+                )
         with self._engine.begin() as conn:
             # Sorted by dispute id, like every lock taken here: no deadlock between batches.
             states = [firsts[d]["state"] for d in sorted(firsts)]
@@ -366,8 +376,14 @@ class PostgresAuditStore(AuditQueries):
 
 
 # ---------------------------------------------------------------------- helpers
-def _enqueue_rows(esc: Escalation, actor: str, decided_at: datetime) -> dict[str, Any]:
-    """Projection row (seq 1) and its ENQUEUED ledger row for one new escalation."""
+def _enqueue_rows(
+    esc: Escalation, actor: str, decided_at: datetime, calendar_version: str | None = None
+) -> dict[str, Any]:
+    """Projection row (seq 1) and its ENQUEUED ledger row for one new escalation.
+
+    Issue 4: the row records ``calendar_version`` and, when the escalation has regulatory
+    deadlines, all of them in ``details["deadlines"]`` (name -> ISO 8601 UTC).
+    """
     state: dict[str, Any] = {
         "dispute_id": esc.dispute_id,
         "external_id": esc.external_id,
@@ -381,6 +397,7 @@ def _enqueue_rows(esc: Escalation, actor: str, decided_at: datetime) -> dict[str
         "source_hash": esc.source_hash,
         "trace_id": esc.trace_id,
         "regulatory_deadline": esc.regulatory_deadline,
+        "deadlines": deadlines_json(esc.deadlines),
         "remaining_ms": None,
         "last_seq": 0,
         "last_hash": b"\x00" * 32,
@@ -395,6 +412,10 @@ def _enqueue_rows(esc: Escalation, actor: str, decided_at: datetime) -> dict[str
         to_tier=esc.tier,
         due_at=esc.due_at,
         next_due_at=esc.due_at,
+        calendar_version=calendar_version,
+        details=(
+            {"deadlines": {n: at.isoformat() for n, at in esc.deadlines}} if esc.deadlines else {}
+        ),
     )
     state["last_seq"] = 1
     state["last_hash"] = ledger["row_hash"]
@@ -435,6 +456,8 @@ def _apply_decisions(
             outcomes.append(RecordOutcome(RecordStatus.STALE, escalation_from_state(state)))
             continue
         terminal = decision.kind is DecisionKind.TERMINAL
+        if decision.regulatory_deadline is not None:  # issue 4 A: the next tier's deadline
+            state["regulatory_deadline"] = decision.regulatory_deadline
         row = chained_row(
             state,
             event="TERMINAL" if terminal else "PROMOTED",
@@ -489,6 +512,7 @@ def _unnest_params(moved: Mapping[UUID, Mapping[str, Any]]) -> dict[str, str]:
         "entered": _array_literal([r["entered_tier_at"] for r in rows]),
         "seqs": _array_literal([r["last_seq"] for r in rows]),
         "hashes": _array_literal([bytes(r["last_hash"]).hex() for r in rows]),
+        "deadlines": _array_literal([r["regulatory_deadline"] for r in rows]),
     }
 
 

@@ -75,6 +75,12 @@ class RegulatoryModel(_Model):
         default=0, description="margin in the same unit and calendar"
     )
     source: str = Field(default="", description="citation, e.g. 12 CFR 1005.11(c)(1)")
+    caps: list[Ident] = Field(
+        default_factory=list,
+        description="tier ids whose due times this deadline caps (empty = every tier); "
+        "with several deadlines, e.g. the 15-day one caps the tiers before the response "
+        "milestone and the 60-day one the terminal tier",
+    )
 
 
 class BandModel(_Model):
@@ -111,7 +117,10 @@ class LadderFile(_Model):
     terminal_tier: Ident
     description: str = ""
     tiers: list[TierModel] = Field(min_length=1)
-    regulatory: RegulatoryModel | None = None
+    regulatory: RegulatoryModel | list[RegulatoryModel] | None = Field(
+        default=None,
+        description="one deadline ([regulatory]) or several ([[regulatory]], each with caps)",
+    )
     bands: list[BandModel] = Field(default_factory=list)
     tier_map: dict[Ident, Ident] = Field(
         default_factory=dict, description="old tier id -> new tier id, for removed/renamed tiers"
@@ -164,6 +173,7 @@ def _tier_errors(label: str, model: LadderFile) -> list[str]:
     for old, new in model.tier_map.items():
         if new not in ids:
             errors.append(f"{label}: tier_map.{old}: {new!r} is not a tier of this version")
+    errors.extend(_regulatory_errors(label, model, ids))
     names = [b.name for b in model.bands]
     for i, band in enumerate(model.bands):
         if band.name in names[:i]:
@@ -171,6 +181,28 @@ def _tier_errors(label: str, model: LadderFile) -> list[str]:
         if band.start_tier is not None and band.start_tier not in ids:
             errors.append(f"{label}: bands[{i}].start_tier: unknown tier {band.start_tier!r}")
     return errors
+
+
+def _regulatory_errors(label: str, model: LadderFile, ids: list[str]) -> list[str]:
+    errors: list[str] = []
+    regs = _regulatory_list(model)
+    reg_names = [r.name for r in regs]
+    for i, reg in enumerate(regs):
+        where = "regulatory" if isinstance(model.regulatory, RegulatoryModel) else (
+            f"regulatory[{i}]")
+        if reg.name in reg_names[:i]:
+            errors.append(f"{label}: {where}.name: duplicate deadline {reg.name!r}")
+        for cap in reg.caps:
+            if cap not in ids:
+                errors.append(f"{label}: {where}.caps: unknown tier {cap!r}")
+    return errors
+
+
+def _regulatory_list(model: LadderFile) -> list[RegulatoryModel]:
+    reg = model.regulatory
+    if reg is None:
+        return []
+    return [reg] if isinstance(reg, RegulatoryModel) else list(reg)
 
 
 def _to_domain(model: LadderFile, label: str, checksum: str) -> Ladder:
@@ -184,7 +216,11 @@ def _to_domain(model: LadderFile, label: str, checksum: str) -> Ladder:
         )
         for t in model.tiers
     )
-    reg = model.regulatory
+    deadlines = tuple(
+        RegulatoryDeadline(r.name, r.anchor, SlaWindow(r.amount, r.unit, r.calendar), r.buffer,
+                           tuple(r.caps))
+        for r in _regulatory_list(model)
+    )
     bands = sorted(model.bands, key=lambda b: Decimal(b.min_amount), reverse=True)
     return Ladder(
         name=model.ladder,
@@ -197,11 +233,8 @@ def _to_domain(model: LadderFile, label: str, checksum: str) -> Ladder:
             MaterialityBand(b.name, Decimal(b.min_amount), b.start_tier, b.window_factor)
             for b in bands
         ),
-        regulatory=None
-        if reg is None
-        else RegulatoryDeadline(
-            reg.name, reg.anchor, SlaWindow(reg.amount, reg.unit, reg.calendar), reg.buffer
-        ),
+        regulatory=deadlines[0] if deadlines else None,
+        deadlines=deadlines,
         checksum=checksum,
         source=label,
         migration=MigrationPolicy(

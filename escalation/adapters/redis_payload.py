@@ -15,6 +15,8 @@ source_hash     lower-case hex digest of the source record            ``a1b2c3``
 trace_id        correlation id                                        ``7f0c...``
 external_id     only when set: the source system's non-UUID id        ``CFPB-123``
 deadline_ms     only when set: regulatory deadline, epoch ms UTC       ``1767744000000``
+deadlines       only when set: every deadline, ``name=ms`` joined by   ``a=1767744000000,b=...``
+                ``,`` (issue 4 A: ladders with several deadlines)
 =============== ==================================================== =================
 
 The dispute id is not stored in the hash: it is the key suffix and the ZSET member.
@@ -23,6 +25,7 @@ The dispute id is not stored in the hash: it is the key suffix and the ZSET memb
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from uuid import UUID
 
 from escalation.domain.errors import InvalidInput
@@ -40,7 +43,7 @@ REQUIRED_FIELDS: tuple[str, ...] = (
     "source_hash",
     "trace_id",
 )
-OPTIONAL_FIELDS: tuple[str, ...] = ("external_id", "deadline_ms")
+OPTIONAL_FIELDS: tuple[str, ...] = ("external_id", "deadline_ms", "deadlines")
 PAYLOAD_FIELDS: tuple[str, ...] = REQUIRED_FIELDS + OPTIONAL_FIELDS
 
 
@@ -64,6 +67,8 @@ def escalation_to_payload(esc: Escalation) -> dict[str, str]:
         fields["external_id"] = esc.external_id
     if esc.regulatory_deadline is not None:
         fields["deadline_ms"] = str(to_ms(esc.regulatory_deadline))
+    if esc.deadlines:
+        fields["deadlines"] = ",".join(f"{n}={to_ms(at)}" for n, at in esc.deadlines)
     return fields
 
 
@@ -110,4 +115,18 @@ def payload_to_escalation(
         if deadline is None
         else from_ms(_int_field(fields, "deadline_ms")),
         status=status,
+        deadlines=_deadlines(fields.get("deadlines")),
     )
+
+
+def _deadlines(text: str | None) -> tuple[tuple[str, datetime], ...]:
+    """Parse the ``deadlines`` field (``name=ms,name=ms``). Raises InvalidInput if malformed."""
+    if not text:
+        return ()
+    out: list[tuple[str, datetime]] = []
+    for part in text.split(","):
+        name, sep, ms = part.partition("=")
+        if not sep or not name or not ms.isdigit():
+            raise InvalidInput(f"payload deadlines {text!r} is not 'name=ms,...'")
+        out.append((name, from_ms(int(ms))))
+    return tuple(out)

@@ -124,6 +124,8 @@ escalation_state = sa.Table(
     sa.Column("trace_id", sa.Text, nullable=False),
     sa.Column("regulatory_deadline", TZ),
     sa.Column("remaining_ms", sa.BigInteger),
+    # issue 4 A (migration 0004): every regulatory deadline, [["name", "ISO UTC"], ...]
+    sa.Column("deadlines", JSONB),
     sa.Column("last_seq", sa.BigInteger, nullable=False),
     sa.Column("last_hash", BYTEA, nullable=False),
     sa.Column("created_at", TZ, nullable=False, server_default=sa.text("clock_timestamp()")),

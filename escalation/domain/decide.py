@@ -15,7 +15,12 @@ from escalation.domain.calendars import CalendarRegistry, window_end
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation
 from escalation.domain.ladder import Ladder
-from escalation.domain.sla_timing import calendar_of, cap_due, regulatory_cap, tier_window
+from escalation.domain.sla_timing import (
+    calendar_of,
+    cap_due,
+    escalation_tier_cap,
+    tier_window,
+)
 from escalation.domain.timeutil import require_aware
 
 TERMINAL_ESCALATION = "TERMINAL_ESCALATION"
@@ -43,6 +48,8 @@ class Decision:
         decided_at: aware UTC decision time (Redis TIME).
         calendar_version: version of the calendar the next due time was counted in (recorded
             in the ledger row), or None.
+        regulatory_deadline: the regulatory deadline that caps the next tier (recorded in the
+            promotion's ledger row and carried by the escalation), or None (issue 4 A).
     """
 
     kind: DecisionKind
@@ -52,6 +59,7 @@ class Decision:
     next_due_at: datetime | None
     decided_at: datetime
     calendar_version: str | None = None
+    regulatory_deadline: datetime | None = None
 
 
 def decide(
@@ -84,9 +92,14 @@ def decide(
     # its buffer caps the due time (escalation.domain.sla_timing).
     window = tier_window(ladder, nxt.id, escalation.materiality.amount)
     due = window_end(now, window, calendars)
-    cap = regulatory_cap(escalation.regulatory_deadline, ladder.regulatory, calendars)
+    # issue 4 A: the cap comes from the deadline(s) that cap the *next* tier (a ladder may
+    # carry several, e.g. CFPB 15 days for the response tiers, 60 days for the terminal one).
+    cap, deadline = escalation_tier_cap(
+        ladder, nxt.id, escalation.deadlines, escalation.regulatory_deadline, calendars
+    )
     due = cap_due(due, cap, now)
     version = calendar_of(window, calendars).version
     return Decision(
-        DecisionKind.PROMOTED, nxt.decision_name, current.id, nxt.id, due, now, version
+        DecisionKind.PROMOTED, nxt.decision_name, current.id, nxt.id, due, now, version,
+        deadline,
     )

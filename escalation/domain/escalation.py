@@ -79,8 +79,12 @@ class Escalation:
         entered_tier_at: aware UTC instant the escalation entered ``tier``.
         trace_id: correlation id carried into every log event and ledger row.
         external_id: the source system's id when it is not a UUID (e.g. CFPB Complaint ID).
-        regulatory_deadline: aware UTC regulatory deadline, when the ladder defines one.
+        regulatory_deadline: aware UTC regulatory deadline that caps the *current* tier (the
+            earliest-capping one when several apply), when the ladder defines one.
         status: lifecycle status.
+        deadlines: every regulatory deadline of the escalation, ``((name, aware UTC), ...)``
+            in the ladder's order, computed once at enqueue from the anchor (issue 4 A);
+            empty for ladders without deadlines (or rows written before issue 4 A).
     """
 
     dispute_id: UUID
@@ -96,6 +100,7 @@ class Escalation:
     external_id: str | None = None
     regulatory_deadline: datetime | None = None
     status: Status = Status.PENDING
+    deadlines: tuple[tuple[str, datetime], ...] = ()
 
     @classmethod
     def new(
@@ -111,6 +116,7 @@ class Escalation:
         trace_id: str,
         external_id: str | None = None,
         regulatory_deadline: datetime | None = None,
+        deadlines: tuple[tuple[str, datetime], ...] = (),
     ) -> Escalation:
         """Validate inputs and build a fresh escalation (``seq`` 0: not yet recorded).
 
@@ -141,6 +147,7 @@ class Escalation:
                 if regulatory_deadline is None
                 else require_aware(regulatory_deadline, "regulatory_deadline")
             ),
+            deadlines=tuple((n, require_aware(at, f"deadline {n}")) for n, at in deadlines),
         )
 
     @property

@@ -63,12 +63,20 @@ class RegulatoryDeadline:
         window: the deadline as a window from the anchor (amount, unit, calendar).
         buffer: safety margin in ``window.unit`` / ``window.calendar`` (>= 0): the tier windows
             must end at least this long before the deadline (``escalation ladder check``).
+        caps: ids of the tiers whose due times this deadline caps (issue 4 A: a ladder may
+            carry several deadlines, e.g. CFPB 15 days for the response tiers, 60 days for the
+            terminal one). Empty = every tier.
     """
 
     name: str
     anchor: str
     window: SlaWindow
     buffer: int = 0
+    caps: tuple[str, ...] = ()
+
+    def applies_to(self, tier_id: str) -> bool:
+        """True when this deadline caps the due time of tier ``tier_id``."""
+        return not self.caps or tier_id in self.caps
 
     def deadline(self, anchor_at: datetime, calendars: CalendarRegistry) -> datetime:
         """Aware UTC deadline for an anchor event at ``anchor_at``.
@@ -113,7 +121,10 @@ class Ladder:
         previous_version: the version this one replaces (``None`` for version 1).
         tier_map: for a new version, old tier id -> new tier id for removed/renamed tiers.
         bands: materiality bands, highest ``min_amount`` first.
-        regulatory: the regulatory deadline the tier windows must fit inside, if any.
+        regulatory: the first (primary) regulatory deadline, if any; kept for single-deadline
+            callers. ``deadlines`` holds all of them.
+        deadlines: every regulatory deadline of the ladder (issue 4 A), in file order; built
+            from ``regulatory`` when not given (and ``regulatory`` = ``deadlines[0]``).
         checksum: SHA-256 hex of the source file bytes ("" when built in code).
         source: the file it was loaded from, for error messages ("" when built in code).
         migration: how a migration onto this version recomputes due times (issue 3).
@@ -130,13 +141,26 @@ class Ladder:
     checksum: str = ""
     source: str = ""
     migration: MigrationPolicy = field(default_factory=MigrationPolicy)
+    deadlines: tuple[RegulatoryDeadline, ...] = ()
 
     def __post_init__(self) -> None:
+        if not self.deadlines and self.regulatory is not None:
+            object.__setattr__(self, "deadlines", (self.regulatory,))
+        elif self.deadlines and self.regulatory is None:
+            object.__setattr__(self, "regulatory", self.deadlines[0])
+        names = [d.name for d in self.deadlines]
+        if len(set(names)) != len(names):
+            raise LadderError(f"{self.label}: regulatory: duplicate deadline name")
         if not self.tiers:
             raise LadderError(f"{self.label}: tiers: at least one tier")
         ids = [t.id for t in self.tiers]
         if len(set(ids)) != len(ids):
             raise LadderError(f"{self.label}: tiers: duplicate tier id")
+        for d in self.deadlines:
+            unknown = [c for c in d.caps if c not in ids]
+            if unknown:
+                raise LadderError(f"{self.label}: regulatory.{d.name}.caps: unknown tier(s) "
+                                  f"{', '.join(unknown)}")
         ranks = [t.rank for t in self.tiers]
         if any(b <= a for a, b in itertools.pairwise(ranks)):
             raise LadderError(f"{self.label}: tiers: ranks must be strictly increasing")
@@ -188,6 +212,10 @@ class Ladder:
         """The band with the highest ``min_amount <= amount`` (inclusive), or ``None``."""
         eligible = [b for b in self.bands if b.min_amount <= amount]
         return max(eligible, key=lambda b: b.min_amount, default=None)
+
+    def deadlines_for(self, tier_id: str) -> tuple[RegulatoryDeadline, ...]:
+        """The regulatory deadlines that cap tier ``tier_id`` (possibly none)."""
+        return tuple(d for d in self.deadlines if d.applies_to(tier_id))
 
     def is_terminal(self, tier_id: str) -> bool:
         """True when ``tier_id`` is this ladder's terminal tier. Raises UnknownTier."""

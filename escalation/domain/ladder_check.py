@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 
 from escalation.domain.calendars import CalendarRegistry, window_end
 from escalation.domain.errors import InvalidInput
-from escalation.domain.ladder import Ladder
+from escalation.domain.ladder import Ladder, RegulatoryDeadline
 
 ANCHOR_FROM = datetime(2026, 1, 1, tzinfo=UTC)
 ANCHOR_SPAN = timedelta(days=366)
@@ -90,14 +90,15 @@ def _check_one(ladder: Ladder, calendars: CalendarRegistry) -> list[str]:
             errors.append(
                 f"{label}: tiers[{i}].window.calendar: unknown calendar {tier.window.calendar!r}"
             )
-    if ladder.regulatory is not None:
-        if ladder.regulatory.window.calendar not in calendars:
+    for reg in ladder.deadlines:  # issue 4 A: one or several deadlines
+        if reg.window.calendar not in calendars:
             errors.append(
-                f"{label}: regulatory.calendar: unknown calendar "
-                f"{ladder.regulatory.window.calendar!r}"
+                f"{label}: regulatory.{reg.name}.calendar: unknown calendar "
+                f"{reg.window.calendar!r}"
             )
-        elif not errors:
-            errors.extend(_check_regulatory_fit(ladder, calendars))
+    if ladder.deadlines and not errors:
+        for reg in ladder.deadlines:
+            errors.extend(_check_regulatory_fit(ladder, reg, calendars))
     return errors
 
 
@@ -145,16 +146,20 @@ def _check_checksums(
     return errors
 
 
-def _check_regulatory_fit(ladder: Ladder, calendars: CalendarRegistry) -> list[str]:
-    reg = ladder.regulatory
-    assert reg is not None  # noqa: S101  (caller checked; narrows the type for mypy)
+def _check_regulatory_fit(
+    ladder: Ladder, reg: RegulatoryDeadline, calendars: CalendarRegistry
+) -> list[str]:
+    """The tier windows chained from the anchor up to the last tier ``reg`` caps end no later
+    than ``reg``'s deadline minus its buffer (worst case over the sampled anchors)."""
+    capped = [i for i, t in enumerate(ladder.tiers) if reg.applies_to(t.id)]
+    chain = ladder.tiers[: max(capped) + 1] if capped else ()
     buffer_cal = calendars[reg.window.calendar]
     worst: tuple[timedelta, datetime, datetime, datetime] | None = None
     anchor = ANCHOR_FROM
     try:
         while anchor < ANCHOR_FROM + ANCHOR_SPAN:
             end = anchor
-            for tier in ladder.tiers:
+            for tier in chain:
                 end = window_end(end, tier.window, calendars)
             deadline = reg.deadline(anchor, calendars)
             with_buffer = buffer_cal.add(end, reg.buffer, reg.window.unit) if reg.buffer else end

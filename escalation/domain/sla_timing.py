@@ -120,6 +120,74 @@ def regulatory_cap(
     return from_ms(lo_ms)
 
 
+def deadline_values(
+    ladder: Ladder, deadlines: tuple[tuple[str, datetime], ...],
+    current: datetime | None = None,
+) -> dict[str, datetime]:
+    """An escalation's deadlines by name. Without recorded ``deadlines`` (rows written before
+    multi-deadline ladders) the ``current`` regulatory deadline stands for the ladder's first
+    rule."""
+    values = dict(deadlines)
+    if not values and current is not None and ladder.regulatory is not None:
+        values[ladder.regulatory.name] = current
+    return values
+
+
+def compute_deadlines(
+    ladder: Ladder, anchor_at: datetime, calendars: CalendarRegistry
+) -> tuple[tuple[str, datetime], ...]:
+    """Every regulatory deadline of ``ladder`` for an anchor event at ``anchor_at``:
+    ``((name, aware UTC deadline), ...)`` in the ladder's order (issue 4 A).
+
+    Raises:
+        InvalidInput: naive ``anchor_at`` or an unknown calendar.
+    """
+    return tuple((d.name, d.deadline(anchor_at, calendars)) for d in ladder.deadlines)
+
+
+def tier_cap(
+    ladder: Ladder, tier_id: str, deadlines: dict[str, datetime], calendars: CalendarRegistry
+) -> tuple[datetime | None, datetime | None]:
+    """The cap on tier ``tier_id``'s due time and the deadline that sets it.
+
+    Every deadline that caps the tier (``RegulatoryDeadline.caps``) and is known in
+    ``deadlines`` gives ``regulatory_cap(deadline, rule)``; the earliest cap wins.
+
+    Returns:
+        ``(cap, deadline)``, both None when no known deadline caps the tier.
+
+    Raises:
+        UnknownTier: ``tier_id`` not in ``ladder``; InvalidInput: unknown calendar.
+    """
+    ladder.tier(tier_id)
+    best: tuple[datetime | None, datetime | None] = (None, None)
+    for rule in ladder.deadlines_for(tier_id):
+        at = deadlines.get(rule.name)
+        if at is None:
+            continue
+        cap = regulatory_cap(at, rule, calendars)
+        if cap is not None and (best[0] is None or cap < best[0]):
+            best = (cap, at)
+    return best
+
+
+def escalation_tier_cap(
+    ladder: Ladder,
+    tier_id: str,
+    deadlines: tuple[tuple[str, datetime], ...],
+    current: datetime | None,
+    calendars: CalendarRegistry,
+) -> tuple[datetime | None, datetime | None]:
+    """:func:`tier_cap` for an escalation carrying ``deadlines`` and its ``current`` deadline.
+
+    A ladder without regulatory rules caps at ``current`` itself (no buffer); an escalation
+    without recorded ``deadlines`` uses ``current`` for the ladder's first rule.
+    """
+    if not ladder.deadlines:
+        return current, current
+    return tier_cap(ladder, tier_id, deadline_values(ladder, deadlines, current), calendars)
+
+
 def cap_due(due: datetime, cap: datetime | None, now: datetime) -> datetime:
     """``due`` capped at ``cap`` but never before ``now`` (a cap already passed fires now)."""
     if cap is None or due <= cap:

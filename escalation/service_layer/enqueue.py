@@ -13,13 +13,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry, window_end
 from escalation.domain.errors import ConflictError, InvalidInput
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder
 from escalation.domain.materiality import Materiality
-from escalation.domain.sla_timing import cap_due, regulatory_cap, tier_window
+from escalation.domain.sla_timing import (
+    calendar_of,
+    cap_due,
+    compute_deadlines,
+    tier_cap,
+    tier_window,
+)
 from escalation.domain.timeutil import require_aware
 from escalation.ports import AuditLog, LadderSource, Scheduler
 
@@ -83,10 +90,12 @@ def build_escalation(
         due = require_aware(req.due_at, "due_at")
         entered = min(require_aware(now, "now"), due)
     deadline = None
-    if ladder.regulatory is not None:  # issue 4: deadline from the anchor, due capped by it
+    deadlines: tuple[tuple[str, datetime], ...] = ()
+    if ladder.deadlines:  # issue 4: deadlines from the anchor, due capped by the tier's ones
         anchor = entered if req.anchor_at is None else require_aware(req.anchor_at, "anchor_at")
-        deadline = ladder.regulatory.deadline(anchor, calendars)
-        due = cap_due(due, regulatory_cap(deadline, ladder.regulatory, calendars), entered)
+        deadlines = compute_deadlines(ladder, anchor, calendars)
+        cap, deadline = tier_cap(ladder, tier.id, dict(deadlines), calendars)
+        due = cap_due(due, cap, entered)
     return Escalation.new(
         dispute_id=req.dispute_id,
         tier=tier.id,
@@ -98,6 +107,7 @@ def build_escalation(
         trace_id=req.trace_id or uuid.uuid4().hex,
         external_id=req.external_id,
         regulatory_deadline=deadline,
+        deadlines=deadlines,
     )
 
 
@@ -132,10 +142,14 @@ def enqueue_many(
     """
     now = scheduler.time()
     escalations: list[Escalation] = []
+    versions: dict[UUID, str] = {}
     for i, req in enumerate(requests):
         ladder = ladders.latest(req.ladder or default_ladder)
         try:
-            escalations.append(build_escalation(req, ladder, calendars, now))
+            esc = build_escalation(req, ladder, calendars, now)
+            escalations.append(esc)
+            window = tier_window(ladder, esc.tier, esc.materiality.amount)
+            versions[esc.dispute_id] = calendar_of(window, calendars).version
         except InvalidInput as exc:
             if len(requests) == 1:
                 raise
@@ -143,7 +157,7 @@ def enqueue_many(
     results: list[EnqueueResult] = []
     for start in range(0, len(escalations), ENQUEUE_CHUNK):
         chunk = escalations[start : start + ENQUEUE_CHUNK]
-        recorded = store.record_enqueue_many(chunk, actor, now)
+        recorded = store.record_enqueue_many(chunk, actor, now, versions)
         to_schedule: list[Escalation] = []
         for created, state in recorded:
             got = store.get(state.dispute_id) if not created else (state, Status.PENDING)

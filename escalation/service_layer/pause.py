@@ -28,7 +28,7 @@ from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.domain.sla_timing import (
     calendar_of,
     cap_due,
-    regulatory_cap,
+    escalation_tier_cap,
     remaining_ms,
     resume_due,
     tier_window,
@@ -169,8 +169,9 @@ def resume(
         left = _remaining_from_trail(store, did)
         now = scheduler.time()
         due = resume_due(window, cal, now, left)
-        due = cap_due(due, regulatory_cap(esc.regulatory_deadline, ladder.regulatory, calendars),
-                      now)
+        cap = escalation_tier_cap(
+            ladder, esc.tier, esc.deadlines, esc.regulatory_deadline, calendars)[0]
+        due = cap_due(due, cap, now)
         basis = "open" if uses_open_time(window) else "elapsed"
         try:
             state = store.append_event(

@@ -7,7 +7,9 @@ key ``chain_created_at`` is part of the key, as PostgreSQL requires for a unique
 partitioned table; it is constant per dispute, so uniqueness per dispute is unchanged.
 
 The columns the issue needs (``regulatory_deadline``, ``calendar_version`` on the ledger,
-``remaining_ms`` on the projection) were created by 0001.
+``remaining_ms`` on the projection) were created by 0001. Issue 4 A adds the projection's
+``deadlines`` JSONB (every regulatory deadline of a multi-deadline ladder, e.g. CFPB 15/60
+days; ``[["name", "ISO 8601 UTC"], ...]``).
 
 Revision ID: 0004
 Revises: 0003
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects.postgresql import JSONB
 
 revision: str = "0004"
 down_revision: str | Sequence[str] | None = "0003"
@@ -29,7 +32,8 @@ INDEX = "ux_escalation_audit_warning_once"
 
 
 def upgrade() -> None:
-    """Create the unique index on WARNING rows."""
+    """Create the unique index on WARNING rows; add ``escalation_state.deadlines``."""
+    op.add_column("escalation_state", sa.Column("deadlines", JSONB, nullable=True))
     op.create_index(
         INDEX,
         "escalation_audit",
@@ -41,5 +45,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    """Drop the unique index."""
+    """Drop the unique index and the ``deadlines`` column."""
     op.drop_index(INDEX, table_name="escalation_audit")
+    op.drop_column("escalation_state", "deadlines")
