@@ -130,3 +130,37 @@ def test_deadline_later_than_window_does_not_change_due() -> None:
     lad = _ladder()
     d = decide(_esc("standard", T0, lad, T0 + timedelta(days=30)), lad, T0, CALS)
     assert d.next_due_at == T0 + timedelta(hours=48)
+
+
+def test_terminal_tier_due_is_capped_at_its_deadline_minus_buffer() -> None:
+    # issue 4 point 3 / A: two deadlines; the 60-day one (buffer 5 calendar days) caps only
+    # the terminal tier, the 15-day one (buffer 2) the tiers before it.
+    from escalation.domain.ladder import RegulatoryDeadline
+
+    fed = "us_federal_reserve"
+    tiers = (
+        Tier("standard", "Standard", 10, SlaWindow(5, WindowUnit.CALENDAR_DAYS, fed)),
+        Tier("senior", "Senior", 20, SlaWindow(5, WindowUnit.CALENDAR_DAYS, fed)),
+        Tier("compliance", "Compliance", 30, SlaWindow(90, WindowUnit.CALENDAR_DAYS, fed)),
+    )
+    d15 = RegulatoryDeadline("response", "sent", SlaWindow(15, WindowUnit.CALENDAR_DAYS, fed),
+                             2, ("standard", "senior"))
+    d60 = RegulatoryDeadline("final", "sent", SlaWindow(60, WindowUnit.CALENDAR_DAYS, fed),
+                             5, ("compliance",))
+    lad = Ladder("cfpb", 1, tiers, "compliance", deadlines=(d15, d60))
+    anchor = T0
+    at15, at60 = T0 + timedelta(days=15), T0 + timedelta(days=60)  # 2026-05-01 12:00 UTC
+    esc = Escalation.new(
+        dispute_id=uuid.uuid4(), tier="senior", due_at=T0 + timedelta(days=10),
+        materiality="1.00", source_hash="ab", ladder=lad, entered_tier_at=T0 + timedelta(days=5),
+        trace_id="t", regulatory_deadline=at15,
+        deadlines=(("response", at15), ("final", at60)),
+    )
+    now = anchor + timedelta(days=10)
+    d = decide(esc, lad, now, CALS)
+    # 90-day window from now would end on day 100: capped at day 60 - 5 days, not at day 13.
+    assert d.to_tier == "compliance"
+    # 5 New York wall-clock days before the deadline (no DST change between them)
+    assert d.next_due_at == datetime(2026, 4, 26, 12, 0, tzinfo=UTC)
+    assert d.regulatory_deadline == at60
+    assert d.calendar_version is not None and d.calendar_version.startswith("fed-")
