@@ -1,0 +1,180 @@
+"""Ladder migration benchmark (issue 3 point 8): ``plan`` and ``apply`` on 100,000 pending
+escalations, printing escalations/s, batches and peak RSS. Not a timed test.
+
+Method:
+
+* a scratch PostgreSQL database is created (``escalation_bench_<hex>``), migrated to the
+  Alembic head, and dropped at the end (``WITH (FORCE)``);
+* Redis DB 9 with a fresh namespace ``bench<hex>``; every key of that namespace is deleted
+  at the end with SCAN + UNLINK (never FLUSHDB);
+* a private ladder directory holds ``benchladder.v1.toml`` (the seed's three tiers) and,
+  after the enqueue, ``benchladder.v2.toml`` (a ``team_lead`` tier inserted), copied from
+  tests/fixtures/ladders/{base,inserted};
+* N escalations (tier ``standard``, due in 6 h, so no worker would fire them) are enqueued
+  on v1 through the batched service layer (``enqueue_many``, chunks of 5,000);
+* ``plan_migration`` is timed, then ``apply_migration`` with the plan's hash (default batch
+  500: one PostgreSQL transaction + one seq-guarded Redis restore per batch). No workers run:
+  this measures the migration's own throughput.
+
+    python benchmarks/ladder_migration_100k.py [--n 100000] [--batch-size 500]
+        [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
+        [--redis-url redis://127.0.0.1:6379/9]
+
+Peak RSS comes from ``resource.getrusage`` (Linux: KiB); it is the process peak so far, so
+it is printed after each phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import resource
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import redis
+import sqlalchemy as sa
+
+from escalation.adapters import db
+from escalation.adapters.ladder_files import LadderCatalog
+from escalation.adapters.ladder_history import LadderHistoryStore
+from escalation.bootstrap import App, build
+from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many
+from escalation.service_layer.ladder_migration import apply_migration, plan_migration
+from escalation.settings import get_settings
+
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "ladders"
+LADDER = "benchladder"
+CHUNK = 5_000
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far, MiB (Linux ru_maxrss is KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def copy_ladder(variant: str, version: int, into: Path) -> None:
+    """Copy the migdemo fixture ``<variant>/migdemo.v<version>.toml`` as ``benchladder``."""
+    text = (FIXTURES / variant / f"migdemo.v{version}.toml").read_text()
+    (into / f"{LADDER}.v{version}.toml").write_text(
+        text.replace('ladder = "migdemo"', f'ladder = "{LADDER}"'))
+
+
+def enqueue(app: App, catalog: LadderCatalog, n: int) -> float:
+    """Enqueue ``n`` escalations on the latest version; returns the seconds it took."""
+    due = app.scheduler.time() + timedelta(hours=6)
+    t0 = time.perf_counter()
+    for lo in range(0, n, CHUNK):
+        reqs = []
+        for _ in range(min(CHUNK, n - lo)):
+            did = uuid.uuid4()
+            reqs.append(EnqueueRequest(
+                dispute_id=did, materiality=Decimal("125.00"),
+                source_hash=hashlib.sha256(did.bytes).hexdigest(), tier="standard",
+                due_at=due, ladder=LADDER))
+        enqueue_many(reqs, scheduler=app.scheduler, store=app.store, ladders=catalog,
+                     calendars=app.calendars, default_ladder=LADDER, actor="bench")
+    return time.perf_counter() - t0
+
+
+def unlink_namespace(redis_url: str, namespace: str) -> int:
+    """UNLINK every key of ``namespace`` (hash-tagged ``{ns:<shard>}``); returns the count."""
+    client = redis.Redis.from_url(redis_url)
+    deleted = 0
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=f"*{{{namespace}:*", count=5000):
+        batch.append(key)
+        if len(batch) >= 5000:
+            deleted += int(client.unlink(*batch))
+            batch = []
+    if batch:
+        deleted += int(client.unlink(*batch))
+    client.close()
+    return deleted
+
+
+def run(app: App, ladders_dir: Path, n: int, batch_size: int) -> None:
+    """Enqueue, plan, apply; print the figures."""
+    history = LadderHistoryStore(app.engine)
+    took = enqueue(app, LadderCatalog.from_dir(ladders_dir), n)
+    print(f"enqueued {n} on {LADDER}@1 in {took:.1f} s ({n / took:,.0f}/s); "
+          f"peak RSS {peak_rss_mib():.0f} MiB")
+    copy_ladder("inserted", 2, ladders_dir)
+    catalog = LadderCatalog.from_dir(ladders_dir)
+
+    t0 = time.perf_counter()
+    plan = plan_migration(history=history, ladders=catalog, calendars=app.calendars,
+                          ladder=LADDER, to_version=2)
+    took = time.perf_counter() - t0
+    print(f"plan:  {len(plan.items)} escalations in {took:.1f} s "
+          f"({len(plan.items) / took:,.0f}/s), blocked {len(plan.blocked)}, "
+          f"hash {plan.plan_hash[:16]}...; peak RSS {peak_rss_mib():.0f} MiB")
+
+    batches = {"n": 0}
+
+    def progress(done: int, total: int) -> None:
+        batches["n"] += 1
+
+    t0 = time.perf_counter()
+    report = apply_migration(history=history, scheduler=app.scheduler, ladders=catalog,
+                             calendars=app.calendars, ladder=LADDER, to_version=2,
+                             plan_hash=plan.plan_hash, actor="bench", batch_size=batch_size,
+                             progress=progress)
+    took = time.perf_counter() - t0
+    print(f"apply: {report.migrated} escalations in {took:.1f} s "
+          f"({report.migrated / took:,.0f}/s, includes the re-plan), {batches['n']} batches "
+          f"of {batch_size}, replanned {report.replanned}, not_owner {report.not_owner}; "
+          f"peak RSS {peak_rss_mib():.0f} MiB")
+    with app.engine.connect() as conn:
+        on_v2 = conn.execute(sa.text(
+            "SELECT count(*) FROM escalation_state WHERE ladder = :l AND ladder_version = 2"),
+            {"l": LADDER}).scalar_one()
+    if on_v2 != n:
+        raise SystemExit(f"check failed: {on_v2} of {n} escalations on {LADDER}@2")
+    print(f"check: {on_v2} escalations on {LADDER}@2 in PostgreSQL")
+
+
+def main() -> None:
+    """Create the scratch database and namespace, run, clean up; print the figures."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--batch-size", type=int, default=500)
+    ap.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/9")
+    args = ap.parse_args()
+    if args.redis_url.rstrip("/").endswith("/0") or "/" not in args.redis_url[8:]:
+        raise SystemExit("refusing Redis DB 0: pass a URL with a DB index, e.g. .../9")
+    admin_url = db.normalize_url(args.admin_url)
+    name = f"escalation_bench_{uuid.uuid4().hex[:10]}"
+    namespace = f"bench{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        db.upgrade_to_head(url)
+        with tempfile.TemporaryDirectory() as tmp:
+            ladders_dir = Path(tmp)
+            copy_ladder("base", 1, ladders_dir)
+            settings = get_settings(redis_url=args.redis_url, database_url=url,
+                                    namespace=namespace, ladders_dir=ladders_dir,
+                                    default_ladder=LADDER, log_format="json")
+            app = build(settings, actor="bench")
+            try:
+                run(app, ladders_dir, args.n, args.batch_size)
+            finally:
+                app.close()
+    finally:
+        print(f"cleanup: unlinked {unlink_namespace(args.redis_url, namespace)} Redis keys; "
+              f"dropping {name}")
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+if __name__ == "__main__":
+    main()
