@@ -100,14 +100,21 @@ def build(
     engine = make_engine(urls.database_url)
     if check_schema:
         check_at_head(engine)
+    ladders = LadderCatalog.from_dir(settings.ladders_dir)
+    scheduler = RedisScheduler(client, namespace=settings.namespace, shards=settings.shards)
+    # issue 4 C: materiality weights written at enqueue, aging used by claim.lua
+    from escalation.service_layer.priority import weight_fn
+
+    scheduler.priority = weight_fn(ladders)
+    scheduler.aging_ms = settings.priority_aging_s * 1000
     return App(
         settings=settings,
         urls=urls,
         redis=client,
         engine=engine,
-        scheduler=RedisScheduler(client, namespace=settings.namespace, shards=settings.shards),
+        scheduler=scheduler,
         store=PostgresAuditStore(engine),
-        ladders=LadderCatalog.from_dir(settings.ladders_dir),
+        ladders=ladders,
         calendars=load_calendars(settings.calendars_file),
         actor=actor or make_worker_id(settings),
     )

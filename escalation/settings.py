@@ -69,6 +69,8 @@ class Settings(BaseSettings):
     # many months of partitions maintenance creates ahead of the current one.
     audit_retention_days: int = Field(default=2557, ge=365, le=36525)
     audit_partitions_ahead: int = Field(default=3, ge=1, le=120)
+    # Issue 4 C: one materiality weight is worth this much waiting (docs/sla.md starvation bound)
+    priority_aging_s: int = Field(default=300, ge=1, le=86_400)
 
     @field_validator("poll_interval_s", "batch_size", "lock_ttl_s", "jitter", "shards")
     @classmethod

@@ -17,6 +17,8 @@ all live in one Redis Cluster slot. Layout for shard ``s`` of namespace ``ns``::
     escalations:{ns:s}:notify_data    HASH   retry member -> JSON record
     escalations:{ns:s}:decision_failures HASH dispute id -> failed decision attempts
     escalations:{ns:s}:leader:<name>  STRING leader lease token (PX = lease)
+    escalations:{ns:s}:ready          ZSET   DUE members, score = due - weight * aging (issue 4)
+    escalations:{ns:s}:prio           HASH   member -> materiality weight (absent = 0)
 """
 
 from __future__ import annotations
@@ -112,6 +114,18 @@ class Keys:
     def decision_failures(self) -> str:
         """HASH dispute id -> number of failed decision attempts (poison input)."""
         return f"escalations:{self.tag}:decision_failures"
+
+    # ---- materiality priority (issue 4 C): additive keys
+    @property
+    def ready(self) -> str:
+        """ZSET of due members moved out of ``pending`` by claim.lua, score = effective
+        priority ``due_ms - weight * aging_ms`` (lower fires first)."""
+        return f"escalations:{self.tag}:ready"
+
+    @property
+    def prio(self) -> str:
+        """HASH member -> materiality weight (integer >= 0, absent = 0), set at enqueue."""
+        return f"escalations:{self.tag}:prio"
 
     def leader(self, name: str) -> str:
         """STRING leader lease ``<token>`` of one role (PX = lease), e.g. ``maintenance``."""

@@ -36,7 +36,6 @@ from escalation.adapters.redis_payload import (
 )
 from escalation.domain.errors import ConflictError, InvalidInput
 from escalation.domain.escalation import Escalation, Status
-from escalation.domain.sla_timing import rank_candidates
 from escalation.domain.timeutil import from_ms
 from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome, ClaimedItem, ClaimResult
 
@@ -63,8 +62,8 @@ MAX_BATCH = 500  # seed 000 config table: batch_size 1-500
 MAX_LEASE_MS = 86_400_000  # claim.lua refuses longer leases
 MAX_CLAIM_ROUNDS = 4  # candidate windows tried per shard before giving up on contention
 REVIEW_MAXLEN = 100_000  # approximate MAXLEN of the review stream
-PRIORITY_WINDOW = 4  # priority claims choose among 4 x batch of the oldest members
-DEFAULT_AGING_MS = 60_000  # one materiality band = one minute of waiting (docs/sla.md)
+PROMOTE_MAX = 1000  # claim.lua moves at most this many due members pending -> ready per call
+DEFAULT_AGING_MS = 300_000  # one materiality weight = 5 minutes of waiting (docs/sla.md)
 _WAKE_GRACE_S = 1.0  # socket guard beyond the BLPOP timeout
 WAKE_MARGIN_S = 0.15  # last part of a wait slept locally (Redis hz 10 = 100 ms timer steps)
 
@@ -204,10 +203,22 @@ class RedisScheduler:
                     fields = escalation_to_payload(esc)
                     kargs.append(keys.payload(esc.dispute_id))
                     argv += [str(esc.dispute_id), fields["due_ms"], len(fields), *_pairs(fields)]
+                self._write_weights(keys, [escs[i] for i in chunk])
                 raw = self._run("enqueue", kargs, argv)
                 for i, flag in zip(chunk, raw, strict=True):
                     results[i] = int(flag) == 1
         return results
+
+    def _write_weights(self, keys: Keys, escs: Sequence[Escalation]) -> None:
+        """HSET prio member -> materiality weight (issue 4 C) before the members enter
+        pending; weight 0 is not stored (absent = 0). No-op without ``self.priority``."""
+        if self.priority is None:
+            return
+        weights = {str(e.dispute_id): self.priority(e.ladder_key, str(e.materiality))
+                   for e in escs}
+        heavy: dict[str | bytes, str | bytes] = {m: str(w) for m, w in weights.items() if w > 0}
+        if heavy:
+            self._client.hset(keys.prio, mapping=heavy)  # type: ignore[arg-type]
 
     def _by_shard(self, ids: Sequence[UUID | str]) -> dict[int, list[int]]:
         groups: dict[int, list[int]] = defaultdict(list)
@@ -311,22 +322,32 @@ class RedisScheduler:
         )
 
     def _claim_shard(self, keys: Keys, need: int, lease_ms: int, worker_id: str) -> _ShardClaim:
+        """claim.lua on one shard (issue 4 C: pending -> ready by effective priority, then
+        claim the head of ready). Candidates are read from ``ready`` before each call; the
+        script only claims those still in the head, so the order is exact."""
         result: _ShardClaim | None = None
-        offset = 0
+        offset = 0  # locked members seen at the top of ready
         for _ in range(MAX_CLAIM_ROUNDS):
-            size = need
-            window = self._candidates(keys, offset, size)  # issue 4: materiality priority
+            window = cast(list[str], self._client.zrange(keys.ready, offset, offset + need - 1))
             if not window and result is None:
-                # Empty ZSET: nothing to claim, no script call (idle workers cost 2 commands
-                # per poll: this ZRANGE and TIME). next_due_ms None = nothing pending.
-                return _ShardClaim(now_ms=self._now_ms())
-            kargs = [keys.pending, keys.fence, keys.stats]
+                pipe = self._client.pipeline(transaction=False)
+                pipe.zrange(keys.pending, 0, 0, withscores=True)
+                pipe.time()
+                first, (sec, micros) = pipe.execute()
+                now_ms = int(sec) * 1000 + int(micros) // 1000
+                if not first or int(first[0][1]) > now_ms:
+                    # Nothing due: no script call (idle workers cost one pipeline per poll).
+                    return _ShardClaim(
+                        now_ms=now_ms, next_due_ms=int(first[0][1]) if first else None)
+            kargs = [keys.pending, keys.fence, keys.stats, keys.ready, keys.prio]
             for member in window:
                 kargs += [keys.payload(member), keys.lock(member)]
-            raw = self._run("claim", kargs, [lease_ms, worker_id, need, *window])
-            now_ms, next_due, contended, stop, stuck, items = raw
+            raw = self._run("claim", kargs, [lease_ms, worker_id, need, self.aging_ms,
+                                             PROMOTE_MAX, offset, *window])
+            now_ms, next_due, contended, more, stuck, items, _promoted = raw
             if result is None:
                 result = _ShardClaim(now_ms=int(now_ms))
+            result.now_ms = int(now_ms)  # the latest script clock: decisions are never early
             result.next_due_ms = None if int(float(next_due)) < 0 else int(float(next_due))
             result.contended += int(contended)
             result.stuck += [str(s) for s in stuck]
@@ -342,35 +363,10 @@ class RedisScheduler:
                 result.items.append(ClaimedItem(esc, int(token), int(float(score))))
             need -= len(items)
             offset += int(contended)
-            if int(stop) or need <= 0 or len(window) < size:
+            if need <= 0 or (not int(more) and not int(contended)):
                 break
         assert result is not None  # noqa: S101 -- MAX_CLAIM_ROUNDS >= 1
         return result
-
-    def _candidates(self, keys: Keys, offset: int, size: int) -> list[str]:
-        """Candidate members for claim.lua, in claim order (issue 4 point 5, docs/sla.md).
-
-        Without ``self.priority``: the ``size`` earliest members from rank ``offset``. With it:
-        the due members among the ``PRIORITY_WINDOW * size`` earliest, ordered by
-        ``band weight + age / aging_ms`` (highest first), cut to ``size``.
-        """
-        if self.priority is None:
-            return cast(list[str], self._client.zrange(keys.pending, offset, offset + size - 1))
-        rows = cast(list[tuple[str, float]], self._client.zrange(
-            keys.pending, offset, offset + PRIORITY_WINDOW * size - 1, withscores=True))
-        now = self._now_ms()
-        due = [(str(m), int(sc)) for m, sc in rows if int(sc) <= now]
-        if not due:
-            return [str(m) for m, _ in rows[:size]]
-        pipe = self._client.pipeline(transaction=False)
-        for member, _ in due:
-            pipe.hmget(keys.payload(member), ["ladder", "materiality"])
-        weights = [
-            self.priority(str(lad), str(mat)) if lad is not None and mat is not None else 0
-            for lad, mat in pipe.execute()
-        ]
-        cands = [(m, sc, w) for (m, sc), w in zip(due, weights, strict=True)]
-        return rank_candidates(cands, now, self.aging_ms, size)
 
     # ------------------------------------------------------------------ apply / restore
     def apply(self, ops: Sequence[ApplyOp]) -> list[ApplyOutcome]:
@@ -426,6 +422,7 @@ class RedisScheduler:
                 for i in chunk:
                     dispute_id = ops[i].escalation.dispute_id
                     kargs += [keys.payload(dispute_id), keys.lock(dispute_id)]
+                kargs += [keys.ready, keys.prio]  # issue 4 C
                 raw = self._run("apply", kargs, [REVIEW_MAXLEN, *(encoded[i] for i in chunk)])
                 for i, outcome in zip(chunk, raw, strict=True):
                     results[i] = ApplyOutcome(outcome)
@@ -459,7 +456,8 @@ class RedisScheduler:
             MISSING from ``apply``: a cancelled dispute never comes back.
         """
         keys = self.keys_for(dispute_id)
-        kargs = [keys.pending, keys.payload(dispute_id), keys.lock(dispute_id), keys.stats]
+        kargs = [keys.pending, keys.payload(dispute_id), keys.lock(dispute_id), keys.stats,
+                 keys.ready, keys.prio]
         return int(self._run("cancel", kargs, [str(dispute_id)])) == 1
 
     # ------------------------------------------------------------------ wake-ups
@@ -512,11 +510,32 @@ class RedisScheduler:
         """Lowest score over all shards (epoch ms), or None when nothing is pending."""
         best: int | None = None
         for keys in self.shard_keys():
+            if int(self._client.zcard(keys.ready)):  # issue 4 C: due members waiting
+                return self._now_ms()
             rows = cast(
                 list[tuple[str, float]], self._client.zrange(keys.pending, 0, 0, withscores=True)
             )
             if rows and (best is None or int(rows[0][1]) < best):
                 best = int(rows[0][1])
+        return best
+
+    def _earliest_due_incl_ready(self) -> int | None:
+        """Earliest *due time* over pending and ready (a ready member's due = score + weight *
+        aging_ms), looking at the 1000 best-scored ready members of each shard."""
+        best: int | None = None
+        for keys in self.shard_keys():
+            rows = cast(list[tuple[str, float]],
+                        self._client.zrange(keys.ready, 0, 999, withscores=True))
+            first = cast(list[tuple[str, float]],
+                         self._client.zrange(keys.pending, 0, 0, withscores=True))
+            dues = [int(first[0][1])] if first else []
+            if rows:
+                weights = cast(list[str | None],
+                               self._client.hmget(keys.prio, [m for m, _ in rows]))
+                dues += [int(sc) + int(w or 0) * self.aging_ms
+                         for (_, sc), w in zip(rows, weights, strict=True)]
+            if dues and (best is None or min(dues) < best):
+                best = min(dues)
         return best
 
     def payload(self, dispute_id: UUID | str) -> dict[str, str] | None:
@@ -527,15 +546,21 @@ class RedisScheduler:
         return fields or None
 
     def pending_members(self, shard: int) -> Iterator[tuple[str, int]]:
-        """ZSCAN of one shard's pending ZSET: ``(dispute id, score epoch ms)`` (for reconcile)."""
+        """ZSCAN of one shard's pending and ready ZSETs: ``(dispute id, due epoch ms)`` (for
+        reconcile). A ready member's due is its ready score + weight * aging_ms."""
         _check_range("shard", shard, 0, self.shards - 1)
-        for member, score in self._client.zscan_iter(Keys(self.namespace, shard).pending):
+        keys = Keys(self.namespace, shard)
+        for member, score in self._client.zscan_iter(keys.pending):
             yield str(member), int(score)
+        for member, score in self._client.zscan_iter(keys.ready):
+            weight = int(cast(str, self._client.hget(keys.prio, member) or "0"))
+            yield str(member), int(score) + weight * self.aging_ms
 
     def stats(self) -> dict[str, int | None]:
         """Numbers for ``escalation status`` summed over shards.
 
-        Keys: pending (ZCARD), due_now (score <= Redis TIME), oldest_overdue_ms (now - earliest
+        Keys: pending (ZCARD pending + ZCARD ready), due_now (pending score <= Redis TIME, plus
+        every ready member), oldest_overdue_ms (now - earliest
         due score, None when nothing is due), locked (lock keys, counted with SCAN), dead
         (ZCARD dead), plus every counter of the stats hashes (claimed, stuck, lock_contended,
         applied, stale_apply, not_owner, missing, enqueued, cancelled).
@@ -544,8 +569,10 @@ class RedisScheduler:
         out: dict[str, int | None] = {"pending": 0, "due_now": 0, "locked": 0, "dead": 0}
         counters: dict[str, int] = defaultdict(int)
         for keys in self.shard_keys():
-            out["pending"] = int(out["pending"] or 0) + int(self._client.zcard(keys.pending))
-            out["due_now"] = int(out["due_now"] or 0) + int(
+            ready = int(self._client.zcard(keys.ready))  # issue 4 C: due, waiting for a claim
+            in_pending = int(self._client.zcard(keys.pending))
+            out["pending"] = int(out["pending"] or 0) + in_pending + ready
+            out["due_now"] = int(out["due_now"] or 0) + ready + int(
                 self._client.zcount(keys.pending, "-inf", now)
             )
             out["dead"] = int(out["dead"] or 0) + int(self._client.zcard(keys.dead))
@@ -553,7 +580,7 @@ class RedisScheduler:
             out["locked"] = int(out["locked"] or 0) + sum(1 for _ in locks)
             for name, value in cast(dict[str, str], self._client.hgetall(keys.stats)).items():
                 counters[name] += int(value)
-        earliest = self.earliest_due_ms()
+        earliest = self._earliest_due_incl_ready()
         out["oldest_overdue_ms"] = (
             now - earliest if earliest is not None and earliest <= now else None
         )

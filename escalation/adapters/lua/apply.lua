@@ -30,6 +30,9 @@
 -- KEYS[3]      stats HASH
 -- KEYS[2+2i]   payload HASH of op i (i = 1..n); must end with the op's id
 -- KEYS[3+2i]   lock STRING of op i; must end with the op's id
+-- KEYS[n*2+4]  ready ZSET (issue 4 C: due members waiting for a claim; every write to
+--              pending also ZREMs ready, so a member is in at most one of them)
+-- KEYS[n*2+5]  prio HASH (member -> weight; HDEL on remove)
 -- ARGV[1]      review stream approximate MAXLEN, integer 1..100000000
 -- ARGV[1+i]    op i as a JSON object of strings / string arrays:
 --                id      dispute id (ZSET member), 1..100 bytes
@@ -61,7 +64,11 @@ if not is_int(maxlen) or tonumber(maxlen) < 1 or tonumber(maxlen) > 100000000 th
   return fail('review MAXLEN must be an integer 1..100000000')
 end
 local n = #ARGV - 1
-if #KEYS ~= 3 + 2 * n then return fail('expected ' .. (3 + 2 * n) .. ' KEYS, got ' .. #KEYS) end
+if #KEYS ~= 5 + 2 * n then return fail('expected ' .. (5 + 2 * n) .. ' KEYS, got ' .. #KEYS) end
+local READY, PRIO = KEYS[4 + 2 * n], KEYS[5 + 2 * n]
+local function scheduled(id)
+  return redis.call('ZSCORE', KEYS[1], id) ~= false or redis.call('ZSCORE', READY, id) ~= false
+end
 local ops = {}
 for i = 1, n do
   local ok, op = pcall(cjson.decode, ARGV[1 + i])
@@ -101,7 +108,10 @@ for i, op in ipairs(ops) do
         out = 'not_owner'
       else
         write_payload(op)
-        if op.action == 'reschedule' then redis.call('ZADD', KEYS[1], op.due_ms, op.id) end
+        if op.action == 'reschedule' then
+          redis.call('ZREM', READY, op.id)
+          redis.call('ZADD', KEYS[1], op.due_ms, op.id)
+        end
         out = 'applied'
       end
     else
@@ -110,14 +120,17 @@ for i, op in ipairs(ops) do
   elseif tonumber(pseq) >= tonumber(op.seq) then
     out = 'stale_seq'
     if restore and not lockval and op.action == 'reschedule' and tonumber(pseq) == tonumber(op.seq)
-        and redis.call('ZSCORE', KEYS[1], op.id) == false then
+        and not scheduled(op.id) then
       redis.call('ZADD', KEYS[1], op.due_ms, op.id)
       out = 'applied'
     end
     if op.token ~= '' and locktok == op.token then
       if op.action == 'reschedule' and tonumber(pseq) == tonumber(op.seq) then
         local due = redis.call('HGET', op.pkey, 'due_ms')
-        if due then redis.call('ZADD', KEYS[1], 'XX', due, op.id) end
+        if due and scheduled(op.id) then
+          redis.call('ZREM', READY, op.id)
+          redis.call('ZADD', KEYS[1], due, op.id)
+        end
       end
       redis.call('DEL', op.lkey)
     end
@@ -126,11 +139,13 @@ for i, op in ipairs(ops) do
   elseif restore and lockval then
     out = 'not_owner'
   else
+    redis.call('ZREM', READY, op.id)
     if op.action == 'reschedule' then
       write_payload(op)
       redis.call('ZADD', KEYS[1], op.due_ms, op.id)
     elseif op.action == 'remove' then
       redis.call('ZREM', KEYS[1], op.id)
+      redis.call('HDEL', PRIO, op.id)
       redis.call('DEL', op.pkey)
     else
       redis.call('ZREM', KEYS[1], op.id)

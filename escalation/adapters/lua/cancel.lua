@@ -7,6 +7,8 @@
 -- KEYS[2]  payload HASH of the dispute (must end with ARGV[1])
 -- KEYS[3]  lock STRING of the dispute (must end with ARGV[1])
 -- KEYS[4]  stats HASH (counter "cancelled")
+-- KEYS[5]  ready ZSET (issue 4 C: the member may be waiting there)
+-- KEYS[6]  prio HASH (its weight entry is removed)
 -- ARGV[1]  dispute id (non-empty string, at most 100 bytes)
 -- Returns: 1 = member or payload existed and was removed, 0 = nothing was scheduled
 -- Errors:  "EINVAL cancel: <reason>" (nothing written)
@@ -16,7 +18,9 @@ if type(id) ~= 'string' or #id == 0 or #id > 100 then return redis.error_reply('
 if string.sub(KEYS[2], -#id) ~= id or string.sub(KEYS[3], -#id) ~= id then
   return redis.error_reply('EINVAL cancel: KEYS do not belong to ' .. id)
 end
-local removed = redis.call('ZREM', KEYS[1], id) + redis.call('DEL', KEYS[2])
+local removed = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[5], id)
+  + redis.call('DEL', KEYS[2])
+redis.call('HDEL', KEYS[6], id)
 redis.call('DEL', KEYS[3])
 if removed > 0 then
   redis.call('HINCRBY', KEYS[4], 'cancelled', 1)

@@ -1,38 +1,47 @@
--- claim.lua: claim due members of one shard atomically (RedisScheduler.claim; DESIGN.md "The
--- firing protocol" step 1). now = Redis TIME (the one clock: worker clocks never matter).
--- Candidates come from a cheap read by the caller; each one is re-checked here, in order:
---   score missing or > now, lock held  -> taken by another worker meanwhile: skip
---   score missing or > now, no lock    -> not due: skip and set stop = 1
---   no payload HASH                    -> STUCK_MEMBER: ZREM it, report it, stats "stuck" += 1
---   lock held                          -> LOCK_CONTENTION: skip, contended += 1,
---                                         stats "lock_contended" += 1
---   otherwise                          -> token = INCR fence; SET lock "<token>:<worker>" PX
---                                         lease; ZADD pending (now + lease) (visibility
---                                         timeout: a crashed worker's member comes due again
---                                         by itself); return the payload. stats "claimed" += 1
--- Stops claiming once max_items members were claimed (stop = 1). Every argument is validated
--- before the first write. Re-sending after a lost reply claims nothing twice: claimed members
--- are locked and re-scored into the future (they then count as taken).
+-- claim.lua: claim due members of one shard atomically, materiality first (RedisScheduler.claim;
+-- DESIGN.md "The firing protocol" step 1; issue 4 C, docs/sla.md "Priority under backlog").
+-- now = Redis TIME (the one clock: worker clocks never matter).
+-- Step 1 (promote): up to promote_max members of pending with score <= now move to the ready
+--   ZSET, scored ready = due - weight * aging_ms (weight = HGET prio member, absent = 0; lower
+--   fires first), earliest due first. Nothing is ever moved before it is due.
+-- Step 2 (claim): head = the max_items + skip lowest-scored members of ready (after step 1). Each
+--   candidate (read by the caller from ready) is re-checked, in order:
+--     not in ready                   -> taken meanwhile: skip
+--     not in head                    -> a better member was promoted: skip, more = 1
+--     no payload HASH                -> STUCK_MEMBER: ZREM ready, HDEL prio, report it,
+--                                       stats "stuck" += 1
+--     lock held                      -> LOCK_CONTENTION: skip (stays in ready), contended += 1
+--     otherwise                      -> token = INCR fence; SET lock "<token>:<worker>" PX lease;
+--                                       ZREM ready; ZADD pending (now + lease) (visibility
+--                                       timeout); return the payload. stats "claimed" += 1
+--   more = 1 also when head holds members that were not candidates (the caller reads again).
+-- Every argument is validated before the first write. Re-sending after a lost reply claims
+-- nothing twice (claimed members are locked and back in pending, in the future).
 --
 -- KEYS[1]      pending ZSET (score = due time, epoch milliseconds)
 -- KEYS[2]      fence STRING (fencing-token counter, INCR)
 -- KEYS[3]      stats HASH
--- KEYS[2+2i]   payload HASH of candidate i (i = 1..n); must end with ARGV[3+i]
--- KEYS[3+2i]   lock STRING of candidate i; must end with ARGV[3+i]
+-- KEYS[4]      ready ZSET (score = due - weight * aging_ms)
+-- KEYS[5]      prio HASH (member -> weight)
+-- KEYS[4+2i]   payload HASH of candidate i (i = 1..n); must end with ARGV[6+i]
+-- KEYS[5+2i]   lock STRING of candidate i; must end with ARGV[6+i]
 -- ARGV[1]      lease_ms: lease / visibility timeout, integer milliseconds 1..86400000
 -- ARGV[2]      worker_id: non-empty string, at most 200 bytes
 -- ARGV[3]      max_items: most members to claim, integer 1..500
--- ARGV[3+i]    candidate i: dispute id (ZSET member), at most 1000 candidates
--- Returns:     {now_ms, next_due_ms (-1 = ZSET empty), contended, stop, stuck_ids, items}
---              stuck_ids = array of member ids removed as STUCK_MEMBER
---              items     = array of {id, token, score_ms (before re-scoring), {f1, v1, ...}}
---              stop      = 1 when a not-due unlocked candidate was seen or max_items reached
+-- ARGV[4]      aging_ms: integer 1..86400000 (one weight unit = aging_ms of waiting)
+-- ARGV[5]      promote_max: most members moved pending -> ready, integer 0..10000
+-- ARGV[6]      skip: members at the top of ready found locked by earlier rounds of this claim
+--              (the head is the max_items + skip lowest), integer 0..10000
+-- ARGV[6+i]    candidate i: dispute id (ready member), at most 1000 candidates
+-- Returns:     {now_ms, next_due_ms (-1 = nothing pending or ready; now when ready is not
+--              empty), contended, more, stuck_ids, items, promoted}
+--              items = array of {id, token, due_ms (before re-scoring), {f1, v1, ...}}
 -- Errors:      "EINVAL claim: <reason>" (nothing written)
 
 local function fail(msg) return redis.error_reply('EINVAL claim: ' .. msg) end
 local function is_int(s) return type(s) == 'string' and string.match(s, '^%d+$') ~= nil and #s <= 16 end
 
-local lease, worker, max_items = ARGV[1], ARGV[2], ARGV[3]
+local lease, worker, max_items, aging, pmax, skip = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 if not is_int(lease) or tonumber(lease) < 1 or tonumber(lease) > 86400000 then
   return fail('lease_ms must be an integer 1..86400000')
 end
@@ -42,45 +51,85 @@ end
 if not is_int(max_items) or tonumber(max_items) < 1 or tonumber(max_items) > 500 then
   return fail('max_items must be an integer 1..500')
 end
-local n = #ARGV - 3
+if not is_int(aging) or tonumber(aging) < 1 or tonumber(aging) > 86400000 then
+  return fail('aging_ms must be an integer 1..86400000')
+end
+if not is_int(pmax) or tonumber(pmax) > 10000 then
+  return fail('promote_max must be an integer 0..10000')
+end
+if not is_int(skip) or tonumber(skip) > 10000 then
+  return fail('skip must be an integer 0..10000')
+end
+local n = #ARGV - 6
 if n > 1000 then return fail('at most 1000 candidates') end
-if #KEYS ~= 3 + 2 * n then return fail('expected ' .. (3 + 2 * n) .. ' KEYS, got ' .. #KEYS) end
+if #KEYS ~= 5 + 2 * n then return fail('expected ' .. (5 + 2 * n) .. ' KEYS, got ' .. #KEYS) end
 for i = 1, n do
-  local id = ARGV[3 + i]
-  if #id == 0 or string.sub(KEYS[2 + 2 * i], -#id) ~= id or string.sub(KEYS[3 + 2 * i], -#id) ~= id then
+  local id = ARGV[6 + i]
+  if #id == 0 or string.sub(KEYS[4 + 2 * i], -#id) ~= id or string.sub(KEYS[5 + 2 * i], -#id) ~= id then
     return fail('KEYS of candidate ' .. i .. ' do not belong to ' .. id)
   end
 end
-lease = tonumber(lease)
-max_items = tonumber(max_items)
+lease, max_items, aging, pmax = tonumber(lease), tonumber(max_items), tonumber(aging), tonumber(pmax)
+skip = tonumber(skip)
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local items, stuck = {}, {}
-local contended, stop = 0, 0
-for i = 1, n do
-  if #items >= max_items then stop = 1 break end
-  local id, pkey, lkey = ARGV[3 + i], KEYS[2 + 2 * i], KEYS[3 + 2 * i]
-  local score = redis.call('ZSCORE', KEYS[1], id)
-  local locked = redis.call('EXISTS', lkey) == 1
-  if score == false or tonumber(score) > now then
-    if not locked and score ~= false then stop = 1 end
-  elseif redis.call('EXISTS', pkey) == 0 then
+
+-- step 1: promote due members
+local promoted = 0
+if pmax > 0 then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, pmax)
+  for j = 1, #due, 2 do
+    local id, score = due[j], tonumber(due[j + 1])
+    local w = tonumber(redis.call('HGET', KEYS[5], id) or '0') or 0
+    redis.call('ZADD', KEYS[4], score - w * aging, id)
     redis.call('ZREM', KEYS[1], id)
+    promoted = promoted + 1
+  end
+end
+
+-- step 2: claim candidates that are in the head of ready
+local head = {}
+local headlist = redis.call('ZRANGE', KEYS[4], 0, max_items + skip - 1)
+for _, id in ipairs(headlist) do head[id] = true end
+local seen = {}
+local items, stuck = {}, {}
+local contended, more = 0, 0
+for i = 1, n do
+  if #items >= max_items then break end
+  local id, pkey, lkey = ARGV[6 + i], KEYS[4 + 2 * i], KEYS[5 + 2 * i]
+  seen[id] = true
+  local score = redis.call('ZSCORE', KEYS[4], id)
+  if score == false then
+    -- taken meanwhile
+  elseif not head[id] then
+    more = 1
+  elseif redis.call('EXISTS', pkey) == 0 then
+    redis.call('ZREM', KEYS[4], id)
+    redis.call('HDEL', KEYS[5], id)
     stuck[#stuck + 1] = id
-  elseif locked then
+  elseif redis.call('EXISTS', lkey) == 1 then
     contended = contended + 1
   else
+    local w = tonumber(redis.call('HGET', KEYS[5], id) or '0') or 0
     local token = redis.call('INCR', KEYS[2])
     redis.call('SET', lkey, token .. ':' .. worker, 'PX', lease)
+    redis.call('ZREM', KEYS[4], id)
     redis.call('ZADD', KEYS[1], now + lease, id)
-    items[#items + 1] = {id, token, score, redis.call('HGETALL', pkey)}
+    items[#items + 1] = {id, token, tostring(tonumber(score) + w * aging), redis.call('HGETALL', pkey)}
   end
+end
+for r, id in ipairs(headlist) do
+  if r > skip and not seen[id] then more = 1 break end
 end
 if #items > 0 then redis.call('HINCRBY', KEYS[3], 'claimed', #items) end
 if #stuck > 0 then redis.call('HINCRBY', KEYS[3], 'stuck', #stuck) end
 if contended > 0 then redis.call('HINCRBY', KEYS[3], 'lock_contended', contended) end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_due = -1
-if first[2] then next_due = first[2] end
-return {now, next_due, contended, stop, stuck, items}
+if redis.call('ZCARD', KEYS[4]) > 0 then
+  next_due = now
+else
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if first[2] then next_due = first[2] end
+end
+return {now, next_due, contended, more, stuck, items, promoted}
