@@ -266,6 +266,8 @@ def fmt(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
         return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3g}"
     if isinstance(value, int):
         return f"{value:,}"

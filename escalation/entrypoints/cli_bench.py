@@ -65,7 +65,7 @@ def drain_cmd(
 ) -> None:
     """N escalations due at once, W workers: escalations/s, apply lag, ledger count check."""
     from escalation.bench import drain
-    from escalation.bench.common import report
+    from escalation.bench.common import fmt, report
 
     ws, bs = _ints(workers, "--workers"), _ints(batch_size, "--batch-size")
     if any(b > 500 for b in bs):
@@ -76,8 +76,8 @@ def drain_cmd(
              "lag max ms": r["lag_ms"]["max"], "ledger": "PASS" if r["ledger_ok"] else "FAIL",
              "load": " ".join(map(str, r["load"]))} for r in result["runs"]]
     summary = "; ".join(
-        f"W={r['workers']} B={r['batch_size']}: {r['rate_per_s']:,.0f}/s lag p50/p99/max "
-        f"{r['lag_ms']['p50']:.0f}/{r['lag_ms']['p99']:.0f}/{r['lag_ms']['max']:.0f} ms "
+        f"W={r['workers']} B={r['batch_size']}: {fmt(r['rate_per_s'])}/s lag p50/p99/max "
+        f"{fmt(r['lag_ms']['p50'])}/{fmt(r['lag_ms']['p99'])}/{fmt(r['lag_ms']['max'])} ms "
         f"ledger {'PASS' if r['ledger_ok'] else 'FAIL'}" for r in result["runs"])
     report(result, rows, f"N={n} {summary}", json_only=json_only)
     if not result["ok"]:
