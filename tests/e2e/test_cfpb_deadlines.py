@@ -14,6 +14,7 @@ the past means "fire now", so the later tiers fire at once too.
 from __future__ import annotations
 
 import csv
+import itertools
 from collections import Counter, defaultdict
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -117,6 +118,6 @@ def test_cfpb_sample_deadlines_computed_and_every_breach_fires_once_in_due_order
             assert row.due_at is not None
             batches[row.decided_at].append(row.due_at)
     ordered = [batches[k] for k in sorted(batches)]
-    for earlier, later in zip(ordered, ordered[1:], strict=False):
+    for earlier, later in itertools.pairwise(ordered):
         assert max(earlier) <= min(later)
     assert app.scheduler.stats()["pending"] == 0

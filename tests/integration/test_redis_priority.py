@@ -55,11 +55,11 @@ def test_high_band_claimed_first_within_the_bound_and_no_member_waits_past_it(
             if due[lo] > due[h] - bound:
                 assert pos[h] < pos[lo]
     # 2. nobody is overtaken by a member due more than (W - w) * aging after it
-    for a in due:
+    for a, due_a in due.items():
         slack = (W_MAX - weights[a]) * AGING_MS
-        for b in due:
+        for b, due_b in due.items():
             if pos[b] < pos[a]:
-                assert due[b] - due[a] <= slack
+                assert due_b - due_a <= slack
     # 3. and the effect is real: the median high position is far ahead of the median low
     highs = sorted(pos[d] for d in high)
     lows_pos = sorted(pos[d] for d in lows)
