@@ -28,8 +28,8 @@ from escalation.domain.errors import EscalationError
 from escalation.domain.sla_timing import band_weight
 from escalation.ports import LadderSource
 
-DEFAULT_AGING_MS = 60_000
-"""One band of materiality is worth one minute of waiting (RedisScheduler.aging_ms)."""
+DEFAULT_AGING_MS = 300_000
+"""One band of materiality is worth five minutes of waiting (settings.priority_aging_s)."""
 
 PriorityFn = Callable[[str, str], int]
 """``(ladder key "<name>@<version>", materiality text) -> band weight`` (>= 0)."""
