@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import resource
 import tempfile
 import time
@@ -135,7 +136,8 @@ def run(app: App, ladders_dir: Path, n: int, batch_size: int) -> None:
             {"l": LADDER}).scalar_one()
     if on_v2 != n:
         raise SystemExit(f"check failed: {on_v2} of {n} escalations on {LADDER}@2")
-    print(f"check: {on_v2} escalations on {LADDER}@2 in PostgreSQL")
+    print(f"check: {on_v2} escalations on {LADDER}@2 in PostgreSQL; load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
 
 
 def main() -> None:
