@@ -66,7 +66,10 @@ def test_postgres_down_30s_workers_apply_nothing_unrecorded_and_recover_by_thems
                 seen.add((str(d), int(s)))
 
     try:
-        time.sleep(3)
+        # stop PostgreSQL only once both workers are past their start-up schema check (a
+        # worker started during an outage exits with the database error instead)
+        assert wait_until(lambda: all("worker.started" in worker_output(p) for p in workers), 60)
+        time.sleep(2)
         pid = _postmaster_pid(home)
         os.kill(pid, signal.SIGINT)  # fast shutdown: running transactions are aborted
         assert wait_until(lambda: _gone(pid), 30)
