@@ -59,7 +59,8 @@ def drain_cmd(
     workers: Annotated[str, typer.Option(help="Worker counts, e.g. 1,2,4.")] = "1,2,4",
     batch_size: Annotated[str, typer.Option(help="Batch sizes 1-500, e.g. 100,250,500.")] = "500",
     lead_s: Annotated[float | None, typer.Option(
-        help="Seconds between now and the due instant (default 2 + n/4000).")] = None,
+        help="Seconds between now and the due instant (default: 2 + 1.5x the measured "
+             "enqueue time).")] = None,
     database_url: DbOpt = None,
     json_only: JsonOpt = False,
 ) -> None:
