@@ -212,3 +212,9 @@ class AuditLog(Protocol):
     def get(self, dispute_id: UUID) -> tuple[Escalation, Status] | None:
         """Current projection state and status, or None."""
         ...
+
+    def unapplied_decisions(
+        self, ranges: Sequence[tuple[UUID, int, int]]
+    ) -> dict[UUID, LedgerRow]:
+        """Latest PROMOTED/TERMINAL row with after < seq <= upto per (dispute, after, upto)."""
+        ...

@@ -82,6 +82,34 @@ class AuditQueries:
             ).mappings()
             return [ledger_row(r) for r in rows]
 
+    def unapplied_decisions(
+        self, ranges: Sequence[tuple[UUID, int, int]]
+    ) -> dict[UUID, LedgerRow]:
+        """The latest PROMOTED/TERMINAL row with ``after < seq <= upto`` per dispute.
+
+        Used when a claim finds PostgreSQL ahead of Redis: the payload's seq (``after``) is the
+        last one applied, so a decision in the range was recorded but never applied -- and its
+        review-stream notification never sent. One query for the whole batch.
+
+        Args:
+            ranges: (dispute id, after seq, upto seq) triples.
+        """
+        if not ranges:
+            return {}
+        ids = [r[0] for r in ranges]
+        after = [r[1] for r in ranges]
+        upto = [r[2] for r in ranges]
+        sql = sa.text(
+            "SELECT DISTINCT ON (a.dispute_id) a.* FROM escalation_audit a "
+            "JOIN unnest(CAST(:ids AS uuid[]), CAST(:after AS bigint[]), "
+            "CAST(:upto AS bigint[])) AS r(dispute_id, after_seq, upto_seq) "
+            "ON a.dispute_id = r.dispute_id AND a.seq > r.after_seq AND a.seq <= r.upto_seq "
+            "WHERE a.event IN ('PROMOTED', 'TERMINAL') ORDER BY a.dispute_id, a.seq DESC"
+        )
+        with self._engine.connect() as conn:
+            rows = conn.execute(sql, {"ids": ids, "after": after, "upto": upto}).mappings()
+            return {UUID(str(r["dispute_id"])): ledger_row(r) for r in rows}
+
     def pending_page(
         self,
         after: UUID | None,

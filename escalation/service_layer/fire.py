@@ -145,6 +145,7 @@ def fire_due(
     outcomes: list[RecordOutcome] = store.record_decisions(decided, worker_id) if decided else []
     hook("after_record")
     logs: list[tuple[str, dict[str, Any]]] = []
+    stale_ops: list[int] = []
     for (item, decision), outcome in zip(decided, outcomes, strict=True):
         esc = item.escalation
         if outcome.status is RecordStatus.RECORDED and outcome.state is not None:
@@ -172,15 +173,19 @@ def fire_due(
                 "dispute_id": str(esc.dispute_id), "trace_id": esc.trace_id,
                 "source_hash": esc.source_hash, "match_decision": "ZSET_DRIFT"}))
         elif outcome.state is not None:
-            # STALE or CLOSED: PostgreSQL already holds a newer decision; apply that state.
+            # STALE or CLOSED: PostgreSQL already holds a newer decision; apply that state
+            # (with the notification of a decision that was recorded but never applied).
             report.stale += 1
             state = outcome.state
+            stale_ops.append(len(ops))
             ops.append(ApplyOp(state, _status_action(state.status), item.token))
             logs.append(("escalation.stale_claim", {
                 "dispute_id": str(esc.dispute_id), "trace_id": esc.trace_id,
                 "source_hash": esc.source_hash, "match_decision": "ALREADY_DECIDED",
                 "claimed_seq": esc.seq, "recorded_seq": state.seq}))
 
+    if stale_ops:
+        _attach_unapplied_notifications(ops, stale_ops, claim.items, store)
     results = scheduler.apply(ops) if ops else []
     hook("after_apply")
     for result in results:
@@ -197,6 +202,36 @@ def fire_due(
     for event, fields in logs:
         sink(event, worker_id=worker_id, applied_ms=applied_ms, **fields)
     return report
+
+
+def _attach_unapplied_notifications(
+    ops: list[ApplyOp], stale_ops: list[int], items: list[ClaimedItem], store: AuditLog
+) -> None:
+    """Give a stale op the notification of a decision recorded but never applied.
+
+    The claimed payload's seq is the last one applied in Redis; a PROMOTED/TERMINAL ledger
+    row after it (e.g. a worker killed between record and apply) never reached the review
+    stream. The apply script sends it at most once: it is seq-guarded.
+    """
+    claimed_seq = {i.escalation.dispute_id: i.escalation.seq for i in items}
+    ranges = [(ops[i].escalation.dispute_id, claimed_seq[ops[i].escalation.dispute_id],
+               ops[i].escalation.seq) for i in stale_ops
+              if ops[i].escalation.dispute_id in claimed_seq]
+    rows = store.unapplied_decisions(ranges)
+    for i in stale_ops:
+        op = ops[i]
+        row = rows.get(op.escalation.dispute_id)
+        if row is None:
+            continue
+        note = {
+            "dispute_id": str(row.dispute_id), "seq": str(row.seq),
+            "idempotency_key": f"{row.dispute_id}:{row.seq}",
+            "match_decision": row.match_decision, "from_tier": row.from_tier or "",
+            "to_tier": row.to_tier or "", "ladder": f"{row.ladder}@{row.ladder_version}",
+            "trace_id": row.trace_id, "source_hash": row.source_hash,
+            "materiality": str(row.materiality), "decided_ms": str(to_ms(row.decided_at)),
+        }
+        ops[i] = ApplyOp(op.escalation, op.action, op.token, note)
 
 
 def _repair_stuck(

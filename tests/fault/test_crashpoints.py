@@ -48,18 +48,14 @@ def test_worker_killed_at_a_protocol_boundary_every_escalation_is_decided_exactl
         codes = stop([healthy])
     assert done, f"only {decided_count(app.engine, ids)} of {N} decided: {output(healthy)[-3000:]}"
     assert codes == [0]
-    # after_record: see the xfail test below (the crashed batch's notifications are lost)
-    assert_exactly_once(app, ids, notifications=boundary != "after_record")
+    assert_exactly_once(app, ids)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap: a decision recorded by a worker killed before its apply is applied by the "
-    "next claimer through the STALE path of fire.py, which sends no notification, so the "
-    "review stream never gets it (fix: attach the notification when the recorded seq is the "
-    "claimed seq + 1, or drive notifications from a PostgreSQL outbox; tech.md 2.3)"))
 def test_decision_recorded_by_a_worker_killed_before_apply_is_still_notified(
     app: Any, redis_url: str, database_url: str, namespace: str
 ) -> None:
+    """The next claimer applies the recorded state through fire.py's STALE path and sends
+    the notification the dead worker never sent (seq-guarded: at most once)."""
     ids = enqueue(app, due_requests(40, app.scheduler.time()))
     env = worker_env(redis_url, database_url, namespace)
     victim = spawn(dict(env, ESCALATION_CRASHPOINT="after_record:1"), "victim")

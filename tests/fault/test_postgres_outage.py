@@ -96,6 +96,5 @@ def test_postgres_down_30s_workers_apply_nothing_unrecorded_and_recover_by_thems
     unrecorded = seen - ledger
     assert not unrecorded, f"Redis showed seqs PostgreSQL never recorded: {sorted(unrecorded)[:5]}"
     # A record whose apply was lost (connection cut / PostgreSQL gone before the reply) is
-    # applied later through fire.py's STALE path, which sends no notification: the known gap
-    # of test_crashpoints.py's xfail test. Every other invariant is asserted.
-    assert_exactly_once(app, ids, notifications=False)
+    # applied later through fire.py's STALE path, which then sends its notification.
+    assert_exactly_once(app, ids)

@@ -46,6 +46,5 @@ def test_latency_and_dropped_redis_connections_keep_exactly_once(
     assert redis_proxy.dropped > 0
     assert codes == [0, 0], logs[-3000:]
     # A record whose apply was lost (connection cut / PostgreSQL gone before the reply) is
-    # applied later through fire.py's STALE path, which sends no notification: the known gap
-    # of test_crashpoints.py's xfail test. Every other invariant is asserted.
-    assert_exactly_once(app, ids, notifications=False)
+    # applied later through fire.py's STALE path, which then sends its notification.
+    assert_exactly_once(app, ids)
