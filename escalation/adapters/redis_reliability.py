@@ -16,7 +16,7 @@ import redis
 from redis.commands.core import Script
 
 from escalation.adapters.redis_keys import Keys, shard_of
-from escalation.adapters.redis_scheduler import script_source
+from escalation.adapters.redis_scheduler import DEFAULT_AGING_MS, script_source
 
 RELIABILITY_SCRIPTS: tuple[str, ...] = (
     "reconcile_remove",
@@ -37,15 +37,19 @@ class MemberState:
 
     Attributes:
         payload_seq: the payload's ``seq`` field, None when there is no payload.
-        score_ms: ZSET score (epoch ms), None when not a member.
+        score_ms: due time (epoch ms) if the dispute is scheduled -- its pending score, or for a
+            member of the ready ZSET (issue 4 C: due, waiting for a claim) its ready score +
+            weight * aging_ms -- None when it is in neither.
         locked: a lock key exists (a worker holds the claim).
         dead: the dispute is dead-lettered as a poison decision.
+        ready: the member sits in the ready ZSET (scheduled and due).
     """
 
     payload_seq: int | None
     score_ms: int | None
     locked: bool
     dead: bool
+    ready: bool = False
 
 
 class ReliabilityRedis:
@@ -54,12 +58,19 @@ class ReliabilityRedis:
     Args:
         client: ``redis.Redis`` with ``decode_responses=True``.
         namespace / shards: as :class:`~escalation.adapters.redis_scheduler.RedisScheduler`.
+        aging_ms: the scheduler's ``aging_ms`` (one materiality weight, milliseconds); only
+            used to turn a ready score back into a due time (due = score + weight * aging_ms).
+
+    Every read and script here treats a member of ``ready`` (issue 4 C) like a member of
+    ``pending``: scheduled (and due).
     """
 
-    def __init__(self, client: redis.Redis, namespace: str, shards: int = 1) -> None:
+    def __init__(self, client: redis.Redis, namespace: str, shards: int = 1, *,
+                 aging_ms: int = DEFAULT_AGING_MS) -> None:
         self.client = client
         self.namespace = namespace
         self.shards = shards
+        self.aging_ms = aging_ms
         self._scripts: dict[str, Script] = {
             n: client.register_script(script_source(n)) for n in RELIABILITY_SCRIPTS
         }
@@ -83,7 +94,9 @@ class ReliabilityRedis:
 
     # ------------------------------------------------------------------ reconcile
     def inspect(self, dispute_ids: Sequence[str]) -> dict[str, MemberState]:
-        """Payload seq, score, lock and dead-letter flag of each id (one pipeline)."""
+        """Payload seq, due time (pending or ready), lock and dead-letter flag of each id
+        (one pipeline of 6 commands per id)."""
+        width = 6
         pipe = self.client.pipeline(transaction=False)
         for d in dispute_ids:
             k = self.keys_for(d)
@@ -91,20 +104,29 @@ class ReliabilityRedis:
             pipe.zscore(k.pending, d)
             pipe.exists(k.lock(d))
             pipe.zscore(k.dead, DEAD_DECISION + d)
+            pipe.zscore(k.ready, d)
+            pipe.hget(k.prio, d)
         raw = pipe.execute()
         out: dict[str, MemberState] = {}
         for i, d in enumerate(dispute_ids):
-            seq, score, locked, dead = raw[4 * i : 4 * i + 4]
+            seq, score, locked, dead, rscore, weight = raw[width * i : width * i + width]
+            due: int | None = None if score is None else int(score)
+            if due is None and rscore is not None:
+                due = int(rscore) + int(weight or 0) * self.aging_ms
             out[d] = MemberState(
                 payload_seq=None if seq is None else int(seq),
-                score_ms=None if score is None else int(score),
+                score_ms=due,
                 locked=bool(locked),
                 dead=dead is not None,
+                ready=score is None and rscore is not None,
             )
         return out
 
     def scan_members(self, keys: Keys, count: int = 1000) -> list[list[tuple[str, int]]]:
-        """The pending ZSET of one shard in chunks of about ``count`` (member, score ms)."""
+        """The scheduled members of one shard in chunks of about ``count``: ``(member, due
+        epoch ms)`` -- every member of pending (due = score), then every member of ready
+        (issue 4 C; due = ready score + weight * aging_ms). A member moved from pending to
+        ready between the two scans can appear twice; callers treat members as a set."""
         chunks: list[list[tuple[str, int]]] = []
         chunk: list[tuple[str, int]] = []
         for member, score in self.client.zscan_iter(keys.pending, count=count):
@@ -114,24 +136,40 @@ class ReliabilityRedis:
                 chunk = []
         if chunk:
             chunks.append(chunk)
+            chunk = []
+        ready = [(str(m), int(sc)) for m, sc in self.client.zscan_iter(keys.ready, count=count)]
+        for start in range(0, len(ready), count):
+            part = ready[start : start + count]
+            weights = cast(list[str | None], self.client.hmget(keys.prio, [m for m, _ in part]))
+            chunks.append([(m, sc + int(w or 0) * self.aging_ms)
+                           for (m, sc), w in zip(part, weights, strict=True)])
         return chunks
+
+    def ready_count(self) -> int:
+        """Members in the ready ZSETs (due, waiting for a claim) over every shard."""
+        return sum(int(self.client.zcard(k.ready)) for k in self.shard_keys())
 
     def remove_member(self, member: str, recorded_seq: int | None, mode: str) -> str:
         """reconcile_remove.lua: ``removed`` | ``locked`` | ``ahead`` | ``behind`` | ``absent``.
 
         ``recorded_seq`` None = PostgreSQL does not know the member; ``mode`` ``remove`` or
-        ``unpark``.
+        ``unpark``. The member is cleared from pending and ready (issue 4 C); ``remove`` also
+        drops its prio weight.
         """
         k = self.keys_for(member)
         seq = "-1" if recorded_seq is None else str(recorded_seq)
-        return str(self.run("reconcile_remove", [k.pending, k.payload(member), k.lock(member)],
+        return str(self.run("reconcile_remove",
+                            [k.pending, k.payload(member), k.lock(member), k.ready, k.prio],
                             [member, seq, mode]))
 
     def members_without_payload(self) -> list[str]:
-        """ZSET members with no payload HASH (STUCK_MEMBER), over every shard."""
+        """Pending or ready members with no payload HASH (STUCK_MEMBER), over every shard."""
         stuck: list[str] = []
         for keys in self.shard_keys():
-            for chunk in self.scan_members(keys):
+            seen: set[str] = set()
+            for raw in self.scan_members(keys):
+                chunk = [(m, sc) for m, sc in raw if m not in seen]
+                seen.update(m for m, _ in chunk)
                 pipe = self.client.pipeline(transaction=False)
                 for member, _ in chunk:
                     pipe.exists(keys.payload(member))

@@ -8,8 +8,10 @@ records:
   row (poison input: a ladder version missing, an unknown tier). Each failure increments a
   counter (``decision_failures`` HASH); below the bound the member stays leased and comes due
   again after its lease, so it never blocks the rest of the batch; at the bound
-  ``dead_letter.lua`` removes it from the pending ZSET while the claim's fencing token still
-  holds the lock. The payload stays (for ``retry``); reconcile skips dead-lettered ids. A
+  ``dead_letter.lua`` removes it from the pending ZSET -- and from the ready ZSET and prio
+  HASH of the materiality priority (issue 4 C; the weight is kept in the record and restored
+  by ``retry``) -- while the claim's fencing token still holds the lock. The payload stays
+  (for ``retry``); reconcile skips dead-lettered ids. A
   ``DEAD_LETTERED`` ledger row records it (the projection stays *pending*: PostgreSQL still
   owes the escalation; the Redis payload is deliberately left at its older seq, and a later
   ``retry`` re-claims it, sees STALE, applies the recorded state and decides again).
@@ -71,7 +73,7 @@ class DeadLetters:
         dead_ms = int(self.rel.run(
             "dead_letter",
             [keys.dead, keys.dead_data, keys.pending, keys.lock(did), keys.decision_failures,
-             keys.notify_retry, keys.notify_data],
+             keys.notify_retry, keys.notify_data, keys.ready, keys.prio],
             [DEAD_DECISION + did, json.dumps(record), "decision", did, str(item.token), ""]))
         if dead_ms == 0:
             return False  # the lease ended and another worker holds the claim now
@@ -116,7 +118,8 @@ class DeadLetters:
             raise InvalidInput(f"unknown dead letter kind: {member!r}")
         return str(self.rel.run("dead_retry",
                                 [keys.dead, keys.dead_data, keys.pending, kpay,
-                                 keys.decision_failures, keys.notify_retry, keys.notify_data],
+                                 keys.decision_failures, keys.notify_retry, keys.notify_data,
+                                 keys.ready, keys.prio],
                                 args))
 
     def purge(self, member: str, *, confirm: bool, reason: str = "") -> bool:
@@ -155,6 +158,8 @@ class DeadLetters:
         pipe.hdel(keys.dead_data, member)
         if decision and did:
             pipe.zrem(keys.pending, did)
+            pipe.zrem(keys.ready, did)  # issue 4 C: a due member may wait in ready
+            pipe.hdel(keys.prio, did)
             pipe.delete(keys.payload(did))
             pipe.hdel(keys.decision_failures, did)
         pipe.execute()
@@ -163,5 +168,6 @@ class DeadLetters:
 
 def for_app(app: Any) -> DeadLetters:
     """DeadLetters wired from an App (the worker's poison hook)."""
-    rel = ReliabilityRedis(app.redis, app.settings.namespace, app.settings.shards)
+    rel = ReliabilityRedis(app.redis, app.settings.namespace, app.settings.shards,
+                           aging_ms=app.settings.priority_aging_s * 1000)
     return DeadLetters(rel=rel, scheduler=app.scheduler, store=app.store, actor=app.actor)

@@ -93,7 +93,10 @@ def _drift(app: Any, rel: ReliabilityRedis) -> Check:
     zset = 0
     bad: list[str] = []
     for keys in rel.shard_keys():
-        for chunk in rel.scan_members(keys):
+        seen: set[str] = set()
+        for raw in rel.scan_members(keys):  # pending and ready (issue 4 C) members
+            chunk = [(m, sc) for m, sc in raw if m not in seen]
+            seen.update(m for m, _ in chunk)
             zset += len(chunk)
             ids = {}
             for m, _ in chunk:
@@ -109,7 +112,8 @@ def _drift(app: Any, rel: ReliabilityRedis) -> Check:
     dead = sum(1 for m, _, _ in rel.dead_list(100_000) if m.startswith(DEAD_DECISION))
     ok = not bad and zset + dead == pg_pending
     return Check("ZSET_DRIFT", ok,
-                 f"PostgreSQL pending {pg_pending}, Redis ZSET {zset}, dead-lettered "
+                 f"PostgreSQL pending {pg_pending}, Redis ZSET {zset} (of which ready "
+                 f"{rel.ready_count()}), dead-lettered "
                  f"decisions {dead}, members not pending in PostgreSQL {len(bad)}",
                  "" if ok else "run `escalation reconcile --dry-run` to list the differences, "
                  "then `escalation reconcile`")
@@ -135,7 +139,8 @@ def run_doctor(app: Any, *, host_ms: Callable[[], int] | None = None,
         host_ms: host clock in epoch ms (default ``time.time_ns() // 1e6``; tests inject one).
         max_skew_ms: largest tolerated clock difference.
     """
-    rel = ReliabilityRedis(app.redis, app.settings.namespace, app.settings.shards)
+    rel = ReliabilityRedis(app.redis, app.settings.namespace, app.settings.shards,
+                           aging_ms=app.settings.priority_aging_s * 1000)
     clock = host_ms or (lambda: time.time_ns() // 1_000_000)
     return [_double(app), _skew(app, clock, max_skew_ms), _stuck(rel), _contention(app),
             _drift(app, rel), _maxmemory(app.redis)]

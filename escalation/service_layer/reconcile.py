@@ -5,15 +5,17 @@ index of it. Two passes, both safe alongside live workers:
 
 1. **PostgreSQL -> Redis**: every pending/paused escalation (keyset pages) is compared with its
    Redis payload/member/lock. A missing payload (``MISSING``), a payload behind the recorded
-   sequence number (``BEHIND``) or a pending payload without ZSET member (``MISSING_MEMBER``) is
+   sequence number (``BEHIND``) or a pending payload without ZSET member (``MISSING_MEMBER``; a
+   member of the ready ZSET -- due, waiting for a claim, issue 4 C -- counts as scheduled) is
    repaired with ``scheduler.restore`` (apply.lua in restore mode: seq-guarded, never touches a
    locked member, never re-creates a terminal one). A locked member is left alone (``LOCKED``:
    its worker's apply, or its lease expiry, settles it). A payload *ahead* of PostgreSQL
    (``AHEAD``; audit-before-apply makes this impossible unless someone wrote Redis by hand) is
    reported, never changed. Escalations dead-lettered as poison decisions are skipped.
-2. **Redis -> PostgreSQL**: every ZSET member is looked up; members PostgreSQL says are
-   terminal/cancelled (``TERMINAL_MEMBER``) or does not know (``UNKNOWN_MEMBER``) are removed,
-   paused ones (``PAUSED_MEMBER``) are taken out of the ZSET (payload kept), with
+2. **Redis -> PostgreSQL**: every ZSET member (pending and ready) is looked up; members
+   PostgreSQL says are terminal/cancelled (``TERMINAL_MEMBER``) or does not know
+   (``UNKNOWN_MEMBER``) are removed, paused ones (``PAUSED_MEMBER``) are taken out of the
+   ZSET (payload kept), with
    ``reconcile_remove.lua`` (lock-aware and seq-guarded). Members are read from Redis *before*
    PostgreSQL is asked about them, and enqueue records in PostgreSQL before writing Redis, so a
    member being enqueued concurrently is never mistaken for an unknown one.
@@ -145,9 +147,12 @@ def reconcile(
         report.checked_db += len(rows)
         _db_to_redis(rows, scheduler, redis_side, report, dry_run)
     for keys in redis_side.shard_keys():
-        for chunk in redis_side.scan_members(keys, page):
-            report.checked_members += len(chunk)
-            _redis_to_db([m for m, _ in chunk], store, redis_side, report, dry_run)
+        seen: set[str] = set()  # a member moved pending -> ready mid-scan is read twice
+        for chunk in redis_side.scan_members(keys, page):  # pending + ready (issue 4 C)
+            members = [m for m, _ in chunk if m not in seen]
+            seen.update(members)
+            report.checked_members += len(members)
+            _redis_to_db(members, store, redis_side, report, dry_run)
     return report
 
 

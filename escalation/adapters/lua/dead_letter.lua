@@ -3,7 +3,10 @@
 -- kind "decision": refused while another fencing token holds the lock (the lease ended and
 --   another worker claimed the member); allowed when the caller's token holds it or no lock does;
 --   ZREM the pending member, DEL its lock, HDEL its failure counter; the payload HASH is kept
---   so `dead retry` can put it back. kind "notify": ZREM + HDEL the retry entry.
+--   so `dead retry` can put it back. With KEYS[8..9] (issue 4 C ready set) the member is also
+--   ZREMed from ready (a member whose lease ran out waits there once due again) and its prio
+--   weight HDELed; the weight is kept in the record as "prio_weight" so `dead retry` restores
+--   it. kind "notify": ZREM + HDEL the retry entry.
 -- Then ZADD dead <Redis TIME ms> member and HSET dead_data member record.
 --
 -- KEYS[1]  dead ZSET (score = dead-lettered time, epoch milliseconds)
@@ -13,6 +16,7 @@
 -- KEYS[5]  decision_failures HASH
 -- KEYS[6]  notify_retry ZSET
 -- KEYS[7]  notify_data HASH
+-- KEYS[8]  ready ZSET (optional; issue 4 C)   KEYS[9]  prio HASH (optional, with KEYS[8])
 -- ARGV[1]  dead member ("decision:<dispute id>" or "notify:<idempotency key>"), 1..200 bytes
 -- ARGV[2]  record, a JSON object
 -- ARGV[3]  kind: "decision" | "notify"
@@ -31,6 +35,7 @@ if not ok or type(decoded) ~= 'table' then return redis.error_reply('EINVAL dead
 if kind ~= 'decision' and kind ~= 'notify' then return redis.error_reply('EINVAL dead_letter: bad kind') end
 if kind == 'decision' and (id == nil or #id == 0) then return redis.error_reply('EINVAL dead_letter: no id') end
 if token ~= '' and string.match(token, '^%d+$') == nil then return redis.error_reply('EINVAL dead_letter: bad token') end
+if #KEYS ~= 7 and #KEYS ~= 9 then return redis.error_reply('EINVAL dead_letter: expected 7 or 9 KEYS') end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if kind == 'decision' then
@@ -42,6 +47,15 @@ if kind == 'decision' then
   redis.call('ZREM', KEYS[3], id)
   redis.call('DEL', KEYS[4])
   redis.call('HDEL', KEYS[5], id)
+  if #KEYS == 9 then
+    redis.call('ZREM', KEYS[8], id)
+    local w = redis.call('HGET', KEYS[9], id)
+    if w then
+      decoded.prio_weight = tonumber(w)
+      record = cjson.encode(decoded)
+      redis.call('HDEL', KEYS[9], id)
+    end
+  end
 end
 if rmember ~= '' then
   redis.call('ZREM', KEYS[6], rmember)

@@ -1,11 +1,15 @@
 -- reconcile_remove.lua: remove a ZSET member PostgreSQL says should not be pending
 -- (reconcile, DESIGN.md "Where the truth lives"; issue 7 point 3). Seq-guarded and lock-aware,
 -- so it is safe alongside live workers: a locked member is left alone, and a payload newer than
--- the PostgreSQL state read by the caller is never touched.
+-- the PostgreSQL state read by the caller is never touched. A member may sit in pending or,
+-- once due and promoted by a claim, in ready (issue 4 C): both count as scheduled and both are
+-- cleared; mode "remove" also HDELs its prio weight ("unpark" keeps it for the resume).
 --
 -- KEYS[1]  pending ZSET (score = due time, epoch milliseconds)
 -- KEYS[2]  payload HASH of the member
 -- KEYS[3]  lock STRING of the member
+-- KEYS[4]  ready ZSET (issue 4 C)
+-- KEYS[5]  prio HASH (member -> weight)
 -- ARGV[1]  member (dispute id), 1..100 bytes; KEYS[2] and KEYS[3] must end with it
 -- ARGV[2]  sequence number recorded in PostgreSQL (decimal integer), or "-1" when PostgreSQL
 --          has no escalation for the member (unknown)
@@ -29,11 +33,18 @@ end
 if mode ~= 'remove' and mode ~= 'unpark' then
   return redis.error_reply('EINVAL reconcile_remove: bad mode')
 end
-if redis.call('ZSCORE', KEYS[1], member) == false then return 'absent' end
+if #KEYS ~= 5 then return redis.error_reply('EINVAL reconcile_remove: expected 5 KEYS') end
+if redis.call('ZSCORE', KEYS[1], member) == false and redis.call('ZSCORE', KEYS[4], member) == false then
+  return 'absent'
+end
 if redis.call('EXISTS', KEYS[3]) == 1 then return 'locked' end
 local pseq = redis.call('HGET', KEYS[2], 'seq')
 if pseq and seq ~= '-1' and tonumber(pseq) > tonumber(seq) then return 'ahead' end
 if mode == 'unpark' and pseq and tonumber(pseq) < tonumber(seq) then return 'behind' end
 redis.call('ZREM', KEYS[1], member)
-if mode == 'remove' then redis.call('DEL', KEYS[2]) end
+redis.call('ZREM', KEYS[4], member)
+if mode == 'remove' then
+  redis.call('DEL', KEYS[2])
+  redis.call('HDEL', KEYS[5], member)
+end
 return 'removed'
