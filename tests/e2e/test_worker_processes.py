@@ -82,10 +82,14 @@ def test_sigterm_lets_the_worker_finish_its_batch_and_exit_zero(
     # every claimed member was applied: Redis payload seq == PostgreSQL seq, and the ZSET
     # score is the recorded due time (not a lease re-score waiting for expiry)
     recorded = app.store.get_many(ids)
+    # scheduled = pending or, once promoted by a claim, the ready ZSET (issue 4 C);
+    # pending_members yields both with the due time
+    scheduled = {m: due for s in range(app.scheduler.shards)
+                 for m, due in app.scheduler.pending_members(s)}
     for did in ids:
         payload = app.scheduler.payload(did)
         assert payload is not None and int(payload["seq"]) == recorded[did].seq
-        score = app.redis.zscore(app.scheduler.keys_for(did).pending, str(did))
+        score = scheduled.get(str(did))
         assert score is not None and int(score) == int(payload["due_ms"])
 
 
