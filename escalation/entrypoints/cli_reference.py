@@ -1,0 +1,75 @@
+"""Generate docs/cli.md from the live command tree (``python -m
+escalation.entrypoints.cli_reference > docs/cli.md``); a test keeps the file in sync."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer.main
+
+from escalation.entrypoints.cli import app, register_more
+
+HEADER = """# CLI reference
+
+Generated from the command tree by `python -m escalation.entrypoints.cli_reference`
+(tests/unit/test_cli_reference.py fails when this file is out of date).
+
+Every command reads its configuration from `ESCALATION_*` environment variables
+(see [operations](operations.md)); with no `ESCALATION_REDIS_URL` / `ESCALATION_DATABASE_URL`
+it starts or reuses the embedded Valkey and PostgreSQL under `ESCALATION_HOME`.
+A user mistake prints one `error: ...` line on stderr and exits 2; an operational failure
+exits 1.
+"""
+
+
+# typer vendors its own click (typer._click), so commands are inspected by duck typing.
+
+
+def _walk(cmd: Any, path: list[str]) -> list[tuple[list[str], Any]]:
+    found = [(path, cmd)]
+    if hasattr(cmd, "commands"):
+        for name in sorted(cmd.commands):
+            sub = cmd.commands[name]
+            if not sub.hidden:
+                found += _walk(sub, [*path, name])
+    return found
+
+
+def _param_line(param: Any) -> str:
+    if param.param_type_name == "argument":
+        text = (getattr(param, "help", None) or "").strip()
+        return f"- `{(param.name or '').upper()}` (argument){': ' + text if text else ''}"
+    names = ", ".join(f"`{o}`" for o in param.opts + param.secondary_opts)
+    text = (param.help or "").strip()
+    default = ""
+    if param.default not in (None, False, ()) and not param.is_flag:
+        default = f" (default: `{param.default}`)"
+    return f"- {names}: {text}{default}".rstrip(": ")
+
+
+def render_reference() -> str:
+    """Markdown for every visible command: usage, help text and options."""
+    register_more()
+    root = typer.main.get_command(app)
+    parts = [HEADER]
+    for path, cmd in _walk(root, ["escalation"]):
+        if len(path) == 1:
+            continue
+        title = " ".join(path)
+        parts.append(f"\n## `{title}`\n")
+        help_text = (cmd.help or "").strip()
+        if help_text:
+            parts.append(help_text.split("\f")[0].strip() + "\n")
+        if hasattr(cmd, "commands"):
+            subs = ", ".join(f"`{n}`" for n in sorted(cmd.commands)
+                             if not cmd.commands[n].hidden)
+            parts.append(f"\nSubcommands: {subs}\n")
+            continue
+        params = [p for p in cmd.params if p.name != "help"]
+        if params:
+            parts.append("\n" + "\n".join(_param_line(p) for p in params) + "\n")
+    return "".join(parts)
+
+
+if __name__ == "__main__":
+    print(render_reference(), end="")

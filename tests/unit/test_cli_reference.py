@@ -1,0 +1,22 @@
+"""docs/cli.md is generated from the command tree and must stay in sync with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from escalation.entrypoints.cli_reference import render_reference
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+
+
+def test_cli_reference_is_up_to_date() -> None:
+    assert DOC.read_text() == render_reference(), (
+        "docs/cli.md is stale: run `python -m escalation.entrypoints.cli_reference > docs/cli.md`"
+    )
+
+
+def test_every_issue_2_command_is_documented() -> None:
+    text = DOC.read_text()
+    for cmd in ("enqueue", "cancel", "status", "audit show", "db upgrade", "worker", "import",
+                "demo", "services stop"):
+        assert f"## `escalation {cmd}`" in text
