@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from escalation.service_layer.importer import stable_dispute_id
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "cfpb_complaints_sample.csv"
+SOURCE = "cfpb-import-test"
 MAPPING = Path(__file__).resolve().parents[2] / "docs" / "examples" / "cfpb_mapping.toml"
 
 
@@ -25,13 +26,16 @@ def test_cfpb_sample_is_imported_and_promoted_exactly_once(
     run = lambda *a: subprocess.run(  # noqa: E731
         [sys.executable, "-m", "escalation", *a], env=cli_env, capture_output=True, text=True,
         timeout=600, check=False)
-    res = run("import", str(DATA), "--mapping", str(MAPPING), "--json")
+    # a source namespace of this test's own: other tests import the same sample into the
+    # session database, and the UUID5 ids derive from (source, Complaint ID)
+    res = run("import", str(DATA), "--mapping", str(MAPPING), "--external-source", SOURCE,
+              "--json")
     assert res.returncode == 0, res.stderr[-2000:]
     assert '"created": 2067' in res.stdout
     res = run("worker", "--burst", "--batch-size", "200")
     assert res.returncode == 0, res.stdout[-2000:]
     with DATA.open(newline="") as fh:
-        ids = [stable_dispute_id(r["Complaint ID"], "cfpb")[0] for r in csv.DictReader(fh)]
+        ids = [stable_dispute_id(r["Complaint ID"], SOURCE)[0] for r in csv.DictReader(fh)]
     assert len(set(ids)) == 2067
     with app.engine.connect() as conn:
         rows = conn.execute(sa.text(
@@ -40,5 +44,6 @@ def test_cfpb_sample_is_imported_and_promoted_exactly_once(
             {"ids": ids}).one()
     assert rows[0] == rows[1] == 2067
     # a second import changes nothing
-    res = run("import", str(DATA), "--mapping", str(MAPPING), "--json")
+    res = run("import", str(DATA), "--mapping", str(MAPPING), "--external-source", SOURCE,
+              "--json")
     assert '"created": 0' in res.stdout and '"already_enqueued": 2067' in res.stdout
