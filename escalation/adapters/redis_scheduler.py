@@ -66,6 +66,8 @@ PROMOTE_MAX = 1000  # claim.lua moves at most this many due members pending -> r
 DEFAULT_AGING_MS = 300_000  # one materiality weight = 5 minutes of waiting (docs/sla.md)
 _WAKE_GRACE_S = 1.0  # socket guard beyond the BLPOP timeout
 WAKE_MARGIN_S = 0.15  # last part of a wait slept locally (Redis hz 10 = 100 ms timer steps)
+CLOCK_RESYNC_S = 60.0  # an idle claim re-reads Redis TIME at most this often (see claim)
+CLOCK_SLACK_MS = 10  # a member due within this of the estimated Redis time gets a script call
 
 log = structlog.get_logger(__name__)
 
@@ -142,6 +144,11 @@ class RedisScheduler:
         self._scripts: dict[str, Script] = {
             name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
         }
+        # Idle-cost state (issue 6): shards whose ``ready`` ZSET may hold members (True until a
+        # claim script reports it empty, again after a wake), and the last Redis TIME seen
+        # with the host monotonic instant it was seen at (an estimate of Redis time).
+        self._ready_maybe: dict[int, bool] = {}
+        self._clock: tuple[int, float] | None = None
 
     # ------------------------------------------------------------------ helpers
     def keys_for(self, dispute_id: UUID | str) -> Keys:
@@ -162,7 +169,23 @@ class RedisScheduler:
 
     def _now_ms(self) -> int:
         seconds, micros = self._client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return self._synced(int(seconds) * 1000 + int(micros) // 1000)
+
+    def _synced(self, redis_ms: int) -> int:
+        """Remember ``redis_ms`` (a Redis TIME just read) for :meth:`_estimated_now_ms`."""
+        self._clock = (redis_ms, time.monotonic())
+        return redis_ms
+
+    def _estimated_now_ms(self) -> int:
+        """Redis time estimated from the last TIME seen plus the host *monotonic* time since
+        (no wall-clock comparison); re-reads TIME when the last sync is older than
+        ``CLOCK_RESYNC_S`` (or none exists). Used only to decide whether a claim script call
+        is worth making: the script itself decides what is due, on Redis TIME."""
+        clock = self._clock
+        mono = time.monotonic()
+        if clock is None or mono - clock[1] > CLOCK_RESYNC_S:
+            return self._now_ms()
+        return clock[0] + int((mono - clock[1]) * 1000)
 
     # ------------------------------------------------------------------ enqueue
     def enqueue(self, esc: Escalation) -> bool:
@@ -284,8 +307,9 @@ class RedisScheduler:
             worker_id: non-empty, at most 200 characters; stored as ``"<token>:<worker_id>"``.
 
         Returns:
-            ClaimResult (now = Redis TIME of the first script call; next_due_ms = minimum over
-            the shards visited).
+            ClaimResult (now = the latest Redis TIME seen over the shards visited: a script's
+            clock, or when no script ran the estimate described in ``_claim_shard``;
+            next_due_ms = minimum over the shards visited).
 
         Raises:
             InvalidInput: an argument out of range.
@@ -305,6 +329,7 @@ class RedisScheduler:
             if total is None:
                 total = part
                 continue
+            total.now_ms = max(total.now_ms, part.now_ms)  # the latest clock seen
             total.items += part.items
             total.stuck += part.stuck
             total.contended += part.contended
@@ -324,21 +349,38 @@ class RedisScheduler:
     def _claim_shard(self, keys: Keys, need: int, lease_ms: int, worker_id: str) -> _ShardClaim:
         """claim.lua on one shard (issue 4 C: pending -> ready by effective priority, then
         claim the head of ready). Candidates are read from ``ready`` before each call; the
-        script only claims those still in the head, so the order is exact."""
+        script only claims those still in the head, so the order is exact.
+
+        Idle cost (issue 6): when nothing is claimable this makes exactly one Redis command,
+        ``ZRANGE pending 0 0 WITHSCORES``, and no script call:
+
+        * the ``ready`` read is skipped while this scheduler's last claim script on the shard
+          reported ``ready`` empty. Only claim.lua puts members into ``ready``, and a claim
+          that leaves members there returned a full batch (the worker loops again at once)
+          and pushes the wake marker (:meth:`_nudge`) so that other workers, whose flag may
+          say "empty", wake up and look at ``ready`` too (a wake sets the flag again).
+        * "is the first pending member due" is answered with an *estimate* of Redis time
+          (last TIME seen + host monotonic time since, re-read every ``CLOCK_RESYNC_S``).
+          The estimate (which lags Redis by up to a millisecond or two: truncation and the
+          reply's trip) only decides whether to call the script: a first member due within
+          ``CLOCK_SLACK_MS`` of it gets the call, and the script re-checks every member
+          against Redis TIME, so nothing is ever claimed early, and a member made due
+          "now" by another client a moment ago is not missed.
+        """
+        shard = keys.shard
+        if not self._ready_maybe.get(shard, True):
+            cheap = self._idle_check(keys)
+            if cheap is not None:
+                return cheap
         result: _ShardClaim | None = None
         offset = 0  # locked members seen at the top of ready
         for _ in range(MAX_CLAIM_ROUNDS):
             window = cast(list[str], self._client.zrange(keys.ready, offset, offset + need - 1))
             if not window and result is None:
-                pipe = self._client.pipeline(transaction=False)
-                pipe.zrange(keys.pending, 0, 0, withscores=True)
-                pipe.time()
-                first, (sec, micros) = pipe.execute()
-                now_ms = int(sec) * 1000 + int(micros) // 1000
-                if not first or int(first[0][1]) > now_ms:
-                    # Nothing due: no script call (idle workers cost one pipeline per poll).
-                    return _ShardClaim(
-                        now_ms=now_ms, next_due_ms=int(first[0][1]) if first else None)
+                cheap = self._idle_check(keys)
+                if cheap is not None:
+                    self._ready_maybe[shard] = False
+                    return cheap
             kargs = [keys.pending, keys.fence, keys.stats, keys.ready, keys.prio]
             for member in window:
                 kargs += [keys.payload(member), keys.lock(member)]
@@ -347,26 +389,54 @@ class RedisScheduler:
             now_ms, next_due, contended, more, stuck, items, _promoted = raw
             if result is None:
                 result = _ShardClaim(now_ms=int(now_ms))
-            result.now_ms = int(now_ms)  # the latest script clock: decisions are never early
+            result.now_ms = self._synced(int(now_ms))  # the latest script clock
             result.next_due_ms = None if int(float(next_due)) < 0 else int(float(next_due))
             result.contended += int(contended)
             result.stuck += [str(s) for s in stuck]
-            for member, token, score, flat in items:
-                try:
-                    esc = payload_to_escalation(member, _as_dict(flat))
-                except InvalidInput as exc:
-                    # Left locked and re-scored: it comes due again after the lease; reconcile
-                    # (restore from PostgreSQL) is the repair. One bad payload must not cost
-                    # the batch.
-                    log.error("escalation.payload_corrupt", dispute_id=member, error=str(exc))
-                    continue
-                result.items.append(ClaimedItem(esc, int(token), int(float(score))))
+            self._parse_items(items, result)
             need -= len(items)
             offset += int(contended)
             if need <= 0 or (not int(more) and not int(contended)):
                 break
         assert result is not None  # noqa: S101 -- MAX_CLAIM_ROUNDS >= 1
+        # claim.lua reports next_due = now while ready still holds members.
+        left = result.next_due_ms is not None and result.next_due_ms <= result.now_ms
+        if left:
+            self._nudge(keys)
+        self._ready_maybe[shard] = left
         return result
+
+    def _idle_check(self, keys: Keys) -> _ShardClaim | None:
+        """One ``ZRANGE pending 0 0 WITHSCORES``: a ``_ShardClaim`` saying "nothing due"
+        (now = estimated Redis time), or None when the first member looks due (call the
+        script)."""
+        first = cast(list[tuple[str, float]],
+                     self._client.zrange(keys.pending, 0, 0, withscores=True))
+        now_ms = self._estimated_now_ms()
+        if first and int(first[0][1]) <= now_ms + CLOCK_SLACK_MS:
+            return None  # due, or nearly: the script decides on Redis TIME
+        return _ShardClaim(now_ms=now_ms, next_due_ms=int(first[0][1]) if first else None)
+
+    def _nudge(self, keys: Keys) -> None:
+        """Push the shard's wake marker (LPUSH + LTRIM to one element, like enqueue.lua):
+        members were left in ``ready``; other workers must look at it."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.lpush(keys.wake, "1")
+        pipe.ltrim(keys.wake, 0, 0)
+        pipe.execute()
+
+    @staticmethod
+    def _parse_items(items: Sequence[Any], result: _ShardClaim) -> None:
+        for member, token, score, flat in items:
+            try:
+                esc = payload_to_escalation(member, _as_dict(flat))
+            except InvalidInput as exc:
+                # Left locked and re-scored: it comes due again after the lease; reconcile
+                # (restore from PostgreSQL) is the repair. One bad payload must not cost
+                # the batch.
+                log.error("escalation.payload_corrupt", dispute_id=member, error=str(exc))
+                continue
+            result.items.append(ClaimedItem(esc, int(token), int(float(score))))
 
     # ------------------------------------------------------------------ apply / restore
     def apply(self, ops: Sequence[ApplyOp]) -> list[ApplyOutcome]:
@@ -482,10 +552,14 @@ class RedisScheduler:
         """
         wake_keys = [k.wake for k in self.shard_keys()]
         if timeout_s <= 0:
-            return any(self._client.lpop(key) is not None for key in wake_keys)
+            woken = any(self._client.lpop(key) is not None for key in wake_keys)
+            if woken:
+                self._ready_maybe.clear()  # a wake: look at every shard's ready set again
+            return woken
         deadline = time.monotonic() + timeout_s
         block_s = timeout_s - WAKE_MARGIN_S
         if block_s >= 0.001 and self._blpop(wake_keys, block_s):
+            self._ready_maybe.clear()
             return True
         rest = deadline - time.monotonic()
         if rest > 0:

@@ -3,7 +3,11 @@
 Member ``"<dispute id>:<seq>:<fraction>"`` (``seq`` = the ledger seq at which the tier was
 entered, ``fraction`` like ``0.50``), score = warning time in epoch **ms**. ``schedule`` adds
 members (ZADD NX: re-scheduling the same warning changes nothing); ``claim`` takes due ones
-atomically with ``warn_claim.lua`` (Redis TIME, ZREM in the same script).
+atomically with ``warn_claim.lua`` (Redis TIME, ZREM in the same script), which also returns the
+earliest warning left (``next_due_ms``): the worker runs its warnings pass only when that time
+has passed or after a wake (issue 6). ``schedule`` therefore pushes the shard's wake marker
+whenever a new member became the earliest of its ZSET, so a warning scheduled earlier than
+the time a worker cached is never late.
 """
 
 from __future__ import annotations
@@ -61,19 +65,50 @@ class RedisWarnings:
         self.namespace = namespace
         self.shards = shards
         self._claim = client.register_script(script_source("warn_claim"))
+        self.next_due_ms: int | None = None
+        """Earliest warning left after the last :meth:`claim` (epoch ms), None = none."""
 
     def keys_for(self, dispute_id: UUID | str) -> Keys:
         """Keys of the shard holding ``dispute_id``."""
         return Keys(self.namespace, shard_of(str(dispute_id), self.shards))
 
     def schedule(self, members: Sequence[WarningMember]) -> int:
-        """ZADD NX each member at its due time (one pipeline). Returns how many were new."""
+        """ZADD NX each member at its due time (one pipeline). Returns how many were new.
+
+        Then, per shard touched, if the earliest member of the warnings ZSET is one just
+        added, LPUSH the shard's wake marker (LTRIM to one element, as enqueue.lua does):
+        a worker caching an earlier-computed next warning time wakes and re-reads it.
+        Correct without atomicity: a member earlier than the new one was either there when
+        the worker claimed (then the worker's cached time is not later than it) or was
+        added after, and its own ``schedule`` pushed the marker.
+        """
         if not members:
             return 0
         pipe = self._client.pipeline(transaction=False)
+        by_shard: dict[int, set[str]] = {}
         for m in members:
-            pipe.zadd(self.keys_for(m.dispute_id).warnings, {m.member: m.due_ms}, nx=True)
-        return sum(int(x) for x in pipe.execute())
+            keys = self.keys_for(m.dispute_id)
+            pipe.zadd(keys.warnings, {m.member: m.due_ms}, nx=True)
+            by_shard.setdefault(keys.shard, set()).add(m.member)
+        added = [int(x) for x in pipe.execute()]
+        if not any(added):
+            return 0
+        shards = sorted(by_shard)
+        pipe = self._client.pipeline(transaction=False)
+        for shard in shards:
+            pipe.zrange(Keys(self.namespace, shard).warnings, 0, 0)
+        firsts = pipe.execute()
+        pipe = self._client.pipeline(transaction=False)
+        nudged = False
+        for shard, first in zip(shards, firsts, strict=True):
+            if first and str(first[0]) in by_shard[shard]:
+                wake = Keys(self.namespace, shard).wake
+                pipe.lpush(wake, "1")
+                pipe.ltrim(wake, 0, 0)
+                nudged = True
+        if nudged:
+            pipe.execute()
+        return sum(added)
 
     def claim(self, max_items: int) -> tuple[datetime, list[WarningMember]]:
         """Take up to ``max_items`` due warnings over all shards (each handed out once).
@@ -89,18 +124,26 @@ class RedisWarnings:
             raise InvalidInput(f"max_items must be 1..{MAX_WARN_CLAIM}, got {max_items}")
         out: list[WarningMember] = []
         now_ms = 0
+        nexts: list[int] = []
         for shard in range(self.shards):
             need = max_items - len(out)
             if need <= 0:
+                nexts.append(now_ms)  # shard not visited: look again at once
                 break
-            now, flat = self._claim(keys=[Keys(self.namespace, shard).warnings], args=[need])
+            now, flat, next_ms = self._claim(keys=[Keys(self.namespace, shard).warnings],
+                                             args=[need])
             now_ms = int(now)
+            if int(next_ms) >= 0:
+                nexts.append(int(next_ms))
             for i in range(0, len(flat) - 1, 2):
                 try:
                     out.append(WarningMember.parse(str(flat[i]), float(flat[i + 1])))
                 except InvalidInput:
                     continue
         out.sort(key=lambda m: m.due_ms)
+        if len(out) >= max_items:
+            nexts.append(now_ms)  # a full batch: more may be due now
+        self.next_due_ms = min(nexts) if nexts else None
         return from_ms(now_ms), out
 
     def pending(self, dispute_id: UUID | str) -> list[tuple[str, int]]:

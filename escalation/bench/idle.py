@@ -56,6 +56,8 @@ def run(  # noqa: PLR0915 - one linear measurement
     addrs: set[str] = set()
     start_load = load()
 
+    owner = {"worker": False}
+
     def watch() -> None:
         with client.monitor() as mon:  # type: ignore[no-untyped-call]  # redis-py unannotated
             ready.set()
@@ -64,9 +66,17 @@ def run(  # noqa: PLR0915 - one linear measurement
                     cmd = mon.next_command()
                 except (redis.RedisError, OSError):
                     return
+                name = str(cmd["command"]).split(" ", 1)[0].upper()
+                if cmd.get("client_type") == "lua" or cmd.get("client_address") == "lua":
+                    # a script's inner commands follow its EVALSHA line (single-threaded
+                    # server): count them for the worker when the script was the worker's
+                    if owner["worker"]:
+                        seen[f"lua:{name}"] += 1
+                    continue
                 addr = f"{cmd['client_address']}:{cmd['client_port']}"
-                if addr in addrs:
-                    seen[str(cmd["command"]).split(" ", 1)[0].upper()] += 1
+                owner["worker"] = addr in addrs
+                if owner["worker"]:
+                    seen[name] += 1
 
     ready = threading.Event()
     try:

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-import sqlalchemy.exc
 import redis.exceptions
+import sqlalchemy.exc
 
 from escalation.bootstrap import App
 from escalation.logs import get_logger
-from escalation.service_layer.fire import BatchReport, fire_due
 from escalation.service_layer.dead_letters import for_app as dead_letters_for
+from escalation.service_layer.fire import BatchReport, fire_due
 from escalation.service_layer.maintenance import for_app as maintenance_for
 from escalation.service_layer.maintenance import poll_safely as poll_maintenance
 from escalation.service_layer.priority import weight_fn
@@ -34,7 +34,7 @@ log = get_logger("escalation.worker")
 MAX_BACKOFF_S = 30.0
 
 
-class _Shutdown(Exception):  # noqa: N818 - control flow, not an error
+class _Shutdown(Exception):
     """Raised from the signal handler to break out of a blocking wait."""
 
 
@@ -68,6 +68,55 @@ def sleep_seconds(
     return max(0.0, base)
 
 
+MAINTENANCE_EVERY_S = 30.0  # issue 6: maintenance lease poll at most this often
+
+
+def maintenance_every_s(lease_ttl_ms: int, margin: float) -> float:
+    """Seconds between two maintenance polls: ``MAINTENANCE_EVERY_S`` (30 s), shortened to
+    half of the leader's valid window (``ttl * (1 - margin) / 2``) so a leader renews its
+    lease well before it stops acting (lease 90 s at the default lock_ttl_s 30: 30 s)."""
+    return max(0.5, min(MAINTENANCE_EVERY_S, lease_ttl_ms / 1000.0 * (1.0 - margin) / 2.0))
+
+
+def _earliest(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
+
+
+@dataclass
+class _IdleState:
+    """What lets an idle worker skip work (issue 6, docs/performance.md "idle").
+
+    * warnings pass: runs only when the earliest warning left by the previous pass
+      (``warn_next_ms``, from warn_claim.lua) is due, or after a wake marker (``woke``;
+      ``RedisWarnings.schedule`` pushes one when it adds a new earliest warning). The first
+      loop runs it (``woke`` starts True).
+    * maintenance: polled at most every ``maint_every_s`` seconds (host monotonic clock).
+    """
+
+    maint_every_s: float
+    woke: bool = True
+    warn_next_ms: int | None = None
+    maint_next: float = 0.0
+
+    def warnings_due(self, now_ms: int) -> bool:
+        """True when the warnings pass should run now (``now_ms``: Redis time, epoch ms)."""
+        return self.woke or (self.warn_next_ms is not None and self.warn_next_ms <= now_ms)
+
+    def warned(self, next_ms: int | None) -> None:
+        """Record a finished warnings pass and the earliest warning it left."""
+        self.woke, self.warn_next_ms = False, next_ms
+
+    def maintenance_due(self) -> bool:
+        """True (and the next poll scheduled) when maintenance should be polled now."""
+        now = time.monotonic()
+        if now < self.maint_next:
+            return False
+        self.maint_next = now + self.maint_every_s
+        return True
+
+
 def crashpoint_from_env() -> Any:
     """Test hook: ``ESCALATION_CRASHPOINT=<name>:<n>`` SIGKILLs this process the n-th time the
     protocol passes boundary ``<name>`` (after_claim, after_record, after_apply). Unset = no-op.
@@ -96,7 +145,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
     lease, so nothing is lost.
     """
     settings = app.settings
-    rng = random.Random()  # noqa: S311 - jitter, not security
+    rng = random.Random()
     totals = WorkerTotals()
     state = {"stop": False, "in_batch": False}
 
@@ -115,6 +164,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
     warn_adapter, warn_schedule = warnings_for(app), schedule_for(app)  # issue 4
     maint, dead = maintenance_for(app), dead_letters_for(app)  # issue 7
     app.scheduler.priority = weight_fn(app.ladders)  # issue 4: materiality priority
+    idle = _IdleState(maint_every_s=maintenance_every_s(maint.lease.ttl_ms, maint.lease.margin))
     try:
         while not state["stop"]:
             state["in_batch"] = True
@@ -126,14 +176,33 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
                     crashpoint=hook, on_scheduled=warn_schedule,
                     on_poison=dead.on_decision_failed,  # issue 7: poison -> dead letter
                 )
-                # issue 4: pre-breach warnings, one batch after each firing batch
-                fire_warnings(warnings=warn_adapter, scheduler=app.scheduler, store=app.store,
-                              ladders=app.ladders, calendars=app.calendars, actor=app.actor,
-                              max_items=settings.batch_size, emit=_emit)
+                now_ms = int(report.now.timestamp() * 1000) if report.now else 0
+                if idle.warnings_due(now_ms):
+                    # issue 4: pre-breach warnings; issue 6: only when one is due or after a wake
+                    wrep = fire_warnings(
+                        warnings=warn_adapter, scheduler=app.scheduler, store=app.store,
+                        ladders=app.ladders, calendars=app.calendars, actor=app.actor,
+                        max_items=settings.batch_size, emit=_emit)
+                    idle.warned(wrep.next_due_ms)
+                state["in_batch"] = False
+                _add(totals, report)
+                if idle.maintenance_due():
+                    poll_maintenance(maint)  # issue 7; issue 6: every maint_every_s at most
+                if state["stop"] or (max_batches is not None and totals.batches >= max_batches):
+                    break
+                if report.claimed >= settings.batch_size or report.claimed or report.stuck:
+                    continue  # backlog, or something moved: look again before sleeping
+                if burst and (report.next_due_ms is None or report.next_due_ms > now_ms):
+                    break
+                wait = sleep_seconds(settings.poll_interval_s, settings.jitter, now_ms,
+                                     _earliest(report.next_due_ms, idle.warn_next_ms), rng)
+                if wait > 0:
+                    idle.woke = app.scheduler.wait_for_wake(wait)
                 failures = 0
             except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
                     redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
                 failures += 1
+                idle.woke = True  # after an outage, look at everything again
                 delay = min(MAX_BACKOFF_S, 0.5 * 2 ** min(failures, 8)) * rng.uniform(0.8, 1.2)
                 log.warning("worker.backoff", worker_id=app.actor, error=str(exc)[:300],
                             attempt=failures, sleep_s=round(delay, 2))
@@ -144,21 +213,6 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
                 continue
             finally:
                 state["in_batch"] = False
-            _add(totals, report)
-            poll_maintenance(maint)  # issue 7: one cheap Redis command when not leader
-            if state["stop"] or (max_batches is not None and totals.batches >= max_batches):
-                break
-            if report.claimed >= settings.batch_size:
-                continue  # backlog: next batch at once
-            now_ms = int(report.now.timestamp() * 1000) if report.now else 0
-            if report.claimed or report.stuck:
-                continue  # something moved; look again before sleeping
-            if burst and (report.next_due_ms is None or report.next_due_ms > now_ms):
-                break
-            wait = sleep_seconds(settings.poll_interval_s, settings.jitter, now_ms,
-                                 report.next_due_ms, rng)
-            if wait > 0:
-                app.scheduler.wait_for_wake(wait)
     except _Shutdown:
         pass
     finally:

@@ -121,13 +121,42 @@ def fire_due(
     if not claim.items:
         return report
 
-    decided: list[tuple[ClaimedItem, Decision]] = []
     ops: list[ApplyOp] = []
-    for item in claim.items:
+    decided = _decide_all(claim.items, ladders, calendars, claim.now, ops, report, sink,
+                          on_poison)
+    outcomes: list[RecordOutcome] = store.record_decisions(decided, worker_id) if decided else []
+    hook("after_record")
+    logs, stale_ops = _ops_from_outcomes(decided, outcomes, claim.now, ops, report)
+    if stale_ops:
+        _attach_unapplied_notifications(ops, stale_ops, claim.items, store)
+    results = scheduler.apply(ops) if ops else []
+    hook("after_apply")
+    _count_results(results, report)
+    if on_scheduled is not None:  # issue 4: pre-breach warnings of the newly entered tiers
+        on_scheduled([op.escalation for op, res in zip(ops, results, strict=True)
+                      if res is ApplyOutcome.APPLIED and op.notify
+                      and op.action is ApplyAction.RESCHEDULE])
+    # Host clock (epoch ms) right after the apply call: apply lag = applied_ms - due (bench).
+    applied_ms = time.time_ns() // 1_000_000
+    for event, fields in logs:
+        sink(event, worker_id=worker_id, applied_ms=applied_ms, **fields)
+    return report
+
+
+def _decide_all(
+    items: list[ClaimedItem], ladders: LadderSource, calendars: CalendarRegistry, now: datetime,
+    ops: list[ApplyOp], report: BatchReport, sink: EventSink,
+    on_poison: Callable[[ClaimedItem, str], object] | None,
+) -> list[tuple[ClaimedItem, Decision]]:
+    """Decide each claimed item (step 2). NOT_DUE items get a RESCHEDULE op appended to
+    ``ops``; poison items are reported (``report.poison``, ``on_poison``); the rest are
+    returned, in claim order, for the record step."""
+    decided: list[tuple[ClaimedItem, Decision]] = []
+    for item in items:
         esc = item.escalation
         try:
             ladder = ladders.get(esc.ladder, esc.ladder_version)
-            decision = decide(esc, ladder, claim.now, calendars)
+            decision = decide(esc, ladder, now, calendars)
         except EscalationError as exc:
             report.poison += 1
             sink("escalation.decision_failed", dispute_id=str(esc.dispute_id),
@@ -141,11 +170,21 @@ def fire_due(
             ops.append(ApplyOp(esc.with_changes(seq=esc.seq), ApplyAction.RESCHEDULE, item.token))
             continue
         decided.append((item, decision))
+    return decided
 
-    outcomes: list[RecordOutcome] = store.record_decisions(decided, worker_id) if decided else []
-    hook("after_record")
+
+def _ops_from_outcomes(
+    decided: list[tuple[ClaimedItem, Decision]], outcomes: list[RecordOutcome], now: datetime,
+    ops: list[ApplyOp], report: BatchReport,
+) -> tuple[list[tuple[str, dict[str, Any]]], list[int]]:
+    """Turn record outcomes into apply ops (appended to ``ops``) and log events.
+
+    Returns:
+        (events to emit after apply, indexes into ``ops`` of the STALE/CLOSED ops).
+    """
     logs: list[tuple[str, dict[str, Any]]] = []
     stale_ops: list[int] = []
+    now_ms = to_ms(now)
     for (item, decision), outcome in zip(decided, outcomes, strict=True):
         esc = item.escalation
         if outcome.status is RecordStatus.RECORDED and outcome.state is not None:
@@ -154,17 +193,15 @@ def fire_due(
             report.decisions[decision.match_decision] = (
                 report.decisions.get(decision.match_decision, 0) + 1
             )
-            action = (ApplyAction.REMOVE if decision.kind is DecisionKind.TERMINAL
-                      else ApplyAction.RESCHEDULE)
+            terminal = decision.kind is DecisionKind.TERMINAL
+            action = ApplyAction.REMOVE if terminal else ApplyAction.RESCHEDULE
             ops.append(ApplyOp(state, action, item.token, _notification(item, decision, state)))
-            event = ("escalation.terminal" if decision.kind is DecisionKind.TERMINAL
-                     else "escalation.promoted")
-            logs.append((event, {
+            logs.append(("escalation.terminal" if terminal else "escalation.promoted", {
                 "dispute_id": str(esc.dispute_id), "trace_id": esc.trace_id,
                 "source_hash": esc.source_hash, "match_decision": decision.match_decision,
                 "from_tier": decision.from_tier, "to_tier": decision.to_tier,
                 "ladder": esc.ladder_key, "seq": state.seq, "fence_token": item.token,
-                "lag_ms": to_ms(claim.now) - to_ms(esc.due_at),
+                "lag_ms": now_ms - to_ms(esc.due_at),
                 "next_due_at": state.due_at.isoformat() if decision.to_tier else None,
             }))
         elif outcome.status is RecordStatus.UNKNOWN:
@@ -183,25 +220,15 @@ def fire_due(
                 "dispute_id": str(esc.dispute_id), "trace_id": esc.trace_id,
                 "source_hash": esc.source_hash, "match_decision": "ALREADY_DECIDED",
                 "claimed_seq": esc.seq, "recorded_seq": state.seq}))
+    return logs, stale_ops
 
-    if stale_ops:
-        _attach_unapplied_notifications(ops, stale_ops, claim.items, store)
-    results = scheduler.apply(ops) if ops else []
-    hook("after_apply")
+
+def _count_results(results: list[ApplyOutcome], report: BatchReport) -> None:
     for result in results:
         if result is ApplyOutcome.APPLIED:
             report.applied += 1
         elif result is ApplyOutcome.NOT_OWNER:
             report.not_owner += 1
-    if on_scheduled is not None:  # issue 4: pre-breach warnings of the newly entered tiers
-        on_scheduled([op.escalation for op, res in zip(ops, results, strict=True)
-                      if res is ApplyOutcome.APPLIED and op.notify
-                      and op.action is ApplyAction.RESCHEDULE])
-    # Host clock (epoch ms) right after the apply call: apply lag = applied_ms - due (bench).
-    applied_ms = time.time_ns() // 1_000_000
-    for event, fields in logs:
-        sink(event, worker_id=worker_id, applied_ms=applied_ms, **fields)
-    return report
 
 
 def _attach_unapplied_notifications(

@@ -4,7 +4,10 @@
   one member per ``warn_at`` fraction of the tier goes into the shard's warnings ZSET, keyed by
   the tier-entry seq: ``"<id>:<seq>:<fraction>"`` at ``entered + f * window``
   (``sla_timing.warning_times``). Warnings at or after the breach are not scheduled.
-* **fire** (``fire_warnings``, called by the worker after each ``fire_due`` batch): claim due
+* **fire** (``fire_warnings``, called by the worker after a ``fire_due`` batch when the
+  earliest warning left by the previous pass (``WarningReport.next_due_ms``) is due, or after
+  a wake marker; ``RedisWarnings.schedule`` pushes the marker when it adds a new earliest
+  warning, so caching that time never makes a warning late; issue 6): claim due
   members (``warn_claim.lua``), then per member:
   - drop it if the escalation *moved on*: not pending, or a non-WARNING ledger row was
     appended after the tier-entry seq (promotion, pause, resume, migration, cancel);
@@ -70,6 +73,9 @@ class WarningReport:
     duplicate: int = 0
     notified: int = 0
     recorded_keys: list[str] = field(default_factory=list)
+    next_due_ms: int | None = None
+    """Earliest warning still scheduled after this pass (epoch ms; None = none): the worker
+    runs the next pass only once Redis time reaches it, or after a wake (issue 6)."""
 
 
 def warning_members(
@@ -161,6 +167,7 @@ def fire_warnings(
     report = WarningReport()
     now, members = warnings.claim(max_items)
     report.claimed = len(members)
+    report.next_due_ms = warnings.next_due_ms
     ops: list[ApplyOp] = []
     for m in members:
         got = store.get(m.dispute_id)

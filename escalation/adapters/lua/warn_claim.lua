@@ -6,7 +6,9 @@
 --
 -- KEYS[1]   warnings ZSET (member "<dispute id>:<seq>:<fraction>", score = warning time, epoch ms)
 -- ARGV[1]   max_items: integer 1..1000
--- Returns:  {now_ms, {member_1, score_1, member_2, score_2, ...}}
+-- Returns:  {now_ms, {member_1, score_1, member_2, score_2, ...}, next_ms}
+--           next_ms = score of the earliest member left after the claim (epoch ms), or -1 when
+--           none is left (issue 6: the worker sleeps on it instead of polling every loop)
 -- Errors:   "EINVAL warn_claim: <reason>" (nothing written)
 
 local function fail(msg) return redis.error_reply('EINVAL warn_claim: ' .. msg) end
@@ -20,4 +22,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(max_items))
 for i = 1, #due, 2 do redis.call('ZREM', KEYS[1], due[i]) end
-return {now, due}
+local left = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local next_ms = -1
+if left[2] then next_ms = tonumber(left[2]) end
+return {now, due, next_ms}
