@@ -46,7 +46,7 @@ def check_ladders(
         Error lines, empty when everything is valid. Never raises for a bad ladder.
     """
     if calendars is None:
-        from escalation.domain.business_calendar import builtin_calendars  # noqa: PLC0415
+        from escalation.domain.business_calendar import builtin_calendars
 
         calendars = builtin_calendars()
     errors: list[str] = []

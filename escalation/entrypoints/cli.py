@@ -225,8 +225,9 @@ def worker(
     worker_id: Annotated[str | None, typer.Option(help="Worker id in logs/ledger.")] = None,
 ) -> None:
     """Fire due escalations until SIGTERM/SIGINT (or, with --burst, until nothing is due)."""
-    from escalation.entrypoints.worker import run_worker
+    from escalation.entrypoints.worker import install_early_stop_handlers, run_worker
 
+    install_early_stop_handlers()
     a = _app(batch_size=batch_size, poll_interval_s=poll_interval_s, lock_ttl_s=lock_ttl_s,
              jitter=jitter, worker_id=worker_id)
     try:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from escalation.adapters.report_queries import decision_counts, duplicate_decisions, undecided_due
 from escalation.adapters.db import upgrade_to_head
+from escalation.adapters.report_queries import decision_counts, duplicate_decisions, undecided_due
 from escalation.bootstrap import build, resolve_urls
 from escalation.entrypoints.cli import err, out
 from escalation.entrypoints.render import trail_table
@@ -41,7 +41,7 @@ from escalation.settings import get_settings
 def generated_batch(count: int, now_ms: int, seed: int | None = None) -> list[EnqueueRequest]:
     """``count`` disputes: 60% standard / 25% senior / 15% compliance; 90% already past their
     SLA window (up to 10 min ago), 10% due within the next 3 s; materiality 0-25,000.00."""
-    rng = random.Random(seed)  # noqa: S311 - demo data
+    rng = random.Random(seed)
     from escalation.domain.timeutil import from_ms
 
     reqs = []

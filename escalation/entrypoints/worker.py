@@ -137,6 +137,24 @@ def crashpoint_from_env() -> Any:
     return hook
 
 
+_EARLY_STOP: dict[str, int | None] = {"signum": None}
+
+
+def install_early_stop_handlers() -> None:
+    """Catch SIGTERM/SIGINT from process start until :func:`run_worker` takes over.
+
+    Start-up (imports, connecting, the schema check) takes a moment; a stop signal in that
+    window is remembered and honoured by ``run_worker`` (clean exit 0) instead of killing the
+    process with the default action.
+    """
+
+    def early(signum: int, frame: FrameType | None) -> None:
+        _EARLY_STOP["signum"] = signum
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, early)
+
+
 def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None) -> WorkerTotals:
     """Run until SIGTERM/SIGINT (or, with ``burst``, until nothing is due). Returns totals.
 
@@ -147,7 +165,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
     settings = app.settings
     rng = random.Random()
     totals = WorkerTotals()
-    state = {"stop": False, "in_batch": False}
+    state = {"stop": _EARLY_STOP["signum"] is not None, "in_batch": False}
 
     def handler(signum: int, frame: FrameType | None) -> None:
         state["stop"] = True

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import tempfile
 import sys
+import tempfile
 import uuid
 from datetime import datetime, timedelta
 from decimal import Decimal

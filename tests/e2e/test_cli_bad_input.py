@@ -79,7 +79,7 @@ def test_python_api_refuses_float_money_and_naive_datetime(app: Any) -> None:
                           **deps)
     with pytest.raises(InvalidInput, match="timezone-aware"):
         enqueue_on_breach(EnqueueRequest(did, Decimal("1.00"), GOOD_HASH,
-                                         due_at=datetime(2026, 1, 1)), **deps)  # noqa: DTZ001
+                                         due_at=datetime(2026, 1, 1)), **deps)
     with pytest.raises(UnknownTier):
         enqueue_on_breach(EnqueueRequest(did, Decimal("1.00"), GOOD_HASH, tier="vip",
                                          due_at=app.scheduler.time()), **deps)

@@ -11,7 +11,6 @@ import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-
 from pathlib import Path
 
 import pytest
