@@ -55,6 +55,14 @@ def _json_default(value: Any) -> Any:
     return repr(value)
 
 
+def _logger_field(_: Any, __: str, event: structlog.typing.EventDict) -> Any:
+    """Show the ``logger_name`` a logger was created with as the ``logger`` field."""
+    name = event.pop("logger_name", None)
+    if name is not None:
+        event["logger"] = name
+    return event
+
+
 def _shared_processors() -> list[structlog.typing.Processor]:
     return [
         structlog.contextvars.merge_contextvars,
@@ -106,14 +114,20 @@ def configure_logging(
     out = stream if stream is not None else sys.stderr
     shared = _shared_processors()
 
+    # Our own events go through structlog's native write logger (no stdlib LogRecord on the
+    # hot path: one event per decision); records of libraries go through the stdlib handler
+    # below with the same processors and renderer, so both look the same.
     structlog.configure(
         processors=[
-            structlog.stdlib.filter_by_level,
-            *shared,
-            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+            structlog.contextvars.merge_contextvars,
+            _logger_field,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
+            structlog.processors.StackInfoRenderer(),
+            *_renderer(fmt, out),
         ],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
+        logger_factory=structlog.WriteLoggerFactory(file=out),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level_name)),
         cache_logger_on_first_use=False,  # capture_logs() and reconfiguring keep working
     )
     formatter = structlog.stdlib.ProcessorFormatter(
@@ -137,10 +151,10 @@ def configure_logging(
         logging.getLogger(name).setLevel(max(library_level, logging.getLevelName(level_name)))
 
 
-def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+def get_logger(name: str) -> Any:
     """A structlog logger named ``name`` (shown as the ``logger`` field); cheap, lazy.
 
     Safe at import time: the logger binds to the configuration current when it first logs.
+    Returns a structlog bound logger (``.info(event, **fields)`` etc.).
     """
-    logger: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger(name)
-    return logger
+    return structlog.get_logger(logger_name=name)

@@ -84,23 +84,22 @@ class RedisWarnings:
         """
         if not members:
             return 0
-        pipe = self._client.pipeline(transaction=False)
-        by_shard: dict[int, set[str]] = {}
+        by_shard: dict[int, dict[str, int]] = {}
         for m in members:
-            keys = self.keys_for(m.dispute_id)
-            pipe.zadd(keys.warnings, {m.member: m.due_ms}, nx=True)
-            by_shard.setdefault(keys.shard, set()).add(m.member)
-        added = [int(x) for x in pipe.execute()]
-        if not any(added):
-            return 0
+            by_shard.setdefault(self.keys_for(m.dispute_id).shard, {})[m.member] = m.due_ms
         shards = sorted(by_shard)
         pipe = self._client.pipeline(transaction=False)
-        for shard in shards:
-            pipe.zrange(Keys(self.namespace, shard).warnings, 0, 0)
-        firsts = pipe.execute()
+        for shard in shards:  # one multi-member ZADD NX per shard, then its first member
+            key = Keys(self.namespace, shard).warnings
+            pipe.zadd(key, by_shard[shard], nx=True)
+            pipe.zrange(key, 0, 0)
+        replies = pipe.execute()
+        added = sum(int(x) for x in replies[0::2])
+        if not added:
+            return 0
         pipe = self._client.pipeline(transaction=False)
         nudged = False
-        for shard, first in zip(shards, firsts, strict=True):
+        for shard, first in zip(shards, replies[1::2], strict=True):
             if first and str(first[0]) in by_shard[shard]:
                 wake = Keys(self.namespace, shard).wake
                 pipe.lpush(wake, "1")
@@ -108,7 +107,7 @@ class RedisWarnings:
                 nudged = True
         if nudged:
             pipe.execute()
-        return sum(added)
+        return added
 
     def claim(self, max_items: int) -> tuple[datetime, list[WarningMember]]:
         """Take up to ``max_items`` due warnings over all shards (each handed out once).

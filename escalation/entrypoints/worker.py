@@ -92,7 +92,10 @@ class _IdleState:
       (``warn_next_ms``, from warn_claim.lua) is due, or after a wake marker (``woke``;
       ``RedisWarnings.schedule`` pushes one when it adds a new earliest warning). The first
       loop runs it (``woke`` starts True).
-    * maintenance: polled at most every ``maint_every_s`` seconds (host monotonic clock).
+    * maintenance: polled at most every ``maint_every_s`` seconds (host monotonic clock),
+      the first time one interval after start: a worker (re)started into a backlog fires
+      first; a missed run is still caught up within ``maint_every_s``. ``--burst`` workers
+      (drain and exit) run no maintenance at all.
     """
 
     maint_every_s: float
@@ -183,6 +186,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
     maint, dead = maintenance_for(app), dead_letters_for(app)  # issue 7
     app.scheduler.priority = weight_fn(app.ladders)  # issue 4: materiality priority
     idle = _IdleState(maint_every_s=maintenance_every_s(maint.lease.ttl_ms, maint.lease.margin))
+    idle.maint_next = time.monotonic() + idle.maint_every_s
     try:
         while not state["stop"]:
             state["in_batch"] = True
@@ -204,7 +208,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
                     idle.warned(wrep.next_due_ms)
                 state["in_batch"] = False
                 _add(totals, report)
-                if idle.maintenance_due():
+                if not burst and idle.maintenance_due():
                     poll_maintenance(maint)  # issue 7; issue 6: every maint_every_s at most
                 if state["stop"] or (max_batches is not None and totals.batches >= max_batches):
                     break

@@ -51,6 +51,7 @@ def test_event_and_fields_are_captured() -> None:
         {
             "event": "escalation.promoted",
             "log_level": "info",
+            "logger_name": "escalation.worker",
             "trace_id": "t-1",
             "source_hash": "abc",
             "match_decision": "PROMOTED_TO_SENIOR",
