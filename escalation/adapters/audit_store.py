@@ -247,9 +247,7 @@ class PostgresAuditStore(AuditQueries):
             _check_decision(decision)
         ids = sorted({claimed.escalation.dispute_id for claimed, _ in items})
         with self._engine.begin() as conn:
-            states = {
-                r["dispute_id"]: dict(r) for r in conn.execute(_LOCK_MANY, {"ids": ids}).mappings()
-            }
+            states = _locked_states(conn.execute(_LOCK_MANY, {"ids": ids}))
             outcomes, ledger, moved = _apply_decisions(states, items, actor)
             if ledger:
                 _copy_ledger(conn, ledger)
@@ -430,6 +428,14 @@ def _check_decision(decision: Decision) -> None:
     ):
         raise InvalidInput("a promotion needs to_tier and next_due_at")
     require_aware(decision.decided_at, "decided_at")
+
+
+def _locked_states(result: sa.CursorResult[Any]) -> dict[UUID, dict[str, Any]]:
+    """Projection rows of ``result`` as plain dicts by dispute id (``dict(zip(keys, row))``
+    over plain rows: several times cheaper than ``dict(RowMapping)``)."""
+    cols = list(result.keys())
+    states = [dict(zip(cols, row, strict=True)) for row in result]
+    return {state["dispute_id"]: state for state in states}
 
 
 def _apply_decisions(

@@ -210,8 +210,11 @@ class Ladder:
 
     def band_for(self, amount: Decimal) -> MaterialityBand | None:
         """The band with the highest ``min_amount <= amount`` (inclusive), or ``None``."""
-        eligible = [b for b in self.bands if b.min_amount <= amount]
-        return max(eligible, key=lambda b: b.min_amount, default=None)
+        best: MaterialityBand | None = None  # first of equal maxima, as max() would pick
+        for band in self.bands:
+            if band.min_amount <= amount and (best is None or band.min_amount > best.min_amount):
+                best = band
+        return best
 
     def deadlines_for(self, tier_id: str) -> tuple[RegulatoryDeadline, ...]:
         """The regulatory deadlines that cap tier ``tier_id`` (possibly none)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 from decimal import Decimal
+from functools import lru_cache
 
 from escalation.domain.business_calendar import BusinessCalendar
 from escalation.domain.calendars import (
@@ -289,6 +290,7 @@ def warning_times(
     return out
 
 
+@lru_cache(maxsize=256)  # a handful of distinct fractions (the ladders' warn_at)
 def fraction_label(f: Decimal) -> str:
     """Canonical text of a warning fraction: ``Decimal("0.5")`` -> ``"0.50"``."""
     return f"{f.quantize(Decimal('0.01'))}"

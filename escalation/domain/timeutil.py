@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from escalation.domain.errors import InvalidInput
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
 
 
 def require_aware(value: datetime, name: str) -> datetime:
@@ -19,6 +20,8 @@ def require_aware(value: datetime, name: str) -> datetime:
     Raises:
         InvalidInput: ``value`` is not a datetime or is naive (no tzinfo / utcoffset).
     """
+    if isinstance(value, datetime) and value.tzinfo is UTC:
+        return value  # already UTC (astimezone would return it unchanged): hot-path shortcut
     if not isinstance(value, datetime):
         raise InvalidInput(f"{name} must be a datetime, not {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
@@ -28,8 +31,10 @@ def require_aware(value: datetime, name: str) -> datetime:
 
 def to_ms(value: datetime) -> int:
     """Aware datetime -> integer epoch milliseconds (UTC). Raises InvalidInput if naive."""
+    if isinstance(value, datetime) and value.tzinfo is UTC:  # hot path: no re-validation
+        return (value - EPOCH) // _MS
     aware = require_aware(value, "datetime")
-    return (aware - EPOCH) // timedelta(milliseconds=1)
+    return (aware - EPOCH) // _MS
 
 
 def from_ms(ms: int) -> datetime:

@@ -64,10 +64,11 @@ def _status_action(status: Status) -> ApplyAction:
 
 def _notification(item: ClaimedItem, decision: Decision, state: Escalation) -> dict[str, str]:
     """Review-stream entry for the next tier's queue (idempotency key = dispute:seq)."""
+    dispute_id, seq = str(state.dispute_id), str(state.seq)  # UUID.__str__ once (profile)
     return {
-        "dispute_id": str(state.dispute_id),
-        "seq": str(state.seq),
-        "idempotency_key": f"{state.dispute_id}:{state.seq}",
+        "dispute_id": dispute_id,
+        "seq": seq,
+        "idempotency_key": f"{dispute_id}:{seq}",
         "match_decision": decision.match_decision,
         "from_tier": decision.from_tier,
         "to_tier": decision.to_tier or "",
@@ -195,9 +196,10 @@ def _ops_from_outcomes(
             )
             terminal = decision.kind is DecisionKind.TERMINAL
             action = ApplyAction.REMOVE if terminal else ApplyAction.RESCHEDULE
-            ops.append(ApplyOp(state, action, item.token, _notification(item, decision, state)))
+            note = _notification(item, decision, state)  # same dispute as esc
+            ops.append(ApplyOp(state, action, item.token, note))
             logs.append(("escalation.terminal" if terminal else "escalation.promoted", {
-                "dispute_id": str(esc.dispute_id), "trace_id": esc.trace_id,
+                "dispute_id": note["dispute_id"], "trace_id": esc.trace_id,
                 "source_hash": esc.source_hash, "match_decision": decision.match_decision,
                 "from_tier": decision.from_tier, "to_tier": decision.to_tier,
                 "ladder": esc.ladder_key, "seq": state.seq, "fence_token": item.token,
