@@ -18,10 +18,11 @@ import sqlalchemy as sa
 
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.calendar_files import load_calendars
-from escalation.adapters.db import check_at_head, make_engine, normalize_url
+from escalation.adapters.db import check_at_head, make_engine, normalize_url, upgrade_to_head
 from escalation.adapters.ladder_files import LadderCatalog
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.domain.calendars import CalendarRegistry
+from escalation.domain.errors import SchemaNotAtHead
 from escalation.settings import Settings
 
 
@@ -79,13 +80,31 @@ class App:
         self.engine.dispose()
 
 
+def _at_head_or_upgrade(engine: sa.Engine, urls: Urls) -> None:
+    """Refuse a configured database behind the Alembic head; upgrade the embedded one."""
+    try:
+        check_at_head(engine)
+    except SchemaNotAtHead:
+        if not urls.embedded:
+            raise
+        upgrade_to_head(urls.database_url)
+
+
 def build(
-    settings: Settings, *, check_schema: bool = True, actor: str | None = None, **_: Any
+    settings: Settings,
+    *,
+    check_schema: bool = True,
+    actor: str | None = None,
+    strict_ladders: bool = False,
+    **_: Any,
 ) -> App:
     """Build the App for ``settings``.
 
     Args:
-        check_schema: refuse to start unless the database is at the Alembic head.
+        check_schema: refuse to start unless the database is at the Alembic head (the
+            embedded database, which is ours, is upgraded instead).
+        strict_ladders: refuse to start if any ladder file is invalid (worker, enqueue,
+            import); otherwise invalid files are skipped and listed in ``ladders.errors``.
         actor: who acts (worker id or admin name); defaults to a fresh worker id.
 
     Raises:
@@ -99,8 +118,8 @@ def build(
     )
     engine = make_engine(urls.database_url)
     if check_schema:
-        check_at_head(engine)
-    ladders = LadderCatalog.from_dir(settings.ladders_dir)
+        _at_head_or_upgrade(engine, urls)
+    ladders = LadderCatalog.from_dir(settings.ladders_dir, strict=strict_ladders)
     scheduler = RedisScheduler(client, namespace=settings.namespace, shards=settings.shards)
     # issue 4 C: materiality weights written at enqueue, aging used by claim.lua
     from escalation.service_layer.priority import weight_fn

@@ -80,6 +80,28 @@ class Settings(BaseSettings):
             raise ValueError(f"{info.field_name} must be in {lo:g}-{hi:g}, got {value:g}")
         return value
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(
+                "must be a redis://, rediss:// or unix:// URL, e.g. redis://127.0.0.1:6379/1"
+            )
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+            raise ValueError(
+                "must be a postgresql:// URL, e.g. postgresql://postgres@127.0.0.1:5432/escalation"
+            )
+        return value
+
     @property
     def lease_ms(self) -> int:
         """Lease (visibility timeout) in milliseconds = lock_ttl_s * 1000."""

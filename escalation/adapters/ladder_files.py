@@ -307,8 +307,12 @@ def check_ladder_dir(
 class LadderCatalog:
     """Every ladder version loaded from a directory, by ``(name, version)``."""
 
-    def __init__(self, ladders: list[Ladder]) -> None:
-        """Index ``ladders``. Raises LadderError on a duplicate ``(name, version)``."""
+    def __init__(self, ladders: list[Ladder], errors: list[str] | None = None) -> None:
+        """Index ``ladders``. Raises LadderError on a duplicate ``(name, version)``.
+
+        ``errors``: messages of files that failed to load (lenient loading only).
+        """
+        self.errors: list[str] = list(errors or [])
         self._by_key: dict[tuple[str, int], Ladder] = {}
         for ladder in ladders:
             key = (ladder.name, ladder.version)
@@ -317,16 +321,33 @@ class LadderCatalog:
             self._by_key[key] = ladder
 
     @classmethod
-    def from_dir(cls, path: Path) -> LadderCatalog:
+    def from_dir(cls, path: Path, *, strict: bool = True) -> LadderCatalog:
         """Load every ``*.toml`` in ``path`` (sorted by file name).
 
+        ``strict=False`` (read-only commands: status, audit, doctor, ...) skips invalid files
+        and keeps their messages in ``errors``, so one broken file does not stop commands
+        that do not need it; asking for a ladder that is missing then names those errors.
+        The worker and enqueue paths load strictly.
+
         Raises:
-            LadderError: any file invalid (message names the file and field), or ``path``
-                missing.
+            LadderError: (strict) any file invalid (message names the file and field);
+                ``path`` missing (always).
         """
         if not path.is_dir():
             raise LadderError(f"{path}: (directory): ladder directory not found")
-        return cls([load_ladder_file(f) for f in sorted(path.glob("*.toml"))])
+        ladders: list[Ladder] = []
+        errors: list[str] = []
+        for f in sorted(path.glob("*.toml")):
+            try:
+                ladders.append(load_ladder_file(f))
+            except LadderError as exc:
+                if strict:
+                    raise
+                errors.append(str(exc))
+        return cls(ladders, errors)
+
+    def _invalid_note(self) -> str:
+        return f"; invalid ladder files: {' | '.join(self.errors)}" if self.errors else ""
 
     def get(self, name: str, version: int) -> Ladder:
         """The ladder ``name`` at ``version``. Raises LadderError if there is no such file."""
@@ -336,13 +357,17 @@ class LadderCatalog:
             known = ", ".join(str(v) for v in self.versions(name)) or "none"
             raise LadderError(
                 f"ladder {name!r} version {version} not found (versions: {known})"
+                + self._invalid_note()
             ) from None
 
     def latest(self, name: str) -> Ladder:
         """The highest version of ladder ``name``. Raises LadderError if unknown."""
         versions = self.versions(name)
         if not versions:
-            raise LadderError(f"ladder {name!r} not found (ladders: {', '.join(self.names())})")
+            raise LadderError(
+                f"ladder {name!r} not found (ladders: {', '.join(self.names())})"
+                + self._invalid_note()
+            )
         return self._by_key[(name, versions[-1])]
 
     def versions(self, name: str) -> list[int]:

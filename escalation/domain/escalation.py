@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from uuid import UUID
 
@@ -45,6 +45,27 @@ def parse_dispute_id(value: object) -> UUID:
         except ValueError:
             pass
     raise InvalidInput(f"dispute id must be a UUID, got {value!r}")
+
+
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def check_instant(value: object, name: str) -> datetime:
+    """An aware instant between 1970-01-01 and 9000-01-01 UTC, returned in UTC.
+
+    Scores in Redis are epoch milliseconds (no negative epochs) and deadline arithmetic must
+    not overflow ``datetime``; anything outside that span is a typo, not a dispute.
+
+    Raises:
+        InvalidInput: not a datetime, naive, or outside the span.
+    """
+    aware = require_aware(value, name)  # type: ignore[arg-type]
+    if not EARLIEST <= aware < LATEST:
+        raise InvalidInput(
+            f"{name} {aware.isoformat()} is outside 1970-01-01 .. 9000-01-01 (UTC)"
+        )
+    return aware
 
 
 def check_source_hash(value: object) -> str:
@@ -133,21 +154,21 @@ class Escalation:
         return cls(
             dispute_id=parse_dispute_id(dispute_id),
             tier=tier,
-            due_at=require_aware(due_at, "due_at"),
+            due_at=check_instant(due_at, "due_at"),
             materiality=Materiality.parse(materiality),
             source_hash=check_source_hash(source_hash),
             ladder=ladder.name,
             ladder_version=ladder.version,
             seq=0,
-            entered_tier_at=require_aware(entered_tier_at, "entered_tier_at"),
+            entered_tier_at=check_instant(entered_tier_at, "entered_tier_at"),
             trace_id=trace_id,
             external_id=external_id,
             regulatory_deadline=(
                 None
                 if regulatory_deadline is None
-                else require_aware(regulatory_deadline, "regulatory_deadline")
+                else check_instant(regulatory_deadline, "regulatory_deadline")
             ),
-            deadlines=tuple((n, require_aware(at, f"deadline {n}")) for n, at in deadlines),
+            deadlines=tuple((n, check_instant(at, f"deadline {n}")) for n, at in deadlines),
         )
 
     @property

@@ -49,6 +49,8 @@ class Materiality:
             dec = Decimal(value)
         elif isinstance(value, str):
             text = value.strip()
+            if not text.isascii():
+                raise InvalidInput(f"materiality {value!r} must use ASCII digits")
             try:
                 dec = Decimal(text)
             except InvalidOperation:
@@ -61,6 +63,10 @@ class Materiality:
             raise InvalidInput(f"materiality must be finite, got {value!r}")
         if dec < 0:
             raise InvalidInput(f"materiality must not be negative, got {value!r}")
+        if dec.adjusted() >= MAX_INTEGER_DIGITS:
+            raise InvalidInput(
+                f"materiality {value!r} has more than {MAX_INTEGER_DIGITS} integer digits"
+            )
         quantized = dec.quantize(CENT, rounding=ROUND_HALF_EVEN)
         if quantized.adjusted() >= MAX_INTEGER_DIGITS:
             raise InvalidInput(

@@ -52,13 +52,17 @@ def _settings(**overrides: Any) -> Any:
     return get_settings(**overrides)
 
 
-def _app(actor: str | None = None, check_schema: bool = True, **overrides: Any) -> Any:
+def _app(
+    actor: str | None = None, check_schema: bool = True, strict_ladders: bool = False,
+    **overrides: Any,
+) -> Any:
     from escalation.bootstrap import build
     from escalation.logs import configure_logging
 
     settings = _settings(**overrides)
     configure_logging(settings.log_format, settings.log_level)
-    return build(settings, actor=actor, check_schema=check_schema)
+    return build(settings, actor=actor, check_schema=check_schema,
+                 strict_ladders=strict_ladders)
 
 
 def _print_json(data: Any) -> None:
@@ -93,7 +97,7 @@ def enqueue(
         ladder=ladder, external_id=external_id, trace_id=trace_id,
         anchor_at=parse_time(notice_at, "--notice-at"),
     )
-    a = _app(actor="cli")
+    a = _app(actor="cli", strict_ladders=True)
     try:
         res = enqueue_on_breach(
             req, scheduler=a.scheduler, store=a.store, ladders=a.ladders, calendars=a.calendars,
@@ -228,7 +232,8 @@ def worker(
     from escalation.entrypoints.worker import install_early_stop_handlers, run_worker
 
     install_early_stop_handlers()
-    a = _app(batch_size=batch_size, poll_interval_s=poll_interval_s, lock_ttl_s=lock_ttl_s,
+    a = _app(strict_ladders=True, batch_size=batch_size, poll_interval_s=poll_interval_s,
+             lock_ttl_s=lock_ttl_s,
              jitter=jitter, worker_id=worker_id)
     try:
         totals = run_worker(a, burst=burst)
@@ -254,10 +259,25 @@ def register_more() -> None:
 def main() -> None:
     """Console-script entry point: run the app, map EscalationError to exit codes."""
     register_more()
+    import redis.exceptions
+    import sqlalchemy.exc
+
     try:
         app()
     except EscalationError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
-        sys.exit(exc.exit_code)
+        _fail(str(exc), exc.exit_code)
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        _fail(f"cannot reach Redis: {exc}", 1)
+    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:
+        first = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
+        _fail(f"cannot reach PostgreSQL: {first[0] if first else exc}", 1)
+    except OSError as exc:
+        _fail(str(exc), 1)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def _fail(message: str, code: int) -> None:
+    """Print one ``error: ...`` line on stderr and exit with ``code``."""
+    err.print(f"error: {message}", markup=False, highlight=False)
+    sys.exit(code)

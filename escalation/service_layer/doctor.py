@@ -143,4 +143,13 @@ def run_doctor(app: Any, *, host_ms: Callable[[], int] | None = None,
                            aging_ms=app.settings.priority_aging_s * 1000)
     clock = host_ms or (lambda: time.time_ns() // 1_000_000)
     return [_double(app), _skew(app, clock, max_skew_ms), _stuck(rel), _contention(app),
-            _drift(app, rel), _maxmemory(app.redis)]
+            _drift(app, rel), _maxmemory(app.redis), _ladder_files(app)]
+
+
+def _ladder_files(app: Any) -> Check:
+    """Invalid ladder files (skipped by read-only commands; workers refuse to start)."""
+    errors = list(getattr(app.ladders, "errors", []))
+    return Check("LADDER_FILES", not errors,
+                 f"{len(errors)} invalid ladder file(s)" + (f": {errors[0]}" if errors else ""),
+                 "" if not errors else "fix the file (see `escalation ladder check`); workers "
+                 "and enqueue refuse to start until every ladder file is valid")

@@ -17,7 +17,7 @@ from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry, window_end
 from escalation.domain.errors import ConflictError, InvalidInput
-from escalation.domain.escalation import Escalation, Status
+from escalation.domain.escalation import Escalation, Status, check_instant
 from escalation.domain.ladder import Ladder
 from escalation.domain.materiality import Materiality
 from escalation.domain.sla_timing import (
@@ -84,15 +84,15 @@ def build_escalation(
     tier = ladder.tier(tier_id)
     amount = Materiality.parse(req.materiality).amount
     if req.opened_at is not None:
-        entered = require_aware(req.opened_at, "opened_at")
+        entered = check_instant(req.opened_at, "opened_at")
         due = window_end(entered, tier_window(ladder, tier.id, amount), calendars)
     elif req.due_at is not None:
-        due = require_aware(req.due_at, "due_at")
+        due = check_instant(req.due_at, "due_at")
         entered = min(require_aware(now, "now"), due)
     deadline = None
     deadlines: tuple[tuple[str, datetime], ...] = ()
     if ladder.deadlines:  # issue 4: deadlines from the anchor, due capped by the tier's ones
-        anchor = entered if req.anchor_at is None else require_aware(req.anchor_at, "anchor_at")
+        anchor = entered if req.anchor_at is None else check_instant(req.anchor_at, "anchor_at")
         deadlines = compute_deadlines(ladder, anchor, calendars)
         cap, deadline = tier_cap(ladder, tier.id, dict(deadlines), calendars)
         due = cap_due(due, cap, entered)

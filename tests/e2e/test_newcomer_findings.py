@@ -1,0 +1,82 @@
+"""Regressions found by a newcomer trying the product: each input is refused before anything
+is written, or a command keeps working where it should."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+LADDERS = Path(__file__).resolve().parents[2] / "ladders"
+HASH = "ef" * 32
+
+
+def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "escalation", *args], env=env,
+                          capture_output=True, text=True, timeout=180, check=False)
+
+
+@pytest.mark.parametrize("due", ["0001-01-01T00:00:00+00:00", "9999-12-31T00:00:00+00:00",
+                                 "1969-12-31T23:59:59+00:00"])
+def test_out_of_range_dates_are_refused_before_anything_is_written(
+    app: Any, cli_env: dict[str, str], due: str
+) -> None:
+    did = str(uuid.uuid4())
+    res = run_cli(cli_env, "enqueue", "--dispute-id", did, "--source-hash", HASH,
+                  "--due-at", due)
+    assert res.returncode == 2, res.stderr
+    assert "outside 1970-01-01" in res.stderr and "Traceback" not in res.stderr
+    assert app.store.get(uuid.UUID(did)) is None
+    assert app.scheduler.payload(uuid.UUID(did)) is None
+
+
+@pytest.mark.parametrize("money", ["99999999999999999999999999999", "1e30", "١٢٣"])
+def test_huge_or_non_ascii_money_is_a_clear_error(cli_env: dict[str, str], money: str) -> None:
+    res = run_cli(cli_env, "enqueue", "--dispute-id", str(uuid.uuid4()), "--source-hash", HASH,
+                  "--due-at", "2026-01-01T00:00:00+00:00", "--materiality", money)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "materiality" in res.stderr
+
+
+def test_bad_server_urls_are_one_line_errors(cli_env: dict[str, str]) -> None:
+    res = run_cli(dict(cli_env, ESCALATION_REDIS_URL="garbage"), "status")
+    assert res.returncode == 2 and "ESCALATION_REDIS_URL" in res.stderr
+    assert "Traceback" not in res.stderr
+    db = cli_env["ESCALATION_DATABASE_URL"].rsplit("/", 1)[0] + "/no_such_db_" + uuid.uuid4().hex[:6]
+    res = run_cli(dict(cli_env, ESCALATION_DATABASE_URL=db), "status")
+    assert res.returncode == 1 and "cannot reach PostgreSQL" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_one_invalid_ladder_file_stops_workers_but_not_read_only_commands(
+    app: Any, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    ladders = tmp_path / "ladders"
+    shutil.copytree(LADDERS, ladders)
+    (ladders / "reg_z_billing_error.v2.toml").write_text("ladder = 'reg_z_billing_error'\n")
+    env = dict(cli_env, ESCALATION_LADDERS_DIR=str(ladders))
+    status = run_cli(env, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    doctor = run_cli(env, "doctor")
+    assert doctor.returncode == 1 and "LADDER_FILES" in doctor.stdout + doctor.stderr
+    worker = run_cli(env, "worker", "--burst")
+    assert worker.returncode == 2 and "reg_z_billing_error.v2.toml" in worker.stderr
+    assert "Traceback" not in worker.stderr
+
+
+@pytest.mark.slow
+def test_embedded_database_is_migrated_by_any_command(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
+    env["ESCALATION_HOME"] = str(tmp_path / "home")
+    try:
+        res = run_cli(env, "status", "--json")
+        assert res.returncode == 0, res.stderr
+        assert '"pending": 0' in res.stdout
+    finally:
+        run_cli(env, "services", "stop")
