@@ -48,7 +48,8 @@ def test_bad_server_urls_are_one_line_errors(cli_env: dict[str, str]) -> None:
     res = run_cli(dict(cli_env, ESCALATION_REDIS_URL="garbage"), "status")
     assert res.returncode == 2 and "ESCALATION_REDIS_URL" in res.stderr
     assert "Traceback" not in res.stderr
-    db = cli_env["ESCALATION_DATABASE_URL"].rsplit("/", 1)[0] + "/no_such_db_" + uuid.uuid4().hex[:6]
+    base = cli_env["ESCALATION_DATABASE_URL"].rsplit("/", 1)[0]
+    db = f"{base}/no_such_db_{uuid.uuid4().hex[:6]}"
     res = run_cli(dict(cli_env, ESCALATION_DATABASE_URL=db), "status")
     assert res.returncode == 1 and "cannot reach PostgreSQL" in res.stderr
     assert "Traceback" not in res.stderr
