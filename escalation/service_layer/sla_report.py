@@ -9,15 +9,28 @@ Definitions (docs/audit.md "SLA report"); the window is ``[since, until)`` in UT
 * **breached**: stays ended by an escalation (PROMOTED or TERMINAL: the tier's SLA window
   elapsed) decided in the window;
 * **promoted on time**: breached stays whose escalation was decided no later than
-  ``grace_s`` seconds (default 60) after the stay's due time (``due_at`` of the escalation
-  row); **promoted late** = breached - on time;
+  ``grace_s`` seconds (default 60) after *that tier's* due time (``due_at`` of the
+  escalation row, which is the due time of the tier being left). A tier entered already
+  overdue (its due time at or before the instant it was entered: the scheduler clamps a due
+  time whose regulatory cap had already passed to the entry instant, and an imported dispute
+  whose window had already elapsed is entered at its due time) is never on time: its SLA
+  was breached before it could act. **promoted late** = breached - on time;
 * **resolved**: stays ended by CANCELLED (dispute resolved in that tier) in the window;
-* **time in tier**: for stays ended in the window, end ``decided_at`` - start
-  ``decided_at`` in seconds; median (``statistics.median``: mean of the two middle values for
-  an even count) and p95 (nearest rank: the ``ceil(0.95 n)``-th smallest);
+* **time in tier**: for stays ended in the window, end ``decided_at`` - the instant the
+  escalation *entered the tier*, in seconds. For a later tier that is the promotion's
+  ``decided_at``; for the first tier it is the escalation's ``entered_tier_at`` (the dispute's
+  opening instant, which may be long before it was enqueued), taken from the ENQUEUED row's
+  ``details["entered_tier_at"]`` when recorded there, else from the projection
+  (``escalation_state.entered_tier_at``) while the dispute has not left its first tier, else
+  (first tier already left, nothing recorded) the ENQUEUED row's ``decided_at``; median
+  (``statistics.median``: mean of the two middle values for an even count) and p95
+  (nearest rank: the ``ceil(0.95 n)``-th smallest);
 * **regulatory deadlines**: disputes whose ``regulatory_deadline`` falls in the window,
-  counted in the tier the dispute was in at the deadline; *met* if the dispute was resolved
-  (CANCELLED) at or before the deadline, else *missed*.
+  counted in the tier the dispute was in at the deadline (the first tier when the deadline
+  passed before the dispute was even enqueued); *met* if the dispute was resolved
+  (CANCELLED) at or before the deadline, *missed* if the deadline has passed (``<= now``)
+  without that — including a deadline that passed while the escalation was open or before
+  it was enqueued; a deadline still in the future and not yet met is neither (pending).
 """
 
 from __future__ import annotations
@@ -56,14 +69,17 @@ CSV_COLUMNS: tuple[str, ...] = (
 
 _ROWS = sa.text(
     """
-    SELECT dispute_id, seq, event, from_tier, to_tier, ladder, due_at, decided_at,
-           regulatory_deadline
-      FROM escalation_audit
-     WHERE dispute_id IN (
+    SELECT a.dispute_id, a.seq, a.event, a.from_tier, a.to_tier, a.ladder, a.due_at,
+           a.decided_at, a.regulatory_deadline,
+           CASE WHEN a.seq = 1 THEN a.details->>'entered_tier_at' END AS details_entered_at,
+           CASE WHEN a.seq = 1 THEN s.entered_tier_at END AS state_entered_tier_at
+      FROM escalation_audit a
+      LEFT JOIN escalation_state s ON s.dispute_id = a.dispute_id
+     WHERE a.dispute_id IN (
            SELECT dispute_id FROM escalation_audit
             WHERE (decided_at >= :since AND decided_at < :until)
                OR (regulatory_deadline >= :since AND regulatory_deadline < :until))
-     ORDER BY dispute_id, seq
+     ORDER BY a.dispute_id, a.seq
     """
 )
 
@@ -132,14 +148,24 @@ class SlaReport:
 
 
 def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
-            grace_s: int = DEFAULT_GRACE_S) -> SlaReport:
+            grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None) -> SlaReport:
     """Compute the report from ledger rows (ordered by dispute then seq). Pure.
+
+    Args:
+        rows: ledger rows with the columns of ``_ROWS``; the optional keys
+            ``details_entered_at`` (ISO 8601 text) and ``state_entered_tier_at`` (aware
+            datetime) on the ENQUEUED row give the first tier's entry instant.
+        since, until: aware UTC window ``[since, until)``.
+        grace_s: on-time grace in seconds.
+        now: aware UTC instant deciding whether an unmet deadline has passed (missed) or is
+            still pending; default ``until`` (every deadline in the window has passed).
 
     Raises:
         InvalidInput: naive bounds, ``since >= until`` or negative grace.
     """
     since = require_aware(since, "from")
     until = require_aware(until, "to")
+    now = until if now is None else require_aware(now, "now")
     if since >= until:
         raise InvalidInput("--from must be before --to")
     if grace_s < 0:
@@ -155,57 +181,91 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
     for _d, chain_iter in groupby(rows, key=lambda r: r["dispute_id"]):
         chain = list(chain_iter)
         stay: Mapping[Any, Any] | None = None
+        stay_start: datetime | None = None
         for row in chain:
             event = row["event"]
-            if stay is not None and event in ("PROMOTED", "TERMINAL", "CANCELLED"):
+            if stay is not None and stay_start is not None and event in (
+                "PROMOTED", "TERMINAL", "CANCELLED"
+            ):
                 f = fig(stay["ladder"], stay["to_tier"])
                 if inside(row["decided_at"]):
-                    f.durations.append((row["decided_at"] - stay["decided_at"]).total_seconds())
+                    f.durations.append((row["decided_at"] - stay_start).total_seconds())
                     if event == "CANCELLED":
                         f.resolved += 1
-                    elif row["due_at"] is not None and (
-                        (row["decided_at"] - row["due_at"]).total_seconds() <= grace_s
-                    ):
+                    elif _on_time(row["decided_at"], row["due_at"], stay_start, grace_s):
                         f.promoted_on_time += 1
                     else:
                         f.promoted_late += 1
                 stay = None
             if event in ("ENQUEUED", "PROMOTED") and row["to_tier"] is not None:
                 stay = row
+                stay_start = (
+                    _first_tier_entry(row, chain) if event == "ENQUEUED" else row["decided_at"]
+                )
                 if inside(row["decided_at"]):
                     fig(row["ladder"], row["to_tier"]).entered += 1
-        _regulatory(chain, inside, fig)
+        _regulatory(chain, inside, fig, now)
     tiers = sorted(figures.values(), key=lambda f: (f.ladder, f.tier))
     return SlaReport(since, until, grace_s, tiers)
 
 
-def _regulatory(chain: list[Mapping[Any, Any]], inside: Any, fig: Any) -> None:
+def _on_time(decided: datetime, due: datetime | None, entered: datetime, grace_s: int) -> bool:
+    """True when an escalation out of a tier was decided within ``grace_s`` of that tier's
+    due time; a tier whose due time is at or before its entry was entered already overdue
+    (clamped due time), so leaving it is never on time."""
+    if due is None or due <= entered:
+        return False
+    return (decided - due).total_seconds() <= grace_s
+
+
+def _first_tier_entry(enqueued: Mapping[Any, Any], chain: list[Mapping[Any, Any]]) -> datetime:
+    """Instant the escalation entered its first tier (see the module docstring)."""
+    recorded = enqueued.get("details_entered_at")
+    if recorded:
+        return datetime.fromisoformat(str(recorded))
+    state_entered = enqueued.get("state_entered_tier_at")
+    left_first = any(r["event"] in ("PROMOTED", "TERMINAL") for r in chain)
+    if state_entered is not None and not left_first:
+        entered: datetime = state_entered
+        return entered
+    first: datetime = enqueued["decided_at"]
+    return first
+
+
+def _regulatory(
+    chain: list[Mapping[Any, Any]], inside: Any, fig: Any, now: datetime
+) -> None:
     deadline = next(
         (r["regulatory_deadline"] for r in reversed(chain) if r["regulatory_deadline"]), None
     )
     if deadline is None or not inside(deadline):
         return
     before = [r for r in chain if r["decided_at"] <= deadline]
-    if not before:
-        return
-    at_deadline = before[-1]
+    # A deadline that passed before the dispute was even enqueued counts in its first tier.
+    at_deadline = before[-1] if before else chain[0]
     tier = at_deadline["to_tier"] or at_deadline["from_tier"] or "?"
     met = any(r["event"] == "CANCELLED" for r in before)
     target = fig(at_deadline["ladder"], tier)
     if met:
         target.regulatory_met += 1
-    else:
+    elif deadline <= now:
         target.regulatory_missed += 1
 
 
 def build(engine: sa.Engine, since: datetime, until: datetime,
-          grace_s: int = DEFAULT_GRACE_S) -> SlaReport:
-    """Load the ledger rows of disputes active in the window and :func:`compute`."""
+          grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None) -> SlaReport:
+    """Load the ledger rows of disputes active in the window and :func:`compute`.
+
+    ``now`` (aware UTC) defaults to the database clock: deadlines after it are pending.
+    """
     since = require_aware(since, "from")
     until = require_aware(until, "to")
     with engine.connect() as conn:
+        if now is None:
+            now = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
         rows = conn.execute(_ROWS, {"since": since, "until": until}).mappings().all()
-    return compute(rows, since, until, grace_s)
+    assert now is not None  # noqa: S101 - set above
+    return compute(rows, since, until, grace_s, now)
 
 
 def to_csv(report: SlaReport) -> str:

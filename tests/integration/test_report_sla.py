@@ -15,10 +15,52 @@ W0 = datetime(2026, 3, 1, tzinfo=UTC)
 W1 = datetime(2026, 4, 1, tzinfo=UTC)
 
 
-def _row(d, seq, event, frm, to, at, due=None, deadline=None):
+def _row(d, seq, event, frm, to, at, due=None, deadline=None, ladder="dispute_review",
+         details_entered=None, state_entered=None):
     return {"dispute_id": d, "seq": seq, "event": event, "from_tier": frm, "to_tier": to,
-            "ladder": "dispute_review", "due_at": due, "decided_at": at,
-            "regulatory_deadline": deadline}
+            "ladder": ladder, "due_at": due, "decided_at": at,
+            "regulatory_deadline": deadline,
+            "details_entered_at": None if details_entered is None else details_entered.isoformat(),
+            "state_entered_tier_at": state_entered}
+
+
+S = timedelta(seconds=1)
+T = W0 + 24 * H
+NOW = T + 200 * H  # deadlines after this are pending
+
+
+def _imported_fixture():
+    """Disputes imported long after they opened (the CFPB sample's shape), ladder "cfpb"."""
+    e, f, g, h = (uuid.UUID(int=i) for i in range(11, 15))
+    t = T
+    kw = {"ladder": "cfpb"}
+    return [
+        # E: opened t-72h (projection entered_tier_at; still in its first tier), enqueued at t,
+        # resolved at t+2h; deadline t-12h passed before it was even enqueued -> missed
+        _row(e, 1, "ENQUEUED", None, "standard", t, due=t + 24 * H, deadline=t - 12 * H,
+             state_entered=t - 72 * H, **kw),
+        _row(e, 2, "CANCELLED", "standard", "standard", t + 2 * H, deadline=t - 12 * H, **kw),
+        # F: opened t-200h (recorded in the ENQUEUED details), due t-100h, enqueued at t;
+        # the worker catches up: standard -> senior at t+10s (late); the senior due was capped
+        # by the long-passed deadline, so it equals the senior entry (t+10s): the promotion to
+        # compliance at t+20s and the terminal at t+30s are late, not "within 60 s of due".
+        _row(f, 1, "ENQUEUED", None, "standard", t, due=t - 100 * H, deadline=t - 20 * H,
+             details_entered=t - 200 * H, state_entered=t + 20 * S, **kw),
+        _row(f, 2, "PROMOTED", "standard", "senior", t + 10 * S, due=t - 100 * H,
+             deadline=t - 20 * H, **kw),
+        _row(f, 3, "PROMOTED", "senior", "compliance", t + 20 * S, due=t + 10 * S,
+             deadline=t - 20 * H, **kw),
+        _row(f, 4, "TERMINAL", "compliance", None, t + 30 * S, due=t + 20 * S,
+             deadline=t - 20 * H, **kw),
+        # G: deadline t+500h, after NOW, still open -> pending (neither met nor missed)
+        _row(g, 1, "ENQUEUED", None, "standard", t, due=t + 600 * H, deadline=t + 500 * H, **kw),
+        # H: promoted on time at t+24h; deadline t+30h passes while open in senior -> missed.
+        # The projection's entered_tier_at (t+24h) is the *senior* entry: not used for standard.
+        _row(h, 1, "ENQUEUED", None, "standard", t, due=t + 24 * H, deadline=t + 30 * H,
+             state_entered=t + 24 * H, **kw),
+        _row(h, 2, "PROMOTED", "standard", "senior", t + 24 * H, due=t + 24 * H,
+             deadline=t + 30 * H, **kw),
+    ]
 
 
 def _fixture():
@@ -46,7 +88,7 @@ def _fixture():
 
 
 def test_report_figures_match_the_hand_computed_fixture():
-    report = compute(_fixture(), W0, W1)
+    report = compute(_fixture(), W0, W1, now=NOW)
     got = {f.tier: f.as_row() for f in report.tiers}
     # standard: entered A, B, C = 3; on time A, D = 2; late B = 1; resolved C = 1
     # time in tier: A 48h+10s, B 24h+300s, C 12h, D 36h -> sorted 12h, 24h5m, 36h, 48h0m10s
@@ -70,6 +112,43 @@ def test_report_figures_match_the_hand_computed_fixture():
     }
 
 
+def test_imported_disputes_count_time_from_tier_entry_and_passed_deadlines_as_missed():
+    report = compute(_fixture() + _imported_fixture(), W0, W1, now=NOW)
+    got = {f.tier: f.as_row() for f in report.tiers if f.ladder == "cfpb"}
+    # standard: entered E, F, G, H = 4; on time H (due t+24h, decided t+24h) = 1;
+    # late F (due t-100h) = 1; resolved E = 1.
+    # time in tier from the tier *entry*: E t-72h -> t+2h = 74 h = 266400 s;
+    # F t-200h -> t+10s = 720010 s; H t -> t+24h = 86400 s (projection value ignored: H left
+    # its first tier) -> median 266400, p95 = ceil(2.85) = 3rd = 720010.
+    # regulatory: E (before enqueue) and F (before enqueue) missed in standard; G pending.
+    assert got["standard"] == {
+        "ladder": "cfpb", "tier": "standard", "entered": 4,
+        "promoted_on_time": 1, "promoted_late": 1, "breached": 2, "resolved": 1,
+        "median_time_in_tier_s": "266400.000", "p95_time_in_tier_s": "720010.000",
+        "regulatory_met": 0, "regulatory_missed": 2,
+    }
+    # senior: entered F, H = 2; F left it 10 s after entering, but its due time was its entry
+    # (clamped: entered already overdue) -> late. H's deadline passed while open -> missed.
+    assert got["senior"] == {
+        "ladder": "cfpb", "tier": "senior", "entered": 2,
+        "promoted_on_time": 0, "promoted_late": 1, "breached": 1, "resolved": 0,
+        "median_time_in_tier_s": "10.000", "p95_time_in_tier_s": "10.000",
+        "regulatory_met": 0, "regulatory_missed": 1,
+    }
+    assert got["compliance"] == {
+        "ladder": "cfpb", "tier": "compliance", "entered": 1,
+        "promoted_on_time": 0, "promoted_late": 1, "breached": 1, "resolved": 0,
+        "median_time_in_tier_s": "10.000", "p95_time_in_tier_s": "10.000",
+        "regulatory_met": 0, "regulatory_missed": 0,
+    }
+
+
+def test_a_deadline_after_now_is_pending_and_one_at_or_before_now_is_missed():
+    g = _imported_fixture()[6:7]
+    assert compute(g, W0, W1, now=NOW).tiers[0].regulatory_missed == 0
+    assert compute(g, W0, W1).tiers[0].regulatory_missed == 1  # now defaults to --to
+
+
 def test_csv_and_html_outputs_are_self_contained():
     report = compute(_fixture(), W0, W1)
     lines = to_csv(report).splitlines()
@@ -84,3 +163,22 @@ def test_csv_and_html_outputs_are_self_contained():
 def test_report_refuses_an_empty_window():
     with pytest.raises(InvalidInput):
         compute([], W1, W0)
+
+
+def test_ledger_query_gives_the_first_tier_entry_of_an_imported_dispute(app, engine):
+    """The report's query carries the projection's entered_tier_at (the opening instant),
+    not only the ENQUEUED decided_at (when it was enqueued)."""
+    from escalation.service_layer import sla_report
+    from escalation.service_layer.enqueue import EnqueueRequest
+    from tests.e2e.helpers import enqueue
+
+    opened = datetime.now(UTC).replace(microsecond=0) - 30 * 24 * H
+    (did,) = enqueue(app, [EnqueueRequest(uuid.uuid4(), "10.00", "ab12", opened_at=opened)])
+    with engine.connect() as conn:
+        rows = conn.execute(sla_report._ROWS, {"since": opened - H, "until": opened + 3000 * H})
+        mine = [r for r in rows.mappings() if r["dispute_id"] == did]
+    assert [r["event"] for r in mine] == ["ENQUEUED"]
+    assert mine[0]["state_entered_tier_at"] == opened
+    assert mine[0]["decided_at"] > opened + 29 * 24 * H
+    report = sla_report.build(engine, opened - H, opened + 3000 * H)
+    assert any(f.entered >= 1 for f in report.tiers)
