@@ -12,14 +12,19 @@ from uuid import UUID
 import sqlalchemy as sa
 
 
-def decision_counts(engine: sa.Engine, dispute_ids: Sequence[UUID]) -> dict[str, int]:
-    """match_decision -> number of ledger rows, over ``dispute_ids``."""
+def decision_counts(
+    engine: sa.Engine, dispute_ids: Sequence[UUID], since: datetime | None = None
+) -> dict[str, int]:
+    """match_decision -> number of ledger rows over ``dispute_ids`` (decided at or after
+    ``since`` when given)."""
     sql = sa.text(
         "SELECT match_decision, count(*) FROM escalation_audit "
-        "WHERE dispute_id = ANY(:ids) GROUP BY match_decision"
+        "WHERE dispute_id = ANY(:ids) AND (CAST(:since AS timestamptz) IS NULL "
+        "OR decided_at >= :since) GROUP BY match_decision"
     )
+    params = {"ids": list(dispute_ids), "since": since}
     with engine.connect() as conn:
-        return {str(k): int(v) for k, v in conn.execute(sql, {"ids": list(dispute_ids)})}
+        return {str(k): int(v) for k, v in conn.execute(sql, params)}
 
 
 def undecided_due(engine: sa.Engine, dispute_ids: Sequence[UUID], at: datetime) -> int:

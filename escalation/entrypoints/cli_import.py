@@ -90,7 +90,9 @@ def demo(
     workers: Annotated[int, typer.Option(help="Worker processes.", min=1, max=16)] = 3,
     csv_path: Annotated[Path | None, typer.Option("--csv", help="Import this CSV.")] = None,
     mapping: Annotated[Path | None, typer.Option(help="Mapping file for --csv.")] = None,
-    timeout_s: Annotated[float, typer.Option(help="Give up after this long.")] = 120.0,
+    timeout_s: Annotated[
+        float, typer.Option(help="Give up after this many seconds.", min=1.0)
+    ] = 120.0,
 ) -> None:
     """Run the main job end to end on the embedded servers (or the configured ones)."""
     from escalation.entrypoints.demo import run_demo

@@ -58,9 +58,32 @@ def generated_batch(count: int, now_ms: int, seed: int | None = None) -> list[En
     return reqs
 
 
+def _wait_started(log_dir: Path, count: int, deadline: float) -> None:
+    """Wait (until ``deadline``) for each worker to log ``worker.started``, so a stop signal
+    reaches a running worker (clean exit 0) rather than one still importing."""
+    while time.monotonic() < deadline:
+        started = sum(
+            1 for i in range(count)
+            if "worker.started" in (log_dir / f"worker-{i + 1}.log").read_text(errors="replace")
+        )
+        if started >= count:
+            return
+        time.sleep(0.1)
+
+
 def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path | None,
              timeout_s: float) -> int:
-    """Run the demo; returns the process exit code (0 = all due decided exactly once)."""
+    """Run the demo; returns the process exit code (0 = all due decided exactly once).
+
+    Decisions are counted from this run's start; duplicates over the disputes' whole history.
+
+    Raises:
+        InvalidInput: ``--mapping`` without ``--csv``.
+    """
+    if mapping is not None and csv_path is None:
+        from escalation.domain.errors import InvalidInput
+
+        raise InvalidInput("--mapping needs --csv (the mapping describes the CSV's columns)")
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)
     urls = resolve_urls(settings)
@@ -87,7 +110,15 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
                            calendars=a.calendars, default_ladder=settings.default_ladder,
                            actor=a.actor, prior_errors=prior, skip_invalid=True)
         ids = [r.escalation.dispute_id for r in res.results]
-        last_due = max((r.escalation.due_at for r in res.results), default=now)
+        horizon = now + timedelta(seconds=10)  # what this run waits for: due within 10 s
+        due_now = [r.escalation.due_at for r in res.results
+                   if r.status.value == "pending" and r.escalation.due_at <= horizon]
+        last_due = max(due_now, default=now)
+        if not due_now:
+            err.print(f"nothing due to fire: the {len(ids)} disputes were already enqueued "
+                      "and decided by an earlier run (use a fresh ESCALATION_HOME or --count)")
+        if not due_now:
+            workers = 0
         err.print(f"enqueued {res.created} (already there: {res.existing}, invalid: "
                   f"{len(res.errors)}); starting {workers} workers")
         env = dict(os.environ, ESCALATION_REDIS_URL=urls.redis_url,
@@ -112,15 +143,18 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
                     break
                 time.sleep(0.3)
         finally:
+            _wait_started(log_dir, len(procs), deadline)
             for p in procs:
                 p.send_signal(signal.SIGTERM)
             codes = [p.wait(timeout=60) for p in procs]
-        counts = decision_counts(a.engine, ids)
+        counts = decision_counts(a.engine, ids, since=now)
         dupes = duplicate_decisions(a.engine, ids)
         table = Table(title="escalation demo summary")
         table.add_column("figure")
         table.add_column("value", justify="right")
         table.add_row("enqueued", str(res.created))
+        if res.existing:
+            table.add_row("already enqueued by an earlier run", str(res.existing))
         for key in sorted(k for k in counts if k.startswith("PROMOTED_TO_")):
             table.add_row(key, str(counts[key]))
         table.add_row("TERMINAL_ESCALATION", str(counts.get("TERMINAL_ESCALATION", 0)))
