@@ -33,23 +33,38 @@ def _dead(a: Any) -> Any:
 @app.command()
 def notify(
     webhook_url: Annotated[str | None, typer.Option(
-        envvar="ESCALATION_WEBHOOK_URL", help="POST each notification here.")] = None,
+        envvar="ESCALATION_WEBHOOK_URL",
+        help="POST each notification here. Without it (and without ESCALATION_WEBHOOK_URL) "
+             "nothing is delivered: every notification is acknowledged WITHOUT delivery "
+             "(the review stream is the only queue); a notify.no_webhook warning is logged.",
+    )] = None,
     timeout_s: Annotated[float, typer.Option(help="Webhook timeout, seconds.")] = 10.0,
     tier: Annotated[str | None, typer.Option(help="Only this tier's review queue.")] = None,
-    burst: Annotated[bool, typer.Option(help="Process what is there, then exit.")] = False,
+    burst: Annotated[bool, typer.Option(
+        help="Process what is there, print a summary, then exit.")] = False,
     idle_ms: Annotated[int, typer.Option(help="Take over entries idle this long.")] = 60_000,
-    backoff: Annotated[str, typer.Option(help="Retry ladder, seconds, comma-separated.")] = (
-        "5,30,300,3600"),
+    backoff: Annotated[str, typer.Option(
+        help="Retry ladder: comma-separated seconds, e.g. 5,30,300,3600.")] = "5,30,300,3600",
     jitter: Annotated[float, typer.Option(help="Retry jitter fraction 0-0.5.")] = 0.2,
 ) -> None:
-    """Deliver review-queue notifications (consumer group, retries with backoff, dead letters)."""
-    from escalation.adapters.webhook import post_notification
-    from escalation.domain.retry import RetryPolicy
-    from escalation.service_layer.notify import Notifier
+    """Deliver review-queue notifications (consumer group, retries with backoff, dead letters).
 
-    policy = RetryPolicy(tuple(float(x) for x in backoff.split(",") if x.strip()), jitter)
+    On exit prints one summary line: delivered / acknowledged without delivery / retried /
+    dead-lettered.
+    """
+    from escalation.adapters.webhook import post_notification
+    from escalation.logs import get_logger
+    from escalation.service_layer.notify import Notifier, NotifyReport, parse_backoff
+
+    policy = parse_backoff(backoff, jitter)
     a = _app()
     url = webhook_url
+    if not url:
+        get_logger(__name__).warning(
+            "notify.no_webhook",
+            detail="no --webhook-url / ESCALATION_WEBHOOK_URL: notifications are acknowledged "
+                   "without delivery",
+        )
     deliver = None if not url else (lambda f: post_notification(url, f, timeout_s))
     n = Notifier(rel=_rel(a), scheduler=a.scheduler, store=a.store, deliver=deliver,
                  policy=policy, consumer=a.actor, actor=a.actor, tier=tier, idle_ms=idle_ms,
@@ -60,13 +75,19 @@ def notify(
         stop["flag"] = True
 
     signal.signal(signal.SIGTERM, handler)
+    total = NotifyReport()
     try:
         while not stop["flag"]:
             r = n.run_once(block_ms=None if burst else 1000)
-            if burst and not (r.delivered or r.deferred or r.dead or r.recovered):
+            total.add(r)
+            if burst and not r.handled:
                 break
     finally:
         a.close()
+        line = total.summary()
+        if not url:
+            line += " (no webhook configured)"
+        out.print(line, markup=False, highlight=False)
 
 
 @dead_app.command("list")

@@ -30,6 +30,7 @@ decision (the ``ledger`` projection status and due time are unchanged by the row
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ import redis
 
 from escalation.adapters.redis_keys import Keys
 from escalation.adapters.redis_reliability import DEAD_NOTIFY, ReliabilityRedis
-from escalation.domain.errors import EscalationError
+from escalation.domain.errors import EscalationError, InvalidInput
 from escalation.domain.escalation import parse_dispute_id
 from escalation.domain.retry import RetryPolicy
 from escalation.domain.timeutil import from_ms
@@ -51,13 +52,58 @@ DEFAULT_GROUP = "notify"
 
 @dataclass
 class NotifyReport:
-    """Counts of one :meth:`Notifier.run_once`."""
+    """Counts of one :meth:`Notifier.run_once` (or, via :meth:`add`, of a whole run).
+
+    ``delivered``: posted to the webhook and acknowledged; ``acknowledged``: acknowledged
+    *without delivery* because no webhook is configured (the stream is then the only review
+    queue); ``deferred``: failed deliveries scheduled for a retry; ``dead``: dead-lettered;
+    ``skipped``: entries of another tier (group ``notify.<tier>``); ``recovered``: entries
+    taken over from a crashed consumer (also counted in one of the above).
+    """
 
     delivered: int = 0
     deferred: int = 0
     dead: int = 0
     skipped: int = 0
     recovered: int = 0
+    acknowledged: int = 0
+
+    def add(self, other: NotifyReport) -> None:
+        """Add ``other``'s counts to this report (in place)."""
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    @property
+    def handled(self) -> int:
+        """Entries handled in any way except skipping (0 = nothing to do)."""
+        return self.delivered + self.acknowledged + self.deferred + self.dead + self.recovered
+
+    def summary(self) -> str:
+        """One line for the end of a run, e.g. ``notify: delivered 3, acknowledged without
+        delivery 0, retried 1, dead-lettered 0``."""
+        return (
+            f"notify: delivered {self.delivered}, acknowledged without delivery "
+            f"{self.acknowledged}, retried {self.deferred}, dead-lettered {self.dead}"
+        )
+
+
+BACKOFF_HINT = "--backoff must be comma-separated seconds, e.g. 5,30,300,3600"
+
+
+def parse_backoff(text: str, jitter: float) -> RetryPolicy:
+    """Parse a retry ladder like ``"5,30,300,3600"`` (seconds) into a :class:`RetryPolicy`.
+
+    Raises:
+        InvalidInput: not comma-separated numbers (:data:`BACKOFF_HINT`), or values the policy
+            refuses (steps outside (0, 604800] s, more than 32 steps, jitter outside 0-0.5).
+    """
+    try:
+        steps = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InvalidInput(f"{BACKOFF_HINT}; got {text!r}") from None
+    if not steps or any(math.isnan(x) or math.isinf(x) for x in steps):
+        raise InvalidInput(f"{BACKOFF_HINT}; got {text!r}")
+    return RetryPolicy(steps, jitter)
 
 
 def group_name(tier: str | None) -> str:
@@ -155,7 +201,10 @@ class Notifier:
         error = self._try(fields)
         if error is None:
             self.client.xack(keys.review, self.group, entry_id)
-            report.delivered += 1
+            if self.deliver is None:
+                report.acknowledged += 1
+            else:
+                report.delivered += 1
             return
         self._failed(keys, entry_id, fields, 1, error, report)
 
@@ -172,7 +221,10 @@ class Notifier:
                 pipe.zrem(keys.notify_retry, member)
                 pipe.hdel(keys.notify_data, member)
                 pipe.execute()
-                report.delivered += 1
+                if self.deliver is None:
+                    report.acknowledged += 1
+                else:
+                    report.delivered += 1
                 continue
             self._failed(keys, "", fields, int(record["attempts"]) + 1, error, report)
 

@@ -198,3 +198,45 @@ def test_dead_lettered_notification_row_is_on_the_dispute_chain_which_still_veri
         n = conn.execute(sa.text("SELECT count(*) FROM escalation_audit WHERE dispute_id = :d "
                                  "AND event = 'DEAD_LETTERED'"), {"d": did}).scalar()
     assert n == 1
+
+
+def test_without_a_webhook_notifications_count_as_acknowledged_not_delivered(app: Any) -> None:
+    _promote(app, 2)
+    report = _notifier(app, None).run_once()
+    assert report.acknowledged == 2 and report.delivered == 0
+    assert "acknowledged without delivery 2" in report.summary()
+
+
+@pytest.mark.parametrize("text", ["abc", "5,x,300", "", ",", "nan", "5,-1"])
+def test_a_malformed_backoff_is_refused_as_invalid_input(text: str) -> None:
+    from escalation.domain.errors import InvalidInput
+    from escalation.service_layer.notify import parse_backoff
+
+    with pytest.raises(InvalidInput):
+        parse_backoff(text, 0.2)
+    assert parse_backoff("5, 30,300", 0.2).ladder_s == (5.0, 30.0, 300.0)
+
+
+def test_notify_cli_without_webhook_warns_once_and_prints_a_summary(
+    app: Any, cli_env: dict[str, str]
+) -> None:
+    from tests.e2e.test_cli_bad_input import run_cli
+
+    _promote(app, 3)
+    res = run_cli(cli_env, "notify", "--burst")
+    assert res.returncode == 0, res.stderr
+    logs = res.stdout + res.stderr
+    assert logs.count("notify.no_webhook") == 1
+    assert ("notify: delivered 0, acknowledged without delivery 3, retried 0, "
+            "dead-lettered 0 (no webhook configured)") in res.stdout
+
+
+def test_notify_cli_with_a_bad_backoff_exits_2_with_the_expected_format(
+    cli_env: dict[str, str]
+) -> None:
+    from tests.e2e.test_cli_bad_input import run_cli
+
+    res = run_cli(cli_env, "notify", "--burst", "--backoff", "abc")
+    assert res.returncode == 2
+    assert "--backoff must be comma-separated seconds, e.g. 5,30,300,3600" in res.stderr
+    assert "Traceback" not in res.stderr
