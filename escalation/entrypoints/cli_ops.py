@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from escalation.entrypoints.cli import _app, _print_json, app, out
+from escalation.entrypoints.cli import _app, _print_json, app, err, out
 
 dead_app = typer.Typer(help="Dead letters: poison escalations, undeliverable notifications.",
                        no_args_is_help=True)
@@ -139,7 +139,11 @@ def dead_purge(
 def reconcile_cmd(
     dry_run: Annotated[bool, typer.Option(help="Only list the differences.")] = False,
 ) -> None:
-    """Repair Redis from PostgreSQL (the truth); safe alongside live workers."""
+    """Repair Redis from PostgreSQL (the truth); safe alongside live workers.
+
+    An item that cannot be repaired (e.g. a due time Redis refuses) does not stop the run: it
+    is reported (count and ids, in the JSON and on stderr) and the command exits 1 at the end.
+    """
     from escalation.service_layer.reconcile import reconcile
 
     a = _app(actor="reconcile")
@@ -149,6 +153,12 @@ def reconcile_cmd(
         _print_json(rep.as_dict())
     finally:
         a.close()
+    if rep.errors:
+        ids = ", ".join(i for i, _ in rep.errors[:20])
+        more = f" (+{len(rep.errors) - 20} more)" if len(rep.errors) > 20 else ""
+        err.print(f"error: reconcile: {len(rep.errors)} item(s) could not be repaired: "
+                  f"{ids}{more}; first: {rep.errors[0][1]}", markup=False, highlight=False)
+        raise typer.Exit(1)
 
 
 @app.command()

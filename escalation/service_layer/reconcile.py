@@ -21,6 +21,12 @@ index of it. Two passes, both safe alongside live workers:
    member being enqueued concurrently is never mistaken for an unknown one.
 
 ``dry_run`` computes the same differences and writes nothing.
+
+A repair run does not stop on one bad item: an escalation Redis refuses (e.g. ``EINVAL apply:
+op 1: bad due_ms`` for a due time outside the epoch-ms range) or a member whose removal fails
+is recorded in :attr:`ReconcileReport.errors` (dispute id + message) and the run continues
+with the rest; the CLI prints the count and ids and exits 1. Connection errors still
+propagate (nothing can be repaired without the servers; reconcile can be re-run).
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 from uuid import UUID
+
+import redis
 
 from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.domain.errors import EscalationError
@@ -71,6 +79,8 @@ class ReconcileReport:
         checked_db: pending/paused escalations read from PostgreSQL.
         checked_members: ZSET members read from Redis.
         diffs: every difference found (``repaired`` tells whether it was fixed).
+        errors: ``(dispute id or member, message)`` of items that could not be checked or
+            repaired; the run went on with the others.
         dry_run: nothing was written.
     """
 
@@ -78,6 +88,7 @@ class ReconcileReport:
     checked_db: int = 0
     checked_members: int = 0
     diffs: list[Diff] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)
 
     def count(self, kind: DiffKind | None = None, *, repaired: bool | None = None) -> int:
         """Number of diffs of ``kind`` (all kinds when None), optionally only (un)repaired."""
@@ -90,6 +101,9 @@ class ReconcileReport:
         return {"dry_run": self.dry_run, "checked_db": self.checked_db,
                 "checked_members": self.checked_members, "differences": kinds,
                 "repaired": self.count(repaired=True),
+                "errors": len(self.errors),
+                "error_ids": [i for i, _ in self.errors[:100]],
+                "error_messages": [m for _, m in self.errors[:100]],
                 "diffs": [{"kind": d.kind.value, "dispute_id": d.dispute_id,
                            "detail": d.detail, "repaired": d.repaired} for d in self.diffs[:100]]}
 
@@ -141,6 +155,7 @@ def reconcile(
 
     Raises:
         Redis / database connection errors propagate (reconcile can be re-run at any time).
+        An error about one item (:data:`ITEM_ERRORS`) does not: it goes to ``report.errors``.
     """
     report = ReconcileReport(dry_run=dry_run)
     for rows in _pages(store, page):
@@ -154,6 +169,36 @@ def reconcile(
             report.checked_members += len(members)
             _redis_to_db(members, store, redis_side, report, dry_run)
     return report
+
+
+ITEM_ERRORS: tuple[type[BaseException], ...] = (
+    redis.ResponseError, EscalationError, ValueError, OverflowError,
+)
+"""Errors that concern one item (a script refusing it, a value out of range): recorded in
+``report.errors``, the run goes on. Connection errors are not among them."""
+
+
+def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
+             report: ReconcileReport) -> None:
+    """``scheduler.restore`` the batch; if Redis refuses it (one bad op fails the whole
+    script call), restore item by item so one bad escalation does not block the others."""
+    try:
+        outcomes = scheduler.restore([e for e, _, _ in todo])
+    except ITEM_ERRORS:
+        if len(todo) == 1:
+            raise
+        for item in todo:
+            try:
+                _restore(scheduler, [item], report)
+            except ITEM_ERRORS as exc:
+                esc, kind, detail = item
+                did = str(esc.dispute_id)
+                report.errors.append((did, f"{kind.value}: {exc}"))
+                report.diffs.append(Diff(kind, did, f"{detail}: FAILED: {exc}"))
+        return
+    for (esc, kind, detail), outcome in zip(todo, outcomes, strict=True):
+        report.diffs.append(Diff(kind, str(esc.dispute_id), f"{detail}: {outcome.value}",
+                                 repaired=outcome is ApplyOutcome.APPLIED))
 
 
 def _db_to_redis(rows: list[Escalation], scheduler: Scheduler, redis_side: ReliabilityRedis,
@@ -175,7 +220,11 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler, redis_side: Relia
                                      f"payload seq {got.payload_seq} > {esc.seq}"))
             continue
         elif pending and got.score_ms is None:
-            kind, detail = DiffKind.MISSING_MEMBER, f"due {to_ms(esc.due_at)} ms"
+            try:
+                kind, detail = DiffKind.MISSING_MEMBER, f"due {to_ms(esc.due_at)} ms"
+            except ITEM_ERRORS as exc:
+                report.errors.append((did, f"MISSING_MEMBER: {exc}"))
+                continue
         else:
             continue
         if got.locked:
@@ -185,10 +234,12 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler, redis_side: Relia
     if dry_run or not todo:
         report.diffs += [Diff(k, str(e.dispute_id), d) for e, k, d in todo]
         return
-    outcomes = scheduler.restore([e for e, _, _ in todo])
-    for (esc, kind, detail), outcome in zip(todo, outcomes, strict=True):
-        report.diffs.append(Diff(kind, str(esc.dispute_id), f"{detail}: {outcome.value}",
-                                 repaired=outcome is ApplyOutcome.APPLIED))
+    try:
+        _restore(scheduler, todo, report)
+    except ITEM_ERRORS as exc:  # a batch of one that failed
+        esc, kind, detail = todo[0]
+        report.errors.append((str(esc.dispute_id), f"{kind.value}: {exc}"))
+        report.diffs.append(Diff(kind, str(esc.dispute_id), f"{detail}: FAILED: {exc}"))
 
 
 def _redis_to_db(members: list[str], store: PendingSource, redis_side: ReliabilityRedis,
@@ -214,6 +265,11 @@ def _redis_to_db(members: list[str], store: PendingSource, redis_side: Reliabili
         if dry_run:
             report.diffs.append(Diff(kind, member, f"PostgreSQL: {status}"))
             continue
-        result = redis_side.remove_member(member, seq, mode)
+        try:
+            result = redis_side.remove_member(member, seq, mode)
+        except ITEM_ERRORS as exc:
+            report.errors.append((member, f"{kind.value}: {exc}"))
+            report.diffs.append(Diff(kind, member, f"PostgreSQL: {status}; FAILED: {exc}"))
+            continue
         report.diffs.append(Diff(kind, member, f"PostgreSQL: {status}; {result}",
                                  repaired=result == "removed"))

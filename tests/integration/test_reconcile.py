@@ -105,3 +105,48 @@ def test_reconcile_takes_a_paused_member_out_of_the_zset_and_keeps_its_payload(
     assert report.count(DiffKind.BEHIND, repaired=True) == 1
     assert _zset(own_app) == {}
     assert own_app.scheduler.payload(did)["seq"] == "2"
+
+
+def _corrupt_due(app: Any, did: Any) -> None:
+    """Give one escalation a due time Redis refuses (before 1970: negative epoch ms)."""
+    import sqlalchemy as sa
+
+    with app.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE escalation_state SET due_at = '1960-01-01T00:00:00Z' "
+                             "WHERE dispute_id = :d"), {"d": did})
+
+
+def test_reconcile_reports_an_item_redis_refuses_and_repairs_the_others(own_app: Any) -> None:
+    now = own_app.scheduler.time()
+    ids = enqueue(own_app, due_requests(5, now, past_s=-600))
+    _corrupt_due(own_app, ids[2])
+    delete_namespace(own_app.redis, own_app.settings.namespace)
+
+    report = _run(own_app)
+    assert [i for i, _ in report.errors] == [str(ids[2])]
+    assert "bad due_ms" in report.errors[0][1]
+    assert report.count(DiffKind.MISSING, repaired=True) == 4
+    assert set(_zset(own_app)) == {str(d) for d in ids} - {str(ids[2])}
+    assert report.as_dict()["errors"] == 1
+
+
+def test_reconcile_cli_continues_past_a_bad_item_and_exits_1_naming_it(
+    own_app: Any, own_database_url: str, redis_url: str
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    now = own_app.scheduler.time()
+    ids = enqueue(own_app, due_requests(3, now, past_s=-600))
+    _corrupt_due(own_app, ids[0])
+    delete_namespace(own_app.redis, own_app.settings.namespace)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
+    env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=own_database_url,
+               ESCALATION_NAMESPACE=own_app.settings.namespace, ESCALATION_LOG_FORMAT="json")
+    res = subprocess.run([sys.executable, "-m", "escalation", "reconcile"], env=env,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 1, res.stderr
+    assert f"1 item(s) could not be repaired: {ids[0]}" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert set(_zset(own_app)) == {str(ids[1]), str(ids[2])}
