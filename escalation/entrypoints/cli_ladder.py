@@ -155,7 +155,11 @@ def ladder_apply(
     batch_size: Annotated[int, typer.Option(help="Escalations per transaction.")] = 500,
     as_json: JsonOpt = False,
 ) -> None:
-    """Migrate the pending escalations to VERSION in resumable batches (re-plans first)."""
+    """Migrate the pending escalations to VERSION in resumable batches (re-plans first).
+
+    Re-running a finished apply with the same plan hash does nothing and exits 0 ("version N
+    of LADDER is already applied (on DATE by ACTOR); nothing to do").
+    """
     from escalation.adapters.ladder_history import LadderHistoryStore
     from escalation.service_layer.ladder_migration import apply_migration
 
@@ -171,6 +175,14 @@ def ladder_apply(
             )
     finally:
         a.close()
+    if report.already_applied is not None:
+        message = report.already_applied_message()
+        if as_json:
+            out.print_json(json.dumps({"run_id": report.run_id, "already_applied": True,
+                                       "message": message}))
+        else:
+            out.print(message, markup=False, highlight=False)
+        return
     data = {"run_id": report.run_id, "resumed": report.resumed, "planned": report.planned,
             "migrated": report.migrated, "replanned": report.replanned,
             "skipped": report.skipped, "breach_suppressed": report.suppressed,

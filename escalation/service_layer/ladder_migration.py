@@ -126,6 +126,18 @@ class ApplyReport:
     not_owner: int = 0
     left_to_workers: list[UUID] = field(default_factory=list)
     redis_repaired: int = 0
+    already_applied: HistoryRow | None = None
+    """Set (and nothing done) when a finished run already applied this plan hash."""
+
+    def already_applied_message(self) -> str:
+        """``version N of LADDER is already applied (on DATE by ACTOR); nothing to do`` (DATE
+        = the run's finish time, ISO 8601 UTC); empty when not already applied."""
+        run = self.already_applied
+        if run is None:
+            return ""
+        when = (run.finished_at or run.started_at).isoformat()
+        return (f"version {run.version} of {run.ladder} is already applied (on {when} by "
+                f"{run.applied_by}); nothing to do")
 
 
 def apply_migration(
@@ -153,6 +165,11 @@ def apply_migration(
         progress: ``progress(done, total)`` after each batch.
         hook: test hook ``hook(stage, batch_index)`` at ``after_record`` / ``after_restore``.
 
+    Returns:
+        ApplyReport; ``already_applied`` is set (and nothing is written) when a finished run
+        of ``ladder@to_version`` with the same checksum already applied ``plan_hash``: a
+        re-run of a completed apply is a no-op, not a drift.
+
     Raises:
         LadderMigrationError: the re-computed plan hash differs (state drifted), the plan has
             escalations that cannot be migrated, or the files fail ``ladder check``.
@@ -161,6 +178,9 @@ def apply_migration(
     if not 1 <= batch_size <= PAGE:
         raise LadderMigrationError(f"batch size must be 1-{PAGE}, got {batch_size}")
     versions, target = _versions(ladders, ladder, to_version)
+    done = _finished_run(history, ladder, to_version, plan_hash, target.checksum)
+    if done is not None:
+        return ApplyReport(run_id=done.run_id, planned=done.planned, already_applied=done)
     plan = plan_migration(history=history, ladders=ladders, calendars=calendars,
                           ladder=ladder, to_version=to_version)
     report = ApplyReport(planned=len(plan.items))
@@ -202,6 +222,19 @@ def apply_migration(
         raise
     history.finish(report.run_id, "done", scheduler.time())
     return report
+
+
+def _finished_run(history: LadderHistoryStore, ladder: str, version: int, plan_hash: str,
+                  checksum: str) -> HistoryRow | None:
+    """The latest ``done`` run of ``ladder@version`` that applied ``plan_hash`` with
+    ``checksum``, if it is the latest run of that version (a later unfinished run wins)."""
+    runs = [r for r in history.history(ladder) if r.version == version]
+    if not runs:
+        return None
+    last = runs[-1]
+    if last.status == "done" and last.plan_hash == plan_hash and last.checksum == checksum:
+        return last
+    return None
 
 
 def _run_batches(

@@ -160,3 +160,23 @@ def test_apply_while_two_workers_fire_keeps_chains_gapless_and_never_demotes(
         assert env.pinned_in_redis(did) == f"{env.name}@2"
         payload = env.app.scheduler.payload(did)
         assert payload is not None and int(payload["seq"]) == state.seq
+
+
+def test_reapplying_a_finished_plan_hash_is_a_no_op_that_says_already_applied(
+    env: MigEnv,
+) -> None:
+    ids = env.enqueue("standard", due_at=env.app.scheduler.time() + hours(3), n=2)
+    env.add("inserted")
+    plan = env.plan()
+    first = env.apply(plan.plan_hash)
+    assert first.migrated == 2 and first.already_applied is None
+
+    again = env.apply(plan.plan_hash)
+
+    assert again.already_applied is not None and again.migrated == 0
+    assert again.already_applied_message().startswith(
+        f"version 2 of {env.name} is already applied (on ")
+    assert again.already_applied_message().endswith("); nothing to do")
+    [run] = env.history.history(env.name)  # no new run, the finished one untouched
+    assert run.status == "done" and run.run_id == first.run_id
+    assert all(len(env.migrated_rows(d)) == 1 for d in ids)

@@ -52,6 +52,11 @@ def test_plan_apply_history_round_trip(cli_env: dict[str, str], tmp_path: Path,
     assert json.loads(applied.stdout)["migrated"] == 3
     assert "migrated 3/3" in applied.stderr  # plain progress lines when not a TTY
     assert all(mig.state(d).ladder_version == 2 for d in ids)
+    same = _cli(env, "apply", "--ladder", mig.name, "--to", "2", "--plan-hash",
+                data["plan_hash"])
+    assert same.returncode == 0, same.stderr
+    assert f"version 2 of {mig.name} is already applied (on " in same.stdout
+    assert "nothing to do" in same.stdout and "plan hash differs" not in same.stderr
     again = _cli(env, "apply", "--ladder", mig.name, "--to", "2", "--plan-hash", "0" * 64)
     assert again.returncode == 1 and "plan hash differs" in again.stderr
     hist = _cli(env, "history", "--ladder", mig.name, "--json")
