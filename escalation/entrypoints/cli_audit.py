@@ -88,7 +88,11 @@ def audit_verify(
     if report.ok:
         if not as_json:
             cp = report.checkpoint_id
-            out.print(f"ok: chains intact; last checkpoint {cp if cp else 'none'} matches")
+            if cp:
+                out.print(f"ok: chains intact; last checkpoint {cp} matches")
+            else:
+                out.print("ok: chains intact; no checkpoint yet "
+                          "(run `escalation audit checkpoint`)", markup=False, highlight=False)
         return
     if not as_json:
         for d, seq in report.broken_chains:
@@ -204,12 +208,22 @@ def audit_search(
     limit: Annotated[int, typer.Option(help="At most this many rows (1-10000).")] = 100,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines.")] = False,
 ) -> None:
-    """Search the ledger; rows ordered by decision time."""
-    from escalation.service_layer.audit_export import COLUMNS, export_value, search
+    """Search the ledger; rows ordered by decision time.
+
+    An unknown --decision (neither a ledger event nor a recorded decision) and --from after
+    --to are refused (exit 2) with the known names listed.
+    """
+    from escalation.service_layer.audit_export import (
+        COLUMNS,
+        check_decision,
+        export_value,
+        search,
+    )
 
     flt = _filter(dispute=dispute, tier=tier, decision=decision, since=since, until=until,
                   actor=actor, ladder=ladder, ladder_version=ladder_version)
     with _engine() as engine:
+        check_decision(engine, flt.decision)
         rows = search(engine, flt, limit)
     if as_json:
         for r in rows:
@@ -236,11 +250,20 @@ def audit_export(
     until: Annotated[str | None, typer.Option("--to", help="decided_at < (ISO-8601).")] = None,
     out_file: Annotated[Path, typer.Option("--out", help="Output file.")] = Path("audit.csv"),
 ) -> None:
-    """Stream the ledger to a file in constant memory, plus <file>.manifest.json."""
-    from escalation.service_layer.audit_export import AuditFilter, count_rows, export
+    """Stream the ledger to a file in constant memory, plus <file>.manifest.json.
+
+    Refused before anything is written (exit 2): a missing output directory, --from after --to.
+    """
+    from escalation.service_layer.audit_export import (
+        AuditFilter,
+        check_output_path,
+        count_rows,
+        export,
+    )
 
     if fmt not in ("csv", "jsonl"):
         raise InvalidInput(f"--format must be csv or jsonl, got {fmt!r}")
+    check_output_path(out_file)
     flt = AuditFilter(since=parse_time(since, "--from"), until=parse_time(until, "--to"))
     with _engine() as engine:
         if sys.stderr.isatty():

@@ -31,7 +31,7 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from escalation.adapters.audit_rows import ledger_row
-from escalation.adapters.tables import escalation_audit
+from escalation.adapters.tables import LEDGER_EVENTS, escalation_audit
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
 from escalation.ports import LedgerRow
@@ -87,6 +87,21 @@ class AuditFilter:
     ladder: str | None = None
     ladder_version: int | None = None
 
+    def __post_init__(self) -> None:
+        """Refuse a reversed window.
+
+        Raises:
+            InvalidInput: ``since`` after ``until`` (naive times are refused by :meth:`where`).
+        """
+        if (
+            self.since is not None and self.until is not None
+            and self.since.tzinfo is not None and self.until.tzinfo is not None
+            and self.since > self.until
+        ):
+            raise InvalidInput(
+                f"--from ({self.since.isoformat()}) is after --to ({self.until.isoformat()})"
+            )
+
     def where(self) -> list[sa.ColumnElement[bool]]:
         """SQLAlchemy conditions for this filter. Raises InvalidInput for naive times."""
         conds: list[sa.ColumnElement[bool]] = []
@@ -109,6 +124,43 @@ class AuditFilter:
         if self.ladder_version is not None:
             conds.append(_A.c.ladder_version == self.ladder_version)
         return conds
+
+
+def known_decisions(engine: sa.Engine) -> list[str]:
+    """Names ``--decision`` accepts, sorted: every ledger event (``tables.LEDGER_EVENTS``)
+    and every ``match_decision`` recorded so far (e.g. ``PROMOTED_TO_SENIOR``)."""
+    with engine.connect() as conn:
+        recorded = conn.execute(sa.select(_A.c.match_decision).distinct()).scalars().all()
+    return sorted(set(LEDGER_EVENTS) | set(recorded))
+
+
+def check_decision(engine: sa.Engine, decision: str | None) -> None:
+    """Refuse a ``--decision`` that is neither a ledger event nor a recorded decision.
+
+    Raises:
+        InvalidInput: unknown name; the message lists the known ones.
+    """
+    if decision is None or decision in LEDGER_EVENTS:
+        return
+    known = known_decisions(engine)
+    if decision not in known:
+        raise InvalidInput(
+            f"unknown decision/event {decision!r}; known: {', '.join(known)}"
+        )
+
+
+def check_output_path(out: Path) -> None:
+    """Refuse an output file whose directory does not exist (before anything is written).
+
+    Raises:
+        InvalidInput: the parent directory is missing or not a directory, or ``out`` is a
+            directory.
+    """
+    parent = out.parent
+    if not parent.is_dir():
+        raise InvalidInput(f"output directory {str(parent)!r} does not exist")
+    if out.is_dir():
+        raise InvalidInput(f"output path {str(out)!r} is a directory")
 
 
 def search(engine: sa.Engine, flt: AuditFilter, limit: int = 100) -> list[LedgerRow]:
@@ -257,10 +309,12 @@ def export(
         The :class:`Manifest` (also written to :func:`manifest_path`).
 
     Raises:
-        InvalidInput: unknown format or naive times.
+        InvalidInput: unknown format, naive times, or ``out``'s directory does not exist
+            (:func:`check_output_path`; nothing written).
     """
     if fmt not in ("csv", "jsonl"):
         raise InvalidInput(f"format must be csv or jsonl, got {fmt!r}")
+    check_output_path(out)
     count = 0
     first: datetime | None = None
     last: datetime | None = None

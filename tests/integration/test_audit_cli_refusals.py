@@ -1,0 +1,99 @@
+"""`audit search/export/verify` refuse bad input clearly instead of silently returning nothing
+or raising a traceback (newcomer report, point 5)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from escalation.adapters import db
+from escalation.adapters.audit_store import PostgresAuditStore
+from escalation.domain.errors import InvalidInput
+from escalation.service_layer.audit_export import (
+    AuditFilter,
+    check_decision,
+    export,
+    known_decisions,
+)
+from tests.integration.audit_support import T0, claimed, make_escalation, promote, scratch_database
+
+
+@pytest.fixture()
+def scratch(server_urls) -> Iterator[tuple[sa.Engine, str]]:
+    with scratch_database(server_urls[1]) as url:
+        db.upgrade_to_head(url)
+        engine = db.make_engine(url)
+        yield engine, url
+        engine.dispose()
+
+
+def _cli(env: dict[str, str], url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "escalation", *args],
+                          env={**env, "ESCALATION_DATABASE_URL": url}, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def _promoted_chain(engine: sa.Engine) -> None:
+    store = PostgresAuditStore(engine)
+    esc = store.record_enqueue(make_escalation(), "svc", T0)[1]
+    store.record_decisions([(claimed(esc), promote(esc))], "w")
+
+
+def test_unknown_decision_is_refused_and_the_known_names_are_listed(scratch) -> None:
+    engine, _url = scratch
+    _promoted_chain(engine)
+    known = known_decisions(engine)
+    assert "PROMOTED" in known and "CANCELLED" in known
+    recorded = [k for k in known if k.startswith("PROMOTED_TO_")]
+    assert recorded  # a recorded match_decision is known too
+    check_decision(engine, recorded[0])
+    check_decision(engine, "CANCELLED")  # an event, even with no row yet
+    with pytest.raises(InvalidInput, match=r"unknown decision/event 'BOGUS'; known: .*PROMOTED"):
+        check_decision(engine, "BOGUS")
+
+
+def test_a_reversed_window_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="is after --to"):
+        AuditFilter(since=datetime(2026, 2, 1, tzinfo=UTC), until=datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def test_export_to_a_missing_directory_is_refused_before_writing(scratch, tmp_path: Path) -> None:
+    engine, _url = scratch
+    target = tmp_path / "nonexistent" / "a.csv"
+    with pytest.raises(InvalidInput, match=r"output directory .*nonexistent.* does not exist"):
+        export(engine, "csv", target, AuditFilter())
+    assert not target.parent.exists()
+
+
+def test_cli_refusals_exit_2_with_one_line_and_no_traceback(scratch, cli_env, tmp_path) -> None:
+    engine, url = scratch
+    _promoted_chain(engine)
+    bogus = _cli(cli_env, url, "audit", "search", "--decision", "BOGUS")
+    assert bogus.returncode == 2 and "unknown decision/event 'BOGUS'" in bogus.stderr
+    assert "PROMOTED" in bogus.stderr
+    rev = _cli(cli_env, url, "audit", "search", "--from", "2026-02-01T00:00:00Z",
+               "--to", "2026-01-01T00:00:00Z")
+    assert rev.returncode == 2 and "is after --to" in rev.stderr
+    missing = tmp_path / "nonexistent" / "dir" / "a.csv"
+    exp = _cli(cli_env, url, "audit", "export", "--out", str(missing))
+    assert exp.returncode == 2 and "does not exist" in exp.stderr
+    assert "nonexistent" in exp.stderr and not missing.parent.exists()
+    for res in (bogus, rev, exp):
+        assert "Traceback" not in res.stderr
+
+
+def test_cli_verify_without_a_checkpoint_says_there_is_none_yet(scratch, cli_env) -> None:
+    engine, url = scratch
+    _promoted_chain(engine)
+    res = _cli(cli_env, url, "audit", "verify")
+    assert res.returncode == 0, res.stderr
+    assert "no checkpoint yet (run `escalation audit checkpoint`)" in res.stdout
+    assert "none matches" not in res.stdout
+    assert _cli(cli_env, url, "audit", "checkpoint").returncode == 0
+    assert "last checkpoint 1 matches" in _cli(cli_env, url, "audit", "verify").stdout
