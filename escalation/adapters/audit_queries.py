@@ -74,6 +74,15 @@ class AuditQueries:
             rows = conn.execute(sa.select(_S).where(_S.c.dispute_id.in_(ids))).mappings()
             return {r["dispute_id"]: escalation_from_state(r) for r in rows}
 
+    def find_by_external_id(self, external_id: str) -> list[UUID]:
+        """Dispute ids whose escalation carries ``external_id`` (e.g. a CFPB Complaint ID)."""
+        with self._engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(_S.c.dispute_id).where(_S.c.external_id == external_id)
+                .order_by(_S.c.dispute_id)
+            )
+            return [UUID(str(r[0])) for r in rows]
+
     def trail(self, dispute_id: UUID) -> list[LedgerRow]:
         """Every ledger row of one dispute, in ``seq`` order (empty if none)."""
         with self._engine.connect() as conn:

@@ -45,6 +45,7 @@ REQUIRED_FIELDS: tuple[str, ...] = (
 )
 OPTIONAL_FIELDS: tuple[str, ...] = ("external_id", "deadline_ms", "deadlines")
 PAYLOAD_FIELDS: tuple[str, ...] = REQUIRED_FIELDS + OPTIONAL_FIELDS
+_REQUIRED = frozenset(REQUIRED_FIELDS)
 
 
 def escalation_to_payload(esc: Escalation) -> dict[str, str]:
@@ -92,8 +93,8 @@ def payload_to_escalation(
     Raises:
         InvalidInput: a required field is missing or malformed.
     """
-    missing = [name for name in REQUIRED_FIELDS if name not in fields]
-    if missing:
+    if not _REQUIRED.issubset(fields.keys()):
+        missing = [name for name in REQUIRED_FIELDS if name not in fields]
         raise InvalidInput(f"payload of {dispute_id} lacks fields {missing}")
     name, sep, version = fields["ladder"].rpartition("@")
     if not sep or not name or not version.isdigit():

@@ -106,7 +106,8 @@ def _json_pairs(mapping: Mapping[str, str]) -> str:
 
 
 def _as_dict(flat: Sequence[str]) -> dict[str, str]:
-    return {flat[i]: flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+    pairs = len(flat) // 2 * 2  # a trailing odd element is ignored, as before
+    return dict(zip(flat[0:pairs:2], flat[1:pairs:2], strict=True))
 
 
 def _check_range(name: str, value: int, low: int, high: int) -> int:

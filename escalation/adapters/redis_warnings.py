@@ -86,7 +86,9 @@ class RedisWarnings:
             return 0
         by_shard: dict[int, dict[str, int]] = {}
         for m in members:
-            by_shard.setdefault(self.keys_for(m.dispute_id).shard, {})[m.member] = m.due_ms
+            member = m.member  # starts with str(dispute_id): no second UUID.__str__
+            shard = shard_of(member.partition(":")[0], self.shards)
+            by_shard.setdefault(shard, {})[member] = m.due_ms
         shards = sorted(by_shard)
         pipe = self._client.pipeline(transaction=False)
         for shard in shards:  # one multi-member ZADD NX per shard, then its first member

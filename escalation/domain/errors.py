@@ -1,7 +1,8 @@
 """The error hierarchy. Entry points map each class to a one-line message and an exit code.
 
-``EscalationError`` is the root; ``InvalidInput`` (and its subclasses) are usage errors
-(CLI exit code 2, nothing written); the others are operational (exit code 1).
+``EscalationError`` is the root; ``InvalidInput`` (and its subclasses), ``NotFound`` and
+``ConflictError`` are the caller's mistakes (CLI exit code 2, nothing written); the others
+are operational (exit code 1).
 """
 
 from __future__ import annotations
@@ -40,8 +41,12 @@ class SchemaNotAtHead(EscalationError):
 
 
 class NotFound(EscalationError):
-    """A dispute, dead letter or ladder version that does not exist."""
+    """A dispute, dead letter or ladder version that does not exist (a usage error: 2)."""
+
+    exit_code = 2
 
 
 class ConflictError(EscalationError):
-    """A state transition that is not allowed now (e.g. enqueue of a terminal dispute)."""
+    """A state transition that is not allowed now (e.g. pause a paused escalation): 2."""
+
+    exit_code = 2

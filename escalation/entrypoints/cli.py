@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from escalation.domain.errors import EscalationError, InvalidInput
+from escalation.domain.errors import EscalationError, InvalidInput, NotFound
 from escalation.domain.timeutil import require_aware
 
 app = typer.Typer(
@@ -127,10 +127,16 @@ def cancel(
     reason: Annotated[str, typer.Option(help="Why (recorded in the ledger).")] = "resolved",
 ) -> None:
     """Cancel a dispute's escalation (the dispute was resolved)."""
+    from escalation.domain.escalation import parse_dispute_id
     from escalation.service_layer.cancel import cancel as do_cancel
 
     a = _app(actor="cli")
     try:
+        before = a.store.get(parse_dispute_id(dispute_id))
+        if before is not None and before[1].value == "cancelled":
+            out.print(f"already cancelled {before[0].dispute_id} (seq {before[0].seq}): "
+                      "nothing changed")
+            return
         state = do_cancel(dispute_id, scheduler=a.scheduler, store=a.store, actor=a.actor,
                           reason=reason)
     finally:
@@ -174,14 +180,27 @@ def audit_show(
     from escalation.domain.escalation import parse_dispute_id
     from escalation.entrypoints.render import trail_table
 
-    did = parse_dispute_id(dispute_id)
     a = _app(actor="cli")
     try:
+        try:
+            did = parse_dispute_id(dispute_id)
+        except InvalidInput:
+            found = a.store.find_by_external_id(dispute_id.strip())
+            if not found:
+                raise NotFound(
+                    f"no dispute with id or external id {dispute_id!r}"
+                ) from None
+            if len(found) > 1:
+                raise InvalidInput(
+                    f"external id {dispute_id!r} names {len(found)} disputes: "
+                    + ", ".join(str(f) for f in found[:5]) + "; give the dispute UUID"
+                ) from None
+            did = found[0]
         rows = a.store.trail(did)
     finally:
         a.close()
     if not rows:
-        raise EscalationError(f"no audit rows for dispute {did}")
+        raise NotFound(f"no audit rows for dispute {did}")
     if as_json:
         for r in rows:
             sys.stdout.write(json.dumps(dataclasses.asdict(r), default=str) + "\n")

@@ -71,9 +71,9 @@ def import_csv(
         err.print(f"{csv_path}:{line}: {msg}", markup=False, highlight=False)
     if len(res.errors) > 50:
         err.print(f"... and {len(res.errors) - 50} more bad rows")
-    if res.errors and not skip_invalid:
-        err.print(f"error: {len(res.errors)} bad row(s); nothing imported "
-                  "(fix them or pass --skip-invalid)")
+    if res.errors and (not skip_invalid or not res.results):
+        err.print(f"error: {len(res.errors)} bad row(s); nothing imported"
+                  + ("" if skip_invalid else " (fix them or pass --skip-invalid)"))
         raise typer.Exit(2)
     summary = {"rows": plan.rows, "created": res.created, "already_enqueued": res.existing,
                "skipped_invalid": len(res.errors)}

@@ -32,6 +32,7 @@ from escalation.service_layer.warnings import fire_warnings, schedule_for, warni
 log = get_logger("escalation.worker")
 
 MAX_BACKOFF_S = 30.0
+BURST_MAX_FAILURES = 5  # --burst gives up after this many consecutive outages (~15 s)
 
 
 class _Shutdown(Exception):
@@ -229,6 +230,8 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
                 log.warning("worker.backoff", worker_id=app.actor, error=str(exc)[:300],
                             attempt=failures, sleep_s=round(delay, 2))
                 state["in_batch"] = False
+                if burst and failures >= BURST_MAX_FAILURES:
+                    raise  # a drain-and-exit run gives up; the CLI prints one error line
                 if state["stop"]:
                     break
                 time.sleep(delay)

@@ -34,7 +34,13 @@ def validate_requests(
     calendars: CalendarRegistry,
     default_ladder: str,
 ) -> list[tuple[int, str]]:
-    """Every (line, message) for requests that would be refused (unknown tier, bad ladder...)."""
+    """Every (line, message) for requests that would be refused (unknown tier, bad date...).
+
+    Raises:
+        LadderError: a ladder named by the requests (or the default) does not exist.
+    """
+    for name in sorted({req.ladder or default_ladder for _, req in requests}):
+        ladders.latest(name)  # an unknown ladder is one error for the file, not one per row
     now = scheduler.time()
     errors: list[tuple[int, str]] = []
     for line, req in requests:

@@ -68,6 +68,12 @@ class ColumnMapping:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise InvalidInput(f"{path}: cannot read mapping file: {exc}") from None
         values: dict[str, str | None] = {}
+        unknown = sorted(set(data) - {"columns", "defaults"})
+        if unknown:
+            raise InvalidInput(
+                f"{path}: unknown table(s) {', '.join(f'[{t}]' for t in unknown)}; "
+                "a mapping file has [columns] and [defaults]"
+            )
         for table in ("columns", "defaults"):
             for key, val in dict(data.get(table, {})).items():
                 name = key if table == "columns" else (
@@ -151,6 +157,7 @@ def plan_import(stream: TextIO, mapping: ColumnMapping) -> ImportPlan:
     if bool(mapping.opened_at) == bool(mapping.due_at):
         raise InvalidInput("map exactly one of opened_at or due_at to a column")
     plan = ImportPlan()
+    seen: dict[uuid.UUID, int] = {}
     for lineno, raw in records:
         if not raw.strip():
             continue
@@ -161,6 +168,11 @@ def plan_import(stream: TextIO, mapping: ColumnMapping) -> ImportPlan:
                 raise InvalidInput(f"expected {len(header)} fields, found {len(cells)}")
             row = dict(zip(header, cells, strict=True))
             did, external = stable_dispute_id(row[mapping.dispute_id], mapping.external_source)
+            if did in seen:
+                raise InvalidInput(
+                    f"dispute id {row[mapping.dispute_id]!r} already on line {seen[did]}"
+                )
+            seen[did] = lineno
             money = (row.get(mapping.materiality) or "").strip() if mapping.materiality else ""
             Materiality.parse(money or mapping.default_materiality)
             tier = (row.get(mapping.tier) or "").strip() if mapping.tier else ""

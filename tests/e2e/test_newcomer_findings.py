@@ -81,3 +81,59 @@ def test_embedded_database_is_migrated_by_any_command(tmp_path: Path) -> None:
         assert '"pending": 0' in res.stdout
     finally:
         run_cli(env, "services", "stop")
+
+
+@pytest.mark.slow
+def test_burst_worker_gives_up_when_redis_stays_unreachable(cli_env: dict[str, str]) -> None:
+    res = run_cli(dict(cli_env, ESCALATION_REDIS_URL="redis://127.0.0.1:1/9"),
+                  "worker", "--burst")
+    assert res.returncode == 1, res.stderr[-500:]
+    assert "cannot reach Redis" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_audit_show_accepts_an_external_id_and_cancel_twice_says_so(
+    app: Any, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    ext = f"C-{uuid.uuid4().hex[:8]}"
+    csv_file = tmp_path / "c.csv"
+    csv_file.write_text(f"id,opened\n{ext},2026-01-02\n")
+    res = run_cli(cli_env, "import", str(csv_file), "--id-column", "id", "--opened-column",
+                  "opened", "--external-source", "newcomer")
+    assert res.returncode == 0, res.stderr
+    shown = run_cli(cli_env, "audit", "show", ext, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert f'"external_id": "{ext}"' in shown.stdout
+    missing = run_cli(cli_env, "audit", "show", "no-such-complaint")
+    assert missing.returncode == 2 and "no dispute with id or external id" in missing.stderr
+    from escalation.service_layer.importer import stable_dispute_id
+
+    did = str(stable_dispute_id(ext, "newcomer")[0])
+    first = run_cli(cli_env, "cancel", did)
+    assert first.returncode == 0 and "cancelled" in first.stdout
+    second = run_cli(cli_env, "cancel", did)
+    assert second.returncode == 0 and "already cancelled" in second.stdout
+    unknown = run_cli(cli_env, "cancel", str(uuid.uuid4()))
+    assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+
+
+def test_import_refuses_duplicate_ids_unknown_tables_and_unknown_ladders_once(
+    app: Any, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    a, b = uuid.uuid4(), uuid.uuid4()
+    csv_file = tmp_path / "d.csv"
+    csv_file.write_text(f"id,opened,tier\n{a},2026-01-02,standard\n{b},2026-01-02,standard\n"
+                        f"{a},2026-01-03,senior\n")
+    base = ["import", str(csv_file), "--id-column", "id", "--opened-column", "opened"]
+    res = run_cli(cli_env, *base)
+    assert res.returncode == 2 and "already on line 2" in res.stderr
+    assert app.store.get(a) is None and app.store.get(b) is None
+    mapping = tmp_path / "m.toml"
+    mapping.write_text('[colums]\ndispute_id = "id"\n')
+    res = run_cli(cli_env, "import", str(csv_file), "--mapping", str(mapping))
+    assert res.returncode == 2 and "unknown table" in res.stderr and "[colums]" in res.stderr
+    res = run_cli(cli_env, *base, "--ladder", "no_such_ladder", "--skip-invalid")
+    assert res.returncode == 2
+    assert res.stderr.count("no_such_ladder") == 1, res.stderr
+    res = run_cli(cli_env, *base, "--tier-column", "tier", "--tier", "standard",
+                  "--skip-invalid")
+    assert res.returncode == 0 and "2 enqueued" in res.stdout, res.stderr
