@@ -411,9 +411,11 @@ def _enqueue_rows(
         due_at=esc.due_at,
         next_due_at=esc.due_at,
         calendar_version=calendar_version,
-        details=(
-            {"deadlines": {n: at.isoformat() for n, at in esc.deadlines}} if esc.deadlines else {}
-        ),
+        details={
+            "entered_tier_at": esc.entered_tier_at.isoformat(),  # SLA report: time in tier
+            **({"deadlines": {n: at.isoformat() for n, at in esc.deadlines}}
+               if esc.deadlines else {}),
+        },
     )
     state["last_seq"] = 1
     state["last_hash"] = ledger["row_hash"]

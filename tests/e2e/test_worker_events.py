@@ -1,0 +1,45 @@
+"""The worker's structured events carry the seed's fields (trace_id, source_hash,
+match_decision), and the demo runs the main job end to end on the test servers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from escalation.entrypoints.worker import run_worker
+from tests.e2e.helpers import due_requests, enqueue
+
+
+def test_burst_worker_logs_one_promoted_event_per_decision_with_the_seed_fields(
+    app: Any,
+) -> None:
+    now = app.scheduler.time()
+    ids = enqueue(app, due_requests(5, now))
+    enqueue(app, due_requests(2, now, tier="compliance"))
+    with capture_logs() as logs:
+        totals = run_worker(app, burst=True)
+    assert totals.recorded == 7
+    promoted = [e for e in logs if e["event"] == "escalation.promoted"]
+    terminal = [e for e in logs if e["event"] == "escalation.terminal"]
+    assert {e["dispute_id"] for e in promoted} == {str(i) for i in ids}
+    assert len(terminal) == 2
+    for e in promoted + terminal:
+        assert e["trace_id"] and len(e["source_hash"]) == 64
+        assert e["match_decision"] in ("PROMOTED_TO_SENIOR", "TERMINAL_ESCALATION")
+        assert e["worker_id"] == app.actor and e["seq"] == 2
+    assert [e["event"] for e in logs if e["event"].startswith("worker.")] == [
+        "worker.started", "worker.stopped"]
+
+
+@pytest.mark.slow
+def test_demo_runs_the_main_job_on_the_configured_servers(cli_env: dict[str, str]) -> None:
+    res = subprocess.run([sys.executable, "-m", "escalation", "demo", "--count", "60"],
+                         env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "duplicate decisions in the ledger │     0" in res.stdout
+    assert "still due (not decided)           │     0" in res.stdout
+    assert "TERMINAL_ESCALATION" in res.stdout and "audit trail of" in res.stdout
