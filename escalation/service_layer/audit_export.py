@@ -1,7 +1,7 @@
 """Search and streaming export of the audit ledger (CSV or JSON Lines) with a manifest.
 
 Export streams rows through a server-side cursor (``stream_results`` + ``yield_per``), so
-memory stays constant whatever the row count (``benchmarks/export_1m.py``;
+memory stays constant whatever the row count (``tests/benchmarks/export_1m.py``;
 ``tests/integration/test_export_memory.py``). Value formats (format version 1):
 
 * timestamps: UTC ISO-8601 with microseconds and ``Z`` (``2026-03-02T09:00:00.000000Z``);

@@ -16,7 +16,7 @@ Stated bound (docs/sla.md "Starvation bound"): an escalation of weight ``w`` is 
 by escalations due less than ``(W - w) * aging`` after it (W = highest weight). Checked for
 every member: max due among members claimed before it - its due <= (W - w) * aging.
 
-Usage: python benchmarks/priority_backlog.py [--n 20000] [--batch 50] [--rate 1000]
+Usage: python tests/benchmarks/priority_backlog.py [--n 20000] [--batch 50] [--rate 1000]
        [--aging-s 60] [--spread-s 600] [--seed 42]
 Redis: $ESCALATION_TEST_REDIS_URL (default redis://127.0.0.1:6379/9); a fresh namespace
 ``bench-prio-<hex>``; its keys are UNLINKed at the end (never FLUSHDB). Exit status 1 on FAIL.

@@ -4,7 +4,7 @@ Creates a scratch database (dropped at the end), migrates it, generates N rows w
 ``INSERT ... SELECT generate_series`` (synthetic rows: valid columns, not valid chains),
 then streams them out with ``escalation.service_layer.audit_export.export``.
 
-    python benchmarks/export_1m.py [--rows 1000000] [--format csv]
+    python tests/benchmarks/export_1m.py [--rows 1000000] [--format csv]
         [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
 
 Peak RSS comes from ``resource.getrusage`` (Linux: KiB); it is the process peak, so it is

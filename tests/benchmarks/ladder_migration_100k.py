@@ -16,7 +16,7 @@ Method:
   500: one PostgreSQL transaction + one seq-guarded Redis restore per batch). No workers run:
   this measures the migration's own throughput.
 
-    python benchmarks/ladder_migration_100k.py [--n 100000] [--batch-size 500]
+    python tests/benchmarks/ladder_migration_100k.py [--n 100000] [--batch-size 500]
         [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
         [--redis-url redis://127.0.0.1:6379/9]
 
