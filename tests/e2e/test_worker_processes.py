@@ -40,6 +40,11 @@ def test_three_workers_one_killed_mid_batch_every_escalation_promoted_exactly_on
     victim_env = dict(env, ESCALATION_CRASHPOINT="after_record:2")
     start = time.monotonic()
     victim = start_worker(victim_env, *common, "--worker-id", "victim")
+    # the victim gets a head start (it must reach its 2nd recorded batch before the others
+    # drain everything on a busy machine); the others start while it is mid-drain
+    head_start = time.monotonic() + 30
+    while "worker.started" not in worker_output(victim) and time.monotonic() < head_start:
+        time.sleep(0.05)
     others = [start_worker(env, *common, "--worker-id", f"w{i}") for i in (1, 2)]
     victim.wait(timeout=60)
     assert victim.returncode == -signal.SIGKILL
