@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Protocol
 from uuid import UUID
@@ -34,9 +34,15 @@ import sqlalchemy.exc
 
 from escalation.adapters.redis_warnings import RedisWarnings, WarningMember
 from escalation.domain.calendars import CalendarRegistry
-from escalation.domain.errors import ConflictError, EscalationError, NotFound
+from escalation.domain.errors import ConflictError, EscalationError, InvalidInput, NotFound
 from escalation.domain.escalation import Escalation, Status
-from escalation.domain.sla_timing import calendar_of, fraction_label, tier_window, warning_times
+from escalation.domain.sla_timing import (
+    calendar_of,
+    fraction_label,
+    tier_window,
+    uses_open_time,
+    warning_times,
+)
 from escalation.domain.timeutil import to_ms
 from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome, LadderSource, LedgerRow, Scheduler
 
@@ -96,6 +102,9 @@ def warning_members(
             if not tier.warn_at:
                 continue
             window = tier_window(ladder, tier.id, esc.materiality.amount)
+            if not uses_open_time(window):
+                out.extend(_elapsed_members(esc, tier.warn_at))
+                continue
             cal = calendar_of(window, calendars)
             times = warning_times(window, cal, esc.entered_tier_at, esc.due_at, tier.warn_at)
         except EscalationError:
@@ -104,6 +113,31 @@ def warning_members(
             if at < esc.due_at:
                 out.append(WarningMember(esc.dispute_id, esc.seq, fraction_label(fraction),
                                          to_ms(at)))
+    return out
+
+
+_US = timedelta(microseconds=1)
+
+
+def _elapsed_members(esc: Escalation, fractions: tuple[Decimal, ...]) -> list[WarningMember]:
+    """Warnings of a calendar-unit window in integer milliseconds (the worker's hot path).
+
+    Same instants as :func:`warning_times` for elapsed time: ``entered + int(total * f)`` ms,
+    with ``f`` as an exact integer ratio (``total * num // den``; total >= 0 so floor equals
+    the truncation of ``int(Decimal(total) * f)``).
+    """
+    entered = to_ms(esc.entered_tier_at)
+    span_us = (esc.due_at - esc.entered_tier_at) // _US  # the window, exactly
+    total = max(0, span_us // 1000)
+    out = []
+    for f in fractions:
+        if not Decimal(0) < f < Decimal(1):
+            raise InvalidInput(f"warning fraction must be in (0, 1), got {f}")
+        num, den = f.as_integer_ratio()
+        offset = total * num // den
+        if offset * 1000 < span_us:  # the warning falls before the due time
+            out.append(WarningMember(esc.dispute_id, esc.seq, fraction_label(f),
+                                     entered + offset))
     return out
 
 
