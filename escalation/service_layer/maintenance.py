@@ -236,11 +236,12 @@ def default_jobs(app: Any, rel: ReliabilityRedis) -> list[Job]:
     jobs = [Job("reconcile", 300, do_reconcile), Job("dead_letter_alerts", 60, dead_alerts)]
     try:
         from escalation.adapters.partitions import ensure_partitions
-    except ImportError:  # pragma: no cover - partitions arrive with the ledger work
+    except ImportError:  # pragma: no cover - the partitions adapter ships with the package
         return jobs
 
     def partitions() -> dict[str, Any]:
-        made = ensure_partitions(app.engine, from_ms(rel.now_ms()), 2)
+        ahead = int(getattr(app.settings, "audit_partitions_ahead", 3))
+        made = ensure_partitions(app.engine, from_ms(rel.now_ms()), ahead)
         return {"created": list(made)}
 
     jobs.append(Job("partitions", 3600, partitions))
