@@ -80,7 +80,7 @@ class App:
         self.engine.dispose()
 
 
-def _at_head_or_upgrade(engine: sa.Engine, urls: Urls) -> None:
+def ensure_schema(engine: sa.Engine, urls: Urls) -> None:
     """Refuse a configured database behind the Alembic head; upgrade the embedded one."""
     try:
         check_at_head(engine)
@@ -114,11 +114,14 @@ def build(
     urls = resolve_urls(settings)
     client = redis.Redis.from_url(
         urls.redis_url, decode_responses=True, socket_timeout=30, socket_connect_timeout=5,
+        # a non-UTF-8 byte in one payload must not crash every worker that claims it: it
+        # decodes as U+FFFD, fails validation and takes the poison -> dead-letter path
+        encoding_errors="replace",
         health_check_interval=30,
     )
     engine = make_engine(urls.database_url)
     if check_schema:
-        _at_head_or_upgrade(engine, urls)
+        ensure_schema(engine, urls)
     ladders = LadderCatalog.from_dir(settings.ladders_dir, strict=strict_ladders)
     scheduler = RedisScheduler(client, namespace=settings.namespace, shards=settings.shards)
     # issue 4 C: materiality weights written at enqueue, aging used by claim.lua

@@ -110,11 +110,12 @@ class ReliabilityRedis:
         out: dict[str, MemberState] = {}
         for i, d in enumerate(dispute_ids):
             seq, score, locked, dead, rscore, weight = raw[width * i : width * i + width]
-            due: int | None = None if score is None else int(score)
+            due: int | None = None if score is None else int(float(score))
             if due is None and rscore is not None:
-                due = int(rscore) + int(weight or 0) * self.aging_ms
+                due = int(float(rscore)) + _int_or(weight, 0) * self.aging_ms
             out[d] = MemberState(
-                payload_seq=None if seq is None else int(seq),
+                # a corrupt seq counts as 0: behind PostgreSQL, so reconcile rewrites it
+                payload_seq=None if seq is None else _int_or(seq, 0),
                 score_ms=due,
                 locked=bool(locked),
                 dead=dead is not None,
@@ -212,3 +213,11 @@ class ReliabilityRedis:
     def dead_count(self) -> int:
         """Number of dead letters over every shard."""
         return sum(int(self.client.zcard(k.dead)) for k in self.shard_keys())
+
+
+def _int_or(value: object, default: int) -> int:
+    """``int(value)``, or ``default`` for a missing or corrupt (non-integer) field."""
+    try:
+        return int(str(value)) if value is not None else default
+    except ValueError:
+        return default

@@ -32,13 +32,14 @@ app.add_typer(report_app, name="report")
 
 @contextmanager
 def _engine() -> Iterator[sa.Engine]:
-    """An engine on the configured database, checked to be at the Alembic head."""
-    from escalation.adapters.db import check_at_head, make_engine
-    from escalation.bootstrap import resolve_urls
+    """An engine on the configured database at the Alembic head (see bootstrap)."""
+    from escalation.adapters.db import make_engine
+    from escalation.bootstrap import ensure_schema, resolve_urls
 
-    engine = make_engine(resolve_urls(_settings()).database_url)
+    urls = resolve_urls(_settings())
+    engine = make_engine(urls.database_url)
     try:
-        check_at_head(engine)
+        ensure_schema(engine, urls)  # the embedded database is migrated, others refused
         yield engine
     finally:
         engine.dispose()

@@ -44,7 +44,8 @@ def _param_line(param: Any) -> str:
     default = ""
     if param.default not in (None, False, ()) and not param.is_flag:
         default = f" (default: `{param.default}`)"
-    return f"- {names}: {text}{default}".rstrip(": ")
+    required = " **(required)**" if getattr(param, "required", False) else ""
+    return f"- {names}{required}: {text}{default}".rstrip(": ")
 
 
 def render_reference() -> str:

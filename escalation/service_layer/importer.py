@@ -75,6 +75,8 @@ class ColumnMapping:
                 "a mapping file has [columns] and [defaults]"
             )
         for table in ("columns", "defaults"):
+            if not isinstance(data.get(table, {}), dict):
+                raise InvalidInput(f"{path}: [{table}] must be a table of key = \"value\" lines")
             for key, val in dict(data.get(table, {})).items():
                 name = key if table == "columns" else (
                     key if key in ("timezone", "external_source", "ladder") else f"default_{key}"

@@ -98,6 +98,7 @@ local result = {}
 local counts = {applied = 0, stale_seq = 0, not_owner = 0, missing = 0}
 for i, op in ipairs(ops) do
   local pseq = redis.call('HGET', op.pkey, 'seq')
+  if pseq ~= false and tonumber(pseq) == nil then pseq = '0' end  -- corrupt seq: behind everything
   local lockval = redis.call('GET', op.lkey)
   local locktok = lockval and string.match(lockval, '^(%d+):') or nil
   local restore = op.create == '1'

@@ -1,0 +1,58 @@
+"""A corrupt payload in Redis (out-of-band writes) never crashes workers, reconcile or a
+ladder restore: it is repaired from PostgreSQL or dead-lettered."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+from tests.e2e.helpers import due_requests, enqueue
+
+
+def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "escalation", *args], env=env,
+                          capture_output=True, text=True, timeout=180, check=False)
+
+
+def test_non_utf8_bytes_in_a_payload_do_not_crash_the_worker(
+    app: Any, cli_env: dict[str, str], redis_url: str
+) -> None:
+    import redis
+
+    now = app.scheduler.time()
+    bad, *good = enqueue(app, due_requests(5, now))
+    raw = redis.Redis.from_url(redis_url)  # bytes client: write an invalid UTF-8 byte
+    raw.hset(app.scheduler.keys_for(bad).payload(bad), "tier", b"\xffsenior")
+    res = run_cli(cli_env, "worker", "--burst")
+    assert res.returncode == 0, res.stderr[-1500:]
+    assert "Traceback" not in res.stderr
+    for did in good:
+        assert [r.match_decision for r in app.store.trail(did)][-1] == "PROMOTED_TO_SENIOR"
+
+
+def test_reconcile_rewrites_a_payload_with_a_corrupt_seq(
+    app: Any, cli_env: dict[str, str]
+) -> None:
+    now = app.scheduler.time()
+    [did] = enqueue(app, due_requests(1, now, past_s=-3600))
+    key = app.scheduler.keys_for(did).payload(did)
+    app.redis.hset(key, mapping={"seq": "notanumber", "due_ms": "garbage"})
+    dry = run_cli(cli_env, "reconcile", "--dry-run")
+    assert dry.returncode in (0, 1) and "Traceback" not in dry.stderr, dry.stderr[-1500:]
+    res = run_cli(cli_env, "reconcile")
+    assert "Traceback" not in res.stderr, res.stderr[-1500:]
+    payload = app.scheduler.payload(did)
+    assert payload is not None and payload["seq"] == "1" and payload["due_ms"].isdigit()
+
+
+def test_mapping_file_with_a_scalar_table_is_a_clear_error(
+    cli_env: dict[str, str], tmp_path: Any
+) -> None:
+    mapping = tmp_path / "m.toml"
+    mapping.write_text("columns = 5\n")
+    csv_file = tmp_path / "x.csv"
+    csv_file.write_text("dispute_id,opened\n")
+    res = run_cli(cli_env, "import", str(csv_file), "--mapping", str(mapping))
+    assert res.returncode == 2 and "[columns] must be a table" in res.stderr
+    assert "Traceback" not in res.stderr
