@@ -64,6 +64,8 @@ def ladder_check(
     path = directory or settings.ladders_dir
     if not path.is_dir():
         raise LadderError(f"{path}: (directory): ladder directory not found")
+    if not any(path.glob("*.toml")):
+        raise LadderError(f"{path}: (directory): no ladder files (*.toml) in it")
     history, note = _history_for_check(settings)
     try:
         errors = check(path, history)

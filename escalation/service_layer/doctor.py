@@ -149,6 +149,14 @@ def run_doctor(app: Any, *, host_ms: Callable[[], int] | None = None,
 def _ladder_files(app: Any) -> Check:
     """Invalid ladder files (skipped by read-only commands; workers refuse to start)."""
     errors = list(getattr(app.ladders, "errors", []))
+    try:  # plus edited files of applied versions (the ladder history's checksums)
+        from escalation.adapters.ladder_history import LadderHistoryStore
+        from escalation.service_layer.ladder_migration import check
+
+        errors += [e for e in check(app.settings.ladders_dir, LadderHistoryStore(app.engine))
+                   if e not in errors and "checksum" in e]
+    except Exception as exc:  # doctor reports, never crashes
+        errors.append(f"ladder check could not run: {exc}")
     return Check("LADDER_FILES", not errors,
                  f"{len(errors)} invalid ladder file(s)" + (f": {errors[0]}" if errors else ""),
                  "" if not errors else "fix the file (see `escalation ladder check`); workers "

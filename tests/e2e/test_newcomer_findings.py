@@ -137,3 +137,30 @@ def test_import_refuses_duplicate_ids_unknown_tables_and_unknown_ladders_once(
     res = run_cli(cli_env, *base, "--tier-column", "tier", "--tier", "standard",
                   "--skip-invalid")
     assert res.returncode == 0 and "2 enqueued" in res.stdout, res.stderr
+
+
+def test_ladder_check_refuses_an_empty_directory(cli_env: dict[str, str], tmp_path: Path) -> None:
+    res = run_cli(cli_env, "ladder", "check", "--dir", str(tmp_path))
+    assert res.returncode == 2 and "no ladder files" in res.stderr
+
+
+def test_doctor_flags_an_edited_file_of_an_applied_ladder_version(
+    app: Any, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime
+
+    import sqlalchemy as sa
+
+    name = f"doctor_{uuid.uuid4().hex[:8]}"
+    ladders = tmp_path / "ladders"
+    ladders.mkdir()
+    text = (LADDERS / "dispute_review.v1.toml").read_text()
+    (ladders / f"{name}.v1.toml").write_text(text.replace('"dispute_review"', f'"{name}"'))
+    with app.engine.begin() as conn:  # as if v1 had been applied with other file content
+        conn.execute(sa.text(
+            "INSERT INTO ladder_history (ladder, version, checksum, plan_hash, applied_by, "
+            "started_at, finished_at, status) VALUES (:l, 1, :c, 'x', 'test', :t, :t, 'done')"),
+            {"l": name, "c": "0" * 64, "t": datetime.now(UTC)})
+    res = run_cli(dict(cli_env, ESCALATION_LADDERS_DIR=str(ladders)), "doctor")
+    assert res.returncode == 1
+    assert "LADDER_FILES" in res.stdout and "checksum" in res.stdout, res.stdout
