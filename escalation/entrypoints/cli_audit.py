@@ -297,6 +297,10 @@ def report_sla(
     start = parse_time(since, "--from")
     end = parse_time(until, "--to")
     assert start is not None and end is not None  # noqa: S101 - required options
+    if out_file is not None:
+        from escalation.service_layer.audit_export import check_output_path
+
+        check_output_path(out_file)
     with _engine() as engine:
         report = sla_report.build(engine, start, end, grace_s)
     if fmt == "table":

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from escalation.domain.errors import InvalidInput
 from escalation.entrypoints.cli import _app, _print_json, app, err, out
 
 dead_app = typer.Typer(help="Dead letters: poison escalations, undeliverable notifications.",
@@ -57,6 +58,8 @@ def notify(
     from escalation.service_layer.notify import Notifier, NotifyReport, parse_backoff
 
     policy = parse_backoff(backoff, jitter)
+    if webhook_url and not webhook_url.startswith(("http://", "https://")):
+        raise InvalidInput(f"--webhook-url must be an http:// or https:// URL, got {webhook_url!r}")
     a = _app()
     url = webhook_url
     if not url:

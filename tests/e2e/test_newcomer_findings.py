@@ -164,3 +164,13 @@ def test_doctor_flags_an_edited_file_of_an_applied_ladder_version(
     res = run_cli(dict(cli_env, ESCALATION_LADDERS_DIR=str(ladders)), "doctor")
     assert res.returncode == 1
     assert "LADDER_FILES" in res.stdout and "checksum" in res.stdout, res.stdout
+
+
+def test_bad_webhook_url_and_missing_report_directory_are_refused_up_front(
+    cli_env: dict[str, str]
+) -> None:
+    res = run_cli(cli_env, "notify", "--burst", "--webhook-url", "not-a-url")
+    assert res.returncode == 2 and "--webhook-url must be an http" in res.stderr
+    res = run_cli(cli_env, "report", "sla", "--from", "2026-01-01T00:00:00Z", "--to",
+                  "2026-02-01T00:00:00Z", "--format", "csv", "--out", "/nonexistent/dir/x.csv")
+    assert res.returncode == 2 and "does not exist" in res.stderr
