@@ -218,3 +218,24 @@ class AuditLog(Protocol):
     ) -> dict[UUID, LedgerRow]:
         """Latest PROMOTED/TERMINAL row with after < seq <= upto per (dispute, after, upto)."""
         ...
+
+
+class EventLog(Protocol):
+    """The audit-store methods of the non-firing use cases (pause/resume, warnings):
+    read a dispute's state and trail, append one event under a seq compare-and-set."""
+
+    def get(self, dispute_id: UUID) -> tuple[Escalation, Status] | None:
+        """Projection state and status, or None."""
+        ...
+
+    def trail(self, dispute_id: UUID) -> list[LedgerRow]:
+        """Ledger rows of one dispute, oldest first."""
+        ...
+
+    def append_event(
+        self, dispute_id: UUID, event: str, match_decision: str, actor: str,
+        decided_at: datetime, changes: dict[str, Any], details: dict[str, Any], *,
+        expected_seq: int | None = None, calendar_version: str | None = None,
+    ) -> Escalation:
+        """Append one ledger row + projection change (CAS on seq). Raises ConflictError."""
+        ...

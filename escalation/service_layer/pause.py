@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Protocol
 from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry
@@ -34,31 +32,21 @@ from escalation.domain.sla_timing import (
     tier_window,
     uses_open_time,
 )
-from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome, LadderSource, LedgerRow, Scheduler
+from escalation.ports import (
+    ApplyAction,
+    ApplyOp,
+    ApplyOutcome,
+    EventLog,
+    LadderSource,
+    Scheduler,
+)
 
 CAS_RETRIES = 5  # a worker may record a promotion between our read and our append
 APPLY_RETRIES = 5
 APPLY_RETRY_SLEEP_S = 0.05
 
 
-class PauseStore(Protocol):
-    """The audit-store methods pause/resume need (``PostgresAuditStore`` implements them)."""
-
-    def get(self, dispute_id: UUID) -> tuple[Escalation, Status] | None:
-        """Projection state and status, or None."""
-        ...
-
-    def trail(self, dispute_id: UUID) -> list[LedgerRow]:
-        """Ledger rows of one dispute, oldest first."""
-        ...
-
-    def append_event(
-        self, dispute_id: UUID, event: str, match_decision: str, actor: str,
-        decided_at: datetime, changes: dict[str, Any], details: dict[str, Any], *,
-        expected_seq: int | None = None, calendar_version: str | None = None,
-    ) -> Escalation:
-        """Append one ledger row + projection change (CAS on seq). Raises ConflictError."""
-        ...
+PauseStore = EventLog  # ports.EventLog: get, trail, append_event
 
 
 @dataclass(frozen=True, slots=True)

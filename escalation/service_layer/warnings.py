@@ -25,10 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any, Protocol
-from uuid import UUID
 
 import sqlalchemy.exc
 
@@ -44,29 +43,20 @@ from escalation.domain.sla_timing import (
     warning_times,
 )
 from escalation.domain.timeutil import to_ms
-from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome, LadderSource, LedgerRow, Scheduler
+from escalation.ports import (
+    ApplyAction,
+    ApplyOp,
+    ApplyOutcome,
+    EventLog,
+    LadderSource,
+    LedgerRow,
+    Scheduler,
+)
 
 EventSink = Callable[..., None]
 
 
-class WarningStore(Protocol):
-    """Audit-store methods used here (``PostgresAuditStore`` implements them)."""
-
-    def get(self, dispute_id: UUID) -> tuple[Escalation, Status] | None:
-        """Projection state and status, or None."""
-        ...
-
-    def trail(self, dispute_id: UUID) -> list[LedgerRow]:
-        """Ledger rows of one dispute, oldest first."""
-        ...
-
-    def append_event(
-        self, dispute_id: UUID, event: str, match_decision: str, actor: str,
-        decided_at: datetime, changes: dict[str, Any], details: dict[str, Any], *,
-        expected_seq: int | None = None, calendar_version: str | None = None,
-    ) -> Escalation:
-        """Append one ledger row (CAS on seq). Raises ConflictError."""
-        ...
+WarningStore = EventLog  # ports.EventLog: get, trail, append_event
 
 
 @dataclass
