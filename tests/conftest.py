@@ -11,6 +11,7 @@ end (the ledger refuses DELETE by design, so tests use fresh dispute ids instead
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -56,22 +57,35 @@ def redis_url(server_urls: tuple[str, str]) -> str:
     return f"redis://{auth}{host}:{port}/{TEST_REDIS_DB}"
 
 
-@pytest.fixture(scope="session")
-def database_url(server_urls: tuple[str, str]) -> Iterator[str]:
-    """URL of a PostgreSQL database created for this session at the Alembic head; dropped after."""
+@contextlib.contextmanager
+def scratch_database(admin_url: str, prefix: str) -> Iterator[str]:
+    """Create ``<prefix>_<random>`` at the Alembic head; yield its URL; drop it afterwards.
+
+    The one place tests create databases (the ledger refuses DELETE, so isolation is by
+    database, never by cleanup).
+    """
     from escalation.adapters.db import normalize_url, upgrade_to_head
 
-    admin_url = normalize_url(server_urls[1])
-    name = f"escalation_test_{uuid.uuid4().hex[:10]}"
+    admin_url = normalize_url(admin_url)
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
     url = sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    upgrade_to_head(url)
-    yield url
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.dispose()
+    try:
+        upgrade_to_head(url)
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def database_url(server_urls: tuple[str, str]) -> Iterator[str]:
+    """URL of a PostgreSQL database created for this session at the Alembic head; dropped after."""
+    with scratch_database(server_urls[1], "escalation_test") as url:
+        yield url
 
 
 @pytest.fixture()

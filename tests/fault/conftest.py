@@ -117,23 +117,10 @@ def private_pg() -> Iterator[dict[str, Any]]:
 def fresh_database_url(server_urls: tuple[str, str]) -> Iterator[str]:
     """A database of its own at the Alembic head (reconcile scans every pending row of a
     database, so a test that runs it must not share one); dropped afterwards."""
-    import uuid
+    from tests.conftest import scratch_database
 
-    import sqlalchemy as sa
-
-    from escalation.adapters.db import normalize_url, upgrade_to_head
-
-    admin_url = normalize_url(server_urls[1])
-    name = f"escalation_fault_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    upgrade_to_head(url)
-    yield url
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.dispose()
+    with scratch_database(server_urls[1], "escalation_fault") as url:
+        yield url
 
 
 @pytest.fixture()

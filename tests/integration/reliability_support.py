@@ -7,31 +7,20 @@ databases these fixtures created are dropped).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
-import sqlalchemy as sa
+
+from tests.conftest import scratch_database
 
 
 @pytest.fixture()
 def own_database_url(server_urls: tuple[str, str]) -> Iterator[str]:
     """A database created for one test at the Alembic head; dropped afterwards."""
-    from escalation.adapters.db import normalize_url, upgrade_to_head
-
-    admin_url = normalize_url(server_urls[1])
-    name = f"escalation_rel_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    upgrade_to_head(url)
-    yield url
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.dispose()
+    with scratch_database(server_urls[1], "escalation_rel") as url:
+        yield url
 
 
 @pytest.fixture()
