@@ -123,21 +123,25 @@ def enqueue(
 
 @app.command()
 def cancel(
-    dispute_id: Annotated[str, typer.Argument(help="Dispute id (UUID).")],
+    dispute_id: Annotated[str, typer.Argument(
+        help="Dispute id (UUID), or the external id with --source.")],
     reason: Annotated[str, typer.Option(help="Why (recorded in the ledger).")] = "resolved",
+    source: Annotated[str | None, typer.Option(
+        help="Source system: DISPUTE_ID is its external id.")] = None,
 ) -> None:
     """Cancel a dispute's escalation (the dispute was resolved)."""
-    from escalation.domain.escalation import parse_dispute_id
     from escalation.service_layer.cancel import cancel as do_cancel
+    from escalation.service_layer.disputes import dispute_arg
 
+    did = dispute_arg(dispute_id, source)
     a = _app(actor="cli")
     try:
-        before = a.store.get(parse_dispute_id(dispute_id))
+        before = a.store.get(did)
         if before is not None and before[1].value == "cancelled":
             out.print(f"already cancelled {before[0].dispute_id} (seq {before[0].seq}): "
                       "nothing changed")
             return
-        state = do_cancel(dispute_id, scheduler=a.scheduler, store=a.store, actor=a.actor,
+        state = do_cancel(did, scheduler=a.scheduler, store=a.store, actor=a.actor,
                           reason=reason)
     finally:
         a.close()
@@ -266,6 +270,7 @@ def worker(
 def register_more() -> None:
     """Attach command groups that live in their own modules."""
     from escalation.entrypoints import (
+        cli_api,  # noqa: F401 - serve, token create/list/revoke (HTTP API)
         cli_audit,  # noqa: F401 - audit verify/export, report
         cli_bench,  # noqa: F401 - bench (issue 6)
         cli_import,  # noqa: F401 - registers commands

@@ -18,16 +18,21 @@ def _fmt_ms(ms: int) -> str:
 
 @app.command("pause")
 def pause_cmd(
-    dispute_id: Annotated[str, typer.Argument(help="Dispute id (UUID).")],
+    dispute_id: Annotated[str, typer.Argument(
+        help="Dispute id (UUID), or the external id with --source.")],
+    source: Annotated[str | None, typer.Option(
+        help="Source system: DISPUTE_ID is its external id.")] = None,
     reason: Annotated[str, typer.Option(help="Why (recorded in the ledger).")] = "paused",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Stop a pending escalation's SLA clock (e.g. waiting for the cardholder)."""
+    from escalation.service_layer.disputes import dispute_arg
     from escalation.service_layer.pause import pause
 
+    did = dispute_arg(dispute_id, source)
     a = _app(actor="cli")
     try:
-        res = pause(dispute_id, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
+        res = pause(did, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                     calendars=a.calendars, actor=a.actor, reason=reason)
     finally:
         a.close()
@@ -42,16 +47,21 @@ def pause_cmd(
 
 @app.command("resume")
 def resume_cmd(
-    dispute_id: Annotated[str, typer.Argument(help="Dispute id (UUID).")],
+    dispute_id: Annotated[str, typer.Argument(
+        help="Dispute id (UUID), or the external id with --source.")],
+    source: Annotated[str | None, typer.Option(
+        help="Source system: DISPUTE_ID is its external id.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Restart a paused escalation's SLA clock: due = now + the remaining window."""
+    from escalation.service_layer.disputes import dispute_arg
     from escalation.service_layer.pause import resume
     from escalation.service_layer.warnings import schedule_for
 
+    did = dispute_arg(dispute_id, source)
     a = _app(actor="cli")
     try:
-        res = resume(dispute_id, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
+        res = resume(did, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                      calendars=a.calendars, actor=a.actor)
         schedule_for(a)([res.escalation])
     finally:
