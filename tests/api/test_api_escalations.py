@@ -29,7 +29,7 @@ def test_healthz_is_the_only_anonymous_route(api_server):
                              ("POST", f"/v1/escalations/{did}/cancel"),
                              ("POST", f"/v1/escalations/{did}/pause"),
                              ("POST", f"/v1/escalations/{did}/resume"),
-                             ("GET", f"/v1/sources/cfpb/escalations/X1")]:
+                             ("GET", "/v1/sources/cfpb/escalations/X1")]:
             r = anon.request(method, path, json=body())
             assert r.status_code == 401, (method, path, r.text)
             assert r.headers["content-type"] == PROBLEM

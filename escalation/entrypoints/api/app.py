@@ -55,9 +55,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ],
     )
     problems.install(app)
-    from escalation.entrypoints.api import routes_escalations, routes_ops
+    from escalation.entrypoints.api import routes_audit, routes_escalations, routes_ops
 
     app.include_router(routes_escalations.router)
+    app.include_router(routes_audit.router)
     app.include_router(routes_ops.router)
     return app
 

@@ -73,6 +73,11 @@ _FIELD_WORDS: tuple[tuple[str, str], ...] = (
     ("cursor", "cursor"),
     ("--from", "from"),
     ("--to", "to"),
+    ("from (", "from"),
+    ("from must", "from"),
+    ("to must", "to"),
+    ("from:", "from"),
+    ("to:", "to"),
     ("decision", "decision"),
 )
 _REQUEST_N = re.compile(r"^request (\d+): ")
@@ -102,9 +107,10 @@ def field_of(message: str, fields: Sequence[str] = ()) -> str | None:
         prefix = f"items[{int(m.group(1)) - 1}]."
         message = message[m.end():]
     low = message.lower()
-    for word, name in _FIELD_WORDS:
-        if word in low and (not fields or name in fields):
-            return prefix + name
+    hits = [(low.find(word), -len(word), name) for word, name in _FIELD_WORDS
+            if word in low and (not fields or name in fields)]
+    if hits:
+        return prefix + min(hits)[2]  # the field the message names first
     return prefix.rstrip(".") or None
 
 
