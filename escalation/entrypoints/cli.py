@@ -250,16 +250,27 @@ def worker(
     lock_ttl_s: Annotated[int | None, typer.Option(help="5-300 s (default 30).")] = None,
     jitter: Annotated[float | None, typer.Option(help="0.0-0.5 (default 0.2).")] = None,
     worker_id: Annotated[str | None, typer.Option(help="Worker id in logs/ledger.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        help="Serve this worker's Prometheus metrics on this port (1-65535).")] = None,
+    metrics_addr: Annotated[str, typer.Option(
+        help="Listen address of --metrics-port.")] = "127.0.0.1",
 ) -> None:
     """Fire due escalations until SIGTERM/SIGINT (or, with --burst, until nothing is due)."""
     from escalation.entrypoints.worker import install_early_stop_handlers, run_worker
+    from escalation.entrypoints.worker_metrics import WorkerMetrics
 
+    if metrics_port is not None and not 1 <= metrics_port <= 65535:
+        raise InvalidInput(f"--metrics-port must be 1-65535, got {metrics_port}")
     install_early_stop_handlers()
     a = _app(strict_ladders=True, batch_size=batch_size, poll_interval_s=poll_interval_s,
              lock_ttl_s=lock_ttl_s,
              jitter=jitter, worker_id=worker_id)
+    metrics = None
+    if metrics_port is not None:
+        metrics = WorkerMetrics()
+        metrics.serve(metrics_port, metrics_addr)
     try:
-        totals = run_worker(a, burst=burst)
+        totals = run_worker(a, burst=burst, metrics=metrics)
     finally:
         a.close()
     if burst:

@@ -21,6 +21,7 @@ import redis.exceptions
 import sqlalchemy.exc
 
 from escalation.bootstrap import App
+from escalation.entrypoints.worker_metrics import WorkerMetrics
 from escalation.logs import get_logger
 from escalation.service_layer.dead_letters import for_app as dead_letters_for
 from escalation.service_layer.fire import BatchReport, fire_due
@@ -159,12 +160,14 @@ def install_early_stop_handlers() -> None:
         signal.signal(s, early)
 
 
-def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None) -> WorkerTotals:
+def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
+               metrics: WorkerMetrics | None = None) -> WorkerTotals:
     """Run until SIGTERM/SIGINT (or, with ``burst``, until nothing is due). Returns totals.
 
     Database or Redis outages are logged (``worker.backoff``) and retried with exponential
     backoff (capped at 30 s); members claimed before the failure come due again after their
-    lease, so nothing is lost.
+    lease, so nothing is lost. ``metrics`` (optional) observes every batch and decision
+    (``escalation worker --metrics-port``).
     """
     settings = app.settings
     rng = random.Random()
@@ -192,13 +195,20 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
         while not state["stop"]:
             state["in_batch"] = True
             try:
+                started = time.monotonic()
                 report = fire_due(
                     scheduler=app.scheduler, store=app.store, ladders=app.ladders,
                     calendars=app.calendars, batch_size=settings.batch_size,
-                    lease_ms=settings.lease_ms, worker_id=app.actor, emit=_emit,
+                    lease_ms=settings.lease_ms, worker_id=app.actor,
+                    emit=_emit if metrics is None else metrics.sink(_emit, started),
                     crashpoint=hook, on_scheduled=warn_schedule,
                     on_poison=dead.on_decision_failed,  # issue 7: poison -> dead letter
                 )
+                if report.lease_expired:  # read by the API's /metrics (Redis stats)
+                    app.redis.hincrby(app.scheduler.shard_keys()[0].stats, "lease_expired",
+                                      report.lease_expired)
+                if metrics is not None:
+                    metrics.batch(report)
                 now_ms = int(report.now.timestamp() * 1000) if report.now else 0
                 if idle.warnings_due(now_ms):
                     # issue 4: pre-breach warnings; issue 6: only when one is due or after a wake

@@ -205,6 +205,7 @@ class Notifier:
                 report.acknowledged += 1
             else:
                 report.delivered += 1
+                self.client.hincrby(keys.stats, "notify_delivered", 1)  # API /metrics
             return
         self._failed(keys, entry_id, fields, 1, error, report)
 
@@ -225,6 +226,7 @@ class Notifier:
                     report.acknowledged += 1
                 else:
                     report.delivered += 1
+                    self.client.hincrby(keys.stats, "notify_delivered", 1)  # API /metrics
                 continue
             self._failed(keys, "", fields, int(record["attempts"]) + 1, error, report)
 
@@ -243,6 +245,7 @@ class Notifier:
     def _failed(self, keys: Keys, entry_id: str, fields: dict[str, str], attempts: int,
                 error: str, report: NotifyReport) -> None:
         member = self._member(fields)
+        self.client.hincrby(keys.stats, "notify_failed", 1)  # failed attempts, API /metrics
         record = {"fields": fields, "attempts": attempts, "last_error": error,
                   "group": self.group}
         if self.policy.exhausted(attempts):

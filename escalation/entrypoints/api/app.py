@@ -55,11 +55,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ],
     )
     problems.install(app)
-    from escalation.entrypoints.api import routes_audit, routes_escalations, routes_ops
+    from escalation.entrypoints.api import metrics, routes_audit, routes_escalations, routes_ops
 
     app.include_router(routes_escalations.router)
     app.include_router(routes_audit.router)
     app.include_router(routes_ops.router)
+    app.include_router(metrics.router)
     return app
 
 
