@@ -189,3 +189,16 @@ def test_batch_is_all_or_nothing(service, engine):
     assert (replay.json()["created"], replay.json()["existing"]) == (0, 5)
     too_many = service.post("/v1/escalations/batch", json={"items": [body()] * 1001})
     assert too_many.status_code == 422
+
+
+def test_the_readme_curl_example_works(service):
+    import json
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    data = json.loads(re.search(r"-d '(\{.*?\})'", readme, re.S).group(1))
+    r = service.post("/v1/escalations", json=data)
+    assert r.status_code in (200, 201), r.text
+    path = re.search(r"http://127\.0\.0\.1:8080(/v1/sources/\S+)", readme).group(1)
+    assert service.get(path).json()["dispute_id"] == r.json()["dispute_id"]

@@ -48,6 +48,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="escalation", version="1", description=DESCRIPTION, lifespan=lifespan,
+        # no anonymous route but /healthz: the document is docs/openapi.json, not served
+        openapi_url=None, docs_url=None, redoc_url=None,
         openapi_tags=[
             {"name": "escalations", "description": "Create, read, cancel, pause, resume."},
             {"name": "audit", "description": "The ledger, ladders and the SLA report."},

@@ -34,3 +34,21 @@ def dispute_from_path(request: Request) -> UUID:
 
 
 Dispute = Annotated[UUID, Depends(dispute_from_path)]
+
+
+def path_parameters(path: str) -> dict[str, Any]:
+    """``openapi_extra`` declaring the dispute path parameters of ``path`` (they are read by
+    :func:`dispute_from_path`, which FastAPI cannot introspect)."""
+    if "{dispute_id}" in path:
+        params = [{"name": "dispute_id", "in": "path", "required": True,
+                   "description": "Dispute UUID.",
+                   "schema": {"type": "string", "format": "uuid"},
+                   "example": "6f1c2f4e-8a51-4c7e-9a53-2d1b7e0c9f10"}]
+    else:
+        params = [{"name": "source", "in": "path", "required": True,
+                   "description": "Source system name (letters, digits, _.-; 1-64).",
+                   "schema": {"type": "string"}, "example": "cfpb"},
+                  {"name": "external_id", "in": "path", "required": True,
+                   "description": "The source system's dispute id (1-200 characters).",
+                   "schema": {"type": "string"}, "example": "2026-0417-0093"}]
+    return {"parameters": params}

@@ -156,6 +156,14 @@ class AuditPage(BaseModel):
 class Problem(BaseModel):
     """RFC 9457 problem details; 422 adds ``errors`` naming each bad field."""
 
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "type": "/problems/invalid-input", "title": "Invalid input; nothing was written",
+        "status": 422, "detail": "due_at must be timezone-aware (got naive 2026-03-02T09:00:00)",
+        "instance": "/v1/escalations",
+        "errors": [{"field": "due_at",
+                    "message": "due_at must be timezone-aware (got naive 2026-03-02T09:00:00)"}],
+    }]})
+
     type: str
     title: str
     status: int

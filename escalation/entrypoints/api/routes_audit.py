@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query
 from escalation.domain.errors import NotFound
 from escalation.domain.ladder import Ladder
 from escalation.entrypoints.api.auth import AuditReader
-from escalation.entrypoints.api.deps import Core, Dispute
+from escalation.entrypoints.api.deps import Core, Dispute, path_parameters
 from escalation.entrypoints.api.models import AuditPage
 from escalation.entrypoints.api.routes_escalations import DISPUTE_PATHS, ERRORS
 from escalation.entrypoints.cli import parse_time
@@ -40,6 +40,7 @@ def trail(did: Dispute, core: Core, token: AuditReader) -> list[dict[str, Any]]:
 for _path in DISPUTE_PATHS:
     router.add_api_route(
         _path + "/audit", trail, methods=["GET"], responses=ERRORS,
+        openapi_extra=path_parameters(_path),
         name="audit_trail_" + ("by_external_id" if "{source}" in _path else "by_id"))
 
 

@@ -17,7 +17,7 @@ from escalation.bootstrap import App
 from escalation.domain.errors import NotFound
 from escalation.domain.escalation import Escalation, Status
 from escalation.entrypoints.api.auth import StatusReader, Writer
-from escalation.entrypoints.api.deps import Core, Dispute
+from escalation.entrypoints.api.deps import Core, Dispute, path_parameters
 from escalation.entrypoints.api.models import (
     BatchIn,
     BatchItemOut,
@@ -175,11 +175,10 @@ def resume(did: Dispute, core: Core, token: Writer) -> EscalationOut:
 
 for _path in DISPUTE_PATHS:
     _by = "by_external_id" if "{source}" in _path else "by_id"
+    _extra = path_parameters(_path)
     router.add_api_route(_path, get_one, methods=["GET"], response_model=EscalationOut,
-                         responses=ERRORS, name=f"get_{_by}")
-    router.add_api_route(_path + "/cancel", cancel, methods=["POST"],
-                         response_model=EscalationOut, responses=ERRORS, name=f"cancel_{_by}")
-    router.add_api_route(_path + "/pause", pause, methods=["POST"],
-                         response_model=EscalationOut, responses=ERRORS, name=f"pause_{_by}")
-    router.add_api_route(_path + "/resume", resume, methods=["POST"],
-                         response_model=EscalationOut, responses=ERRORS, name=f"resume_{_by}")
+                         responses=ERRORS, openapi_extra=_extra, name=f"get_{_by}")
+    for _action, _fn in (("cancel", cancel), ("pause", pause), ("resume", resume)):
+        router.add_api_route(f"{_path}/{_action}", _fn, methods=["POST"],
+                             response_model=EscalationOut, responses=ERRORS,
+                             openapi_extra=_extra, name=f"{_action}_{_by}")
