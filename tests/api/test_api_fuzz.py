@@ -19,14 +19,15 @@ from tests.api.conftest import body
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
                                            HealthCheck.too_slow])
-json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(),
+                         st.floats(allow_nan=False, allow_infinity=False),
                          st.text(max_size=30))
 json_values = st.recursive(json_scalars, lambda c: st.lists(c, max_size=3)
                            | st.dictionaries(st.text(max_size=5), c, max_size=3), max_leaves=6)
 naive = st.datetimes().map(lambda d: d.isoformat())
 not_iso = st.text(min_size=1, max_size=20).filter(lambda t: not t[:1].isdigit())
 bad_money = st.one_of(
-    st.floats(allow_nan=True, allow_infinity=True),  # JSON numbers are never money
+    st.floats(allow_nan=False, allow_infinity=False),  # JSON numbers are never money
     st.integers(),
     st.sampled_from(["NaN", "-1.00", "inf", "1e400", "1,000.00", "", "٣٤",
                      "9" * 20]),
@@ -174,3 +175,16 @@ def test_any_authorization_header_but_a_token_is_401(api_server, header):
     except (httpx.InvalidURL, UnicodeEncodeError, httpx.LocalProtocolError):
         return  # not a header value HTTP can carry
     _check_problem(r, 401)
+
+
+def test_non_standard_json_numbers_and_malformed_json_are_refused(service, engine):
+    did = str(uuid.uuid4())
+    for raw in (f'{{"dispute_id": "{did}", "source_hash": "ab", "materiality": NaN, '
+                '"due_at": "2099-01-01T00:00:00+00:00"}',
+                f'{{"dispute_id": "{did}", "source_hash": "ab", "materiality": Infinity, '
+                '"due_at": "2099-01-01T00:00:00+00:00"}',
+                f'{{"dispute_id": "{did}", "source_hash": "ab"', "", "[]", "null"):
+        r = service.post("/v1/escalations", content=raw.encode(),
+                         headers={"Content-Type": "application/json"})
+        _check_problem(r, 422)
+    assert PostgresAuditStore(engine).get(uuid.UUID(did)) is None
