@@ -34,6 +34,7 @@ import sqlalchemy as sa
 
 from escalation.bench.common import Target, load, new_namespace, percentile
 
+IN_FLIGHT = 64
 DUE = (datetime.now(UTC) + timedelta(days=3650)).isoformat()
 
 
@@ -118,7 +119,11 @@ async def _open_loop(url: str, token: str, rate: float, seconds: float
     n = int(rate * seconds)
     lat: list[float] = []
     codes: dict[int | str, int] = {}
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    # At most IN_FLIGHT requests outstanding: a request that finds them all busy starts late,
+    # and its latency still counts from its scheduled time (a slow server shows as latency,
+    # not as a slower client); it also keeps httpx's pool queue short.
+    gate = asyncio.Semaphore(IN_FLIGHT)
+    limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60,
                                  headers={"Authorization": f"Bearer {token}"}) as client:
 
@@ -126,7 +131,8 @@ async def _open_loop(url: str, token: str, rate: float, seconds: float
             delay = at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            code = await _post(client, "/v1/escalations", body)
+            async with gate:
+                code = await _post(client, "/v1/escalations", body)
             lat.append((time.perf_counter() - at) * 1000)
             codes[code] = codes.get(code, 0) + 1
 
@@ -135,6 +141,37 @@ async def _open_loop(url: str, token: str, rate: float, seconds: float
         await asyncio.gather(*(one(start + i / rate, bodies[i]) for i in range(n)))
         elapsed = time.perf_counter() - start
     return lat, codes, n / elapsed if elapsed > 0 else 0.0
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its descendants (Linux ``/proc``; 0 when
+    unavailable): the server's own cost per request, apart from the client's."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            with open(f"/proc/{p}/task/{p}/children") as fh:
+                todo += [int(c) for c in fh.read().split()]
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def _enqueued_rows(tgt: Target, actor: str) -> int:
+    """ENQUEUED ledger rows written as ``actor`` (the bench token's name)."""
+    engine = tgt.engine()
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.text(
+                "SELECT count(*) FROM escalation_audit WHERE actor = :a AND event = 'ENQUEUED'"),
+                {"a": actor}).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def _stats(lat: list[float]) -> dict[str, float | None]:
@@ -146,9 +183,14 @@ def run(tgt: Target, *, batches: int, batch_size: int, batch_concurrency: int,
         single_n: int, concurrency: int, rate: float, seconds: float,
         workers: int) -> dict[str, Any]:
     """Run the three measurements (see the module docstring). Returns the figures."""
+    import signal
+
     from escalation.adapters.token_store import PostgresTokenStore
     from escalation.service_layer.tokens import create_token
 
+    # SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so the server is stopped and the bench
+    # database and namespace are removed
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     ns = new_namespace()
     tgt.namespaces.append(ns)
     engine = tgt.engine()
@@ -162,12 +204,16 @@ def run(tgt: Target, *, batches: int, batch_size: int, batch_concurrency: int,
         warm = [_item() for _ in range(200)]
         asyncio.run(_closed_loop(url, token, warm, "/v1/escalations", 8))
         batch_bodies = [{"items": [_item() for _ in range(batch_size)]} for _ in range(batches)]
+        cpu = [_tree_cpu_s(proc.pid)]
         b_wall, b_lat, b_codes = asyncio.run(
             _closed_loop(url, token, batch_bodies, "/v1/escalations/batch", batch_concurrency))
+        cpu.append(_tree_cpu_s(proc.pid))
         singles = [_item() for _ in range(single_n)]
         s_wall, s_lat, s_codes = asyncio.run(
             _closed_loop(url, token, singles, "/v1/escalations", concurrency))
+        cpu.append(_tree_cpu_s(proc.pid))
         r_lat, r_codes, achieved = asyncio.run(_open_loop(url, token, rate, seconds))
+        cpu.append(_tree_cpu_s(proc.pid))
     finally:
         proc.terminate()
         try:
@@ -179,14 +225,7 @@ def run(tgt: Target, *, batches: int, batch_size: int, batch_concurrency: int,
         server_log = log.read().decode(errors="replace")
         log.close()
     sent = len(warm) + batches * batch_size + single_n + int(rate * seconds)
-    engine = tgt.engine()
-    try:
-        with engine.connect() as conn:
-            rows = int(conn.execute(sa.text(
-                "SELECT count(*) FROM escalation_audit WHERE actor = :a AND event = 'ENQUEUED'"),
-                {"a": f"{ns}-bench"}).scalar_one())
-    finally:
-        engine.dispose()
+    rows = _enqueued_rows(tgt, f"{ns}-bench")
     batch_rate = batches * batch_size / b_wall
     single_rate = single_n / s_wall
     r_stats = _stats(r_lat)
@@ -200,13 +239,18 @@ def run(tgt: Target, *, batches: int, batch_size: int, batch_concurrency: int,
         "batch": {"requests": batches, "size": batch_size, "concurrency": batch_concurrency,
                   "seconds": round(b_wall, 3), "escalations_per_s": round(batch_rate, 1),
                   "request_ms": _stats(b_lat), "status": b_codes,
+                  "server_cpu_ms_per_escalation": round(
+                      (cpu[1] - cpu[0]) * 1000 / (batches * batch_size), 3),
                   "target_per_s": 10_000, "met": batch_rate >= 10_000},
         "single": {"requests": single_n, "concurrency": concurrency,
                    "seconds": round(s_wall, 3), "requests_per_s": round(single_rate, 1),
                    "request_ms": _stats(s_lat), "status": s_codes,
+                   "server_cpu_ms_per_request": round((cpu[2] - cpu[1]) * 1000 / single_n, 3),
                    "target_per_s": 1_000, "met": single_rate >= 1_000},
         "fixed_rate": {"rate_per_s": rate, "achieved_per_s": round(achieved, 1),
                        "seconds": seconds, "latency_ms": r_stats, "status": r_codes,
+                       "server_cpu_ms_per_request": round(
+                           (cpu[3] - cpu[2]) * 1000 / max(1, int(rate * seconds)), 3),
                        "target_p99_ms": 25,
                        "met": r_stats["p99"] is not None and r_stats["p99"] <= 25},
         "ledger": {"sent": sent, "answered_2xx": answered, "enqueued_rows": rows,
