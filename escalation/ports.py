@@ -239,3 +239,65 @@ class EventLog(Protocol):
     ) -> Escalation:
         """Append one ledger row + projection change (CAS on seq). Raises ConflictError."""
         ...
+
+
+# --------------------------------------------------------------------------- console reads
+@dataclass(frozen=True, slots=True)
+class ChainEvent:
+    """One ledger row of a dispute, reduced to what deadline outcomes need (aware UTC)."""
+
+    seq: int
+    event: str
+    decided_at: datetime
+    from_tier: str | None
+    to_tier: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineChain:
+    """A dispute with regulatory deadlines and its ledger events (oldest first).
+
+    ``deadlines``: ``((name, aware UTC instant), ...)`` as computed at enqueue; ``ladder`` /
+    ``ladder_version``: the version the dispute is pinned to now.
+    """
+
+    dispute_id: UUID
+    external_id: str | None
+    ladder: str
+    ladder_version: int
+    deadlines: tuple[tuple[str, datetime], ...]
+    events: tuple[ChainEvent, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEscalation:
+    """One pending escalation of the projection (``due_at`` aware UTC, may be None)."""
+
+    dispute_id: UUID
+    external_id: str | None
+    ladder: str
+    ladder_version: int
+    tier: str
+    due_at: datetime | None
+    entered_tier_at: datetime
+
+
+class ConsoleQueries(Protocol):
+    """Read-only queries of the compliance console (adapter:
+    ``adapters.console_queries.PostgresConsoleQueries``)."""
+
+    def now(self) -> datetime:
+        """The database clock (aware UTC)."""
+        ...
+
+    def deadline_chains(
+        self, since: datetime | None = None, until: datetime | None = None,
+        dispute_id: UUID | None = None,
+    ) -> list[DeadlineChain]:
+        """Disputes having a deadline in ``[since, until)`` (None = unbounded), or the one
+        ``dispute_id``, with their ledger events."""
+        ...
+
+    def pending(self) -> list[PendingEscalation]:
+        """Every pending escalation (status ``pending``), by due time."""
+        ...

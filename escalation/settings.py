@@ -74,6 +74,20 @@ class Settings(BaseSettings):
     # HTTP API: verified bearer tokens are remembered this long per process (a revocation
     # takes effect within it); 0 = check PostgreSQL on every request
     api_token_cache_s: float = Field(default=5, ge=0, le=300)
+    # The institution's home time zone (IANA): the console shows every instant in it, with
+    # its UTC offset.
+    institution_timezone: str = "America/New_York"
+
+    @field_validator("institution_timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown IANA time zone {value!r}") from None
+        return value
 
     @field_validator("poll_interval_s", "batch_size", "lock_ttl_s", "jitter", "shards")
     @classmethod

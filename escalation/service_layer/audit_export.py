@@ -297,6 +297,7 @@ def export(
     out: Path,
     flt: AuditFilter,
     progress: Callable[[int], None] | None = None,
+    formula_guard: bool = False,
 ) -> Manifest:
     """Stream matching rows to ``out`` as CSV (header row) or JSON Lines; write a manifest.
 
@@ -304,6 +305,9 @@ def export(
         fmt: ``"csv"`` or ``"jsonl"``. out: the file to (over)write.
         flt: usually ``since``/``until`` only (half-open on decided_at).
         progress: called with the number of rows written so far, every 1000 rows and at end.
+        formula_guard: CSV only: a text cell starting with ``= + - @``, tab or carriage
+            return gets a leading ``'`` so a spreadsheet does not evaluate it (the file is
+            then for people, not for :func:`read_csv`).
 
     Returns:
         The :class:`Manifest` (also written to :func:`manifest_path`).
@@ -326,7 +330,8 @@ def export(
         for row in stream_rows(engine, flt):
             values = [export_value(c, row[c]) for c in COLUMNS]
             if writer is not None:
-                writer.writerow(_csv_cells(values))
+                cells = _csv_cells(values)
+                writer.writerow([_guard(c) for c in cells] if formula_guard else cells)
             else:
                 sink.write(
                     json.dumps(dict(zip(COLUMNS, values, strict=True)), sort_keys=False,
@@ -352,6 +357,12 @@ def export(
     )
     manifest_path(out).write_text(json.dumps(manifest.as_dict(), indent=2) + "\n", "utf-8")
     return manifest
+
+
+def _guard(cell: Any) -> Any:
+    if isinstance(cell, str) and cell.startswith(("=", "+", "-", "@", "\t", "\r")):
+        return "'" + cell
+    return cell
 
 
 def _csv_cells(values: list[Any]) -> list[Any]:
@@ -409,3 +420,32 @@ def write_csv(rows: Iterator[Mapping[str, Any]], out: Path) -> str:
         for row in rows:
             writer.writerow(_csv_cells([export_value(c, row[c]) for c in COLUMNS]))
     return sink.sha.hexdigest()
+
+
+COLUMN_DICTIONARY: dict[str, str] = {
+    "dispute_id": "Dispute UUID (hyphenated, lower case).",
+    "seq": "Position of the row in the dispute's hash chain, from 1.",
+    "event": "What happened: ENQUEUED, PROMOTED, TERMINAL, CANCELLED, PAUSED, RESUMED, ...",
+    "match_decision": "The decision recorded (e.g. TIER_BREACH, TERMINAL_ESCALATION).",
+    "actor": "Who decided: worker id, API token name or CLI user.",
+    "from_tier": "Tier the dispute left (empty when none).",
+    "to_tier": "Tier the dispute entered (empty when none).",
+    "ladder": "Ladder name.",
+    "ladder_version": "Ladder version the decision used.",
+    "calendar_version": "Version of the business calendar the due times were counted in.",
+    "materiality": "Disputed amount, decimal string (never a float).",
+    "due_at": "Due time (SLA breach instant) of the tier being left, UTC.",
+    "next_due_at": "Due time in the tier entered, UTC.",
+    "regulatory_deadline": "Regulatory deadline capping the current tier, UTC.",
+    "decided_at": "When the decision was taken (Redis TIME for worker decisions), UTC.",
+    "recorded_at": "Database clock at insert, UTC.",
+    "trace_id": "Correlation id carried into every log event.",
+    "source_hash": "Hex digest of the source record.",
+    "external_id": "The source system's dispute id, when not a UUID.",
+    "fence_token": "Fencing token of the lease the decision was taken under.",
+    "details": "Why: canonical JSON (reason, warnings, migration provenance).",
+    "prev_hash": "row_hash of the previous row of the chain (hex).",
+    "row_hash": "SHA-256 of this row chained to prev_hash (hex).",
+    "chain_created_at": "The dispute's creation instant (partition key), UTC.",
+}
+"""Meaning of each of :data:`COLUMNS` (the manifest's column dictionary)."""

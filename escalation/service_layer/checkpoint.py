@@ -187,6 +187,13 @@ def _load_checkpoints(conn: sa.Connection) -> list[Checkpoint]:
     ]
 
 
+def checkpoint_by_id(engine: sa.Engine, checkpoint_id: int) -> Checkpoint | None:
+    """The sealed checkpoint ``checkpoint_id``, or None."""
+    with engine.connect() as conn:
+        return next((c for c in _load_checkpoints(conn) if c.checkpoint_id == checkpoint_id),
+                    None)
+
+
 def _check_checkpoint_chain(conn: sa.Connection, report: VerifyReport) -> Checkpoint | None:
     """Recompute every checkpoint's hash link and the last one's Merkle root."""
     cps = _load_checkpoints(conn)

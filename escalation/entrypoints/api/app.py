@@ -63,6 +63,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_audit.router)
     app.include_router(routes_ops.router)
     app.include_router(metrics.router)
+    from escalation.entrypoints.api import console
+
+    console.install(app)
     return app
 
 
