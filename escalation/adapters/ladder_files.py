@@ -218,7 +218,7 @@ def _to_domain(model: LadderFile, label: str, checksum: str) -> Ladder:
     )
     deadlines = tuple(
         RegulatoryDeadline(r.name, r.anchor, SlaWindow(r.amount, r.unit, r.calendar), r.buffer,
-                           tuple(r.caps))
+                           tuple(r.caps), r.source)
         for r in _regulatory_list(model)
     )
     bands = sorted(model.bands, key=lambda b: Decimal(b.min_amount), reverse=True)

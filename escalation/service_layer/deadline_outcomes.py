@@ -89,8 +89,7 @@ def _citation(ladder: Ladder | None, name: str) -> tuple[str, str | None]:
         return "", None
     for d in ladder.deadlines:
         if d.name == name:
-            text = getattr(d, "source", "") or getattr(d, "citation", "") or ""
-            return str(text), d.window.calendar
+            return d.source, d.window.calendar
     return "", None
 
 

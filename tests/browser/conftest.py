@@ -70,7 +70,9 @@ def seed(engine: sa.Engine, prefix: str) -> Seeded:
             trace_id=f"t-{ext}", external_id=ext, regulatory_deadline=utc(deadline),
             deadlines=((DEADLINE, utc(deadline)),))
         store.record_enqueue_many([esc], "seed-import", entered)
-        store.record_cancel(did, "ops.jane", utc(resolved), f"resolved {ext}: credited")
+        # C's resolver is named like a spreadsheet formula: the CSV export must defuse it
+        actor = "=SUM(1+1)" if suffix == "C" else "ops.jane"
+        store.record_cancel(did, actor, utc(resolved), f"resolved {ext}: credited")
     return Seeded(prefix, ids)
 
 

@@ -71,6 +71,7 @@ def test_missed_deadlines_rows_and_lateness(page, console):
     assert "2024-02-20 10:00:00 EST (UTC-05:00)" in b  # resolved
     assert c.rstrip().endswith("senior") and b.rstrip().endswith("standard")
     assert "reg_e_error_resolution@1" in b
+    assert "determine_or_provisionally_credit" in b and "12 CFR 1005.11(c)(1)" in b
     # the met one is not in the missed list, and is in the met list
     assert f"{prefix}-A" not in page.locator("#deadlines").inner_text()
     page.goto(console.url + f"/console/deadlines?status=met&{FEB}")
@@ -135,10 +136,14 @@ def test_audit_export_matches_manifest(page, console):
     assert manifest["row_count"] == 2 == len(data.decode().splitlines()) - 1
     assert set(manifest["column_dictionary"]) == set(manifest["columns"])
     assert manifest["csv_formula_guard"] is True
+    exported = list(csv.DictReader(io.StringIO(data.decode())))
+    assert exported[1]["event"] == "CANCELLED"
+    assert exported[1]["actor"] == "'=SUM(1+1)"  # formula injection neutralised
     with page.expect_download() as got_jsonl:
         page.locator("#export-jsonl").click()
     lines = Path(got_jsonl.value.path()).read_text("utf-8").splitlines()
     assert [json.loads(x)["event"] for x in lines] == ["ENQUEUED", "CANCELLED"]
+    assert json.loads(lines[1])["actor"] == "=SUM(1+1)"  # JSON keeps the value as recorded
 
 
 def test_sla_report_charts_in_ladder_order(page, console):
