@@ -30,7 +30,7 @@ from rich.table import Table
 from escalation.adapters.db import upgrade_to_head
 from escalation.adapters.report_queries import decision_counts, duplicate_decisions, undecided_due
 from escalation.bootstrap import build, resolve_urls
-from escalation.entrypoints.cli import err, out
+from escalation.entrypoints.cli_common import err, out
 from escalation.entrypoints.render import trail_table
 from escalation.logs import configure_logging
 from escalation.service_layer.bulk import bulk_enqueue
