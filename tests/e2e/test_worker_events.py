@@ -3,8 +3,6 @@ match_decision), and the demo runs the main job end to end on the test servers."
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -12,6 +10,7 @@ from structlog.testing import capture_logs
 
 from escalation.entrypoints.worker import run_worker
 from tests.e2e.helpers import due_requests, enqueue
+from tests.helpers import run_cli
 
 
 def test_burst_worker_logs_one_promoted_event_per_decision_with_the_seed_fields(
@@ -37,8 +36,7 @@ def test_burst_worker_logs_one_promoted_event_per_decision_with_the_seed_fields(
 
 @pytest.mark.slow
 def test_demo_runs_the_main_job_on_the_configured_servers(cli_env: dict[str, str]) -> None:
-    res = subprocess.run([sys.executable, "-m", "escalation", "demo", "--count", "60"],
-                         env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    res = run_cli(cli_env, "demo", "--count", "60", timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "duplicate decisions in the ledger │     0" in res.stdout
     assert "still due (not decided)           │     0" in res.stdout
