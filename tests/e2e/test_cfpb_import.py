@@ -18,6 +18,7 @@ MAPPING = Path(__file__).resolve().parents[2] / "docs" / "examples" / "cfpb_mapp
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # three CLI runs (import, worker, re-import) of up to 600 s each
 @pytest.mark.skipif(not DATA.exists(), reason="shared/data is not beside this checkout")
 def test_cfpb_sample_is_imported_and_promoted_exactly_once(
     app: Any, cli_env: dict[str, str]
