@@ -169,11 +169,6 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
     settings = app.settings
     rng = random.Random()
     totals = WorkerTotals()
-    state = {"stop": _EARLY_STOP["signum"] is not None, "in_batch": False}
-    old = _install_stop_handlers(state, app.actor)
-    log.info("worker.started", worker_id=app.actor, batch_size=settings.batch_size,
-             lock_ttl_s=settings.lock_ttl_s, poll_interval_s=settings.poll_interval_s,
-             jitter=settings.jitter, burst=burst)
     failures = 0
     hook = crashpoint_from_env()
     warn_adapter, warn_schedule = warnings_for(app), schedule_for(app)  # issue 4
@@ -183,7 +178,14 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
     idle.maint_next = time.monotonic() + idle.maint_every_s
     ctx = _Pass(app=app, crashpoint=hook, warn_adapter=warn_adapter, warn_schedule=warn_schedule,
                 dead=dead, idle=idle)
+    # Wired first, then the handlers and at once the try: a stop signal right after
+    # "worker.started" (which is what the demo waits for) ends the loop cleanly (exit 0).
+    state = {"stop": _EARLY_STOP["signum"] is not None, "in_batch": False}
+    old = _install_stop_handlers(state, app.actor)
     try:
+        log.info("worker.started", worker_id=app.actor, batch_size=settings.batch_size,
+                 lock_ttl_s=settings.lock_ttl_s, poll_interval_s=settings.poll_interval_s,
+                 jitter=settings.jitter, burst=burst)
         while not state["stop"]:
             state["in_batch"] = True
             try:
