@@ -17,6 +17,7 @@ from uuid import UUID
 from escalation.domain.decide import Decision
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder
+from escalation.domain.record_rule import RecordStatus as RecordStatus  # noqa: PLC0414 -- re-export
 
 
 # --------------------------------------------------------------------------- scheduler
@@ -124,15 +125,6 @@ class LadderSource(Protocol):
 
 
 # --------------------------------------------------------------------------- audit log
-class RecordStatus(StrEnum):
-    """Per-item result of recording a decision."""
-
-    RECORDED = "recorded"  # a new ledger row; projection moved to seq + 1
-    STALE = "stale"  # projection seq != claimed seq: a newer decision exists (apply it)
-    UNKNOWN = "unknown"  # no projection row for this dispute
-    CLOSED = "closed"  # projection terminal/cancelled: remove from Redis
-
-
 @dataclass(frozen=True, slots=True)
 class RecordOutcome:
     """Result of recording one decision: the state PostgreSQL now holds for the dispute."""

@@ -24,15 +24,20 @@ from sqlalchemy.dialects import postgresql as pg
 from escalation.adapters.audit_queries import AuditQueries
 from escalation.adapters.audit_rows import chained_row, deadlines_json, escalation_from_state
 from escalation.adapters.tables import LEDGER_EVENTS, STATUSES, escalation_audit, escalation_state
-from escalation.domain.decide import Decision, DecisionKind
+from escalation.domain.decide import Decision
 from escalation.domain.errors import ConflictError, InvalidInput, NotFound
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.materiality import Materiality
+from escalation.domain.record_rule import (
+    ProjectionHead,
+    RecordRequest,
+    check_recordable,
+    plan_record,
+)
 from escalation.domain.timeutil import require_aware
 from escalation.ports import ClaimedItem, RecordOutcome, RecordStatus
 
 _S = escalation_state
-_CLOSED = frozenset({Status.TERMINAL.value, Status.CANCELLED.value})
 _UUIDS = pg.ARRAY(pg.UUID(as_uuid=True))
 MUTABLE_STATE = frozenset(
     {
@@ -244,7 +249,7 @@ class PostgresAuditStore(AuditQueries):
         if not items:
             return []
         for _claimed, decision in items:
-            _check_decision(decision)
+            check_recordable(decision)
         ids = sorted({claimed.escalation.dispute_id for claimed, _ in items})
         with self._engine.begin() as conn:
             states = _locked_states(conn.execute(_LOCK_MANY, {"ids": ids}))
@@ -422,16 +427,6 @@ def _enqueue_rows(
     return {"state": state, "ledger": ledger}
 
 
-def _check_decision(decision: Decision) -> None:
-    if decision.kind is DecisionKind.NOT_DUE:
-        raise InvalidInput("a NOT_DUE decision has nothing to record")
-    if decision.kind is DecisionKind.PROMOTED and (
-        decision.next_due_at is None or decision.to_tier is None
-    ):
-        raise InvalidInput("a promotion needs to_tier and next_due_at")
-    require_aware(decision.decided_at, "decided_at")
-
-
 def _locked_states(result: sa.CursorResult[Any]) -> dict[UUID, dict[str, Any]]:
     """Projection rows of ``result`` as plain dicts by dispute id (``dict(zip(keys, row))``
     over plain rows: several times cheaper than ``dict(RowMapping)``)."""
@@ -440,12 +435,24 @@ def _locked_states(result: sa.CursorResult[Any]) -> dict[UUID, dict[str, Any]]:
     return {state["dispute_id"]: state for state in states}
 
 
+def _head(state: Mapping[str, Any]) -> ProjectionHead:
+    """The record rule's view of a locked projection row."""
+    return ProjectionHead(
+        status=Status(state["status"]),
+        last_seq=int(state["last_seq"]),
+        tier=state["tier"],
+        due_at=state["due_at"],
+        regulatory_deadline=state["regulatory_deadline"],
+    )
+
+
 def _apply_decisions(
     states: dict[UUID, dict[str, Any]],
     items: Sequence[tuple[ClaimedItem, Decision]],
     actor: str,
 ) -> tuple[list[RecordOutcome], list[dict[str, Any]], dict[UUID, dict[str, Any]]]:
-    """Decide per item what to record, against the locked ``states`` (mutated in place).
+    """Run the record rule (``domain.record_rule.plan_record``) per item against the locked
+    ``states`` (mutated in place, so a dispute repeated in the batch sees its new head).
 
     Returns (outcomes in input order, ledger rows to insert, final state per moved dispute).
     """
@@ -454,37 +461,33 @@ def _apply_decisions(
     moved: dict[UUID, dict[str, Any]] = {}
     for claimed, decision in items:
         state = states.get(claimed.escalation.dispute_id)
-        if state is None:
-            outcomes.append(RecordOutcome(RecordStatus.UNKNOWN, None))
+        plan = plan_record(RecordRequest(
+            None if state is None else _head(state), claimed.escalation.seq, decision))
+        if state is None or plan.entry is None or plan.head is None:
+            outcomes.append(RecordOutcome(
+                plan.status, None if state is None else escalation_from_state(state)))
             continue
-        if state["status"] in _CLOSED:
-            outcomes.append(RecordOutcome(RecordStatus.CLOSED, escalation_from_state(state)))
-            continue
-        if state["status"] != Status.PENDING.value or state["last_seq"] != claimed.escalation.seq:
-            outcomes.append(RecordOutcome(RecordStatus.STALE, escalation_from_state(state)))
-            continue
-        terminal = decision.kind is DecisionKind.TERMINAL
-        if decision.regulatory_deadline is not None:  # issue 4 A: the next tier's deadline
-            state["regulatory_deadline"] = decision.regulatory_deadline
+        entry, after = plan.entry, plan.head
+        state["regulatory_deadline"] = after.regulatory_deadline
         row = chained_row(
             state,
-            event="TERMINAL" if terminal else "PROMOTED",
-            match_decision=decision.match_decision,
+            event=entry.event,
+            match_decision=entry.match_decision,
             actor=actor,
-            decided_at=decision.decided_at,
-            from_tier=decision.from_tier,
-            to_tier=decision.to_tier,
-            due_at=state["due_at"],
-            next_due_at=decision.next_due_at,
+            decided_at=entry.decided_at,
+            from_tier=entry.from_tier,
+            to_tier=entry.to_tier,
+            due_at=entry.due_at,
+            next_due_at=entry.next_due_at,
             fence_token=claimed.token,
-            calendar_version=decision.calendar_version,
+            calendar_version=entry.calendar_version,
         )
         ledger.append(row)
         state.update(
-            tier=state["tier"] if terminal else decision.to_tier,
-            status=Status.TERMINAL.value if terminal else Status.PENDING.value,
-            due_at=None if terminal else decision.next_due_at,
-            entered_tier_at=decision.decided_at,
+            tier=after.tier,
+            status=after.status.value,
+            due_at=after.due_at,
+            entered_tier_at=plan.entered_tier_at,
             last_seq=row["seq"],
             last_hash=row["row_hash"],
         )
