@@ -7,7 +7,7 @@ in-memory fakes of these ports (never of Redis itself).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from escalation.domain.decide import Decision
+from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder
 from escalation.domain.record_rule import RecordStatus as RecordStatus  # noqa: PLC0414 -- re-export
@@ -109,6 +110,50 @@ class Scheduler(Protocol):
 
     def cancel(self, dispute_id: UUID) -> bool:
         """Remove member, payload and lock atomically; False if nothing was there."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class WarningMember:
+    """One scheduled pre-breach warning: dispute, tier-entry seq, fraction text, due (epoch ms).
+
+    Its text form (the warnings ZSET member) is ``"<dispute id>:<seq>:<fraction>"``.
+    """
+
+    dispute_id: UUID
+    seq: int
+    fraction: str
+    due_ms: int
+
+    @property
+    def member(self) -> str:
+        """ZSET member text ``"<id>:<seq>:<fraction>"``."""
+        return f"{self.dispute_id}:{self.seq}:{self.fraction}"
+
+    @classmethod
+    def parse(cls, member: str, score: float) -> WarningMember:
+        """Inverse of :attr:`member`. Raises InvalidInput for a malformed member."""
+        try:
+            did, seq, fraction = member.split(":")
+            return cls(UUID(did), int(seq), fraction, int(score))
+        except ValueError:
+            raise InvalidInput(f"malformed warning member {member!r}") from None
+
+
+class WarningQueue(Protocol):
+    """Scheduled pre-breach warnings (adapter: ``adapters.redis_warnings.RedisWarnings``)."""
+
+    next_due_ms: int | None
+    """Earliest warning left after the last :meth:`claim` (epoch ms), None = none."""
+
+    def schedule(self, members: Sequence[WarningMember]) -> int:
+        """Add each member at its due time unless present. Returns how many were new."""
+        ...
+
+    def claim(self, max_items: int) -> tuple[datetime, list[WarningMember]]:
+        """Take up to ``max_items`` (1..1000) due warnings, each handed out once.
+
+        Returns (Redis TIME of the claim, members earliest first). Raises InvalidInput."""
         ...
 
 
@@ -230,4 +275,103 @@ class EventLog(Protocol):
         expected_seq: int | None = None, calendar_version: str | None = None,
     ) -> Escalation:
         """Append one ledger row + projection change (CAS on seq). Raises ConflictError."""
+        ...
+
+
+# --------------------------------------------------------------------------- reliability
+DEAD_DECISION = "decision:"
+"""Dead-letter member prefix of a poison escalation: ``decision:<dispute id>``."""
+DEAD_NOTIFY = "notify:"
+"""Dead-letter member prefix of an undeliverable notification: ``notify:<group>|<id>:<seq>``."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberState:
+    """What Redis holds for one dispute (reconcile inspection).
+
+    Attributes:
+        payload_seq: the payload's ``seq`` field, None when there is no payload.
+        score_ms: due time (epoch ms) if the dispute is scheduled -- its pending score, or for a
+            member of the ready ZSET (due, waiting for a claim) its ready score +
+            weight * aging_ms -- None when it is in neither.
+        locked: a lock key exists (a worker holds the claim).
+        dead: the dispute is dead-lettered as a poison decision.
+        ready: the member sits in the ready ZSET (scheduled and due).
+    """
+
+    payload_seq: int | None
+    score_ms: int | None
+    locked: bool
+    dead: bool
+    ready: bool = False
+
+
+class SchedulerInspection(Protocol):
+    """Reads and owner-less repairs of the scheduler's Redis state that reconcile needs
+    (adapter: ``adapters.redis_reliability.ReliabilityRedis``)."""
+
+    def inspect(self, dispute_ids: Sequence[str]) -> dict[str, MemberState]:
+        """Payload seq, due time, lock and dead-letter flag of each dispute id."""
+        ...
+
+    def scan_shards(self, count: int = 1000) -> Iterator[list[list[tuple[str, int]]]]:
+        """Per shard, its scheduled members in chunks of about ``count``: ``(member, due
+        epoch ms)``. A member may appear twice within one shard (callers use sets)."""
+        ...
+
+    def remove_member(self, member: str, recorded_seq: int | None, mode: str) -> str:
+        """Remove (``mode`` "remove") or unpark a member the ledger does not schedule:
+        ``removed`` | ``locked`` | ``ahead`` | ``behind`` | ``absent``."""
+        ...
+
+
+# --------------------------------------------------------------------------- maintenance
+@dataclass(frozen=True, slots=True)
+class OccurrenceClaim:
+    """An occurrence of a recurring job claimed for running: its slot (epoch ms) and the
+    slots skipped since the last run."""
+
+    occurrence_ms: int
+    missed: int
+
+
+class Lease(Protocol):
+    """A leader lease (adapter: ``adapters.leader_lease.LeaderLease``)."""
+
+    ttl_ms: int
+    margin: float
+    clock: Callable[[], float]
+
+    def poll(self) -> bool:
+        """Renew when leading, else try to acquire. Returns :meth:`is_leader`."""
+        ...
+
+    def is_leader(self) -> bool:
+        """True while the last acquire/renew succeeded recently enough."""
+        ...
+
+    def release(self) -> bool:
+        """Give the lease up; True if this holder had it."""
+        ...
+
+    def now_ms(self) -> int:
+        """The shared clock (Redis TIME), epoch milliseconds."""
+        ...
+
+
+class MaintenanceRuns(Protocol):
+    """Per-occurrence compare-and-set of recurring jobs (adapter:
+    ``adapters.maintenance_runs.PostgresMaintenanceRuns``)."""
+
+    def claim(self, job: str, interval_s: int, now_ms: int, actor: str) -> OccurrenceClaim | None:
+        """Claim the job's occurrence ``floor(now_ms / interval) * interval``; None when that
+        occurrence (or a later one) was already claimed."""
+        ...
+
+    def finish(self, job: str, status: str, details: dict[str, Any]) -> None:
+        """Record a claimed run's outcome (``ok`` / ``failed``) and its JSON details."""
+        ...
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every job's last run, by job name."""
         ...

@@ -18,6 +18,7 @@ from typing import Any
 from uuid import UUID
 
 import sqlalchemy as sa
+from psycopg.errors import UniqueViolation
 from psycopg.types.json import Jsonb
 from sqlalchemy.dialects import postgresql as pg
 
@@ -25,7 +26,7 @@ from escalation.adapters.audit_queries import AuditQueries
 from escalation.adapters.audit_rows import chained_row, deadlines_json, escalation_from_state
 from escalation.adapters.tables import LEDGER_EVENTS, STATUSES, escalation_audit, escalation_state
 from escalation.domain.decide import Decision
-from escalation.domain.errors import ConflictError, InvalidInput, NotFound
+from escalation.domain.errors import ConflictError, DuplicateEvent, InvalidInput, NotFound
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.materiality import Materiality
 from escalation.domain.record_rule import (
@@ -353,29 +354,39 @@ class PostgresAuditStore(AuditQueries):
         Raises:
             NotFound: no escalation for ``dispute_id``.
             ConflictError: ``expected_seq`` differs from the projection's ``last_seq``.
+            DuplicateEvent: a unique index refused the row (e.g. a WARNING already recorded
+                for the same dispute, tier seq and fraction); nothing written.
             InvalidInput: unknown event or column, bad status, naive datetime, float.
         """
         if event not in LEDGER_EVENTS:
             raise InvalidInput(f"unknown ledger event {event!r}; expected one of {LEDGER_EVENTS}")
         require_aware(decided_at, "decided_at")
         clean = _clean_changes(changes)
-        with self._engine.begin() as conn:
-            state = _lock_one(conn, dispute_id)
-            if expected_seq is not None and int(state["last_seq"]) != expected_seq:
-                raise ConflictError(
-                    f"dispute {dispute_id} is at seq {state['last_seq']}, expected {expected_seq}"
+        try:
+            with self._engine.begin() as conn:
+                state = _lock_one(conn, dispute_id)
+                if expected_seq is not None and int(state["last_seq"]) != expected_seq:
+                    raise ConflictError(
+                        f"dispute {dispute_id} is at seq {state['last_seq']}, "
+                        f"expected {expected_seq}"
+                    )
+                return _append(
+                    conn,
+                    state,
+                    event=event,
+                    match_decision=match_decision,
+                    actor=actor,
+                    decided_at=decided_at,
+                    changes=clean,
+                    details=details,
+                    calendar_version=calendar_version,
                 )
-            return _append(
-                conn,
-                state,
-                event=event,
-                match_decision=match_decision,
-                actor=actor,
-                decided_at=decided_at,
-                changes=clean,
-                details=details,
-                calendar_version=calendar_version,
-            )
+        except sa.exc.IntegrityError as exc:
+            if not isinstance(exc.orig, UniqueViolation):
+                raise
+            raise DuplicateEvent(
+                f"dispute {dispute_id}: the ledger already holds this {event} event"
+            ) from None
 
 
 # ---------------------------------------------------------------------- helpers

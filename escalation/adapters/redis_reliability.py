@@ -8,8 +8,7 @@ Times are epoch **milliseconds** (Redis ``TIME``).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import redis
@@ -17,6 +16,7 @@ from redis.commands.core import Script
 
 from escalation.adapters.redis_keys import Keys, shard_of
 from escalation.adapters.redis_scheduler import DEFAULT_AGING_MS, script_source
+from escalation.ports import DEAD_DECISION, DEAD_NOTIFY, MemberState
 
 RELIABILITY_SCRIPTS: tuple[str, ...] = (
     "reconcile_remove",
@@ -27,33 +27,13 @@ RELIABILITY_SCRIPTS: tuple[str, ...] = (
     "leader_renew",
     "release_lock",
 )
-DEAD_DECISION = "decision:"  # dead-letter member prefix of a poison escalation
-DEAD_NOTIFY = "notify:"  # dead-letter member prefix of an undeliverable notification
 
-
-@dataclass(frozen=True, slots=True)
-class MemberState:
-    """What Redis holds for one dispute (reconcile inspection).
-
-    Attributes:
-        payload_seq: the payload's ``seq`` field, None when there is no payload.
-        score_ms: due time (epoch ms) if the dispute is scheduled -- its pending score, or for a
-            member of the ready ZSET (issue 4 C: due, waiting for a claim) its ready score +
-            weight * aging_ms -- None when it is in neither.
-        locked: a lock key exists (a worker holds the claim).
-        dead: the dispute is dead-lettered as a poison decision.
-        ready: the member sits in the ready ZSET (scheduled and due).
-    """
-
-    payload_seq: int | None
-    score_ms: int | None
-    locked: bool
-    dead: bool
-    ready: bool = False
+__all__ = ["DEAD_DECISION", "DEAD_NOTIFY", "MemberState", "ReliabilityRedis"]
 
 
 class ReliabilityRedis:
-    """Reliability scripts and reads for one namespace (``shards`` as the scheduler's).
+    """Reliability scripts and reads for one namespace (``shards`` as the scheduler's);
+    implements ``escalation.ports.SchedulerInspection``.
 
     Args:
         client: ``redis.Redis`` with ``decode_responses=True``.
@@ -145,6 +125,11 @@ class ReliabilityRedis:
             chunks.append([(m, sc + int(w or 0) * self.aging_ms)
                            for (m, sc), w in zip(part, weights, strict=True)])
         return chunks
+
+    def scan_shards(self, count: int = 1000) -> Iterator[list[list[tuple[str, int]]]]:
+        """:meth:`scan_members` of every shard in turn, shard 0 first."""
+        for keys in self.shard_keys():
+            yield self.scan_members(keys, count)
 
     def ready_count(self) -> int:
         """Members in the ready ZSETs (due, waiting for a claim) over every shard."""

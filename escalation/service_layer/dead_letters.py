@@ -27,11 +27,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from escalation.adapters.redis_reliability import DEAD_DECISION, DEAD_NOTIFY, ReliabilityRedis
+from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.domain.errors import EscalationError, InvalidInput, NotFound
 from escalation.domain.escalation import Status, parse_dispute_id
 from escalation.domain.timeutil import from_ms
-from escalation.ports import ClaimedItem, Scheduler
+from escalation.ports import DEAD_DECISION, DEAD_NOTIFY, ClaimedItem, Scheduler
 from escalation.service_layer.notify import ledger_dead_letter
 
 DEFAULT_MAX_DECISION_ATTEMPTS = 5
@@ -164,10 +164,3 @@ class DeadLetters:
             pipe.hdel(keys.decision_failures, did)
         pipe.execute()
         return written
-
-
-def for_app(app: Any) -> DeadLetters:
-    """DeadLetters wired from an App (the worker's poison hook)."""
-    rel = ReliabilityRedis(app.redis, app.settings.namespace, app.settings.shards,
-                           aging_ms=app.settings.priority_aging_s * 1000)
-    return DeadLetters(rel=rel, scheduler=app.scheduler, store=app.store, actor=app.actor)
