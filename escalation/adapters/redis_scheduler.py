@@ -62,10 +62,10 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         priority: materiality weight of an escalation, ``(ladder key, materiality text) ->
             weight >= 0``, written at enqueue (bootstrap passes
             ``service_layer.priority.weight_fn(ladders)``); None = plain due order.
-        aging_ms: waiting time worth one weight, milliseconds (claim.lua's aging; >= 1).
+        aging_ms: waiting time worth one weight, milliseconds (claim.lua's aging; 1..86 400 000).
 
     Raises:
-        InvalidInput: ``shards`` < 1, an empty namespace, or ``aging_ms`` < 1.
+        InvalidInput: ``shards`` < 1, an empty namespace, or ``aging_ms`` out of range.
     """
 
     # ------------------------------------------------------------------ enqueue

@@ -58,10 +58,10 @@ class SchedulerBase:
         priority: materiality weight of an escalation, ``(ladder key, materiality text) ->
             weight >= 0``, written at enqueue (bootstrap passes
             ``service_layer.priority.weight_fn(ladders)``); None = plain due order.
-        aging_ms: waiting time worth one weight, milliseconds (claim.lua's aging; >= 1).
+        aging_ms: waiting time worth one weight, milliseconds (claim.lua's aging; 1..86 400 000).
 
     Raises:
-        InvalidInput: ``shards`` < 1, an empty namespace, or ``aging_ms`` < 1.
+        InvalidInput: ``shards`` < 1, an empty namespace, or ``aging_ms`` out of range.
     """
 
     def __init__(
@@ -71,7 +71,7 @@ class SchedulerBase:
         if not namespace:
             raise InvalidInput("namespace must not be empty")
         check_range("shards", shards, 1, 1_000_000)
-        check_range("aging_ms", aging_ms, 1, 10**12)
+        check_range("aging_ms", aging_ms, 1, 86_400_000)  # claim.lua refuses more
         self._client = client
         self.namespace = namespace
         self.shards = shards
