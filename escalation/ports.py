@@ -18,6 +18,7 @@ from escalation.domain.decide import Decision
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder
+from escalation.domain.ladder_plan import Blocked, PlanItem
 from escalation.domain.record_rule import RecordStatus as RecordStatus  # noqa: PLC0414 -- re-export
 
 
@@ -374,4 +375,138 @@ class MaintenanceRuns(Protocol):
 
     def rows(self) -> list[dict[str, Any]]:
         """Every job's last run, by job name."""
+        ...
+
+
+# --------------------------------------------------------------------------- reports
+class LedgerReports(Protocol):
+    """Set-based reads of the ledger for reports (adapter:
+    ``adapters.report_queries.PostgresReports``)."""
+
+    def sla_rows(
+        self, since: datetime, until: datetime
+    ) -> tuple[datetime, list[dict[str, Any]]]:
+        """(database clock now, every ledger row of the disputes with a decision or a
+        regulatory deadline in ``[since, until)``, ordered by dispute then seq). Each row has
+        dispute_id, seq, event, from_tier, to_tier, ladder, due_at, decided_at,
+        regulatory_deadline, details_entered_at and state_entered_tier_at (the last two only
+        on seq 1)."""
+        ...
+
+
+# --------------------------------------------------------------------------- ladder history
+Replan = Callable[[Escalation], "tuple[PlanItem, datetime | None] | Blocked"]
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """One ``ladder_history`` row (times aware UTC)."""
+
+    run_id: int
+    ladder: str
+    version: int
+    checksum: str
+    plan_hash: str
+    applied_by: str
+    started_at: datetime
+    finished_at: datetime | None
+    status: str
+    planned: int
+    migrated: int
+    replanned: int
+    skipped: int
+    blocked: int
+    not_owner: int
+    last_dispute_id: UUID | None
+    redis_synced_through: UUID | None
+    error: str | None
+
+
+@dataclass
+class BatchResult:
+    """What one :meth:`LadderHistoryStore.migrate_batch` transaction did.
+
+    Attributes:
+        migrated: the new projection states (to restore into Redis), in dispute-id order.
+        replanned: items whose seq had moved (a worker decided meanwhile) and were re-planned.
+        skipped: items already at the target version, closed, or gone.
+        blocked: items that, re-planned, can no longer be migrated (left on their version).
+        suppressed: items whose due time the grace floor moved (no retroactive breach).
+    """
+
+    migrated: list[Escalation] = field(default_factory=list)
+    replanned: int = 0
+    skipped: int = 0
+    blocked: list[Blocked] = field(default_factory=list)
+    suppressed: int = 0
+
+
+class LadderVersions(LadderSource, Protocol):
+    """A :class:`LadderSource` that can list a ladder's versions (adapter:
+    ``adapters.ladder_files.LadderCatalog``)."""
+
+    def versions(self, name: str) -> list[int]:
+        """Versions of ladder ``name``, ascending (empty if unknown)."""
+        ...
+
+
+class LadderHistory(Protocol):
+    """Ladder migration runs and their batched writes (adapter:
+    ``adapters.ladder_history.LadderHistoryStore``; see ``service_layer.ladder_migration``)."""
+
+    def applied_checksums(self) -> dict[tuple[str, int], str]:
+        """(ladder, version) -> checksum of the file each finished run applied."""
+        ...
+
+    def history(self, ladder: str | None = None) -> list[HistoryRow]:
+        """Runs, oldest first (of one ladder when given)."""
+        ...
+
+    def open_run(self, ladder: str, version: int) -> HistoryRow | None:
+        """The latest run of ``ladder@version`` that did not finish (running or failed)."""
+        ...
+
+    def start(
+        self, *, ladder: str, version: int, checksum: str, plan_hash: str, applied_by: str,
+        started_at: datetime, planned: int,
+    ) -> int:
+        """Insert a running run; returns its id. Raises ConflictError if one is running."""
+        ...
+
+    def resume(self, run_id: int, applied_by: str) -> None:
+        """Mark a failed run running again. Raises ConflictError / NotFound."""
+        ...
+
+    def finish(
+        self, run_id: int, status: str, finished_at: datetime, error: str | None = None
+    ) -> None:
+        """Set the run's final status (done | failed), finish time and error."""
+        ...
+
+    def note_redis(self, run_id: int, through: UUID, not_owner: int) -> None:
+        """Record how far the Redis side of the run has been restored."""
+        ...
+
+    def open_escalations(
+        self, ladder: str, after: UUID | None, limit: int, *, below_version: int | None = None,
+        at_version: int | None = None, through: UUID | None = None,
+    ) -> list[Escalation]:
+        """A keyset page (dispute id > ``after``) of the ladder's pending/paused escalations."""
+        ...
+
+    def states(self, ids: Sequence[UUID]) -> dict[UUID, Escalation]:
+        """Projection states of ``ids`` (those that exist)."""
+        ...
+
+    def migrate_batch(
+        self,
+        run_id: int,
+        batch: Sequence[tuple[PlanItem, datetime | None]],
+        *,
+        target_version: int,
+        actor: str,
+        decided_at: datetime,
+        details: Mapping[str, Any],
+        replan: Replan,
+    ) -> BatchResult:
+        """Migrate one batch in one transaction (LADDER_MIGRATED rows, projection, counters)."""
         ...

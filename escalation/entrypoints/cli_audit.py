@@ -301,8 +301,10 @@ def report_sla(
         from escalation.service_layer.audit_export import check_output_path
 
         check_output_path(out_file)
+    from escalation.adapters.report_queries import PostgresReports
+
     with _engine() as engine:
-        report = sla_report.build(engine, start, end, grace_s)
+        report = sla_report.build(PostgresReports(engine), start, end, grace_s)
     if fmt == "table":
         table = Table(title=f"SLA report {start.isoformat()} .. {end.isoformat()}")
         for col in sla_report.CSV_COLUMNS:

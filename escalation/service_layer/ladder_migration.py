@@ -25,8 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from uuid import UUID
 
-from escalation.adapters.ladder_files import LadderCatalog, check_ladder_dir
-from escalation.adapters.ladder_history import HistoryRow, LadderHistoryStore
+from escalation.adapters.ladder_files import check_ladder_dir
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import LadderMigrationError
 from escalation.domain.escalation import Escalation
@@ -39,7 +38,13 @@ from escalation.domain.ladder_plan import (
     build_plan,
     plan_escalation,
 )
-from escalation.ports import ApplyOutcome, Scheduler
+from escalation.ports import (
+    ApplyOutcome,
+    HistoryRow,
+    LadderHistory,
+    LadderVersions,
+    Scheduler,
+)
 
 PAGE = 5000
 Progress = Callable[[int, int], None]
@@ -48,7 +53,7 @@ Replanned = tuple[PlanItem, datetime | None] | Blocked
 
 
 # --------------------------------------------------------------------------- check
-def check(ladders_dir: Path, history: LadderHistoryStore | None) -> list[str]:
+def check(ladders_dir: Path, history: LadderHistory | None) -> list[str]:
     """Every problem ``escalation ladder check`` reports (empty = valid).
 
     File checks always; with ``history`` also the applied checksums of the ladders that have
@@ -63,14 +68,14 @@ def check(ladders_dir: Path, history: LadderHistoryStore | None) -> list[str]:
 
 # --------------------------------------------------------------------------- plan
 def _versions(
-    ladders: LadderCatalog, name: str, to_version: int
+    ladders: LadderVersions, name: str, to_version: int
 ) -> tuple[dict[int, Ladder], Ladder]:
     target = ladders.get(name, to_version)
     versions = {v: ladders.get(name, v) for v in ladders.versions(name)}
     return versions, target
 
 
-def _validate(versions: dict[int, Ladder], history: LadderHistoryStore) -> None:
+def _validate(versions: dict[int, Ladder], history: LadderHistory) -> None:
     applied = {k: v for k, v in history.applied_checksums().items() if k[0] in
                {ld.name for ld in versions.values()}}
     errors = check_ladders(list(versions.values()), applied)
@@ -79,7 +84,7 @@ def _validate(versions: dict[int, Ladder], history: LadderHistoryStore) -> None:
 
 
 def _open_escalations(
-    history: LadderHistoryStore, name: str, below: int
+    history: LadderHistory, name: str, below: int
 ) -> Iterator[Escalation]:
     after: UUID | None = None
     while True:
@@ -92,8 +97,8 @@ def _open_escalations(
 
 def plan_migration(
     *,
-    history: LadderHistoryStore,
-    ladders: LadderCatalog,
+    history: LadderHistory,
+    ladders: LadderVersions,
     calendars: CalendarRegistry,
     ladder: str,
     to_version: int,
@@ -142,9 +147,9 @@ class ApplyReport:
 
 def apply_migration(
     *,
-    history: LadderHistoryStore,
+    history: LadderHistory,
     scheduler: Scheduler,
-    ladders: LadderCatalog,
+    ladders: LadderVersions,
     calendars: CalendarRegistry,
     ladder: str,
     to_version: int,
@@ -224,7 +229,7 @@ def apply_migration(
     return report
 
 
-def _finished_run(history: LadderHistoryStore, ladder: str, version: int, plan_hash: str,
+def _finished_run(history: LadderHistory, ladder: str, version: int, plan_hash: str,
                   checksum: str) -> HistoryRow | None:
     """The latest ``done`` run of ``ladder@version`` that applied ``plan_hash`` with
     ``checksum``, if it is the latest run of that version (a later unfinished run wins)."""
@@ -241,7 +246,7 @@ def _run_batches(
     plan: MigrationPlan,
     report: ApplyReport,
     *,
-    history: LadderHistoryStore,
+    history: LadderHistory,
     scheduler: Scheduler,
     versions: dict[int, Ladder],
     target: Ladder,
@@ -298,7 +303,7 @@ def _restore(scheduler: Scheduler, states: Sequence[Escalation]) -> list[UUID]:
 
 
 def _retry_not_owner(
-    ids: list[UUID], history: LadderHistoryStore, scheduler: Scheduler, wait_s: float
+    ids: list[UUID], history: LadderHistory, scheduler: Scheduler, wait_s: float
 ) -> list[UUID]:
     """Re-restore members a worker held, from fresh PostgreSQL state, until ``wait_s`` ends.
 
@@ -318,7 +323,7 @@ def _retry_not_owner(
 
 
 def _repair_redis(
-    history: LadderHistoryStore, scheduler: Scheduler, ladder: str, version: int,
+    history: LadderHistory, scheduler: Scheduler, ladder: str, version: int,
     run: HistoryRow,
 ) -> int:
     """Resume: restore the batches PostgreSQL committed but Redis may not have seen."""
