@@ -23,8 +23,10 @@ from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.calendar_files import load_calendars
 from escalation.adapters.db import check_at_head, make_engine, normalize_url, upgrade_to_head
 from escalation.adapters.ladder_files import LadderCatalog
+from escalation.adapters.ladder_history import LadderHistoryStore
 from escalation.adapters.leader_lease import LeaderLease
 from escalation.adapters.maintenance_runs import PostgresMaintenanceRuns
+from escalation.adapters.probes import ServerProbe
 from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.adapters.redis_warnings import RedisWarnings
@@ -32,7 +34,9 @@ from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import SchemaNotAtHead
 from escalation.domain.escalation import Escalation
 from escalation.domain.timeutil import from_ms
+from escalation.service_layer import ladder_migration
 from escalation.service_layer.dead_letters import DeadLetters
+from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS, Check, DoctorDeps, run_checks
 from escalation.service_layer.maintenance import Job, Maintenance, log_dead_letters
 from escalation.service_layer.priority import weight_fn
 from escalation.service_layer.reconcile import reconcile
@@ -211,3 +215,26 @@ def maintenance_for(app: App, *, ttl_ms: int | None = None) -> Maintenance:
     return Maintenance(runs=PostgresMaintenanceRuns(app.engine),
                        lease=LeaderLease(rel, ttl_ms=ttl), jobs=maintenance_jobs(app, rel),
                        actor=app.actor)
+
+
+def ladder_file_problems(app: App) -> list[str]:
+    """Invalid ladder files, plus edited files of applied versions (the ladder history's
+    checksums); a failure of the history check is reported as a problem, never raised."""
+    errors = list(app.ladders.errors)
+    try:
+        errors += [e for e in ladder_migration.check(app.settings.ladders_dir,
+                                                     LadderHistoryStore(app.engine))
+                   if e not in errors and "checksum" in e]
+    except Exception as exc:  # doctor reports, never crashes
+        errors.append(f"ladder check could not run: {exc}")
+    return errors
+
+
+def run_doctor(app: App, *, host_ms: Callable[[], int] | None = None,
+               max_skew_ms: int = DEFAULT_MAX_SKEW_MS) -> list[Check]:
+    """``service_layer.doctor.run_checks`` against the live deployment of ``app``."""
+    deps = DoctorDeps(store=app.store, redis_side=reliability_for(app),
+                      probe=ServerProbe(app.redis, app.engine),
+                      scheduler_stats=app.scheduler.stats,
+                      ladder_problems=lambda: ladder_file_problems(app))
+    return run_checks(deps, host_ms=host_ms, max_skew_ms=max_skew_ms)

@@ -170,7 +170,7 @@ def doctor(
     max_skew_ms: Annotated[int, typer.Option(help="Tolerated clock skew, ms.")] = 1000,
 ) -> None:
     """Check the seed's troubleshooting symptoms on this deployment; exit 1 if one fails."""
-    from escalation.service_layer.doctor import run_doctor
+    from escalation.bootstrap import run_doctor
 
     a = _app(actor="doctor")
     try:
