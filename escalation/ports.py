@@ -326,6 +326,40 @@ class SchedulerInspection(Protocol):
         ...
 
 
+class DeadLetterQueue(Protocol):
+    """The dead-letter set and its scripts (adapter:
+    ``adapters.redis_reliability.ReliabilityRedis``; see ``service_layer.dead_letters``)."""
+
+    def now_ms(self) -> int:
+        """Redis TIME, epoch milliseconds."""
+        ...
+
+    def count_decision_failure(self, dispute_id: str) -> int:
+        """Count one more failed decision; returns the count so far."""
+        ...
+
+    def dead_letter_decision(self, dispute_id: str, token: int, record_json: str) -> int:
+        """Dead-letter a poison escalation under its claim token; dead-lettered time (epoch
+        ms), 0 when the token no longer holds the lock."""
+        ...
+
+    def dead_list(self, limit: int = 100) -> list[tuple[str, int, dict[str, Any]]]:
+        """Dead letters, oldest first: ``(member, dead-lettered ms, record)``."""
+        ...
+
+    def dead_get(self, member: str) -> tuple[int, dict[str, Any]] | None:
+        """One dead letter's (dead-lettered ms, record), or None."""
+        ...
+
+    def retry_dead(self, member: str, kind: str, target: str, record_json: str) -> str:
+        """Schedule a dead letter again, due now. Returns the script outcome."""
+        ...
+
+    def purge_dead(self, member: str, dispute_id: str | None) -> None:
+        """Remove a dead letter (and, for a poison escalation, its Redis state)."""
+        ...
+
+
 # --------------------------------------------------------------------------- maintenance
 @dataclass(frozen=True, slots=True)
 class OccurrenceClaim:

@@ -16,6 +16,7 @@ from redis.commands.core import Script
 
 from escalation.adapters.redis_keys import Keys, shard_of
 from escalation.adapters.redis_scheduler import DEFAULT_AGING_MS, script_source
+from escalation.domain.errors import NotFound
 from escalation.ports import DEAD_DECISION, DEAD_NOTIFY, MemberState
 
 RELIABILITY_SCRIPTS: tuple[str, ...] = (
@@ -194,6 +195,58 @@ class ReliabilityRedis:
             if self.client.zscore(keys.dead, member) is not None:
                 return keys
         return None
+
+    def count_decision_failure(self, dispute_id: str) -> int:
+        """Count one more failed decision of ``dispute_id``; returns the count so far."""
+        keys = self.keys_for(dispute_id)
+        return int(self.client.hincrby(keys.decision_failures, dispute_id, 1))
+
+    def dead_letter_decision(self, dispute_id: str, token: int, record_json: str) -> int:
+        """dead_letter.lua for a poison escalation whose claim ``token`` still holds the lock:
+        out of pending/ready/prio, into the dead-letter set with ``record_json``. Returns the
+        dead-lettered time (epoch ms), 0 when the lock is no longer this token's."""
+        keys = self.keys_for(dispute_id)
+        return int(self.run(
+            "dead_letter",
+            [keys.dead, keys.dead_data, keys.pending, keys.lock(dispute_id),
+             keys.decision_failures, keys.notify_retry, keys.notify_data, keys.ready,
+             keys.prio],
+            [DEAD_DECISION + dispute_id, record_json, "decision", dispute_id, str(token), ""]))
+
+    def retry_dead(self, member: str, kind: str, target: str, record_json: str) -> str:
+        """dead_retry.lua: schedule dead letter ``member`` again, due now. ``kind``
+        ``decision`` (``target`` = dispute id) or ``notify`` (``target`` = the notification's
+        retry member, ``record_json`` its fresh retry record). Returns the script outcome.
+
+        Raises:
+            NotFound: ``member`` is not a dead letter of this namespace.
+        """
+        keys = self.dead_keys_of(member)
+        if keys is None:
+            raise NotFound(f"no dead letter {member!r}")
+        kpay = keys.payload(target) if kind == "decision" else keys.stats
+        return str(self.run("dead_retry",
+                            [keys.dead, keys.dead_data, keys.pending, kpay,
+                             keys.decision_failures, keys.notify_retry, keys.notify_data,
+                             keys.ready, keys.prio],
+                            [member, kind, target, record_json]))
+
+    def purge_dead(self, member: str, dispute_id: str | None) -> None:
+        """Remove dead letter ``member``; with ``dispute_id`` (a poison escalation) also its
+        member in pending/ready, weight, payload and failure count, in one transaction."""
+        keys = self.dead_keys_of(member)
+        if keys is None:
+            return
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zrem(keys.dead, member)
+        pipe.hdel(keys.dead_data, member)
+        if dispute_id:
+            pipe.zrem(keys.pending, dispute_id)
+            pipe.zrem(keys.ready, dispute_id)  # a due member may wait in ready
+            pipe.hdel(keys.prio, dispute_id)
+            pipe.delete(keys.payload(dispute_id))
+            pipe.hdel(keys.decision_failures, dispute_id)
+        pipe.execute()
 
     def dead_count(self) -> int:
         """Number of dead letters over every shard."""
