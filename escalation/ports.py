@@ -275,7 +275,8 @@ class EventLog(Protocol):
         decided_at: datetime, changes: dict[str, Any], details: dict[str, Any], *,
         expected_seq: int | None = None, calendar_version: str | None = None,
     ) -> Escalation:
-        """Append one ledger row + projection change (CAS on seq). Raises ConflictError."""
+        """Append one ledger row + projection change (CAS on seq). Raises ConflictError, or
+        DuplicateEvent when a uniqueness rule of the ledger refuses the row."""
         ...
 
 

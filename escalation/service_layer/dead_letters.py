@@ -30,7 +30,14 @@ from typing import Any
 from escalation.domain.errors import EscalationError, InvalidInput, NotFound
 from escalation.domain.escalation import Status, parse_dispute_id
 from escalation.domain.timeutil import from_ms
-from escalation.ports import DEAD_DECISION, DEAD_NOTIFY, ClaimedItem, DeadLetterQueue, Scheduler
+from escalation.ports import (
+    DEAD_DECISION,
+    DEAD_NOTIFY,
+    ClaimedItem,
+    DeadLetterQueue,
+    EventLog,
+    Scheduler,
+)
 from escalation.service_layer.notify import ledger_dead_letter
 
 DEFAULT_MAX_DECISION_ATTEMPTS = 5
@@ -47,7 +54,7 @@ class DeadLetters:
         max_decision_attempts: failed decisions before a member is dead-lettered (>= 1).
     """
 
-    def __init__(self, *, rel: DeadLetterQueue, scheduler: Scheduler, store: Any, actor: str,
+    def __init__(self, *, rel: DeadLetterQueue, scheduler: Scheduler, store: EventLog, actor: str,
                  max_decision_attempts: int = DEFAULT_MAX_DECISION_ATTEMPTS) -> None:
         if max_decision_attempts < 1:
             raise InvalidInput("max_decision_attempts must be >= 1")
