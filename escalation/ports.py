@@ -545,3 +545,62 @@ class LadderHistory(Protocol):
     ) -> BatchResult:
         """Migrate one batch in one transaction (LADDER_MIGRATED rows, projection, counters)."""
         ...
+
+
+# --------------------------------------------------------------------------- ledger search
+@dataclass(frozen=True, slots=True)
+class AuditFilter:
+    """Search/export filters; None means "any". Times are aware, ``[since, until)`` on
+    ``decided_at``. ``tier`` matches from_tier or to_tier; ``decision`` matches
+    ``match_decision`` or ``event``; ``actor`` is the worker id or admin name."""
+
+    dispute_id: UUID | None = None
+    tier: str | None = None
+    decision: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    actor: str | None = None
+    ladder: str | None = None
+    ladder_version: int | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse a reversed window.
+
+        Raises:
+            InvalidInput: ``since`` after ``until`` (naive times are refused by :meth:`where`).
+        """
+        if (
+            self.since is not None and self.until is not None
+            and self.since.tzinfo is not None and self.until.tzinfo is not None
+            and self.since > self.until
+        ):
+            raise InvalidInput(
+                f"--from ({self.since.isoformat()}) is after --to ({self.until.isoformat()})"
+            )
+
+
+class LedgerSearch(Protocol):
+    """Search and streaming reads of the ledger (adapter:
+    ``adapters.audit_search.PostgresLedgerSearch``; see ``service_layer.audit_export``)."""
+
+    def ledger_events(self) -> frozenset[str]:
+        """Every ledger event name (ENQUEUED, PROMOTED, ...)."""
+        ...
+
+    def recorded_decisions(self) -> list[str]:
+        """Every distinct ``match_decision`` recorded so far."""
+        ...
+
+    def search(self, flt: AuditFilter, limit: int) -> list[LedgerRow]:
+        """Rows matching ``flt``, by decided_at, dispute, seq; at most ``limit``.
+        Raises InvalidInput for naive times."""
+        ...
+
+    def count(self, flt: AuditFilter) -> int:
+        """Number of rows matching ``flt``."""
+        ...
+
+    def stream(self, flt: AuditFilter, columns: Sequence[str]) -> Iterator[Mapping[Any, Any]]:
+        """Matching rows (the given columns, raw values) by decided_at, dispute, seq, in one
+        snapshot, without holding them all in memory."""
+        ...

@@ -223,9 +223,12 @@ def audit_search(
 
     flt = _filter(dispute=dispute, tier=tier, decision=decision, since=since, until=until,
                   actor=actor, ladder=ladder, ladder_version=ladder_version)
+    from escalation.adapters.audit_search import PostgresLedgerSearch
+
     with _engine() as engine:
-        check_decision(engine, flt.decision)
-        rows = search(engine, flt, limit)
+        ledger = PostgresLedgerSearch(engine)
+        check_decision(ledger, flt.decision)
+        rows = search(ledger, flt, limit)
     if as_json:
         for r in rows:
             d = asdict(r)
@@ -266,17 +269,20 @@ def audit_export(
         raise InvalidInput(f"--format must be csv or jsonl, got {fmt!r}")
     check_output_path(out_file)
     flt = AuditFilter(since=parse_time(since, "--from"), until=parse_time(until, "--to"))
+    from escalation.adapters.audit_search import PostgresLedgerSearch
+
     with _engine() as engine:
+        ledger = PostgresLedgerSearch(engine)
         if sys.stderr.isatty():
             from rich.progress import Progress
 
-            total = count_rows(engine, flt)
+            total = count_rows(ledger, flt)
             with Progress(console=err) as bar:
                 task = bar.add_task("exporting", total=total)
-                manifest = export(engine, fmt, out_file, flt,  # type: ignore[arg-type]
+                manifest = export(ledger, fmt, out_file, flt,  # type: ignore[arg-type]
                                   lambda n: bar.update(task, completed=n))
         else:
-            manifest = export(engine, fmt, out_file, flt)  # type: ignore[arg-type]
+            manifest = export(ledger, fmt, out_file, flt)  # type: ignore[arg-type]
     out.print(f"{manifest.row_count} rows -> {out_file} (sha256 {manifest.sha256})")
 
 
