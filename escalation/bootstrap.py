@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.calendar_files import load_calendars
 from escalation.adapters.db import check_at_head, make_engine, normalize_url, upgrade_to_head
-from escalation.adapters.ladder_files import LadderCatalog
+from escalation.adapters.ladder_files import LadderCatalog, check_ladder_dir_with_history
 from escalation.adapters.ladder_history import LadderHistoryStore
 from escalation.adapters.leader_lease import LeaderLease
 from escalation.adapters.maintenance_runs import PostgresMaintenanceRuns
@@ -34,7 +34,6 @@ from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import SchemaNotAtHead
 from escalation.domain.escalation import Escalation
 from escalation.domain.timeutil import from_ms
-from escalation.service_layer import ladder_migration
 from escalation.service_layer.dead_letters import DeadLetters
 from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS, Check, DoctorDeps, run_checks
 from escalation.service_layer.maintenance import Job, Maintenance, log_dead_letters
@@ -222,7 +221,7 @@ def ladder_file_problems(app: App) -> list[str]:
     checksums); a failure of the history check is reported as a problem, never raised."""
     errors = list(app.ladders.errors)
     try:
-        errors += [e for e in ladder_migration.check(app.settings.ladders_dir,
+        errors += [e for e in check_ladder_dir_with_history(app.settings.ladders_dir,
                                                      LadderHistoryStore(app.engine))
                    if e not in errors and "checksum" in e]
     except Exception as exc:  # doctor reports, never crashes

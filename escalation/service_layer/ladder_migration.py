@@ -1,7 +1,8 @@
 """Use cases: ``ladder check``, ``ladder plan``, ``ladder apply`` (issue 3; DESIGN.md "Ladders
 and ladder migrations"; tech.md 3.10 -- Flyway-style, not Alembic revisions).
 
-* :func:`check` -- every ladder file, plus the checksums recorded in ``ladder_history``.
+* ``ladder check`` -- every ladder file, plus the checksums recorded in ``ladder_history``
+  (``adapters.ladder_files.check_ladder_dir_with_history``).
 * :func:`plan_migration` -- a dry run over the pending and paused escalations of one ladder
   in PostgreSQL (the system of record), with a plan hash. No writes.
 * :func:`apply_migration` -- re-plans and refuses if the hash differs; then, per batch, one
@@ -22,10 +23,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from uuid import UUID
 
-from escalation.adapters.ladder_files import check_ladder_dir
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import LadderMigrationError
 from escalation.domain.escalation import Escalation
@@ -50,20 +49,6 @@ PAGE = 5000
 Progress = Callable[[int, int], None]
 Hook = Callable[[str, int], None]
 Replanned = tuple[PlanItem, datetime | None] | Blocked
-
-
-# --------------------------------------------------------------------------- check
-def check(ladders_dir: Path, history: LadderHistory | None) -> list[str]:
-    """Every problem ``escalation ladder check`` reports (empty = valid).
-
-    File checks always; with ``history`` also the applied checksums of the ladders that have
-    files in ``ladders_dir`` (other ladders' history rows belong to other directories).
-    """
-    applied: dict[tuple[str, int], str] = {}
-    if history is not None:
-        names = {p.name.split(".v", 1)[0] for p in ladders_dir.glob("*.toml")}
-        applied = {k: v for k, v in history.applied_checksums().items() if k[0] in names}
-    return check_ladder_dir(ladders_dir, applied)
 
 
 # --------------------------------------------------------------------------- plan
