@@ -8,6 +8,7 @@ in-memory fakes of these ports (never of Redis itself).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -603,4 +604,68 @@ class LedgerSearch(Protocol):
     def stream(self, flt: AuditFilter, columns: Sequence[str]) -> Iterator[Mapping[Any, Any]]:
         """Matching rows (the given columns, raw values) by decided_at, dispute, seq, in one
         snapshot, without holding them all in memory."""
+        ...
+
+
+# --------------------------------------------------------------------------- checkpoints
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One sealed checkpoint (hashes as bytes; ``created_at`` aware UTC)."""
+
+    checkpoint_id: int
+    created_at: datetime
+    head_count: int
+    heads_root: bytes
+    prev_checkpoint_hash: bytes
+    checkpoint_hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SealedHead:
+    """One chain head sealed in a checkpoint, with the ledger row's hash at that seq now
+    (None when the row is gone)."""
+
+    dispute_id: UUID
+    seq: int
+    sealed_hash: bytes
+    chain_created_at: datetime
+    current_hash: bytes | None
+
+
+class CheckpointSnapshot(Protocol):
+    """Reads of the checkpoint tables inside one consistent snapshot."""
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """Every checkpoint, by id."""
+        ...
+
+    def sealed_heads(self, checkpoint_id: int) -> list[SealedHead]:
+        """The heads sealed in ``checkpoint_id`` joined with the ledger rows at their seq."""
+        ...
+
+    def checkpoint(self, checkpoint_id: object) -> Checkpoint | None:
+        """One checkpoint by id (as a digest file names it), or None."""
+        ...
+
+
+class CheckpointStore(Protocol):
+    """Audit checkpoints in PostgreSQL (adapter: ``adapters.checkpoints.PostgresCheckpoints``;
+    see ``service_layer.checkpoint``)."""
+
+    def seal(self, actor: str) -> Checkpoint:
+        """Seal the current chain heads into the next checkpoint (one snapshot, one sealer
+        at a time): heads sorted by dispute id, RFC 6962 root over ``merkle.head_leaf``,
+        ``merkle.checkpoint_hash`` chained on the previous checkpoint's hash."""
+        ...
+
+    def broken_chains(self, dispute_id: UUID | None) -> list[tuple[UUID, int]]:
+        """``(dispute_id, first bad seq)`` of the hash chains and projection heads."""
+        ...
+
+    def retained_from(self) -> datetime | None:
+        """End of the newest range removed by retention (chains created before it are gone)."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[CheckpointSnapshot]:
+        """A read-only snapshot of the checkpoint tables and the ledger."""
         ...

@@ -64,13 +64,14 @@ def audit_verify(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Recompute hash chains, projection heads and checkpoints; exit 1 on the first break."""
+    from escalation.adapters.checkpoints import PostgresCheckpoints
     from escalation.service_layer.checkpoint import read_digest, verify
 
     if dispute is not None and all_:
         raise InvalidInput("give --dispute ID or --all, not both")
     dig = None if digest is None else read_digest(digest)
     with _engine() as engine:
-        report = verify(engine, _uuid(dispute), dig)
+        report = verify(PostgresCheckpoints(engine), _uuid(dispute), dig)
     if as_json:
         sys.stdout.write(
             json.dumps(
@@ -116,10 +117,11 @@ def audit_checkpoint(
     actor: Annotated[str, typer.Option(help="Who seals the checkpoint.")] = "cli",
 ) -> None:
     """Seal a checkpoint: Merkle root over all chain heads, chained to the previous one."""
+    from escalation.adapters.checkpoints import PostgresCheckpoints
     from escalation.service_layer.checkpoint import create_checkpoint, digest_of, write_digest
 
     with _engine() as engine:
-        cp = create_checkpoint(engine, actor)
+        cp = create_checkpoint(PostgresCheckpoints(engine), actor)
     if out_file is not None:
         write_digest(cp, out_file)
     out.print_json(json.dumps(digest_of(cp)))
