@@ -362,6 +362,57 @@ class DeadLetterQueue(Protocol):
         ...
 
 
+class ReviewStreams(Protocol):
+    """The review streams (one per shard) that notifications are read from, with their retry
+    and dead-letter scripts (adapter: ``adapters.redis_reliability.ReliabilityRedis``; see
+    ``service_layer.notify``). Entry fields and ids are strings."""
+
+    def now_ms(self) -> int:
+        """Redis TIME, epoch milliseconds."""
+        ...
+
+    def review_shards(self) -> range:
+        """Shard indexes, 0 first."""
+        ...
+
+    def ensure_review_group(self, shard: int, group: str) -> None:
+        """Create consumer group ``group`` on the shard's stream (idempotent)."""
+        ...
+
+    def review_autoclaim(
+        self, shard: int, group: str, consumer: str, idle_ms: int, count: int
+    ) -> list[tuple[str, dict[str, str] | None]]:
+        """Take over entries pending longer than ``idle_ms`` (fields None: trimmed)."""
+        ...
+
+    def review_read(
+        self, shard: int, group: str, consumer: str, count: int, block_ms: int | None
+    ) -> list[tuple[str, dict[str, str]]]:
+        """New entries for ``consumer`` (blocking up to ``block_ms``; None = no block)."""
+        ...
+
+    def review_ack(self, shard: int, group: str, entry_id: str) -> None:
+        """Acknowledge one entry."""
+        ...
+
+    def notify_claim_retries(self, shard: int, count: int, lease_ms: int) -> list[tuple[str, str]]:
+        """Due retries ``(member, record JSON)``, leased for ``lease_ms``."""
+        ...
+
+    def notify_retry_done(self, shard: int, member: str) -> None:
+        """Drop a delivered retry."""
+        ...
+
+    def notify_defer(self, shard: int, group: str, entry_id: str, member: str, at_ms: int,
+                     record_json: str) -> None:
+        """Schedule a retry at ``at_ms`` (acknowledging ``entry_id`` when given)."""
+        ...
+
+    def dead_letter_notify(self, shard: int, member: str, record_json: str) -> int:
+        """Dead-letter an undeliverable notification; dead-lettered time, epoch ms."""
+        ...
+
+
 # --------------------------------------------------------------------------- maintenance
 @dataclass(frozen=True, slots=True)
 class OccurrenceClaim:

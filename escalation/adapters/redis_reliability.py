@@ -16,6 +16,7 @@ from redis.commands.core import Script
 
 from escalation.adapters.redis_keys import Keys, shard_of
 from escalation.adapters.redis_scheduler import DEFAULT_AGING_MS, script_source
+from escalation.adapters.redis_scripts import run_script
 from escalation.domain.errors import NotFound
 from escalation.ports import DEAD_DECISION, DEAD_NOTIFY, MemberState
 
@@ -65,8 +66,9 @@ class ReliabilityRedis:
         return [Keys(self.namespace, s) for s in range(self.shards)]
 
     def run(self, name: str, keys: Sequence[str], args: Sequence[str | int]) -> Any:
-        """Run one of :data:`RELIABILITY_SCRIPTS`."""
-        return self._scripts[name](keys=list(keys), args=list(args))
+        """Run one of :data:`RELIABILITY_SCRIPTS`. Raises ``ScriptRefused`` (an
+        EscalationError and a ``redis.ResponseError``) when the script refuses its input."""
+        return run_script(self._scripts[name], keys, args)
 
     def now_ms(self) -> int:
         """Redis ``TIME`` in epoch milliseconds (the one clock)."""
@@ -247,6 +249,75 @@ class ReliabilityRedis:
             pipe.delete(keys.payload(dispute_id))
             pipe.hdel(keys.decision_failures, dispute_id)
         pipe.execute()
+
+    # ------------------------------------------------------------------ review stream
+    def review_shards(self) -> range:
+        """Shard indexes, 0 first (one review stream per shard)."""
+        return range(self.shards)
+
+    def ensure_review_group(self, shard: int, group: str) -> None:
+        """XGROUP CREATE on the shard's review stream from its start (idempotent)."""
+        try:
+            self.client.xgroup_create(Keys(self.namespace, shard).review, group, id="0",
+                                      mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def review_autoclaim(
+        self, shard: int, group: str, consumer: str, idle_ms: int, count: int
+    ) -> list[tuple[str, dict[str, str] | None]]:
+        """XAUTOCLAIM entries pending longer than ``idle_ms``: ``(entry id, fields)``, fields
+        None for an entry trimmed from the stream while pending."""
+        raw = self.client.xautoclaim(Keys(self.namespace, shard).review, group, consumer,
+                                     min_idle_time=idle_ms, start_id="0-0", count=count)
+        return [(str(e), f) for e, f in cast(list[Any], raw[1])]
+
+    def review_read(
+        self, shard: int, group: str, consumer: str, count: int, block_ms: int | None
+    ) -> list[tuple[str, dict[str, str]]]:
+        """XREADGROUP ``>``: new entries for ``consumer`` (blocking up to ``block_ms``)."""
+        got = self.client.xreadgroup(group, consumer, {Keys(self.namespace, shard).review: ">"},
+                                     count=count, block=block_ms)
+        return [(str(e), f) for _stream, entries in cast(list[Any], got or [])
+                for e, f in entries]
+
+    def review_ack(self, shard: int, group: str, entry_id: str) -> None:
+        """XACK one entry."""
+        self.client.xack(Keys(self.namespace, shard).review, group, entry_id)
+
+    def notify_claim_retries(self, shard: int, count: int, lease_ms: int) -> list[tuple[str, str]]:
+        """notify_claim_retry.lua: due retries ``(member, record JSON)``, leased ``lease_ms``."""
+        keys = Keys(self.namespace, shard)
+        raw = self.run("notify_claim_retry", [keys.notify_retry, keys.notify_data],
+                       [min(count, 1000), lease_ms])
+        return [(str(m), str(b)) for m, b in raw[1:]]
+
+    def notify_retry_done(self, shard: int, member: str) -> None:
+        """Drop a delivered retry (ZREM + HDEL in one transaction)."""
+        keys = Keys(self.namespace, shard)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zrem(keys.notify_retry, member)
+        pipe.hdel(keys.notify_data, member)
+        pipe.execute()
+
+    def notify_defer(self, shard: int, group: str, entry_id: str, member: str, at_ms: int,
+                     record_json: str) -> None:
+        """notify_defer.lua: schedule a retry of ``member`` at ``at_ms`` (and XACK
+        ``entry_id`` when given)."""
+        keys = Keys(self.namespace, shard)
+        self.run("notify_defer", [keys.review, keys.notify_retry, keys.notify_data],
+                 [group, entry_id, member, at_ms, record_json])
+
+    def dead_letter_notify(self, shard: int, member: str, record_json: str) -> int:
+        """dead_letter.lua for an undeliverable notification (retry ``member``). Returns the
+        dead-lettered time, epoch ms."""
+        keys = Keys(self.namespace, shard)
+        return int(self.run(
+            "dead_letter",
+            [keys.dead, keys.dead_data, keys.pending, keys.stats, keys.decision_failures,
+             keys.notify_retry, keys.notify_data],
+            [DEAD_NOTIFY + member, record_json, "notify", "", "", member]))
 
     def dead_count(self) -> int:
         """Number of dead letters over every shard."""
