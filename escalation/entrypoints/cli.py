@@ -63,8 +63,8 @@ def enqueue(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Schedule an escalation for a dispute (idempotent per dispute)."""
+    from escalation.bootstrap import schedule_for
     from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
-    from escalation.service_layer.warnings import schedule_for
 
     req = EnqueueRequest(
         dispute_id=dispute_id, materiality=materiality, source_hash=source_hash, tier=tier,

@@ -57,7 +57,7 @@ def ladder_check(
     directory: Annotated[Path | None, typer.Option("--dir", help="Ladder directory.")] = None,
 ) -> None:
     """Validate every ladder file (and the checksums of applied versions). Exit 2 on errors."""
-    from escalation.service_layer.ladder_migration import check
+    from escalation.adapters.ladder_files import check_ladder_dir_with_history as check
 
     settings = _settings()
     path = directory or settings.ladders_dir

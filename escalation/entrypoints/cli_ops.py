@@ -169,7 +169,7 @@ def doctor(
     max_skew_ms: Annotated[int, typer.Option(help="Tolerated clock skew, ms.")] = 1000,
 ) -> None:
     """Check the seed's troubleshooting symptoms on this deployment; exit 1 if one fails."""
-    from escalation.service_layer.doctor import run_doctor
+    from escalation.bootstrap import run_doctor
 
     a = _app(actor="doctor")
     try:
@@ -191,11 +191,11 @@ def doctor(
 @maint_app.command("run")
 def maintenance_run() -> None:
     """Run every due maintenance job now (each occurrence still runs once across workers)."""
-    from escalation.service_layer.maintenance import for_app
+    from escalation.bootstrap import maintenance_for
 
     a = _app(actor="maintenance-cli")
     try:
-        out.print(", ".join(for_app(a).tick(force=True)) or "nothing due")
+        out.print(", ".join(maintenance_for(a).tick(force=True)) or "nothing due")
     finally:
         a.close()
 
@@ -203,7 +203,7 @@ def maintenance_run() -> None:
 @maint_app.command("status")
 def maintenance_status() -> None:
     """Last run of each maintenance job (JSON)."""
-    from escalation.service_layer.maintenance import runs
+    from escalation.adapters.maintenance_runs import runs
 
     a = _app()
     try:

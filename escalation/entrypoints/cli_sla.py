@@ -48,8 +48,8 @@ def resume_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Restart a paused escalation's SLA clock: due = now + the remaining window."""
+    from escalation.bootstrap import schedule_for
     from escalation.service_layer.pause import resume
-    from escalation.service_layer.warnings import schedule_for
 
     a = _app(actor="cli")
     try:

@@ -37,13 +37,10 @@ from enum import StrEnum
 from typing import Protocol
 from uuid import UUID
 
-import redis
-
-from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.domain.errors import EscalationError
 from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.domain.timeutil import to_ms
-from escalation.ports import ApplyOutcome, Scheduler
+from escalation.ports import ApplyOutcome, Scheduler, SchedulerInspection
 
 PAGE = 1000
 
@@ -137,7 +134,7 @@ def reconcile(
     *,
     scheduler: Scheduler,
     store: PendingSource,
-    redis_side: ReliabilityRedis,
+    redis_side: SchedulerInspection,
     dry_run: bool = False,
     page: int = PAGE,
 ) -> ReconcileReport:
@@ -161,9 +158,9 @@ def reconcile(
     for rows in _pages(store, page):
         report.checked_db += len(rows)
         _db_to_redis(rows, scheduler, redis_side, report, dry_run)
-    for keys in redis_side.shard_keys():
+    for chunks in redis_side.scan_shards(page):  # per shard: pending + ready (issue 4 C)
         seen: set[str] = set()  # a member moved pending -> ready mid-scan is read twice
-        for chunk in redis_side.scan_members(keys, page):  # pending + ready (issue 4 C)
+        for chunk in chunks:
             members = [m for m, _ in chunk if m not in seen]
             seen.update(members)
             report.checked_members += len(members)
@@ -171,10 +168,9 @@ def reconcile(
     return report
 
 
-ITEM_ERRORS: tuple[type[BaseException], ...] = (
-    redis.ResponseError, EscalationError, ValueError, OverflowError,
-)
-"""Errors that concern one item (a script refusing it, a value out of range): recorded in
+ITEM_ERRORS: tuple[type[BaseException], ...] = (EscalationError, ValueError, OverflowError)
+"""Errors that concern one item (a script refusing it -- the scheduler raises
+``ScriptRefused``, an EscalationError --, a value out of range): recorded in
 ``report.errors``, the run goes on. Connection errors are not among them."""
 
 
@@ -201,7 +197,8 @@ def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
                                  repaired=outcome is ApplyOutcome.APPLIED))
 
 
-def _db_to_redis(rows: list[Escalation], scheduler: Scheduler, redis_side: ReliabilityRedis,
+def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
+                 redis_side: SchedulerInspection,
                  report: ReconcileReport, dry_run: bool) -> None:
     seen = redis_side.inspect([str(e.dispute_id) for e in rows])
     todo: list[tuple[Escalation, DiffKind, str]] = []
@@ -242,7 +239,7 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler, redis_side: Relia
         report.diffs.append(Diff(kind, str(esc.dispute_id), f"{detail}: FAILED: {exc}"))
 
 
-def _redis_to_db(members: list[str], store: PendingSource, redis_side: ReliabilityRedis,
+def _redis_to_db(members: list[str], store: PendingSource, redis_side: SchedulerInspection,
                  report: ReconcileReport, dry_run: bool) -> None:
     ids: dict[str, UUID | None] = {}
     for m in members:

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from escalation.adapters.ladder_files import check_ladder_dir_with_history as check
 from escalation.adapters.tables import escalation_audit
 from escalation.domain.errors import LadderMigrationError
 from escalation.service_layer.fire import fire_due
-from escalation.service_layer.ladder_migration import check
 from tests.integration.ladder_support import MigEnv, hours
 
 
