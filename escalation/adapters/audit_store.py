@@ -196,7 +196,7 @@ class PostgresAuditStore(AuditQueries):
             inserted = set(created)
             if inserted:
                 rows = [{**firsts[d]["ledger"], "chain_created_at": created[d]} for d in inserted]
-                conn.execute(sa.insert(escalation_audit), rows)
+                _copy_ledger(conn, rows)
             others = [d for d in firsts if d not in inserted]
             existing = {}
             if others:

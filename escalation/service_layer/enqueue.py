@@ -130,17 +130,20 @@ def enqueue_many(
     default_ladder: str,
     actor: str,
     on_scheduled: OnScheduled | None = None,
+    now: datetime | None = None,
 ) -> list[EnqueueResult]:
     """Validate every request first (nothing is written if one is bad), then record and schedule.
 
     ``on_scheduled`` (optional) receives each chunk of escalations newly written to Redis
-    (used to schedule pre-breach warnings, ``service_layer.warnings``).
+    (used to schedule pre-breach warnings, ``service_layer.warnings``). ``now`` (aware; default
+    Redis TIME) is the instant requests are built at: a CSV import passes the one its
+    validation pass used, so both passes judge every row alike.
 
     Raises:
         InvalidInput / UnknownTier: the first bad request (prefixed with its index when >1).
         ConflictError: never for duplicates (they return ``created=False``).
     """
-    now = scheduler.time()
+    now = scheduler.time() if now is None else now
     escalations: list[Escalation] = []
     versions: dict[UUID, str] = {}
     for i, req in enumerate(requests):
