@@ -116,7 +116,8 @@ def get_settings(**overrides: Any) -> Settings:
 
     Raises:
         ConfigError: a value out of range or of the wrong type; the message names the
-            parameter (as its env var) and the accepted range.
+            parameter the way the user gave it (``--batch-size`` for an override, which is a
+            CLI flag; ``ESCALATION_BATCH_SIZE`` for the environment) and the accepted range.
     """
     clean = {k: v for k, v in overrides.items() if v is not None}
     try:
@@ -126,5 +127,7 @@ def get_settings(**overrides: Any) -> Settings:
         for err in exc.errors():
             name = ".".join(str(p) for p in err["loc"]) or "settings"
             msg = str(err["msg"]).removeprefix("Value error, ")
-            problems.append(f"ESCALATION_{name.upper()} ({name}): {msg}")
+            source = (f"--{name.replace('_', '-')}" if name in clean
+                      else f"ESCALATION_{name.upper()} ({name})")
+            problems.append(f"{source}: {msg}")
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

@@ -92,9 +92,13 @@ def test_out_of_range_config_is_refused_at_start_naming_the_parameter(
     res = run_cli(cli_env, "worker", "--burst", "--batch-size", "900")
     assert res.returncode == 2
     assert "batch_size" in res.stderr and "1-500" in res.stderr
+    # a flag is named as the flag the user typed, not as the environment variable
+    assert "error: invalid configuration: --batch-size: " in res.stderr
+    assert "ESCALATION_BATCH_SIZE" not in res.stderr
     env = dict(cli_env, ESCALATION_LOCK_TTL_S="2")
     res = run_cli(env, "worker", "--burst")
     assert res.returncode == 2 and "lock_ttl_s" in res.stderr and "5-300" in res.stderr
+    assert "ESCALATION_LOCK_TTL_S (lock_ttl_s)" in res.stderr
 
 
 def test_import_with_a_bad_row_imports_nothing_unless_skip_invalid(
