@@ -80,13 +80,29 @@ def alembic_config(url: str | None = None) -> Config:
     return cfg
 
 
-def upgrade_to_head(url: str) -> None:
+def upgrade_to_head(url: str) -> list[str]:
     """Run every pending Alembic revision on the database at ``url`` (idempotent).
+
+    Returns:
+        The revisions applied, oldest first, as ``"<id> (<message>)"``; empty when the
+        database was already at head.
 
     Raises:
         ConfigError: bad URL. Database errors propagate (sqlalchemy.exc.*).
     """
+    engine = make_engine(url, pool_size=1)
+    try:
+        before = current_revision(engine)
+    finally:
+        engine.dispose()
+    scripts = ScriptDirectory(str(migrations_dir()))
+    pending = [
+        f"{rev.revision} ({rev.doc})"
+        for rev in scripts.iterate_revisions("head", before or "base")
+        if rev.revision != before
+    ]
     command.upgrade(alembic_config(url), "head")
+    return list(reversed(pending))
 
 
 def downgrade(url: str, rev: str) -> None:

@@ -211,13 +211,20 @@ def audit_show(
 # --------------------------------------------------------------------------- db / services
 @db_app.command("upgrade")
 def db_upgrade() -> None:
-    """Bring the database schema to the Alembic head."""
-    from escalation.adapters.db import upgrade_to_head
+    """Bring the database schema to the Alembic head; says which revisions it applied."""
+    from escalation.adapters.db import head_revision, upgrade_to_head
     from escalation.bootstrap import resolve_urls
 
     urls = resolve_urls(_settings())
-    upgrade_to_head(urls.database_url)
-    out.print("database at head")
+    applied = upgrade_to_head(urls.database_url)
+    if not applied:
+        out.print(f"database already at head ({head_revision()}): nothing to apply",
+                  markup=False, highlight=False)
+        return
+    for rev in applied:
+        out.print(f"applied {rev}", markup=False, highlight=False)
+    out.print(f"database now at head ({head_revision()}): {len(applied)} revision(s) applied",
+              markup=False, highlight=False)
 
 
 @services_app.command("stop")
