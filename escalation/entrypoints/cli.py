@@ -158,16 +158,18 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
     if as_json:
         _print_json(data)
         return
-    table = Table(title="escalation status")
+    from escalation.entrypoints.render import figure_row
+
+    table = Table(title="escalation status (ages in human units; --json gives ms)")
     table.add_column("figure")
     table.add_column("value", justify="right")
     for src, values in data.items():
         for key, val in values.items():
             if isinstance(val, dict):
                 for k2, v2 in val.items():
-                    table.add_row(f"{src}.{key}.{k2}", str(v2))
+                    table.add_row(*figure_row(f"{src}.{key}.{k2}", v2))
             else:
-                table.add_row(f"{src}.{key}", str(val))
+                table.add_row(*figure_row(f"{src}.{key}", val))
     out.print(table)
 
 
