@@ -63,6 +63,26 @@ def test_enqueue_bad_input_exits_2_with_one_line_and_writes_nothing(
     assert_nothing_written(app, did)
 
 
+def test_opened_at_in_the_future_beyond_clock_skew_is_refused(
+    app: Any, cli_env: dict[str, str]
+) -> None:
+    from datetime import timedelta
+
+    did = str(uuid.uuid4())
+    far = (app.scheduler.time() + timedelta(days=3 * 365)).isoformat()
+    res = run_cli(cli_env, "enqueue", "--dispute-id", did, "--source-hash", GOOD_HASH,
+                  "--opened-at", far)
+    assert res.returncode == 2, res.stderr
+    assert "is in the future" in res.stderr and "clock skew" in res.stderr
+    assert len([line for line in res.stderr.splitlines() if line.strip()]) == 1
+    assert_nothing_written(app, did)
+    # within the skew allowance (a sender's clock a minute ahead) it is accepted
+    near = (app.scheduler.time() + timedelta(minutes=1)).isoformat()
+    ok = run_cli(cli_env, "enqueue", "--dispute-id", did, "--source-hash", GOOD_HASH,
+                 "--opened-at", near)
+    assert ok.returncode == 0, ok.stderr
+
+
 def test_non_uuid_dispute_id_is_refused(app: Any, cli_env: dict[str, str]) -> None:
     res = run_cli(cli_env, "enqueue", "--dispute-id", "12345", "--source-hash", GOOD_HASH,
                   "--due-at", "2026-01-01T10:00:00+00:00")
