@@ -5,8 +5,13 @@
    their SLA window, a few due within seconds) -- or import ``--csv`` with ``--mapping``;
 3. start N worker processes (``python -m escalation worker``);
 4. wait until every escalation that was due has been decided, stop the workers (SIGTERM);
-5. print the summary (enqueued, promoted per tier, terminal, duplicate decisions = 0) and one
-   dispute's audit trail.
+5. print the summary (enqueued, promoted per tier, terminal, duplicate decisions = 0), the
+   audit trail of one walkthrough dispute that climbs the whole ladder (standard, senior,
+   compliance) and where the worker logs are.
+
+The walkthrough dispute is a Regulation E error on ``reg_e_error_resolution`` whose notice
+of error came in 90 days ago: its regulatory deadline has passed, so every tier's due time is
+capped to "now" and the workers walk it through every tier within seconds.
 Exit code 0 only if everything due was decided exactly once.
 """
 
@@ -31,7 +36,7 @@ from escalation.adapters.db import upgrade_to_head
 from escalation.adapters.report_queries import decision_counts, duplicate_decisions, undecided_due
 from escalation.bootstrap import build, resolve_urls
 from escalation.entrypoints.cli import err, out
-from escalation.entrypoints.render import trail_table
+from escalation.entrypoints.render import compact_trail_table
 from escalation.logs import configure_logging
 from escalation.service_layer.bulk import bulk_enqueue
 from escalation.service_layer.enqueue import EnqueueRequest
@@ -56,6 +61,22 @@ def generated_batch(count: int, now_ms: int, seed: int | None = None) -> list[En
             tier=tier, due_at=from_ms(now_ms + offset),
         ))
     return reqs
+
+
+WALKTHROUGH_LADDER = "reg_e_error_resolution"
+
+
+def walkthrough_request(now_ms: int) -> EnqueueRequest:
+    """One dispute whose Reg E deadline passed long ago: it climbs every tier at once."""
+    from escalation.domain.timeutil import from_ms
+
+    did = uuid.uuid4()
+    return EnqueueRequest(
+        dispute_id=did, materiality=Decimal("250.00"),
+        source_hash=hashlib.sha256(f"walkthrough:{did}".encode()).hexdigest(),
+        tier="standard", due_at=from_ms(now_ms - 1000), ladder=WALKTHROUGH_LADDER,
+        anchor_at=from_ms(now_ms - 90 * 86_400_000),
+    )
 
 
 def _wait_started(log_dir: Path, count: int, deadline: float) -> None:
@@ -106,6 +127,10 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
 
             lines = list(enumerate(generated_batch(count, to_ms(now)), start=1))
             prior = []
+        from escalation.domain.timeutil import to_ms as _to_ms
+
+        walk = walkthrough_request(_to_ms(now))
+        lines = [*lines, (len(lines) + 1, walk)]
         res = bulk_enqueue(lines, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                            calendars=a.calendars, default_ladder=settings.default_ladder,
                            actor=a.actor, prior_errors=prior, skip_invalid=True)
@@ -162,9 +187,13 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
         table.add_row("duplicate decisions in the ledger", str(dupes))
         table.add_row("worker exit codes", ",".join(str(c) for c in codes))
         out.print(table)
-        sample = next((i for i in ids if len(a.store.trail(i)) >= 2), ids[0] if ids else None)
-        if sample is not None:
-            out.print(trail_table(a.store.trail(sample)))
+        trail = a.store.trail(walk.dispute_id)  # type: ignore[arg-type]
+        if trail:
+            out.print(compact_trail_table(trail), width=100)
+        out.print(f"worker logs: {log_dir}/worker-*.log", markup=False, highlight=False,
+                  soft_wrap=True)
+        out.print("(JSON lines, one per batch; ESCALATION_LOG_LEVEL=DEBUG adds one per decision)",
+                  markup=False, highlight=False)
         ok = remaining == 0 and dupes == 0 and all(c == 0 for c in codes)
         if not ok:
             err.print(f"demo FAILED: {remaining} still due, {dupes} duplicates, exit codes "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from rich import box
 from rich.table import Table
 
 from escalation.ports import LedgerRow
@@ -25,6 +26,25 @@ def trail_table(rows: Sequence[LedgerRow]) -> Table:
             _ts(r.due_at), _ts(r.next_due_at), _ts(r.regulatory_deadline),
             r.calendar_version or "",
             r.decided_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3], r.actor, r.row_hash[:10],
+        )
+    return table
+
+
+def compact_trail_table(rows: Sequence[LedgerRow]) -> Table:
+    """An audit trail in at most 100 columns: seq, decision, tier reached, due, decided, actor.
+
+    ``escalation audit show`` has the full table (ladder, deadlines, calendar, hashes).
+    """
+    first = rows[0]
+    title = f"audit trail of {first.dispute_id} ({first.ladder}@{first.ladder_version})"
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("seq", "match_decision", "tier", "due (UTC)", "decided (UTC)", "actor"):
+        table.add_column(col, no_wrap=True)
+    for r in rows:
+        table.add_row(
+            str(r.seq), r.match_decision, r.to_tier or r.from_tier or "",
+            r.due_at.strftime("%m-%d %H:%M:%S") if r.due_at else "",
+            r.decided_at.strftime("%H:%M:%S.%f")[:-3], r.actor[:24],
         )
     return table
 
