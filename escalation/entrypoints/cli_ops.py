@@ -157,15 +157,18 @@ def reconcile_cmd(
     An item that cannot be repaired (e.g. a due time Redis refuses) does not stop the run: it
     is reported (count and ids, in the JSON and on stderr) and the command exits 1 at the end.
     """
+    from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.reconcile import reconcile
 
     a = _app(actor="reconcile")
     try:
-        rep = reconcile(scheduler=a.scheduler, store=a.store, redis_side=_rel(a),
-                        dry_run=dry_run)
+        with cli_progress("reconcile") as progress:
+            rep = reconcile(scheduler=a.scheduler, store=a.store, redis_side=_rel(a),
+                            dry_run=dry_run, progress=progress)
         _print_json(rep.as_dict())
     finally:
         a.close()
+    err.print(rep.summary(), markup=False, highlight=False)
     if rep.errors:
         ids = ", ".join(i for i, _ in rep.errors[:20])
         more = f" (+{len(rep.errors) - 20} more)" if len(rep.errors) > 20 else ""

@@ -35,6 +35,7 @@ from escalation.adapters.partitions import retained_from
 from escalation.adapters.tables import audit_checkpoint, audit_checkpoint_head
 from escalation.domain.errors import InvalidInput
 from escalation.domain.merkle import checkpoint_hash, head_leaf, merkle_root
+from escalation.service_layer.progress import Progress
 
 DIGEST_FORMAT = "escalation-checkpoint-digest/1"
 GENESIS = bytes(32)
@@ -236,7 +237,8 @@ def _check_last_heads(conn: sa.Connection, cp: Checkpoint, report: VerifyReport,
 
 
 def verify(
-    engine: sa.Engine, dispute_id: UUID | None = None, digest: dict[str, Any] | None = None
+    engine: sa.Engine, dispute_id: UUID | None = None, digest: dict[str, Any] | None = None,
+    progress: Progress | None = None,
 ) -> VerifyReport:
     """Recompute chains, compare projection heads, the checkpoint chain and its last heads.
 
@@ -245,11 +247,13 @@ def verify(
         digest: a digest loaded with :func:`read_digest` to compare with the stored
             checkpoint of the same id (an attacker who rewrote the checkpoint tables too
             is caught by the copy kept elsewhere).
+        progress: called ``("chains", chains checked, None)`` while the chains are walked.
 
     Returns:
         A :class:`VerifyReport`.
     """
-    report = VerifyReport(broken_chains=PostgresAuditStore(engine).verify(dispute_id))
+    report = VerifyReport(
+        broken_chains=PostgresAuditStore(engine).verify(dispute_id, progress=progress))
     retained = retained_from(engine)
     conn_ctx = engine.connect().execution_options(isolation_level="REPEATABLE READ")
     with conn_ctx as conn, conn.begin():
