@@ -26,9 +26,10 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
@@ -79,6 +80,32 @@ def walkthrough_request(now_ms: int) -> EnqueueRequest:
     )
 
 
+def _with_walkthrough(
+    lines: list[tuple[int, EnqueueRequest]], ladders: Any, now: datetime,
+) -> tuple[list[tuple[int, EnqueueRequest]], EnqueueRequest | None]:
+    """``lines`` plus the walkthrough dispute, unless the deployment's ladders directory
+    has no ``reg_e_error_resolution`` ladder (then no walkthrough)."""
+    from escalation.domain.errors import LadderError
+    from escalation.domain.timeutil import to_ms
+
+    try:
+        ladders.latest(WALKTHROUGH_LADDER)
+    except LadderError:
+        return lines, None
+    walk = walkthrough_request(to_ms(now))
+    return [*lines, (len(lines) + 1, walk)], walk
+
+
+def _print_walkthrough(a: Any, walk: EnqueueRequest | None) -> None:
+    """The walkthrough dispute's trail in at most 100 columns (or why there is none)."""
+    trail = a.store.trail(walk.dispute_id) if walk is not None else []
+    if trail:
+        out.print(compact_trail_table(trail), width=100)
+    else:
+        out.print(f"no walkthrough trail: ladder {WALKTHROUGH_LADDER} is not in the ladders "
+                  "directory", markup=False, highlight=False)
+
+
 def _wait_started(log_dir: Path, count: int, deadline: float) -> None:
     """Wait (until ``deadline``) for each worker to log ``worker.started``, so a stop signal
     reaches a running worker (clean exit 0) rather than one still importing."""
@@ -127,10 +154,7 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
 
             lines = list(enumerate(generated_batch(count, to_ms(now)), start=1))
             prior = []
-        from escalation.domain.timeutil import to_ms as _to_ms
-
-        walk = walkthrough_request(_to_ms(now))
-        lines = [*lines, (len(lines) + 1, walk)]
+        lines, walk = _with_walkthrough(lines, a.ladders, now)
         res = bulk_enqueue(lines, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                            calendars=a.calendars, default_ladder=settings.default_ladder,
                            actor=a.actor, prior_errors=prior, skip_invalid=True)
@@ -187,9 +211,7 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
         table.add_row("duplicate decisions in the ledger", str(dupes))
         table.add_row("worker exit codes", ",".join(str(c) for c in codes))
         out.print(table)
-        trail = a.store.trail(walk.dispute_id)  # type: ignore[arg-type]
-        if trail:
-            out.print(compact_trail_table(trail), width=100)
+        _print_walkthrough(a, walk)
         out.print(f"worker logs: {log_dir}/worker-*.log", markup=False, highlight=False,
                   soft_wrap=True)
         out.print("(JSON lines, one per batch; ESCALATION_LOG_LEVEL=DEBUG adds one per decision)",
