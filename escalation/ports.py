@@ -709,8 +709,12 @@ class CheckpointStore(Protocol):
         ``merkle.checkpoint_hash`` chained on the previous checkpoint's hash."""
         ...
 
-    def broken_chains(self, dispute_id: UUID | None) -> list[tuple[UUID, int]]:
-        """``(dispute_id, first bad seq)`` of the hash chains and projection heads."""
+    def broken_chains(
+        self, dispute_id: UUID | None,
+        progress: Callable[[str, int, int | None], None] | None = None,
+    ) -> list[tuple[UUID, int]]:
+        """``(dispute_id, first bad seq)`` of the hash chains and projection heads;
+        ``progress(stage, done, total)`` is called as chains are checked."""
         ...
 
     def retained_from(self) -> datetime | None:

@@ -6,7 +6,7 @@ checkpoint is and how it is verified: ``service_layer.checkpoint``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -112,9 +112,12 @@ class PostgresCheckpoints:
                 )
         return Checkpoint(new_id, created.astimezone(UTC), len(heads), root, prev, digest)
 
-    def broken_chains(self, dispute_id: UUID | None) -> list[tuple[UUID, int]]:
+    def broken_chains(
+        self, dispute_id: UUID | None,
+        progress: Callable[[str, int, int | None], None] | None = None,
+    ) -> list[tuple[UUID, int]]:
         """``PostgresAuditStore.verify``: recomputed chains and projection heads."""
-        return PostgresAuditStore(self._engine).verify(dispute_id)
+        return PostgresAuditStore(self._engine).verify(dispute_id, progress=progress)
 
     def retained_from(self) -> datetime | None:
         """See ``adapters.partitions.retained_from``."""

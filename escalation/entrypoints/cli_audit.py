@@ -108,8 +108,10 @@ def audit_verify(
     if dispute is not None and all_:
         raise InvalidInput("give --dispute ID or --all, not both")
     dig = None if digest is None else read_digest(digest)
-    with _engine() as engine:
-        report = verify(PostgresCheckpoints(engine), _uuid(dispute), dig)
+    from escalation.entrypoints.progress import cli_progress
+
+    with _engine() as engine, cli_progress("audit verify") as progress:
+        report = verify(PostgresCheckpoints(engine), _uuid(dispute), dig, progress=progress)
     if as_json:
         sys.stdout.write(
             json.dumps(

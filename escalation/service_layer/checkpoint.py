@@ -33,6 +33,7 @@ from escalation.domain.errors import InvalidInput
 from escalation.domain.merkle import checkpoint_hash, head_leaf, merkle_root
 from escalation.ports import Checkpoint as Checkpoint  # noqa: PLC0414 -- re-export
 from escalation.ports import CheckpointSnapshot, CheckpointStore, SealedHead
+from escalation.service_layer.progress import Progress
 
 DIGEST_FORMAT = "escalation-checkpoint-digest/1"
 GENESIS = bytes(32)
@@ -137,7 +138,8 @@ def _check_last_heads(heads: list[SealedHead], cp: Checkpoint, report: VerifyRep
 
 
 def verify(
-    store: CheckpointStore, dispute_id: UUID | None = None, digest: dict[str, Any] | None = None
+    store: CheckpointStore, dispute_id: UUID | None = None, digest: dict[str, Any] | None = None,
+    progress: Progress | None = None,
 ) -> VerifyReport:
     """Recompute chains, compare projection heads, the checkpoint chain and its last heads.
 
@@ -146,11 +148,12 @@ def verify(
         digest: a digest loaded with :func:`read_digest` to compare with the stored
             checkpoint of the same id (an attacker who rewrote the checkpoint tables too
             is caught by the copy kept elsewhere).
+        progress: called ``("chains", chains checked, None)`` while the chains are walked.
 
     Returns:
         A :class:`VerifyReport`.
     """
-    report = VerifyReport(broken_chains=store.broken_chains(dispute_id))
+    report = VerifyReport(broken_chains=store.broken_chains(dispute_id, progress))
     retained = store.retained_from()
     with store.snapshot() as snap:
         last = _check_checkpoint_chain(snap.checkpoints(), report)

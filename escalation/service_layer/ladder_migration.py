@@ -44,9 +44,11 @@ from escalation.ports import (
     LadderVersions,
     Scheduler,
 )
+from escalation.service_layer.progress import Progress as ProgressFn
 
 PAGE = 5000
 Progress = Callable[[int, int], None]
+PlanProgress = ProgressFn
 Hook = Callable[[str, int], None]
 Replanned = tuple[PlanItem, datetime | None] | Blocked
 
@@ -87,8 +89,12 @@ def plan_migration(
     calendars: CalendarRegistry,
     ladder: str,
     to_version: int,
+    progress: PlanProgress | None = None,
 ) -> MigrationPlan:
     """Dry run: plan every pending/paused escalation of ``ladder`` pinned below ``to_version``.
+
+    ``progress`` (optional, :class:`escalation.service_layer.progress.Progress`) is called as
+    ``progress("plan", read, None)`` after each page of escalations read.
 
     Raises:
         LadderError: no such ladder version.
@@ -97,7 +103,20 @@ def plan_migration(
     """
     versions, target = _versions(ladders, ladder, to_version)
     _validate(versions, history)
-    return build_plan(_open_escalations(history, ladder, to_version), versions, target, calendars)
+    rows = _open_escalations(history, ladder, to_version)
+    if progress is not None:
+        rows = _counted(rows, progress)
+    return build_plan(rows, versions, target, calendars)
+
+
+def _counted(rows: Iterator[Escalation], progress: PlanProgress) -> Iterator[Escalation]:
+    """``rows`` unchanged, reporting ``progress("plan", n, None)`` every :data:`PAGE` rows."""
+    n = 0
+    for n, row in enumerate(rows, start=1):
+        if n % PAGE == 0:
+            progress("plan", n, None)
+        yield row
+    progress("plan", n, n)
 
 
 # --------------------------------------------------------------------------- apply

@@ -41,6 +41,7 @@ from escalation.domain.errors import EscalationError
 from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.domain.timeutil import to_ms
 from escalation.ports import ApplyOutcome, Scheduler, SchedulerInspection
+from escalation.service_layer.progress import Progress, no_progress
 
 PAGE = 1000
 
@@ -92,6 +93,13 @@ class ReconcileReport:
         return sum(1 for d in self.diffs if (kind is None or d.kind is kind)
                    and (repaired is None or d.repaired is repaired))
 
+    def summary(self) -> str:
+        """One line for the end of a run, e.g. ``reconcile: checked 200000 rows and 200000
+        members, 3 difference(s), 3 repaired, 0 error(s)``."""
+        return (f"reconcile{' (dry run)' if self.dry_run else ''}: checked {self.checked_db} "
+                f"rows and {self.checked_members} members, {len(self.diffs)} difference(s), "
+                f"{self.count(repaired=True)} repaired, {len(self.errors)} error(s)")
+
     def as_dict(self) -> dict[str, object]:
         """JSON-ready summary: counts per kind and the first 100 diffs."""
         kinds = {k.value: self.count(k) for k in DiffKind if self.count(k)}
@@ -137,6 +145,7 @@ def reconcile(
     redis_side: SchedulerInspection,
     dry_run: bool = False,
     page: int = PAGE,
+    progress: Progress = no_progress,
 ) -> ReconcileReport:
     """Compare PostgreSQL with Redis and repair Redis (see the module docstring).
 
@@ -146,6 +155,8 @@ def reconcile(
         redis_side: reliability reads/scripts on the same namespace and shard count.
         dry_run: only list the differences.
         page: PostgreSQL page / Redis chunk size (1-10000).
+        progress: called ``("postgres", rows checked, None)`` after each PostgreSQL page and
+            ``("redis", members checked, None)`` after each Redis chunk.
 
     Returns:
         ReconcileReport.
@@ -158,6 +169,7 @@ def reconcile(
     for rows in _pages(store, page):
         report.checked_db += len(rows)
         _db_to_redis(rows, scheduler, redis_side, report, dry_run)
+        progress("postgres", report.checked_db, None)
     for chunks in redis_side.scan_shards(page):  # per shard: pending + ready (issue 4 C)
         seen: set[str] = set()  # a member moved pending -> ready mid-scan is read twice
         for chunk in chunks:
@@ -165,6 +177,7 @@ def reconcile(
             seen.update(members)
             report.checked_members += len(members)
             _redis_to_db(members, store, redis_side, report, dry_run)
+            progress("redis", report.checked_members, None)
     return report
 
 

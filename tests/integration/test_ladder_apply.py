@@ -32,6 +32,23 @@ def test_plan_writes_nothing_and_its_hash_is_deterministic(env: MigEnv) -> None:
     assert env.history.history(env.name) == []
 
 
+def test_plan_and_apply_report_progress_through_their_callbacks(env: MigEnv) -> None:
+    from escalation.service_layer.ladder_migration import plan_migration
+
+    env.enqueue("standard", due_at=env.app.scheduler.time() + hours(3), n=3)
+    env.add("inserted")
+    calls: list[tuple[str, int, int | None]] = []
+    plan = plan_migration(history=env.history, ladders=env.catalog,
+                          calendars=env.app.calendars, ladder=env.name, to_version=2,
+                          progress=lambda phase, done, total: calls.append((phase, done, total)))
+    assert calls[-1] == ("plan", 3, 3)
+    applied: list[tuple[int, int]] = []
+    report = env.apply(plan.plan_hash, batch_size=2,
+                       progress=lambda done, total: applied.append((done, total)))
+    assert report.migrated == 3
+    assert applied[-1] == (3, 3) and len(applied) >= 2
+
+
 def test_apply_refuses_when_state_drifted_since_the_plan(env: MigEnv) -> None:
     now = env.app.scheduler.time()
     ids = env.enqueue("standard", due_at=now - timedelta(seconds=5), n=2)

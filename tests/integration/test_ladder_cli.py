@@ -49,7 +49,8 @@ def test_plan_apply_history_round_trip(cli_env: dict[str, str], tmp_path: Path,
                    data["plan_hash"], "--json")
     assert applied.returncode == 0, applied.stderr
     assert json.loads(applied.stdout)["migrated"] == 3
-    assert "migrated 3/3" in applied.stderr  # plain progress lines when not a TTY
+    # not a terminal: no progress output, just the summary
+    assert "migrated 3/3" not in applied.stderr and "migrat" not in applied.stderr
     assert all(mig.state(d).ladder_version == 2 for d in ids)
     same = _cli(env, "apply", "--ladder", mig.name, "--to", "2", "--plan-hash",
                 data["plan_hash"])

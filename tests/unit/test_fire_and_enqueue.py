@@ -75,7 +75,8 @@ class World:
         )
 
     def event_names(self) -> list[str]:
-        return [name for name, _ in self.events]
+        """Per-decision events (the one ``worker.batch`` summary line per batch left out)."""
+        return [name for name, _ in self.events if name != "worker.batch"]
 
 
 # ----------------------------------------------------------------------------- fire_due
@@ -102,6 +103,7 @@ def test_due_member_is_promoted_recorded_then_applied_with_a_notification() -> N
     assert member not in w.scheduler.locks
     assert [n["idempotency_key"] for n in w.scheduler.review] == [f"{member}:2"]
     assert w.event_names() == ["escalation.promoted"]
+    assert [name for name, _ in w.events].count("worker.batch") == 1
     assert w.store.ledger[-1].fence_token == 1
 
 
