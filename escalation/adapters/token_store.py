@@ -24,7 +24,7 @@ def _info(row: Mapping[Any, Any]) -> TokenInfo:
 
 
 class PostgresTokenStore:
-    """Implements ``service_layer.tokens.TokenStore`` on an engine."""
+    """Implements ``escalation.ports.TokenStore`` on an engine."""
 
     def __init__(self, engine: sa.Engine) -> None:
         self._engine = engine

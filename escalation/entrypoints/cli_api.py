@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from escalation.entrypoints.cli import _print_json, _settings, app, out
+from escalation.entrypoints.cli_common import _print_json, _settings, out
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
     from escalation.adapters.token_store import PostgresTokenStore
 
+app = typer.Typer()  # top-level commands (serve), merged into the root by cli.py
 token_app = typer.Typer(help="HTTP API bearer tokens (stored hashed).", no_args_is_help=True)
-app.add_typer(token_app, name="token")
 
 
 def _store() -> tuple[sa.Engine, PostgresTokenStore]:

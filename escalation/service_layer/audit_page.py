@@ -3,7 +3,7 @@
 Rows are ordered by ``(decided_at, dispute_id, seq)`` -- the order of ``audit search`` --
 and a page ends with an opaque cursor, the URL-safe base64 of that key of its last row. The
 next page starts strictly after it, so rows appended meanwhile never shift a page and no row
-is returned twice. Filters are ``audit_export.AuditFilter`` (the CLI's ``audit search``).
+is returned twice. Filters are ``ports.AuditFilter`` (the CLI's ``audit search``).
 """
 
 from __future__ import annotations
@@ -14,16 +14,10 @@ import json
 from datetime import datetime
 from uuid import UUID
 
-import sqlalchemy as sa
-
-from escalation.adapters.audit_rows import ledger_row
-from escalation.adapters.tables import escalation_audit
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import check_instant, parse_dispute_id
-from escalation.ports import LedgerRow
-from escalation.service_layer.audit_export import AuditFilter
+from escalation.ports import AuditFilter, LedgerRow, LedgerSearch
 
-_A = escalation_audit
 MAX_LIMIT = 1000
 
 
@@ -46,7 +40,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, UUID, int]:
 
 
 def search_page(
-    engine: sa.Engine, flt: AuditFilter, limit: int = 100, cursor: str | None = None
+    ledger: LedgerSearch, flt: AuditFilter, limit: int = 100, cursor: str | None = None
 ) -> tuple[list[LedgerRow], str | None]:
     """One page of ledger rows matching ``flt`` and the cursor of the next (None = last page).
 
@@ -55,15 +49,8 @@ def search_page(
     """
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"limit must be 1-{MAX_LIMIT}, got {limit}")
-    conds = flt.where()
-    if cursor is not None:
-        at, did, seq = decode_cursor(cursor)
-        conds.append(sa.tuple_(_A.c.decided_at, _A.c.dispute_id, _A.c.seq)
-                     > sa.tuple_(sa.literal(at), sa.literal(did), sa.literal(seq)))
-    stmt = (sa.select(_A).where(*conds)
-            .order_by(_A.c.decided_at, _A.c.dispute_id, _A.c.seq).limit(limit + 1))
-    with engine.connect() as conn:
-        rows = [ledger_row(r) for r in conn.execute(stmt).mappings()]
+    after = decode_cursor(cursor) if cursor is not None else None
+    rows = ledger.search(flt, limit + 1, after=after)
     if len(rows) > limit:
         return rows[:limit], encode_cursor(rows[limit - 1])
     return rows, None

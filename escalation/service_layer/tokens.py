@@ -13,38 +13,14 @@ import hashlib
 import hmac
 import secrets
 from datetime import datetime, timedelta
-from typing import Protocol
 
-from escalation.domain.access import Role, TokenInfo, check_name, parse_role
+from escalation.domain.access import TokenInfo, check_name, parse_role
 from escalation.domain.errors import ConflictError, InvalidInput, NotFound
 from escalation.domain.timeutil import require_aware
+from escalation.ports import TokenStore
 
-TOKEN_PREFIX = "esc_"  # noqa: S105 - a public marker, not a secret  # noqa: S105 - a public marker, not a secret
+TOKEN_PREFIX = "esc_"  # noqa: S105 - a public marker, not a secret
 MAX_TTL_DAYS = 3660
-
-
-class TokenStore(Protocol):
-    """Where token digests live (adapter: ``adapters.token_store.PostgresTokenStore``)."""
-
-    def insert(self, name: str, role: Role, digest: str, expires_at: datetime) -> TokenInfo:
-        """Store a new token. Raises ConflictError if ``name`` exists."""
-        ...
-
-    def by_digest(self, digest: str) -> tuple[TokenInfo, str] | None:
-        """(token, stored digest) for a digest, or None."""
-        ...
-
-    def all(self) -> list[TokenInfo]:
-        """Every token, by name."""
-        ...
-
-    def revoke(self, name: str, at: datetime) -> TokenInfo | None:
-        """Set ``revoked_at`` (once); None if no such name."""
-        ...
-
-    def now(self) -> datetime:
-        """The database clock (aware UTC): expiry is judged by one clock."""
-        ...
 
 
 def digest(secret: str) -> str:

@@ -106,7 +106,7 @@ def test_regulatory_deadlines_due_in_24h(service, compliance):
     before = val(scrape(compliance), "escalation_regulatory_deadlines_due_24h", **name)
     now = datetime.now(UTC)
     b = body(ladder="cfpb_complaint_response", tier=None, due_at=None,
-             opened_at=(now + timedelta(days=1)).isoformat(),
+             opened_at=now.isoformat(),
              notice_at=(now - timedelta(days=14, hours=12)).isoformat(),
              dispute_id=str(uuid.uuid4()))
     r = service.post("/v1/escalations", json=b)

@@ -10,7 +10,7 @@ import httpx
 
 from escalation.service_layer.disputes import resolve_dispute
 from tests.api.conftest import body
-from tests.e2e.test_cli_commands import run_cli
+from tests.helpers import run_cli
 
 
 def test_token_lifecycle_against_a_running_server(api_server, cli_env):

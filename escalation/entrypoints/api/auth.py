@@ -20,7 +20,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from escalation.domain.access import Permission, TokenInfo, allowed
 from escalation.entrypoints.api.problems import ApiProblem
-from escalation.service_layer.tokens import TokenStore, authenticate
+from escalation.ports import TokenStore
+from escalation.service_layer.tokens import authenticate
 
 bearer = HTTPBearer(auto_error=False, description="A token from `escalation token create`.")
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="escalation"'}

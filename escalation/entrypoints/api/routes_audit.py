@@ -14,7 +14,7 @@ from escalation.entrypoints.api.auth import AuditReader
 from escalation.entrypoints.api.deps import Core, Dispute, path_parameters
 from escalation.entrypoints.api.models import AuditPage
 from escalation.entrypoints.api.routes_escalations import DISPUTE_PATHS, ERRORS
-from escalation.entrypoints.cli import parse_time
+from escalation.entrypoints.cli_common import parse_time
 from escalation.ports import LedgerRow
 from escalation.service_layer.disputes import resolve_dispute
 
@@ -64,7 +64,9 @@ def search(
     = None,
 ) -> AuditPage:
     """Search the ledger, ordered by decision time; page with ``cursor``."""
-    from escalation.service_layer.audit_export import AuditFilter, check_decision
+    from escalation.adapters.audit_search import PostgresLedgerSearch
+    from escalation.ports import AuditFilter
+    from escalation.service_layer.audit_export import check_decision
     from escalation.service_layer.audit_page import search_page
 
     did = None
@@ -73,8 +75,9 @@ def search(
     flt = AuditFilter(dispute_id=did, tier=tier, decision=decision,
                       since=parse_time(since, "from"), until=parse_time(until, "to"),
                       actor=actor, ladder=ladder, ladder_version=ladder_version)
-    check_decision(core.engine, flt.decision)
-    rows, nxt = search_page(core.engine, flt, limit, cursor)
+    ledger = PostgresLedgerSearch(core.engine)
+    check_decision(ledger, flt.decision)
+    rows, nxt = search_page(ledger, flt, limit, cursor)
     return AuditPage(rows=[row_json(r) for r in rows], next_cursor=nxt)
 
 
@@ -118,6 +121,7 @@ def sla_report(
     grace_s: Annotated[int, Query(description="On time = decided within N s of due.")] = 60,
 ) -> dict[str, Any]:
     """SLA compliance per ladder and tier (the CLI's ``report sla``) as JSON."""
+    from escalation.adapters.report_queries import PostgresReports
     from escalation.domain.errors import InvalidInput
     from escalation.service_layer import sla_report as rep
 
@@ -127,6 +131,6 @@ def sla_report(
         raise InvalidInput(f"from ({since}) is after to ({until})")
     if not 0 <= grace_s <= 86_400:
         raise InvalidInput(f"grace_s must be 0-86400, got {grace_s}")
-    report = rep.build(core.engine, start, end, grace_s)
+    report = rep.build(PostgresReports(core.engine), start, end, grace_s)
     return {"from": start.isoformat(), "to": end.isoformat(), "grace_s": grace_s,
             "ladders": rep.grouped(report)}

@@ -29,7 +29,7 @@ from escalation.entrypoints.api.models import (
     PauseIn,
     Problem,
 )
-from escalation.entrypoints.cli import parse_time
+from escalation.entrypoints.cli_common import parse_time
 from escalation.service_layer.disputes import resolve_dispute
 from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many, enqueue_on_breach
 
@@ -86,7 +86,7 @@ def render(core: App, esc: Escalation, **extra: Any) -> EscalationOut:
 
 
 def _hook(core: App) -> Callable[..., None]:
-    from escalation.service_layer.warnings import schedule_for
+    from escalation.bootstrap import schedule_for
 
     return schedule_for(core)
 

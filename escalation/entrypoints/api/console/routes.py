@@ -427,11 +427,15 @@ def dispute(request: Request, dispute_id: str) -> HTMLResponse:
             raise NotFound(f"no audit rows for dispute {did}")
     except EscalationError as exc:
         return _error(request, exc, "dispute_lookup.html")
+    from escalation.adapters.checkpoints import PostgresCheckpoints
+
     state = core.store.get(did)
-    report = checkpoint.verify(core.engine, did)
+    checkpoints = PostgresCheckpoints(core.engine)
+    report = checkpoint.verify(checkpoints, did)
     cp = None
     if report.checkpoint_id is not None:
-        cp = checkpoint.checkpoint_by_id(core.engine, report.checkpoint_id)
+        with checkpoints.snapshot() as snap:
+            cp = snap.checkpoint(report.checkpoint_id)
     covered = cp is not None and any(r.recorded_at is not None and r.recorded_at <= cp.created_at
                                      for r in trail)
     outcomes = dl.deadline_outcomes(q, core.ladders.get, core.calendars, dispute_id=did)
@@ -445,11 +449,17 @@ AUDIT_FIELDS = ("dispute_id", "source", "external_id", "tier", "decision", "from
                 "actor", "ladder", "ladder_version")
 
 
+def _ledger(request: Request) -> Any:
+    from escalation.adapters.audit_search import PostgresLedgerSearch
+
+    return PostgresLedgerSearch(_core(request).engine)
+
+
 def _audit_filter(request: Request) -> Any:
     from escalation.service_layer.audit_export import AuditFilter, check_decision
     from escalation.service_layer.disputes import resolve_dispute
 
-    core, zone = _core(request), _zone(request)
+    zone = _zone(request)
     p = {f: _param(request, f) for f in AUDIT_FIELDS}
     did = None
     if p["dispute_id"] or p["source"] or p["external_id"]:
@@ -466,7 +476,7 @@ def _audit_filter(request: Request) -> Any:
                       since=parse_instant(p["from"], "from", zone),
                       until=parse_instant(p["to"], "to", zone, end=True),
                       actor=p["actor"], ladder=p["ladder"], ladder_version=version)
-    check_decision(core.engine, flt.decision)
+    check_decision(_ledger(request), flt.decision)
     return flt
 
 
@@ -477,12 +487,12 @@ def audit(request: Request) -> HTMLResponse:
     from escalation.service_layer.audit_export import known_decisions
     from escalation.service_layer.audit_page import search_page
 
-    core = _core(request)
+    ledger = _ledger(request)
     values = {f: request.query_params.get(f, "") for f in AUDIT_FIELDS}
-    decisions = known_decisions(core.engine)
+    decisions = known_decisions(ledger)
     try:
         flt = _audit_filter(request)
-        rows, nxt = search_page(core.engine, flt, PAGE_SIZE, _param(request, "cursor"))
+        rows, nxt = search_page(ledger, flt, PAGE_SIZE, _param(request, "cursor"))
     except EscalationError as exc:
         return _error(request, exc, "audit.html", rows=[], values=values,
                       decisions=decisions, nxt=None, qs=lambda **c: _qs(request, **c))
@@ -496,7 +506,7 @@ def _export(request: Request, fmt: str) -> tuple[Path, dict[str, Any]]:
     flt = _audit_filter(request)
     tmp = Path(tempfile.mkdtemp(prefix="esc-console-"))
     out = tmp / f"audit.{fmt}"
-    manifest = export(_core(request).engine, "csv" if fmt == "csv" else "jsonl", out, flt,
+    manifest = export(_ledger(request), "csv" if fmt == "csv" else "jsonl", out, flt,
                       formula_guard=True).as_dict()
     manifest["csv_formula_guard"] = fmt == "csv"
     manifest["column_dictionary"] = COLUMN_DICTIONARY
@@ -538,6 +548,7 @@ def sla(request: Request) -> HTMLResponse:
     """The SLA report: figures per tier in ladder order, met vs missed and time-in-tier
     charts (server-side SVG)."""
     _user(request)
+    from escalation.adapters.report_queries import PostgresReports
     from escalation.service_layer import sla_report as rep
 
     core, zone, q = _core(request), _zone(request), _queries(request)
@@ -545,7 +556,7 @@ def sla(request: Request) -> HTMLResponse:
     try:
         since, until, since_t, until_t = _period(request, zone, 30, now)
         assert since is not None and until is not None  # noqa: S101 - defaults given
-        report = rep.build(core.engine, since, until)
+        report = rep.build(PostgresReports(core.engine), since, until)
     except InvalidInput as exc:
         return _error(request, exc, "sla.html", tiers=[], charts=[])
     tiers = sorted(report.tiers, key=lambda f: (f.ladder, _rank(core, f.ladder, f.tier), f.tier))
