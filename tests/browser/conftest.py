@@ -9,7 +9,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,23 @@ def seed(engine: sa.Engine, prefix: str) -> Seeded:
         # C's resolver is named like a spreadsheet formula: the CSV export must defuse it
         actor = "=SUM(1+1)" if suffix == "C" else "ops.jane"
         store.record_cancel(did, actor, utc(resolved), f"resolved {ext}: credited")
+    # Two open escalations relative to now: E overdue in its tier with its deadline at risk
+    # (24 h ahead), F due in 30 min with its deadline 10 days ahead (pending).
+    with engine.connect() as conn:
+        now = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+    for suffix, tier, due, deadline in (
+        ("E", "standard", now - timedelta(hours=1), now + timedelta(hours=24)),
+        ("F", "senior", now + timedelta(minutes=30), now + timedelta(days=10)),
+    ):
+        ext = f"{prefix}-{suffix}"
+        did = uuid.uuid4()
+        ids[ext] = did
+        esc = Escalation.new(
+            dispute_id=did, tier=tier, due_at=due, materiality="80.00",
+            source_hash="cd" * 32, ladder=ladder, entered_tier_at=now - timedelta(days=2),
+            trace_id=f"t-{ext}", external_id=ext, regulatory_deadline=deadline,
+            deadlines=((DEADLINE, deadline),))
+        store.record_enqueue_many([esc], "seed-import", now - timedelta(days=2))
     return Seeded(prefix, ids)
 
 
@@ -122,12 +139,17 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture()
-def page(browser: Any) -> Iterator[Any]:
-    """A fresh context (no cookies) 1,280 px wide, downloads accepted."""
+def page(browser: Any, console: Console) -> Iterator[Any]:
+    """A fresh context (no cookies) 1,280 px wide, downloads accepted; fails the test if the
+    page asks anything of another origin (every asset is the app's own: no CDN)."""
     ARTIFACTS.mkdir(exist_ok=True)
     ctx = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    foreign: list[str] = []
+    ctx.on("request", lambda req: None if req.url.startswith((console.url, "data:"))
+           else foreign.append(req.url))
     pg = ctx.new_page()
     try:
         yield pg
     finally:
         ctx.close()
+    assert not foreign, f"requests outside the app: {foreign}"

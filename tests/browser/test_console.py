@@ -37,6 +37,18 @@ def test_login_refuses_service_role_and_bad_csrf(page, console):
                    follow_redirects=False)
     assert r.status_code == 403
     assert "esc_console=" not in r.headers.get("set-cookie", "")
+    # pages and downloads need a compliance/admin session cookie (a service token is not one)
+    for cookies in ({}, {"esc_console": console.tokens["service"]},
+                    {"esc_console": console.tokens["revoked"]}):
+        for path in ("/console/deadlines.csv", "/console/audit/export.csv", "/console/sla"):
+            r = httpx.get(console.url + path, cookies=cookies, follow_redirects=False)
+            assert r.status_code == 303 and "/console/login" in r.headers["location"], path
+    r = httpx.get(console.url + "/console/deadlines.csv",
+                  cookies={"esc_console": console.tokens["admin"]})
+    assert r.status_code == 200 and r.text.startswith("dispute_id,external_id,")
+    # the assets are the app's own
+    css = httpx.get(console.url + "/console/static/console.css")
+    assert css.status_code == 200 and "text/css" in css.headers["content-type"]
 
 
 def test_session_cookie_flags_and_signout(page, console):
@@ -100,6 +112,29 @@ def test_overview_links_to_missed_list(page, console):
     assert "status=missed" in page.url
     assert page.locator("#deadlines tbody tr").filter(
         has_text=console.seeded.prefix).count() == 3
+
+
+def test_overview_now_pending_overdue_and_at_risk(page, console):
+    prefix = console.seeded.prefix
+    login(page, console)
+    tiles = {t.inner_text().split("\n", 1)[1].strip(): int(t.locator("strong").inner_text())
+             for t in page.locator(".tiles li").all()}
+    assert tiles["overdue now"] >= 1 and tiles["due in the next hour"] >= 1
+    assert tiles["regulatory deadlines at risk (next 48 h)"] >= 1
+    rows = [r.inner_text().split("\t") for r in page.locator("table tbody tr").all()]
+    reg_e = [r[1] for r in rows if r[0] == "reg_e_error_resolution"]
+    assert reg_e.index("standard") < reg_e.index("senior")  # ladder order, not alphabetical
+    # the row's overdue number opens the overdue list of that ladder and tier
+    row = page.locator("table tbody tr").filter(has_text="reg_e_error_resolution").filter(
+        has=page.get_by_role("cell", name="standard", exact=True))
+    with page.expect_navigation():
+        row.locator("td").nth(4).get_by_role("link").click()
+    assert "window=overdue" in page.url
+    listed = page.locator("table").inner_text()
+    assert f"{prefix}-E" in listed and f"{prefix}-F" not in listed
+    page.goto(console.url + "/console/deadlines?status=at_risk")
+    at_risk = page.locator("#deadlines").inner_text()
+    assert f"{prefix}-E" in at_risk and f"{prefix}-F" not in at_risk
 
 
 def test_dispute_timeline(page, console):
