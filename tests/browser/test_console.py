@@ -142,6 +142,7 @@ def test_dispute_timeline(page, console):
     did = console.seeded.ids[ext]
     login(page, console, next_path=f"/disputes/{did}")
     page.screenshot(path=str(ARTIFACTS / "console-dispute.png"), full_page=True)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
     items = page.locator("#timeline li")
     assert items.count() == 2
     first, last = items.nth(0).inner_text(), items.nth(1).inner_text()
@@ -160,6 +161,7 @@ def test_audit_export_matches_manifest(page, console):
     did = console.seeded.ids[f"{console.seeded.prefix}-C"]
     login(page, console, next_path=f"/audit?dispute_id={did}")
     assert page.locator("#audit tbody tr").count() == 2
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
     page.screenshot(path=str(ARTIFACTS / "console-audit.png"), full_page=True)
     with page.expect_download() as got_csv:
         page.locator("#export-csv").click()

@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
 from starlette.background import BackgroundTask
 
 from escalation.bootstrap import App
@@ -98,7 +99,15 @@ def _details(value: Any) -> str:
     return str(value)
 
 
+def _soft(value: Any) -> Markup:
+    """Escaped text with line-break opportunities after ``_`` and before ``@`` (ladder and
+    deadline names wrap between words, never inside one)."""
+    text = str(escape(str(value)))  # escaped first: only <wbr> is added below
+    return Markup(text.replace("_", "_<wbr>").replace("@", "<wbr>@"))  # noqa: S704
+
+
 env.filters["details"] = _details
+env.filters["soft"] = _soft
 env.filters["dur"] = fmt_duration
 
 
