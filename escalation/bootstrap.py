@@ -20,6 +20,7 @@ from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.calendar_files import load_calendars
 from escalation.adapters.db import check_at_head, make_engine, normalize_url, upgrade_to_head
 from escalation.adapters.ladder_files import LadderCatalog
+from escalation.adapters.redis_client import make_redis
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import SchemaNotAtHead
@@ -112,13 +113,9 @@ def build(
         LadderError: a ladder file under ``settings.ladders_dir`` is invalid.
     """
     urls = resolve_urls(settings)
-    client = redis.Redis.from_url(
-        urls.redis_url, decode_responses=True, socket_timeout=30, socket_connect_timeout=5,
-        # a non-UTF-8 byte in one payload must not crash every worker that claims it: it
-        # decodes as U+FFFD, fails validation and takes the poison -> dead-letter path
-        encoding_errors="replace",
-        health_check_interval=30,
-    )
+    # one server, a Cluster or a Sentinel set, by URL scheme (adapters/redis_client.py);
+    # decode_responses, encoding_errors="replace", socket timeouts, health checks included
+    client = make_redis(urls.redis_url)
     engine = make_engine(urls.database_url)
     if check_schema:
         ensure_schema(engine, urls)

@@ -28,12 +28,14 @@ import redis
 import structlog
 from redis.commands.core import Script
 
+from escalation.adapters.redis_client import is_cluster
 from escalation.adapters.redis_keys import Keys, shard_of
 from escalation.adapters.redis_payload import (
     PAYLOAD_FIELDS,
     escalation_to_payload,
     payload_to_escalation,
 )
+from escalation.adapters.redis_wake import cluster_blpop_any
 from escalation.domain.errors import ConflictError, InvalidInput
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.timeutil import from_ms
@@ -576,6 +578,10 @@ class RedisScheduler:
         return False
 
     def _blpop(self, wake_keys: list[str], block_s: float) -> bool:
+        # --- Redis Cluster: one BLPOP per shard (one slot each), awaited together
+        if is_cluster(self._client):
+            return cluster_blpop_any(self._client, wake_keys, block_s, _WAKE_GRACE_S)
+        # --- one server or a Sentinel primary: one BLPOP over every shard's wake key
         pool = self._client.connection_pool
         conn = pool.get_connection()
         try:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-import redis.exceptions
 import sqlalchemy.exc
 
+from escalation.adapters.redis_client import OUTAGE_ERRORS as REDIS_OUTAGE_ERRORS
 from escalation.bootstrap import App
 from escalation.logs import get_logger
 from escalation.service_layer.dead_letters import for_app as dead_letters_for
@@ -159,6 +159,12 @@ def install_early_stop_handlers() -> None:
         signal.signal(s, early)
 
 
+#: Outages retried with backoff: PostgreSQL away, Redis away (incl. a Cluster or Sentinel
+#: failover: no primary for a slot, a write to a demoted primary).
+_OUTAGES: tuple[type[Exception], ...] = (
+    sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, *REDIS_OUTAGE_ERRORS)
+
+
 def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None) -> WorkerTotals:
     """Run until SIGTERM/SIGINT (or, with ``burst``, until nothing is due). Returns totals.
 
@@ -222,8 +228,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
                 if wait > 0:
                     idle.woke = app.scheduler.wait_for_wake(wait)
                 failures = 0
-            except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
-                    redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            except _OUTAGES as exc:
                 failures += 1
                 idle.woke = True  # after an outage, look at everything again
                 delay = min(MAX_BACKOFF_S, 0.5 * 2 ** min(failures, 8)) * rng.uniform(0.8, 1.2)
