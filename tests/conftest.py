@@ -64,24 +64,6 @@ def redis_topology(request: Any) -> str:
     return str(request.config.getoption("--redis-topology"))
 
 
-def topology_url(kind: str) -> str:
-    """URL of the local ``cluster`` or ``sentinel`` topology (DB 9 for sentinel):
-    ``ESCALATION_TEST_CLUSTER_URL`` / ``ESCALATION_TEST_SENTINEL_URL`` when set, else the
-    tests/topologies.py defaults, started here (idempotent) when they do not answer."""
-    from tests import topologies
-
-    env = os.environ.get(f"ESCALATION_TEST_{kind.upper()}_URL")
-    if env:
-        return env
-    if kind == "cluster":
-        if not topologies.cluster_healthy():
-            topologies.start_cluster()
-        return topologies.cluster_url()
-    if not topologies.sentinel_healthy():
-        topologies.start_sentinel()
-    return topologies.sentinel_url(TEST_REDIS_DB)
-
-
 @pytest.fixture(scope="session")
 def topology_shards(redis_topology: str) -> int:
     """Shard count the ``settings`` fixture uses (see ``TOPOLOGY_SHARDS``)."""
@@ -94,7 +76,9 @@ def redis_url(server_urls: tuple[str, str], redis_topology: str) -> str:
     from redis.connection import parse_url
 
     if redis_topology != "server":
-        return topology_url(redis_topology)
+        from tests import topologies
+
+        return topologies.topology_test_url(redis_topology, TEST_REDIS_DB)
 
     base = server_urls[0]
     kw = parse_url(base)

@@ -122,6 +122,44 @@ def _kill(port: int) -> None:
     shutil.rmtree(base_dir() / str(port), ignore_errors=True)
 
 
+def pid_of(port: int) -> int | None:
+    """Pid of the process started on ``port`` (from its pid file), or None."""
+    try:
+        return int(_pidfile(port).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def crash(port: int) -> None:
+    """SIGKILL the process on ``port`` (a failover test's "primary host dies")."""
+    pid = pid_of(port)
+    if pid is None:
+        raise SystemExit(f"topologies: no pid file for port {port}")
+    os.kill(pid, signal.SIGKILL)
+    end = time.monotonic() + 10
+    while time.monotonic() < end and _answers(port):
+        time.sleep(0.05)
+
+
+def restart(port: int) -> None:
+    """Start the process on ``port`` again from its config file (a crashed cluster node
+    rejoins as a replica of its promoted replica; a crashed Sentinel primary is turned into
+    a replica of the new primary by the sentinels)."""
+    folder = base_dir() / str(port)
+    conf = folder / ("sentinel.conf" if port in SENTINEL_PORTS else "redis.conf")
+    cmd = ["redis-server", str(conf)] + (["--sentinel"] if port in SENTINEL_PORTS else [])
+    subprocess.run(cmd, check=True, timeout=30)
+    _wait(lambda: _answers(port), 30, f"port {port} to answer again")
+
+
+def role(port: int) -> str:
+    """``master``/``slave`` from ``INFO replication`` (empty when the port does not answer)."""
+    for line in _cli(port, "info", "replication", timeout=3).splitlines():
+        if line.startswith("role:"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
 # --------------------------------------------------------------------------- cluster
 
 
@@ -151,6 +189,25 @@ def start_cluster() -> None:
                     "--cluster-replicas", "1", "--cluster-yes"],
                    check=True, timeout=60, capture_output=True)
     _wait(cluster_healthy, 60, "cluster_state:ok")
+
+
+def cluster_primary_of(key: str) -> int:
+    """Port of the primary that currently owns ``key``'s slot."""
+    slot = int(_cli(CLUSTER_PORTS[0], "cluster", "keyslot", key) or
+               _cli(CLUSTER_PORTS[1], "cluster", "keyslot", key))
+    for port in CLUSTER_PORTS:
+        if not _answers(port):
+            continue
+        for line in _cli(port, "cluster", "nodes").splitlines():
+            parts = line.split()
+            if "master" not in parts[2] or "fail" in parts[2]:
+                continue
+            for rng in parts[8:]:
+                lo, _, hi = rng.partition("-")
+                if lo.isdigit() and int(lo) <= slot <= int(hi or lo):
+                    return int(parts[1].split("@")[0].rsplit(":", 1)[1])
+        break
+    raise SystemExit(f"topologies: no primary owns slot {slot}")
 
 
 def stop_cluster() -> None:
@@ -190,10 +247,34 @@ def start_sentinel() -> None:
     _wait(sentinel_healthy, 60, "sentinels to see the primary, the replica and each other")
 
 
+def sentinel_primary_port() -> int:
+    """Port of the current primary as the sentinels report it."""
+    for port in SENTINEL_PORTS:
+        reply = _cli(port, "sentinel", "get-master-addr-by-name", SENTINEL_NAME, timeout=3)
+        lines = reply.splitlines()
+        if len(lines) == 2 and lines[1].isdigit():
+            return int(lines[1])
+    raise SystemExit("topologies: no sentinel names a primary")
+
+
 def stop_sentinel() -> None:
     """Stop the sentinel set's processes started by :func:`start_sentinel` (by pid file)."""
     for port in (*SENTINEL_PORTS, *SENTINEL_DATA_PORTS):
         _kill(port)
+
+
+def topology_test_url(kind: str, db: int = 9) -> str:
+    """URL of the local ``cluster`` or ``sentinel`` topology for tests (DB ``db`` for
+    sentinel): ``ESCALATION_TEST_CLUSTER_URL`` / ``ESCALATION_TEST_SENTINEL_URL`` when set,
+    else the defaults above, started here (idempotent) when they are not healthy."""
+    env = os.environ.get(f"ESCALATION_TEST_{kind.upper()}_URL")
+    if env:
+        return env
+    if kind == "cluster":
+        start_cluster()
+        return cluster_url()
+    start_sentinel()
+    return sentinel_url(db)
 
 
 # --------------------------------------------------------------------------- CLI

@@ -590,6 +590,12 @@ class RedisScheduler:
         except (redis.TimeoutError, redis.ConnectionError):
             conn.disconnect()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
             return False
+        except BaseException:
+            # interrupted (SIGTERM's shutdown exception) with the BLPOP still pending: its
+            # late nil reply must not be read back as the next command's reply on this
+            # connection (the pool hands the last released connection out first)
+            conn.disconnect()  # type: ignore[no-untyped-call]  # as above
+            raise
         finally:
             pool.release(conn)
         return reply is not None

@@ -580,3 +580,33 @@ def test_corrupt_payload_is_logged_and_does_not_cost_the_batch(
     assert [i.escalation.dispute_id for i in result.items] == [good.dispute_id]
     assert [e["event"] for e in logs] == ["escalation.payload_corrupt"]
     assert logs[0]["dispute_id"] == str(bad.dispute_id)
+
+
+def test_a_signal_during_the_wake_wait_leaves_no_pending_reply_on_the_connection(
+    redis_client: redis.Redis, namespace: str, topology_shards: int
+) -> None:
+    """SIGTERM in a sleeping worker raises out of the BLPOP read; the connection goes back to
+    the pool and is handed out first. Its late BLPOP reply must not become the reply of the
+    next command (the worker's lease release read nil and crashed at shutdown). redis-py
+    drops a one-server connection on such an error itself, a Sentinel-managed one does not:
+    run with ``--redis-topology sentinel`` to see it."""
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def raise_interrupted(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    sched = RedisScheduler(redis_client, namespace=namespace, shards=topology_shards)
+    old = signal.signal(signal.SIGALRM, raise_interrupted)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(Interrupted):
+            sched.wait_for_wake(1.5)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    key = Keys(namespace, 0).stats
+    assert redis_client.hset(key, "probe", "7") == 1
+    assert redis_client.hget(key, "probe") == "7"
