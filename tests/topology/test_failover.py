@@ -112,7 +112,8 @@ def _drain_through_failover(
         wait_until(lambda: settled(app, ids), 10 + LEASE_S, 0.25)
     finally:
         codes = stop(procs)
-    assert codes == [0] * WORKERS, "\n".join(output(p)[-4000:] for p, c in zip(procs, codes, strict=True) if c)
+    assert codes == [0] * WORKERS, "\n".join(
+        output(p)[-4000:] for p, c in zip(procs, codes, strict=True) if c)
     fresh = _app(redis_url, database_url, ns)  # a client that never saw the old primary
     apps.append(fresh)
     rel = ReliabilityRedis(fresh.redis, ns, SHARDS, aging_ms=fresh.scheduler.aging_ms)
