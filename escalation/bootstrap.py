@@ -20,11 +20,15 @@ from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.calendar_files import load_calendars
 from escalation.adapters.db import check_at_head, make_engine, normalize_url, upgrade_to_head
 from escalation.adapters.ladder_files import LadderCatalog
-from escalation.adapters.redis_client import make_redis
+from escalation.adapters.redis_client import OUTAGE_ERRORS, make_redis
+from escalation.adapters.redis_layout import check_shard_count
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import SchemaNotAtHead
+from escalation.logs import get_logger
 from escalation.settings import Settings
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,15 @@ class App:
         self.engine.dispose()
 
 
+def _check_layout(client: redis.Redis, settings: Settings) -> None:
+    """Refuse a shard count other than the namespace's recorded one (adapters/redis_layout).
+    Redis away at start: not checked here (a worker starts and backs off as before)."""
+    try:
+        check_shard_count(client, settings.namespace, settings.shards)
+    except OUTAGE_ERRORS as exc:
+        log.warning("bootstrap.shard_count_unchecked", error=str(exc)[:200])
+
+
 def ensure_schema(engine: sa.Engine, urls: Urls) -> None:
     """Refuse a configured database behind the Alembic head; upgrade the embedded one."""
     try:
@@ -121,6 +134,7 @@ def build(
         ensure_schema(engine, urls)
     ladders = LadderCatalog.from_dir(settings.ladders_dir, strict=strict_ladders)
     scheduler = RedisScheduler(client, namespace=settings.namespace, shards=settings.shards)
+    _check_layout(client, settings)
     # issue 4 C: materiality weights written at enqueue, aging used by claim.lua
     from escalation.service_layer.priority import weight_fn
 
