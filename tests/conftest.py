@@ -148,7 +148,23 @@ def engine(database_url: str) -> Iterator[sa.Engine]:
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    """Nothing to skip: every test runs against real servers."""
+    """Every test runs against real servers. The failover tests (markers ``cluster`` /
+    ``sentinel``) start and kill local redis-server processes and run ~1 minute each: they
+    run only when selected by name with ``-m`` (``.ci/run`` runs them once), not in a plain
+    ``pytest -q``."""
+    import shutil
+
+    wanted = str(config.getoption("markexpr") or "")
+    for item in items:
+        for marker in ("cluster", "sentinel"):
+            if marker not in item.keywords:
+                continue
+            if marker not in wanted:
+                item.add_marker(pytest.mark.skip(
+                    reason=f"failover test: select it with -m {marker} (tests/topologies.py "
+                           "starts the local topology; .ci/run runs it once)"))
+            elif shutil.which("redis-server") is None:
+                item.add_marker(pytest.mark.skip(reason="redis-server is not installed"))
 
 
 @pytest.fixture()
