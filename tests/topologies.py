@@ -22,9 +22,9 @@ URLs (see docs/operations.md for the schemes)::
     redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002/
     redis+sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/escalation/0
 
-Tests read them from ``ESCALATION_TEST_CLUSTER_URL`` / ``ESCALATION_TEST_SENTINEL_URL`` (the
-fixtures in ``tests/topology/conftest.py``), or start the topologies themselves when
-``ESCALATION_TEST_TOPOLOGIES=start`` is set.
+Tests get them from :func:`topology_test_url` (``ESCALATION_TEST_CLUSTER_URL`` /
+``ESCALATION_TEST_SENTINEL_URL`` when set, else these defaults, started on demand): the
+``--redis-topology`` option of tests/conftest.py and the failover tests in tests/topology/.
 """
 
 from __future__ import annotations
