@@ -17,6 +17,7 @@ from typing import Any
 import redis
 import sqlalchemy as sa
 
+from escalation.adapters.redis_client import is_cluster
 from escalation.adapters.redis_reliability import DEAD_DECISION, ReliabilityRedis
 from escalation.domain.errors import EscalationError
 from escalation.domain.escalation import Status, parse_dispute_id
@@ -121,7 +122,7 @@ def _drift(app: Any, rel: ReliabilityRedis) -> Check:
 
 def _maxmemory(client: redis.Redis) -> Check:
     try:
-        policy = str(client.config_get("maxmemory-policy").get("maxmemory-policy", "unknown"))
+        policy = _policies(client)
     except redis.ResponseError:
         return Check("MAXMEMORY_POLICY", True, "unknown (CONFIG GET refused)",
                      "make sure the server uses maxmemory-policy noeviction")
@@ -129,6 +130,17 @@ def _maxmemory(client: redis.Redis) -> Check:
     return Check("MAXMEMORY_POLICY", ok, f"maxmemory-policy {policy}",
                  "" if ok else "set maxmemory-policy noeviction: evicted keys silently lose "
                  "schedule state (reconcile repairs it, but only after the fact)")
+
+
+def _policies(client: redis.Redis) -> str:
+    """``maxmemory-policy`` of the server, or on a Redis Cluster of every primary (the
+    distinct values, comma-separated: one evicting primary loses its shards' schedule)."""
+    if not is_cluster(client):
+        return str(client.config_get("maxmemory-policy").get("maxmemory-policy", "unknown"))
+    cluster: Any = client  # a RedisCluster: one CONFIG GET per primary
+    values = {str(cluster.config_get("maxmemory-policy", target_nodes=node)
+                  .get("maxmemory-policy", "unknown")) for node in cluster.get_primaries()}
+    return ",".join(sorted(values))
 
 
 def run_doctor(app: Any, *, host_ms: Callable[[], int] | None = None,
