@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+
 from escalation.domain.escalation import Status
 from escalation.domain.timeutil import to_ms
 from escalation.service_layer.reconcile import DiffKind, reconcile
@@ -150,3 +152,42 @@ def test_reconcile_cli_continues_past_a_bad_item_and_exits_1_naming_it(
     assert f"1 item(s) could not be repaired: {ids[0]}" in res.stderr
     assert "Traceback" not in res.stderr
     assert set(_zset(own_app)) == {str(ids[1]), str(ids[2])}
+
+
+def test_reconcile_sends_the_notification_of_a_decision_recorded_but_never_applied(
+    own_app: Any,
+) -> None:
+    """A worker dies (or a Redis failover loses its apply) after the ledger commit; its lease
+    runs out; reconcile runs before any worker claims the member again. The BEHIND repair must
+    send the decision's review-stream entry (once), not only bring the payload forward."""
+    from escalation.service_layer.fire import fire_due
+
+    app = own_app
+    ids = enqueue(app, due_requests(3, app.scheduler.time()))
+
+    class Died(Exception):
+        pass
+
+    def die(name: str) -> None:
+        if name == "after_record":
+            raise Died
+
+    with pytest.raises(Died):
+        fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                 calendars=app.calendars, batch_size=10, lease_ms=60_000, worker_id="w-dead",
+                 crashpoint=die)
+    for d in ids:  # what the passage of the lease does to the dead worker's locks
+        app.redis.delete(app.scheduler.keys_for(d).lock(d))
+        assert int(app.scheduler.payload(d)["seq"]) == 1
+        assert app.store.get(d)[0].seq == 2
+
+    report = _run(app)
+    assert report.count(DiffKind.BEHIND, repaired=True) == 3, report.as_dict()
+    keys = {f["idempotency_key"] for k in app.scheduler.shard_keys()
+            for _, f in app.redis.xrange(k.review, "-", "+")}
+    assert keys == {f"{d}:2" for d in ids}
+    assert all(int(app.scheduler.payload(d)["seq"]) == 2 for d in ids)
+    again = _run(app)
+    assert again.count(repaired=True) == 0
+    assert len([1 for k in app.scheduler.shard_keys()
+                for _ in app.redis.xrange(k.review, "-", "+")]) == 3  # sent once
