@@ -19,6 +19,7 @@ shared machine) + 15 s.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -132,16 +133,27 @@ def _drain_through_failover(
             f"{report.as_dict()['differences']}")
     assert settled(fresh, ids), diag
     verdict = check(fresh, ids)
-    if verdict.problems():  # the worker log lines of a few unnotified disputes
+    if verdict.problems():  # the worker log lines of a few unnotified disputes, to a file
         logs = "\n".join(output(p) for p in procs)
-        for did, _seq in verdict.unnotified[:3]:
-            diag += f"\n--- {did}:\n" + "\n".join(
-                ln[:400] for ln in logs.splitlines() if str(did) in ln)
+        lines = [f"crashed port {port}; reconcile {report.as_dict()['differences']}"]
+        for did, _seq in verdict.unnotified[:5]:
+            lines += [f"--- {did}:"] + [ln for ln in logs.splitlines() if str(did) in ln]
+        lines += ["--- not promoted/stale lines:"] + [
+            ln for ln in logs.splitlines()
+            if '"escalation.promoted"' not in ln and '"escalation.stale_claim"' not in ln]
+        path = f"/tmp/failover-diag-{ns}.txt"
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(lines))
+        diag += f"; worker log lines of 5 unnotified disputes in {path}"
     assert not verdict.problems() and verdict.decided == N, (diag, verdict.problems())
     assert report.count(repaired=False) == 0 and not report.errors, report.as_dict()
     again = reconcile(scheduler=fresh.scheduler, store=fresh.store, redis_side=rel)
     assert again.count(repaired=True) == 0, again.as_dict()
-    figures = {"n": N, "decided_before_crash": before, "rate_before": round(rate),
+    maintenance = [ln for p in procs for ln in output(p).splitlines()
+                   if '"maintenance.ran"' in ln and '"job": "reconcile"' in ln]
+    repaired_by_workers = sum(int(json.loads(ln).get("repaired", 0)) for ln in maintenance)
+    figures = {"n": N, "maintenance_reconcile_repaired": repaired_by_workers,
+               "decided_before_crash": before, "rate_before": round(rate),
                "failover_s": round(failover_s, 2), "done_after_crash_s": round(done_s, 2),
                "bound_s": round(bound_s, 2), "reconcile": report.as_dict()["differences"],
                "crashed_port": port}
