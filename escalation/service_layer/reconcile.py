@@ -188,6 +188,15 @@ ITEM_ERRORS: tuple[type[BaseException], ...] = (
 """Errors that concern one item (a script refusing it, a value out of range): recorded in
 ``report.errors``, the run goes on. Connection errors are not among them."""
 
+OUTAGE_REPLIES: tuple[type[BaseException], ...] = (
+    redis.exceptions.ReadOnlyError, redis.exceptions.TryAgainError,
+    redis.exceptions.MasterDownError,
+)
+"""Error replies that mean "this server cannot take writes right now" (a primary demoted in a
+failover, a slot moving): they concern the server, not the item, so they propagate like
+connection errors (reconcile can be re-run) instead of being recorded per item -- and a
+notifying repair never falls back to a plain restore because of one."""
+
 
 def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
              report: ReconcileReport) -> None:
@@ -195,12 +204,16 @@ def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
     script call), restore item by item so one bad escalation does not block the others."""
     try:
         outcomes = scheduler.restore([e for e, _, _ in todo])
+    except OUTAGE_REPLIES:
+        raise
     except ITEM_ERRORS:
         if len(todo) == 1:
             raise
         for item in todo:
             try:
                 _restore(scheduler, [item], report)
+            except OUTAGE_REPLIES:
+                raise
             except ITEM_ERRORS as exc:
                 esc, kind, detail = item
                 did = str(esc.dispute_id)
@@ -243,6 +256,8 @@ def _notify_behind(scheduler: Scheduler, store: PendingSource,
                            note_for_row(row)))
     try:
         outcomes = scheduler.apply(ops)
+    except OUTAGE_REPLIES:
+        raise
     except ITEM_ERRORS:  # one bad op fails the call: repair these without the note instead
         return todo
     for (esc, kind, detail), outcome in zip(notified, outcomes, strict=True):
@@ -286,10 +301,17 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler, redis_side: Relia
         return
     todo = _notify_behind(scheduler, store, todo, {d: s.payload_seq for d, s in seen.items()},
                           report)
-    if not todo:
-        return
+    if todo:
+        _restore_reporting(scheduler, todo, report)
+
+
+def _restore_reporting(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
+                       report: ReconcileReport) -> None:
+    """:func:`_restore`, recording the failure of a batch of one in ``report``."""
     try:
         _restore(scheduler, todo, report)
+    except OUTAGE_REPLIES:
+        raise
     except ITEM_ERRORS as exc:  # a batch of one that failed
         esc, kind, detail = todo[0]
         report.errors.append((str(esc.dispute_id), f"{kind.value}: {exc}"))
@@ -321,6 +343,8 @@ def _redis_to_db(members: list[str], store: PendingSource, redis_side: Reliabili
             continue
         try:
             result = redis_side.remove_member(member, seq, mode)
+        except OUTAGE_REPLIES:
+            raise
         except ITEM_ERRORS as exc:
             report.errors.append((member, f"{kind.value}: {exc}"))
             report.diffs.append(Diff(kind, member, f"PostgreSQL: {status}; FAILED: {exc}"))
