@@ -41,14 +41,19 @@ from enum import StrEnum
 from typing import Protocol
 from uuid import UUID
 
-import redis
-
-from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.domain.errors import EscalationError
 from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.domain.timeutil import to_ms
-from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome, LedgerRow, Scheduler
+from escalation.ports import (
+    ApplyAction,
+    ApplyOp,
+    ApplyOutcome,
+    LedgerRow,
+    Scheduler,
+    SchedulerInspection,
+)
 from escalation.service_layer.fire import note_for_row
+from escalation.service_layer.progress import Progress, no_progress
 
 PAGE = 1000
 
@@ -100,6 +105,13 @@ class ReconcileReport:
         return sum(1 for d in self.diffs if (kind is None or d.kind is kind)
                    and (repaired is None or d.repaired is repaired))
 
+    def summary(self) -> str:
+        """One line for the end of a run, e.g. ``reconcile: checked 200000 rows and 200000
+        members, 3 difference(s), 3 repaired, 0 error(s)``."""
+        return (f"reconcile{' (dry run)' if self.dry_run else ''}: checked {self.checked_db} "
+                f"rows and {self.checked_members} members, {len(self.diffs)} difference(s), "
+                f"{self.count(repaired=True)} repaired, {len(self.errors)} error(s)")
+
     def as_dict(self) -> dict[str, object]:
         """JSON-ready summary: counts per kind and the first 100 diffs."""
         kinds = {k.value: self.count(k) for k in DiffKind if self.count(k)}
@@ -148,9 +160,10 @@ def reconcile(
     *,
     scheduler: Scheduler,
     store: PendingSource,
-    redis_side: ReliabilityRedis,
+    redis_side: SchedulerInspection,
     dry_run: bool = False,
     page: int = PAGE,
+    progress: Progress = no_progress,
 ) -> ReconcileReport:
     """Compare PostgreSQL with Redis and repair Redis (see the module docstring).
 
@@ -160,6 +173,8 @@ def reconcile(
         redis_side: reliability reads/scripts on the same namespace and shard count.
         dry_run: only list the differences.
         page: PostgreSQL page / Redis chunk size (1-10000).
+        progress: called ``("postgres", rows checked, None)`` after each PostgreSQL page and
+            ``("redis", members checked, None)`` after each Redis chunk.
 
     Returns:
         ReconcileReport.
@@ -172,30 +187,22 @@ def reconcile(
     for rows in _pages(store, page):
         report.checked_db += len(rows)
         _db_to_redis(rows, scheduler, redis_side, report, dry_run, store)
-    for keys in redis_side.shard_keys():
+        progress("postgres", report.checked_db, None)
+    for chunks in redis_side.scan_shards(page):  # per shard: pending + ready (issue 4 C)
         seen: set[str] = set()  # a member moved pending -> ready mid-scan is read twice
-        for chunk in redis_side.scan_members(keys, page):  # pending + ready (issue 4 C)
+        for chunk in chunks:
             members = [m for m, _ in chunk if m not in seen]
             seen.update(members)
             report.checked_members += len(members)
             _redis_to_db(members, store, redis_side, report, dry_run)
+            progress("redis", report.checked_members, None)
     return report
 
 
-ITEM_ERRORS: tuple[type[BaseException], ...] = (
-    redis.ResponseError, EscalationError, ValueError, OverflowError,
-)
-"""Errors that concern one item (a script refusing it, a value out of range): recorded in
+ITEM_ERRORS: tuple[type[BaseException], ...] = (EscalationError, ValueError, OverflowError)
+"""Errors that concern one item (a script refusing it -- the scheduler raises
+``ScriptRefused``, an EscalationError --, a value out of range): recorded in
 ``report.errors``, the run goes on. Connection errors are not among them."""
-
-OUTAGE_REPLIES: tuple[type[BaseException], ...] = (
-    redis.exceptions.ReadOnlyError, redis.exceptions.TryAgainError,
-    redis.exceptions.MasterDownError,
-)
-"""Error replies that mean "this server cannot take writes right now" (a primary demoted in a
-failover, a slot moving): they concern the server, not the item, so they propagate like
-connection errors (reconcile can be re-run) instead of being recorded per item -- and a
-notifying repair never falls back to a plain restore because of one."""
 
 
 def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
@@ -204,16 +211,12 @@ def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
     script call), restore item by item so one bad escalation does not block the others."""
     try:
         outcomes = scheduler.restore([e for e, _, _ in todo])
-    except OUTAGE_REPLIES:
-        raise
     except ITEM_ERRORS:
         if len(todo) == 1:
             raise
         for item in todo:
             try:
                 _restore(scheduler, [item], report)
-            except OUTAGE_REPLIES:
-                raise
             except ITEM_ERRORS as exc:
                 esc, kind, detail = item
                 did = str(esc.dispute_id)
@@ -237,7 +240,9 @@ def _notify_behind(scheduler: Scheduler, store: PendingSource,
     killed after the ledger commit, or the apply lost in a Redis failover). Repair those with
     an owner-less apply that also sends the decision's review-stream entry (seq-guarded: at
     most once) -- a plain restore would bring the payload forward and the notification would
-    be lost for good. Returns the rest of ``todo`` (for ``scheduler.restore``)."""
+    be lost for good. Returns the rest of ``todo`` (for ``scheduler.restore``). A demoted
+    primary's READONLY reply is not an item error (the adapters raise it as it is): it
+    propagates, and nothing falls back to a restore without the note."""
     ranges = [(e.dispute_id, int(payload_seq[str(e.dispute_id)] or 0), e.seq)
               for e, kind, _ in todo if kind is DiffKind.BEHIND]
     rows = store.unapplied_decisions(ranges) if ranges else {}
@@ -256,8 +261,6 @@ def _notify_behind(scheduler: Scheduler, store: PendingSource,
                            note_for_row(row)))
     try:
         outcomes = scheduler.apply(ops)
-    except OUTAGE_REPLIES:
-        raise
     except ITEM_ERRORS:  # one bad op fails the call: repair these without the note instead
         return todo
     for (esc, kind, detail), outcome in zip(notified, outcomes, strict=True):
@@ -266,7 +269,8 @@ def _notify_behind(scheduler: Scheduler, store: PendingSource,
     return rest
 
 
-def _db_to_redis(rows: list[Escalation], scheduler: Scheduler, redis_side: ReliabilityRedis,
+def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
+                 redis_side: SchedulerInspection,
                  report: ReconcileReport, dry_run: bool, store: PendingSource) -> None:
     seen = redis_side.inspect([str(e.dispute_id) for e in rows])
     todo: list[tuple[Escalation, DiffKind, str]] = []
@@ -310,15 +314,13 @@ def _restore_reporting(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKi
     """:func:`_restore`, recording the failure of a batch of one in ``report``."""
     try:
         _restore(scheduler, todo, report)
-    except OUTAGE_REPLIES:
-        raise
     except ITEM_ERRORS as exc:  # a batch of one that failed
         esc, kind, detail = todo[0]
         report.errors.append((str(esc.dispute_id), f"{kind.value}: {exc}"))
         report.diffs.append(Diff(kind, str(esc.dispute_id), f"{detail}: FAILED: {exc}"))
 
 
-def _redis_to_db(members: list[str], store: PendingSource, redis_side: ReliabilityRedis,
+def _redis_to_db(members: list[str], store: PendingSource, redis_side: SchedulerInspection,
                  report: ReconcileReport, dry_run: bool) -> None:
     ids: dict[str, UUID | None] = {}
     for m in members:
@@ -343,8 +345,6 @@ def _redis_to_db(members: list[str], store: PendingSource, redis_side: Reliabili
             continue
         try:
             result = redis_side.remove_member(member, seq, mode)
-        except OUTAGE_REPLIES:
-            raise
         except ITEM_ERRORS as exc:
             report.errors.append((member, f"{kind.value}: {exc}"))
             report.diffs.append(Diff(kind, member, f"PostgreSQL: {status}; FAILED: {exc}"))

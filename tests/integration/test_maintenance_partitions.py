@@ -1,4 +1,7 @@
-"""The worker's maintenance keeps ledger partitions created ahead (issue 5 point 3)."""
+"""The worker's maintenance keeps ledger partitions created ahead.
+
+See docs/audit.md, "Partitions and retention".
+"""
 
 from __future__ import annotations
 
@@ -6,11 +9,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from escalation.service_layer.maintenance import for_app
+from escalation.bootstrap import maintenance_for
 
 
 def test_maintenance_has_a_partition_job_that_creates_the_months_ahead(app: Any) -> None:
-    maint = for_app(app)
+    maint = maintenance_for(app)
     jobs = {j.name: j for j in maint.jobs}
     assert {"reconcile", "dead_letter_alerts", "partitions"} <= set(jobs)
     jobs["partitions"].fn()
