@@ -46,7 +46,6 @@ def notify(
     idle_ms: Annotated[int, typer.Option(help="Take over entries idle this long.")] = 60_000,
     backoff: Annotated[str, typer.Option(
         help="Retry ladder: comma-separated seconds, e.g. 5,30,300,3600.")] = "5,30,300,3600",
-    jitter: Annotated[float, typer.Option(help="Retry jitter fraction 0-0.5.")] = 0.2,
 ) -> None:
     """Deliver review-queue notifications (consumer group, retries with backoff, dead letters).
 
@@ -57,7 +56,7 @@ def notify(
     from escalation.logs import get_logger
     from escalation.service_layer.notify import Notifier, NotifyReport, parse_backoff
 
-    policy = parse_backoff(backoff, jitter)
+    policy = parse_backoff(backoff)
     if webhook_url and not webhook_url.startswith(("http://", "https://")):
         raise InvalidInput(f"--webhook-url must be an http:// or https:// URL, got {webhook_url!r}")
     a = _app()

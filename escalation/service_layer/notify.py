@@ -8,7 +8,7 @@ script that applies the decision. This module is the consumer side:
 - ``XREADGROUP`` new entries; deliver each to the optional webhook (``Idempotency-Key`` =
   ``<dispute id>:<seq>``); ``XACK`` on success;
 - on failure: ``notify_defer.lua`` acknowledges the entry and schedules the next attempt in
-  the ``notify_retry`` ZSET at ``now + RetryPolicy.delay`` (5 s, 30 s, 5 min, 1 h, +/-20 %);
+  the ``notify_retry`` ZSET at ``now + RetryPolicy.delay`` (full jitter);
   retries are claimed with ``notify_claim_retry.lua`` (visibility timeout, so a crash
   mid-delivery re-delivers);
 - after ``policy.max_attempts`` failures the notification moves to the dead-letter set
@@ -90,12 +90,12 @@ class NotifyReport:
 BACKOFF_HINT = "--backoff must be comma-separated seconds, e.g. 5,30,300,3600"
 
 
-def parse_backoff(text: str, jitter: float) -> RetryPolicy:
+def parse_backoff(text: str) -> RetryPolicy:
     """Parse a retry ladder like ``"5,30,300,3600"`` (seconds) into a :class:`RetryPolicy`.
 
     Raises:
         InvalidInput: not comma-separated numbers (:data:`BACKOFF_HINT`), or values the policy
-            refuses (steps outside (0, 604800] s, more than 32 steps, jitter outside 0-0.5).
+            refuses (steps outside (0, 604800] s, more than 32 steps).
     """
     try:
         steps = tuple(float(x) for x in text.split(",") if x.strip())
@@ -103,7 +103,7 @@ def parse_backoff(text: str, jitter: float) -> RetryPolicy:
         raise InvalidInput(f"{BACKOFF_HINT}; got {text!r}") from None
     if not steps or any(math.isnan(x) or math.isinf(x) for x in steps):
         raise InvalidInput(f"{BACKOFF_HINT}; got {text!r}")
-    return RetryPolicy(steps, jitter)
+    return RetryPolicy(steps)
 
 
 def group_name(tier: str | None) -> str:
@@ -120,7 +120,7 @@ class Notifier:
         store: the audit store (``append_event``, ``get``).
         deliver: ``deliver(fields)`` raises on failure (None = acknowledge only: the stream
             itself is the review queue).
-        policy: retry ladder and jitter.
+        policy: retry ladder (full jitter over each gap).
         tier: deliver only entries for this tier (group ``notify.<tier>``), or every entry.
         consumer: consumer name within the group (unique per process).
         actor: who writes ledger rows.
