@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from escalation.domain.errors import ConfigError
@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     audit_partitions_ahead: int = Field(default=3, ge=1, le=120)
     # Issue 4 C: one materiality weight is worth this much waiting (docs/sla.md starvation bound)
     priority_aging_s: int = Field(default=300, ge=1, le=86_400)
+    # Shared secret signing webhook deliveries (Standard Webhooks: ``whsec_<base64>`` or any
+    # string); required when a webhook URL is configured.
+    webhook_secret: SecretStr | None = None
 
     @field_validator("poll_interval_s", "batch_size", "lock_ttl_s", "jitter", "shards")
     @classmethod

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from escalation.domain.errors import InvalidInput
-from escalation.entrypoints.cli import _app, _print_json, app, err, out
+from escalation.entrypoints.cli import _app, _print_json, _settings, app, err, out
 
 dead_app = typer.Typer(help="Dead letters: poison escalations, undeliverable notifications.",
                        no_args_is_help=True)
@@ -37,7 +37,9 @@ def notify(
         envvar="ESCALATION_WEBHOOK_URL",
         help="POST each notification here. Without it (and without ESCALATION_WEBHOOK_URL) "
              "nothing is delivered: every notification is acknowledged WITHOUT delivery "
-             "(the review stream is the only queue); a notify.no_webhook warning is logged.",
+             "(the review stream is the only queue); a notify.no_webhook warning is logged. "
+             "Deliveries are signed (Standard Webhooks) with ESCALATION_WEBHOOK_SECRET, "
+             "which is then required; redirects are never followed.",
     )] = None,
     timeout_s: Annotated[float, typer.Option(help="Webhook timeout, seconds.")] = 10.0,
     tier: Annotated[str | None, typer.Option(help="Only this tier's review queue.")] = None,
@@ -52,13 +54,20 @@ def notify(
     On exit prints one summary line: delivered / acknowledged without delivery / retried /
     dead-lettered.
     """
-    from escalation.adapters.webhook import post_notification
+    from escalation.adapters.webhook import post_notification, secret_key
     from escalation.logs import get_logger
     from escalation.service_layer.notify import Notifier, NotifyReport, parse_backoff
 
     policy = parse_backoff(backoff)
     if webhook_url and not webhook_url.startswith(("http://", "https://")):
         raise InvalidInput(f"--webhook-url must be an http:// or https:// URL, got {webhook_url!r}")
+    key = b""
+    if webhook_url:
+        secret = _settings().webhook_secret
+        if secret is None or not secret.get_secret_value():
+            raise InvalidInput("ESCALATION_WEBHOOK_SECRET must be set: every webhook delivery "
+                               "is signed (Standard Webhooks, HMAC-SHA256)")
+        key = secret_key(secret.get_secret_value())
     a = _app()
     url = webhook_url
     if not url:
@@ -67,7 +76,7 @@ def notify(
             detail="no --webhook-url / ESCALATION_WEBHOOK_URL: notifications are acknowledged "
                    "without delivery",
         )
-    deliver = None if not url else (lambda f: post_notification(url, f, timeout_s))
+    deliver = None if not url else (lambda f: post_notification(url, f, timeout_s, key))
     n = Notifier(rel=_rel(a), scheduler=a.scheduler, store=a.store, deliver=deliver,
                  policy=policy, consumer=a.actor, actor=a.actor, tier=tier, idle_ms=idle_ms,
                  rng=random.Random())

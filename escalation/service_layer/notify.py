@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
+import structlog
 
 from escalation.adapters.redis_keys import Keys
 from escalation.adapters.redis_reliability import DEAD_NOTIFY, ReliabilityRedis
@@ -45,6 +46,8 @@ from escalation.domain.escalation import parse_dispute_id
 from escalation.domain.retry import RetryPolicy
 from escalation.domain.timeutil import from_ms
 from escalation.ports import Scheduler
+
+log = structlog.get_logger("escalation.notify")
 
 Deliver = Callable[[Mapping[str, str]], object]
 DEFAULT_GROUP = "notify"
@@ -245,11 +248,19 @@ class Notifier:
         member = self._member(fields)
         record = {"fields": fields, "attempts": attempts, "last_error": error,
                   "group": self.group}
+        why = {"dispute_id": fields.get("dispute_id", ""),
+               "idempotency_key": fields.get("idempotency_key", ""),
+               "trace_id": fields.get("trace_id", ""), "source_hash": fields.get("source_hash", ""),
+               "match_decision": fields.get("match_decision", ""), "group": self.group,
+               "attempts": attempts, "reason": error}
         if self.policy.exhausted(attempts):
+            log.error("notify.delivery_failed", outcome="dead_lettered", **why)
             self._dead(keys, entry_id, member, record)
             report.dead += 1
             return
-        at = self.rel.now_ms() + self.policy.next_delay_ms(attempts, self.rng)
+        delay_ms = self.policy.next_delay_ms(attempts, self.rng)
+        log.warning("notify.delivery_failed", outcome="retry", retry_in_ms=delay_ms, **why)
+        at = self.rel.now_ms() + delay_ms
         self.rel.run("notify_defer", [keys.review, keys.notify_retry, keys.notify_data],
                      [self.group, entry_id, member, at, json.dumps(record)])
         report.deferred += 1

@@ -79,7 +79,7 @@ def _promote(app: Any, n: int) -> list[Any]:
 
 
 def _notifier(app: Any, url: str | None, policy: RetryPolicy = FAST, **kw: Any) -> Notifier:
-    deliver = None if url is None else (lambda f: post_notification(url, f, 2.0))
+    deliver = None if url is None else (lambda f: post_notification(url, f, 2.0, b"test-secret"))
     return Notifier(rel=reliability_redis(app), scheduler=app.scheduler, store=app.store,
                     deliver=deliver, policy=policy, consumer=kw.pop("consumer", "c1"),
                     actor="notifier", **kw)
