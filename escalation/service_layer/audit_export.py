@@ -32,6 +32,7 @@ import sqlalchemy as sa
 
 from escalation.adapters.audit_rows import ledger_row
 from escalation.adapters.tables import LEDGER_EVENTS, escalation_audit
+from escalation.domain.csv_cells import neutralise_cell, restore_cell
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
 from escalation.ports import LedgerRow
@@ -320,7 +321,7 @@ def export(
     last: datetime | None = None
     with out.open("wb") as raw:
         sink = _HashingWriter(raw)
-        writer = csv.writer(sink, lineterminator="\n") if fmt == "csv" else None
+        writer = csv.writer(sink, lineterminator="\r\n") if fmt == "csv" else None
         if writer is not None:
             writer.writerow(COLUMNS)
         for row in stream_rows(engine, flt):
@@ -355,8 +356,13 @@ def export(
 
 
 def _csv_cells(values: list[Any]) -> list[Any]:
+    """CSV cells: None -> "", details -> JSON, text neutralised against formula injection."""
     return [
-        "" if v is None else _details_text(v) if isinstance(v, dict) else v for v in values
+        "" if v is None
+        else _details_text(v) if isinstance(v, dict)
+        else neutralise_cell(v) if isinstance(v, str)
+        else v
+        for v in values
     ]
 
 
@@ -379,7 +385,7 @@ def read_csv(path: Path) -> Iterator[dict[str, Any]]:
 def _parse(name: str, text: str) -> Any:
     if text == "":
         return {} if name == "details" else None
-    return _PARSERS.get(name, str)(text)
+    return _PARSERS.get(name, str)(restore_cell(text))
 
 
 def _parse_time(text: str) -> datetime:
@@ -404,7 +410,7 @@ def write_csv(rows: Iterator[Mapping[str, Any]], out: Path) -> str:
     file's SHA-256 hex. Used to show that a re-import reproduces the file byte for byte."""
     with out.open("wb") as raw:
         sink = _HashingWriter(raw)
-        writer = csv.writer(sink, lineterminator="\n")
+        writer = csv.writer(sink, lineterminator="\r\n")
         writer.writerow(COLUMNS)
         for row in rows:
             writer.writerow(_csv_cells([export_value(c, row[c]) for c in COLUMNS]))

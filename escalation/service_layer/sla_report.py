@@ -49,6 +49,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from escalation.domain.csv_cells import neutralise_cell
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
 
@@ -271,10 +272,11 @@ def build(engine: sa.Engine, since: datetime, until: datetime,
 def to_csv(report: SlaReport) -> str:
     """CSV text: header :data:`CSV_COLUMNS`, one row per (ladder, tier)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\r\n")
     writer.writeheader()
     for f in report.tiers:
-        writer.writerow(f.as_row())
+        writer.writerow({k: neutralise_cell(v) if isinstance(v, str) else v
+                         for k, v in f.as_row().items()})
     return buf.getvalue()
 
 
