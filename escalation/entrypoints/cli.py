@@ -285,6 +285,11 @@ def main() -> None:
         app()
     except EscalationError as exc:
         _fail(str(exc), exc.exit_code)
+    except sqlalchemy.exc.DataError as exc:
+        # input PostgreSQL refuses (e.g. a value our validation missed); the transaction rolled
+        # back, so nothing was written: report it as bad input, in one line
+        first = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
+        _fail(f"PostgreSQL refused the input: {first[0] if first else exc}", 2)
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         _fail(f"cannot reach Redis: {exc}", 1)
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:

@@ -22,7 +22,7 @@ from typing import TextIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from escalation.domain.errors import InvalidInput
-from escalation.domain.escalation import check_source_hash, parse_dispute_id
+from escalation.domain.escalation import check_source_hash, check_text, parse_dispute_id
 from escalation.domain.materiality import Materiality
 from escalation.service_layer.enqueue import EnqueueRequest
 
@@ -65,7 +65,7 @@ class ColumnMapping:
         """
         try:
             data = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise InvalidInput(f"{path}: cannot read mapping file: {exc}") from None
         values: dict[str, str | None] = {}
         unknown = sorted(set(data) - {"columns", "defaults"})
@@ -169,6 +169,8 @@ def plan_import(stream: TextIO, mapping: ColumnMapping) -> ImportPlan:
             if len(cells) != len(header):
                 raise InvalidInput(f"expected {len(header)} fields, found {len(cells)}")
             row = dict(zip(header, cells, strict=True))
+            for column in needed:  # mapped cells only: unmapped free text may hold anything
+                check_text(row[column], column)
             did, external = stable_dispute_id(row[mapping.dispute_id], mapping.external_source)
             if did in seen:
                 raise InvalidInput(
