@@ -96,6 +96,7 @@ def build(
     check_schema: bool = True,
     actor: str | None = None,
     strict_ladders: bool = False,
+    durable_redis: bool = False,
     **_: Any,
 ) -> App:
     """Build the App for ``settings``.
@@ -106,10 +107,13 @@ def build(
         strict_ladders: refuse to start if any ladder file is invalid (worker, enqueue,
             import); otherwise invalid files are skipped and listed in ``ladders.errors``.
         actor: who acts (worker id or admin name); defaults to a fresh worker id.
+        durable_redis: refuse a Redis whose maxmemory-policy may evict keys unless
+            ``settings.allow_evicting_redis`` (workers, enqueue, import).
 
     Raises:
         SchemaNotAtHead: ``check_schema`` and the database is behind (run ``db upgrade``).
         LadderError: a ladder file under ``settings.ladders_dir`` is invalid.
+        ConfigError: ``durable_redis`` and the Redis may evict keys.
     """
     urls = resolve_urls(settings)
     client = redis.Redis.from_url(
@@ -119,6 +123,10 @@ def build(
         encoding_errors="replace",
         health_check_interval=30,
     )
+    if durable_redis:
+        from escalation.adapters.redis_policy import refuse_evicting_redis
+
+        refuse_evicting_redis(client, allow=settings.allow_evicting_redis)
     engine = make_engine(urls.database_url)
     if check_schema:
         ensure_schema(engine, urls)

@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     # Shared secret signing webhook deliveries (Standard Webhooks: ``whsec_<base64>`` or any
     # string); required when a webhook URL is configured.
     webhook_secret: SecretStr | None = None
+    # Run workers/enqueue/import on a Redis whose maxmemory-policy may evict keys (logged at
+    # error level on every start; see adapters/redis_policy.py). Default: refuse.
+    allow_evicting_redis: bool = False
 
     @field_validator("poll_interval_s", "batch_size", "lock_ttl_s", "jitter", "shards")
     @classmethod

@@ -54,7 +54,7 @@ def _settings(**overrides: Any) -> Any:
 
 def _app(
     actor: str | None = None, check_schema: bool = True, strict_ladders: bool = False,
-    **overrides: Any,
+    durable_redis: bool = False, **overrides: Any,
 ) -> Any:
     from escalation.bootstrap import build
     from escalation.logs import configure_logging
@@ -62,7 +62,7 @@ def _app(
     settings = _settings(**overrides)
     configure_logging(settings.log_format, settings.log_level)
     return build(settings, actor=actor, check_schema=check_schema,
-                 strict_ladders=strict_ladders)
+                 strict_ladders=strict_ladders, durable_redis=durable_redis)
 
 
 def _print_json(data: Any) -> None:
@@ -97,7 +97,7 @@ def enqueue(
         ladder=ladder, external_id=external_id, trace_id=trace_id,
         anchor_at=parse_time(notice_at, "--notice-at"),
     )
-    a = _app(actor="cli", strict_ladders=True)
+    a = _app(actor="cli", strict_ladders=True, durable_redis=True)
     try:
         res = enqueue_on_breach(
             req, scheduler=a.scheduler, store=a.store, ladders=a.ladders, calendars=a.calendars,
@@ -251,8 +251,8 @@ def worker(
     from escalation.entrypoints.worker import install_early_stop_handlers, run_worker
 
     install_early_stop_handlers()
-    a = _app(strict_ladders=True, batch_size=batch_size, poll_interval_s=poll_interval_s,
-             lock_ttl_s=lock_ttl_s,
+    a = _app(strict_ladders=True, durable_redis=True, batch_size=batch_size,
+             poll_interval_s=poll_interval_s, lock_ttl_s=lock_ttl_s,
              jitter=jitter, worker_id=worker_id)
     try:
         totals = run_worker(a, burst=burst)
@@ -290,6 +290,10 @@ def main() -> None:
         # back, so nothing was written: report it as bad input, in one line
         first = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
         _fail(f"PostgreSQL refused the input: {first[0] if first else exc}", 2)
+    except redis.exceptions.OutOfMemoryError:
+        _fail("Redis is out of memory (maxmemory reached, nothing more written to Redis): "
+              "what PostgreSQL recorded stays recorded and `escalation reconcile` schedules "
+              "it once Redis has memory again", 1)
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         _fail(f"cannot reach Redis: {exc}", 1)
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:

@@ -58,7 +58,7 @@ def import_csv(
             plan = plan_import(fh, cmap)
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{csv_path}: cannot read: {exc}") from None
-    a = _app(actor="import", strict_ladders=True)
+    a = _app(actor="import", strict_ladders=True, durable_redis=True)
     try:
         res = bulk_enqueue(
             plan.requests, scheduler=a.scheduler, store=a.store, ladders=a.ladders,

@@ -189,9 +189,8 @@ def doctor(
         _print_json([c.as_dict() for c in checks])
     else:
         for c in checks:
-            out.print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}", markup=False,
-                      highlight=False)
-            if not c.ok and c.advice:
+            out.print(f"{c.status:<7} {c.name}: {c.detail}", markup=False, highlight=False)
+            if (c.unknown or not c.ok) and c.advice:
                 out.print(f"     -> {c.advice}", markup=False, highlight=False)
     if not all(c.ok for c in checks):
         raise typer.Exit(1)

@@ -3,8 +3,8 @@
 
 Each check returns a :class:`Check` (``ok``, what was measured, what to do). Checks:
 DOUBLE_ESCALATION, CLOCK_SKEW, STUCK_MEMBER, LOCK_CONTENTION, ZSET_DRIFT, MAXMEMORY_POLICY.
-A check that cannot be measured (e.g. ``CONFIG`` disabled) is reported ``ok`` with
-``unknown`` in its detail, never as a failure.
+A check that cannot be measured (e.g. ``INFO`` and ``CONFIG`` disabled) is reported with
+status ``unknown`` (not ``ok``, and not a failure: the exit code ignores it).
 """
 
 from __future__ import annotations
@@ -33,10 +33,16 @@ class Check:
     ok: bool
     detail: str
     advice: str = ""
+    unknown: bool = False
+
+    @property
+    def status(self) -> str:
+        """``"ok"``, ``"FAIL"`` or ``"unknown"`` (could not be measured; not a failure)."""
+        return "unknown" if self.unknown else "ok" if self.ok else "FAIL"
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
+        """JSON-ready form (with ``status``)."""
+        return {**asdict(self), "status": self.status}
 
 
 def _double(app: Any) -> Check:
@@ -120,11 +126,12 @@ def _drift(app: Any, rel: ReliabilityRedis) -> Check:
 
 
 def _maxmemory(client: redis.Redis) -> Check:
-    try:
-        policy = str(client.config_get("maxmemory-policy").get("maxmemory-policy", "unknown"))
-    except redis.ResponseError:
-        return Check("MAXMEMORY_POLICY", True, "unknown (CONFIG GET refused)",
-                     "make sure the server uses maxmemory-policy noeviction")
+    from escalation.adapters.redis_policy import eviction_policy
+
+    policy = eviction_policy(client)
+    if policy is None:
+        return Check("MAXMEMORY_POLICY", True, "unknown (INFO and CONFIG GET refused)",
+                     "make sure the server uses maxmemory-policy noeviction", unknown=True)
     ok = policy == "noeviction"
     return Check("MAXMEMORY_POLICY", ok, f"maxmemory-policy {policy}",
                  "" if ok else "set maxmemory-policy noeviction: evicted keys silently lose "
