@@ -8,13 +8,17 @@ scheduler, the audit store, the ladder catalog and the calendars.
 from __future__ import annotations
 
 import os
+import random
 import socket
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 import sqlalchemy as sa
+import structlog
 
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.calendar_files import load_calendars
@@ -24,6 +28,8 @@ from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import SchemaNotAtHead
 from escalation.settings import Settings
+
+_log = structlog.get_logger("escalation.bootstrap")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,70 @@ def ensure_schema(engine: sa.Engine, urls: Urls) -> None:
         upgrade_to_head(urls.database_url)
 
 
+def make_redis(url: str, io_timeout_s: float) -> redis.Redis:
+    """A Redis client whose every network wait is bounded by ``io_timeout_s`` seconds.
+
+    Connect and read timeouts = ``io_timeout_s`` (well below the lease: see
+    ``Settings.io_timeout_s``); TCP keepalive (idle 5 s, interval 2 s, 3 probes) on TCP URLs;
+    a PING health check before reusing a connection idle longer than ``io_timeout_s``. A
+    timed-out or reset connection is discarded by redis-py and the next call opens a new one
+    (reconnect); the worker loop backs off and retries the batch.
+    """
+    kwargs: dict[str, Any] = {}
+    if url.startswith(("redis://", "rediss://")):
+        opts = {getattr(socket, name): value
+                for name, value in (("TCP_KEEPIDLE", 5), ("TCP_KEEPINTVL", 2),
+                                    ("TCP_KEEPCNT", 3))
+                if hasattr(socket, name)}
+        kwargs.update(socket_keepalive=True, socket_keepalive_options=opts)
+    return redis.Redis.from_url(
+        url, decode_responses=True, socket_timeout=io_timeout_s,
+        socket_connect_timeout=io_timeout_s,
+        # a non-UTF-8 byte in one payload must not crash every worker that claims it: it
+        # decodes as U+FFFD, fails validation and takes the poison -> dead-letter path
+        encoding_errors="replace",
+        health_check_interval=max(1, int(io_timeout_s)),
+        **kwargs,
+    )
+
+
+TRANSIENT_STARTUP_ERRORS: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+    sa.exc.OperationalError, sa.exc.InterfaceError, ConnectionError,
+)
+
+
+def retry_startup(probe: Callable[[], None], timeout_s: float,
+                  sleep: Callable[[float], None] = time.sleep) -> None:
+    """Run ``probe`` until it succeeds, retrying transient network errors for ``timeout_s``.
+
+    Backoff between attempts: 0.2 s doubling to at most 2 s, times U(0.5, 1.0) (jittered so
+    workers started together do not retry in step). Non-network errors (bad config, schema
+    behind, evicting Redis) are raised at once.
+
+    Raises:
+        the last transient error once ``timeout_s`` seconds (monotonic) have passed; the CLI
+        prints it as one ``error: cannot reach ...`` line (exit 1).
+    """
+    deadline = time.monotonic() + timeout_s
+    delay = 0.2
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            probe()
+            return
+        except TRANSIENT_STARTUP_ERRORS as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            pause = min(left, delay * random.uniform(0.5, 1.0))
+            _log.warning("startup.retry", attempt=attempt, error=str(exc)[:200],
+                         sleep_s=round(pause, 2), gives_up_in_s=round(left, 1))
+            sleep(pause)
+            delay = min(2.0, delay * 2)
+
+
 def build(
     settings: Settings,
     *,
@@ -116,20 +186,26 @@ def build(
         ConfigError: ``durable_redis`` and the Redis may evict keys.
     """
     urls = resolve_urls(settings)
-    client = redis.Redis.from_url(
-        urls.redis_url, decode_responses=True, socket_timeout=30, socket_connect_timeout=5,
-        # a non-UTF-8 byte in one payload must not crash every worker that claims it: it
-        # decodes as U+FFFD, fails validation and takes the poison -> dead-letter path
-        encoding_errors="replace",
-        health_check_interval=30,
-    )
-    if durable_redis:
-        from escalation.adapters.redis_policy import refuse_evicting_redis
+    client = make_redis(urls.redis_url, settings.io_timeout_s)
+    engine = make_engine(urls.database_url, io_timeout_s=settings.io_timeout_s)
 
-        refuse_evicting_redis(client, allow=settings.allow_evicting_redis)
-    engine = make_engine(urls.database_url)
-    if check_schema:
-        ensure_schema(engine, urls)
+    def probe() -> None:
+        client.ping()
+        if durable_redis:
+            from escalation.adapters.redis_policy import refuse_evicting_redis
+
+            refuse_evicting_redis(client, allow=settings.allow_evicting_redis)
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+        if check_schema:
+            ensure_schema(engine, urls)
+
+    try:
+        retry_startup(probe, settings.startup_timeout_s)
+    except BaseException:
+        client.close()
+        engine.dispose()
+        raise
     ladders = LadderCatalog.from_dir(settings.ladders_dir, strict=strict_ladders)
     scheduler = RedisScheduler(client, namespace=settings.namespace, shards=settings.shards)
     # issue 4 C: materiality weights written at enqueue, aging used by claim.lua
