@@ -129,6 +129,24 @@ TRANSIENT_STARTUP_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+# SQLSTATEs worth retrying: the server answered but is starting up / shutting down / full.
+# Any other answer from the server (no such database, bad password) is final.
+_RETRY_SQLSTATES = frozenset({"57P03", "57P01", "53300"})
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, sa.exc.DBAPIError):
+        state = getattr(exc.orig, "sqlstate", None)
+        if state is not None:
+            return state in _RETRY_SQLSTATES
+        # libpq reports a refused login without a SQLSTATE: the server's FATAL is final
+        # unless it says it is starting up, shutting down or full
+        text = str(exc.orig)
+        if "FATAL:" in text:
+            return any(m in text for m in ("starting up", "shutting down", "too many clients"))
+    return True
+
+
 def retry_startup(probe: Callable[[], None], timeout_s: float,
                   sleep: Callable[[float], None] = time.sleep) -> None:
     """Run ``probe`` until it succeeds, retrying transient network errors for ``timeout_s``.
@@ -151,7 +169,7 @@ def retry_startup(probe: Callable[[], None], timeout_s: float,
             return
         except TRANSIENT_STARTUP_ERRORS as exc:
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or not _transient(exc):
                 raise
             pause = min(left, delay * random.uniform(0.5, 1.0))
             _log.warning("startup.retry", attempt=attempt, error=str(exc)[:200],
