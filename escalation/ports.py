@@ -102,12 +102,20 @@ class Scheduler(Protocol):
         """Apply recorded decisions under the seq + fencing-token guard (see apply.lua)."""
         ...
 
-    def restore(self, escalations: Sequence[Escalation]) -> list[ApplyOutcome]:
-        """Owner-less repair from PostgreSQL state (reconcile, stuck members)."""
+    def restore(self, escalations: Sequence[Escalation],
+                notifications: Mapping[UUID, dict[str, str]] | None = None,
+                ) -> list[ApplyOutcome]:
+        """Owner-less repair from PostgreSQL state (reconcile, stuck members); sends the
+        given notifications of decisions never applied, at most once (seq-guarded)."""
         ...
 
-    def cancel(self, dispute_id: UUID) -> bool:
-        """Remove member, payload and lock atomically; False if nothing was there."""
+    def payload(self, dispute_id: UUID) -> dict[str, str] | None:
+        """The Redis payload fields of ``dispute_id`` (``seq`` = last applied), or None."""
+        ...
+
+    def cancel(self, dispute_id: UUID, notify: dict[str, str] | None = None) -> bool:
+        """Remove member, payload and lock atomically; False if nothing was there. ``notify``:
+        a decision's entry, sent only if no apply moved the payload past its seq."""
         ...
 
 

@@ -31,7 +31,7 @@ propagate (nothing can be repaired without the servers; reconcile can be re-run)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -43,7 +43,8 @@ from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.domain.errors import EscalationError
 from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.domain.timeutil import to_ms
-from escalation.ports import ApplyOutcome, Scheduler
+from escalation.ports import ApplyOutcome, LedgerRow, Scheduler
+from escalation.service_layer.fire import unapplied_notifications
 
 PAGE = 1000
 
@@ -120,6 +121,12 @@ class PendingSource(Protocol):
         """Recorded states by dispute id (unknown ids absent)."""
         ...
 
+    def unapplied_decisions(
+        self, ranges: Sequence[tuple[UUID, int, int]]
+    ) -> dict[UUID, LedgerRow]:
+        """Latest PROMOTED/TERMINAL row with after < seq <= upto per (dispute, after, upto)."""
+        ...
+
 
 def _pages(store: PendingSource, page: int) -> Iterator[list[Escalation]]:
     after: UUID | None = None
@@ -160,7 +167,7 @@ def reconcile(
     report = ReconcileReport(dry_run=dry_run)
     for rows in _pages(store, page):
         report.checked_db += len(rows)
-        _db_to_redis(rows, scheduler, redis_side, report, dry_run)
+        _db_to_redis(rows, scheduler, redis_side, report, dry_run, store)
     for keys in redis_side.shard_keys():
         seen: set[str] = set()  # a member moved pending -> ready mid-scan is read twice
         for chunk in redis_side.scan_members(keys, page):  # pending + ready (issue 4 C)
@@ -179,17 +186,20 @@ ITEM_ERRORS: tuple[type[BaseException], ...] = (
 
 
 def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
-             report: ReconcileReport) -> None:
+             report: ReconcileReport,
+             notes: Mapping[UUID, dict[str, str]] | None = None) -> None:
     """``scheduler.restore`` the batch; if Redis refuses it (one bad op fails the whole
     script call), restore item by item so one bad escalation does not block the others."""
     try:
-        outcomes = scheduler.restore([e for e, _, _ in todo])
+        mine = {e.dispute_id: notes[e.dispute_id] for e, _, _ in todo
+                if notes and e.dispute_id in notes}
+        outcomes = scheduler.restore([e for e, _, _ in todo], mine or None)
     except ITEM_ERRORS:
         if len(todo) == 1:
             raise
         for item in todo:
             try:
-                _restore(scheduler, [item], report)
+                _restore(scheduler, [item], report, notes)
             except ITEM_ERRORS as exc:
                 esc, kind, detail = item
                 did = str(esc.dispute_id)
@@ -202,9 +212,11 @@ def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
 
 
 def _db_to_redis(rows: list[Escalation], scheduler: Scheduler, redis_side: ReliabilityRedis,
-                 report: ReconcileReport, dry_run: bool) -> None:
+                 report: ReconcileReport, dry_run: bool,
+                 store: PendingSource | None = None) -> None:
     seen = redis_side.inspect([str(e.dispute_id) for e in rows])
     todo: list[tuple[Escalation, DiffKind, str]] = []
+    behind: list[tuple[UUID, int, int]] = []
     for esc in rows:
         did = str(esc.dispute_id)
         got = seen[did]
@@ -231,11 +243,16 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler, redis_side: Relia
             report.diffs.append(Diff(DiffKind.LOCKED, did, f"{kind.value} left to its worker"))
             continue
         todo.append((esc, kind, detail))
+        if kind is DiffKind.BEHIND and got.payload_seq is not None:
+            behind.append((esc.dispute_id, got.payload_seq, esc.seq))
     if dry_run or not todo:
         report.diffs += [Diff(k, str(e.dispute_id), d) for e, k, d in todo]
         return
+    # a decision recorded but never applied (worker killed between record and apply) was
+    # never notified: the repair sends it, at most once (apply.lua's notify seq guard)
+    notes = unapplied_notifications(store, behind) if store is not None else {}
     try:
-        _restore(scheduler, todo, report)
+        _restore(scheduler, todo, report, notes)
     except ITEM_ERRORS as exc:  # a batch of one that failed
         esc, kind, detail = todo[0]
         report.errors.append((str(esc.dispute_id), f"{kind.value}: {exc}"))
