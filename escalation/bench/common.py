@@ -5,9 +5,14 @@ Isolation (never touches anyone else's data):
 * Redis: a fresh namespace ``bench-<hex>`` per run; its keys (all carrying the hash tag
   ``{bench-<hex>:<shard>}``) are deleted at the end with ``SCAN`` + ``UNLINK`` in batches.
   Never FLUSHDB.
-* PostgreSQL: a database ``escbench_<hex>`` created on the configured server,
-  migrated to head and dropped at the end; or, with ``--database-url``, a database the
-  operator names (must already be at the Alembic head; it is never dropped).
+* PostgreSQL: a database ``escbench_<hex>`` created on the configured server (or on the
+  server of ``--database-url``, which only names the server and credentials), migrated to
+  head and dropped at the end. A benchmark never writes into a database it did not create:
+  the ledger is append-only, so rows written there could never be removed, and its pending
+  escalations would be fired by the next worker. If the server refuses CREATE DATABASE the
+  run is refused (one line, exit 2).
+* Embedded servers: when the bench had to start the embedded Valkey/PostgreSQL (no
+  configured URLs, neither running before), it stops them at the end.
 
 Figures are plain dicts (JSON-ready): every scenario returns ``{"scenario": ..., "load":
 [1, 5, 15 min load averages], ...}``; :func:`report` prints a table, the JSON and one
@@ -27,6 +32,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 import redis
@@ -34,6 +40,7 @@ import sqlalchemy as sa
 
 from escalation.adapters.db import make_engine, normalize_url, upgrade_to_head
 from escalation.bootstrap import App, build, resolve_urls
+from escalation.domain.errors import InvalidInput
 from escalation.settings import Settings, get_settings
 
 UNLINK_BATCH = 500
@@ -86,6 +93,7 @@ class Target:
     database_url: str
     admin_url: str
     created_db: str | None = None
+    started_home: Path | None = None
     apps: list[App] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
 
@@ -97,22 +105,39 @@ class Target:
             EscalationError subclasses when no server can be reached / started;
             SchemaNotAtHead when a given ``database_url`` is not at the Alembic head.
         """
-        base = get_settings(redis_url=redis_url)
+        base = get_settings(redis_url=redis_url,
+                            database_url=normalize_url(database_url) if database_url else None)
+        started: Path | None = None
+        if not (base.redis_url and base.database_url):
+            from escalation.adapters.embedded import services_status
+
+            before = services_status(base.home)
+            if not before["valkey"]["running"] and not before["postgres"]["running"]:
+                started = base.home
         urls = resolve_urls(base)
-        if database_url:
-            url = normalize_url(database_url)
-            return cls(urls.redis_url, url, url)
         name = f"escbench_{uuid.uuid4().hex[:8]}"
         admin = sa.make_url(urls.database_url)
         engine = sa.create_engine(admin, isolation_level="AUTOCOMMIT")
         try:
             with engine.connect() as conn:
                 conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        except sa.exc.ProgrammingError as exc:
+            _stop_started(started)
+            raise InvalidInput(
+                f"cannot create a bench database on {admin.render_as_string()}: "
+                f"{str(exc.orig).strip().splitlines()[0]}; a benchmark never writes into a "
+                "database it did not create") from None
         finally:
             engine.dispose()
-        url = admin.set(database=name).render_as_string(hide_password=False)
-        upgrade_to_head(url)
-        return cls(urls.redis_url, url, urls.database_url, created_db=name)
+        tgt = cls(urls.redis_url, "", urls.database_url, created_db=name, started_home=started)
+        try:
+            url = admin.set(database=name).render_as_string(hide_password=False)
+            tgt.database_url = url
+            upgrade_to_head(url)
+        except BaseException:
+            tgt.close()
+            raise
+        return tgt
 
     def settings(self, namespace: str, **overrides: Any) -> Settings:
         """Settings for one bench namespace on this target."""
@@ -174,10 +199,20 @@ class Target:
             finally:
                 engine.dispose()
             self.created_db = None
+        _stop_started(self.started_home)
+        self.started_home = None
 
     def engine(self) -> sa.Engine:
         """A small engine on the bench database (caller disposes)."""
         return make_engine(self.database_url, pool_size=1)
+
+
+def _stop_started(home: Path | None) -> None:
+    """Stop the embedded servers under ``home`` if this bench run started them."""
+    if home is not None:
+        from escalation.adapters.embedded import stop_services
+
+        stop_services(home)
 
 
 @contextlib.contextmanager

@@ -21,7 +21,8 @@ bench_app = typer.Typer(help="Benchmarks: drain, precision, idle, enqueue, scale
 app.add_typer(bench_app, name="bench")
 
 DbOpt = Annotated[str | None, typer.Option(
-    help="Use this (migrated) database instead of creating and dropping one.")]
+    help="PostgreSQL server to benchmark (URL of any database on it): the bench creates its "
+         "own database there and drops it; it never writes into the named one.")]
 JsonOpt = Annotated[bool, typer.Option("--json-only", help="Print only the JSON and summary.")]
 
 
