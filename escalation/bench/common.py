@@ -271,6 +271,24 @@ class WorkerProc:
                 self.proc.wait()
         return int(self.proc.returncode)
 
+    def keep_log(self, reason: str) -> Path:
+        """Copy this worker's log (a temporary file, lost on close) to a file that stays:
+        ``<tmp>/escalation-bench-logs/<worker id>-<UTC stamp>.log`` (directory 0700, file
+        0600), headed by ``reason``. Returns its path. Called when a run fails, so the
+        evidence of a late or missing firing survives."""
+        out_dir = Path(tempfile.gettempdir()) / "escalation-bench-logs"
+        out_dir.mkdir(mode=0o700, exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        path = out_dir / f"{self.worker_id}-{stamp}.log"
+        self.log.flush()
+        self.log.seek(0)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(f"# {reason}\n".encode())
+            fh.write(self.log.read())
+        self.log.seek(0, os.SEEK_END)
+        return path
+
     def close(self) -> None:
         """Stop if running and close the log file."""
         self.stop()

@@ -66,3 +66,24 @@ def test_drain_on_embedded_servers_stops_what_it_started(tmp_path: Path) -> None
         assert not status["valkey"]["running"] and not status["postgres"]["running"], status
     finally:
         stop_services(home)
+
+
+def test_a_failed_worker_log_is_kept_in_a_private_file(tmp_path: Path) -> None:
+    from escalation.bench.common import WorkerProc
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
+    env.update(ESCALATION_HOME=str(tmp_path), ESCALATION_BATCH_SIZE="9999")  # refused at start
+    worker = WorkerProc.start(env, "keep-log-test")
+    try:
+        assert worker.proc.wait(60) == 2
+        path = worker.keep_log("worker exited during the run")
+    finally:
+        worker.close()
+    try:
+        text = path.read_text()
+        assert text.startswith("# worker exited during the run")
+        assert "batch_size" in text  # the worker's own error line survived
+        assert path.stat().st_mode & 0o777 == 0o600
+        assert path.parent.stat().st_mode & 0o077 == 0
+    finally:
+        path.unlink()
