@@ -22,7 +22,13 @@ import structlog
 
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.calendar_files import load_calendars
-from escalation.adapters.db import check_at_head, make_engine, normalize_url, upgrade_to_head
+from escalation.adapters.db import (
+    check_at_head,
+    check_namespace,
+    make_engine,
+    normalize_url,
+    upgrade_to_head,
+)
 from escalation.adapters.ladder_files import LadderCatalog
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.domain.calendars import CalendarRegistry
@@ -217,6 +223,7 @@ def build(
             conn.execute(sa.text("SELECT 1"))
         if check_schema:
             ensure_schema(engine, urls)
+            check_namespace(engine, settings.namespace)
 
     try:
         retry_startup(probe, settings.startup_timeout_s)

@@ -143,3 +143,42 @@ def check_at_head(engine: sa.Engine) -> None:
         raise SchemaNotAtHead(
             f"database is at revision {shown}, code expects {expected}: run `escalation db upgrade`"
         )
+
+
+def bind_namespace(engine: sa.Engine, namespace: str) -> str:
+    """Bind the database to ``namespace`` unless it is bound already; return the binding.
+
+    Raises:
+        ConfigError: the database is bound to another namespace (two deployments must not
+            share one database: reconcile, maintenance and the ledger queries are
+            database-wide).
+    """
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO deployment_binding (id, namespace) VALUES (1, :ns) "
+            "ON CONFLICT (id) DO NOTHING"), {"ns": namespace})
+        bound = str(conn.execute(sa.text(
+            "SELECT namespace FROM deployment_binding WHERE id = 1")).scalar_one())
+    if bound != namespace:
+        raise ConfigError(_mismatch(engine, bound, namespace))
+    return bound
+
+
+def check_namespace(engine: sa.Engine, namespace: str) -> str | None:
+    """The namespace the database is bound to (None = not bound yet: ``db upgrade`` binds it).
+
+    Raises:
+        ConfigError: bound to a namespace other than ``namespace``.
+    """
+    with engine.connect() as conn:
+        bound = conn.execute(sa.text(
+            "SELECT namespace FROM deployment_binding WHERE id = 1")).scalar_one_or_none()
+    if bound is not None and bound != namespace:
+        raise ConfigError(_mismatch(engine, str(bound), namespace))
+    return None if bound is None else str(bound)
+
+
+def _mismatch(engine: sa.Engine, bound: str, namespace: str) -> str:
+    return (f"database {engine.url.database!r} belongs to namespace {bound!r}, not "
+            f"{namespace!r}: one database serves one deployment; give this deployment its own "
+            "database (or set ESCALATION_NAMESPACE to the bound one)")

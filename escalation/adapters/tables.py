@@ -246,3 +246,15 @@ maintenance_runs = sa.Table(
 schedule slot (epoch-aligned multiple of the job's interval) last claimed; claiming a slot is
 a compare-and-set on it, so one occurrence runs once across every worker; ``missed`` counts
 the slots skipped by the catch-up policy (run once on recovery, never N times)."""
+
+deployment_binding = sa.Table(
+    "deployment_binding",
+    metadata,
+    sa.Column("id", sa.SmallInteger, nullable=False, server_default=sa.text("1")),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("bound_at", TZ, nullable=False, server_default=sa.text("now()")),
+    sa.PrimaryKeyConstraint("id"),
+    sa.CheckConstraint("id = 1", name="single_row"),
+)
+"""The namespace this database serves (at most one row): ``escalation db upgrade`` binds it,
+every command refuses a different namespace (docs/adr/0003-one-namespace-per-database.md)."""

@@ -6,6 +6,7 @@ Every user mistake becomes a one-line ``error: ...`` on stderr and exit code 2 (
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
@@ -211,13 +212,34 @@ def audit_show(
 # --------------------------------------------------------------------------- db / services
 @db_app.command("upgrade")
 def db_upgrade() -> None:
-    """Bring the database schema to the Alembic head."""
-    from escalation.adapters.db import upgrade_to_head
+    """Bring the database schema to the Alembic head and bind it to this namespace.
+
+    A database serves one deployment (namespace): the first ``db upgrade`` records
+    ESCALATION_NAMESPACE in it; a later one with another namespace is refused (exit 2), and
+    every command refuses to run against a database bound to another namespace.
+    """
+    from escalation.adapters.db import (
+        bind_namespace,
+        check_namespace,
+        make_engine,
+        upgrade_to_head,
+    )
     from escalation.bootstrap import resolve_urls
 
-    urls = resolve_urls(_settings())
-    upgrade_to_head(urls.database_url)
-    out.print("database at head")
+    settings = _settings()
+    urls = resolve_urls(settings)
+    engine = make_engine(urls.database_url, pool_size=1)
+    try:
+        import sqlalchemy.exc
+
+        # refuse a mismatch before migrating; an older schema has no binding table yet
+        with contextlib.suppress(sqlalchemy.exc.ProgrammingError):
+            check_namespace(engine, settings.namespace)
+        upgrade_to_head(urls.database_url)
+        bound = bind_namespace(engine, settings.namespace)
+    finally:
+        engine.dispose()
+    out.print(f"database at head, bound to namespace {bound}")
 
 
 @services_app.command("stop")
