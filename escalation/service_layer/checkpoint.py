@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.partitions import retained_from
 from escalation.adapters.tables import audit_checkpoint, audit_checkpoint_head
-from escalation.domain.errors import InvalidInput
+from escalation.domain.errors import EscalationError, InvalidInput
 from escalation.domain.merkle import checkpoint_hash, head_leaf, merkle_root
 
 DIGEST_FORMAT = "escalation-checkpoint-digest/1"
@@ -90,18 +90,46 @@ def _sort_heads(rows: Sequence[Any]) -> list[tuple[UUID, int, bytes, datetime]]:
     return heads
 
 
+class SealRefused(EscalationError):
+    """The ledger does not verify against the previous checkpoint: nothing is sealed."""
+
+
 def create_checkpoint(engine: sa.Engine, actor: str) -> Checkpoint:
     """Seal the current chain heads into a new checkpoint (one transaction).
 
-    Runs in a REPEATABLE READ snapshot under an advisory lock (one sealer at a time; ids
-    are 1, 2, 3, ...). Concurrent appends are fine: the checkpoint covers the snapshot.
+    Before sealing, every hash chain and projection head is recomputed and the previous
+    checkpoint (its own hash chain and every head it sealed) is compared with the ledger, in
+    the same REPEATABLE READ snapshot the new heads are read from, under an advisory lock
+    (one sealer at a time; ids are 1, 2, 3, ...). A forged chain -- even one recomputed
+    end to end with its projection head -- no longer matches the head the previous
+    checkpoint sealed, so it is never sealed as if it were genuine. Concurrent appends are
+    fine: the checkpoint covers the snapshot.
 
     Returns:
         The new :class:`Checkpoint`.
+
+    Raises:
+        SealRefused: a broken chain or projection head, a head that differs from the previous
+            checkpoint, or a broken checkpoint chain (the message counts each kind and names
+            the first few).
     """
     conn_ctx = engine.connect().execution_options(isolation_level="REPEATABLE READ")
     with conn_ctx as conn, conn.begin():
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+        check = VerifyReport(broken_chains=PostgresAuditStore(engine).verify(None))
+        previous = _check_checkpoint_chain(conn, check)
+        if previous is not None:
+            _check_heads(conn, previous, check, None, retained_from(engine))
+        if not check.ok:
+            raise SealRefused(
+                "refusing to seal a checkpoint: "
+                f"{len(check.broken_chains)} broken chain(s) "
+                f"{[f'{d}@{q}' for d, q in check.broken_chains[:3]]}, "
+                f"{len(check.checkpoint_mismatches)} head(s) differ from checkpoint "
+                f"{previous.checkpoint_id if previous else '-'} "
+                f"{[f'{d}@{q}' for d, q in check.checkpoint_mismatches[:3]]}, "
+                f"{len(check.checkpoint_errors)} checkpoint error(s) "
+                f"{check.checkpoint_errors[:2]}; run `escalation audit verify`")
         last = conn.execute(
             sa.select(_C.c.checkpoint_id, _C.c.checkpoint_hash)
             .order_by(_C.c.checkpoint_id.desc())
@@ -203,9 +231,10 @@ def _check_checkpoint_chain(conn: sa.Connection, report: VerifyReport) -> Checkp
     return cps[-1] if cps else None
 
 
-def _check_last_heads(conn: sa.Connection, cp: Checkpoint, report: VerifyReport,
-                      dispute_id: UUID | None, retained: datetime | None) -> None:
-    """Compare the last checkpoint's heads with the ledger rows at the same seq."""
+def _check_heads(conn: sa.Connection, cp: Checkpoint, report: VerifyReport,
+                 dispute_id: UUID | None, retained: datetime | None) -> None:
+    """Compare checkpoint ``cp``'s sealed heads with the ledger rows at the same seq (and
+    the stored heads with ``cp.heads_root``)."""
     heads = conn.execute(
         sa.text(
             """
@@ -256,13 +285,19 @@ def verify(
         last = _check_checkpoint_chain(conn, report)
         if last is not None:
             report.checkpoint_id = last.checkpoint_id
-            _check_last_heads(conn, last, report, dispute_id, retained)
+            _check_heads(conn, last, report, dispute_id, retained)
         if digest is not None:
-            _check_digest(conn, digest, report)
+            held = _check_digest(conn, digest, report)
+            if held is not None and (last is None or held.checkpoint_id != last.checkpoint_id):
+                _check_heads(conn, held, report, dispute_id, retained)
     return report
 
 
-def _check_digest(conn: sa.Connection, digest: dict[str, Any], report: VerifyReport) -> None:
+def _check_digest(conn: sa.Connection, digest: dict[str, Any],
+                  report: VerifyReport) -> Checkpoint | None:
+    """Compare the digest file with the stored checkpoint of its id; return that checkpoint
+    *as the file describes it* (its root from the file), so its heads are checked against
+    the file's root, not against tables an attacker could have rewritten."""
     cp_id = digest.get("checkpoint_id")
     row = conn.execute(
         sa.select(_C.c.checkpoint_hash, _C.c.heads_root, _C.c.head_count).where(
@@ -271,7 +306,7 @@ def _check_digest(conn: sa.Connection, digest: dict[str, Any], report: VerifyRep
     ).first()
     if row is None:
         report.checkpoint_errors.append(f"digest checkpoint {cp_id} is not in the database")
-        return
+        return None
     if (
         bytes(row[0]).hex() != digest.get("checkpoint_hash")
         or bytes(row[1]).hex() != digest.get("heads_root")
@@ -280,3 +315,10 @@ def _check_digest(conn: sa.Connection, digest: dict[str, Any], report: VerifyRep
         report.checkpoint_errors.append(
             f"checkpoint {cp_id} in the database differs from the digest file"
         )
+    try:
+        return Checkpoint(int(str(cp_id)), datetime.now(UTC), int(digest["head_count"]),
+                          bytes.fromhex(str(digest["heads_root"])), GENESIS,
+                          bytes.fromhex(str(digest["checkpoint_hash"])))
+    except (KeyError, ValueError, TypeError):
+        report.checkpoint_errors.append(f"digest checkpoint {cp_id}: malformed fields")
+        return None

@@ -163,3 +163,61 @@ def test_cli_verify_exits_1_and_names_the_broken_link(scratch, cli_env, tmp_path
                          text=True, check=False)
     assert res.returncode == 1
     assert f"dispute {victim} seq 3 differs from checkpoint 1" in res.stderr
+
+
+def test_checkpoint_refuses_to_seal_a_forged_chain(scratch):
+    from escalation.service_layer.checkpoint import SealRefused
+
+    engine, _ = scratch
+    store = PostgresAuditStore(engine)
+    victim = _chain(store)
+    _chain(store)
+    create_checkpoint(engine, "test")
+    _rewrite_whole_chain(engine, victim, 2, "mallory")
+    assert store.verify() == []  # self-consistent forgery
+    with pytest.raises(SealRefused, match="1 head\\(s\\) differ from checkpoint 1"):
+        create_checkpoint(engine, "test")
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM audit_checkpoint")).scalar_one() == 1
+
+
+def test_checkpoint_refuses_when_any_chain_is_visibly_broken(scratch):
+    from escalation.service_layer.checkpoint import SealRefused
+
+    engine, _ = scratch
+    store = PostgresAuditStore(engine)
+    victim = _chain(store)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE escalation_audit DISABLE TRIGGER ALL"))
+        conn.execute(sa.text("UPDATE escalation_audit SET actor = 'mallory' "
+                             "WHERE dispute_id = :d AND seq = 2"), {"d": victim})
+        conn.execute(sa.text("ALTER TABLE escalation_audit ENABLE ALWAYS TRIGGER "
+                             "trg_escalation_audit_no_mutation"))
+        conn.execute(sa.text("ALTER TABLE escalation_audit ENABLE ALWAYS TRIGGER "
+                             "trg_escalation_audit_no_truncate"))
+    with pytest.raises(SealRefused, match="1 broken chain"):
+        create_checkpoint(engine, "test")
+
+
+def test_an_older_digest_exposes_a_forgery_sealed_by_a_later_checkpoint(
+    scratch, tmp_path, monkeypatch
+):
+    """Even if a forged head got sealed (a sealer without the pre-seal check), the digest of
+    an older checkpoint kept elsewhere still exposes the rewrite, also with --dispute."""
+    from escalation.service_layer import checkpoint as cpmod
+
+    engine, _ = scratch
+    store = PostgresAuditStore(engine)
+    victim = _chain(store)
+    _chain(store)
+    older = create_checkpoint(engine, "test")
+    path = tmp_path / "older.json"
+    write_digest(older, path)
+    _rewrite_whole_chain(engine, victim, 2, "mallory")
+    with monkeypatch.context() as m:  # the old, unchecked sealer
+        m.setattr(cpmod, "_check_heads", lambda *a, **k: None)
+        create_checkpoint(engine, "mallory")
+    assert verify(engine, victim).ok  # the last checkpoint sealed the forged head ...
+    report = verify(engine, victim, digest=read_digest(path))
+    assert not report.ok  # ... but the older digest holds the genuine one
+    assert report.checkpoint_mismatches == [(victim, 3)]
