@@ -94,6 +94,9 @@ def audit_verify(
                         [str(d), s] for d, s in report.checkpoint_mismatches
                     ],
                     "checkpoint_errors": report.checkpoint_errors,
+                    "projection_mismatches": [
+                        [str(d), f] for d, f in report.projection_mismatches
+                    ],
                     "checkpoint_id": report.checkpoint_id,
                 }
             )
@@ -111,6 +114,9 @@ def audit_verify(
     if not as_json:
         for d, seq in report.broken_chains:
             err.print(f"broken chain: dispute {d}, first broken link at seq {seq}")
+        for d, fields in report.projection_mismatches:
+            err.print(f"projection mismatch: dispute {d}: escalation_state differs from the "
+                      f"ledger in {fields}", markup=False, highlight=False)
         for d, seq in report.checkpoint_mismatches:
             err.print(
                 f"checkpoint mismatch: dispute {d} seq {seq} differs from checkpoint "

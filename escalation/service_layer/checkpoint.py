@@ -51,6 +51,40 @@ _HEADS = sa.text(
 )
 
 
+# The projection (escalation_state) against the ledger: every ledger row carries the state
+# *after* its event (ladder, version, materiality, ids, regulatory deadline), so the last row
+# of a chain must agree with its projection row; a terminal / cancelled status needs its
+# TERMINAL / CANCELLED row and vice versa.
+_PROJECTION = sa.text(
+    """
+    SELECT s.dispute_id,
+           concat_ws(', ',
+             CASE WHEN a.ladder IS DISTINCT FROM s.ladder THEN 'ladder' END,
+             CASE WHEN a.ladder_version IS DISTINCT FROM s.ladder_version
+                  THEN 'ladder_version' END,
+             CASE WHEN a.materiality IS DISTINCT FROM s.materiality THEN 'materiality' END,
+             CASE WHEN a.trace_id IS DISTINCT FROM s.trace_id THEN 'trace_id' END,
+             CASE WHEN a.source_hash IS DISTINCT FROM s.source_hash THEN 'source_hash' END,
+             CASE WHEN a.external_id IS DISTINCT FROM s.external_id THEN 'external_id' END,
+             CASE WHEN a.regulatory_deadline IS DISTINCT FROM s.regulatory_deadline
+                  THEN 'regulatory_deadline' END,
+             CASE WHEN (s.status = 'terminal') <> coalesce(t.terminal, false)
+                  THEN 'status terminal' END,
+             CASE WHEN (s.status = 'cancelled') <> coalesce(t.cancelled, false)
+                  THEN 'status cancelled' END) AS fields
+      FROM escalation_state AS s
+      JOIN LATERAL (
+           SELECT * FROM escalation_audit
+            WHERE dispute_id = s.dispute_id ORDER BY seq DESC LIMIT 1) AS a ON true
+      LEFT JOIN LATERAL (
+           SELECT bool_or(event = 'TERMINAL') AS terminal,
+                  bool_or(event = 'CANCELLED') AS cancelled
+             FROM escalation_audit WHERE dispute_id = s.dispute_id) AS t ON true
+     WHERE (CAST(:id AS uuid) IS NULL OR s.dispute_id = CAST(:id AS uuid))
+    """
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """One sealed checkpoint (hashes as bytes; ``created_at`` aware UTC)."""
@@ -68,12 +102,15 @@ class VerifyReport:
     """Everything :func:`verify` found; ``ok`` when nothing is broken.
 
     ``broken_chains``: ``(dispute_id, first_bad_seq)`` from the hash chains and projection
-    heads. ``checkpoint_mismatches``: ``(dispute_id, seq)`` whose row no longer has the hash
-    sealed in the last checkpoint (or is gone). ``checkpoint_errors``: the checkpoint chain
-    itself or the digest file disagree (text).
+    heads. ``projection_mismatches``: ``(dispute_id, fields)`` whose projection row
+    (``escalation_state``) disagrees with its ledger (the last row's state-after columns,
+    terminal / cancelled status). ``checkpoint_mismatches``: ``(dispute_id, seq)`` whose
+    row no longer has the hash sealed in the last checkpoint (or is gone).
+    ``checkpoint_errors``: the checkpoint chain itself or the digest file disagree (text).
     """
 
     broken_chains: list[tuple[UUID, int]] = field(default_factory=list)
+    projection_mismatches: list[tuple[UUID, str]] = field(default_factory=list)
     checkpoint_mismatches: list[tuple[UUID, int]] = field(default_factory=list)
     checkpoint_errors: list[str] = field(default_factory=list)
     checkpoint_id: int | None = None
@@ -81,7 +118,8 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         """True when no chain, head or checkpoint problem was found."""
-        return not (self.broken_chains or self.checkpoint_mismatches or self.checkpoint_errors)
+        return not (self.broken_chains or self.projection_mismatches
+                    or self.checkpoint_mismatches or self.checkpoint_errors)
 
 
 def _sort_heads(rows: Sequence[Any]) -> list[tuple[UUID, int, bytes, datetime]]:
@@ -117,6 +155,8 @@ def create_checkpoint(engine: sa.Engine, actor: str) -> Checkpoint:
     with conn_ctx as conn, conn.begin():
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
         check = VerifyReport(broken_chains=PostgresAuditStore(engine).verify(None))
+        check.projection_mismatches = [
+            (d, str(f)) for d, f in conn.execute(_PROJECTION, {"id": None}) if f]
         previous = _check_checkpoint_chain(conn, check)
         if previous is not None:
             _check_heads(conn, previous, check, None, retained_from(engine))
@@ -125,6 +165,8 @@ def create_checkpoint(engine: sa.Engine, actor: str) -> Checkpoint:
                 "refusing to seal a checkpoint: "
                 f"{len(check.broken_chains)} broken chain(s) "
                 f"{[f'{d}@{q}' for d, q in check.broken_chains[:3]]}, "
+                f"{len(check.projection_mismatches)} projection row(s) disagreeing with "
+                f"the ledger {[str(d) for d, _ in check.projection_mismatches[:3]]}, "
                 f"{len(check.checkpoint_mismatches)} head(s) differ from checkpoint "
                 f"{previous.checkpoint_id if previous else '-'} "
                 f"{[f'{d}@{q}' for d, q in check.checkpoint_mismatches[:3]]}, "
@@ -282,6 +324,8 @@ def verify(
     retained = retained_from(engine)
     conn_ctx = engine.connect().execution_options(isolation_level="REPEATABLE READ")
     with conn_ctx as conn, conn.begin():
+        report.projection_mismatches = [
+            (d, str(f)) for d, f in conn.execute(_PROJECTION, {"id": dispute_id}) if f]
         last = _check_checkpoint_chain(conn, report)
         if last is not None:
             report.checkpoint_id = last.checkpoint_id

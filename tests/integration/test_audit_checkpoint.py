@@ -221,3 +221,19 @@ def test_an_older_digest_exposes_a_forgery_sealed_by_a_later_checkpoint(
     report = verify(engine, victim, digest=read_digest(path))
     assert not report.ok  # ... but the older digest holds the genuine one
     assert report.checkpoint_mismatches == [(victim, 3)]
+
+
+def test_verify_checks_the_projection_against_the_ledger(scratch):
+    engine, _ = scratch
+    store = PostgresAuditStore(engine)
+    victim = _chain(store)
+    clean = _chain(store)
+    assert verify(engine).ok
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE escalation_state SET materiality = 1.00, "
+                             "status = 'cancelled', due_at = NULL WHERE dispute_id = :d"),
+                     {"d": victim})
+    report = verify(engine)
+    assert not report.ok
+    assert report.projection_mismatches == [(victim, "materiality, status cancelled")]
+    assert verify(engine, clean).ok
