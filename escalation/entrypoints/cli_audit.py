@@ -1,4 +1,4 @@
-"""``escalation audit ...`` (verify, checkpoint, partitions, search, export) and
+"""``escalation audit ...`` (show, verify, checkpoint, partitions, search, export) and
 ``escalation report sla``. See docs/audit.md.
 
 Exit codes: 0 ok; 1 verification failed / refused operation (EscalationError); 2 usage.
@@ -19,15 +19,15 @@ import sqlalchemy as sa
 import typer
 from rich.table import Table
 
-from escalation.domain.errors import InvalidInput
-from escalation.entrypoints.cli import _settings, app, audit_app, err, out, parse_time
+from escalation.domain.errors import InvalidInput, NotFound
+from escalation.entrypoints.cli_common import _app, _settings, err, out, parse_time
 
+audit_app = typer.Typer(help="The audit ledger.", no_args_is_help=True)
 partitions_app = typer.Typer(
     help="Monthly ledger partitions: create ahead (--ahead N), drop expired ones."
 )
 report_app = typer.Typer(help="Compliance reports.", no_args_is_help=True)
 audit_app.add_typer(partitions_app, name="partitions")
-app.add_typer(report_app, name="report")
 
 
 @contextmanager
@@ -53,6 +53,44 @@ def _uuid(value: str | None) -> Any:
     return parse_dispute_id(value)
 
 
+# --------------------------------------------------------------------------- show
+@audit_app.command("show")
+def audit_show(
+    dispute_id: Annotated[str, typer.Argument(help="Dispute id (UUID) or external id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+) -> None:
+    """One dispute's audit trail, oldest first."""
+    from escalation.domain.escalation import parse_dispute_id
+    from escalation.entrypoints.render import trail_table
+
+    a = _app(actor="cli")
+    try:
+        try:
+            did = parse_dispute_id(dispute_id)
+        except InvalidInput:
+            found = a.store.find_by_external_id(dispute_id.strip())
+            if not found:
+                raise NotFound(
+                    f"no dispute with id or external id {dispute_id!r}"
+                ) from None
+            if len(found) > 1:
+                raise InvalidInput(
+                    f"external id {dispute_id!r} names {len(found)} disputes: "
+                    + ", ".join(str(f) for f in found[:5]) + "; give the dispute UUID"
+                ) from None
+            did = found[0]
+        rows = a.store.trail(did)
+    finally:
+        a.close()
+    if not rows:
+        raise NotFound(f"no audit rows for dispute {did}")
+    if as_json:
+        for r in rows:
+            sys.stdout.write(json.dumps(asdict(r), default=str) + "\n")
+        return
+    out.print(trail_table(rows))
+
+
 # --------------------------------------------------------------------------- verify
 @audit_app.command("verify")
 def audit_verify(
@@ -69,7 +107,9 @@ def audit_verify(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Recompute hash chains, projection heads and checkpoints; exit 1 on the first break."""
+    from escalation.adapters.checkpoints import PostgresCheckpoints
     from escalation.adapters.signing import load_public_key, verify_signature
+    from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.checkpoint import read_digest, verify
 
     if dispute is not None and all_:
@@ -80,51 +120,60 @@ def audit_verify(
     bad_signature = None
     if dig is not None and public_key is not None:
         bad_signature = verify_signature(dig, load_public_key(public_key))
-    with _engine() as engine:
-        report = verify(engine, _uuid(dispute), dig)
+    with _engine() as engine, cli_progress("audit verify") as progress:
+        report = verify(PostgresCheckpoints(engine), _uuid(dispute), dig, progress=progress)
     if bad_signature is not None:
         report.checkpoint_errors.insert(0, f"{digest}: {bad_signature}")
     if as_json:
-        sys.stdout.write(
-            json.dumps(
-                {
-                    "ok": report.ok,
-                    "broken_chains": [[str(d), s] for d, s in report.broken_chains],
-                    "checkpoint_mismatches": [
-                        [str(d), s] for d, s in report.checkpoint_mismatches
-                    ],
-                    "checkpoint_errors": report.checkpoint_errors,
-                    "projection_mismatches": [
-                        [str(d), f] for d, f in report.projection_mismatches
-                    ],
-                    "checkpoint_id": report.checkpoint_id,
-                }
-            )
-            + "\n"
+        _verify_json(report)
+    elif report.ok:
+        cp = report.checkpoint_id
+        if cp:
+            out.print(f"ok: chains intact; last checkpoint {cp} matches")
+        else:
+            out.print("ok: chains intact; no checkpoint yet "
+                      "(run `escalation audit checkpoint`)", markup=False, highlight=False)
+    else:
+        _verify_problems(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _verify_json(report: Any) -> None:
+    """The ``audit verify --json`` report on stdout (one line)."""
+    sys.stdout.write(
+        json.dumps(
+            {
+                "ok": report.ok,
+                "broken_chains": [[str(d), s] for d, s in report.broken_chains],
+                "checkpoint_mismatches": [
+                    [str(d), s] for d, s in report.checkpoint_mismatches
+                ],
+                "checkpoint_errors": report.checkpoint_errors,
+                "projection_mismatches": [
+                    [str(d), f] for d, f in report.projection_mismatches
+                ],
+                "checkpoint_id": report.checkpoint_id,
+            }
         )
-    if report.ok:
-        if not as_json:
-            cp = report.checkpoint_id
-            if cp:
-                out.print(f"ok: chains intact; last checkpoint {cp} matches")
-            else:
-                out.print("ok: chains intact; no checkpoint yet "
-                          "(run `escalation audit checkpoint`)", markup=False, highlight=False)
-        return
-    if not as_json:
-        for d, seq in report.broken_chains:
-            err.print(f"broken chain: dispute {d}, first broken link at seq {seq}")
-        for d, fields in report.projection_mismatches:
-            err.print(f"projection mismatch: dispute {d}: escalation_state differs from the "
-                      f"ledger in {fields}", markup=False, highlight=False)
-        for d, seq in report.checkpoint_mismatches:
-            err.print(
-                f"checkpoint mismatch: dispute {d} seq {seq} differs from checkpoint "
-                f"{report.checkpoint_id}"
-            )
-        for text in report.checkpoint_errors:
-            err.print(f"checkpoint error: {text}")
-    raise typer.Exit(1)
+        + "\n"
+    )
+
+
+def _verify_problems(report: Any) -> None:
+    """Each problem of a failed ``audit verify`` as one line on stderr."""
+    for d, seq in report.broken_chains:
+        err.print(f"broken chain: dispute {d}, first broken link at seq {seq}")
+    for d, fields in report.projection_mismatches:
+        err.print(f"projection mismatch: dispute {d}: escalation_state differs from the "
+                  f"ledger in {fields}", markup=False, highlight=False)
+    for d, seq in report.checkpoint_mismatches:
+        err.print(
+            f"checkpoint mismatch: dispute {d} seq {seq} differs from checkpoint "
+            f"{report.checkpoint_id}"
+        )
+    for text in report.checkpoint_errors:
+        err.print(f"checkpoint error: {text}")
 
 
 @audit_app.command("checkpoint")
@@ -137,6 +186,7 @@ def audit_checkpoint(
     """Seal a checkpoint: verify every chain against the previous checkpoint (refuse on any
     break), then a Merkle root over all chain heads, chained to the previous one, signed with
     Ed25519 (ESCALATION_CHECKPOINT_KEY_FILE or ESCALATION_CHECKPOINT_KEY)."""
+    from escalation.adapters.checkpoints import PostgresCheckpoints
     from escalation.adapters.signing import KEY_ENV, KEY_FILE_ENV, load_private_key, sign
     from escalation.service_layer.checkpoint import create_checkpoint, digest_of
 
@@ -145,7 +195,7 @@ def audit_checkpoint(
         raise InvalidInput(f"set {KEY_FILE_ENV} (or {KEY_ENV}) to an Ed25519 private key: "
                            "checkpoints are signed (generate one with `escalation audit keygen`)")
     with _engine() as engine:
-        cp = create_checkpoint(engine, actor)
+        cp = create_checkpoint(PostgresCheckpoints(engine), actor)
     signed = sign(digest_of(cp), key)
     if out_file is not None:
         out_file.write_text(json.dumps(signed, indent=2, sort_keys=True) + "\n", "utf-8")
@@ -304,9 +354,12 @@ def audit_search(
 
     flt = _filter(dispute=dispute, tier=tier, decision=decision, since=since, until=until,
                   actor=actor, ladder=ladder, ladder_version=ladder_version)
+    from escalation.adapters.audit_search import PostgresLedgerSearch
+
     with _engine() as engine:
-        check_decision(engine, flt.decision)
-        rows = search(engine, flt, limit)
+        ledger = PostgresLedgerSearch(engine)
+        check_decision(ledger, flt.decision)
+        rows = search(ledger, flt, limit)
     if as_json:
         for r in rows:
             d = asdict(r)
@@ -347,17 +400,20 @@ def audit_export(
         raise InvalidInput(f"--format must be csv or jsonl, got {fmt!r}")
     check_output_path(out_file)
     flt = AuditFilter(since=parse_time(since, "--from"), until=parse_time(until, "--to"))
+    from escalation.adapters.audit_search import PostgresLedgerSearch
+
     with _engine() as engine:
+        ledger = PostgresLedgerSearch(engine)
         if sys.stderr.isatty():
             from rich.progress import Progress
 
-            total = count_rows(engine, flt)
+            total = count_rows(ledger, flt)
             with Progress(console=err) as bar:
                 task = bar.add_task("exporting", total=total)
-                manifest = export(engine, fmt, out_file, flt,  # type: ignore[arg-type]
+                manifest = export(ledger, fmt, out_file, flt,  # type: ignore[arg-type]
                                   lambda n: bar.update(task, completed=n))
         else:
-            manifest = export(engine, fmt, out_file, flt)  # type: ignore[arg-type]
+            manifest = export(ledger, fmt, out_file, flt)  # type: ignore[arg-type]
     out.print(f"{manifest.row_count} rows -> {out_file} (sha256 {manifest.sha256})")
 
 
@@ -382,8 +438,10 @@ def report_sla(
         from escalation.service_layer.audit_export import check_output_path
 
         check_output_path(out_file)
+    from escalation.adapters.report_queries import PostgresReports
+
     with _engine() as engine:
-        report = sla_report.build(engine, start, end, grace_s)
+        report = sla_report.build(PostgresReports(engine), start, end, grace_s)
     if fmt == "table":
         table = Table(title=f"SLA report {start.isoformat()} .. {end.isoformat()}")
         for col in sla_report.CSV_COLUMNS:

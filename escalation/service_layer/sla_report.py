@@ -47,11 +47,10 @@ from datetime import datetime
 from itertools import groupby
 from typing import Any
 
-import sqlalchemy as sa
-
 from escalation.domain.csv_cells import neutralise_cell
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
+from escalation.ports import LedgerReports
 
 DEFAULT_GRACE_S = 60
 CSV_COLUMNS: tuple[str, ...] = (
@@ -67,23 +66,6 @@ CSV_COLUMNS: tuple[str, ...] = (
     "regulatory_met",
     "regulatory_missed",
 )
-
-_ROWS = sa.text(
-    """
-    SELECT a.dispute_id, a.seq, a.event, a.from_tier, a.to_tier, a.ladder, a.due_at,
-           a.decided_at, a.regulatory_deadline,
-           CASE WHEN a.seq = 1 THEN a.details->>'entered_tier_at' END AS details_entered_at,
-           CASE WHEN a.seq = 1 THEN s.entered_tier_at END AS state_entered_tier_at
-      FROM escalation_audit a
-      LEFT JOIN escalation_state s ON s.dispute_id = a.dispute_id
-     WHERE a.dispute_id IN (
-           SELECT dispute_id FROM escalation_audit
-            WHERE (decided_at >= :since AND decided_at < :until)
-               OR (regulatory_deadline >= :since AND regulatory_deadline < :until))
-     ORDER BY a.dispute_id, a.seq
-    """
-)
-
 
 @dataclass(slots=True)
 class TierFigures:
@@ -181,33 +163,43 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
 
     for _d, chain_iter in groupby(rows, key=lambda r: r["dispute_id"]):
         chain = list(chain_iter)
-        stay: Mapping[Any, Any] | None = None
-        stay_start: datetime | None = None
-        for row in chain:
-            event = row["event"]
-            if stay is not None and stay_start is not None and event in (
-                "PROMOTED", "TERMINAL", "CANCELLED"
-            ):
-                f = fig(stay["ladder"], stay["to_tier"])
-                if inside(row["decided_at"]):
-                    f.durations.append((row["decided_at"] - stay_start).total_seconds())
-                    if event == "CANCELLED":
-                        f.resolved += 1
-                    elif _on_time(row["decided_at"], row["due_at"], stay_start, grace_s):
-                        f.promoted_on_time += 1
-                    else:
-                        f.promoted_late += 1
-                stay = None
-            if event in ("ENQUEUED", "PROMOTED") and row["to_tier"] is not None:
-                stay = row
-                stay_start = (
-                    _first_tier_entry(row, chain) if event == "ENQUEUED" else row["decided_at"]
-                )
-                if inside(row["decided_at"]):
-                    fig(row["ladder"], row["to_tier"]).entered += 1
+        _tier_stays(chain, inside, fig, grace_s)
         _regulatory(chain, inside, fig, now)
     tiers = sorted(figures.values(), key=lambda f: (f.ladder, f.tier))
     return SlaReport(since, until, grace_s, tiers)
+
+
+def _tier_stays(
+    chain: list[Mapping[Any, Any]], inside: Any, fig: Any, grace_s: int
+) -> None:
+    """Count one dispute's tier stays (its ledger rows by seq): an ENQUEUED or PROMOTED row
+    into a tier starts a stay, the next PROMOTED, TERMINAL or CANCELLED row ends it. Entries
+    and endings count when they happen inside the window; an ending adds the stay's duration
+    (s) and counts as resolved (CANCELLED), promoted on time or promoted late."""
+    stay: Mapping[Any, Any] | None = None
+    stay_start: datetime | None = None
+    for row in chain:
+        event = row["event"]
+        if stay is not None and stay_start is not None and event in (
+            "PROMOTED", "TERMINAL", "CANCELLED"
+        ):
+            f = fig(stay["ladder"], stay["to_tier"])
+            if inside(row["decided_at"]):
+                f.durations.append((row["decided_at"] - stay_start).total_seconds())
+                if event == "CANCELLED":
+                    f.resolved += 1
+                elif _on_time(row["decided_at"], row["due_at"], stay_start, grace_s):
+                    f.promoted_on_time += 1
+                else:
+                    f.promoted_late += 1
+            stay = None
+        if event in ("ENQUEUED", "PROMOTED") and row["to_tier"] is not None:
+            stay = row
+            stay_start = (
+                _first_tier_entry(row, chain) if event == "ENQUEUED" else row["decided_at"]
+            )
+            if inside(row["decided_at"]):
+                fig(row["ladder"], row["to_tier"]).entered += 1
 
 
 def _on_time(decided: datetime, due: datetime | None, entered: datetime, grace_s: int) -> bool:
@@ -253,20 +245,21 @@ def _regulatory(
         target.regulatory_missed += 1
 
 
-def build(engine: sa.Engine, since: datetime, until: datetime,
+def build(source: LedgerReports, since: datetime, until: datetime,
           grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None) -> SlaReport:
     """Load the ledger rows of disputes active in the window and :func:`compute`.
 
-    ``now`` (aware UTC) defaults to the database clock: deadlines after it are pending.
+    ``source`` (the ``LedgerReports`` port; adapter ``adapters.report_queries.
+    PostgresReports``) gives the rows. ``now`` (aware UTC) defaults to the database clock:
+    deadlines after it are pending.
+
+    Raises:
+        InvalidInput: naive ``since`` / ``until``.
     """
     since = require_aware(since, "from")
     until = require_aware(until, "to")
-    with engine.connect() as conn:
-        if now is None:
-            now = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
-        rows = conn.execute(_ROWS, {"since": since, "until": until}).mappings().all()
-    assert now is not None  # noqa: S101 - set above
-    return compute(rows, since, until, grace_s, now)
+    db_now, rows = source.sla_rows(since, until)
+    return compute(rows, since, until, grace_s, db_now if now is None else now)
 
 
 def to_csv(report: SlaReport) -> str:

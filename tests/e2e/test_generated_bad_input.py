@@ -23,7 +23,8 @@ from escalation.domain.errors import InvalidInput
 from escalation.service_layer.bulk import bulk_enqueue
 from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
 from escalation.service_layer.importer import ColumnMapping, plan_import
-from tests.e2e.test_cli_bad_input import GOOD_HASH, assert_nothing_written, run_cli
+from tests.e2e.test_cli_bad_input import GOOD_HASH, assert_nothing_written
+from tests.helpers import run_cli
 
 HEADER = "id,opened,amount,tier\n"
 IMPORT = ["--id-column", "id", "--opened-column", "opened", "--materiality-column", "amount",

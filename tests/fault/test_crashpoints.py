@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from tests.e2e.helpers import due_requests, enqueue
-from tests.e2e.test_cli_bad_input import run_cli
 from tests.fault.support import (
     assert_exactly_once,
     check,
@@ -29,6 +28,7 @@ from tests.fault.support import (
     wait_until,
     worker_env,
 )
+from tests.helpers import run_cli
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]
 

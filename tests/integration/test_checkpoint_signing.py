@@ -5,38 +5,20 @@ someone without the private key does not verify."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 
-from escalation.adapters import db
 from escalation.adapters.audit_store import PostgresAuditStore
-from tests.integration.audit_support import scratch_database
+from tests.helpers import run_cli as _cli
 from tests.integration.test_audit_checkpoint import _chain, _rewrite_whole_chain
-
-
-@pytest.fixture()
-def scratch(server_urls) -> Iterator[tuple[sa.Engine, str]]:
-    with scratch_database(server_urls[1]) as url:
-        db.upgrade_to_head(url)
-        engine = db.make_engine(url)
-        yield engine, url
-        engine.dispose()
-
-
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "escalation", *args], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_signed_checkpoint_verifies_offline_and_exposes_a_rewrite(
     scratch, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
-    engine, url = scratch
+    engine: sa.Engine = scratch
+    url = engine.url.render_as_string(hide_password=False)
     priv, pub = tmp_path / "k.pem", tmp_path / "k.pub"
     env = {k: v for k, v in cli_env.items() if k != "ESCALATION_CHECKPOINT_KEY"}
     env["ESCALATION_DATABASE_URL"] = url

@@ -12,7 +12,8 @@ import pytest
 import redis
 
 from tests.conftest import scratch_database
-from tests.e2e.test_cli_bad_input import GOOD_HASH, run_cli
+from tests.e2e.test_cli_bad_input import GOOD_HASH
+from tests.helpers import run_cli
 
 
 @pytest.fixture()

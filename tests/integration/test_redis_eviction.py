@@ -12,11 +12,11 @@ from typing import Any
 import redis
 
 from escalation.adapters.redis_policy import eviction_policy
-from escalation.bootstrap import build
+from escalation.bootstrap import build, run_doctor
 from escalation.domain.escalation import Status, parse_dispute_id
-from escalation.service_layer.doctor import run_doctor
 from escalation.settings import get_settings
-from tests.e2e.test_cli_bad_input import GOOD_HASH, run_cli
+from tests.e2e.test_cli_bad_input import GOOD_HASH
+from tests.helpers import run_cli
 from tests.integration.private_redis import private_redis
 
 LRU = ("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
