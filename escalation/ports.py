@@ -107,12 +107,20 @@ class Scheduler(Protocol):
         """Apply recorded decisions under the seq + fencing-token guard (see apply.lua)."""
         ...
 
-    def restore(self, escalations: Sequence[Escalation]) -> list[ApplyOutcome]:
-        """Owner-less repair from PostgreSQL state (reconcile, stuck members)."""
+    def restore(self, escalations: Sequence[Escalation],
+                notifications: Mapping[UUID, dict[str, str]] | None = None,
+                ) -> list[ApplyOutcome]:
+        """Owner-less repair from PostgreSQL state (reconcile, stuck members); sends the
+        given notifications of decisions never applied, at most once (seq-guarded)."""
         ...
 
-    def cancel(self, dispute_id: UUID) -> bool:
-        """Remove member, payload and lock atomically; False if nothing was there."""
+    def payload(self, dispute_id: UUID) -> dict[str, str] | None:
+        """The Redis payload fields of ``dispute_id`` (``seq`` = last applied), or None."""
+        ...
+
+    def cancel(self, dispute_id: UUID, notify: dict[str, str] | None = None) -> bool:
+        """Remove member, payload and lock atomically; False if nothing was there. ``notify``:
+        a decision's entry, sent only if no apply moved the payload past its seq."""
         ...
 
 
@@ -706,15 +714,27 @@ class CheckpointSnapshot(Protocol):
         """One checkpoint by id (as a digest file names it), or None."""
         ...
 
+    def projection_mismatches(self, dispute_id: UUID | None) -> list[tuple[UUID, str]]:
+        """``(dispute_id, "field, field")`` whose projection row (``escalation_state``)
+        disagrees with its ledger: the last row's state-after columns (ladder, version,
+        materiality, ids, regulatory deadline) or the terminal / cancelled status without
+        its TERMINAL / CANCELLED row (or the reverse). ``dispute_id`` None: every dispute."""
+        ...
+
 
 class CheckpointStore(Protocol):
     """Audit checkpoints in PostgreSQL (adapter: ``adapters.checkpoints.PostgresCheckpoints``;
     see ``service_layer.checkpoint``)."""
 
-    def seal(self, actor: str) -> Checkpoint:
+    def seal(
+        self, actor: str, before_seal: Callable[[CheckpointSnapshot], None] | None = None,
+    ) -> Checkpoint:
         """Seal the current chain heads into the next checkpoint (one snapshot, one sealer
         at a time): heads sorted by dispute id, RFC 6962 root over ``merkle.head_leaf``,
-        ``merkle.checkpoint_hash`` chained on the previous checkpoint's hash."""
+        ``merkle.checkpoint_hash`` chained on the previous checkpoint's hash.
+
+        ``before_seal`` is called with the sealing snapshot (the same transaction, under the
+        sealer's lock) before anything is written; whatever it raises aborts the seal."""
         ...
 
     def broken_chains(

@@ -264,3 +264,15 @@ api_tokens = sa.Table(
 )
 """HTTP API bearer tokens (revision 0007): the SHA-256 hex digest of each secret, never the
 secret; ``name`` is the actor on every ledger row a request with the token causes."""
+
+deployment_binding = sa.Table(
+    "deployment_binding",
+    metadata,
+    sa.Column("id", sa.SmallInteger, nullable=False, server_default=sa.text("1")),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("bound_at", TZ, nullable=False, server_default=sa.text("now()")),
+    sa.PrimaryKeyConstraint("id"),
+    sa.CheckConstraint("id = 1", name="single_row"),
+)
+"""The namespace this database serves (at most one row): ``escalation db upgrade`` binds it,
+every command refuses a different namespace (docs/adr/0009-one-namespace-per-database.md)."""

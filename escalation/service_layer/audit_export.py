@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 from uuid import UUID
 
+from escalation.domain.csv_cells import neutralise_cell, restore_cell
 from escalation.domain.errors import InvalidInput
 from escalation.ports import AuditFilter as AuditFilter  # noqa: PLC0414 -- re-export
 from escalation.ports import LedgerRow, LedgerSearch
@@ -237,7 +238,7 @@ def export(
     last: datetime | None = None
     with out.open("wb") as raw:
         sink = _HashingWriter(raw)
-        writer = csv.writer(sink, lineterminator="\n") if fmt == "csv" else None
+        writer = csv.writer(sink, lineterminator="\r\n") if fmt == "csv" else None
         if writer is not None:
             writer.writerow(COLUMNS)
         for row in ledger.stream(flt, COLUMNS):
@@ -279,8 +280,13 @@ def _guard(cell: Any) -> Any:
 
 
 def _csv_cells(values: list[Any]) -> list[Any]:
+    """CSV cells: None -> "", details -> JSON, text neutralised against formula injection."""
     return [
-        "" if v is None else _details_text(v) if isinstance(v, dict) else v for v in values
+        "" if v is None
+        else _details_text(v) if isinstance(v, dict)
+        else neutralise_cell(v) if isinstance(v, str)
+        else v
+        for v in values
     ]
 
 
@@ -303,7 +309,7 @@ def read_csv(path: Path) -> Iterator[dict[str, Any]]:
 def _parse(name: str, text: str) -> Any:
     if text == "":
         return {} if name == "details" else None
-    return _PARSERS.get(name, str)(text)
+    return _PARSERS.get(name, str)(restore_cell(text))
 
 
 def _parse_time(text: str) -> datetime:
@@ -328,7 +334,7 @@ def write_csv(rows: Iterator[Mapping[str, Any]], out: Path) -> str:
     file's SHA-256 hex. Used to show that a re-import reproduces the file byte for byte."""
     with out.open("wb") as raw:
         sink = _HashingWriter(raw)
-        writer = csv.writer(sink, lineterminator="\n")
+        writer = csv.writer(sink, lineterminator="\r\n")
         writer.writerow(COLUMNS)
         for row in rows:
             writer.writerow(_csv_cells([export_value(c, row[c]) for c in COLUMNS]))

@@ -3,8 +3,8 @@
 
 Each check returns a :class:`Check` (``ok``, what was measured, what to do). Checks:
 DOUBLE_ESCALATION, CLOCK_SKEW, STUCK_MEMBER, LOCK_CONTENTION, ZSET_DRIFT, MAXMEMORY_POLICY.
-A check that cannot be measured (e.g. ``CONFIG`` disabled) is reported ``ok`` with
-``unknown`` in its detail, never as a failure.
+A check that cannot be measured (e.g. ``INFO`` and ``CONFIG`` disabled) is reported with
+status ``unknown`` (not ``ok``, and not a failure: the exit code ignores it).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class ServerProbe(Protocol):
         ...
 
     def maxmemory_policy(self) -> str | None:
-        """Redis ``maxmemory-policy``, or None when ``CONFIG GET`` is refused."""
+        """Redis ``maxmemory-policy``, or None when ``INFO`` and ``CONFIG GET`` are refused."""
         ...
 
 
@@ -96,10 +96,16 @@ class Check:
     ok: bool
     detail: str
     advice: str = ""
+    unknown: bool = False
+
+    @property
+    def status(self) -> str:
+        """``"ok"``, ``"FAIL"`` or ``"unknown"`` (could not be measured; not a failure)."""
+        return "unknown" if self.unknown else "ok" if self.ok else "FAIL"
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
+        """JSON-ready form (with ``status``)."""
+        return {**asdict(self), "status": self.status}
 
 
 def _double(store: DoctorStore) -> Check:
@@ -180,8 +186,8 @@ def _drift(store: DoctorStore, rel: DoctorRedis) -> Check:
 def _maxmemory(probe: ServerProbe) -> Check:
     found = probe.maxmemory_policy()
     if found is None:
-        return Check("MAXMEMORY_POLICY", True, "unknown (CONFIG GET refused)",
-                     "make sure the server uses maxmemory-policy noeviction")
+        return Check("MAXMEMORY_POLICY", True, "unknown (INFO and CONFIG GET refused)",
+                     "make sure the server uses maxmemory-policy noeviction", unknown=True)
     policy = found
     ok = policy == "noeviction"
     return Check("MAXMEMORY_POLICY", ok, f"maxmemory-policy {policy}",
