@@ -19,7 +19,8 @@ import sqlalchemy as sa
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.calendar_files import load_calendars
 from escalation.adapters.db import check_at_head, make_engine, normalize_url, upgrade_to_head
-from escalation.adapters.ladder_files import LadderCatalog
+from escalation.adapters.ladder_files import ReleasedLadders
+from escalation.adapters.ladder_history import LadderHistoryStore
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import SchemaNotAtHead
@@ -70,7 +71,7 @@ class App:
     engine: sa.Engine
     scheduler: RedisScheduler
     store: PostgresAuditStore
-    ladders: LadderCatalog
+    ladders: ReleasedLadders
     calendars: CalendarRegistry
     actor: str
 
@@ -103,13 +104,15 @@ def build(
     Args:
         check_schema: refuse to start unless the database is at the Alembic head (the
             embedded database, which is ours, is upgraded instead).
-        strict_ladders: refuse to start if any ladder file is invalid (worker, enqueue,
-            import); otherwise invalid files are skipped and listed in ``ladders.errors``.
+        strict_ladders: kept for callers; ladders are always the *released* versions
+            (docs/adr/0004-ladder-release.md): an invalid or unreleased file changes nothing,
+            a broken released file is reported (``ladders.errors``, doctor) and the
+            escalations pinned to it are dead-lettered by the worker.
         actor: who acts (worker id or admin name); defaults to a fresh worker id.
 
     Raises:
         SchemaNotAtHead: ``check_schema`` and the database is behind (run ``db upgrade``).
-        LadderError: a ladder file under ``settings.ladders_dir`` is invalid.
+        LadderError: the ladder directory under ``settings.ladders_dir`` is missing.
     """
     urls = resolve_urls(settings)
     client = redis.Redis.from_url(
@@ -122,8 +125,11 @@ def build(
     engine = make_engine(urls.database_url)
     if check_schema:
         ensure_schema(engine, urls)
-    ladders = LadderCatalog.from_dir(settings.ladders_dir, strict=strict_ladders)
     scheduler = RedisScheduler(client, namespace=settings.namespace, shards=settings.shards)
+    from escalation.service_layer.ladder_release import released_ladders
+
+    ladders = released_ladders(LadderHistoryStore(engine), settings.ladders_dir,
+                               scheduler.time())
     # issue 4 C: materiality weights written at enqueue, aging used by claim.lua
     from escalation.service_layer.priority import weight_fn
 

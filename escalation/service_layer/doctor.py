@@ -18,7 +18,7 @@ import redis
 import sqlalchemy as sa
 
 from escalation.adapters.redis_reliability import DEAD_DECISION, ReliabilityRedis
-from escalation.domain.errors import EscalationError
+from escalation.domain.errors import RELEASE_BROKEN, EscalationError
 from escalation.domain.escalation import Status, parse_dispute_id
 
 DEFAULT_MAX_SKEW_MS = 1000
@@ -147,17 +147,22 @@ def run_doctor(app: Any, *, host_ms: Callable[[], int] | None = None,
 
 
 def _ladder_files(app: Any) -> Check:
-    """Invalid ladder files (skipped by read-only commands; workers refuse to start)."""
-    errors = list(getattr(app.ladders, "errors", []))
-    try:  # plus edited files of applied versions (the ladder history's checksums)
-        from escalation.adapters.ladder_history import LadderHistoryStore
-        from escalation.service_layer.ladder_migration import check
-
-        errors += [e for e in check(app.settings.ladders_dir, LadderHistoryStore(app.engine))
-                   if e not in errors and "checksum" in e]
+    """Invalid ladder files, and released versions whose file is missing, invalid or edited
+    after release (``ReleasedLadders.errors``): the escalations pinned to a broken release
+    are dead-lettered by the workers until the released file is restored."""
+    try:
+        errors = list(app.ladders.errors)
     except Exception as exc:  # doctor reports, never crashes
-        errors.append(f"ladder check could not run: {exc}")
+        errors = [f"ladder files could not be read: {exc}"]
+    broken = [e for e in errors if e.startswith(RELEASE_BROKEN)]
+    advice = ""
+    if broken:
+        advice = ("restore each released file from version control (a released file is never "
+                  "edited: put a change in a new version and release it), then `escalation "
+                  "dead retry` the escalations dead-lettered meanwhile")
+    elif errors:
+        advice = ("fix the file (see `escalation ladder check`); an invalid file is never "
+                  "released, so enqueue and workers ignore it")
     return Check("LADDER_FILES", not errors,
-                 f"{len(errors)} invalid ladder file(s)" + (f": {errors[0]}" if errors else ""),
-                 "" if not errors else "fix the file (see `escalation ladder check`); workers "
-                 "and enqueue refuse to start until every ladder file is valid")
+                 f"{len(broken)} broken release(s), {len(errors) - len(broken)} invalid "
+                 f"ladder file(s)" + (f": {errors[0]}" if errors else ""), advice)
