@@ -515,10 +515,15 @@ class ReleasedLadders:
         return out
 
     def problems(self) -> list[str]:
-        """One line per released version whose file is missing, invalid or edited."""
+        """One line per released version whose file is missing, invalid or edited, for the
+        ladders that have at least one file in the directory (a database may hold the
+        releases of several deployments' directories)."""
         files, released = self._fresh()
+        on_disk = {p.name.split(".v", 1)[0] for p in self.path.glob("*.toml")}
         out: list[str] = []
         for name, version in sorted(released):
+            if name not in on_disk:
+                continue
             try:
                 _resolve(self.path, files, released, name, version)
             except LadderError as exc:

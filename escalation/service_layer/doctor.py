@@ -151,9 +151,9 @@ def _ladder_files(app: Any) -> Check:
     after release (``ReleasedLadders.errors``): the escalations pinned to a broken release
     are dead-lettered by the workers until the released file is restored."""
     try:
-        errors = list(app.ladders.errors)
+        errors = _ladder_problems(app)
     except Exception as exc:  # doctor reports, never crashes
-        errors = [f"ladder files could not be read: {exc}"]
+        errors = [f"ladder files could not be checked: {exc}"]
     broken = [e for e in errors if e.startswith(RELEASE_BROKEN)]
     advice = ""
     if broken:
@@ -166,3 +166,17 @@ def _ladder_files(app: Any) -> Check:
     return Check("LADDER_FILES", not errors,
                  f"{len(broken)} broken release(s), {len(errors) - len(broken)} invalid "
                  f"ladder file(s)" + (f": {errors[0]}" if errors else ""), advice)
+
+
+def _ladder_problems(app: Any) -> list[str]:
+    """Broken releases (re-read now), then every other `ladder check` problem."""
+    from escalation.adapters.ladder_history import LadderHistoryStore
+    from escalation.service_layer.ladder_migration import check
+
+    ladders = app.ladders
+    if hasattr(ladders, "refresh"):
+        ladders.refresh()
+    broken = list(ladders.problems()) if hasattr(ladders, "problems") else []
+    others = [e for e in check(app.settings.ladders_dir, LadderHistoryStore(app.engine))
+              if not e.startswith(RELEASE_BROKEN) and ": checksum:" not in e]
+    return broken + others

@@ -124,8 +124,11 @@ def _require_released(files: LadderCatalog, released: Mapping[tuple[str, int], s
     """Raise LadderMigrationError naming why ``name@version`` is not a released version."""
     if (name, version) in released:
         return
-    if files.find(name, version) is not None:
-        state = "is not released"
+    target = files.find(name, version)
+    if target is not None:
+        chain = [ld for ld in files.all() if ld.name == name and ld.version <= version]
+        problems = check_ladders(chain, {k: c for k, c in released.items() if k[0] == name})
+        state = (f"is invalid ({' | '.join(problems)})" if problems else "is not released")
     else:
         bad = [e for e in files.errors if f"{name}.v{version}.toml" in e]
         state = f"is invalid ({' | '.join(bad)})" if bad else "has no file"

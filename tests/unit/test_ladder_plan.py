@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from escalation.domain.business_calendar import builtin_calendars
