@@ -73,12 +73,7 @@ def release_version(
     if not actor.strip():
         raise LadderError("--actor: must not be empty")
     files = LadderCatalog.from_dir(ladders_dir, strict=False)
-    target = files.find(ladder, version)
-    if target is None:
-        bad = [e for e in files.errors if f"{ladder}.v{version}.toml" in e]
-        raise LadderError(bad[0] if bad else (
-            f"{ladders_dir / f'{ladder}.v{version}.toml'}: (file): no such ladder file; "
-            "nothing released"))
+    target = _target_file(files, ladders_dir, ladder, version)
     released = history.released_checksums()
     if version > 1 and (ladder, version - 1) not in released:
         raise LadderError(
@@ -96,6 +91,17 @@ def release_version(
                  actor=actor, reason=reason, trace_id="", source_hash=target.checksum,
                  match_decision="LADDER_RELEASED")
     return ReleaseResult(row, new)
+
+
+def _target_file(files: LadderCatalog, ladders_dir: Path, ladder: str, version: int) -> Ladder:
+    """The parsed file of ``ladder@version``. Raises LadderError naming the file."""
+    target = files.find(ladder, version)
+    if target is not None:
+        return target
+    bad = [e for e in files.errors if f"{ladder}.v{version}.toml" in e]
+    raise LadderError(bad[0] if bad else (
+        f"{ladders_dir / f'{ladder}.v{version}.toml'}: (file): no such ladder file; "
+        "nothing released"))
 
 
 def baseline_prefix(versions: list[Ladder]) -> list[Ladder]:
