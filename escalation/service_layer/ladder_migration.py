@@ -87,7 +87,10 @@ def check(ladders_dir: Path, history: LadderHistoryStore | None) -> list[str]:
 
 # --------------------------------------------------------------------------- the change
 def _catalog(ladders: Ladders) -> LadderCatalog:
-    return ladders.files if isinstance(ladders, ReleasedLadders) else ladders
+    """The files as they are on disk now (a ReleasedLadders snapshot may be seconds old)."""
+    if isinstance(ladders, ReleasedLadders):
+        return LadderCatalog.from_dir(ladders.path, strict=False)
+    return ladders
 
 
 def _change(
