@@ -118,6 +118,15 @@ class BatchResult:
     suppressed: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One keyset page of open escalations: ``rows`` (raw projection rows by dispute id)
+    and ``escalations`` (the same rows as domain objects, in dispute-id order)."""
+
+    rows: dict[UUID, dict[str, Any]]
+    escalations: list[Escalation]
+
+
 def _release_row(r: Mapping[Any, Any]) -> ReleaseRow:
     return ReleaseRow(ladder=r["ladder"], version=int(r["version"]), checksum=r["checksum"],
                       released_at=utc(r["released_at"]), released_by=r["released_by"],
@@ -338,6 +347,24 @@ class LadderHistoryStore:
         with self._engine.connect() as conn:
             return [escalation_from_state(r) for r in conn.execute(stmt).mappings()]
 
+    def open_page(
+        self, ladder: str, after: UUID | None, limit: int, *, below_version: int,
+    ) -> Page:
+        """Like :meth:`open_escalations` (pinned below ``below_version``), keeping the raw
+        rows too: :meth:`migrate_batch` reuses a row whose seq did not move instead of
+        reading it again under its lock."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise ValueError(f"page limit must be 1-{MAX_PAGE}, got {limit}")
+        stmt = sa.select(_S).where(_S.c.ladder == ladder, _S.c.status.in_(_OPEN),
+                                   _S.c.ladder_version < below_version)
+        if after is not None:
+            stmt = stmt.where(_S.c.dispute_id > after)
+        stmt = stmt.order_by(_S.c.dispute_id).limit(limit)
+        with self._engine.connect() as conn:
+            rows = [dict(r) for r in conn.execute(stmt).mappings()]
+        return Page({r["dispute_id"]: r for r in rows},
+                    [escalation_from_state(r) for r in rows])
+
     def count_open(self, ladder: str, below_version: int) -> int:
         """How many pending/paused escalations of ``ladder`` are pinned below
         ``below_version`` (the total of a plan or apply, for its progress bar)."""
@@ -370,6 +397,8 @@ class LadderHistoryStore:
         replan: Replan,
         through: UUID | None = None,
         blocked: int = 0,
+        page_rows: Mapping[UUID, Mapping[str, Any]] | None = None,
+        redis_note: tuple[UUID, int] | None = None,
     ) -> BatchResult:
         """Migrate one batch in ONE transaction (see the module docstring).
 
@@ -386,6 +415,12 @@ class LadderHistoryStore:
             through: the resume point to record (the last dispute id of the page the batch
                 came from; default the batch's last id).
             blocked: escalations of that page found blocked before the batch (counted).
+            page_rows: the rows the batch was planned from; under the lock only
+                ``last_seq``/status/version are read again, and a row whose seq moved is
+                read in full (default: every row is read in full).
+            redis_note: ``(redis_synced_through, not_owner)`` of the previous batch, recorded
+                in this transaction (saves one transaction per batch; resume restores from
+                the older point, which is idempotent).
 
         Returns:
             A :class:`BatchResult`.
@@ -395,7 +430,9 @@ class LadderHistoryStore:
             return result
         ordered = sorted(batch, key=lambda b: b[0].dispute_id)
         with self._engine.begin() as conn:
-            locked = _lock_states(conn, [item.dispute_id for item, _ in ordered])
+            ids = [item.dispute_id for item, _ in ordered]
+            locked = (_lock_states(conn, ids) if page_rows is None
+                      else _lock_reuse(conn, ids, page_rows))
             moves = _revalidate(locked, ordered, target_version, replan, result)
             ledger: list[dict[str, Any]] = []
             moved: list[dict[str, Any]] = []
@@ -414,6 +451,7 @@ class LadderHistoryStore:
                     skipped=_H.c.skipped + result.skipped,
                     blocked=_H.c.blocked + len(result.blocked) + blocked,
                     last_dispute_id=through or ordered[-1][0].dispute_id,
+                    **_redis_values(redis_note),
                 )
             )
         return result
@@ -429,6 +467,40 @@ def _lock_states(conn: sa.Connection, ids: list[UUID]) -> dict[UUID, dict[str, A
         .with_for_update()
     )
     return {r["dispute_id"]: dict(r) for r in conn.execute(stmt, {"ids": ids}).mappings()}
+
+
+_LOCK_LIGHT = sa.text(
+    """
+    SELECT dispute_id, last_seq, status, ladder_version FROM escalation_state
+     WHERE dispute_id = ANY(CAST(CAST(:ids AS text) AS uuid[]))
+     ORDER BY dispute_id FOR UPDATE
+    """
+)
+
+
+def _lock_reuse(conn: sa.Connection, ids: list[UUID],
+                page_rows: Mapping[UUID, Mapping[str, Any]]) -> dict[UUID, dict[str, Any]]:
+    """Lock ``ids`` (sorted) reading only seq/status/version; reuse the page's row where
+    those did not move, read the full row (already locked) where they did."""
+    light = conn.execute(_LOCK_LIGHT, {"ids": _array_literal(ids)}).all()
+    out: dict[UUID, dict[str, Any]] = {}
+    moved: list[UUID] = []
+    for did, seq, status, version in light:
+        row = page_rows.get(did)
+        if row is not None and (row["last_seq"], row["status"], row["ladder_version"]) == (
+                seq, status, version):
+            out[did] = dict(row)
+        else:
+            moved.append(did)
+    if moved:
+        out.update(_lock_states(conn, moved))
+    return out
+
+
+def _redis_values(note: tuple[UUID, int] | None) -> dict[str, Any]:
+    if note is None:
+        return {}
+    return {"redis_synced_through": note[0], "not_owner": _H.c.not_owner + note[1]}
 
 
 Move = tuple[dict[str, Any], PlanItem, "datetime | None"]

@@ -37,7 +37,7 @@ from escalation.adapters.ladder_files import (
     check_ladder_dir,
     verify_released,
 )
-from escalation.adapters.ladder_history import HistoryRow, LadderHistoryStore
+from escalation.adapters.ladder_history import HistoryRow, LadderHistoryStore, Page
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import LadderError, LadderMigrationError, UnknownPlanHash
 from escalation.domain.escalation import Escalation
@@ -361,31 +361,50 @@ def _run_batches(
     progress: Progress | None,
     hook: Hook | None,
 ) -> None:
-    """Plan and migrate page by page (dispute-id order) until nothing is pinned below."""
+    """Plan and migrate page by page (dispute-id order) until nothing is pinned below.
+
+    The Redis resume point of batch k is recorded in the transaction of batch k+1 (and after
+    the last one), which saves a transaction per batch."""
     done = 0
-    pages = _open_escalations(history, change.ladder, change.target.version, batch_size)
-    for index, page in enumerate(pages):
-        items, blocked = split_plan(page, change.versions, change.target, change.calendars)
+    note: tuple[UUID, int] | None = None
+    for index, page in enumerate(_pages(history, change, batch_size)):
+        items, blocked = split_plan(page.escalations, change.versions, change.target,
+                                    change.calendars)
         report.blocked.extend(blocked)
-        migrated = _record(change, report, history, scheduler, items, page[-1].dispute_id,
-                           len(blocked))
+        last = page.escalations[-1].dispute_id
+        migrated = _record(change, report, history, scheduler, items, page,
+                           (last, len(blocked)), note)
         if hook:
             hook("after_record", index)
         busy = _restore(scheduler, migrated)
         report.not_owner += len(busy)
         report.left_to_workers = _retry_not_owner(
             [*report.left_to_workers, *busy], history, scheduler, 0.0)
-        history.note_redis(report.run_id, page[-1].dispute_id, len(busy))
+        note = (last, len(busy))
         if hook:
             hook("after_restore", index)
-        done += len(page)
+        done += len(page.escalations)
         if progress:
             progress(done, max(report.planned, done))
+    if note is not None:
+        history.note_redis(report.run_id, *note)
+
+
+def _pages(history: LadderHistoryStore, change: _Target, size: int) -> Iterator[Page]:
+    after: UUID | None = None
+    while True:
+        page = history.open_page(change.ladder, after, size,
+                                 below_version=change.target.version)
+        if page.escalations:
+            yield page
+        if len(page.escalations) < size:
+            return
+        after = page.escalations[-1].dispute_id
 
 
 def _record(change: _Target, report: ApplyReport, history: LadderHistoryStore,
-            scheduler: Scheduler, items: Sequence[PlanItem], through: UUID,
-            blocked: int) -> list[Escalation]:
+            scheduler: Scheduler, items: Sequence[PlanItem], page: Page,
+            through: tuple[UUID, int], note: tuple[UUID, int] | None) -> list[Escalation]:
     """One PostgreSQL transaction for one page's items; returns the migrated states."""
     now = scheduler.time()
     calendars = change.calendars
@@ -399,7 +418,8 @@ def _record(change: _Target, report: ApplyReport, history: LadderHistoryStore,
     result = history.migrate_batch(
         report.run_id, [(i, i.due.resolve(now, calendars)) for i in items],
         target_version=change.target.version, actor=change.actor, decided_at=now,
-        details=change.details, replan=replan, through=through, blocked=blocked,
+        details=change.details, replan=replan, through=through[0], blocked=through[1],
+        page_rows=page.rows, redis_note=note,
     )
     report.migrated += len(result.migrated)
     report.replanned += result.replanned
