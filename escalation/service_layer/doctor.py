@@ -177,6 +177,7 @@ def _ladder_problems(app: Any) -> list[str]:
     if hasattr(ladders, "refresh"):
         ladders.refresh()
     broken = list(ladders.problems()) if hasattr(ladders, "problems") else []
+    named = {e.split(": ", 2)[1] for e in broken if e.count(": ") >= 2}  # their files
     others = [e for e in check(app.settings.ladders_dir, LadderHistoryStore(app.engine))
-              if not e.startswith(RELEASE_BROKEN) and ": checksum:" not in e]
+              if not e.startswith(RELEASE_BROKEN) and e.split(": ", 1)[0] not in named]
     return broken + others

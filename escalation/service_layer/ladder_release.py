@@ -18,6 +18,7 @@ from __future__ import annotations
 import getpass
 import socket
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -104,12 +105,15 @@ def _target_file(files: LadderCatalog, ladders_dir: Path, ladder: str, version: 
         "nothing released"))
 
 
-def baseline_prefix(versions: list[Ladder]) -> list[Ladder]:
-    """The longest run ``v1..vk`` of one ladder's versions that passes ``ladder check``."""
+def baseline_prefix(versions: list[Ladder],
+                    applied: Mapping[tuple[str, int], str] | None = None) -> list[Ladder]:
+    """The longest run ``v1..vk`` of one ladder's versions that passes ``ladder check``
+    (including the checksums of versions an earlier apply recorded: ``applied``)."""
     ordered = sorted(versions, key=lambda ld: ld.version)
     for k in range(len(ordered), 0, -1):
         prefix = ordered[:k]
-        if [ld.version for ld in prefix] == list(range(1, k + 1)) and not check_ladders(prefix):
+        contiguous = [ld.version for ld in prefix] == list(range(1, k + 1))
+        if contiguous and not check_ladders(prefix, applied or {}):
             return prefix
     return []
 
@@ -126,8 +130,9 @@ def baseline_releases(history: LadderHistoryStore, ladders_dir: Path,
     for ladder in files.all():
         if ladder.name not in released:
             by_name[ladder.name].append(ladder)
-    todo = {name: [(ld.version, ld.checksum) for ld in baseline_prefix(vs)]
-            for name, vs in by_name.items()}
+    applied = history.applied_checksums()
+    todo = {name: [(ld.version, ld.checksum) for ld in baseline_prefix(
+        vs, {k: c for k, c in applied.items() if k[0] == name})] for name, vs in by_name.items()}
     rows = history.baseline({n: v for n, v in todo.items() if v}, released_by=BASELINE_ACTOR,
                             reason=BASELINE_REASON, released_at=now)
     for row in rows:

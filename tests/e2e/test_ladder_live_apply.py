@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections import defaultdict
 from datetime import timedelta
