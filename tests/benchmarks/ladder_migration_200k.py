@@ -122,9 +122,12 @@ def run(app: App, ladders_dir: Path, n: int, batch_size: int) -> None:
           f"hash {plan.plan_hash[:16]}...; peak RSS {peak_rss_mib():.0f} MiB")
 
     batches = {"n": 0}
+    marks: list[float] = []  # wall time at each quarter of the apply
 
     def progress(done: int, total: int) -> None:
         batches["n"] += 1
+        while len(marks) < 4 and done >= total * (len(marks) + 1) / 4:
+            marks.append(time.perf_counter())
 
     t0, cpu0 = time.perf_counter(), time.process_time()
     report = apply_migration(history=history, scheduler=app.scheduler, ladders=catalog,
@@ -136,6 +139,8 @@ def run(app: App, ladders_dir: Path, n: int, batch_size: int) -> None:
           f"({report.migrated / took:,.0f}/s, planning at apply time included), "
           f"{batches['n']} batches of {batch_size}; {report.summary()}; "
           f"peak RSS {peak_rss_mib():.0f} MiB")
+    quarters = [b - a for a, b in zip([t0, *marks[:-1]], marks, strict=False)]
+    print("apply per quarter: " + ", ".join(f"{n / 4 / q:,.0f}/s" for q in quarters if q > 0))
     print(f"apply CPU of this process: {cpu:.1f} s ({report.migrated / cpu:,.0f} "
           f"escalations per CPU-second; PostgreSQL and Redis CPU not included)")
     with app.engine.connect() as conn:
