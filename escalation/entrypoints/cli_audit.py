@@ -1,4 +1,4 @@
-"""``escalation audit ...`` (verify, checkpoint, partitions, search, export) and
+"""``escalation audit ...`` (show, verify, checkpoint, partitions, search, export) and
 ``escalation report sla``. See docs/audit.md.
 
 Exit codes: 0 ok; 1 verification failed / refused operation (EscalationError); 2 usage.
@@ -19,15 +19,15 @@ import sqlalchemy as sa
 import typer
 from rich.table import Table
 
-from escalation.domain.errors import InvalidInput
-from escalation.entrypoints.cli import _settings, app, audit_app, err, out, parse_time
+from escalation.domain.errors import InvalidInput, NotFound
+from escalation.entrypoints.cli_common import _app, _settings, err, out, parse_time
 
+audit_app = typer.Typer(help="The audit ledger.", no_args_is_help=True)
 partitions_app = typer.Typer(
     help="Monthly ledger partitions: create ahead (--ahead N), drop expired ones."
 )
 report_app = typer.Typer(help="Compliance reports.", no_args_is_help=True)
 audit_app.add_typer(partitions_app, name="partitions")
-app.add_typer(report_app, name="report")
 
 
 @contextmanager
@@ -51,6 +51,44 @@ def _uuid(value: str | None) -> Any:
     from escalation.domain.escalation import parse_dispute_id
 
     return parse_dispute_id(value)
+
+
+# --------------------------------------------------------------------------- show
+@audit_app.command("show")
+def audit_show(
+    dispute_id: Annotated[str, typer.Argument(help="Dispute id (UUID) or external id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+) -> None:
+    """One dispute's audit trail, oldest first."""
+    from escalation.domain.escalation import parse_dispute_id
+    from escalation.entrypoints.render import trail_table
+
+    a = _app(actor="cli")
+    try:
+        try:
+            did = parse_dispute_id(dispute_id)
+        except InvalidInput:
+            found = a.store.find_by_external_id(dispute_id.strip())
+            if not found:
+                raise NotFound(
+                    f"no dispute with id or external id {dispute_id!r}"
+                ) from None
+            if len(found) > 1:
+                raise InvalidInput(
+                    f"external id {dispute_id!r} names {len(found)} disputes: "
+                    + ", ".join(str(f) for f in found[:5]) + "; give the dispute UUID"
+                ) from None
+            did = found[0]
+        rows = a.store.trail(did)
+    finally:
+        a.close()
+    if not rows:
+        raise NotFound(f"no audit rows for dispute {did}")
+    if as_json:
+        for r in rows:
+            sys.stdout.write(json.dumps(asdict(r), default=str) + "\n")
+        return
+    out.print(trail_table(rows))
 
 
 # --------------------------------------------------------------------------- verify

@@ -10,8 +10,10 @@ from typing import Annotated, Any
 import typer
 
 from escalation.domain.errors import InvalidInput
-from escalation.entrypoints.cli import _app, app, err, out
+from escalation.entrypoints.cli_common import _app, err, out
 from escalation.service_layer.importer import ColumnMapping
+
+app = typer.Typer()  # top-level commands, merged into the root by cli.py
 
 
 def _mapping(mapping: Path | None, **flags: str | None) -> ColumnMapping:

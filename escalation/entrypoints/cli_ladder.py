@@ -17,10 +17,9 @@ import typer
 from rich.table import Table
 
 from escalation.domain.errors import LadderError
-from escalation.entrypoints.cli import _app, _settings, app, err, out
+from escalation.entrypoints.cli_common import _app, _settings, err, out
 
 ladder_app = typer.Typer(help="Ladder files and ladder migrations.", no_args_is_help=True)
-app.add_typer(ladder_app, name="ladder")
 
 LadderOpt = Annotated[str | None, typer.Option("--ladder", help="Ladder name (default: the "
                                                "configured default ladder).")]

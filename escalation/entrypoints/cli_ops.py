@@ -9,14 +9,13 @@ from typing import Annotated, Any
 import typer
 
 from escalation.domain.errors import InvalidInput
-from escalation.entrypoints.cli import _app, _print_json, app, err, out
+from escalation.entrypoints.cli_common import _app, _print_json, err, out
 
+app = typer.Typer()  # top-level commands, merged into the root by cli.py
 dead_app = typer.Typer(help="Dead letters: poison escalations, undeliverable notifications.",
                        no_args_is_help=True)
 maint_app = typer.Typer(help="Recurring maintenance (leader-elected, run once).",
                         no_args_is_help=True)
-app.add_typer(dead_app, name="dead")
-app.add_typer(maint_app, name="maintenance")
 
 
 def _rel(a: Any) -> Any:

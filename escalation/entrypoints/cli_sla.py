@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-from escalation.entrypoints.cli import _app, _print_json, app, out
+from escalation.entrypoints.cli_common import _app, _print_json, out
+
+app = typer.Typer()  # top-level commands, merged into the root by cli.py
 
 
 def _fmt_ms(ms: int) -> str:

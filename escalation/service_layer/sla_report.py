@@ -180,33 +180,43 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
 
     for _d, chain_iter in groupby(rows, key=lambda r: r["dispute_id"]):
         chain = list(chain_iter)
-        stay: Mapping[Any, Any] | None = None
-        stay_start: datetime | None = None
-        for row in chain:
-            event = row["event"]
-            if stay is not None and stay_start is not None and event in (
-                "PROMOTED", "TERMINAL", "CANCELLED"
-            ):
-                f = fig(stay["ladder"], stay["to_tier"])
-                if inside(row["decided_at"]):
-                    f.durations.append((row["decided_at"] - stay_start).total_seconds())
-                    if event == "CANCELLED":
-                        f.resolved += 1
-                    elif _on_time(row["decided_at"], row["due_at"], stay_start, grace_s):
-                        f.promoted_on_time += 1
-                    else:
-                        f.promoted_late += 1
-                stay = None
-            if event in ("ENQUEUED", "PROMOTED") and row["to_tier"] is not None:
-                stay = row
-                stay_start = (
-                    _first_tier_entry(row, chain) if event == "ENQUEUED" else row["decided_at"]
-                )
-                if inside(row["decided_at"]):
-                    fig(row["ladder"], row["to_tier"]).entered += 1
+        _tier_stays(chain, inside, fig, grace_s)
         _regulatory(chain, inside, fig, now)
     tiers = sorted(figures.values(), key=lambda f: (f.ladder, f.tier))
     return SlaReport(since, until, grace_s, tiers)
+
+
+def _tier_stays(
+    chain: list[Mapping[Any, Any]], inside: Any, fig: Any, grace_s: int
+) -> None:
+    """Count one dispute's tier stays (its ledger rows by seq): an ENQUEUED or PROMOTED row
+    into a tier starts a stay, the next PROMOTED, TERMINAL or CANCELLED row ends it. Entries
+    and endings count when they happen inside the window; an ending adds the stay's duration
+    (s) and counts as resolved (CANCELLED), promoted on time or promoted late."""
+    stay: Mapping[Any, Any] | None = None
+    stay_start: datetime | None = None
+    for row in chain:
+        event = row["event"]
+        if stay is not None and stay_start is not None and event in (
+            "PROMOTED", "TERMINAL", "CANCELLED"
+        ):
+            f = fig(stay["ladder"], stay["to_tier"])
+            if inside(row["decided_at"]):
+                f.durations.append((row["decided_at"] - stay_start).total_seconds())
+                if event == "CANCELLED":
+                    f.resolved += 1
+                elif _on_time(row["decided_at"], row["due_at"], stay_start, grace_s):
+                    f.promoted_on_time += 1
+                else:
+                    f.promoted_late += 1
+            stay = None
+        if event in ("ENQUEUED", "PROMOTED") and row["to_tier"] is not None:
+            stay = row
+            stay_start = (
+                _first_tier_entry(row, chain) if event == "ENQUEUED" else row["decided_at"]
+            )
+            if inside(row["decided_at"]):
+                fig(row["ladder"], row["to_tier"]).entered += 1
 
 
 def _on_time(decided: datetime, due: datetime | None, entered: datetime, grace_s: int) -> bool:

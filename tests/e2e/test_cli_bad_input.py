@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -13,13 +11,9 @@ import pytest
 
 from escalation.domain.errors import InvalidInput, UnknownTier
 from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
+from tests.helpers import run_cli
 
 GOOD_HASH = "ab" * 32
-
-
-def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "escalation", *args], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
 
 
 def assert_nothing_written(app: Any, did: str) -> None:

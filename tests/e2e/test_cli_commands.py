@@ -4,8 +4,6 @@ cancel, worker refusing a database that is not at the Alembic head."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -13,13 +11,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from tests.e2e.helpers import due_requests, enqueue
+from tests.helpers import run_cli
 
 HASH = "cd" * 32
-
-
-def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "escalation", *args], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_enqueue_twice_says_nothing_changed_and_audit_show_lists_the_trail(

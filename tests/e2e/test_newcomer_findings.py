@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers import run_cli
+
 LADDERS = Path(__file__).resolve().parents[2] / "ladders"
 HASH = "ef" * 32
-
-
-def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "escalation", *args], env=env,
-                          capture_output=True, text=True, timeout=180, check=False)
 
 
 @pytest.mark.parametrize("due", ["0001-01-01T00:00:00+00:00", "9999-12-31T00:00:00+00:00",

@@ -3,8 +3,6 @@ match_decision), and the demo runs the main job end to end on the test servers."
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -12,6 +10,7 @@ from structlog.testing import capture_logs
 
 from escalation.entrypoints.worker import run_worker
 from tests.e2e.helpers import due_requests, enqueue
+from tests.helpers import run_cli
 
 
 def test_burst_worker_logs_one_promoted_event_per_decision_with_the_seed_fields(
@@ -37,9 +36,33 @@ def test_burst_worker_logs_one_promoted_event_per_decision_with_the_seed_fields(
 
 @pytest.mark.slow
 def test_demo_runs_the_main_job_on_the_configured_servers(cli_env: dict[str, str]) -> None:
-    res = subprocess.run([sys.executable, "-m", "escalation", "demo", "--count", "60"],
-                         env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    res = run_cli(cli_env, "demo", "--count", "60", timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "duplicate decisions in the ledger │     0" in res.stdout
     assert "still due (not decided)           │     0" in res.stdout
     assert "TERMINAL_ESCALATION" in res.stdout and "audit trail of" in res.stdout
+
+
+def test_a_stop_signal_right_after_worker_started_ends_the_worker_cleanly(
+    app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The demo sends SIGTERM as soon as a worker has logged "worker.started"; the signal
+    # must end the loop (totals returned, no exception), not escape run_worker.
+    import os
+    import signal
+
+    import escalation.entrypoints.worker as worker_mod
+
+    real_info = worker_mod.log.info
+
+    def info(event: str, **fields: Any) -> None:
+        real_info(event, **fields)
+        if event == "worker.started":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(worker_mod.log, "info", info)
+    enqueue(app, due_requests(3, app.scheduler.time()))
+    before = signal.getsignal(signal.SIGTERM)
+    totals = run_worker(app)
+    assert totals.batches == 0  # stopped before the first batch
+    assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back

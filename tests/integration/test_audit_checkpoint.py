@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
 
-from escalation.adapters import db
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.domain import audit_hash
 from escalation.domain.merkle import EMPTY_ROOT, leaf_hash, merkle_root, node_hash
@@ -23,16 +19,8 @@ from escalation.service_layer.checkpoint import (
     verify,
     write_digest,
 )
-from tests.integration.audit_support import T0, claimed, make_escalation, promote, scratch_database
-
-
-@pytest.fixture()
-def scratch(server_urls) -> Iterator[tuple[sa.Engine, str]]:
-    with scratch_database(server_urls[1]) as url:
-        db.upgrade_to_head(url)
-        engine = db.make_engine(url)
-        yield engine, url
-        engine.dispose()
+from tests.helpers import run_cli
+from tests.integration.audit_support import T0, claimed, make_escalation, promote
 
 
 def _chain(store: PostgresAuditStore):
@@ -84,7 +72,7 @@ def test_merkle_root_follows_rfc6962():
 
 
 def test_checkpoints_chain_to_each_other_and_cover_every_head(scratch):
-    engine, _ = scratch
+    engine = scratch
     store = PostgresAuditStore(engine)
     for _ in range(3):
         _chain(store)
@@ -98,14 +86,14 @@ def test_checkpoints_chain_to_each_other_and_cover_every_head(scratch):
 
 
 def test_checkpoint_tables_are_append_only(scratch):
-    engine, _ = scratch
+    engine = scratch
     create_checkpoint(engine, "test")
     with pytest.raises(sa.exc.DBAPIError, match="append-only"), engine.begin() as conn:
         conn.execute(sa.text("UPDATE audit_checkpoint SET actor = 'mallory'"))
 
 
 def test_verify_catches_a_chain_recomputed_after_an_edit_through_the_checkpoint(scratch):
-    engine, _ = scratch
+    engine = scratch
     store = PostgresAuditStore(engine)
     victim = _chain(store)
     clean = _chain(store)
@@ -121,7 +109,7 @@ def test_verify_catches_a_chain_recomputed_after_an_edit_through_the_checkpoint(
 
 
 def test_verify_catches_a_row_changed_with_triggers_disabled(scratch):
-    engine, _ = scratch
+    engine = scratch
     store = PostgresAuditStore(engine)
     victim = _chain(store)
     with engine.begin() as conn:
@@ -136,7 +124,7 @@ def test_verify_catches_a_row_changed_with_triggers_disabled(scratch):
 
 
 def test_digest_file_exposes_rewritten_checkpoint_tables(scratch, tmp_path):
-    engine, _ = scratch
+    engine = scratch
     _chain(PostgresAuditStore(engine))
     cp = create_checkpoint(engine, "test")
     path = tmp_path / "digest.json"
@@ -149,17 +137,15 @@ def test_digest_file_exposes_rewritten_checkpoint_tables(scratch, tmp_path):
 
 
 def test_cli_verify_exits_1_and_names_the_broken_link(scratch, cli_env, tmp_path):
-    engine, url = scratch
+    engine = scratch
+    url = scratch.url.render_as_string(hide_password=False)
     store = PostgresAuditStore(engine)
     victim = _chain(store)
     env = {**cli_env, "ESCALATION_DATABASE_URL": url}
-    cmd = [sys.executable, "-m", "escalation"]
-    ok = subprocess.run([*cmd, "audit", "checkpoint", "--out", str(tmp_path / "d.json")],
-                        env=env, capture_output=True, text=True, check=False)
+    ok = run_cli(env, "audit", "checkpoint", "--out", str(tmp_path / "d.json"))
     assert ok.returncode == 0, ok.stderr
     assert read_digest(tmp_path / "d.json")["head_count"] == 1
     _rewrite_whole_chain(engine, victim, 1, "mallory")
-    res = subprocess.run([*cmd, "audit", "verify", "--all"], env=env, capture_output=True,
-                         text=True, check=False)
+    res = run_cli(env, "audit", "verify", "--all")
     assert res.returncode == 1
     assert f"dispute {victim} seq 3 differs from checkpoint 1" in res.stderr

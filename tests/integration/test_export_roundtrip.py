@@ -6,13 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 import tracemalloc
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
 import sqlalchemy as sa
 
-from escalation.adapters import db
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.domain.audit_hash import verify_chain
 from escalation.service_layer.audit_export import (
@@ -24,16 +21,7 @@ from escalation.service_layer.audit_export import (
     search,
     write_csv,
 )
-from tests.integration.audit_support import T0, claimed, make_escalation, promote, scratch_database
-
-
-@pytest.fixture()
-def scratch(server_urls) -> Iterator[sa.Engine]:
-    with scratch_database(server_urls[1]) as url:
-        db.upgrade_to_head(url)
-        engine = db.make_engine(url)
-        yield engine
-        engine.dispose()
+from tests.integration.audit_support import T0, claimed, make_escalation, promote
 
 
 def _chains(engine: sa.Engine, n: int) -> None:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import run_cli
 from tests.integration.ladder_support import MigEnv, hours
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "escalation", "ladder", *args], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return run_cli(env, "ladder", *args)
 
 
 def test_check_names_file_and_field_and_exits_2(cli_env: dict[str, str], tmp_path: Path,

@@ -10,7 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from escalation.adapters import db
 from escalation.adapters.tables import metadata
 from escalation.domain.errors import ConfigError, SchemaNotAtHead
-from tests.integration.audit_support import scratch_database
+from tests.conftest import scratch_database
 
 
 def _tables(engine: sa.Engine) -> set[str]:
@@ -29,7 +29,7 @@ def _triggers(engine: sa.Engine) -> dict[str, str]:
 
 
 def test_upgrade_downgrade_upgrade_round_trips(server_urls):
-    with scratch_database(server_urls[1]) as url:
+    with scratch_database(server_urls[1], "escalation_scratch", migrate=False) as url:
         engine = db.make_engine(url)
         try:
             db.upgrade_to_head(url)
@@ -62,7 +62,7 @@ def test_migrated_schema_matches_the_code_tables(engine):
 
 
 def test_check_at_head_refuses_an_unmigrated_database(server_urls):
-    with scratch_database(server_urls[1]) as url:
+    with scratch_database(server_urls[1], "escalation_scratch", migrate=False) as url:
         engine = db.make_engine(url)
         try:
             with pytest.raises(SchemaNotAtHead, match=r"revision none.*escalation db upgrade"):
@@ -72,7 +72,7 @@ def test_check_at_head_refuses_an_unmigrated_database(server_urls):
 
 
 def test_check_at_head_names_both_revisions_when_behind(server_urls):
-    with scratch_database(server_urls[1]) as url:
+    with scratch_database(server_urls[1], "escalation_scratch", migrate=False) as url:
         db.upgrade_to_head(url)
         engine = db.make_engine(url)
         try:

@@ -3,13 +3,11 @@ time, and removed by retention only when entirely older than the retention perio
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 
-from escalation.adapters import db
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.partitions import (
     add_months,
@@ -21,18 +19,9 @@ from escalation.adapters.partitions import (
 from escalation.adapters.tables import PARTITION_SCHEMA
 from escalation.domain.errors import InvalidInput
 from escalation.service_layer.checkpoint import verify
-from tests.integration.audit_support import T0, claimed, make_escalation, promote, scratch_database
+from tests.integration.audit_support import T0, claimed, make_escalation, promote
 
 SEVEN_YEARS = 2557
-
-
-@pytest.fixture()
-def scratch(server_urls) -> Iterator[sa.Engine]:
-    with scratch_database(server_urls[1]) as url:
-        db.upgrade_to_head(url)
-        engine = db.make_engine(url)
-        yield engine
-        engine.dispose()
 
 
 def _db_now(engine: sa.Engine) -> datetime:

@@ -9,6 +9,7 @@ from escalation.domain.escalation import Status
 from escalation.domain.timeutil import to_ms
 from escalation.service_layer.reconcile import DiffKind, reconcile
 from tests.e2e.helpers import due_requests, enqueue
+from tests.helpers import run_cli
 from tests.integration import reliability_support as support
 from tests.integration.reliability_support import delete_namespace, reliability_redis
 
@@ -134,8 +135,6 @@ def test_reconcile_cli_continues_past_a_bad_item_and_exits_1_naming_it(
     own_app: Any, own_database_url: str, redis_url: str
 ) -> None:
     import os
-    import subprocess
-    import sys
 
     now = own_app.scheduler.time()
     ids = enqueue(own_app, due_requests(3, now, past_s=-600))
@@ -144,8 +143,7 @@ def test_reconcile_cli_continues_past_a_bad_item_and_exits_1_naming_it(
     env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
     env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=own_database_url,
                ESCALATION_NAMESPACE=own_app.settings.namespace, ESCALATION_LOG_FORMAT="json")
-    res = subprocess.run([sys.executable, "-m", "escalation", "reconcile"], env=env,
-                         capture_output=True, text=True, timeout=120, check=False)
+    res = run_cli(env, "reconcile")
     assert res.returncode == 1, res.stderr
     assert f"1 item(s) could not be repaired: {ids[0]}" in res.stderr
     assert "Traceback" not in res.stderr
