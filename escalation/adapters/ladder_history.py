@@ -1,4 +1,4 @@
-"""PostgreSQL side of ladder migrations (issue 3): the ``ladder_history`` table, the pending
+"""PostgreSQL side of ladder releases and migrations: the ``ladder_history`` table, the pending
 escalations of one ladder, and the one-transaction-per-batch migration write.
 
 * :meth:`LadderHistoryStore.migrate_batch` locks the batch's projection rows (sorted by
