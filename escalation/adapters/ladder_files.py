@@ -34,6 +34,7 @@ from escalation.domain.ladder import (
     Tier,
 )
 from escalation.domain.ladder_check import check_ladders
+from escalation.ports import LadderHistory
 
 FILE_NAME = re.compile(r"^(?P<name>[a-z][a-z0-9_]*)\.v(?P<version>[1-9][0-9]*)\.toml$")
 Ident = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)]
@@ -392,6 +393,14 @@ class LadderCatalog:
         """Every ladder version, sorted by name then version."""
         return [self._by_key[k] for k in sorted(self._by_key)]
 
+    def verify(self, name: str, version: int, checksum: str) -> Ladder:
+        """:func:`verify_released` of ``name@version`` against these files."""
+        return verify_released(self.path, self, name, version, checksum)
+
+    def on_disk(self) -> LadderCatalog:
+        """These files (a catalog is already a reading of the directory)."""
+        return self
+
 
 ReleaseSource = Callable[[], Mapping[tuple[str, int], str]]
 """Reads the released versions: ``(ladder, version) -> checksum`` (``ladder_release``)."""
@@ -444,6 +453,10 @@ class ReleasedLadders:
             self.refresh()
             files, released, _ = self._snap
         return files, released
+
+    def on_disk(self) -> LadderCatalog:
+        """The files of the directory as they are now (re-read, not the snapshot)."""
+        return LadderCatalog.from_dir(self.path, strict=False)
 
     @property
     def files(self) -> LadderCatalog:
@@ -567,3 +580,25 @@ def verify_released(path: Path, files: LadderCatalog, name: str, version: int,
             f"release (checksum {ladder.checksum[:12]}, released {checksum[:12]}); restore it "
             f"and put the change in a new version")
     return ladder
+
+
+def check_ladder_dir_with_history(ladders_dir: Path, history: LadderHistory | None) -> list[str]:
+    """Every problem ``escalation ladder check`` reports (empty = valid).
+
+    File checks always; with ``history`` also, for the ladders that have files in
+    ``ladders_dir`` (other ladders' rows belong to other directories): the checksums
+    recorded at release and apply, and every released file that is missing.
+    """
+    if history is None:
+        return check_ladder_dir(ladders_dir, {})
+    names = {p.name.split(".v", 1)[0] for p in ladders_dir.glob("*.toml")}
+    applied = {k: v for k, v in history.applied_checksums().items() if k[0] in names}
+    errors = check_ladder_dir(ladders_dir, applied)
+    files = LadderCatalog.from_dir(ladders_dir, strict=False)
+    for (name, version), checksum in sorted(history.released_checksums().items()):
+        if name in names and not (ladders_dir / f"{name}.v{version}.toml").exists():
+            try:
+                verify_released(ladders_dir, files, name, version, checksum)
+            except LadderError as exc:
+                errors.append(str(exc))
+    return errors

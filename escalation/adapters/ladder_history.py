@@ -15,8 +15,7 @@ escalations of one ladder, and the one-transaction-per-batch migration write.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -25,11 +24,15 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
 from escalation.adapters.audit_rows import chained_row, escalation_from_state, utc, utc_opt
-from escalation.adapters.audit_store import _array_literal, _copy_ledger
+from escalation.adapters.audit_sql import array_literal as _array_literal
+from escalation.adapters.audit_sql import copy_ledger as _copy_ledger
 from escalation.adapters.tables import escalation_state, ladder_history, ladder_release
 from escalation.domain.errors import ConflictError, NotFound
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder_plan import Blocked, PlanItem
+from escalation.ports import BatchResult, HistoryRow, Page, ReleaseRow, Replan
+
+__all__ = ["BatchResult", "HistoryRow", "LadderHistoryStore", "Page", "ReleaseRow", "Replan"]
 
 _S = escalation_state
 _H = ladder_history
@@ -57,74 +60,7 @@ _MIGRATE_STATES = sa.text(
     """
 )
 
-Replan = Callable[[Escalation], "tuple[PlanItem, datetime | None] | Blocked"]
 """Re-plan one escalation from its locked current state -> (item, resolved due) or Blocked."""
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryRow:
-    """One ``ladder_history`` row (times aware UTC)."""
-
-    run_id: int
-    ladder: str
-    version: int
-    checksum: str
-    plan_hash: str
-    applied_by: str
-    started_at: datetime
-    finished_at: datetime | None
-    status: str
-    planned: int
-    migrated: int
-    replanned: int
-    skipped: int
-    blocked: int
-    not_owner: int
-    last_dispute_id: UUID | None
-    redis_synced_through: UUID | None
-    error: str | None
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseRow:
-    """One ``ladder_release`` row: ``ladder@version`` is live with the file of ``checksum``
-    (SHA-256 hex), released at ``released_at`` (aware UTC) by ``released_by`` for ``reason``."""
-
-    ladder: str
-    version: int
-    checksum: str
-    released_at: datetime
-    released_by: str
-    reason: str
-
-
-@dataclass
-class BatchResult:
-    """What one :meth:`LadderHistoryStore.migrate_batch` transaction did.
-
-    Attributes:
-        migrated: the new projection states (to restore into Redis), in dispute-id order.
-        replanned: items whose seq had moved (a worker decided meanwhile) and were re-planned.
-        skipped: items already at the target version, closed, or gone.
-        blocked: items that, re-planned, can no longer be migrated (left on their version).
-        suppressed: items whose due time the grace floor moved (no retroactive breach).
-    """
-
-    migrated: list[Escalation] = field(default_factory=list)
-    replanned: int = 0
-    skipped: int = 0
-    blocked: list[Blocked] = field(default_factory=list)
-    suppressed: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Page:
-    """One keyset page of open escalations: ``rows`` (raw projection rows by dispute id)
-    and ``escalations`` (the same rows as domain objects, in dispute-id order)."""
-
-    rows: dict[UUID, dict[str, Any]]
-    escalations: list[Escalation]
 
 
 def _release_row(r: Mapping[Any, Any]) -> ReleaseRow:
@@ -142,7 +78,8 @@ def _row(r: Mapping[Any, Any]) -> HistoryRow:
 
 
 class LadderHistoryStore:
-    """``ladder_history`` and the migration writes (PostgreSQL).
+    """``ladder_history`` and the migration writes (PostgreSQL); implements
+    ``escalation.ports.LadderHistory``.
 
     Args:
         engine: a psycopg 3 engine on a database at the Alembic head.

@@ -63,8 +63,8 @@ def enqueue(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Schedule an escalation for a dispute (idempotent per dispute)."""
+    from escalation.bootstrap import schedule_for
     from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
-    from escalation.service_layer.warnings import schedule_for
 
     req = EnqueueRequest(
         dispute_id=dispute_id, materiality=materiality, source_hash=source_hash, tier=tier,
@@ -133,29 +133,38 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
     if as_json:
         _print_json(data)
         return
-    table = Table(title="escalation status")
+    from escalation.entrypoints.render import figure_row
+
+    table = Table(title="escalation status (ages in human units; --json gives ms)")
     table.add_column("figure")
     table.add_column("value", justify="right")
     for src, values in data.items():
         for key, val in values.items():
             if isinstance(val, dict):
                 for k2, v2 in val.items():
-                    table.add_row(f"{src}.{key}.{k2}", str(v2))
+                    table.add_row(*figure_row(f"{src}.{key}.{k2}", v2))
             else:
-                table.add_row(f"{src}.{key}", str(val))
+                table.add_row(*figure_row(f"{src}.{key}", val))
     out.print(table)
 
 
 # --------------------------------------------------------------------------- db / services
 @db_app.command("upgrade")
 def db_upgrade() -> None:
-    """Bring the database schema to the Alembic head."""
-    from escalation.adapters.db import upgrade_to_head
+    """Bring the database schema to the Alembic head; says which revisions it applied."""
+    from escalation.adapters.db import head_revision, upgrade_to_head
     from escalation.bootstrap import resolve_urls
 
     urls = resolve_urls(_settings())
-    upgrade_to_head(urls.database_url)
-    out.print("database at head")
+    applied = upgrade_to_head(urls.database_url)
+    if not applied:
+        out.print(f"database already at head ({head_revision()}): nothing to apply",
+                  markup=False, highlight=False)
+        return
+    for rev in applied:
+        out.print(f"applied {rev}", markup=False, highlight=False)
+    out.print(f"database now at head ({head_revision()}): {len(applied)} revision(s) applied",
+              markup=False, highlight=False)
 
 
 @services_app.command("stop")

@@ -102,13 +102,16 @@ def audit_verify(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Recompute hash chains, projection heads and checkpoints; exit 1 on the first break."""
+    from escalation.adapters.checkpoints import PostgresCheckpoints
     from escalation.service_layer.checkpoint import read_digest, verify
 
     if dispute is not None and all_:
         raise InvalidInput("give --dispute ID or --all, not both")
     dig = None if digest is None else read_digest(digest)
-    with _engine() as engine:
-        report = verify(engine, _uuid(dispute), dig)
+    from escalation.entrypoints.progress import cli_progress
+
+    with _engine() as engine, cli_progress("audit verify") as progress:
+        report = verify(PostgresCheckpoints(engine), _uuid(dispute), dig, progress=progress)
     if as_json:
         sys.stdout.write(
             json.dumps(
@@ -154,10 +157,11 @@ def audit_checkpoint(
     actor: Annotated[str, typer.Option(help="Who seals the checkpoint.")] = "cli",
 ) -> None:
     """Seal a checkpoint: Merkle root over all chain heads, chained to the previous one."""
+    from escalation.adapters.checkpoints import PostgresCheckpoints
     from escalation.service_layer.checkpoint import create_checkpoint, digest_of, write_digest
 
     with _engine() as engine:
-        cp = create_checkpoint(engine, actor)
+        cp = create_checkpoint(PostgresCheckpoints(engine), actor)
     if out_file is not None:
         write_digest(cp, out_file)
     out.print_json(json.dumps(digest_of(cp)))
@@ -261,9 +265,12 @@ def audit_search(
 
     flt = _filter(dispute=dispute, tier=tier, decision=decision, since=since, until=until,
                   actor=actor, ladder=ladder, ladder_version=ladder_version)
+    from escalation.adapters.audit_search import PostgresLedgerSearch
+
     with _engine() as engine:
-        check_decision(engine, flt.decision)
-        rows = search(engine, flt, limit)
+        ledger = PostgresLedgerSearch(engine)
+        check_decision(ledger, flt.decision)
+        rows = search(ledger, flt, limit)
     if as_json:
         for r in rows:
             d = asdict(r)
@@ -304,17 +311,20 @@ def audit_export(
         raise InvalidInput(f"--format must be csv or jsonl, got {fmt!r}")
     check_output_path(out_file)
     flt = AuditFilter(since=parse_time(since, "--from"), until=parse_time(until, "--to"))
+    from escalation.adapters.audit_search import PostgresLedgerSearch
+
     with _engine() as engine:
+        ledger = PostgresLedgerSearch(engine)
         if sys.stderr.isatty():
             from rich.progress import Progress
 
-            total = count_rows(engine, flt)
+            total = count_rows(ledger, flt)
             with Progress(console=err) as bar:
                 task = bar.add_task("exporting", total=total)
-                manifest = export(engine, fmt, out_file, flt,  # type: ignore[arg-type]
+                manifest = export(ledger, fmt, out_file, flt,  # type: ignore[arg-type]
                                   lambda n: bar.update(task, completed=n))
         else:
-            manifest = export(engine, fmt, out_file, flt)  # type: ignore[arg-type]
+            manifest = export(ledger, fmt, out_file, flt)  # type: ignore[arg-type]
     out.print(f"{manifest.row_count} rows -> {out_file} (sha256 {manifest.sha256})")
 
 
@@ -339,8 +349,10 @@ def report_sla(
         from escalation.service_layer.audit_export import check_output_path
 
         check_output_path(out_file)
+    from escalation.adapters.report_queries import PostgresReports
+
     with _engine() as engine:
-        report = sla_report.build(engine, start, end, grace_s)
+        report = sla_report.build(PostgresReports(engine), start, end, grace_s)
     if fmt == "table":
         table = Table(title=f"SLA report {start.isoformat()} .. {end.isoformat()}")
         for col in sla_report.CSV_COLUMNS:

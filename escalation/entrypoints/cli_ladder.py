@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -70,7 +69,7 @@ def ladder_check(
     directory: Annotated[Path | None, typer.Option("--dir", help="Ladder directory.")] = None,
 ) -> None:
     """Validate every ladder file (and the checksums of applied versions). Exit 2 on errors."""
-    from escalation.service_layer.ladder_migration import check
+    from escalation.adapters.ladder_files import check_ladder_dir_with_history as check
 
     settings = _settings()
     path = directory or settings.ladders_dir
@@ -121,12 +120,13 @@ def ladder_plan(
 ) -> None:
     """Dry run: what a migration to VERSION does to every pending escalation. No writes."""
     from escalation.adapters.ladder_history import LadderHistoryStore
+    from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.ladder_migration import plan_migration
 
     a = _app(actor="cli")
     try:
         name = ladder or a.settings.default_ladder
-        with _progress("planning") as progress:
+        with cli_progress(f"ladder plan {name}") as progress:
             plan = plan_migration(history=LadderHistoryStore(a.engine), ladders=a.ladders,
                                   calendars=a.calendars, ladder=name, to_version=to,
                                   progress=progress)
@@ -180,6 +180,7 @@ def ladder_release(
     New escalations are pinned to the newest released version; pending ones stay on theirs
     until `ladder apply`. Releasing an already released, unchanged file does nothing.
     """
+    from escalation.adapters.ladder_files import LadderCatalog
     from escalation.adapters.ladder_history import LadderHistoryStore
     from escalation.service_layer.ladder_release import release_version
 
@@ -188,7 +189,8 @@ def ladder_release(
     try:
         name = ladder or a.settings.default_ladder
         res = release_version(history=LadderHistoryStore(a.engine),
-                              ladders_dir=a.settings.ladders_dir, ladder=name, version=version,
+                              files=LadderCatalog.from_dir(a.settings.ladders_dir, strict=False),
+                              ladder=name, version=version,
                               actor=who, reason=reason, now=a.scheduler.time())
     finally:
         a.close()
@@ -221,13 +223,14 @@ def ladder_apply(
     DATE by ACTOR); nothing to do").
     """
     from escalation.adapters.ladder_history import LadderHistoryStore
+    from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.ladder_migration import apply_migration
 
     who = _actor(actor)
     a = _app(actor=who)
     name = ladder or a.settings.default_ladder
     try:
-        with _progress("migrating") as progress:
+        with cli_progress(f"ladder apply {name}") as progress:
             report = apply_migration(
                 history=LadderHistoryStore(a.engine), scheduler=a.scheduler, ladders=a.ladders,
                 calendars=a.calendars, ladder=name, to_version=to, plan_hash=plan_hash,
@@ -264,49 +267,6 @@ def _print_apply(report: Any, as_json: bool) -> None:
     for b in report.blocked[:20]:
         err.print(f"blocked {b.dispute_id} ({b.tier}): {b.reason}", markup=False,
                   highlight=False)
-
-
-class _progress:
-    """A rich progress bar on a terminal (stderr); otherwise one summary line at the end."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.done = self.total = 0
-        self.started = time.monotonic()
-        self._bar: Any = None
-
-    def __enter__(self) -> Any:
-        if sys.stderr.isatty():
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(),
-                                 TimeRemainingColumn(), console=err, transient=False)
-            self._bar.__enter__()
-            self._task = self._bar.add_task(self.label, total=None)
-        return self.tick
-
-    def tick(self, done: int, total: int) -> None:
-        """``progress(done, total)`` callback of the service functions."""
-        self.done, self.total = done, total
-        if self._bar is not None:
-            self._bar.update(self._task, completed=done, total=total)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-            return
-        secs = time.monotonic() - self.started
-        rate = self.done / secs if secs > 0 else 0.0
-        err.print(f"{self.label}: {self.done}/{self.total} escalation(s) in {secs:.1f} s "
-                  f"({rate:,.0f}/s)", markup=False, highlight=False)
 
 
 @ladder_app.command("history")

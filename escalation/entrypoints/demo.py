@@ -5,8 +5,13 @@
    their SLA window, a few due within seconds) -- or import ``--csv`` with ``--mapping``;
 3. start N worker processes (``python -m escalation worker``);
 4. wait until every escalation that was due has been decided, stop the workers (SIGTERM);
-5. print the summary (enqueued, promoted per tier, terminal, duplicate decisions = 0) and one
-   dispute's audit trail.
+5. print the summary (enqueued, promoted per tier, terminal, duplicate decisions = 0), the
+   audit trail of one walkthrough dispute that climbs the whole ladder (standard, senior,
+   compliance) and where the worker logs are.
+
+The walkthrough dispute is a Regulation E error on ``reg_e_error_resolution`` whose notice
+of error came in 90 days ago: its regulatory deadline has passed, so every tier's due time is
+capped to "now" and the workers walk it through every tier within seconds.
 Exit code 0 only if everything due was decided exactly once.
 """
 
@@ -24,6 +29,7 @@ import uuid
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
@@ -31,7 +37,7 @@ from escalation.adapters.db import upgrade_to_head
 from escalation.adapters.report_queries import decision_counts, duplicate_decisions, undecided_due
 from escalation.bootstrap import App, build, resolve_urls
 from escalation.entrypoints.cli_common import err, out
-from escalation.entrypoints.render import trail_table
+from escalation.entrypoints.render import compact_trail_table
 from escalation.logs import configure_logging
 from escalation.service_layer.bulk import BulkResult, bulk_enqueue
 from escalation.service_layer.enqueue import EnqueueRequest
@@ -56,6 +62,48 @@ def generated_batch(count: int, now_ms: int, seed: int | None = None) -> list[En
             tier=tier, due_at=from_ms(now_ms + offset),
         ))
     return reqs
+
+
+WALKTHROUGH_LADDER = "reg_e_error_resolution"
+
+
+def walkthrough_request(now_ms: int) -> EnqueueRequest:
+    """One dispute whose Reg E deadline passed long ago: it climbs every tier at once."""
+    from escalation.domain.timeutil import from_ms
+
+    did = uuid.uuid4()
+    return EnqueueRequest(
+        dispute_id=did, materiality=Decimal("250.00"),
+        source_hash=hashlib.sha256(f"walkthrough:{did}".encode()).hexdigest(),
+        tier="standard", due_at=from_ms(now_ms - 1000), ladder=WALKTHROUGH_LADDER,
+        anchor_at=from_ms(now_ms - 90 * 86_400_000),
+    )
+
+
+def _with_walkthrough(
+    lines: list[tuple[int, EnqueueRequest]], ladders: Any, now: datetime,
+) -> tuple[list[tuple[int, EnqueueRequest]], EnqueueRequest | None]:
+    """``lines`` plus the walkthrough dispute, unless the deployment's ladders directory
+    has no ``reg_e_error_resolution`` ladder (then no walkthrough)."""
+    from escalation.domain.errors import LadderError
+    from escalation.domain.timeutil import to_ms
+
+    try:
+        ladders.latest(WALKTHROUGH_LADDER)
+    except LadderError:
+        return lines, None
+    walk = walkthrough_request(to_ms(now))
+    return [*lines, (len(lines) + 1, walk)], walk
+
+
+def _print_walkthrough(a: Any, walk: EnqueueRequest | None) -> None:
+    """The walkthrough dispute's trail in at most 100 columns (or why there is none)."""
+    trail = a.store.trail(walk.dispute_id) if walk is not None else []
+    if trail:
+        out.print(compact_trail_table(trail), width=100)
+    else:
+        out.print(f"no walkthrough trail: ladder {WALKTHROUGH_LADDER} is not in the ladders "
+                  "directory", markup=False, highlight=False)
 
 
 def _wait_started(log_dir: Path, count: int, deadline: float) -> None:
@@ -164,6 +212,7 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
     try:
         now = a.scheduler.time()
         lines, prior = _requests(count=count, csv_path=csv_path, mapping=mapping, now=now)
+        lines, walk = _with_walkthrough(lines, a.ladders, now)
         res = bulk_enqueue(lines, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                            calendars=a.calendars, default_ladder=settings.default_ladder,
                            actor=a.actor, prior_errors=prior, skip_invalid=True)
@@ -192,9 +241,11 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
         counts = decision_counts(a.engine, ids, since=now)
         dupes = duplicate_decisions(a.engine, ids)
         out.print(_summary(res, counts, remaining, dupes, codes))
-        sample = next((i for i in ids if len(a.store.trail(i)) >= 2), ids[0] if ids else None)
-        if sample is not None:
-            out.print(trail_table(a.store.trail(sample)))
+        _print_walkthrough(a, walk)
+        out.print(f"worker logs: {log_dir}/worker-*.log", markup=False, highlight=False,
+                  soft_wrap=True)
+        out.print("(JSON lines, one per batch; ESCALATION_LOG_LEVEL=DEBUG adds one per decision)",
+                  markup=False, highlight=False)
         ok = remaining == 0 and dupes == 0 and all(c == 0 for c in codes)
         if not ok:
             err.print(f"demo FAILED: {remaining} still due, {dupes} duplicates, exit codes "

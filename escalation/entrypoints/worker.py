@@ -20,14 +20,11 @@ from typing import Any
 import redis.exceptions
 import sqlalchemy.exc
 
-from escalation.bootstrap import App
+from escalation.bootstrap import App, dead_letters_for, maintenance_for, schedule_for, warnings_for
 from escalation.logs import get_logger
-from escalation.service_layer.dead_letters import for_app as dead_letters_for
 from escalation.service_layer.fire import BatchReport, fire_due
-from escalation.service_layer.maintenance import for_app as maintenance_for
 from escalation.service_layer.maintenance import poll_safely as poll_maintenance
-from escalation.service_layer.priority import weight_fn
-from escalation.service_layer.warnings import fire_warnings, schedule_for, warnings_for
+from escalation.service_layer.warnings import fire_warnings
 
 log = get_logger("escalation.worker")
 
@@ -173,7 +170,6 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
     hook = crashpoint_from_env()
     warn_adapter, warn_schedule = warnings_for(app), schedule_for(app)  # issue 4
     maint, dead = maintenance_for(app), dead_letters_for(app)  # issue 7
-    app.scheduler.priority = weight_fn(app.ladders)  # issue 4: materiality priority
     idle = _IdleState(maint_every_s=maintenance_every_s(maint.lease.ttl_ms, maint.lease.margin))
     idle.maint_next = time.monotonic() + idle.maint_every_s
     ctx = _Pass(app=app, crashpoint=hook, warn_adapter=warn_adapter, warn_schedule=warn_schedule,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from uuid import UUID
 
@@ -31,6 +31,9 @@ from escalation.domain.timeutil import require_aware
 from escalation.ports import AuditLog, LadderSource, Scheduler
 
 ENQUEUE_CHUNK = 500
+OPENED_AT_MAX_SKEW = timedelta(minutes=5)
+"""How far past Redis TIME an ``opened_at`` may lie (clocks of the sending system drift);
+a dispute cannot have entered its tier later than that."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +78,8 @@ def build_escalation(
     """Validate a request into an unrecorded :class:`Escalation` (seq 0).
 
     Raises:
-        InvalidInput: both or neither of due_at/opened_at, naive datetimes, bad money/ids.
+        InvalidInput: both or neither of due_at/opened_at, naive datetimes, bad money/ids,
+            ``opened_at`` later than ``now`` + :data:`OPENED_AT_MAX_SKEW`.
         UnknownTier: ``req.tier`` not in ``ladder``.
     """
     if (req.due_at is None) == (req.opened_at is None):
@@ -85,6 +89,12 @@ def build_escalation(
     amount = Materiality.parse(req.materiality).amount
     if req.opened_at is not None:
         entered = check_instant(req.opened_at, "opened_at")
+        if entered > require_aware(now, "now") + OPENED_AT_MAX_SKEW:
+            raise InvalidInput(
+                f"opened_at {entered.isoformat()} is in the future (now "
+                f"{now.isoformat(timespec='seconds')}); a dispute cannot enter its tier later "
+                f"than now + {int(OPENED_AT_MAX_SKEW.total_seconds() // 60)} min of clock skew"
+            )
         due = window_end(entered, tier_window(ladder, tier.id, amount), calendars)
     elif req.due_at is not None:
         due = check_instant(req.due_at, "due_at")
@@ -130,17 +140,20 @@ def enqueue_many(
     default_ladder: str,
     actor: str,
     on_scheduled: OnScheduled | None = None,
+    now: datetime | None = None,
 ) -> list[EnqueueResult]:
     """Validate every request first (nothing is written if one is bad), then record and schedule.
 
     ``on_scheduled`` (optional) receives each chunk of escalations newly written to Redis
-    (used to schedule pre-breach warnings, ``service_layer.warnings``).
+    (used to schedule pre-breach warnings, ``service_layer.warnings``). ``now`` (aware; default
+    Redis TIME) is the instant requests are built at: a CSV import passes the one its
+    validation pass used, so both passes judge every row alike.
 
     Raises:
         InvalidInput / UnknownTier: the first bad request (prefixed with its index when >1).
         ConflictError: never for duplicates (they return ``created=False``).
     """
-    now = scheduler.time()
+    now = scheduler.time() if now is None else now
     escalations: list[Escalation] = []
     versions: dict[UUID, str] = {}
     for i, req in enumerate(requests):

@@ -1,8 +1,8 @@
 """Use cases: ``ladder check``, ``ladder plan``, ``ladder apply`` (docs/ladder-migrations.md;
 Flyway-style, not Alembic revisions: docs/adr/0001-ladder-migrations-not-alembic.md).
 
-* :func:`check` -- every ladder file, plus the checksums recorded at release and apply, and
-  released files gone missing.
+* ``ladder check`` -- every ladder file, plus the checksums recorded at release and apply,
+  and released files gone missing (``adapters.ladder_files.check_ladder_dir_with_history``).
 * :func:`plan_migration` -- a dry run over the pending and paused escalations of one ladder
   in PostgreSQL (the system of record). Its plan hash names the *change* (ladder, versions,
   file checksums, planning rules: :func:`~escalation.domain.ladder_plan.change_hash`), not
@@ -28,16 +28,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from uuid import UUID
 
-from escalation.adapters.ladder_files import (
-    LadderCatalog,
-    ReleasedLadders,
-    check_ladder_dir,
-    verify_released,
-)
-from escalation.adapters.ladder_history import HistoryRow, LadderHistoryStore, Page
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import LadderError, LadderMigrationError, UnknownPlanHash
 from escalation.domain.escalation import Escalation
@@ -52,49 +44,25 @@ from escalation.domain.ladder_plan import (
     plan_escalation,
     split_plan,
 )
-from escalation.ports import ApplyOutcome, Scheduler
+from escalation.ports import (
+    ApplyOutcome,
+    HistoryRow,
+    LadderDirectory,
+    LadderFiles,
+    LadderHistory,
+    Page,
+    Scheduler,
+)
+from escalation.service_layer.progress import Progress
 
 PAGE = 5000
-Progress = Callable[[int, int], None]
-"""``progress(done, total)``: escalations handled so far, and the total at the start."""
 Hook = Callable[[str, int], None]
 Replanned = tuple[PlanItem, datetime | None] | Blocked
-Ladders = LadderCatalog | ReleasedLadders
-
-
-# --------------------------------------------------------------------------- check
-def check(ladders_dir: Path, history: LadderHistoryStore | None) -> list[str]:
-    """Every problem ``escalation ladder check`` reports (empty = valid).
-
-    File checks always; with ``history`` also, for the ladders that have files in
-    ``ladders_dir`` (other ladders' rows belong to other directories): the checksums
-    recorded at release and apply, and every released file that is missing.
-    """
-    if history is None:
-        return check_ladder_dir(ladders_dir, {})
-    names = {p.name.split(".v", 1)[0] for p in ladders_dir.glob("*.toml")}
-    applied = {k: v for k, v in history.applied_checksums().items() if k[0] in names}
-    errors = check_ladder_dir(ladders_dir, applied)
-    files = LadderCatalog.from_dir(ladders_dir, strict=False)
-    for (name, version), checksum in sorted(history.released_checksums().items()):
-        if name in names and not (ladders_dir / f"{name}.v{version}.toml").exists():
-            try:
-                verify_released(ladders_dir, files, name, version, checksum)
-            except LadderError as exc:
-                errors.append(str(exc))
-    return errors
 
 
 # --------------------------------------------------------------------------- the change
-def _catalog(ladders: Ladders) -> LadderCatalog:
-    """The files as they are on disk now (a ReleasedLadders snapshot may be seconds old)."""
-    if isinstance(ladders, ReleasedLadders):
-        return LadderCatalog.from_dir(ladders.path, strict=False)
-    return ladders
-
-
 def _change(
-    history: LadderHistoryStore, ladders: Ladders, name: str, to_version: int
+    history: LadderHistory, ladders: LadderDirectory, name: str, to_version: int
 ) -> tuple[dict[int, Ladder], Ladder]:
     """Every version ``1..to_version`` of ``name`` (by number) and the target, validated.
 
@@ -103,7 +71,7 @@ def _change(
             of the path is released but its file is missing or edited; the files fail
             ``ladder check``.
     """
-    files = _catalog(ladders)
+    files = ladders.on_disk()
     released = history.released_checksums()
     _require_released(files, released, name, to_version)
     versions: dict[int, Ladder] = {}
@@ -112,7 +80,7 @@ def _change(
         if checksum is None:
             raise LadderMigrationError(f"ladder {name!r} version {v} is not released")
         try:
-            versions[v] = verify_released(files.path, files, name, v, checksum)
+            versions[v] = files.verify(name, v, checksum)
         except LadderError as exc:
             raise LadderMigrationError(f"ladder {name!r} version {v} is invalid: {exc}") from None
     errors = check_ladders(list(versions.values()),
@@ -122,7 +90,7 @@ def _change(
     return versions, versions[to_version]
 
 
-def _require_released(files: LadderCatalog, released: Mapping[tuple[str, int], str],
+def _require_released(files: LadderFiles, released: Mapping[tuple[str, int], str],
                       name: str, version: int) -> None:
     """Raise LadderMigrationError naming why ``name@version`` is not a released version."""
     if (name, version) in released:
@@ -147,7 +115,7 @@ def _files_of(versions: Mapping[int, Ladder]) -> tuple[tuple[int, str], ...]:
 
 # --------------------------------------------------------------------------- plan
 def _open_escalations(
-    history: LadderHistoryStore, name: str, below: int, page: int = PAGE
+    history: LadderHistory, name: str, below: int, page: int = PAGE
 ) -> Iterator[list[Escalation]]:
     """Keyset pages of the pending/paused escalations of ``name`` pinned below ``below``."""
     after: UUID | None = None
@@ -162,8 +130,8 @@ def _open_escalations(
 
 def plan_migration(
     *,
-    history: LadderHistoryStore,
-    ladders: Ladders,
+    history: LadderHistory,
+    ladders: LadderDirectory,
     calendars: CalendarRegistry,
     ladder: str,
     to_version: int,
@@ -172,7 +140,8 @@ def plan_migration(
     """Dry run: plan every pending/paused escalation of ``ladder`` pinned below ``to_version``.
 
     Args:
-        progress: called after each page of 5,000 with ``(planned so far, total)``.
+        progress: a :class:`escalation.service_layer.progress.Progress`, called as
+            ``progress("plan", planned so far, total)`` after each page of 5,000.
 
     Raises:
         LadderMigrationError: the target version is not released or invalid, a released
@@ -188,7 +157,7 @@ def plan_migration(
             yield from page
             done += len(page)
             if progress:
-                progress(done, max(total, done))
+                progress("plan", done, max(total, done))
 
     return build_plan(pages(), versions, target, calendars)
 
@@ -255,9 +224,9 @@ class _Target:
 
 def apply_migration(
     *,
-    history: LadderHistoryStore,
+    history: LadderHistory,
     scheduler: Scheduler,
-    ladders: Ladders,
+    ladders: LadderDirectory,
     calendars: CalendarRegistry,
     ladder: str,
     to_version: int,
@@ -278,7 +247,8 @@ def apply_migration(
             every LADDER_MIGRATED ledger row.
         batch_size: escalations per PostgreSQL transaction (1..5000).
         lock_wait_s: how long to retry members whose lock a worker holds (NOT_OWNER).
-        progress: ``progress(done, total)`` after each batch.
+        progress: a :class:`escalation.service_layer.progress.Progress`, called as
+            ``progress("migrate", done, total)`` after each batch.
         hook: test hook ``hook(stage, batch_index)`` at ``after_record`` / ``after_restore``.
 
     Returns:
@@ -320,7 +290,7 @@ def apply_migration(
     return report
 
 
-def _finished_run(history: LadderHistoryStore, ladder: str, version: int,
+def _finished_run(history: LadderHistory, ladder: str, version: int,
                   plan_hash: str) -> HistoryRow | None:
     """The latest run of ``ladder@version`` if it is ``done`` with ``plan_hash`` and left
     nothing behind (no escalation is pinned below ``version`` any more)."""
@@ -330,7 +300,7 @@ def _finished_run(history: LadderHistoryStore, ladder: str, version: int,
     return runs[-1] if history.count_open(ladder, version) == 0 else None
 
 
-def _start(history: LadderHistoryStore, scheduler: Scheduler, ladder: str, target: Ladder,
+def _start(history: LadderHistory, scheduler: Scheduler, ladder: str, target: Ladder,
            plan_hash: str, actor: str, reason: str) -> ApplyReport:
     """Resume the unfinished run with this hash, or start a new one (superseding another)."""
     planned = history.count_open(ladder, target.version)
@@ -355,7 +325,7 @@ def _run_batches(
     change: _Target,
     report: ApplyReport,
     *,
-    history: LadderHistoryStore,
+    history: LadderHistory,
     scheduler: Scheduler,
     batch_size: int,
     progress: Progress | None,
@@ -385,12 +355,12 @@ def _run_batches(
             hook("after_restore", index)
         done += len(page.escalations)
         if progress:
-            progress(done, max(report.planned, done))
+            progress("migrate", done, max(report.planned, done))
     if note is not None:
         history.note_redis(report.run_id, *note)
 
 
-def _pages(history: LadderHistoryStore, change: _Target, size: int) -> Iterator[Page]:
+def _pages(history: LadderHistory, change: _Target, size: int) -> Iterator[Page]:
     after: UUID | None = None
     while True:
         page = history.open_page(change.ladder, after, size,
@@ -402,7 +372,7 @@ def _pages(history: LadderHistoryStore, change: _Target, size: int) -> Iterator[
         after = page.escalations[-1].dispute_id
 
 
-def _record(change: _Target, report: ApplyReport, history: LadderHistoryStore,
+def _record(change: _Target, report: ApplyReport, history: LadderHistory,
             scheduler: Scheduler, items: Sequence[PlanItem], page: Page,
             through: tuple[UUID, int], note: tuple[UUID, int] | None) -> list[Escalation]:
     """One PostgreSQL transaction for one page's items; returns the migrated states."""
@@ -439,7 +409,7 @@ def _restore(scheduler: Scheduler, states: Sequence[Escalation]) -> list[UUID]:
 
 
 def _retry_not_owner(
-    ids: list[UUID], history: LadderHistoryStore, scheduler: Scheduler, wait_s: float
+    ids: list[UUID], history: LadderHistory, scheduler: Scheduler, wait_s: float
 ) -> list[UUID]:
     """Re-restore members a worker held, from fresh PostgreSQL state, until ``wait_s`` ends.
 
@@ -459,7 +429,7 @@ def _retry_not_owner(
 
 
 def _repair_redis(
-    history: LadderHistoryStore, scheduler: Scheduler, ladder: str, version: int,
+    history: LadderHistory, scheduler: Scheduler, ladder: str, version: int,
     run: HistoryRow,
 ) -> int:
     """Resume: restore the batches PostgreSQL committed but Redis may not have seen."""

@@ -21,14 +21,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
-from escalation.adapters.ladder_files import LadderCatalog, ReleasedLadders
-from escalation.adapters.ladder_history import LadderHistoryStore, ReleaseRow
 from escalation.domain.errors import LadderError
 from escalation.domain.ladder import Ladder
 from escalation.domain.ladder_check import check_ladders
 from escalation.logs import get_logger
+from escalation.ports import LadderFiles, LadderHistory, ReleaseRow
 
 BASELINE_ACTOR = "baseline"
 BASELINE_REASON = "first use: every version that passes `ladder check` released as baseline"
@@ -55,13 +53,14 @@ class ReleaseResult:
 
 
 def release_version(
-    *, history: LadderHistoryStore, ladders_dir: Path, ladder: str, version: int, actor: str,
+    *, history: LadderHistory, files: LadderFiles, ladder: str, version: int, actor: str,
     reason: str, now: datetime,
 ) -> ReleaseResult:
     """Release ``ladder@version``: validate it and record its checksum.
 
     Args:
-        ladders_dir: the ladder directory.
+        files: the ladder directory as read now (``LadderCatalog.from_dir(dir,
+            strict=False)``: invalid files are listed in its errors).
         actor, reason: who releases and why (e.g. a change ticket); both on record.
         now: aware UTC (Redis TIME).
 
@@ -73,8 +72,7 @@ def release_version(
     """
     if not actor.strip():
         raise LadderError("--actor: must not be empty")
-    files = LadderCatalog.from_dir(ladders_dir, strict=False)
-    target = _target_file(files, ladders_dir, ladder, version)
+    target = _target_file(files, ladder, version)
     released = history.released_checksums()
     if version > 1 and (ladder, version - 1) not in released:
         raise LadderError(
@@ -94,14 +92,14 @@ def release_version(
     return ReleaseResult(row, new)
 
 
-def _target_file(files: LadderCatalog, ladders_dir: Path, ladder: str, version: int) -> Ladder:
+def _target_file(files: LadderFiles, ladder: str, version: int) -> Ladder:
     """The parsed file of ``ladder@version``. Raises LadderError naming the file."""
     target = files.find(ladder, version)
     if target is not None:
         return target
     bad = [e for e in files.errors if f"{ladder}.v{version}.toml" in e]
     raise LadderError(bad[0] if bad else (
-        f"{ladders_dir / f'{ladder}.v{version}.toml'}: (file): no such ladder file; "
+        f"{files.path / f'{ladder}.v{version}.toml'}: (file): no such ladder file; "
         "nothing released"))
 
 
@@ -118,14 +116,13 @@ def baseline_prefix(versions: list[Ladder],
     return []
 
 
-def baseline_releases(history: LadderHistoryStore, ladders_dir: Path,
+def baseline_releases(history: LadderHistory, files: LadderFiles,
                       now: datetime) -> list[ReleaseRow]:
     """Release, as baseline, the valid versions of every ladder that has no release yet.
 
     Returns the rows inserted (empty when every ladder on disk already has a release).
     """
     released = {name for name, _ in history.released_checksums()}
-    files = LadderCatalog.from_dir(ladders_dir, strict=False)
     by_name: dict[str, list[Ladder]] = defaultdict(list)
     for ladder in files.all():
         if ladder.name not in released:
@@ -140,12 +137,3 @@ def baseline_releases(history: LadderHistoryStore, ladders_dir: Path,
                  checksum=row.checksum, actor=row.released_by, reason=row.reason, trace_id="",
                  source_hash=row.checksum, match_decision="LADDER_BASELINE")
     return rows
-
-
-def released_ladders(history: LadderHistoryStore, ladders_dir: Path,
-                     now: datetime) -> ReleasedLadders:
-    """The released ladders of ``ladders_dir`` (after a first-use baseline)."""
-    if not ladders_dir.is_dir():
-        raise LadderError(f"{ladders_dir}: (directory): ladder directory not found")
-    baseline_releases(history, ladders_dir, now)
-    return ReleasedLadders(ladders_dir, history.released_checksums)

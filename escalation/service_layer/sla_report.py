@@ -47,10 +47,9 @@ from datetime import datetime
 from itertools import groupby
 from typing import Any
 
-import sqlalchemy as sa
-
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
+from escalation.ports import LedgerReports
 
 DEFAULT_GRACE_S = 60
 CSV_COLUMNS: tuple[str, ...] = (
@@ -66,23 +65,6 @@ CSV_COLUMNS: tuple[str, ...] = (
     "regulatory_met",
     "regulatory_missed",
 )
-
-_ROWS = sa.text(
-    """
-    SELECT a.dispute_id, a.seq, a.event, a.from_tier, a.to_tier, a.ladder, a.due_at,
-           a.decided_at, a.regulatory_deadline,
-           CASE WHEN a.seq = 1 THEN a.details->>'entered_tier_at' END AS details_entered_at,
-           CASE WHEN a.seq = 1 THEN s.entered_tier_at END AS state_entered_tier_at
-      FROM escalation_audit a
-      LEFT JOIN escalation_state s ON s.dispute_id = a.dispute_id
-     WHERE a.dispute_id IN (
-           SELECT dispute_id FROM escalation_audit
-            WHERE (decided_at >= :since AND decided_at < :until)
-               OR (regulatory_deadline >= :since AND regulatory_deadline < :until))
-     ORDER BY a.dispute_id, a.seq
-    """
-)
-
 
 @dataclass(slots=True)
 class TierFigures:
@@ -262,20 +244,21 @@ def _regulatory(
         target.regulatory_missed += 1
 
 
-def build(engine: sa.Engine, since: datetime, until: datetime,
+def build(source: LedgerReports, since: datetime, until: datetime,
           grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None) -> SlaReport:
     """Load the ledger rows of disputes active in the window and :func:`compute`.
 
-    ``now`` (aware UTC) defaults to the database clock: deadlines after it are pending.
+    ``source`` (the ``LedgerReports`` port; adapter ``adapters.report_queries.
+    PostgresReports``) gives the rows. ``now`` (aware UTC) defaults to the database clock:
+    deadlines after it are pending.
+
+    Raises:
+        InvalidInput: naive ``since`` / ``until``.
     """
     since = require_aware(since, "from")
     until = require_aware(until, "to")
-    with engine.connect() as conn:
-        if now is None:
-            now = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
-        rows = conn.execute(_ROWS, {"since": since, "until": until}).mappings().all()
-    assert now is not None  # noqa: S101 - set above
-    return compute(rows, since, until, grace_s, now)
+    db_now, rows = source.sla_rows(since, until)
+    return compute(rows, since, until, grace_s, db_now if now is None else now)
 
 
 def to_csv(report: SlaReport) -> str:

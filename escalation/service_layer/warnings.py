@@ -27,13 +27,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any, Protocol
 
-import sqlalchemy.exc
-
-from escalation.adapters.redis_warnings import RedisWarnings, WarningMember
 from escalation.domain.calendars import CalendarRegistry
-from escalation.domain.errors import ConflictError, EscalationError, InvalidInput, NotFound
+from escalation.domain.errors import (
+    ConflictError,
+    DuplicateEvent,
+    EscalationError,
+    InvalidInput,
+    NotFound,
+)
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.sla_timing import (
     calendar_of,
@@ -51,6 +53,8 @@ from escalation.ports import (
     LadderSource,
     LedgerRow,
     Scheduler,
+    WarningMember,
+    WarningQueue,
 )
 
 EventSink = Callable[..., None]
@@ -132,38 +136,11 @@ def _elapsed_members(esc: Escalation, fractions: tuple[Decimal, ...]) -> list[Wa
 
 
 def schedule_warnings(
-    escalations: Sequence[Escalation], *, warnings: RedisWarnings, ladders: LadderSource,
+    escalations: Sequence[Escalation], *, warnings: WarningQueue, ladders: LadderSource,
     calendars: CalendarRegistry,
 ) -> int:
     """Schedule the warnings of ``escalations`` (see module doc). Returns how many were new."""
     return warnings.schedule(warning_members(escalations, ladders, calendars))
-
-
-class _AppLike(Protocol):
-    @property
-    def redis(self) -> Any: ...
-    @property
-    def scheduler(self) -> Any: ...
-    @property
-    def ladders(self) -> Any: ...
-    @property
-    def calendars(self) -> CalendarRegistry: ...
-
-
-def warnings_for(app: _AppLike) -> RedisWarnings:
-    """The ``RedisWarnings`` adapter matching ``app.scheduler``'s namespace and shards."""
-    return RedisWarnings(app.redis, app.scheduler.namespace, app.scheduler.shards)
-
-
-def schedule_for(app: _AppLike) -> Callable[[Sequence[Escalation]], None]:
-    """A hook ``escalations -> None`` scheduling their warnings (for enqueue / fire_due)."""
-    adapter = warnings_for(app)
-
-    def hook(escalations: Sequence[Escalation]) -> None:
-        schedule_warnings(escalations, warnings=adapter, ladders=app.ladders,
-                          calendars=app.calendars)
-
-    return hook
 
 
 def _moved_on(rows: Sequence[LedgerRow], seq: int, fraction: str) -> tuple[bool, bool]:
@@ -177,7 +154,7 @@ def _moved_on(rows: Sequence[LedgerRow], seq: int, fraction: str) -> tuple[bool,
 
 
 def fire_warnings(
-    *, warnings: RedisWarnings, scheduler: Scheduler, store: WarningStore,
+    *, warnings: WarningQueue, scheduler: Scheduler, store: WarningStore,
     ladders: LadderSource, calendars: CalendarRegistry, actor: str, max_items: int = 100,
     emit: EventSink | None = None,
 ) -> WarningReport:
@@ -214,11 +191,11 @@ def fire_warnings(
                  "due_at": esc.due_at.isoformat()},
                 expected_seq=esc.seq, calendar_version=cal.version,
             )
+        except DuplicateEvent:
+            report.duplicate += 1  # unique index: another worker recorded it first
+            continue
         except (ConflictError, NotFound):
             report.moved_on += 1
-            continue
-        except sqlalchemy.exc.IntegrityError:
-            report.duplicate += 1  # unique index: another worker recorded it first
             continue
         report.recorded += 1
         report.recorded_keys.append(m.member)

@@ -44,6 +44,7 @@ import redis
 import sqlalchemy as sa
 
 from escalation.adapters import db
+from escalation.adapters.ladder_files import LadderCatalog
 from escalation.adapters.ladder_history import LadderHistoryStore
 from escalation.bootstrap import App, build
 from escalation.ports import LadderSource
@@ -109,7 +110,8 @@ def run(app: App, ladders_dir: Path, n: int, batch_size: int) -> None:
     print(f"enqueued {n} on {LADDER}@1 in {took:.1f} s ({n / took:,.0f}/s); "
           f"peak RSS {peak_rss_mib():.0f} MiB")
     copy_ladder("inserted", 2, ladders_dir)
-    release_version(history=history, ladders_dir=ladders_dir, ladder=LADDER, version=2,
+    release_version(history=history, files=LadderCatalog.from_dir(ladders_dir, strict=False),
+                    ladder=LADDER, version=2,
                     actor="bench", reason="benchmark", now=app.scheduler.time())
     catalog = app.ladders
 
@@ -124,8 +126,9 @@ def run(app: App, ladders_dir: Path, n: int, batch_size: int) -> None:
     batches = {"n": 0}
     marks: list[float] = []  # wall time at each quarter of the apply
 
-    def progress(done: int, total: int) -> None:
+    def progress(phase: str, done: int, total: int | None) -> None:
         batches["n"] += 1
+        total = total or done
         while len(marks) < 4 and done >= total * (len(marks) + 1) / 4:
             marks.append(time.perf_counter())
 

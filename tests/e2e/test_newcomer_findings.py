@@ -31,7 +31,8 @@ def test_out_of_range_dates_are_refused_before_anything_is_written(
     assert app.scheduler.payload(uuid.UUID(did)) is None
 
 
-@pytest.mark.parametrize("money", ["99999999999999999999999999999", "1e30", "١٢٣"])
+@pytest.mark.parametrize("money", ["99999999999999999999999999999", "1e30", "١٢٣", "0.125",
+                                   "1.001", "1e3", "1_000"])
 def test_huge_or_non_ascii_money_is_a_clear_error(cli_env: dict[str, str], money: str) -> None:
     res = run_cli(cli_env, "enqueue", "--dispute-id", str(uuid.uuid4()), "--source-hash", HASH,
                   "--due-at", "2026-01-01T00:00:00+00:00", "--materiality", money)

@@ -33,7 +33,9 @@ def test_pause_and_resume_through_the_cli_record_rows_and_move_the_member(
     assert not _scheduled(app, did)  # off the due schedule
     assert app.scheduler.payload(did) is not None  # payload kept
     again = run_cli(cli_env, "pause", str(did), "--reason", "twice")
-    assert again.returncode != 0 and "error:" in again.stderr
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"already paused {did} (seq 2): nothing changed")
+    assert [r.event for r in app.store.trail(did)] == ["ENQUEUED", "PAUSED"]
 
     resumed = run_cli(cli_env, "resume", str(did), "--json")
     assert resumed.returncode == 0, resumed.stderr
@@ -47,8 +49,10 @@ def test_pause_and_resume_through_the_cli_record_rows_and_move_the_member(
     assert status.value == "pending"
     # due = resume time + remaining (utc calendar: elapsed time)
     assert state.due_at - trail[2].decided_at == timedelta(milliseconds=body["remaining_ms"])
-    not_paused = run_cli(cli_env, "resume", str(did))
-    assert not_paused.returncode != 0 and "not paused" in not_paused.stderr
+    twice = run_cli(cli_env, "resume", str(did))
+    assert twice.returncode == 0, twice.stderr
+    assert twice.stdout.startswith(f"already running (resumed or never paused) {did} (seq 3)")
+    assert len(app.store.trail(did)) == 3
 
 
 def test_cancelling_a_paused_escalation_removes_it(app: Any, cli_env: dict[str, str]) -> None:

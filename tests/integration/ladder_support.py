@@ -49,7 +49,7 @@ class MigEnv:
         env = cls(app, tmp_path / "ladders", "m" + uuid.uuid4().hex[:12])
         env.dir.mkdir()
         env.add("base", 1, release=False)
-        baseline_releases(env.history, env.dir, app.scheduler.time())
+        baseline_releases(env.history, env.files, app.scheduler.time())
         return env
 
     def add(self, variant: str, version: int = 2, *, release: bool = True) -> Path:
@@ -65,7 +65,7 @@ class MigEnv:
     def release(self, version: int = 2, *, actor: str = "test-admin",
                 reason: str = "CHG-1") -> ReleaseResult:
         """``ladder release --version``."""
-        return release_version(history=self.history, ladders_dir=self.dir, ladder=self.name,
+        return release_version(history=self.history, files=self.files, ladder=self.name,
                                version=version, actor=actor, reason=reason,
                                now=self.app.scheduler.time())
 

@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from escalation.adapters.audit_store import PostgresAuditStore
+from escalation.adapters.checkpoints import PostgresCheckpoints
 from escalation.domain import audit_hash
 from escalation.domain.merkle import EMPTY_ROOT, leaf_hash, merkle_root, node_hash
 from escalation.service_layer.checkpoint import (
@@ -76,18 +77,18 @@ def test_checkpoints_chain_to_each_other_and_cover_every_head(scratch):
     store = PostgresAuditStore(engine)
     for _ in range(3):
         _chain(store)
-    first = create_checkpoint(engine, "test")
+    first = create_checkpoint(PostgresCheckpoints(engine), "test")
     _chain(store)
-    second = create_checkpoint(engine, "test")
+    second = create_checkpoint(PostgresCheckpoints(engine), "test")
     assert (first.checkpoint_id, first.head_count) == (1, 3)
     assert (second.checkpoint_id, second.head_count) == (2, 4)
     assert second.prev_checkpoint_hash == first.checkpoint_hash
-    assert verify(engine).ok
+    assert verify(PostgresCheckpoints(engine)).ok
 
 
 def test_checkpoint_tables_are_append_only(scratch):
     engine = scratch
-    create_checkpoint(engine, "test")
+    create_checkpoint(PostgresCheckpoints(engine), "test")
     with pytest.raises(sa.exc.DBAPIError, match="append-only"), engine.begin() as conn:
         conn.execute(sa.text("UPDATE audit_checkpoint SET actor = 'mallory'"))
 
@@ -97,15 +98,15 @@ def test_verify_catches_a_chain_recomputed_after_an_edit_through_the_checkpoint(
     store = PostgresAuditStore(engine)
     victim = _chain(store)
     clean = _chain(store)
-    create_checkpoint(engine, "test")
+    create_checkpoint(PostgresCheckpoints(engine), "test")
     _rewrite_whole_chain(engine, victim, 2, "mallory")
     # The chain itself and the projection head are self-consistent again ...
     assert store.verify() == []
     # ... but the checkpoint sealed the old head of the victim's chain.
-    report = verify(engine)
+    report = verify(PostgresCheckpoints(engine))
     assert not report.ok
     assert report.checkpoint_mismatches == [(victim, 3)]
-    assert verify(engine, clean).ok
+    assert verify(PostgresCheckpoints(engine), clean).ok
 
 
 def test_verify_catches_a_row_changed_with_triggers_disabled(scratch):
@@ -119,20 +120,20 @@ def test_verify_catches_a_row_changed_with_triggers_disabled(scratch):
                     " AND seq = 1"),
             {"d": victim},
         )
-    report = verify(engine)
+    report = verify(PostgresCheckpoints(engine))
     assert report.broken_chains == [(victim, 1)]
 
 
 def test_digest_file_exposes_rewritten_checkpoint_tables(scratch, tmp_path):
     engine = scratch
     _chain(PostgresAuditStore(engine))
-    cp = create_checkpoint(engine, "test")
+    cp = create_checkpoint(PostgresCheckpoints(engine), "test")
     path = tmp_path / "digest.json"
     write_digest(cp, path)
     assert read_digest(path) == json.loads(json.dumps(digest_of(cp)))
-    assert verify(engine, digest=read_digest(path)).ok
+    assert verify(PostgresCheckpoints(engine), digest=read_digest(path)).ok
     forged = {**read_digest(path), "heads_root": "00" * 32}
-    report = verify(engine, digest=forged)
+    report = verify(PostgresCheckpoints(engine), digest=forged)
     assert report.checkpoint_errors == ["checkpoint 1 in the database differs from the digest file"]
 
 

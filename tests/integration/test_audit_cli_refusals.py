@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from escalation.adapters.audit_search import PostgresLedgerSearch
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.domain.errors import InvalidInput
 from escalation.service_layer.audit_export import (
@@ -35,14 +36,14 @@ def _promoted_chain(engine: sa.Engine) -> None:
 def test_unknown_decision_is_refused_and_the_known_names_are_listed(scratch) -> None:
     engine = scratch
     _promoted_chain(engine)
-    known = known_decisions(engine)
+    known = known_decisions(PostgresLedgerSearch(engine))
     assert "PROMOTED" in known and "CANCELLED" in known
     recorded = [k for k in known if k.startswith("PROMOTED_TO_")]
     assert recorded  # a recorded match_decision is known too
-    check_decision(engine, recorded[0])
-    check_decision(engine, "CANCELLED")  # an event, even with no row yet
+    check_decision(PostgresLedgerSearch(engine), recorded[0])
+    check_decision(PostgresLedgerSearch(engine), "CANCELLED")  # an event, even with no row yet
     with pytest.raises(InvalidInput, match=r"unknown decision/event 'BOGUS'; known: .*PROMOTED"):
-        check_decision(engine, "BOGUS")
+        check_decision(PostgresLedgerSearch(engine), "BOGUS")
 
 
 def test_a_reversed_window_is_refused() -> None:
@@ -54,7 +55,7 @@ def test_export_to_a_missing_directory_is_refused_before_writing(scratch, tmp_pa
     engine = scratch
     target = tmp_path / "nonexistent" / "a.csv"
     with pytest.raises(InvalidInput, match=r"output directory .*nonexistent.* does not exist"):
-        export(engine, "csv", target, AuditFilter())
+        export(PostgresLedgerSearch(engine), "csv", target, AuditFilter())
     assert not target.parent.exists()
 
 

@@ -32,6 +32,9 @@ def test_intact_ledger_verifies_clean(scratch):
     ids = [_three_row_chain(store) for _ in range(3)]
     assert store.verify() == []
     assert all(store.verify(d) == [] for d in ids)
+    calls: list[tuple[str, int, int | None]] = []
+    assert store.verify(progress=lambda *call: calls.append(call)) == []
+    assert calls == [("chains", 3, 3)]
 
 
 def test_verify_detects_a_row_changed_with_triggers_disabled(scratch):

@@ -6,7 +6,7 @@ import time
 import uuid
 from typing import Any
 
-from escalation.service_layer.doctor import run_doctor
+from escalation.bootstrap import run_doctor
 from tests.e2e.helpers import due_requests, enqueue
 from tests.helpers import run_cli
 from tests.integration import reliability_support as support

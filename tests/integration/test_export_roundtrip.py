@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
+from escalation.adapters.audit_search import PostgresLedgerSearch
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.domain.audit_hash import verify_chain
 from escalation.service_layer.audit_export import (
@@ -34,7 +35,7 @@ def _chains(engine: sa.Engine, n: int) -> None:
 def test_csv_export_round_trips_rows_and_manifest_hash(scratch, tmp_path):
     _chains(scratch, 5)
     out = tmp_path / "audit.csv"
-    export(scratch, "csv", out, AuditFilter())
+    export(PostgresLedgerSearch(scratch), "csv", out, AuditFilter())
     doc = json.loads(manifest_path(out).read_text())
     assert doc["row_count"] == 10
     assert doc["columns"] == list(COLUMNS)
@@ -60,7 +61,7 @@ def test_csv_export_round_trips_rows_and_manifest_hash(scratch, tmp_path):
 def test_export_formats_times_as_utc_iso_and_money_as_strings(scratch, tmp_path):
     _chains(scratch, 1)
     out = tmp_path / "audit.jsonl"
-    export(scratch, "jsonl", out, AuditFilter(since=T0 + timedelta(seconds=1),
+    export(PostgresLedgerSearch(scratch), "jsonl", out, AuditFilter(since=T0 + timedelta(seconds=1),
                                               until=datetime(2100, 1, 1, tzinfo=UTC)))
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 1  # only the PROMOTED row is decided at or after T0
@@ -73,10 +74,11 @@ def test_export_formats_times_as_utc_iso_and_money_as_strings(scratch, tmp_path)
 
 def test_search_filters_by_actor_tier_and_decision(scratch):
     _chains(scratch, 3)
-    assert len(search(scratch, AuditFilter(actor="worker-7"))) == 3
-    assert len(search(scratch, AuditFilter(decision="PROMOTED_TO_SENIOR", tier="senior"))) == 3
-    assert search(scratch, AuditFilter(ladder_version=2)) == []
-    one = search(scratch, AuditFilter(actor="svc"), limit=1)[0]
+    ledger = PostgresLedgerSearch(scratch)
+    assert len(search(ledger, AuditFilter(actor="worker-7"))) == 3
+    assert len(search(ledger, AuditFilter(decision="PROMOTED_TO_SENIOR", tier="senior"))) == 3
+    assert search(ledger, AuditFilter(ladder_version=2)) == []
+    one = search(ledger, AuditFilter(actor="svc"), limit=1)[0]
     assert one.calendar_version is None and one.chain_created_at is not None
 
 
@@ -93,7 +95,7 @@ SELECT md5(g::text)::uuid, 1, 'PROMOTED', 'PROMOTED_TO_SENIOR', 'l', 1, g / 100.
 def _peak_export(engine: sa.Engine, path) -> int:
     tracemalloc.start()
     try:
-        export(engine, "csv", path, AuditFilter())
+        export(PostgresLedgerSearch(engine), "csv", path, AuditFilter())
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

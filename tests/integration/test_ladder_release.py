@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from escalation.bootstrap import build
+from escalation.adapters.ladder_files import check_ladder_dir_with_history as check
+from escalation.bootstrap import build, run_doctor
 from escalation.domain.errors import (
     RELEASE_BROKEN,
     LadderError,
@@ -21,9 +22,7 @@ from escalation.domain.errors import (
     LadderReleaseError,
 )
 from escalation.service_layer.dead_letters import DeadLetters
-from escalation.service_layer.doctor import run_doctor
 from escalation.service_layer.fire import fire_due
-from escalation.service_layer.ladder_migration import check
 from tests.integration.ladder_support import MigEnv, hours
 from tests.integration.reliability_support import reliability_redis
 

@@ -113,3 +113,31 @@ def test_normalize_url_keeps_a_socket_directory_host():
 def test_normalize_url_refuses_non_postgresql_urls(bad):
     with pytest.raises(ConfigError):
         db.normalize_url(bad)
+
+
+def test_db_upgrade_says_which_revisions_it_applied_or_that_it_was_at_head(server_urls):
+    import os
+    import subprocess
+    import sys
+
+    with scratch_database(server_urls[1], "escalation_scratch", migrate=False) as url:
+        db.upgrade_to_head(url)
+        db.downgrade(url, "0003")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
+        env.update(ESCALATION_DATABASE_URL=url, ESCALATION_REDIS_URL=server_urls[0],
+                   ESCALATION_LOG_FORMAT="json")
+        cmd = [sys.executable, "-m", "escalation", "db", "upgrade"]
+        first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120,
+                               check=False)
+        assert first.returncode == 0, first.stderr
+        lines = first.stdout.strip().splitlines()
+        applied = [line.split()[1] for line in lines[:-1]]
+        assert applied[:2] == ["0004", "0005"] and applied[-1] == db.head_revision()
+        assert all(line.startswith("applied ") for line in lines[:-1])
+        assert lines[-1] == (f"database now at head ({db.head_revision()}): "
+                             f"{len(applied)} revision(s) applied")
+        again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120,
+                               check=False)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip() == (
+            f"database already at head ({db.head_revision()}): nothing to apply")

@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from escalation.adapters.audit_store import PostgresAuditStore
+from escalation.adapters.checkpoints import PostgresCheckpoints
 from escalation.adapters.partitions import (
     add_months,
     drop_expired,
@@ -90,7 +91,7 @@ def test_drop_expired_removes_only_partitions_entirely_older_than_retention(scra
     with scratch.connect() as conn:
         logged = conn.execute(sa.text("SELECT partition_name, action FROM audit_retention")).all()
     assert logged == [("escalation_audit_y2015m03", "dropped")]
-    assert verify(scratch).ok
+    assert verify(PostgresCheckpoints(scratch)).ok
 
 
 def test_drop_expired_refuses_an_old_partition_holding_a_young_row(scratch):

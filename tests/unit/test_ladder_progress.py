@@ -1,36 +1,40 @@
-"""`ladder plan`/`apply` progress: a rich bar on a terminal, one summary line otherwise."""
+"""`ladder plan`/`apply` progress: the use cases report through the one progress callback
+(``service_layer.progress.Progress``), drawn as a rich bar on a terminal only."""
 
 from __future__ import annotations
 
+import inspect
 import io
-import sys
-from typing import Any
 
-import pytest
 from rich.console import Console
 
-from escalation.entrypoints import cli_ladder
+from escalation.entrypoints.progress import cli_progress
+from escalation.service_layer import ladder_migration
+from escalation.service_layer.progress import Progress, no_progress
 
 
-def test_a_terminal_gets_a_rich_progress_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plan_and_apply_take_the_shared_progress_callback() -> None:
+    for fn in (ladder_migration.plan_migration, ladder_migration.apply_migration):
+        annotation = inspect.signature(fn).parameters["progress"].annotation
+        assert "Progress" in str(annotation)
+    assert ladder_migration.Progress is Progress
+
+
+def test_a_terminal_gets_one_bar_per_phase() -> None:
     buf = io.StringIO()
-    monkeypatch.setattr(cli_ladder, "err", Console(file=buf, force_terminal=True, width=100))
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    bar = cli_ladder._progress("migrating")
-    with bar as tick:
-        tick(250, 1000)
-        task: Any = bar._bar.tasks[0]
-        assert (task.completed, task.total) == (250, 1000)
-        tick(1000, 1000)
-    assert "migrating" in buf.getvalue() and "1000/1000" in buf.getvalue()
+    with cli_progress("ladder apply demo", console=Console(file=buf, force_terminal=True,
+                                                          width=100)) as progress:
+        progress("plan", 250, 1000)
+        progress("migrate", 1000, 1000)
+    text = buf.getvalue()
+    assert "ladder apply demo: plan" in text and "ladder apply demo: migrate" in text
+    assert "1000/1000" in text
 
 
-def test_without_a_terminal_one_summary_line(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_terminal_no_progress_output() -> None:
     buf = io.StringIO()
-    monkeypatch.setattr(cli_ladder, "err", Console(file=buf, force_terminal=False, width=200))
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
-    with cli_ladder._progress("planning") as tick:
-        for done in range(500, 3001, 500):
-            tick(done, 3000)
-    lines = buf.getvalue().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("planning: 3000/3000 escalation(s) in ")
+    with cli_progress("ladder plan demo", console=Console(file=buf,
+                                                          force_terminal=False)) as progress:
+        assert progress is no_progress
+        progress("plan", 3000, 3000)
+    assert buf.getvalue() == ""
