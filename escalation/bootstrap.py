@@ -16,6 +16,8 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -30,7 +32,11 @@ from escalation.adapters.db import (
     normalize_url,
     upgrade_to_head,
 )
-from escalation.adapters.ladder_files import LadderCatalog, check_ladder_dir_with_history
+from escalation.adapters.ladder_files import (
+    LadderCatalog,
+    ReleasedLadders,
+    check_ladder_dir_with_history,
+)
 from escalation.adapters.ladder_history import LadderHistoryStore
 from escalation.adapters.leader_lease import LeaderLease
 from escalation.adapters.maintenance_runs import PostgresMaintenanceRuns
@@ -41,12 +47,13 @@ from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.adapters.redis_warnings import RedisWarnings
 from escalation.domain.calendars import CalendarRegistry
-from escalation.domain.errors import SchemaNotAtHead
+from escalation.domain.errors import RELEASE_BROKEN, LadderError, SchemaNotAtHead
 from escalation.domain.escalation import Escalation
 from escalation.domain.timeutil import from_ms
 from escalation.logs import get_logger
 from escalation.service_layer.dead_letters import DeadLetters
 from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS, Check, DoctorDeps, run_checks
+from escalation.service_layer.ladder_release import baseline_releases
 from escalation.service_layer.maintenance import Job, Maintenance, log_dead_letters
 from escalation.service_layer.priority import weight_fn
 from escalation.service_layer.reconcile import reconcile
@@ -101,7 +108,7 @@ class App:
     engine: sa.Engine
     scheduler: RedisScheduler
     store: PostgresAuditStore
-    ladders: LadderCatalog
+    ladders: ReleasedLadders
     calendars: CalendarRegistry
     actor: str
 
@@ -226,15 +233,17 @@ def build(
     Args:
         check_schema: refuse to start unless the database is at the Alembic head (the
             embedded database, which is ours, is upgraded instead).
-        strict_ladders: refuse to start if any ladder file is invalid (worker, enqueue,
-            import); otherwise invalid files are skipped and listed in ``ladders.errors``.
+        strict_ladders: kept for callers; ladders are always the *released* versions
+            (docs/adr/0004-ladder-release.md): an invalid or unreleased file changes nothing,
+            a broken released file is reported (``ladders.errors``, doctor) and the
+            escalations pinned to it are dead-lettered by the worker.
         actor: who acts (worker id or admin name); defaults to a fresh worker id.
         durable_redis: refuse a Redis whose maxmemory-policy may evict keys unless
             ``settings.allow_evicting_redis`` (workers, enqueue, import).
 
     Raises:
         SchemaNotAtHead: ``check_schema`` and the database is behind (run ``db upgrade``).
-        LadderError: a ladder file under ``settings.ladders_dir`` is invalid.
+        LadderError: the ladder directory under ``settings.ladders_dir`` is missing.
         ConfigError: ``durable_redis`` and the Redis may evict keys.
     """
     urls = resolve_urls(settings)
@@ -261,7 +270,9 @@ def build(
         client.close()
         engine.dispose()
         raise
-    ladders = LadderCatalog.from_dir(settings.ladders_dir, strict=strict_ladders)
+    seconds, micros = client.time()
+    ladders = released_ladders(LadderHistoryStore(engine), settings.ladders_dir,
+                               from_ms(int(seconds) * 1000 + int(micros) // 1000))
     # materiality weights are written at enqueue; claim.lua ages them (docs/sla.md)
     scheduler = RedisScheduler(
         client, namespace=settings.namespace, shards=settings.shards,
@@ -279,6 +290,20 @@ def build(
         calendars=load_calendars(settings.calendars_file),
         actor=actor or make_worker_id(settings),
     )
+
+
+def released_ladders(history: LadderHistoryStore, ladders_dir: Path,
+                     now: datetime) -> ReleasedLadders:
+    """The released ladders of ``ladders_dir``, after a first-use baseline release
+    (``service_layer.ladder_release.baseline_releases``).
+
+    Raises:
+        LadderError: the directory is missing.
+    """
+    if not ladders_dir.is_dir():
+        raise LadderError(f"{ladders_dir}: (directory): ladder directory not found")
+    baseline_releases(history, LadderCatalog.from_dir(ladders_dir, strict=False), now)
+    return ReleasedLadders(ladders_dir, history.released_checksums)
 
 
 # --------------------------------------------------------------------------- use-case wiring
@@ -340,16 +365,19 @@ def maintenance_for(app: App, *, ttl_ms: int | None = None) -> Maintenance:
 
 
 def ladder_file_problems(app: App) -> list[str]:
-    """Invalid ladder files, plus edited files of applied versions (the ladder history's
-    checksums); a failure of the history check is reported as a problem, never raised."""
-    errors = list(app.ladders.errors)
+    """Broken releases (released files missing, invalid or edited, re-read now), then every
+    other ``ladder check`` problem; a failure of the check is reported, never raised."""
     try:
-        errors += [e for e in check_ladder_dir_with_history(app.settings.ladders_dir,
-                                                     LadderHistoryStore(app.engine))
-                   if e not in errors and "checksum" in e]
+        ladders = app.ladders
+        ladders.refresh()
+        broken = list(ladders.problems())
+        named = {e.split(": ", 2)[1] for e in broken if e.count(": ") >= 2}  # their files
+        others = [e for e in check_ladder_dir_with_history(app.settings.ladders_dir,
+                                                           LadderHistoryStore(app.engine))
+                  if not e.startswith(RELEASE_BROKEN) and e.split(": ", 1)[0] not in named]
     except Exception as exc:  # doctor reports, never crashes
-        errors.append(f"ladder check could not run: {exc}")
-    return errors
+        return [f"ladder files could not be checked: {exc}"]
+    return broken + others
 
 
 def run_doctor(app: App, *, host_ms: Callable[[], int] | None = None,

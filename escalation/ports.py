@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -520,6 +521,29 @@ class HistoryRow:
     last_dispute_id: UUID | None
     redis_synced_through: UUID | None
     error: str | None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRow:
+    """One ``ladder_release`` row: ``ladder@version`` is live with the file of ``checksum``
+    (SHA-256 hex), released at ``released_at`` (aware UTC) by ``released_by`` for ``reason``."""
+
+    ladder: str
+    version: int
+    checksum: str
+    released_at: datetime
+    released_by: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One keyset page of open escalations: ``rows`` (raw projection rows by dispute id)
+    and ``escalations`` (the same rows as domain objects, in dispute-id order)."""
+
+    rows: dict[UUID, dict[str, Any]]
+    escalations: list[Escalation]
 
 
 @dataclass
@@ -550,12 +574,73 @@ class LadderVersions(LadderSource, Protocol):
         ...
 
 
+class LadderFiles(Protocol):
+    """The ladder files of one directory as read now, released or not (adapter:
+    ``adapters.ladder_files.LadderCatalog``): valid files, and one line per invalid file."""
+
+    @property
+    def path(self) -> Path:
+        """The ladder directory."""
+        ...
+
+    @property
+    def errors(self) -> list[str]:
+        """One line per invalid file."""
+        ...
+
+    def find(self, name: str, version: int) -> Ladder | None:
+        """The valid file of ``name@version``, or None."""
+        ...
+
+    def all(self) -> list[Ladder]:
+        """Every valid file, by name then version."""
+        ...
+
+    def verify(self, name: str, version: int, checksum: str) -> Ladder:
+        """The file of released ``name@version`` if present, valid and with ``checksum``.
+        Raises LadderReleaseError (message prefix ``RELEASE_BROKEN``) otherwise."""
+        ...
+
+
+class LadderDirectory(LadderVersions, Protocol):
+    """The ladders ``ladder plan``/``apply`` read (adapters: ``LadderCatalog``,
+    ``ReleasedLadders``): :meth:`on_disk` re-reads the files as they are now."""
+
+    def on_disk(self) -> LadderFiles:
+        """The files of the directory as they are now (released or not)."""
+        ...
+
+
 class LadderHistory(Protocol):
     """Ladder migration runs and their batched writes (adapter:
     ``adapters.ladder_history.LadderHistoryStore``; see ``service_layer.ladder_migration``)."""
 
     def applied_checksums(self) -> dict[tuple[str, int], str]:
-        """(ladder, version) -> checksum of the file each finished run applied."""
+        """(ladder, version) -> checksum of every released version and of the file each
+        running or finished run applied (a release wins)."""
+        ...
+
+    def releases(self, ladder: str | None = None) -> dict[tuple[str, int], ReleaseRow]:
+        """The ``ladder_release`` rows (of one ladder when given)."""
+        ...
+
+    def released_checksums(self) -> dict[tuple[str, int], str]:
+        """(ladder, version) -> checksum of the file as released."""
+        ...
+
+    def release(
+        self, *, ladder: str, version: int, checksum: str, released_by: str, reason: str,
+        released_at: datetime,
+    ) -> tuple[ReleaseRow, bool]:
+        """Record a release; ``(row, new)``. Raises ConflictError if released with another
+        checksum."""
+        ...
+
+    def baseline(
+        self, files: Mapping[str, Sequence[tuple[int, str]]], *, released_by: str, reason: str,
+        released_at: datetime,
+    ) -> list[ReleaseRow]:
+        """Release ``files`` of the ladders with no release yet, in one transaction."""
         ...
 
     def history(self, ladder: str | None = None) -> list[HistoryRow]:
@@ -568,12 +653,12 @@ class LadderHistory(Protocol):
 
     def start(
         self, *, ladder: str, version: int, checksum: str, plan_hash: str, applied_by: str,
-        started_at: datetime, planned: int,
+        started_at: datetime, planned: int, reason: str = "",
     ) -> int:
         """Insert a running run; returns its id. Raises ConflictError if one is running."""
         ...
 
-    def resume(self, run_id: int, applied_by: str) -> None:
+    def resume(self, run_id: int, applied_by: str, reason: str = "") -> None:
         """Mark a failed run running again. Raises ConflictError / NotFound."""
         ...
 
@@ -594,6 +679,16 @@ class LadderHistory(Protocol):
         """A keyset page (dispute id > ``after``) of the ladder's pending/paused escalations."""
         ...
 
+    def open_page(
+        self, ladder: str, after: UUID | None, limit: int, *, below_version: int,
+    ) -> Page:
+        """Like :meth:`open_escalations` (pinned below ``below_version``), with the raw rows."""
+        ...
+
+    def count_open(self, ladder: str, below_version: int) -> int:
+        """How many pending/paused escalations of ``ladder`` are pinned below the version."""
+        ...
+
     def states(self, ids: Sequence[UUID]) -> dict[UUID, Escalation]:
         """Projection states of ``ids`` (those that exist)."""
         ...
@@ -608,8 +703,13 @@ class LadderHistory(Protocol):
         decided_at: datetime,
         details: Mapping[str, Any],
         replan: Replan,
+        through: UUID | None = None,
+        blocked: int = 0,
+        page_rows: Mapping[UUID, Mapping[str, Any]] | None = None,
+        redis_note: tuple[UUID, int] | None = None,
     ) -> BatchResult:
-        """Migrate one batch in one transaction (LADDER_MIGRATED rows, projection, counters)."""
+        """Migrate one batch in one transaction (LADDER_MIGRATED rows, projection, counters,
+        resume points)."""
         ...
 
 

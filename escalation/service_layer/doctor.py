@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
-from escalation.domain.errors import EscalationError
+from escalation.domain.errors import RELEASE_BROKEN, EscalationError
 from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.ports import DEAD_DECISION
 
@@ -212,8 +212,19 @@ def run_checks(deps: DoctorDeps, *, host_ms: Callable[[], int] | None = None,
 
 
 def _ladder_files(errors: list[str]) -> Check:
-    """Invalid ladder files (skipped by read-only commands; workers refuse to start)."""
+    """Invalid ladder files, and released versions whose file is missing, invalid or edited
+    after release (lines starting with ``RELEASE_BROKEN``): the escalations pinned to a
+    broken release are dead-lettered by the workers until the released file is restored."""
+    broken = [e for e in errors if e.startswith(RELEASE_BROKEN)]
+    advice = ""
+    if broken:
+        advice = ("restore each released file from version control (a released file is never "
+                  "edited: put a change in a new version and release it), then `escalation "
+                  "dead retry` the escalations dead-lettered meanwhile")
+    elif errors:
+        advice = ("fix the file (see `escalation ladder check`); an invalid file is never "
+                  "released, so enqueue and workers ignore it")
     return Check("LADDER_FILES", not errors,
-                 f"{len(errors)} invalid ladder file(s)" + (f": {errors[0]}" if errors else ""),
-                 "" if not errors else "fix the file (see `escalation ladder check`); workers "
-                 "and enqueue refuse to start until every ladder file is valid")
+                 f"{len(broken)} broken release(s), {len(errors) - len(broken)} invalid "
+                 f"ladder file(s)" + (f": {errors[0]}" if errors else ""), advice)
+
