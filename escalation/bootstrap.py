@@ -17,7 +17,7 @@ import redis
 import sqlalchemy as sa
 
 from escalation.adapters.audit_store import PostgresAuditStore
-from escalation.adapters.calendar_files import load_calendars
+from escalation.adapters.calendar_files import load_institution_calendars
 from escalation.adapters.db import check_at_head, make_engine, normalize_url, upgrade_to_head
 from escalation.adapters.ladder_files import LadderCatalog
 from escalation.adapters.redis_scheduler import RedisScheduler
@@ -137,6 +137,8 @@ def build(
         scheduler=scheduler,
         store=PostgresAuditStore(engine),
         ladders=ladders,
-        calendars=load_calendars(settings.calendars_file),
+        calendars=load_institution_calendars(
+            settings.calendars_file, settings.institution_calendar, settings.institution_timezone
+        ),
         actor=actor or make_worker_id(settings),
     )

@@ -186,9 +186,12 @@ class AuditLog(Protocol):
     def record_enqueue_many(
         self, escalations: Sequence[Escalation], actor: str, decided_at: datetime,
         calendar_versions: Mapping[UUID, str] | None = None,
+        details: Mapping[UUID, Mapping[str, object]] | None = None,
     ) -> list[tuple[bool, Escalation]]:
         """Record ENQUEUED rows; (created, state) per escalation, idempotent per dispute.
-        ``calendar_versions``: dispute id -> calendar version recorded on the row (issue 4)."""
+        ``calendar_versions``: dispute id -> calendar version recorded on the row (issue 4).
+        ``details``: dispute id -> extra ledger details (institution zone/calendar,
+        attributes, each deadline's citation, the deadline bounding the due time)."""
         ...
 
     def record_decisions(

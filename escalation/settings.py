@@ -71,6 +71,23 @@ class Settings(BaseSettings):
     audit_partitions_ahead: int = Field(default=3, ge=1, le=120)
     # Issue 4 C: one materiality weight is worth this much waiting (docs/sla.md starvation bound)
     priority_aging_s: int = Field(default=300, ge=1, le=86_400)
+    # The institution's home time zone and business calendar: what the calendar id
+    # ``institution`` in ladder windows means, and the zone of date-only / naive inputs.
+    # A ladder version (``[institution]``) and each escalation may override them.
+    institution_timezone: str = "America/New_York"
+    institution_calendar: str = "us_federal_reserve"
+
+    @field_validator("institution_timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        from escalation.domain.errors import InvalidInput
+        from escalation.domain.wall_time import zone
+
+        try:
+            zone(value)
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("poll_interval_s", "batch_size", "lock_ttl_s", "jitter", "shards")
     @classmethod

@@ -74,6 +74,8 @@ _ENQUEUE_TYPES: dict[str, str] = {
     "trace_id": "text",
     "regulatory_deadline": "timestamptz",
     "deadlines": "jsonb",  # issue 4 A: every regulatory deadline (escalation_deadlines_json)
+    "institution_tz": "text",  # the escalation's institution zone and calendar (0009)
+    "institution_calendar": "text",
     "remaining_ms": "bigint",
     "last_seq": "bigint",
     "last_hash": "bytea",
@@ -162,6 +164,7 @@ class PostgresAuditStore(AuditQueries):
     def record_enqueue_many(
         self, escalations: Sequence[Escalation], actor: str, decided_at: datetime | None = None,
         calendar_versions: Mapping[UUID, str] | None = None,
+        details: Mapping[UUID, Mapping[str, object]] | None = None,
     ) -> list[tuple[bool, Escalation]]:
         """:meth:`record_enqueue` for a batch, in one transaction and at most three statements.
 
@@ -173,6 +176,7 @@ class PostgresAuditStore(AuditQueries):
         the batch is recorded once (its later occurrences return ``False``).
         ``calendar_versions`` (optional, issue 4): dispute id -> version of the calendar its due
         time was counted in, recorded in the ENQUEUED row's ``calendar_version``.
+        ``details`` (optional): dispute id -> extra keys of the ENQUEUED row's ``details``.
         """
         if not escalations:
             return []
@@ -185,6 +189,7 @@ class PostgresAuditStore(AuditQueries):
                 firsts[esc.dispute_id] = _enqueue_rows(
                     esc, actor, when or esc.entered_tier_at,
                     (calendar_versions or {}).get(esc.dispute_id),
+                    (details or {}).get(esc.dispute_id),
                 )
         with self._engine.begin() as conn:
             # Sorted by dispute id, like every lock taken here: no deadlock between batches.
@@ -375,7 +380,8 @@ class PostgresAuditStore(AuditQueries):
 
 # ---------------------------------------------------------------------- helpers
 def _enqueue_rows(
-    esc: Escalation, actor: str, decided_at: datetime, calendar_version: str | None = None
+    esc: Escalation, actor: str, decided_at: datetime, calendar_version: str | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> dict[str, Any]:
     """Projection row (seq 1) and its ENQUEUED ledger row for one new escalation.
 
@@ -396,6 +402,8 @@ def _enqueue_rows(
         "trace_id": esc.trace_id,
         "regulatory_deadline": esc.regulatory_deadline,
         "deadlines": deadlines_json(esc.deadlines),
+        "institution_tz": esc.institution_tz,
+        "institution_calendar": esc.institution_calendar,
         "remaining_ms": None,
         "last_seq": 0,
         "last_hash": b"\x00" * 32,
@@ -415,6 +423,7 @@ def _enqueue_rows(
             "entered_tier_at": esc.entered_tier_at.isoformat(),  # SLA report: time in tier
             **({"deadlines": {n: at.isoformat() for n, at in esc.deadlines}}
                if esc.deadlines else {}),
+            **(extra or {}),
         },
     )
     state["last_seq"] = 1
@@ -478,6 +487,8 @@ def _apply_decisions(
             next_due_at=decision.next_due_at,
             fence_token=claimed.token,
             calendar_version=decision.calendar_version,
+            **({"details": {"deadline": decision.deadline_detail}}
+               if decision.deadline_detail is not None else {}),
         )
         ledger.append(row)
         state.update(

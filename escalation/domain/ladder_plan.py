@@ -269,7 +269,7 @@ def plan_escalation(
         to_tier=new.id,
         old_next=None if old_next is None else old_next.id,
         new_next=None if new_next is None else new_next.id,
-        due=_due_plan(esc, target, new.id, calendars),
+        due=_due_plan(esc, target, new.id, esc.calendars(calendars)),
     )
 
 

@@ -21,6 +21,7 @@ Conventions (docs/sla.md):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
@@ -34,7 +35,7 @@ from escalation.domain.calendars import (
     window_end,
 )
 from escalation.domain.errors import InvalidInput
-from escalation.domain.ladder import Ladder, MaterialityBand, RegulatoryDeadline
+from escalation.domain.ladder import Ladder, MaterialityBand, RegulatoryDeadline, ResolvedDeadline
 from escalation.domain.timeutil import from_ms, require_aware, to_ms
 
 BUSINESS_UNITS = frozenset({WindowUnit.BUSINESS_DAYS, WindowUnit.BUSINESS_HOURS})
@@ -135,15 +136,26 @@ def deadline_values(
 
 
 def compute_deadlines(
-    ladder: Ladder, anchor_at: datetime, calendars: CalendarRegistry
+    ladder: Ladder, anchor_at: datetime, calendars: CalendarRegistry,
+    attributes: Mapping[str, object] | None = None,
 ) -> tuple[tuple[str, datetime], ...]:
     """Every regulatory deadline of ``ladder`` for an anchor event at ``anchor_at``:
     ``((name, aware UTC deadline), ...)`` in the ladder's order (issue 4 A).
 
     Raises:
-        InvalidInput: naive ``anchor_at`` or an unknown calendar.
+        InvalidInput: naive ``anchor_at``, an unknown calendar, or a dispute attribute the
+            ladder needs is missing (``RegulatoryDeadline.needs``).
     """
-    return tuple((d.name, d.deadline(anchor_at, calendars)) for d in ladder.deadlines)
+    return tuple((r.name, r.at) for r in resolve_deadlines(ladder, anchor_at, calendars,
+                                                           attributes))
+
+
+def resolve_deadlines(
+    ladder: Ladder, anchor_at: datetime, calendars: CalendarRegistry,
+    attributes: Mapping[str, object] | None = None,
+) -> tuple[ResolvedDeadline, ...]:
+    """Like :func:`compute_deadlines` with each deadline's citation and the rule applied."""
+    return tuple(d.resolve(anchor_at, calendars, attributes) for d in ladder.deadlines)
 
 
 def tier_cap(
@@ -170,6 +182,42 @@ def tier_cap(
         if cap is not None and (best[0] is None or cap < best[0]):
             best = (cap, at)
     return best
+
+
+def capping_rule(
+    ladder: Ladder, tier_id: str, deadlines: dict[str, datetime], calendars: CalendarRegistry
+) -> RegulatoryDeadline | None:
+    """The regulatory rule whose ``deadline - buffer`` caps tier ``tier_id`` (the earliest
+    such cap), or None. Same choice as :func:`tier_cap`."""
+    best: tuple[datetime, RegulatoryDeadline] | None = None
+    for rule in ladder.deadlines_for(tier_id):
+        at = deadlines.get(rule.name)
+        if at is None:
+            continue
+        cap = regulatory_cap(at, rule, calendars)
+        if cap is not None and (best is None or cap < best[0]):
+            best = (cap, rule)
+    return None if best is None else best[1]
+
+
+def cap_provenance(
+    ladder: Ladder, tier_id: str, deadlines: dict[str, datetime], calendars: CalendarRegistry,
+    uncapped: datetime, due: datetime, sources: dict[str, str] | None = None,
+) -> dict[str, object] | None:
+    """Ledger ``details["deadline"]`` for a due time set for tier ``tier_id``: the deadline
+    that bounds it (name, citation, ISO UTC instant, buffer) and ``capped`` = True when the
+    cap moved the due time earlier than the tier window alone (``uncapped``). None when no
+    deadline bounds the tier. ``sources`` overrides a rule's citation (a variant's)."""
+    rule = capping_rule(ladder, tier_id, deadlines, calendars)
+    if rule is None:
+        return None
+    return {
+        "name": rule.name,
+        "citation": (sources or {}).get(rule.name) or rule.source,
+        "at": deadlines[rule.name].isoformat(),
+        "buffer": f"{rule.buffer} {rule.window.unit.value}",
+        "capped": due < uncapped,
+    }
 
 
 def escalation_tier_cap(

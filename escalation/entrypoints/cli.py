@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any
 
 import typer
@@ -44,6 +44,30 @@ def parse_time(value: str | None, name: str) -> datetime | None:
     except ValueError:
         raise InvalidInput(f"{name}: not an ISO-8601 time: {value!r}") from None
     return require_aware(parsed, name)
+
+
+def parse_time_or_date(value: str | None, name: str) -> datetime | date | None:
+    """ISO-8601 text -> aware datetime, or a ``date`` for ``YYYY-MM-DD`` (a local date in the
+    escalation's institution zone). Raises InvalidInput for bad or naive date-times."""
+    if value is not None and len(value.strip()) == 10:
+        try:
+            return date.fromisoformat(value.strip())
+        except ValueError:
+            raise InvalidInput(f"{name}: not an ISO-8601 date: {value!r}") from None
+    return parse_time(value, name)
+
+
+def parse_attributes(values: list[str] | None) -> dict[str, object] | None:
+    """``["name=value", ...]`` -> ``{name: value}``. Raises InvalidInput on a missing ``=``."""
+    if not values:
+        return None
+    out: dict[str, object] = {}
+    for item in values:
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInput(f"--attribute: expected name=value, got {item!r}")
+        out[key.strip()] = val.strip()
+    return out
 
 
 def _settings(**overrides: Any) -> Any:
@@ -84,7 +108,17 @@ def enqueue(
     external_id: Annotated[str | None, typer.Option(help="Source system id.")] = None,
     trace_id: Annotated[str | None, typer.Option(help="Correlation id.")] = None,
     notice_at: Annotated[str | None, typer.Option(
-        help="Regulatory anchor event time, ISO-8601 (default: tier entry).")] = None,
+        help="Regulatory anchor event time, ISO-8601 with offset or a date "
+             "(default: tier entry).")] = None,
+    timezone: Annotated[str | None, typer.Option(
+        help="Institution zone of this dispute (default: the ladder version's, else "
+             "ESCALATION_INSTITUTION_TIMEZONE); a date is read in it.")] = None,
+    calendar: Annotated[str | None, typer.Option(
+        help="Base business calendar of this dispute (default: the ladder version's, else "
+             "ESCALATION_INSTITUTION_CALENDAR).")] = None,
+    attribute: Annotated[list[str] | None, typer.Option(
+        help="Dispute attribute name=value a deadline needs, e.g. cycle_closing_day=6, "
+             "new_account=false (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Schedule an escalation for a dispute (idempotent per dispute)."""
@@ -93,9 +127,11 @@ def enqueue(
 
     req = EnqueueRequest(
         dispute_id=dispute_id, materiality=materiality, source_hash=source_hash, tier=tier,
-        due_at=parse_time(due_at, "--due-at"), opened_at=parse_time(opened_at, "--opened-at"),
+        due_at=parse_time_or_date(due_at, "--due-at"),
+        opened_at=parse_time_or_date(opened_at, "--opened-at"),
         ladder=ladder, external_id=external_id, trace_id=trace_id,
-        anchor_at=parse_time(notice_at, "--notice-at"),
+        anchor_at=parse_time_or_date(notice_at, "--notice-at"),
+        timezone=timezone, calendar=calendar, attributes=parse_attributes(attribute),
     )
     a = _app(actor="cli", strict_ladders=True)
     try:
@@ -111,7 +147,9 @@ def enqueue(
             "due_at": e.due_at.isoformat(), "ladder": e.ladder_key, "seq": e.seq,
             "status": res.status.value,
             "regulatory_deadline": (e.regulatory_deadline.isoformat()
-                                    if e.regulatory_deadline else None)}
+                                    if e.regulatory_deadline else None),
+            "deadlines": {n: at.isoformat() for n, at in e.deadlines},
+            "institution": {"timezone": e.institution_tz, "calendar": e.institution_calendar}}
     if as_json:
         _print_json(info)
     elif res.created:

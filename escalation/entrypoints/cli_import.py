@@ -33,7 +33,9 @@ def import_csv(
     materiality_column: Annotated[str | None, typer.Option(help="Amount column.")] = None,
     tier: Annotated[str | None, typer.Option(help="Default tier.")] = None,
     default_materiality: Annotated[str | None, typer.Option(help="Default amount.")] = None,
-    timezone: Annotated[str | None, typer.Option(help="Zone of date-only values.")] = None,
+    timezone: Annotated[str | None, typer.Option(
+        help="Institution zone of every row (date-only and naive values are read in it; "
+             "default: the ladder version's, else ESCALATION_INSTITUTION_TIMEZONE).")] = None,
     external_source: Annotated[str | None, typer.Option(help="Namespace of ids.")] = None,
     ladder: Annotated[str | None, typer.Option(help="Ladder name.")] = None,
     skip_invalid: Annotated[bool, typer.Option(help="Import good rows, list bad.")] = False,
@@ -53,9 +55,16 @@ def import_csv(
         default_materiality=default_materiality, timezone=timezone,
         external_source=external_source, ladder=ladder,
     )
+    from escalation.adapters.ladder_files import LadderCatalog
+    from escalation.entrypoints.cli import _settings
+
+    settings = _settings()
+    target = LadderCatalog.from_dir(settings.ladders_dir, strict=False).latest(
+        cmap.ladder or settings.default_ladder)
+    default_zone = target.institution_timezone or settings.institution_timezone
     try:
         with csv_path.open(newline="", encoding="utf-8") as fh:
-            plan = plan_import(fh, cmap)
+            plan = plan_import(fh, cmap, default_zone)
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{csv_path}: cannot read: {exc}") from None
     a = _app(actor="import", strict_ladders=True)

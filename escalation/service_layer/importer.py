@@ -2,9 +2,12 @@
 
 Each row becomes an :class:`EnqueueRequest`. A non-UUID dispute id (e.g. CFPB "Complaint
 ID") is mapped to a stable UUID5 in a per-source namespace and kept as ``external_id``; the
-source hash is the SHA-256 of the row's raw CSV line. A date-only value is the start of that
-day in the mapping's time zone (default UTC). Every row is validated before anything is
-written: a file with any bad row imports nothing unless ``skip_invalid``.
+source hash is the SHA-256 of the row's raw CSV line. Times follow the one wall-time rule
+(``escalation.domain.wall_time``): a date-only value is that local date in the institution's
+zone (the row's zone column, else the mapping's ``timezone``, else the ladder version's, else
+the deployment's ``institution_timezone``); a naive time is read in that zone (a gap or
+overlap time takes the earlier instant). Every row is validated before anything is written:
+a file with any bad row imports nothing unless ``skip_invalid``.
 """
 
 from __future__ import annotations
@@ -16,14 +19,15 @@ import tomllib
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, time
+from datetime import date, datetime
 from pathlib import Path
-from typing import TextIO
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import Any, TextIO
+from zoneinfo import ZoneInfo
 
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import check_source_hash, parse_dispute_id
 from escalation.domain.materiality import Materiality
+from escalation.domain.wall_time import parse_wall_time, zone
 from escalation.service_layer.enqueue import EnqueueRequest
 
 ID_NAMESPACE = uuid.UUID("5b0f6f3e-52c5-4bb9-9a3c-0b6a4e1f7d21")  # escalation import ids
@@ -39,7 +43,13 @@ class ColumnMapping:
         due_at: column with the breach instant (alternative to ``opened_at``).
         tier / materiality / source_hash: optional columns.
         default_tier / default_materiality: used when the column is absent or empty.
-        timezone: IANA zone for date-only or naive values.
+        anchor_at: column with the regulatory anchor event (default: the tier entry time).
+        timezone: IANA zone of the institution for every row (date-only and naive values
+            are read in it; stored on each escalation); None = ladder/deployment default.
+        timezone_column: column with a per-row zone (``[columns] timezone``).
+        calendar / calendar_column: base business calendar id, default or per row.
+        attribute_columns: dispute attribute -> column (``[columns.attributes]``).
+        default_attributes: dispute attribute -> value (``[defaults.attributes]``).
         external_source: names the UUID5 namespace of non-UUID ids (e.g. ``"cfpb"``).
         ladder: ladder name (None = the configured default).
     """
@@ -52,9 +62,15 @@ class ColumnMapping:
     source_hash: str = ""
     default_tier: str | None = None
     default_materiality: str = "0.00"
-    timezone: str = "UTC"
+    timezone: str | None = None
     external_source: str = "external"
     ladder: str | None = None
+    anchor_at: str = ""
+    timezone_column: str = ""
+    calendar: str | None = None
+    calendar_column: str = ""
+    attribute_columns: dict[str, str] = field(default_factory=dict)
+    default_attributes: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_file(cls, path: Path, **overrides: str | None) -> ColumnMapping:
@@ -67,7 +83,7 @@ class ColumnMapping:
             data = tomllib.loads(path.read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise InvalidInput(f"{path}: cannot read mapping file: {exc}") from None
-        values: dict[str, str | None] = {}
+        values: dict[str, Any] = {}
         unknown = sorted(set(data) - {"columns", "defaults"})
         if unknown:
             raise InvalidInput(
@@ -78,14 +94,22 @@ class ColumnMapping:
             if not isinstance(data.get(table, {}), dict):
                 raise InvalidInput(f"{path}: [{table}] must be a table of key = \"value\" lines")
             for key, val in dict(data.get(table, {})).items():
-                name = key if table == "columns" else (
-                    key if key in ("timezone", "external_source", "ladder") else f"default_{key}"
-                )
+                if key == "attributes" and isinstance(val, dict):
+                    target = "attribute_columns" if table == "columns" else "default_attributes"
+                    values[target] = {str(k): str(v) for k, v in val.items()}
+                    continue
+                if table == "columns" and key in ("timezone", "calendar"):
+                    name = f"{key}_column"
+                else:
+                    name = key if table == "columns" else (
+                        key if key in ("timezone", "external_source", "ladder", "calendar")
+                        else f"default_{key}"
+                    )
                 if name not in cls.__dataclass_fields__:
                     raise InvalidInput(f"{path}: [{table}] {key}: unknown key")
                 values[name] = str(val)
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**values)
 
 
 @dataclass
@@ -97,17 +121,13 @@ class ImportPlan:
     rows: int = 0
 
 
-def _parse_time(value: str, zone: ZoneInfo, column: str) -> datetime:
-    text = value.strip()
-    if not text:
-        raise InvalidInput(f"{column}: empty")
-    try:
-        if len(text) == 10:
-            return datetime.combine(datetime.strptime(text, "%Y-%m-%d").date(), time(), zone)
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidInput(f"{column}: not an ISO-8601 date or time: {text!r}") from None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=zone)
+def _parse_time(value: str, tz: ZoneInfo, column: str) -> datetime | date:
+    """A cell by the wall-time rule: a date-only value stays a local ``date`` (enqueue reads
+    it in the escalation's zone), a naive time is resolved in ``tz``, an aware one kept."""
+    instant, date_only = parse_wall_time(value, tz, column)
+    if date_only:
+        return date.fromisoformat(value.strip())
+    return instant
 
 
 def stable_dispute_id(raw: str, source: str) -> tuple[uuid.UUID, str | None]:
@@ -135,16 +155,19 @@ def _lines(stream: TextIO) -> Iterator[tuple[int, str]]:
         yield start, buf
 
 
-def plan_import(stream: TextIO, mapping: ColumnMapping) -> ImportPlan:
+def plan_import(
+    stream: TextIO, mapping: ColumnMapping, default_timezone: str = "America/New_York"
+) -> ImportPlan:
     """Parse and validate every row; nothing is written here.
+
+    ``default_timezone``: the institution zone when neither the row nor the mapping names
+    one (the CLI passes the ladder version's, else the deployment's).
 
     Raises:
         InvalidInput: the header lacks a mapped column, or the time zone is unknown.
     """
-    try:
-        zone = ZoneInfo(mapping.timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidInput(f"unknown time zone {mapping.timezone!r}") from None
+    default_zone = mapping.timezone or default_timezone
+    zone(default_zone)
     records = _lines(stream)
     try:
         _, header_line = next(records)
@@ -152,7 +175,9 @@ def plan_import(stream: TextIO, mapping: ColumnMapping) -> ImportPlan:
         raise InvalidInput("empty CSV file (no header)") from None
     header = next(csv.reader(io.StringIO(header_line)))
     needed = [c for c in (mapping.dispute_id, mapping.opened_at, mapping.due_at, mapping.tier,
-                          mapping.materiality, mapping.source_hash) if c]
+                          mapping.materiality, mapping.source_hash, mapping.anchor_at,
+                          mapping.timezone_column, mapping.calendar_column,
+                          *mapping.attribute_columns.values()) if c]
     missing = [c for c in needed if c not in header]
     if missing:
         raise InvalidInput(f"CSV header lacks mapped column(s): {', '.join(missing)}")
@@ -182,14 +207,28 @@ def plan_import(stream: TextIO, mapping: ColumnMapping) -> ImportPlan:
             source_hash = check_source_hash(
                 src or hashlib.sha256(raw.rstrip("\r\n").encode()).hexdigest()
             )
-            when = _parse_time(row[mapping.opened_at or mapping.due_at], zone,
+            row_zone = (row.get(mapping.timezone_column) or "").strip() if (
+                mapping.timezone_column) else ""
+            zone_name = row_zone or default_zone
+            tz = zone(zone_name)
+            cal = ((row.get(mapping.calendar_column) or "").strip() if mapping.calendar_column
+                   else "") or mapping.calendar
+            when = _parse_time(row[mapping.opened_at or mapping.due_at], tz,
                                mapping.opened_at or mapping.due_at)
+            anchor = (_parse_time(row[mapping.anchor_at], tz, mapping.anchor_at)
+                      if mapping.anchor_at else None)
+            attributes: dict[str, object] = dict(mapping.default_attributes)
+            for name, column in mapping.attribute_columns.items():
+                cell = (row.get(column) or "").strip()
+                if cell:
+                    attributes[name] = cell
             plan.requests.append((lineno, EnqueueRequest(
                 dispute_id=did, materiality=money or mapping.default_materiality,
                 source_hash=source_hash, tier=tier or mapping.default_tier,
                 opened_at=when if mapping.opened_at else None,
                 due_at=when if mapping.due_at else None,
-                ladder=mapping.ladder, external_id=external,
+                ladder=mapping.ladder, external_id=external, anchor_at=anchor,
+                timezone=zone_name, calendar=cal or None, attributes=attributes or None,
             )))
         except (InvalidInput, csv.Error) as exc:
             plan.errors.append((lineno, str(exc)))

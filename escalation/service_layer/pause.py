@@ -106,7 +106,7 @@ def pause(
                                 "can be paused")
         ladder = ladders.get(esc.ladder, esc.ladder_version)
         window = tier_window(ladder, esc.tier, esc.materiality.amount)
-        cal = calendar_of(window, calendars)
+        cal = calendar_of(window, esc.calendars(calendars))
         now = scheduler.time()
         left = remaining_ms(window, cal, now, esc.due_at)
         basis = "open" if uses_open_time(window) else "elapsed"
@@ -153,12 +153,13 @@ def resume(
             raise ConflictError(f"dispute {did} is {status.value}, not paused; nothing to resume")
         ladder = ladders.get(esc.ladder, esc.ladder_version)
         window = tier_window(ladder, esc.tier, esc.materiality.amount)
-        cal = calendar_of(window, calendars)
+        scoped = esc.calendars(calendars)
+        cal = calendar_of(window, scoped)
         left = _remaining_from_trail(store, did)
         now = scheduler.time()
         due = resume_due(window, cal, now, left)
         cap = escalation_tier_cap(
-            ladder, esc.tier, esc.deadlines, esc.regulatory_deadline, calendars)[0]
+            ladder, esc.tier, esc.deadlines, esc.regulatory_deadline, scoped)[0]
         due = cap_due(due, cap, now)
         basis = "open" if uses_open_time(window) else "elapsed"
         try:

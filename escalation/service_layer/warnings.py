@@ -95,7 +95,7 @@ def warning_members(
             if not uses_open_time(window):
                 out.extend(_elapsed_members(esc, tier.warn_at))
                 continue
-            cal = calendar_of(window, calendars)
+            cal = calendar_of(window, esc.calendars(calendars))
             times = warning_times(window, cal, esc.entered_tier_at, esc.due_at, tier.warn_at)
         except EscalationError:
             continue
@@ -206,7 +206,8 @@ def fire_warnings(
             continue
         try:
             ladder = ladders.get(esc.ladder, esc.ladder_version)
-            cal = calendar_of(tier_window(ladder, esc.tier, esc.materiality.amount), calendars)
+            cal = calendar_of(tier_window(ladder, esc.tier, esc.materiality.amount),
+                              esc.calendars(calendars))
             state = store.append_event(
                 m.dispute_id, "WARNING", f"SLA_WARNING_{int(Decimal(m.fraction) * 100)}",
                 actor, now, {},
