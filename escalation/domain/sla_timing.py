@@ -251,7 +251,8 @@ def uses_open_time(window: SlaWindow) -> bool:
 
 
 def open_ms_between(cal: Calendar, start: datetime, end: datetime) -> int:
-    """Milliseconds of working time between ``start`` and ``end`` (0 if end <= start).
+    """Milliseconds of working time between ``start`` and ``end`` (0 if end <= start),
+    rounded up.
 
     For a non-business calendar (always open) this is the elapsed time.
     """
@@ -259,7 +260,7 @@ def open_ms_between(cal: Calendar, start: datetime, end: datetime) -> int:
     if end <= start:
         return 0
     if not isinstance(cal, BusinessCalendar):
-        return (end - start) // _MS
+        return -(-(end - start) // _MS)
     total = timedelta(0)
     day = start.astimezone(cal.tz).date()
     last = end.astimezone(cal.tz).date()
@@ -269,7 +270,7 @@ def open_ms_between(cal: Calendar, start: datetime, end: datetime) -> int:
             if begin < close:
                 total += close - begin
         day += timedelta(days=1)
-    return total // _MS
+    return -(-total // _MS)  # rounded up: a pause never loses a fraction of a millisecond
 
 
 def advance_open_ms(cal: Calendar, start: datetime, amount_ms: int) -> datetime:
@@ -300,10 +301,11 @@ def advance_open_ms(cal: Calendar, start: datetime, amount_ms: int) -> datetime:
 
 def remaining_ms(window: SlaWindow, cal: Calendar, now: datetime, due: datetime) -> int:
     """What is left of a tier's window at ``now`` (pause): open ms for business units,
-    elapsed ms otherwise; 0 when already due."""
+    elapsed ms otherwise; 0 when already due. Rounded **up** to the millisecond, so a pause
+    never moves the due time earlier (property test)."""
     if uses_open_time(window):
         return open_ms_between(cal, now, due)
-    return max(0, (require_aware(due, "due") - require_aware(now, "now")) // _MS)
+    return max(0, -((require_aware(now, "now") - require_aware(due, "due")) // _MS))
 
 
 def resume_due(window: SlaWindow, cal: Calendar, now: datetime, remaining: int) -> datetime:
