@@ -340,6 +340,40 @@ def warning_times(
     return out
 
 
+def active_ms_between(window: SlaWindow, cal: Calendar, start: datetime, end: datetime) -> int:
+    """Active SLA time between ``start`` and ``end`` on the window's basis: open ms for
+    business units, elapsed ms otherwise (rounded up; 0 if ``end <= start``)."""
+    if uses_open_time(window):
+        return open_ms_between(cal, start, end)
+    return max(0, -((require_aware(start, "start") - require_aware(end, "end")) // _MS))
+
+
+def active_warning_times(
+    window: SlaWindow, cal: Calendar, resumed_at: datetime, total_ms: int, consumed_ms: int,
+    fractions: tuple[Decimal, ...],
+) -> list[tuple[Decimal, datetime]]:
+    """Warnings as fractions of **active** (unpaused) SLA time after a resume.
+
+    The tier's window is ``total_ms`` of active time (open ms for business units, elapsed
+    otherwise), ``consumed_ms`` of which ran before the clock (re)started at ``resumed_at``.
+    The warning at fraction ``f`` is due once ``f * total_ms`` of active time has run:
+    ``resumed_at`` + the rest, counted like the due time (``resume_due``). Fractions already
+    reached before the pause are left out (they were scheduled in the earlier run).
+
+    Raises:
+        InvalidInput: a fraction not strictly between 0 and 1.
+    """
+    out: list[tuple[Decimal, datetime]] = []
+    for f in fractions:
+        if not Decimal(0) < f < Decimal(1):
+            raise InvalidInput(f"warning fraction must be in (0, 1), got {f}")
+        target = int(Decimal(total_ms) * f)
+        if target <= consumed_ms:
+            continue
+        out.append((f, resume_due(window, cal, resumed_at, target - consumed_ms)))
+    return out
+
+
 @lru_cache(maxsize=256)  # a handful of distinct fractions (the ladders' warn_at)
 def fraction_label(f: Decimal) -> str:
     """Canonical text of a warning fraction: ``Decimal("0.5")`` -> ``"0.50"``."""

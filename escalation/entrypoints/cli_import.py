@@ -48,6 +48,7 @@ def import_csv(
     """
     from escalation.service_layer.bulk import bulk_enqueue
     from escalation.service_layer.importer import plan_import
+    from escalation.service_layer.warnings import schedule_for
 
     cmap = _mapping(
         mapping, dispute_id=id_column, opened_at=opened_column, due_at=due_column,
@@ -73,6 +74,7 @@ def import_csv(
             plan.requests, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
             calendars=a.calendars, default_ladder=a.settings.default_ladder, actor=a.actor,
             prior_errors=plan.errors, skip_invalid=skip_invalid,
+            on_scheduled=schedule_for(a),  # pre-breach warnings, as for enqueue
         )
     finally:
         a.close()

@@ -164,6 +164,7 @@ def ladder_apply(
     """
     from escalation.adapters.ladder_history import LadderHistoryStore
     from escalation.service_layer.ladder_migration import apply_migration
+    from escalation.service_layer.warnings import schedule_for
 
     a = _app(actor="cli-ladder-apply")
     name = ladder or a.settings.default_ladder
@@ -173,7 +174,7 @@ def ladder_apply(
                 history=LadderHistoryStore(a.engine), scheduler=a.scheduler, ladders=a.ladders,
                 calendars=a.calendars, ladder=name, to_version=to, plan_hash=plan_hash,
                 actor=a.actor, batch_size=batch_size, lock_wait_s=a.settings.lock_ttl_s,
-                progress=progress,
+                progress=progress, on_scheduled=schedule_for(a, only_ahead=True),
             )
     finally:
         a.close()

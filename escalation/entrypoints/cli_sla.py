@@ -47,13 +47,13 @@ def resume_cmd(
 ) -> None:
     """Restart a paused escalation's SLA clock: due = now + the remaining window."""
     from escalation.service_layer.pause import resume
-    from escalation.service_layer.warnings import schedule_for
+    from escalation.service_layer.warnings import schedule_resumed
 
     a = _app(actor="cli")
     try:
         res = resume(dispute_id, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                      calendars=a.calendars, actor=a.actor)
-        schedule_for(a)([res.escalation])
+        schedule_resumed(a, res)  # warnings as fractions of active (unpaused) time
     finally:
         a.close()
     e = res.escalation

@@ -29,7 +29,7 @@ from escalation.adapters.ladder_files import LadderCatalog, check_ladder_dir
 from escalation.adapters.ladder_history import HistoryRow, LadderHistoryStore
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import LadderMigrationError
-from escalation.domain.escalation import Escalation
+from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder
 from escalation.domain.ladder_check import check_ladders
 from escalation.domain.ladder_plan import (
@@ -154,6 +154,7 @@ def apply_migration(
     lock_wait_s: float = 30.0,
     progress: Progress | None = None,
     hook: Hook | None = None,
+    on_scheduled: Callable[[Sequence[Escalation]], None] | None = None,
 ) -> ApplyReport:
     """Apply the migration of ``ladder`` to ``to_version`` that ``plan_hash`` approved.
 
@@ -164,6 +165,8 @@ def apply_migration(
         lock_wait_s: how long to retry members whose lock a worker holds (NOT_OWNER).
         progress: ``progress(done, total)`` after each batch.
         hook: test hook ``hook(stage, batch_index)`` at ``after_record`` / ``after_restore``.
+        on_scheduled: called with each batch's migrated pending escalations after their
+            Redis restore (the CLI schedules their pre-breach warnings still ahead).
 
     Returns:
         ApplyReport; ``already_applied`` is set (and nothing is written) when a finished run
@@ -213,7 +216,7 @@ def apply_migration(
     try:
         _run_batches(plan, report, history=history, scheduler=scheduler, versions=versions,
                      target=target, calendars=calendars, actor=actor, batch_size=batch_size,
-                     progress=progress, hook=hook)
+                     progress=progress, hook=hook, on_scheduled=on_scheduled)
         report.left_to_workers = _retry_not_owner(
             report.left_to_workers, history, scheduler, lock_wait_s
         )
@@ -250,6 +253,7 @@ def _run_batches(
     batch_size: int,
     progress: Progress | None,
     hook: Hook | None,
+    on_scheduled: Callable[[Sequence[Escalation]], None] | None = None,
 ) -> None:
     details = {"migration_id": report.run_id, "checksum": target.checksum,
                "plan_hash": plan.plan_hash}
@@ -277,6 +281,8 @@ def _run_batches(
         if hook:
             hook("after_record", index)
         busy = _restore(scheduler, result.migrated)
+        if on_scheduled is not None:
+            on_scheduled([s for s in result.migrated if s.status is Status.PENDING])
         report.not_owner += len(busy)
         report.left_to_workers = _retry_not_owner(
             [*report.left_to_workers, *busy], history, scheduler, 0.0

@@ -1,0 +1,89 @@
+"""Every ledger row that sets or caps a due time names the deadline (name + citation); an
+escalation missing an attribute its ladder needs is refused with nothing written."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from escalation.domain.errors import InvalidInput
+from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
+from escalation.service_layer.fire import fire_due
+
+
+def _req(did: uuid.UUID, **kw: Any) -> EnqueueRequest:
+    return EnqueueRequest(dispute_id=did, materiality="10.00",
+                          source_hash=hashlib.sha256(did.bytes).hexdigest(), **kw)
+
+
+def test_reg_z_rows_name_the_deadline_and_its_citation(app: Any) -> None:
+    did = uuid.uuid4()
+    enqueue_on_breach(
+        _req(did, ladder="reg_z_billing_error", opened_at=datetime(2026, 1, 5, 15, tzinfo=UTC),
+             attributes={"cycle_closing_day": "6"}),
+        scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
+        default_ladder="dispute_review", actor="t")
+    enq = app.store.trail(did)[0]
+    assert enq.details["deadlines"]["resolution"] == "2026-03-07T05:00:00+00:00"
+    assert enq.details["deadline_rules"]["resolution"]["citation"] == "12 CFR 1026.13(c)(2)"
+    assert enq.details["deadline"]["name"] == "acknowledgment"
+    assert enq.details["deadline"]["citation"] == "12 CFR 1026.13(c)(1)"
+    assert enq.details["attributes"] == {"cycle_closing_day": 6}
+    assert enq.details["institution"] == {"timezone": "America/New_York",
+                                          "calendar": "us_federal_reserve"}
+    # the first tier is long past due: the promotion row names the deadline capping senior
+    for _ in range(20):
+        fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                 calendars=app.calendars, batch_size=500, lease_ms=60_000, worker_id="w1")
+        if any(r.event == "PROMOTED" for r in app.store.trail(did)):
+            break
+    promoted = next(r for r in app.store.trail(did) if r.event == "PROMOTED")
+    assert promoted.details["deadline"]["name"] == "resolution"
+    assert promoted.details["deadline"]["citation"] == "12 CFR 1026.13(c)(2)"
+    assert promoted.details["deadline"]["at"] == "2026-03-07T05:00:00+00:00"
+    assert promoted.calendar_version.startswith("us_federal_reserve@America/New_York:")
+
+
+def test_missing_attribute_is_refused_and_nothing_is_written(app: Any) -> None:
+    did = uuid.uuid4()
+    with pytest.raises(InvalidInput, match="cycle_closing_day"):
+        enqueue_on_breach(
+            _req(did, ladder="reg_z_billing_error",
+                 opened_at=datetime(2026, 1, 5, 15, tzinfo=UTC)),
+            scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+            calendars=app.calendars, default_ladder="dispute_review", actor="t")
+    assert app.store.get(did) is None
+    assert not app.scheduler.payload(did)
+
+
+def test_cli_enqueue_refuses_a_missing_attribute_in_one_line(cli_env: dict[str, str]) -> None:
+    did = uuid.uuid4()
+    res = subprocess.run(
+        [sys.executable, "-m", "escalation", "enqueue", "--dispute-id", str(did),
+         "--source-hash", "ab" * 32, "--ladder", "reg_e_error_resolution",
+         "--opened-at", "2026-03-05", "--attribute", "new_account=false"],
+        env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 2
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "foreign_initiated" in lines[0], lines
+
+
+def test_cli_enqueue_with_zone_and_attributes(cli_env: dict[str, str]) -> None:
+    did = uuid.uuid4()
+    res = subprocess.run(
+        [sys.executable, "-m", "escalation", "enqueue", "--dispute-id", str(did),
+         "--source-hash", "ab" * 32, "--ladder", "reg_e_error_resolution",
+         "--opened-at", "2026-03-05T23:30:00-08:00", "--timezone", "America/Los_Angeles",
+         "--attribute", "new_account=false", "--attribute", "point_of_sale=true",
+         "--attribute", "foreign_initiated=false", "--json"],
+        env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert '"determine_or_provisionally_credit": "2026-03-20T00:00:00+00:00"' in res.stdout
+    # point of sale: 90 days from Thu 2026-03-05 (LA) = 06-03 -> end of day PDT = 06-04 07:00Z
+    assert '"investigation": "2026-06-04T07:00:00+00:00"' in res.stdout
