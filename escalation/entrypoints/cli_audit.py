@@ -281,6 +281,31 @@ def audit_export(
 
 
 # --------------------------------------------------------------------------- report
+def _print_missed(report: Any, fmt: str, out_file: Path | None) -> None:
+    """``report sla --missed``: one row per missed deadline (table, csv; html refused)."""
+    from escalation.service_layer.sla_report import MISSED_COLUMNS, missed_csv
+
+    if fmt == "html":
+        raise InvalidInput("--missed supports --format table or csv")
+    if fmt == "csv":
+        text = missed_csv(report)
+        if out_file is None:
+            sys.stdout.write(text)
+        else:
+            out_file.write_text(text, "utf-8")
+            out.print(f"wrote {out_file}")
+        return
+    if out_file is not None:
+        raise InvalidInput("--out needs --format csv")
+    table = Table(title=f"Missed regulatory deadlines {report.since.isoformat()} .. "
+                        f"{report.until.isoformat()}: {len(report.missed)}")
+    for col in MISSED_COLUMNS:
+        table.add_column(col)
+    for o in report.missed:
+        table.add_row(*[str(v) for v in o.as_row().values()])
+    out.print(table)
+
+
 @report_app.command("sla")
 def report_sla(
     since: Annotated[str, typer.Option("--from", help="Window start (ISO-8601).")],
@@ -288,8 +313,13 @@ def report_sla(
     fmt: Annotated[str, typer.Option("--format", help="table, csv or html.")] = "table",
     out_file: Annotated[Path | None, typer.Option("--out", help="Write to this file.")] = None,
     grace_s: Annotated[int, typer.Option(help="On time = decided within N s of due.")] = 60,
+    missed: Annotated[bool, typer.Option(
+        "--missed", help="List every missed regulatory deadline in the window instead: "
+        "dispute, ladder@version, deadline, citation, instant in the institution's zone, "
+        "lateness (hours, business days), tier at the deadline.")] = False,
 ) -> None:
-    """SLA compliance per ladder and tier: entered, on time, breached, time in tier, deadlines."""
+    """SLA compliance per ladder and tier: entered, on time, breached, time in tier, deadlines
+    (every deadline of a multi-deadline ladder); --missed lists the missed ones."""
     from escalation.service_layer import sla_report
 
     if fmt not in ("table", "csv", "html"):
@@ -302,7 +332,17 @@ def report_sla(
 
         check_output_path(out_file)
     with _engine() as engine:
-        report = sla_report.build(engine, start, end, grace_s)
+        from escalation.adapters.calendar_files import load_institution_calendars
+        from escalation.entrypoints.cli import _settings
+
+        settings = _settings()
+        cals = load_institution_calendars(settings.calendars_file,
+                                          settings.institution_calendar,
+                                          settings.institution_timezone)
+        report = sla_report.build(engine, start, end, grace_s, calendars=cals)
+    if missed:
+        _print_missed(report, fmt, out_file)
+        return
     if fmt == "table":
         table = Table(title=f"SLA report {start.isoformat()} .. {end.isoformat()}")
         for col in sla_report.CSV_COLUMNS:

@@ -25,12 +25,18 @@ Definitions (docs/audit.md "SLA report"); the window is ``[since, until)`` in UT
   (first tier already left, nothing recorded) the ENQUEUED row's ``decided_at``; median
   (``statistics.median``: mean of the two middle values for an even count) and p95
   (nearest rank: the ``ceil(0.95 n)``-th smallest);
-* **regulatory deadlines**: disputes whose ``regulatory_deadline`` falls in the window,
-  counted in the tier the dispute was in at the deadline (the first tier when the deadline
-  passed before the dispute was even enqueued); *met* if the dispute was resolved
-  (CANCELLED) at or before the deadline, *missed* if the deadline has passed (``<= now``)
-  without that — including a deadline that passed while the escalation was open or before
-  it was enqueued; a deadline still in the future and not yet met is neither (pending).
+* **regulatory deadlines**: **every** deadline of each dispute (all of a multi-deadline
+  ladder's, from the ENQUEUED row's ``details["deadlines"]``; rows written before that was
+  recorded: the last ``regulatory_deadline``) that falls in the window, counted in the tier
+  the dispute was in at the deadline (the first tier when the deadline passed before the
+  dispute was even enqueued); *met* if the dispute was resolved (CANCELLED) before the
+  deadline, *missed* if the deadline has passed (``<= now``) without that — including a
+  deadline that passed while the escalation was open or before it was enqueued; a deadline
+  still in the future and not yet met is neither (pending). Each one is also listed per
+  dispute (:class:`DeadlineOutcome`): name, citation, instant in the institution's zone,
+  the met/missed instant, and the lateness in hours and in business days of the
+  institution's calendar (business days after the deadline's local date up to and including
+  the local date it was resolved, or ``now`` while still open).
 """
 
 from __future__ import annotations
@@ -43,12 +49,19 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from itertools import groupby
 from typing import Any
 
 import sqlalchemy as sa
 
+from escalation.domain.business_calendar import (
+    INSTITUTION,
+    BusinessCalendar,
+    builtin_calendars,
+    with_institution,
+)
+from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
 
@@ -70,7 +83,8 @@ CSV_COLUMNS: tuple[str, ...] = (
 _ROWS = sa.text(
     """
     SELECT a.dispute_id, a.seq, a.event, a.from_tier, a.to_tier, a.ladder, a.due_at,
-           a.decided_at, a.regulatory_deadline,
+           a.decided_at, a.regulatory_deadline, a.ladder_version, a.external_id,
+           CASE WHEN a.seq = 1 THEN a.details END AS enq_details,
            CASE WHEN a.seq = 1 THEN a.details->>'entered_tier_at' END AS details_entered_at,
            CASE WHEN a.seq = 1 THEN s.entered_tier_at END AS state_entered_tier_at
       FROM escalation_audit a
@@ -78,7 +92,11 @@ _ROWS = sa.text(
      WHERE a.dispute_id IN (
            SELECT dispute_id FROM escalation_audit
             WHERE (decided_at >= :since AND decided_at < :until)
-               OR (regulatory_deadline >= :since AND regulatory_deadline < :until))
+               OR (regulatory_deadline >= :since AND regulatory_deadline < :until)
+               OR (seq = 1 AND event = 'ENQUEUED' AND details ? 'deadlines'
+                   AND EXISTS (SELECT 1 FROM jsonb_each_text(details->'deadlines') d
+                                WHERE CAST(d.value AS timestamptz) >= :since
+                                  AND CAST(d.value AS timestamptz) < :until)))
      ORDER BY a.dispute_id, a.seq
     """
 )
@@ -138,17 +156,62 @@ def _num(value: float | None) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadlineOutcome:
+    """One regulatory deadline of one dispute (``report sla --missed``, ``audit search``).
+
+    Attributes:
+        status: ``"met"``, ``"missed"`` or ``"pending"``.
+        deadline: aware UTC instant; ``local_deadline``: ISO text in the institution's zone.
+        resolved_at: CANCELLED instant (met, or missed and resolved late), else None.
+        late_hours / late_business_days: how late (0 when met; up to ``now`` while open).
+        tier: the tier that held the dispute at the deadline.
+    """
+
+    dispute_id: str
+    external_id: str | None
+    ladder: str
+    name: str
+    citation: str
+    deadline: datetime
+    local_deadline: str
+    status: str
+    resolved_at: datetime | None
+    late_hours: float
+    late_business_days: int
+    tier: str
+
+    def as_row(self) -> dict[str, Any]:
+        """JSON/CSV row."""
+        return {
+            "dispute_id": self.dispute_id, "external_id": self.external_id or "",
+            "ladder": self.ladder, "deadline": self.name, "citation": self.citation,
+            "deadline_at": self.local_deadline, "status": self.status,
+            "resolved_at": self.resolved_at.isoformat() if self.resolved_at else "",
+            "late_hours": f"{self.late_hours:.2f}", "late_business_days": self.late_business_days,
+            "tier_at_deadline": self.tier,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class SlaReport:
-    """The report: window, grace and figures sorted by ladder then tier."""
+    """The report: window, grace and figures sorted by ladder then tier, and every
+    regulatory deadline in the window per dispute (``deadlines``)."""
 
     since: datetime
     until: datetime
     grace_s: int
     tiers: list[TierFigures]
+    deadlines: list[DeadlineOutcome] = field(default_factory=list)
+
+    @property
+    def missed(self) -> list[DeadlineOutcome]:
+        """The missed deadlines, by deadline instant."""
+        return [d for d in self.deadlines if d.status == "missed"]
 
 
 def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
-            grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None) -> SlaReport:
+            grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None,
+            calendars: CalendarRegistry | None = None) -> SlaReport:
     """Compute the report from ledger rows (ordered by dispute then seq). Pure.
 
     Args:
@@ -159,6 +222,7 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
         grace_s: on-time grace in seconds.
         now: aware UTC instant deciding whether an unmet deadline has passed (missed) or is
             still pending; default ``until`` (every deadline in the window has passed).
+        calendars: calendar registry for business-day lateness (default: built-ins).
 
     Raises:
         InvalidInput: naive bounds, ``since >= until`` or negative grace.
@@ -171,6 +235,7 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
     if grace_s < 0:
         raise InvalidInput("grace must be >= 0 seconds")
     figures: dict[tuple[str, str], TierFigures] = {}
+    outcomes: list[DeadlineOutcome] = []
 
     def fig(ladder: str, tier: str) -> TierFigures:
         return figures.setdefault((ladder, tier), TierFigures(ladder, tier))
@@ -204,9 +269,10 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
                 )
                 if inside(row["decided_at"]):
                     fig(row["ladder"], row["to_tier"]).entered += 1
-        _regulatory(chain, inside, fig, now)
+        outcomes.extend(_regulatory(chain, inside, fig, now, calendars))
     tiers = sorted(figures.values(), key=lambda f: (f.ladder, f.tier))
-    return SlaReport(since, until, grace_s, tiers)
+    outcomes.sort(key=lambda o: (o.deadline, o.dispute_id, o.name))
+    return SlaReport(since, until, grace_s, tiers, outcomes)
 
 
 def _on_time(decided: datetime, due: datetime | None, entered: datetime, grace_s: int) -> bool:
@@ -232,28 +298,85 @@ def _first_tier_entry(enqueued: Mapping[Any, Any], chain: list[Mapping[Any, Any]
     return first
 
 
+def _deadlines_of(chain: list[Mapping[Any, Any]]) -> list[tuple[str, datetime, str]]:
+    """``(name, instant, citation)`` of every deadline of a dispute's chain."""
+    details = chain[0].get("enq_details") or {}
+    recorded = details.get("deadlines") if isinstance(details, Mapping) else None
+    if recorded:
+        rules = details.get("deadline_rules") or {}
+        return [(name, datetime.fromisoformat(str(at)),
+                 str((rules.get(name) or {}).get("citation", ""))) for name, at in
+                recorded.items()]
+    last = next((r["regulatory_deadline"] for r in reversed(chain) if r["regulatory_deadline"]),
+                None)
+    return [] if last is None else [("regulatory_deadline", last, "")]
+
+
 def _regulatory(
-    chain: list[Mapping[Any, Any]], inside: Any, fig: Any, now: datetime
-) -> None:
-    deadline = next(
-        (r["regulatory_deadline"] for r in reversed(chain) if r["regulatory_deadline"]), None
-    )
-    if deadline is None or not inside(deadline):
-        return
-    before = [r for r in chain if r["decided_at"] <= deadline]
-    # A deadline that passed before the dispute was even enqueued counts in its first tier.
-    at_deadline = before[-1] if before else chain[0]
-    tier = at_deadline["to_tier"] or at_deadline["from_tier"] or "?"
-    met = any(r["event"] == "CANCELLED" for r in before)
-    target = fig(at_deadline["ladder"], tier)
-    if met:
-        target.regulatory_met += 1
-    elif deadline <= now:
-        target.regulatory_missed += 1
+    chain: list[Mapping[Any, Any]], inside: Any, fig: Any, now: datetime,
+    calendars: CalendarRegistry | None,
+) -> list[DeadlineOutcome]:
+    out = []
+    first = chain[0]
+    details = first.get("enq_details") or {}
+    inst = details.get("institution") if isinstance(details, Mapping) else None
+    tz_name = (inst or {}).get("timezone") or "America/New_York"
+    base_cal = (inst or {}).get("calendar") or "us_federal_reserve"
+    cals = calendars if calendars is not None else builtin_calendars()
+    try:
+        cal = with_institution(cals, base_cal, tz_name)[INSTITUTION]
+    except InvalidInput:
+        cal = builtin_calendars()[INSTITUTION]
+    version = first.get("ladder_version")
+    ladder_key = f"{first['ladder']}@{version}" if version is not None else str(first["ladder"])
+    cancelled = next((r["decided_at"] for r in chain if r["event"] == "CANCELLED"), None)
+    for name, deadline, citation in _deadlines_of(chain):
+        if not inside(deadline):
+            continue
+        before = [r for r in chain if r["decided_at"] <= deadline]
+        # A deadline that passed before the dispute was even enqueued counts in its first tier.
+        at_deadline = before[-1] if before else chain[0]
+        tier = at_deadline["to_tier"] or at_deadline["from_tier"] or "?"
+        met = cancelled is not None and cancelled <= deadline
+        target = fig(at_deadline["ladder"], tier)
+        if met:
+            target.regulatory_met += 1
+            status = "met"
+        elif deadline <= now:
+            target.regulatory_missed += 1
+            status = "missed"
+        else:
+            status = "pending"
+        end = cancelled if cancelled is not None else now
+        late_s = max(0.0, (end - deadline).total_seconds()) if status == "missed" else 0.0
+        late_bd = _business_days_late(cal, deadline, end) if status == "missed" else 0
+        out.append(DeadlineOutcome(
+            dispute_id=str(first["dispute_id"]), external_id=first.get("external_id"),
+            ladder=ladder_key, name=name, citation=citation, deadline=deadline,
+            local_deadline=deadline.astimezone(getattr(cal, "tz", UTC)).isoformat(),
+            status=status, resolved_at=cancelled, late_hours=late_s / 3600,
+            late_business_days=late_bd, tier=tier))
+    return out
+
+
+def _business_days_late(cal: Any, deadline: datetime, end: datetime) -> int:
+    """Business days of ``cal`` after the deadline's local date, up to and including the
+    local date of ``end`` (0 when ``end`` is not after the deadline)."""
+    if end <= deadline or not isinstance(cal, BusinessCalendar):
+        return max(0, (end - deadline).days) if end > deadline else 0
+    day = (deadline - timedelta(microseconds=1)).astimezone(cal.tz).date()
+    last = end.astimezone(cal.tz).date()
+    count = 0
+    while day < last:
+        day += timedelta(days=1)
+        if cal.is_business_day(day):
+            count += 1
+    return count
 
 
 def build(engine: sa.Engine, since: datetime, until: datetime,
-          grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None) -> SlaReport:
+          grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None,
+          calendars: CalendarRegistry | None = None) -> SlaReport:
     """Load the ledger rows of disputes active in the window and :func:`compute`.
 
     ``now`` (aware UTC) defaults to the database clock: deadlines after it are pending.
@@ -265,7 +388,23 @@ def build(engine: sa.Engine, since: datetime, until: datetime,
             now = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
         rows = conn.execute(_ROWS, {"since": since, "until": until}).mappings().all()
     assert now is not None  # noqa: S101 - set above
-    return compute(rows, since, until, grace_s, now)
+    return compute(rows, since, until, grace_s, now, calendars)
+
+
+MISSED_COLUMNS: tuple[str, ...] = (
+    "dispute_id", "external_id", "ladder", "deadline", "citation", "deadline_at", "status",
+    "resolved_at", "late_hours", "late_business_days", "tier_at_deadline",
+)
+
+
+def missed_csv(report: SlaReport) -> str:
+    """CSV of the missed deadlines (:data:`MISSED_COLUMNS`), by deadline instant."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=MISSED_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for o in report.missed:
+        writer.writerow(o.as_row())
+    return buf.getvalue()
 
 
 def to_csv(report: SlaReport) -> str:

@@ -87,3 +87,25 @@ def test_cli_enqueue_with_zone_and_attributes(cli_env: dict[str, str]) -> None:
     assert '"determine_or_provisionally_credit": "2026-03-20T00:00:00+00:00"' in res.stdout
     # point of sale: 90 days from Thu 2026-03-05 (LA) = 06-03 -> end of day PDT = 06-04 07:00Z
     assert '"investigation": "2026-06-04T07:00:00+00:00"' in res.stdout
+
+
+def test_report_sla_missed_lists_each_deadline(app: Any, cli_env: dict[str, str]) -> None:
+    did = uuid.uuid4()
+    enqueue_on_breach(
+        _req(did, ladder="cfpb_complaint_response", opened_at=datetime(2026, 1, 5, 15,
+                                                                        tzinfo=UTC),
+             external_id="CFPB-1"),
+        scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
+        default_ladder="dispute_review", actor="t")
+    res = subprocess.run(
+        [sys.executable, "-m", "escalation", "report", "sla", "--from",
+         "2026-01-01T00:00:00+00:00", "--to", "2026-06-01T00:00:00+00:00", "--missed",
+         "--format", "csv"],
+        env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    mine = [ln.split(",") for ln in res.stdout.splitlines() if ln.startswith(str(did))]
+    # 15 days from Mon 2026-01-05: end of 01-20 EST; 60 days: end of 03-06 EST
+    assert sorted((r[3], r[5], r[10]) for r in mine) == [
+        ("company_response", "2026-01-21T00:00:00-05:00", "complaint_analyst"),
+        ("final_response", "2026-03-07T00:00:00-05:00", "complaint_analyst")]
+    assert all(r[1] == "CFPB-1" and r[2] == "cfpb_complaint_response@3" for r in mine)
