@@ -194,6 +194,35 @@ def _filter(**kw: Any) -> Any:
     )
 
 
+def _search_deadlines(dispute: str | None, name: str | None, as_json: bool) -> None:
+    """``audit search --dispute ID --deadlines [--deadline NAME]``."""
+    from escalation.adapters.calendar_files import load_institution_calendars
+    from escalation.domain.escalation import parse_dispute_id
+    from escalation.entrypoints.cli import _settings
+    from escalation.service_layer.sla_report import MISSED_COLUMNS, dispute_deadlines
+
+    if dispute is None:
+        raise InvalidInput("--deadlines needs --dispute")
+    did = parse_dispute_id(dispute)
+    settings = _settings()
+    cals = load_institution_calendars(settings.calendars_file, settings.institution_calendar,
+                                      settings.institution_timezone)
+    with _engine() as engine:
+        found = dispute_deadlines(engine, did, name, cals)
+    if name is not None and not found:
+        raise InvalidInput(f"dispute {did} has no deadline {name!r}")
+    if as_json:
+        for o in found:
+            sys.stdout.write(json.dumps(o.as_row(), default=str) + "\n")
+        return
+    table = Table(title=f"{len(found)} regulatory deadline(s) of {did}")
+    for col in MISSED_COLUMNS[2:]:
+        table.add_column(col)
+    for o in found:
+        table.add_row(*[str(v) for v in list(o.as_row().values())[2:]])
+    out.print(table)
+
+
 @audit_app.command("search")
 def audit_search(
     dispute: Annotated[str | None, typer.Option(help="Dispute id (UUID).")] = None,
@@ -208,12 +237,20 @@ def audit_search(
     ladder_version: Annotated[int | None, typer.Option(help="Ladder version.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many rows (1-10000).")] = 100,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines.")] = False,
+    deadlines: Annotated[bool, typer.Option(
+        "--deadlines", help="With --dispute: each regulatory deadline of the dispute, met or "
+        "missed and by how much (hours, business days).")] = False,
+    deadline: Annotated[str | None, typer.Option(
+        help="With --dispute: only this deadline (implies --deadlines).")] = None,
 ) -> None:
     """Search the ledger; rows ordered by decision time.
 
     An unknown --decision (neither a ledger event nor a recorded decision) and --from after
     --to are refused (exit 2) with the known names listed.
     """
+    if deadlines or deadline is not None:
+        _search_deadlines(dispute, deadline, as_json)
+        return
     from escalation.service_layer.audit_export import (
         COLUMNS,
         check_decision,

@@ -407,6 +407,42 @@ def missed_csv(report: SlaReport) -> str:
     return buf.getvalue()
 
 
+_ROWS_ONE = sa.text(
+    """
+    SELECT a.dispute_id, a.seq, a.event, a.from_tier, a.to_tier, a.ladder, a.due_at,
+           a.decided_at, a.regulatory_deadline, a.ladder_version, a.external_id,
+           CASE WHEN a.seq = 1 THEN a.details END AS enq_details,
+           CASE WHEN a.seq = 1 THEN a.details->>'entered_tier_at' END AS details_entered_at,
+           CASE WHEN a.seq = 1 THEN s.entered_tier_at END AS state_entered_tier_at
+      FROM escalation_audit a
+      LEFT JOIN escalation_state s ON s.dispute_id = a.dispute_id
+     WHERE a.dispute_id = :did
+     ORDER BY a.seq
+    """
+)
+
+
+def dispute_deadlines(
+    engine: sa.Engine, dispute_id: Any, name: str | None = None,
+    calendars: CalendarRegistry | None = None, now: datetime | None = None,
+) -> list[DeadlineOutcome]:
+    """Every regulatory deadline of one dispute (optionally only ``name``), met / missed /
+    pending as in the report, with lateness. Empty when the dispute has none."""
+    with engine.connect() as conn:
+        if now is None:
+            now = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+        rows = conn.execute(_ROWS_ONE, {"did": dispute_id}).mappings().all()
+    if not rows:
+        return []
+    assert now is not None  # noqa: S101 - set above
+    report = compute(rows, EARLIEST, LATEST, now=now, calendars=calendars)
+    return [o for o in report.deadlines if name is None or o.name == name]
+
+
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
+
 def to_csv(report: SlaReport) -> str:
     """CSV text: header :data:`CSV_COLUMNS`, one row per (ladder, tier)."""
     buf = io.StringIO()

@@ -109,3 +109,32 @@ def test_report_sla_missed_lists_each_deadline(app: Any, cli_env: dict[str, str]
         ("company_response", "2026-01-21T00:00:00-05:00", "complaint_analyst"),
         ("final_response", "2026-03-07T00:00:00-05:00", "complaint_analyst")]
     assert all(r[1] == "CFPB-1" and r[2] == "cfpb_complaint_response@3" for r in mine)
+
+
+def test_audit_search_answers_per_dispute_and_per_deadline(app: Any,
+                                                          cli_env: dict[str, str]) -> None:
+    import json
+
+    did = uuid.uuid4()
+    enqueue_on_breach(
+        _req(did, ladder="cfpb_complaint_response",
+             opened_at=datetime(2026, 1, 5, 15, tzinfo=UTC)),
+        scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
+        default_ladder="dispute_review", actor="t")
+    run = lambda *a: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "escalation", "audit", "search", "--dispute", str(did), *a],
+        env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    res = run("--deadlines", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [json.loads(ln) for ln in res.stdout.splitlines()]
+    assert [r["deadline"] for r in rows] == ["company_response", "final_response"]
+    assert all(r["status"] == "missed" and float(r["late_hours"]) > 0 for r in rows)
+    # company_response ended 2026-01-21 05:00Z; still open: late until now
+    now = app.scheduler.time()
+    late_h = (now - datetime(2026, 1, 21, 5, tzinfo=UTC)).total_seconds() / 3600
+    assert abs(float(rows[0]["late_hours"]) - late_h) < 0.1
+    assert rows[0]["late_business_days"] > 200
+    res = run("--deadline", "final_response", "--json")
+    assert [json.loads(ln)["deadline"] for ln in res.stdout.splitlines()] == ["final_response"]
+    res = run("--deadline", "nope")
+    assert res.returncode == 2 and "no deadline 'nope'" in res.stderr
