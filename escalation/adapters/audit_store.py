@@ -282,6 +282,15 @@ class PostgresAuditStore(AuditQueries):
                     f"dispute {dispute_id} already reached terminal escalation in tier "
                     f"{state['tier']!r}; it cannot be cancelled"
                 )
+            # the calendar the escalation was counting in (its last row's), so every row of
+            # the chain names one
+            calendar_version = conn.execute(
+                sa.select(escalation_audit.c.calendar_version).where(
+                    escalation_audit.c.dispute_id == dispute_id,
+                    escalation_audit.c.seq == state["last_seq"],
+                    escalation_audit.c.chain_created_at == state["created_at"],
+                )
+            ).scalar()
             return _append(
                 conn,
                 state,
@@ -291,6 +300,7 @@ class PostgresAuditStore(AuditQueries):
                 decided_at=decided_at,
                 changes={"status": Status.CANCELLED.value},
                 details={"reason": reason},
+                calendar_version=calendar_version,
             )
 
     def record_stuck(

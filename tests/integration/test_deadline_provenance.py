@@ -138,3 +138,26 @@ def test_audit_search_answers_per_dispute_and_per_deadline(app: Any,
     assert [json.loads(ln)["deadline"] for ln in res.stdout.splitlines()] == ["final_response"]
     res = run("--deadline", "nope")
     assert res.returncode == 2 and "no deadline 'nope'" in res.stderr
+
+
+def test_every_row_names_its_calendar_terminal_and_cancelled_included(app: Any) -> None:
+    from escalation.service_layer.cancel import cancel
+
+    a, b = uuid.uuid4(), uuid.uuid4()
+    for did in (a, b):
+        enqueue_on_breach(
+            _req(did, ladder="cfpb_complaint_response",
+                 opened_at=datetime(2026, 1, 5, 15, tzinfo=UTC)),
+            scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+            calendars=app.calendars, default_ladder="dispute_review", actor="t")
+    cancel(b, scheduler=app.scheduler, store=app.store, actor="t", reason="resolved")
+    for _ in range(30):
+        fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                 calendars=app.calendars, batch_size=500, lease_ms=60_000, worker_id="w1")
+        if app.store.trail(a)[-1].event == "TERMINAL":
+            break
+    rows = app.store.trail(a) + app.store.trail(b)
+    assert {r.event for r in rows} >= {"ENQUEUED", "PROMOTED", "TERMINAL", "CANCELLED"}
+    for r in rows:
+        assert r.calendar_version and r.calendar_version.startswith(
+            "us_federal_reserve@America/New_York:"), (r.event, r.calendar_version)
