@@ -111,7 +111,7 @@ def decide(
     detail = cap_provenance(
         ladder, nxt.id,
         deadline_values(ladder, escalation.deadlines, escalation.regulatory_deadline),
-        calendars, uncapped, due,
+        calendars, uncapped, due, at=deadline,
     ) if ladder.deadlines else None
     return Decision(
         DecisionKind.PROMOTED, nxt.decision_name, current.id, nxt.id, due, now, version,

@@ -203,12 +203,19 @@ def capping_rule(
 def cap_provenance(
     ladder: Ladder, tier_id: str, deadlines: dict[str, datetime], calendars: CalendarRegistry,
     uncapped: datetime, due: datetime, sources: dict[str, str] | None = None,
+    at: datetime | None = None,
 ) -> dict[str, object] | None:
     """Ledger ``details["deadline"]`` for a due time set for tier ``tier_id``: the deadline
     that bounds it (name, citation, ISO UTC instant, buffer) and ``capped`` = True when the
     cap moved the due time earlier than the tier window alone (``uncapped``). None when no
-    deadline bounds the tier. ``sources`` overrides a rule's citation (a variant's)."""
-    rule = capping_rule(ladder, tier_id, deadlines, calendars)
+    deadline bounds the tier. ``sources`` overrides a rule's citation (a variant's). ``at``:
+    the deadline :func:`tier_cap` returned (picks the rule without recomputing caps)."""
+    rule = None
+    if at is not None:
+        rule = next((r for r in ladder.deadlines_for(tier_id) if deadlines.get(r.name) == at),
+                    None)
+    if rule is None:
+        rule = capping_rule(ladder, tier_id, deadlines, calendars)
     if rule is None:
         return None
     return {

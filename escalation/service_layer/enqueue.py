@@ -153,7 +153,8 @@ def build_with_provenance(
         cap, deadline = tier_cap(ladder, tier.id, dict(deadlines), scoped)
         uncapped = due
         due = cap_due(due, cap, entered)
-        prov = cap_provenance(ladder, tier.id, dict(deadlines), scoped, uncapped, due, sources)
+        prov = cap_provenance(ladder, tier.id, dict(deadlines), scoped, uncapped, due, sources,
+                              at=deadline)
         if prov is not None:
             details["deadline"] = prov
     esc = Escalation.new(

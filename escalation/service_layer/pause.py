@@ -187,14 +187,14 @@ def resume(
         left, consumed = _remaining_from_trail(store, did)
         now = scheduler.time()
         due = resume_due(window, cal, now, left)
-        cap = escalation_tier_cap(
-            ladder, esc.tier, esc.deadlines, esc.regulatory_deadline, scoped)[0]
+        cap, capping = escalation_tier_cap(
+            ladder, esc.tier, esc.deadlines, esc.regulatory_deadline, scoped)
         uncapped = due
         due = cap_due(due, cap, now)
         prov = cap_provenance(
             ladder, esc.tier,
             deadline_values(ladder, esc.deadlines, esc.regulatory_deadline), scoped,
-            uncapped, due) if ladder.deadlines else None
+            uncapped, due, at=capping) if ladder.deadlines else None
         basis = "open" if uses_open_time(window) else "elapsed"
         try:
             state = store.append_event(
