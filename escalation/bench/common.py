@@ -190,6 +190,19 @@ def target(database_url: str | None = None, redis_url: str | None = None) -> Ite
         tgt.close()
 
 
+def append_handle(log: IO[bytes]) -> IO[bytes]:
+    """A second, append-only handle on ``log``'s file, to give a child process as its output.
+
+    A child handed ``log`` itself shares its file offset with the parent: a parent that seeks
+    back to read while the child writes moves the child's write position too, and the child
+    then overwrites lines already written (events silently lost). Opening the file again
+    through ``/proc/self/fd`` gives the child its own offset and ``O_APPEND``, so every write
+    lands at the end whatever the parent reads. Linux only (like the embedded servers). The
+    caller closes the returned handle once the child has been started.
+    """
+    return open(f"/proc/self/fd/{log.fileno()}", "ab")
+
+
 @dataclass
 class WorkerProc:
     """A ``python -m escalation worker`` subprocess logging JSON to a temporary file."""
@@ -202,10 +215,11 @@ class WorkerProc:
     def start(cls, env: dict[str, str], worker_id: str) -> WorkerProc:
         """Start one worker (output to a temp file, so a full pipe never blocks it)."""
         log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "escalation", "worker"],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
+        with append_handle(log) as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "escalation", "worker"],
+                env=env, stdout=out, stderr=subprocess.STDOUT,
+            )
         return cls(proc, log, worker_id)
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:

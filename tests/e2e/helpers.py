@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from escalation.bench.common import append_handle
 from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many
 
 
@@ -43,10 +44,11 @@ def start_worker(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
     read it back with :func:`worker_output`.
     """
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the process object
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "escalation", "worker", *args],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
+    with append_handle(log) as out:  # the worker's own offset: reading never moves it
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "escalation", "worker", *args],
+            env=env, stdout=out, stderr=subprocess.STDOUT,
+        )
     proc.log_file = log  # type: ignore[attr-defined]
     return proc
 

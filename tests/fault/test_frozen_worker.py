@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from escalation.bench.common import append_handle
 from tests.e2e.helpers import due_requests, enqueue, worker_output
 from tests.fault.support import (
     WORKER_ARGS,
@@ -55,10 +56,11 @@ def test_frozen_worker_resumed_after_takeover_records_stale_and_changes_nothing(
     ids = enqueue(app, due_requests(N, app.scheduler.time()))
     env = worker_env(redis_url, database_url, namespace, ESCALATION_FAULT_FREEZE="after_claim:2")
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the process
-    frozen = subprocess.Popen(
-        [sys.executable, "-m", "tests.fault.worker_main", "worker", *WORKER_ARGS,
-         "--batch-size", str(BATCH), "--worker-id", "frozen"],
-        env=env, stdout=log, stderr=subprocess.STDOUT)
+    with append_handle(log) as out:  # own offset, O_APPEND
+        frozen = subprocess.Popen(
+            [sys.executable, "-m", "tests.fault.worker_main", "worker", *WORKER_ARGS,
+             "--batch-size", str(BATCH), "--worker-id", "frozen"],
+            env=env, stdout=out, stderr=subprocess.STDOUT)
     frozen.log_file = log  # type: ignore[attr-defined]
     healthy = None
     try:
