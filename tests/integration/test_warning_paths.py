@@ -137,3 +137,14 @@ def test_an_on_time_warning_is_recorded_on_time(app: Any) -> None:
                   ladders=app.ladders, calendars=app.calendars, actor="w")
     (row,) = [r for r in app.store.trail(did) if r.event == "WARNING"]
     assert row.details["late"] is False and row.details["late_by_ms"] < 60_000
+
+
+def test_migration_hook_schedules_only_warnings_still_ahead(app: Any) -> None:
+    did = uuid.uuid4()
+    res = enqueue_on_breach(
+        EnqueueRequest(dispute_id=did, materiality="10.00", source_hash=_hash(did),
+                       opened_at=app.scheduler.time() - timedelta(hours=13)),
+        scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
+        default_ladder="dispute_review", actor="t")
+    schedule_for(app, only_ahead=True)([res.escalation])  # 50 % (12 h) passed, 75 % ahead
+    assert [m.rsplit(":", 1)[1] for m, _ in warnings_for(app).pending(did)] == ["0.75"]
