@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
-from escalation.domain.calendars import CalendarRegistry, window_end
+from escalation.domain.calendars import CalendarRegistry, WindowUnit, window_end
 from escalation.domain.errors import InvalidInput
 from escalation.domain.ladder import Ladder, RegulatoryDeadline
 
@@ -177,6 +177,7 @@ def _check_regulatory_fit(
     than ``reg``'s deadline minus its buffer (worst case over the sampled anchors and every
     attribute variant)."""
     from escalation.domain.business_calendar import scoped_calendars
+    from escalation.domain.deadline_rules import zone_of
 
     calendars = scoped_calendars(calendars, ladder.institution_calendar,
                                  ladder.institution_timezone)
@@ -186,14 +187,24 @@ def _check_regulatory_fit(
     try:
         buffer_cal = calendars[reg.window.calendar]
         variants = attribute_variants(reg)
+        # Day-unit deadlines depend only on the anchor's local date: computed once per date.
+        by_date = {v.window.unit for v in reg.variants} | {reg.window.unit} <= {
+            WindowUnit.CALENDAR_DAYS, WindowUnit.BUSINESS_DAYS}
+        tz = zone_of(reg.window, calendars)
+        cache: dict[tuple[object, int], datetime] = {}
         anchor = ANCHOR_FROM
         while anchor < ANCHOR_FROM + ANCHOR_SPAN:
             end = anchor
             for tier in chain:
                 end = window_end(end, tier.window, calendars)
             with_buffer = buffer_cal.add(end, reg.buffer, reg.window.unit) if reg.buffer else end
-            for attrs in variants:
-                deadline = reg.deadline(anchor, calendars, attrs)
+            day = anchor.astimezone(tz).date() if by_date else anchor
+            for i, attrs in enumerate(variants):
+                deadline = cache.get((day, i)) if by_date else None
+                if deadline is None:
+                    deadline = reg.deadline(anchor, calendars, attrs)
+                    if by_date:
+                        cache[(day, i)] = deadline
                 over = with_buffer - deadline
                 if over > timedelta(0) and (worst is None or over > worst[0]):
                     worst = (over, anchor, end, deadline, attrs)
