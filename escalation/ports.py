@@ -189,7 +189,7 @@ class AuditLog(Protocol):
         details: Mapping[UUID, Mapping[str, object]] | None = None,
     ) -> list[tuple[bool, Escalation]]:
         """Record ENQUEUED rows; (created, state) per escalation, idempotent per dispute.
-        ``calendar_versions``: dispute id -> calendar version recorded on the row (issue 4).
+        ``calendar_versions``: dispute id -> calendar version recorded on the row.
         ``details``: dispute id -> extra ledger details (institution zone/calendar,
         attributes, each deadline's citation, the deadline bounding the due time)."""
         ...
