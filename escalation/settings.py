@@ -9,7 +9,9 @@ range is refused at start with a message naming the parameter and its range.
 | batch_size       | 50      | 1-500  |
 | lock_ttl_s       | 30      | 5-300  |
 | jitter           | 0.2     | 0.0-0.5|
-| tier ladder      | from the ladder file ``ladders/<default_ladder>.v<N>.toml`` |
+| tier ladder      | ``<ladders_dir>/<default_ladder>.v<N>.toml`` |
+
+``ladders_dir`` (``ESCALATION_LADDERS_DIR``) defaults to the ladders shipped in the package.
 
 No ``Settings()`` is created at import time; entry points call :func:`get_settings`.
 """
@@ -24,8 +26,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from escalation.domain.errors import ConfigError
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from escalation.resources import shipped_ladders_dir
 
 RANGES: dict[str, tuple[float, float]] = {
     "poll_interval_s": (1, 60),
@@ -59,7 +60,9 @@ class Settings(BaseSettings):
     batch_size: int = 50
     lock_ttl_s: int = 30
     jitter: float = 0.2
-    ladders_dir: Path = REPO_ROOT / "ladders"
+    # A deployment's own ladder files (``ESCALATION_LADDERS_DIR``); unset means the ladders
+    # shipped inside the package (escalation.resources).
+    ladders_dir: Path = Field(default_factory=shipped_ladders_dir)
     calendars_file: Path | None = None
     default_ladder: str = "dispute_review"
     worker_id: str | None = None
@@ -130,7 +133,8 @@ def get_settings(**overrides: Any) -> Settings:
 
     Raises:
         ConfigError: a value out of range or of the wrong type; the message names the
-            parameter (as its env var) and the accepted range.
+            parameter the way the user gave it (``--batch-size`` for an override, which is a
+            CLI flag; ``ESCALATION_BATCH_SIZE`` for the environment) and the accepted range.
     """
     clean = {k: v for k, v in overrides.items() if v is not None}
     try:
@@ -140,5 +144,7 @@ def get_settings(**overrides: Any) -> Settings:
         for err in exc.errors():
             name = ".".join(str(p) for p in err["loc"]) or "settings"
             msg = str(err["msg"]).removeprefix("Value error, ")
-            problems.append(f"ESCALATION_{name.upper()} ({name}): {msg}")
+            source = (f"--{name.replace('_', '-')}" if name in clean
+                      else f"ESCALATION_{name.upper()} ({name})")
+            problems.append(f"{source}: {msg}")
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

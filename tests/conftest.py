@@ -58,8 +58,9 @@ def redis_url(server_urls: tuple[str, str]) -> str:
 
 
 @contextlib.contextmanager
-def scratch_database(admin_url: str, prefix: str) -> Iterator[str]:
-    """Create ``<prefix>_<random>`` at the Alembic head; yield its URL; drop it afterwards.
+def scratch_database(admin_url: str, prefix: str, *, migrate: bool = True) -> Iterator[str]:
+    """Create ``<prefix>_<random>`` at the Alembic head (empty with ``migrate=False``); yield
+    its URL; drop it afterwards.
 
     The one place tests create databases (the ledger refuses DELETE, so isolation is by
     database, never by cleanup).
@@ -73,7 +74,8 @@ def scratch_database(admin_url: str, prefix: str) -> Iterator[str]:
         conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
     url = sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     try:
-        upgrade_to_head(url)
+        if migrate:
+            upgrade_to_head(url)
         yield url
     finally:
         with admin.connect() as conn:
@@ -86,6 +88,21 @@ def database_url(server_urls: tuple[str, str]) -> Iterator[str]:
     """URL of a PostgreSQL database created for this session at the Alembic head; dropped after."""
     with scratch_database(server_urls[1], "escalation_test") as url:
         yield url
+
+
+@pytest.fixture()
+def scratch(server_urls: tuple[str, str]) -> Iterator[sa.Engine]:
+    """An engine on a database of its own at the Alembic head, dropped after the test (for
+    tests that rewrite or drop ledger rows and partitions, which must not leak into others).
+    Its URL, for a CLI subprocess: ``scratch.url.render_as_string(hide_password=False)``."""
+    from escalation.adapters.db import make_engine
+
+    with scratch_database(server_urls[1], "escalation_scratch") as url:
+        eng = make_engine(url)
+        try:
+            yield eng
+        finally:
+            eng.dispose()
 
 
 @pytest.fixture()

@@ -5,7 +5,7 @@ Mixed into :class:`escalation.adapters.audit_store.PostgresAuditStore`; nothing 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby
 from uuid import UUID
 
@@ -174,8 +174,14 @@ class AuditQueries:
         with self._engine.connect() as conn:
             return int(conn.execute(_DUPLICATES).scalar_one())
 
-    def verify(self, dispute_id: UUID | None = None) -> list[tuple[UUID, int]]:
+    def verify(
+        self, dispute_id: UUID | None = None,
+        progress: Callable[[str, int, int | None], None] | None = None,
+    ) -> list[tuple[UUID, int]]:
         """Check hash chains; return ``(dispute_id, first_bad_seq)`` per broken chain.
+
+        ``progress`` (optional, ``escalation.service_layer.progress.Progress``) is called as
+        ``progress("chains", chains checked, None)`` every 1,000 chains and at the end.
 
         Walks each chain (one dispute, or all with ``dispute_id`` None, streamed) with
         :func:`escalation.domain.audit_hash.verify_chain`, and compares each projection
@@ -190,10 +196,16 @@ class AuditQueries:
         repeatable = self._engine.connect().execution_options(isolation_level="REPEATABLE READ")
         with repeatable as conn, conn.begin():
             rows = conn.execute(stmt.execution_options(yield_per=1000)).mappings()
+            chains = 0
             for key, chain in groupby(rows, key=lambda r: r["dispute_id"]):
                 first_bad = verify_chain(dict(r) for r in chain)
                 if first_bad is not None:
                     bad[key] = first_bad
+                chains += 1
+                if progress is not None and chains % 1000 == 0:
+                    progress("chains", chains, None)
+            if progress is not None:
+                progress("chains", chains, chains)
             for d, last_seq, ledger_seq in conn.execute(_HEAD_MISMATCH, {"id": dispute_id}):
                 seq = _head_bad_seq(int(last_seq), None if ledger_seq is None else int(ledger_seq))
                 bad[d] = min(seq, bad.get(d, seq))

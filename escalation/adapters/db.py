@@ -1,14 +1,13 @@
 """PostgreSQL connection and schema helpers: URL normalisation, engine, Alembic from code.
 
-Nothing here runs at import time. The Alembic scripts live in the repository's
-``migrations/`` directory (``Path(escalation.__file__).parent.parent / "migrations"``); the
+Nothing here runs at import time. The Alembic scripts ship with the package
+(``escalation.resources.migrations_dir()``: inside the wheel, or the checkout's
+``migrations/`` for an editable install); the
 database URL reaches ``migrations/env.py`` through ``Config.attributes["database_url"]``
 (never through the ini file, so a ``%`` in a password needs no escaping).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import command
@@ -16,10 +15,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-import escalation
 from escalation.domain.errors import ConfigError, SchemaNotAtHead
+from escalation.resources import migrations_dir
 
-MIGRATIONS_DIR = Path(escalation.__file__).resolve().parent.parent / "migrations"
 DRIVER = "postgresql+psycopg"
 _ACCEPTED_DRIVERS = frozenset(
     {"postgres", "postgresql", "postgresql+psycopg", "postgresql+psycopg2", "postgresql+psycopg3"}
@@ -76,19 +74,35 @@ def alembic_config(url: str | None = None) -> Config:
     With ``url`` None, ``migrations/env.py`` falls back to ``ESCALATION_DATABASE_URL``.
     """
     cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("script_location", str(migrations_dir()))
     if url is not None:
         cfg.attributes["database_url"] = normalize_url(url)
     return cfg
 
 
-def upgrade_to_head(url: str) -> None:
+def upgrade_to_head(url: str) -> list[str]:
     """Run every pending Alembic revision on the database at ``url`` (idempotent).
+
+    Returns:
+        The revisions applied, oldest first, as ``"<id> (<message>)"``; empty when the
+        database was already at head.
 
     Raises:
         ConfigError: bad URL. Database errors propagate (sqlalchemy.exc.*).
     """
+    engine = make_engine(url, pool_size=1)
+    try:
+        before = current_revision(engine)
+    finally:
+        engine.dispose()
+    scripts = ScriptDirectory(str(migrations_dir()))
+    pending = [
+        f"{rev.revision} ({rev.doc})"
+        for rev in scripts.iterate_revisions("head", before or "base")
+        if rev.revision != before
+    ]
     command.upgrade(alembic_config(url), "head")
+    return list(reversed(pending))
 
 
 def downgrade(url: str, rev: str) -> None:
@@ -107,9 +121,10 @@ def current_revision(engine: sa.Engine) -> str | None:
 
 def head_revision() -> str:
     """The head revision of the scripts shipped in ``migrations/versions``."""
-    head = ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+    folder = migrations_dir()
+    head = ScriptDirectory(str(folder)).get_current_head()
     if head is None:  # pragma: no cover - the repository always ships revisions
-        raise SchemaNotAtHead(f"no Alembic revisions found under {MIGRATIONS_DIR}")
+        raise SchemaNotAtHead(f"no Alembic revisions found under {folder}")
     return head
 
 

@@ -33,6 +33,7 @@ from escalation.domain.ladder import (
     Tier,
 )
 from escalation.domain.ladder_check import check_ladders
+from escalation.ports import LadderHistory
 
 FILE_NAME = re.compile(r"^(?P<name>[a-z][a-z0-9_]*)\.v(?P<version>[1-9][0-9]*)\.toml$")
 Ident = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)]
@@ -421,3 +422,16 @@ class LadderCatalog:
     def all(self) -> list[Ladder]:
         """Every ladder version, sorted by name then version."""
         return [self._by_key[k] for k in sorted(self._by_key)]
+
+
+def check_ladder_dir_with_history(ladders_dir: Path, history: LadderHistory | None) -> list[str]:
+    """Every problem ``escalation ladder check`` reports (empty = valid).
+
+    File checks always; with ``history`` also the applied checksums of the ladders that have
+    files in ``ladders_dir`` (other ladders' history rows belong to other directories).
+    """
+    applied: dict[tuple[str, int], str] = {}
+    if history is not None:
+        names = {p.name.split(".v", 1)[0] for p in ladders_dir.glob("*.toml")}
+        applied = {k: v for k, v in history.applied_checksums().items() if k[0] in names}
+    return check_ladder_dir(ladders_dir, applied)

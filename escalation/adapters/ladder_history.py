@@ -13,8 +13,7 @@ escalations of one ladder, and the one-transaction-per-batch migration write.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -23,11 +22,15 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
 from escalation.adapters.audit_rows import chained_row, escalation_from_state, utc, utc_opt
-from escalation.adapters.audit_store import _array_literal, _copy_ledger
+from escalation.adapters.audit_sql import array_literal as _array_literal
+from escalation.adapters.audit_sql import copy_ledger as _copy_ledger
 from escalation.adapters.tables import escalation_state, ladder_history
 from escalation.domain.errors import ConflictError, NotFound
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder_plan import Blocked, PlanItem
+from escalation.ports import BatchResult, HistoryRow, Replan
+
+__all__ = ["BatchResult", "HistoryRow", "LadderHistoryStore", "Replan"]
 
 _S = escalation_state
 _H = ladder_history
@@ -54,51 +57,7 @@ _MIGRATE_STATES = sa.text(
     """
 )
 
-Replan = Callable[[Escalation], "tuple[PlanItem, datetime | None] | Blocked"]
 """Re-plan one escalation from its locked current state -> (item, resolved due) or Blocked."""
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryRow:
-    """One ``ladder_history`` row (times aware UTC)."""
-
-    run_id: int
-    ladder: str
-    version: int
-    checksum: str
-    plan_hash: str
-    applied_by: str
-    started_at: datetime
-    finished_at: datetime | None
-    status: str
-    planned: int
-    migrated: int
-    replanned: int
-    skipped: int
-    blocked: int
-    not_owner: int
-    last_dispute_id: UUID | None
-    redis_synced_through: UUID | None
-    error: str | None
-
-
-@dataclass
-class BatchResult:
-    """What one :meth:`LadderHistoryStore.migrate_batch` transaction did.
-
-    Attributes:
-        migrated: the new projection states (to restore into Redis), in dispute-id order.
-        replanned: items whose seq had moved (a worker decided meanwhile) and were re-planned.
-        skipped: items already at the target version, closed, or gone.
-        blocked: items that, re-planned, can no longer be migrated (left on their version).
-        suppressed: items whose due time the grace floor moved (no retroactive breach).
-    """
-
-    migrated: list[Escalation] = field(default_factory=list)
-    replanned: int = 0
-    skipped: int = 0
-    blocked: list[Blocked] = field(default_factory=list)
-    suppressed: int = 0
 
 
 def _row(r: Mapping[Any, Any]) -> HistoryRow:
@@ -110,7 +69,8 @@ def _row(r: Mapping[Any, Any]) -> HistoryRow:
 
 
 class LadderHistoryStore:
-    """``ladder_history`` and the migration writes (PostgreSQL).
+    """``ladder_history`` and the migration writes (PostgreSQL); implements
+    ``escalation.ports.LadderHistory``.
 
     Args:
         engine: a psycopg 3 engine on a database at the Alembic head.

@@ -8,8 +8,7 @@ Times are epoch **milliseconds** (Redis ``TIME``).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import redis
@@ -17,6 +16,9 @@ from redis.commands.core import Script
 
 from escalation.adapters.redis_keys import Keys, shard_of
 from escalation.adapters.redis_scheduler import DEFAULT_AGING_MS, script_source
+from escalation.adapters.redis_scripts import run_script
+from escalation.domain.errors import NotFound
+from escalation.ports import DEAD_DECISION, DEAD_NOTIFY, MemberState
 
 RELIABILITY_SCRIPTS: tuple[str, ...] = (
     "reconcile_remove",
@@ -27,33 +29,13 @@ RELIABILITY_SCRIPTS: tuple[str, ...] = (
     "leader_renew",
     "release_lock",
 )
-DEAD_DECISION = "decision:"  # dead-letter member prefix of a poison escalation
-DEAD_NOTIFY = "notify:"  # dead-letter member prefix of an undeliverable notification
 
-
-@dataclass(frozen=True, slots=True)
-class MemberState:
-    """What Redis holds for one dispute (reconcile inspection).
-
-    Attributes:
-        payload_seq: the payload's ``seq`` field, None when there is no payload.
-        score_ms: due time (epoch ms) if the dispute is scheduled -- its pending score, or for a
-            member of the ready ZSET (issue 4 C: due, waiting for a claim) its ready score +
-            weight * aging_ms -- None when it is in neither.
-        locked: a lock key exists (a worker holds the claim).
-        dead: the dispute is dead-lettered as a poison decision.
-        ready: the member sits in the ready ZSET (scheduled and due).
-    """
-
-    payload_seq: int | None
-    score_ms: int | None
-    locked: bool
-    dead: bool
-    ready: bool = False
+__all__ = ["DEAD_DECISION", "DEAD_NOTIFY", "MemberState", "ReliabilityRedis"]
 
 
 class ReliabilityRedis:
-    """Reliability scripts and reads for one namespace (``shards`` as the scheduler's).
+    """Reliability scripts and reads for one namespace (``shards`` as the scheduler's);
+    implements ``escalation.ports.SchedulerInspection``.
 
     Args:
         client: ``redis.Redis`` with ``decode_responses=True``.
@@ -84,8 +66,9 @@ class ReliabilityRedis:
         return [Keys(self.namespace, s) for s in range(self.shards)]
 
     def run(self, name: str, keys: Sequence[str], args: Sequence[str | int]) -> Any:
-        """Run one of :data:`RELIABILITY_SCRIPTS`."""
-        return self._scripts[name](keys=list(keys), args=list(args))
+        """Run one of :data:`RELIABILITY_SCRIPTS`. Raises ``ScriptRefused`` (an
+        EscalationError and a ``redis.ResponseError``) when the script refuses its input."""
+        return run_script(self._scripts[name], keys, args)
 
     def now_ms(self) -> int:
         """Redis ``TIME`` in epoch milliseconds (the one clock)."""
@@ -145,6 +128,11 @@ class ReliabilityRedis:
             chunks.append([(m, sc + int(w or 0) * self.aging_ms)
                            for (m, sc), w in zip(part, weights, strict=True)])
         return chunks
+
+    def scan_shards(self, count: int = 1000) -> Iterator[list[list[tuple[str, int]]]]:
+        """:meth:`scan_members` of every shard in turn, shard 0 first."""
+        for keys in self.shard_keys():
+            yield self.scan_members(keys, count)
 
     def ready_count(self) -> int:
         """Members in the ready ZSETs (due, waiting for a claim) over every shard."""
@@ -209,6 +197,127 @@ class ReliabilityRedis:
             if self.client.zscore(keys.dead, member) is not None:
                 return keys
         return None
+
+    def count_decision_failure(self, dispute_id: str) -> int:
+        """Count one more failed decision of ``dispute_id``; returns the count so far."""
+        keys = self.keys_for(dispute_id)
+        return int(self.client.hincrby(keys.decision_failures, dispute_id, 1))
+
+    def dead_letter_decision(self, dispute_id: str, token: int, record_json: str) -> int:
+        """dead_letter.lua for a poison escalation whose claim ``token`` still holds the lock:
+        out of pending/ready/prio, into the dead-letter set with ``record_json``. Returns the
+        dead-lettered time (epoch ms), 0 when the lock is no longer this token's."""
+        keys = self.keys_for(dispute_id)
+        return int(self.run(
+            "dead_letter",
+            [keys.dead, keys.dead_data, keys.pending, keys.lock(dispute_id),
+             keys.decision_failures, keys.notify_retry, keys.notify_data, keys.ready,
+             keys.prio],
+            [DEAD_DECISION + dispute_id, record_json, "decision", dispute_id, str(token), ""]))
+
+    def retry_dead(self, member: str, kind: str, target: str, record_json: str) -> str:
+        """dead_retry.lua: schedule dead letter ``member`` again, due now. ``kind``
+        ``decision`` (``target`` = dispute id) or ``notify`` (``target`` = the notification's
+        retry member, ``record_json`` its fresh retry record). Returns the script outcome.
+
+        Raises:
+            NotFound: ``member`` is not a dead letter of this namespace.
+        """
+        keys = self.dead_keys_of(member)
+        if keys is None:
+            raise NotFound(f"no dead letter {member!r}")
+        kpay = keys.payload(target) if kind == "decision" else keys.stats
+        return str(self.run("dead_retry",
+                            [keys.dead, keys.dead_data, keys.pending, kpay,
+                             keys.decision_failures, keys.notify_retry, keys.notify_data,
+                             keys.ready, keys.prio],
+                            [member, kind, target, record_json]))
+
+    def purge_dead(self, member: str, dispute_id: str | None) -> None:
+        """Remove dead letter ``member``; with ``dispute_id`` (a poison escalation) also its
+        member in pending/ready, weight, payload and failure count, in one transaction."""
+        keys = self.dead_keys_of(member)
+        if keys is None:
+            return
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zrem(keys.dead, member)
+        pipe.hdel(keys.dead_data, member)
+        if dispute_id:
+            pipe.zrem(keys.pending, dispute_id)
+            pipe.zrem(keys.ready, dispute_id)  # a due member may wait in ready
+            pipe.hdel(keys.prio, dispute_id)
+            pipe.delete(keys.payload(dispute_id))
+            pipe.hdel(keys.decision_failures, dispute_id)
+        pipe.execute()
+
+    # ------------------------------------------------------------------ review stream
+    def review_shards(self) -> range:
+        """Shard indexes, 0 first (one review stream per shard)."""
+        return range(self.shards)
+
+    def ensure_review_group(self, shard: int, group: str) -> None:
+        """XGROUP CREATE on the shard's review stream from its start (idempotent)."""
+        try:
+            self.client.xgroup_create(Keys(self.namespace, shard).review, group, id="0",
+                                      mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def review_autoclaim(
+        self, shard: int, group: str, consumer: str, idle_ms: int, count: int
+    ) -> list[tuple[str, dict[str, str] | None]]:
+        """XAUTOCLAIM entries pending longer than ``idle_ms``: ``(entry id, fields)``, fields
+        None for an entry trimmed from the stream while pending."""
+        raw = self.client.xautoclaim(Keys(self.namespace, shard).review, group, consumer,
+                                     min_idle_time=idle_ms, start_id="0-0", count=count)
+        return [(str(e), f) for e, f in cast(list[Any], raw[1])]
+
+    def review_read(
+        self, shard: int, group: str, consumer: str, count: int, block_ms: int | None
+    ) -> list[tuple[str, dict[str, str]]]:
+        """XREADGROUP ``>``: new entries for ``consumer`` (blocking up to ``block_ms``)."""
+        got = self.client.xreadgroup(group, consumer, {Keys(self.namespace, shard).review: ">"},
+                                     count=count, block=block_ms)
+        return [(str(e), f) for _stream, entries in cast(list[Any], got or [])
+                for e, f in entries]
+
+    def review_ack(self, shard: int, group: str, entry_id: str) -> None:
+        """XACK one entry."""
+        self.client.xack(Keys(self.namespace, shard).review, group, entry_id)
+
+    def notify_claim_retries(self, shard: int, count: int, lease_ms: int) -> list[tuple[str, str]]:
+        """notify_claim_retry.lua: due retries ``(member, record JSON)``, leased ``lease_ms``."""
+        keys = Keys(self.namespace, shard)
+        raw = self.run("notify_claim_retry", [keys.notify_retry, keys.notify_data],
+                       [min(count, 1000), lease_ms])
+        return [(str(m), str(b)) for m, b in raw[1:]]
+
+    def notify_retry_done(self, shard: int, member: str) -> None:
+        """Drop a delivered retry (ZREM + HDEL in one transaction)."""
+        keys = Keys(self.namespace, shard)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zrem(keys.notify_retry, member)
+        pipe.hdel(keys.notify_data, member)
+        pipe.execute()
+
+    def notify_defer(self, shard: int, group: str, entry_id: str, member: str, at_ms: int,
+                     record_json: str) -> None:
+        """notify_defer.lua: schedule a retry of ``member`` at ``at_ms`` (and XACK
+        ``entry_id`` when given)."""
+        keys = Keys(self.namespace, shard)
+        self.run("notify_defer", [keys.review, keys.notify_retry, keys.notify_data],
+                 [group, entry_id, member, at_ms, record_json])
+
+    def dead_letter_notify(self, shard: int, member: str, record_json: str) -> int:
+        """dead_letter.lua for an undeliverable notification (retry ``member``). Returns the
+        dead-lettered time, epoch ms."""
+        keys = Keys(self.namespace, shard)
+        return int(self.run(
+            "dead_letter",
+            [keys.dead, keys.dead_data, keys.pending, keys.stats, keys.decision_failures,
+             keys.notify_retry, keys.notify_data],
+            [DEAD_NOTIFY + member, record_json, "notify", "", "", member]))
 
     def dead_count(self) -> int:
         """Number of dead letters over every shard."""

@@ -13,7 +13,6 @@ the time a worker cached is never late.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 from uuid import UUID
@@ -24,36 +23,16 @@ from escalation.adapters.redis_keys import Keys, shard_of
 from escalation.adapters.redis_scheduler import script_source
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import from_ms
+from escalation.ports import WarningMember
+
+__all__ = ["MAX_WARN_CLAIM", "RedisWarnings", "WarningMember"]
 
 MAX_WARN_CLAIM = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class WarningMember:
-    """One scheduled warning: dispute, tier-entry seq, fraction text, due (epoch ms)."""
-
-    dispute_id: UUID
-    seq: int
-    fraction: str
-    due_ms: int
-
-    @property
-    def member(self) -> str:
-        """ZSET member text ``"<id>:<seq>:<fraction>"``."""
-        return f"{self.dispute_id}:{self.seq}:{self.fraction}"
-
-    @classmethod
-    def parse(cls, member: str, score: float) -> WarningMember:
-        """Inverse of :attr:`member`. Raises InvalidInput for a malformed member."""
-        try:
-            did, seq, fraction = member.split(":")
-            return cls(UUID(did), int(seq), fraction, int(score))
-        except ValueError:
-            raise InvalidInput(f"malformed warning member {member!r}") from None
-
-
 class RedisWarnings:
-    """The warnings ZSETs of a namespace (same sharding as ``RedisScheduler``).
+    """The warnings ZSETs of a namespace (same sharding as ``RedisScheduler``); implements
+    ``escalation.ports.WarningQueue``.
 
     Args:
         client: ``redis.Redis`` with ``decode_responses=True``.

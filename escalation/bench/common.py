@@ -141,7 +141,8 @@ class Target:
             "ESCALATION_NAMESPACE": namespace,
             "ESCALATION_WORKER_ID": worker_id,
             "ESCALATION_LOG_FORMAT": "json",
-            "ESCALATION_LOG_LEVEL": "INFO",
+            # the drain and precision figures come from the per-decision events (DEBUG)
+            "ESCALATION_LOG_LEVEL": "DEBUG",
         })
         for key, value in settings.items():
             env[f"ESCALATION_{key.upper()}"] = str(value)

@@ -50,3 +50,9 @@ class ConflictError(EscalationError):
     """A state transition that is not allowed now (e.g. pause a paused escalation): 2."""
 
     exit_code = 2
+
+
+class DuplicateEvent(EscalationError):
+    """An event the ledger already holds under a uniqueness rule (e.g. a WARNING for the same
+    dispute, tier seq and fraction): nothing was written. The audit store raises it for a
+    unique violation, so callers never see a database error type."""

@@ -1,24 +1,29 @@
-"""Materiality: the disputed amount as a Decimal quantized to cents.
+"""Materiality: the disputed amount as a Decimal in whole cents.
 
-Money is Decimal end to end (STYLE.md example 2): ``numeric(18,2)`` in PostgreSQL and a
-string such as ``"1250.00"`` in Redis and JSON. A float anywhere near money is a bug, so
-floats are refused outright rather than converted.
+Money is Decimal end to end: ``numeric(18,2)`` in PostgreSQL and a string such as
+``"1250.00"`` in Redis and JSON. A float anywhere near money is a bug, so floats are refused
+outright rather than converted. Money is never rounded: an amount with a non-zero digit
+below the cent (``"0.125"``, ``"1.001"``) is refused, as is any text that is not plain
+decimal digits (``"1e3"``, ``"1_000"``, ``"1,000"``, ``"+5"``), since Python's ``Decimal``
+would silently accept the exponent and underscore forms.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation
 
 from escalation.domain.errors import InvalidInput
 
 CENT = Decimal("0.01")
 MAX_INTEGER_DIGITS = 15  # numeric(18,2) in PostgreSQL leaves 16; we keep one in reserve
+_PLAIN_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 
 @dataclass(frozen=True, order=True, slots=True)
 class Materiality:
-    """A non-negative amount in the dispute's currency, quantized to cents.
+    """A non-negative amount in the dispute's currency, in whole cents.
 
     Attributes:
         amount: ``Decimal`` with exactly two fractional digits, ``0 <= amount < 10**15``.
@@ -30,11 +35,15 @@ class Materiality:
     def parse(cls, value: object) -> Materiality:
         """Build a Materiality from a ``Decimal``, ``int`` or decimal string.
 
-        Rounds half-even to cents (``"10.005"`` -> ``10.00``).
+        A string is plain ASCII digits with an optional fractional part (``"1250"``,
+        ``"1250.5"``, ``"1250.50"``, ``"1250.500"``); surrounding spaces are ignored. The
+        amount is never rounded: zeros below the cent are dropped, any other digit there is
+        refused.
 
         Raises:
-            InvalidInput: ``value`` is a float or bool, not a number, NaN or infinite,
-                negative, or has more than 15 integer digits.
+            InvalidInput: ``value`` is a float or bool, not plain decimal text (exponent,
+                underscore, sign, separator), NaN or infinite, negative, has a non-zero
+                digit below the cent, or has more than 15 integer digits.
         """
         if isinstance(value, Materiality):
             return value
@@ -48,13 +57,7 @@ class Materiality:
         elif isinstance(value, int):
             dec = Decimal(value)
         elif isinstance(value, str):
-            text = value.strip()
-            if not text.isascii():
-                raise InvalidInput(f"materiality {value!r} must use ASCII digits")
-            try:
-                dec = Decimal(text)
-            except InvalidOperation:
-                raise InvalidInput(f"materiality {value!r} is not a decimal number") from None
+            dec = _parse_text(value)
         else:
             raise InvalidInput(
                 f"materiality must be a Decimal or string, not {type(value).__name__}"
@@ -67,15 +70,36 @@ class Materiality:
             raise InvalidInput(
                 f"materiality {value!r} has more than {MAX_INTEGER_DIGITS} integer digits"
             )
-        quantized = dec.quantize(CENT, rounding=ROUND_HALF_EVEN)
-        if quantized.adjusted() >= MAX_INTEGER_DIGITS:
+        cents = dec.quantize(CENT)
+        if cents != dec:
             raise InvalidInput(
-                f"materiality {value!r} has more than {MAX_INTEGER_DIGITS} integer digits"
+                f"materiality {value!r} has digits below a cent; money is never rounded: "
+                "give at most two decimal places"
             )
-        return cls(quantized)
+        return cls(cents)
 
     def __str__(self) -> str:
         return format(self.amount, "f")
+
+
+def _parse_text(value: str) -> Decimal:
+    """Plain decimal text -> Decimal. Raises InvalidInput (see :meth:`Materiality.parse`)."""
+    text = value.strip()
+    if not text.isascii():
+        raise InvalidInput(f"materiality {value!r} must use ASCII digits")
+    if text.lstrip("+-").lower() in ("nan", "snan", "inf", "infinity"):
+        raise InvalidInput(f"materiality must be finite, got {value!r}")
+    if text.startswith("-") and _PLAIN_DECIMAL.fullmatch(text[1:]):
+        raise InvalidInput(f"materiality must not be negative, got {value!r}")
+    if not _PLAIN_DECIMAL.fullmatch(text):
+        raise InvalidInput(
+            f"materiality {value!r} is not a plain decimal amount such as 1250.00 "
+            "(no exponent, underscores, signs or thousands separators)"
+        )
+    try:
+        return Decimal(text)
+    except InvalidOperation:  # pragma: no cover - the pattern admits only valid numbers
+        raise InvalidInput(f"materiality {value!r} is not a decimal number") from None
 
 
 ZERO = Materiality(Decimal("0.00"))

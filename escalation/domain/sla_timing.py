@@ -398,32 +398,9 @@ def band_weight(ladder: Ladder, materiality: Decimal) -> int:
     return ordered.index(band) + 1
 
 
-def effective_priority(weight: int, score_ms: int, now_ms: int, aging_ms: int) -> float:
-    """Claim order key (higher fires first): ``weight + age / aging_ms``, age = now - due.
-
-    Each ``aging_ms`` a due escalation has waited is worth one band of materiality, so an
-    escalation is overtaken only by escalations due less than ``(W_max - w) * aging_ms``
-    after it (docs/sla.md "Starvation bound").
-    """
-    if aging_ms <= 0:
-        raise InvalidInput("aging_ms must be > 0")
-    return weight + max(0, now_ms - score_ms) / aging_ms
-
-
 def window_end_for(
     ladder: Ladder, tier_id: str, materiality: Decimal, start: datetime,
     calendars: CalendarRegistry,
 ) -> datetime:
     """End of ``tier_id``'s window (band factor applied) started at ``start``."""
     return window_end(start, tier_window(ladder, tier_id, materiality), calendars)
-
-
-def rank_candidates(
-    due: list[tuple[str, int, int]], now_ms: int, aging_ms: int, size: int
-) -> list[str]:
-    """Claim order among due candidates ``(member, due score ms, band weight)``: highest
-    :func:`effective_priority` first, ties by earlier due; at most ``size`` members."""
-    ranked = sorted(
-        due, key=lambda c: (-effective_priority(c[2], c[1], now_ms, aging_ms), c[1])
-    )
-    return [c[0] for c in ranked[:size]]

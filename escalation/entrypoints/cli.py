@@ -6,18 +6,30 @@ Every user mistake becomes a one-line ``error: ...`` on stderr and exit code 2 (
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import sys
-from datetime import date, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from escalation.domain.errors import EscalationError, InvalidInput, NotFound
-from escalation.domain.timeutil import require_aware
+from escalation.domain.errors import EscalationError
+from escalation.entrypoints import (
+    cli_audit,
+    cli_bench,
+    cli_import,
+    cli_ladder,
+    cli_ops,
+    cli_sla,
+)
+from escalation.entrypoints.cli_common import (
+    _app,
+    _print_json,
+    _settings,
+    err,
+    out,
+    parse_attributes,
+    parse_time_or_date,
+)
 
 app = typer.Typer(
     name="escalation", no_args_is_help=True, pretty_exceptions_enable=False,
@@ -26,72 +38,19 @@ app = typer.Typer(
 )
 services_app = typer.Typer(help="The embedded Valkey and PostgreSQL servers.", no_args_is_help=True)
 db_app = typer.Typer(help="Database schema (Alembic).", no_args_is_help=True)
-audit_app = typer.Typer(help="The audit ledger.", no_args_is_help=True)
+# The command modules each expose their typer apps and import cli_common, never this module.
+# Unnamed apps merge their commands into the root; the order here is the order of --help.
+app.add_typer(cli_import.app)  # import, demo
+app.add_typer(cli_ops.app)  # notify, reconcile, doctor
+app.add_typer(cli_sla.app)  # pause, resume
 app.add_typer(services_app, name="services")
 app.add_typer(db_app, name="db")
-app.add_typer(audit_app, name="audit")
-
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, soft_wrap=True)
-
-
-def parse_time(value: str | None, name: str) -> datetime | None:
-    """ISO-8601 text -> aware datetime. Raises InvalidInput for bad or naive values."""
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidInput(f"{name}: not an ISO-8601 time: {value!r}") from None
-    return require_aware(parsed, name)
-
-
-def parse_time_or_date(value: str | None, name: str) -> datetime | date | None:
-    """ISO-8601 text -> aware datetime, or a ``date`` for ``YYYY-MM-DD`` (a local date in the
-    escalation's institution zone). Raises InvalidInput for bad or naive date-times."""
-    if value is not None and len(value.strip()) == 10:
-        try:
-            return date.fromisoformat(value.strip())
-        except ValueError:
-            raise InvalidInput(f"{name}: not an ISO-8601 date: {value!r}") from None
-    return parse_time(value, name)
-
-
-def parse_attributes(values: list[str] | None) -> dict[str, object] | None:
-    """``["name=value", ...]`` -> ``{name: value}``. Raises InvalidInput on a missing ``=``."""
-    if not values:
-        return None
-    out: dict[str, object] = {}
-    for item in values:
-        key, sep, val = item.partition("=")
-        if not sep or not key.strip():
-            raise InvalidInput(f"--attribute: expected name=value, got {item!r}")
-        out[key.strip()] = val.strip()
-    return out
-
-
-def _settings(**overrides: Any) -> Any:
-    from escalation.settings import get_settings
-
-    return get_settings(**overrides)
-
-
-def _app(
-    actor: str | None = None, check_schema: bool = True, strict_ladders: bool = False,
-    **overrides: Any,
-) -> Any:
-    from escalation.bootstrap import build
-    from escalation.logs import configure_logging
-
-    settings = _settings(**overrides)
-    configure_logging(settings.log_format, settings.log_level)
-    return build(settings, actor=actor, check_schema=check_schema,
-                 strict_ladders=strict_ladders)
-
-
-def _print_json(data: Any) -> None:
-    out.print_json(json.dumps(data, default=str))
-
+app.add_typer(cli_audit.audit_app, name="audit")
+app.add_typer(cli_audit.report_app, name="report")
+app.add_typer(cli_bench.bench_app, name="bench")
+app.add_typer(cli_ladder.ladder_app, name="ladder")
+app.add_typer(cli_ops.dead_app, name="dead")
+app.add_typer(cli_ops.maint_app, name="maintenance")
 
 # --------------------------------------------------------------------------- enqueue/cancel
 @app.command()
@@ -122,8 +81,8 @@ def enqueue(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Schedule an escalation for a dispute (idempotent per dispute)."""
+    from escalation.bootstrap import schedule_for
     from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
-    from escalation.service_layer.warnings import schedule_for
 
     req = EnqueueRequest(
         dispute_id=dispute_id, materiality=materiality, source_hash=source_hash, tier=tier,
@@ -182,7 +141,7 @@ def cancel(
     out.print(f"cancelled {state.dispute_id} (seq {state.seq})")
 
 
-# --------------------------------------------------------------------------- status / audit
+# --------------------------------------------------------------------------- status
 @app.command()
 def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Pending, due now, oldest overdue age, locked, dead, per tier."""
@@ -196,66 +155,38 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
     if as_json:
         _print_json(data)
         return
-    table = Table(title="escalation status")
+    from escalation.entrypoints.render import figure_row
+
+    table = Table(title="escalation status (ages in human units; --json gives ms)")
     table.add_column("figure")
     table.add_column("value", justify="right")
     for src, values in data.items():
         for key, val in values.items():
             if isinstance(val, dict):
                 for k2, v2 in val.items():
-                    table.add_row(f"{src}.{key}.{k2}", str(v2))
+                    table.add_row(*figure_row(f"{src}.{key}.{k2}", v2))
             else:
-                table.add_row(f"{src}.{key}", str(val))
+                table.add_row(*figure_row(f"{src}.{key}", val))
     out.print(table)
-
-
-@audit_app.command("show")
-def audit_show(
-    dispute_id: Annotated[str, typer.Argument(help="Dispute id (UUID) or external id.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
-) -> None:
-    """One dispute's audit trail, oldest first."""
-    from escalation.domain.escalation import parse_dispute_id
-    from escalation.entrypoints.render import trail_table
-
-    a = _app(actor="cli")
-    try:
-        try:
-            did = parse_dispute_id(dispute_id)
-        except InvalidInput:
-            found = a.store.find_by_external_id(dispute_id.strip())
-            if not found:
-                raise NotFound(
-                    f"no dispute with id or external id {dispute_id!r}"
-                ) from None
-            if len(found) > 1:
-                raise InvalidInput(
-                    f"external id {dispute_id!r} names {len(found)} disputes: "
-                    + ", ".join(str(f) for f in found[:5]) + "; give the dispute UUID"
-                ) from None
-            did = found[0]
-        rows = a.store.trail(did)
-    finally:
-        a.close()
-    if not rows:
-        raise NotFound(f"no audit rows for dispute {did}")
-    if as_json:
-        for r in rows:
-            sys.stdout.write(json.dumps(dataclasses.asdict(r), default=str) + "\n")
-        return
-    out.print(trail_table(rows))
 
 
 # --------------------------------------------------------------------------- db / services
 @db_app.command("upgrade")
 def db_upgrade() -> None:
-    """Bring the database schema to the Alembic head."""
-    from escalation.adapters.db import upgrade_to_head
+    """Bring the database schema to the Alembic head; says which revisions it applied."""
+    from escalation.adapters.db import head_revision, upgrade_to_head
     from escalation.bootstrap import resolve_urls
 
     urls = resolve_urls(_settings())
-    upgrade_to_head(urls.database_url)
-    out.print("database at head")
+    applied = upgrade_to_head(urls.database_url)
+    if not applied:
+        out.print(f"database already at head ({head_revision()}): nothing to apply",
+                  markup=False, highlight=False)
+        return
+    for rev in applied:
+        out.print(f"applied {rev}", markup=False, highlight=False)
+    out.print(f"database now at head ({head_revision()}): {len(applied)} revision(s) applied",
+              markup=False, highlight=False)
 
 
 @services_app.command("stop")
@@ -301,21 +232,8 @@ def worker(
                   f"{totals.stale} already decided, {totals.stuck} stuck repaired")
 
 
-def register_more() -> None:
-    """Attach command groups that live in their own modules."""
-    from escalation.entrypoints import (
-        cli_audit,  # noqa: F401 - audit verify/export, report
-        cli_bench,  # noqa: F401 - bench (issue 6)
-        cli_import,  # noqa: F401 - registers commands
-        cli_ladder,  # noqa: F401 - ladder check/plan/apply (issue 3)
-        cli_ops,  # noqa: F401 - notify/dead/reconcile/doctor/maintenance (issue 7)
-        cli_sla,  # noqa: F401 - pause/resume (issue 4)
-    )
-
-
 def main() -> None:
     """Console-script entry point: run the app, map EscalationError to exit codes."""
-    register_more()
     import redis.exceptions
     import sqlalchemy.exc
 

@@ -1,4 +1,4 @@
-"""``escalation audit ...`` (verify, checkpoint, partitions, search, export) and
+"""``escalation audit ...`` (show, verify, checkpoint, partitions, search, export) and
 ``escalation report sla``. See docs/audit.md.
 
 Exit codes: 0 ok; 1 verification failed / refused operation (EscalationError); 2 usage.
@@ -19,15 +19,15 @@ import sqlalchemy as sa
 import typer
 from rich.table import Table
 
-from escalation.domain.errors import InvalidInput
-from escalation.entrypoints.cli import _settings, app, audit_app, err, out, parse_time
+from escalation.domain.errors import InvalidInput, NotFound
+from escalation.entrypoints.cli_common import _app, _settings, err, out, parse_time
 
+audit_app = typer.Typer(help="The audit ledger.", no_args_is_help=True)
 partitions_app = typer.Typer(
     help="Monthly ledger partitions: create ahead (--ahead N), drop expired ones."
 )
 report_app = typer.Typer(help="Compliance reports.", no_args_is_help=True)
 audit_app.add_typer(partitions_app, name="partitions")
-app.add_typer(report_app, name="report")
 
 
 @contextmanager
@@ -53,6 +53,44 @@ def _uuid(value: str | None) -> Any:
     return parse_dispute_id(value)
 
 
+# --------------------------------------------------------------------------- show
+@audit_app.command("show")
+def audit_show(
+    dispute_id: Annotated[str, typer.Argument(help="Dispute id (UUID) or external id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+) -> None:
+    """One dispute's audit trail, oldest first."""
+    from escalation.domain.escalation import parse_dispute_id
+    from escalation.entrypoints.render import trail_table
+
+    a = _app(actor="cli")
+    try:
+        try:
+            did = parse_dispute_id(dispute_id)
+        except InvalidInput:
+            found = a.store.find_by_external_id(dispute_id.strip())
+            if not found:
+                raise NotFound(
+                    f"no dispute with id or external id {dispute_id!r}"
+                ) from None
+            if len(found) > 1:
+                raise InvalidInput(
+                    f"external id {dispute_id!r} names {len(found)} disputes: "
+                    + ", ".join(str(f) for f in found[:5]) + "; give the dispute UUID"
+                ) from None
+            did = found[0]
+        rows = a.store.trail(did)
+    finally:
+        a.close()
+    if not rows:
+        raise NotFound(f"no audit rows for dispute {did}")
+    if as_json:
+        for r in rows:
+            sys.stdout.write(json.dumps(asdict(r), default=str) + "\n")
+        return
+    out.print(trail_table(rows))
+
+
 # --------------------------------------------------------------------------- verify
 @audit_app.command("verify")
 def audit_verify(
@@ -64,13 +102,16 @@ def audit_verify(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Recompute hash chains, projection heads and checkpoints; exit 1 on the first break."""
+    from escalation.adapters.checkpoints import PostgresCheckpoints
     from escalation.service_layer.checkpoint import read_digest, verify
 
     if dispute is not None and all_:
         raise InvalidInput("give --dispute ID or --all, not both")
     dig = None if digest is None else read_digest(digest)
-    with _engine() as engine:
-        report = verify(engine, _uuid(dispute), dig)
+    from escalation.entrypoints.progress import cli_progress
+
+    with _engine() as engine, cli_progress("audit verify") as progress:
+        report = verify(PostgresCheckpoints(engine), _uuid(dispute), dig, progress=progress)
     if as_json:
         sys.stdout.write(
             json.dumps(
@@ -116,10 +157,11 @@ def audit_checkpoint(
     actor: Annotated[str, typer.Option(help="Who seals the checkpoint.")] = "cli",
 ) -> None:
     """Seal a checkpoint: Merkle root over all chain heads, chained to the previous one."""
+    from escalation.adapters.checkpoints import PostgresCheckpoints
     from escalation.service_layer.checkpoint import create_checkpoint, digest_of, write_digest
 
     with _engine() as engine:
-        cp = create_checkpoint(engine, actor)
+        cp = create_checkpoint(PostgresCheckpoints(engine), actor)
     if out_file is not None:
         write_digest(cp, out_file)
     out.print_json(json.dumps(digest_of(cp)))
@@ -194,21 +236,27 @@ def _filter(**kw: Any) -> Any:
     )
 
 
+def _institution_calendars() -> Any:
+    """The calendar registry with the deployment's institution zone and calendar."""
+    from escalation.adapters.calendar_files import load_institution_calendars
+
+    settings = _settings()
+    return load_institution_calendars(settings.calendars_file, settings.institution_calendar,
+                                      settings.institution_timezone)
+
+
 def _search_deadlines(dispute: str | None, name: str | None, as_json: bool) -> None:
     """``audit search --dispute ID --deadlines [--deadline NAME]``."""
-    from escalation.adapters.calendar_files import load_institution_calendars
+    from escalation.adapters.report_queries import PostgresReports
     from escalation.domain.escalation import parse_dispute_id
-    from escalation.entrypoints.cli import _settings
     from escalation.service_layer.sla_report import MISSED_COLUMNS, dispute_deadlines
 
     if dispute is None:
         raise InvalidInput("--deadlines needs --dispute")
     did = parse_dispute_id(dispute)
-    settings = _settings()
-    cals = load_institution_calendars(settings.calendars_file, settings.institution_calendar,
-                                      settings.institution_timezone)
+    cals = _institution_calendars()
     with _engine() as engine:
-        found = dispute_deadlines(engine, did, name, cals)
+        found = dispute_deadlines(PostgresReports(engine), did, name, cals)
     if name is not None and not found:
         raise InvalidInput(f"dispute {did} has no deadline {name!r}")
     if as_json:
@@ -260,9 +308,12 @@ def audit_search(
 
     flt = _filter(dispute=dispute, tier=tier, decision=decision, since=since, until=until,
                   actor=actor, ladder=ladder, ladder_version=ladder_version)
+    from escalation.adapters.audit_search import PostgresLedgerSearch
+
     with _engine() as engine:
-        check_decision(engine, flt.decision)
-        rows = search(engine, flt, limit)
+        ledger = PostgresLedgerSearch(engine)
+        check_decision(ledger, flt.decision)
+        rows = search(ledger, flt, limit)
     if as_json:
         for r in rows:
             d = asdict(r)
@@ -303,17 +354,20 @@ def audit_export(
         raise InvalidInput(f"--format must be csv or jsonl, got {fmt!r}")
     check_output_path(out_file)
     flt = AuditFilter(since=parse_time(since, "--from"), until=parse_time(until, "--to"))
+    from escalation.adapters.audit_search import PostgresLedgerSearch
+
     with _engine() as engine:
+        ledger = PostgresLedgerSearch(engine)
         if sys.stderr.isatty():
             from rich.progress import Progress
 
-            total = count_rows(engine, flt)
+            total = count_rows(ledger, flt)
             with Progress(console=err) as bar:
                 task = bar.add_task("exporting", total=total)
-                manifest = export(engine, fmt, out_file, flt,  # type: ignore[arg-type]
+                manifest = export(ledger, fmt, out_file, flt,  # type: ignore[arg-type]
                                   lambda n: bar.update(task, completed=n))
         else:
-            manifest = export(engine, fmt, out_file, flt)  # type: ignore[arg-type]
+            manifest = export(ledger, fmt, out_file, flt)  # type: ignore[arg-type]
     out.print(f"{manifest.row_count} rows -> {out_file} (sha256 {manifest.sha256})")
 
 
@@ -368,15 +422,11 @@ def report_sla(
         from escalation.service_layer.audit_export import check_output_path
 
         check_output_path(out_file)
-    with _engine() as engine:
-        from escalation.adapters.calendar_files import load_institution_calendars
-        from escalation.entrypoints.cli import _settings
+    from escalation.adapters.report_queries import PostgresReports
 
-        settings = _settings()
-        cals = load_institution_calendars(settings.calendars_file,
-                                          settings.institution_calendar,
-                                          settings.institution_timezone)
-        report = sla_report.build(engine, start, end, grace_s, calendars=cals)
+    with _engine() as engine:
+        report = sla_report.build(PostgresReports(engine), start, end, grace_s,
+                                  calendars=_institution_calendars())
     if missed:
         _print_missed(report, fmt, out_file)
         return

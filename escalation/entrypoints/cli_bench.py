@@ -14,11 +14,9 @@ from typing import Annotated, Any
 import typer
 
 from escalation.domain.errors import InvalidInput
-from escalation.entrypoints.cli import app
 
 bench_app = typer.Typer(help="Benchmarks: drain, precision, idle, enqueue, scale.",
                         no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
 
 DbOpt = Annotated[str | None, typer.Option(
     help="Use this (migrated) database instead of creating and dropping one.")]

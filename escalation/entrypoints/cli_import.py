@@ -10,8 +10,10 @@ from typing import Annotated, Any
 import typer
 
 from escalation.domain.errors import InvalidInput
-from escalation.entrypoints.cli import _app, app, err, out
+from escalation.entrypoints.cli_common import _app, err, out
 from escalation.service_layer.importer import ColumnMapping
+
+app = typer.Typer()  # top-level commands, merged into the root by cli.py
 
 
 def _mapping(mapping: Path | None, **flags: str | None) -> ColumnMapping:
@@ -46,9 +48,9 @@ def import_csv(
     Every row is validated first; a file with any bad row imports nothing unless
     --skip-invalid.
     """
-    from escalation.service_layer.bulk import bulk_enqueue
-    from escalation.service_layer.importer import plan_import
-    from escalation.service_layer.warnings import schedule_for
+    from escalation.bootstrap import schedule_for
+    from escalation.entrypoints.progress import cli_progress
+    from escalation.service_layer.importer import ImportTarget, import_csv
 
     cmap = _mapping(
         mapping, dispute_id=id_column, opened_at=opened_column, due_at=due_column,
@@ -56,43 +58,41 @@ def import_csv(
         default_materiality=default_materiality, timezone=timezone,
         external_source=external_source, ladder=ladder,
     )
-    from escalation.adapters.ladder_files import LadderCatalog
-    from escalation.entrypoints.cli import _settings
-
-    settings = _settings()
-    target = LadderCatalog.from_dir(settings.ladders_dir, strict=False).latest(
-        cmap.ladder or settings.default_ladder)
-    default_zone = target.institution_timezone or settings.institution_timezone
+    if not csv_path.is_file():
+        raise InvalidInput(f"{csv_path}: cannot read: no such file")
+    a = _app(actor="import", strict_ladders=True)
+    target = ImportTarget(scheduler=a.scheduler, store=a.store, ladders=a.ladders,
+                          calendars=a.calendars, default_ladder=a.settings.default_ladder,
+                          actor=a.actor, on_scheduled=schedule_for(a))  # pre-breach warnings
     try:
-        with csv_path.open(newline="", encoding="utf-8") as fh:
-            plan = plan_import(fh, cmap, default_zone)
+        with cli_progress("import") as progress:
+            res = import_csv(lambda: csv_path.open(newline="", encoding="utf-8"), cmap, target,
+                             skip_invalid=skip_invalid, progress=progress)
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{csv_path}: cannot read: {exc}") from None
-    a = _app(actor="import", strict_ladders=True)
-    try:
-        res = bulk_enqueue(
-            plan.requests, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
-            calendars=a.calendars, default_ladder=a.settings.default_ladder, actor=a.actor,
-            prior_errors=plan.errors, skip_invalid=skip_invalid,
-            on_scheduled=schedule_for(a),  # pre-breach warnings, as for enqueue
-        )
     finally:
         a.close()
+    _report_import(csv_path, res, skip_invalid=skip_invalid, as_json=as_json)
+
+
+def _report_import(csv_path: Path, res: Any, *, skip_invalid: bool, as_json: bool) -> None:
+    """Bad rows (first 50) on stderr, then the summary line (exit 2 when nothing written)."""
     for line, msg in res.errors[:50]:
         err.print(f"{csv_path}:{line}: {msg}", markup=False, highlight=False)
     if len(res.errors) > 50:
         err.print(f"... and {len(res.errors) - 50} more bad rows")
-    if res.errors and (not skip_invalid or not res.results):
+    if not res.written:
         err.print(f"error: {len(res.errors)} bad row(s); nothing imported"
                   + ("" if skip_invalid else " (fix them or pass --skip-invalid)"))
         raise typer.Exit(2)
-    summary = {"rows": plan.rows, "created": res.created, "already_enqueued": res.existing,
+    summary = {"rows": res.rows, "created": res.created, "already_enqueued": res.existing,
                "skipped_invalid": len(res.errors)}
     if as_json:
         sys.stdout.write(json.dumps(summary) + "\n")
     else:
         out.print(f"imported {csv_path}: {res.created} enqueued, {res.existing} already "
-                  f"enqueued, {len(res.errors)} skipped as invalid ({plan.rows} rows)")
+                  f"enqueued, {len(res.errors)} skipped as invalid ({res.rows} rows)",
+                  markup=False, highlight=False)
 
 
 @app.command()

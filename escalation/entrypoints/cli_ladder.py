@@ -16,10 +16,9 @@ import typer
 from rich.table import Table
 
 from escalation.domain.errors import LadderError
-from escalation.entrypoints.cli import _app, _settings, app, err, out
+from escalation.entrypoints.cli_common import _app, _settings, err, out
 
 ladder_app = typer.Typer(help="Ladder files and ladder migrations.", no_args_is_help=True)
-app.add_typer(ladder_app, name="ladder")
 
 LadderOpt = Annotated[str | None, typer.Option("--ladder", help="Ladder name (default: the "
                                                "configured default ladder).")]
@@ -58,7 +57,7 @@ def ladder_check(
     directory: Annotated[Path | None, typer.Option("--dir", help="Ladder directory.")] = None,
 ) -> None:
     """Validate every ladder file (and the checksums of applied versions). Exit 2 on errors."""
-    from escalation.service_layer.ladder_migration import check
+    from escalation.adapters.ladder_files import check_ladder_dir_with_history as check
 
     settings = _settings()
     path = directory or settings.ladders_dir
@@ -107,13 +106,16 @@ def ladder_plan(
 ) -> None:
     """Dry run: what a migration to VERSION does to every pending escalation. No writes."""
     from escalation.adapters.ladder_history import LadderHistoryStore
+    from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.ladder_migration import plan_migration
 
     a = _app(actor="cli")
     try:
         name = ladder or a.settings.default_ladder
-        plan = plan_migration(history=LadderHistoryStore(a.engine), ladders=a.ladders,
-                              calendars=a.calendars, ladder=name, to_version=to)
+        with cli_progress(f"ladder plan {name}") as progress:
+            plan = plan_migration(history=LadderHistoryStore(a.engine), ladders=a.ladders,
+                                  calendars=a.calendars, ladder=name, to_version=to,
+                                  progress=progress)
         now = a.scheduler.time()
     finally:
         a.close()
@@ -163,13 +165,17 @@ def ladder_apply(
     of LADDER is already applied (on DATE by ACTOR); nothing to do").
     """
     from escalation.adapters.ladder_history import LadderHistoryStore
+    from escalation.bootstrap import schedule_for
+    from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.ladder_migration import apply_migration
-    from escalation.service_layer.warnings import schedule_for
 
     a = _app(actor="cli-ladder-apply")
     name = ladder or a.settings.default_ladder
     try:
-        with _progress() as progress:
+        with cli_progress(f"ladder apply {name}") as bar:
+            def progress(done: int, total: int) -> None:
+                bar("migrate", done, total)
+
             report = apply_migration(
                 history=LadderHistoryStore(a.engine), scheduler=a.scheduler, ladders=a.ladders,
                 calendars=a.calendars, ladder=name, to_version=to, plan_hash=plan_hash,
@@ -197,33 +203,6 @@ def ladder_apply(
         return
     out.print(", ".join(f"{k} {v if not isinstance(v, list) else len(v)}"
                         for k, v in data.items()))
-
-
-class _progress:
-    """Rich progress bar on a TTY, plain ``migrated N/M`` lines otherwise."""
-
-    def __enter__(self) -> Any:
-        if sys.stderr.isatty():
-            from rich.progress import Progress
-
-            self._bar: Any = Progress(console=err, transient=False)
-            self._bar.__enter__()
-            self._task = self._bar.add_task("migrating", total=None)
-
-            def tick(done: int, total: int) -> None:
-                self._bar.update(self._task, completed=done, total=total)
-
-            return tick
-        self._bar = None
-
-        def line(done: int, total: int) -> None:
-            err.print(f"migrated {done}/{total}", markup=False, highlight=False)
-
-        return line
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
 
 
 @ladder_app.command("history")

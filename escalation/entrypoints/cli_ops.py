@@ -9,14 +9,13 @@ from typing import Annotated, Any
 import typer
 
 from escalation.domain.errors import InvalidInput
-from escalation.entrypoints.cli import _app, _print_json, app, err, out
+from escalation.entrypoints.cli_common import _app, _print_json, err, out
 
+app = typer.Typer()  # top-level commands, merged into the root by cli.py
 dead_app = typer.Typer(help="Dead letters: poison escalations, undeliverable notifications.",
                        no_args_is_help=True)
 maint_app = typer.Typer(help="Recurring maintenance (leader-elected, run once).",
                         no_args_is_help=True)
-app.add_typer(dead_app, name="dead")
-app.add_typer(maint_app, name="maintenance")
 
 
 def _rel(a: Any) -> Any:
@@ -35,10 +34,12 @@ def _dead(a: Any) -> Any:
 def notify(
     webhook_url: Annotated[str | None, typer.Option(
         envvar="ESCALATION_WEBHOOK_URL",
-        help="POST each notification here. Without it (and without ESCALATION_WEBHOOK_URL) "
-             "nothing is delivered: every notification is acknowledged WITHOUT delivery "
-             "(the review stream is the only queue); a notify.no_webhook warning is logged.",
+        help="POST each notification here (or set ESCALATION_WEBHOOK_URL). Required unless "
+             "--discard.",
     )] = None,
+    discard: Annotated[bool, typer.Option(
+        help="With no webhook URL: acknowledge every notification WITHOUT delivering it "
+             "(the review stream is then the only queue).")] = False,
     timeout_s: Annotated[float, typer.Option(help="Webhook timeout, seconds.")] = 10.0,
     tier: Annotated[str | None, typer.Option(help="Only this tier's review queue.")] = None,
     burst: Annotated[bool, typer.Option(
@@ -50,16 +51,22 @@ def notify(
 ) -> None:
     """Deliver review-queue notifications (consumer group, retries with backoff, dead letters).
 
-    On exit prints one summary line: delivered / acknowledged without delivery / retried /
-    dead-lettered.
+    Needs --webhook-url (or ESCALATION_WEBHOOK_URL); without one it refuses to run unless
+    --discard says to acknowledge notifications without delivering them. Shows progress on
+    a terminal; on exit prints one summary line: delivered / acknowledged without delivery /
+    retried / dead-lettered.
     """
     from escalation.adapters.webhook import post_notification
+    from escalation.entrypoints.progress import cli_progress
     from escalation.logs import get_logger
     from escalation.service_layer.notify import Notifier, NotifyReport, parse_backoff
 
     policy = parse_backoff(backoff, jitter)
     if webhook_url and not webhook_url.startswith(("http://", "https://")):
         raise InvalidInput(f"--webhook-url must be an http:// or https:// URL, got {webhook_url!r}")
+    if not webhook_url and not discard:
+        raise InvalidInput("--webhook-url is required (or ESCALATION_WEBHOOK_URL); pass "
+                           "--discard to acknowledge notifications without delivering them")
     a = _app()
     url = webhook_url
     if not url:
@@ -80,11 +87,13 @@ def notify(
     signal.signal(signal.SIGTERM, handler)
     total = NotifyReport()
     try:
-        while not stop["flag"]:
-            r = n.run_once(block_ms=None if burst else 1000)
-            total.add(r)
-            if burst and not r.handled:
-                break
+        with cli_progress("notify") as progress:
+            while not stop["flag"]:
+                r = n.run_once(block_ms=None if burst else 1000)
+                total.add(r)
+                progress("handled", total.handled, None)
+                if burst and not r.handled:
+                    break
     finally:
         a.close()
         line = total.summary()
@@ -147,15 +156,18 @@ def reconcile_cmd(
     An item that cannot be repaired (e.g. a due time Redis refuses) does not stop the run: it
     is reported (count and ids, in the JSON and on stderr) and the command exits 1 at the end.
     """
+    from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.reconcile import reconcile
 
     a = _app(actor="reconcile")
     try:
-        rep = reconcile(scheduler=a.scheduler, store=a.store, redis_side=_rel(a),
-                        dry_run=dry_run)
+        with cli_progress("reconcile") as progress:
+            rep = reconcile(scheduler=a.scheduler, store=a.store, redis_side=_rel(a),
+                            dry_run=dry_run, progress=progress)
         _print_json(rep.as_dict())
     finally:
         a.close()
+    err.print(rep.summary(), markup=False, highlight=False)
     if rep.errors:
         ids = ", ".join(i for i, _ in rep.errors[:20])
         more = f" (+{len(rep.errors) - 20} more)" if len(rep.errors) > 20 else ""
@@ -170,7 +182,7 @@ def doctor(
     max_skew_ms: Annotated[int, typer.Option(help="Tolerated clock skew, ms.")] = 1000,
 ) -> None:
     """Check the seed's troubleshooting symptoms on this deployment; exit 1 if one fails."""
-    from escalation.service_layer.doctor import run_doctor
+    from escalation.bootstrap import run_doctor
 
     a = _app(actor="doctor")
     try:
@@ -192,11 +204,11 @@ def doctor(
 @maint_app.command("run")
 def maintenance_run() -> None:
     """Run every due maintenance job now (each occurrence still runs once across workers)."""
-    from escalation.service_layer.maintenance import for_app
+    from escalation.bootstrap import maintenance_for
 
     a = _app(actor="maintenance-cli")
     try:
-        out.print(", ".join(for_app(a).tick(force=True)) or "nothing due")
+        out.print(", ".join(maintenance_for(a).tick(force=True)) or "nothing due")
     finally:
         a.close()
 
@@ -204,7 +216,7 @@ def maintenance_run() -> None:
 @maint_app.command("status")
 def maintenance_status() -> None:
     """Last run of each maintenance job (JSON)."""
-    from escalation.service_layer.maintenance import runs
+    from escalation.adapters.maintenance_runs import runs
 
     a = _app()
     try:

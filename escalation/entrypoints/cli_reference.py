@@ -7,7 +7,7 @@ from typing import Any
 
 import typer.main
 
-from escalation.entrypoints.cli import app, register_more
+from escalation.entrypoints.cli import app
 
 HEADER = """# CLI reference
 
@@ -50,7 +50,6 @@ def _param_line(param: Any) -> str:
 
 def render_reference() -> str:
     """Markdown for every visible command: usage, help text and options."""
-    register_more()
     root = typer.main.get_command(app)
     parts = [HEADER]
     for path, cmd in _walk(root, ["escalation"]):

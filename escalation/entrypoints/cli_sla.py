@@ -8,7 +8,29 @@ from typing import Annotated
 
 import typer
 
-from escalation.entrypoints.cli import _app, _print_json, app, out
+from escalation.entrypoints.cli_common import _app, _print_json, out
+
+app = typer.Typer()  # top-level commands, merged into the root by cli.py
+
+
+def _already(a: object, dispute_id: str, status: str, verb: str, as_json: bool) -> bool:
+    """Print "already <verb> ..." and return True when the dispute is already ``status``.
+
+    Pausing a paused or resuming a pending escalation changes nothing and exits 0, like
+    cancelling a cancelled one.
+    """
+    from escalation.domain.escalation import parse_dispute_id
+
+    got = a.store.get(parse_dispute_id(dispute_id))  # type: ignore[attr-defined]
+    if got is None or got[1].value != status:
+        return False
+    if as_json:
+        _print_json({"dispute_id": str(got[0].dispute_id), "status": status,
+                     "seq": got[0].seq, "changed": False})
+        return True
+    out.print(f"already {verb} {got[0].dispute_id} (seq {got[0].seq}): nothing changed",
+              markup=False, highlight=False)
+    return True
 
 
 def _fmt_ms(ms: int) -> str:
@@ -27,6 +49,8 @@ def pause_cmd(
 
     a = _app(actor="cli")
     try:
+        if _already(a, dispute_id, "paused", "paused", as_json):
+            return
         res = pause(dispute_id, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                     calendars=a.calendars, actor=a.actor, reason=reason)
     finally:
@@ -46,11 +70,14 @@ def resume_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Restart a paused escalation's SLA clock: due = now + the remaining window."""
+    from escalation.bootstrap import schedule_resumed
     from escalation.service_layer.pause import resume
-    from escalation.service_layer.warnings import schedule_resumed
 
     a = _app(actor="cli")
     try:
+        if _already(a, dispute_id, "pending", "running (resumed or never paused)",
+                    as_json):
+            return
         res = resume(dispute_id, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                      calendars=a.calendars, actor=a.actor)
         schedule_resumed(a, res)  # warnings as fractions of active (unpaused) time

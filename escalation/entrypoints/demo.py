@@ -5,8 +5,13 @@
    their SLA window, a few due within seconds) -- or import ``--csv`` with ``--mapping``;
 3. start N worker processes (``python -m escalation worker``);
 4. wait until every escalation that was due has been decided, stop the workers (SIGTERM);
-5. print the summary (enqueued, promoted per tier, terminal, duplicate decisions = 0) and one
-   dispute's audit trail.
+5. print the summary (enqueued, promoted per tier, terminal, duplicate decisions = 0), the
+   audit trail of one walkthrough dispute that climbs the whole ladder (standard, senior,
+   compliance) and where the worker logs are.
+
+The walkthrough dispute is a Regulation E error on ``reg_e_error_resolution`` whose notice
+of error came in 90 days ago: its regulatory deadline has passed, so every tier's due time is
+capped to "now" and the workers walk it through every tier within seconds.
 Exit code 0 only if everything due was decided exactly once.
 """
 
@@ -21,19 +26,20 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
 from escalation.adapters.db import upgrade_to_head
 from escalation.adapters.report_queries import decision_counts, duplicate_decisions, undecided_due
-from escalation.bootstrap import build, resolve_urls
-from escalation.entrypoints.cli import err, out
-from escalation.entrypoints.render import trail_table
+from escalation.bootstrap import App, build, resolve_urls
+from escalation.entrypoints.cli_common import err, out
+from escalation.entrypoints.render import compact_trail_table
 from escalation.logs import configure_logging
-from escalation.service_layer.bulk import bulk_enqueue
+from escalation.service_layer.bulk import BulkResult, bulk_enqueue
 from escalation.service_layer.enqueue import EnqueueRequest
 from escalation.settings import get_settings
 
@@ -58,6 +64,56 @@ def generated_batch(count: int, now_ms: int, seed: int | None = None) -> list[En
     return reqs
 
 
+WALKTHROUGH_LADDER = "reg_e_error_resolution"
+
+
+WALKTHROUGH_ATTRIBUTES: dict[str, object] = {
+    "new_account": False, "point_of_sale": False, "foreign_initiated": False,
+}
+"""The dispute attributes the Reg E ladder's deadlines depend on (version 2 refuses an
+escalation without them): an established account, not point-of-sale, initiated in a State,
+so the short deadlines (10 business days, 45 days) apply and both passed long ago."""
+
+
+def walkthrough_request(now_ms: int) -> EnqueueRequest:
+    """One dispute whose Reg E deadlines passed long ago: it climbs every tier at once."""
+    from escalation.domain.timeutil import from_ms
+
+    did = uuid.uuid4()
+    return EnqueueRequest(
+        dispute_id=did, materiality=Decimal("250.00"),
+        source_hash=hashlib.sha256(f"walkthrough:{did}".encode()).hexdigest(),
+        tier="standard", due_at=from_ms(now_ms - 1000), ladder=WALKTHROUGH_LADDER,
+        anchor_at=from_ms(now_ms - 90 * 86_400_000), attributes=WALKTHROUGH_ATTRIBUTES,
+    )
+
+
+def _with_walkthrough(
+    lines: list[tuple[int, EnqueueRequest]], ladders: Any, now: datetime,
+) -> tuple[list[tuple[int, EnqueueRequest]], EnqueueRequest | None]:
+    """``lines`` plus the walkthrough dispute, unless the deployment's ladders directory
+    has no ``reg_e_error_resolution`` ladder (then no walkthrough)."""
+    from escalation.domain.errors import LadderError
+    from escalation.domain.timeutil import to_ms
+
+    try:
+        ladders.latest(WALKTHROUGH_LADDER)
+    except LadderError:
+        return lines, None
+    walk = walkthrough_request(to_ms(now))
+    return [*lines, (len(lines) + 1, walk)], walk
+
+
+def _print_walkthrough(a: Any, walk: EnqueueRequest | None) -> None:
+    """The walkthrough dispute's trail in at most 100 columns (or why there is none)."""
+    trail = a.store.trail(walk.dispute_id) if walk is not None else []
+    if trail:
+        out.print(compact_trail_table(trail), width=100)
+    else:
+        out.print(f"no walkthrough trail: ladder {WALKTHROUGH_LADDER} is not in the ladders "
+                  "directory", markup=False, highlight=False)
+
+
 def _wait_started(log_dir: Path, count: int, deadline: float) -> None:
     """Wait (until ``deadline``) for each worker to log ``worker.started``, so a stop signal
     reaches a running worker (clean exit 0) rather than one still importing."""
@@ -69,6 +125,80 @@ def _wait_started(log_dir: Path, count: int, deadline: float) -> None:
         if started >= count:
             return
         time.sleep(0.1)
+
+
+def _requests(*, count: int, csv_path: Path | None, mapping: Path | None,
+              now: datetime, app: App,
+              ) -> tuple[list[tuple[int, EnqueueRequest]], list[tuple[int, str]]]:
+    """The numbered enqueue requests and the errors already found: parsed from ``csv_path``
+    (with ``mapping``; rows naming no zone count in the ladder version's institution zone,
+    else the deployment's), else ``count`` generated disputes breaching around ``now``."""
+    if csv_path is not None:
+        from escalation.service_layer.importer import ColumnMapping, default_timezone, plan_import
+
+        cmap = ColumnMapping.from_file(mapping) if mapping else ColumnMapping()
+        zone_name = default_timezone(cmap, app.ladders, app.calendars,
+                                     app.settings.default_ladder)
+        with csv_path.open(newline="", encoding="utf-8") as fh:
+            plan = plan_import(fh, cmap, zone_name)
+        return plan.requests, plan.errors
+    from escalation.domain.timeutil import to_ms
+
+    return list(enumerate(generated_batch(count, to_ms(now)), start=1)), []
+
+
+def _start_workers(workers: int, env: dict[str, str],
+                   log_dir: Path) -> list[subprocess.Popen[bytes]]:
+    """Start ``workers`` ``escalation worker`` processes, each logging to its own file."""
+    procs = []
+    for i in range(workers):
+        fh = (log_dir / f"worker-{i + 1}.log").open("w")
+        procs.append(subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", "escalation", "worker", "--poll-interval-s", "1",
+             "--worker-id", f"demo-worker-{i + 1}-{os.getpid()}"],
+            env=env, stdout=fh, stderr=subprocess.STDOUT,
+        ))
+    return procs
+
+
+def _wait_decided(a: App, ids: list[uuid.UUID], last_due: datetime, deadline: float) -> int:
+    """Poll (until ``deadline``, monotonic s) until every dispute due by ``last_due`` is
+    decided and the Redis clock has passed ``last_due``; returns how many are still due."""
+    remaining = len(ids)
+    while time.monotonic() < deadline:
+        at = max(a.scheduler.time(), last_due + timedelta(milliseconds=1))
+        remaining = undecided_due(a.engine, ids, at)
+        if remaining == 0 and a.scheduler.time() > last_due:
+            break
+        time.sleep(0.3)
+    return remaining
+
+
+def _stop_workers(procs: list[subprocess.Popen[bytes]], log_dir: Path,
+                  deadline: float) -> list[int]:
+    """SIGTERM each worker once it has started (or ``deadline`` passed); their exit codes."""
+    _wait_started(log_dir, len(procs), deadline)
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    return [p.wait(timeout=60) for p in procs]
+
+
+def _summary(res: BulkResult, counts: dict[str, int], remaining: int, dupes: int,
+             codes: list[int]) -> Table:
+    """The demo's summary table: enqueued, decisions by kind, still due, duplicates."""
+    table = Table(title="escalation demo summary")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("enqueued", str(res.created))
+    if res.existing:
+        table.add_row("already enqueued by an earlier run", str(res.existing))
+    for key in sorted(k for k in counts if k.startswith("PROMOTED_TO_")):
+        table.add_row(key, str(counts[key]))
+    table.add_row("TERMINAL_ESCALATION", str(counts.get("TERMINAL_ESCALATION", 0)))
+    table.add_row("still due (not decided)", str(remaining))
+    table.add_row("duplicate decisions in the ledger", str(dupes))
+    table.add_row("worker exit codes", ",".join(str(c) for c in codes))
+    return table
 
 
 def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path | None,
@@ -93,19 +223,9 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
     a = build(settings, actor="demo", strict_ladders=True)
     try:
         now = a.scheduler.time()
-        if csv_path is not None:
-            from escalation.service_layer.importer import ColumnMapping, plan_import
-
-            cmap = ColumnMapping.from_file(mapping) if mapping else ColumnMapping()
-            with csv_path.open(newline="", encoding="utf-8") as fh:
-                plan = plan_import(fh, cmap)
-            lines = plan.requests
-            prior = plan.errors
-        else:
-            from escalation.domain.timeutil import to_ms
-
-            lines = list(enumerate(generated_batch(count, to_ms(now)), start=1))
-            prior = []
+        lines, prior = _requests(count=count, csv_path=csv_path, mapping=mapping, now=now,
+                                 app=a)
+        lines, walk = _with_walkthrough(lines, a.ladders, now)
         res = bulk_enqueue(lines, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                            calendars=a.calendars, default_ladder=settings.default_ladder,
                            actor=a.actor, prior_errors=prior, skip_invalid=True)
@@ -117,7 +237,6 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
         if not due_now:
             err.print(f"nothing due to fire: the {len(ids)} disputes were already enqueued "
                       "and decided by an earlier run (use a fresh ESCALATION_HOME or --count)")
-        if not due_now:
             workers = 0
         err.print(f"enqueued {res.created} (already there: {res.existing}, invalid: "
                   f"{len(res.errors)}); starting {workers} workers")
@@ -125,46 +244,21 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
                    ESCALATION_DATABASE_URL=urls.database_url, ESCALATION_LOG_FORMAT="json")
         log_dir = settings.home / "demo-logs"
         log_dir.mkdir(parents=True, exist_ok=True)
-        procs = []
-        for i in range(workers):
-            fh = (log_dir / f"worker-{i + 1}.log").open("w")
-            procs.append(subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                [sys.executable, "-m", "escalation", "worker", "--poll-interval-s", "1",
-                 "--worker-id", f"demo-worker-{i + 1}-{os.getpid()}"],
-                env=env, stdout=fh, stderr=subprocess.STDOUT,
-            ))
+        procs = _start_workers(workers, env, log_dir)
         deadline = time.monotonic() + timeout_s
         remaining = len(ids)
         try:
-            while time.monotonic() < deadline:
-                at = max(a.scheduler.time(), last_due + timedelta(milliseconds=1))
-                remaining = undecided_due(a.engine, ids, at)
-                if remaining == 0 and a.scheduler.time() > last_due:
-                    break
-                time.sleep(0.3)
+            remaining = _wait_decided(a, ids, last_due, deadline)
         finally:
-            _wait_started(log_dir, len(procs), deadline)
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            codes = [p.wait(timeout=60) for p in procs]
+            codes = _stop_workers(procs, log_dir, deadline)
         counts = decision_counts(a.engine, ids, since=now)
         dupes = duplicate_decisions(a.engine, ids)
-        table = Table(title="escalation demo summary")
-        table.add_column("figure")
-        table.add_column("value", justify="right")
-        table.add_row("enqueued", str(res.created))
-        if res.existing:
-            table.add_row("already enqueued by an earlier run", str(res.existing))
-        for key in sorted(k for k in counts if k.startswith("PROMOTED_TO_")):
-            table.add_row(key, str(counts[key]))
-        table.add_row("TERMINAL_ESCALATION", str(counts.get("TERMINAL_ESCALATION", 0)))
-        table.add_row("still due (not decided)", str(remaining))
-        table.add_row("duplicate decisions in the ledger", str(dupes))
-        table.add_row("worker exit codes", ",".join(str(c) for c in codes))
-        out.print(table)
-        sample = next((i for i in ids if len(a.store.trail(i)) >= 2), ids[0] if ids else None)
-        if sample is not None:
-            out.print(trail_table(a.store.trail(sample)))
+        out.print(_summary(res, counts, remaining, dupes, codes))
+        _print_walkthrough(a, walk)
+        out.print(f"worker logs: {log_dir}/worker-*.log", markup=False, highlight=False,
+                  soft_wrap=True)
+        out.print("(JSON lines, one per batch; ESCALATION_LOG_LEVEL=DEBUG adds one per decision)",
+                  markup=False, highlight=False)
         ok = remaining == 0 and dupes == 0 and all(c == 0 for c in codes)
         if not ok:
             err.print(f"demo FAILED: {remaining} still due, {dupes} duplicates, exit codes "

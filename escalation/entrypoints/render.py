@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from rich import box
 from rich.table import Table
 
 from escalation.ports import LedgerRow
@@ -29,5 +30,54 @@ def trail_table(rows: Sequence[LedgerRow]) -> Table:
     return table
 
 
+def compact_trail_table(rows: Sequence[LedgerRow]) -> Table:
+    """An audit trail in at most 100 columns: seq, decision, tier reached, due, decided, actor.
+
+    ``escalation audit show`` has the full table (ladder, deadlines, calendar, hashes).
+    """
+    first = rows[0]
+    title = f"audit trail of {first.dispute_id} ({first.ladder}@{first.ladder_version})"
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("seq", "match_decision", "tier", "due (UTC)", "decided (UTC)", "actor"):
+        table.add_column(col, no_wrap=True)
+    for r in rows:
+        table.add_row(
+            str(r.seq), r.match_decision, r.to_tier or r.from_tier or "",
+            r.due_at.strftime("%m-%d %H:%M:%S") if r.due_at else "",
+            r.decided_at.strftime("%H:%M:%S.%f")[:-3], r.actor[:24],
+        )
+    return table
+
+
 def _ts(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else ""
+
+
+def human_ms(ms: int | float | None) -> str:
+    """A duration in milliseconds as people read it: ``"850 ms"``, ``"42 s"``,
+    ``"12 min 5 s"``, ``"3 h 12 min"``, ``"2 d 4 h"``; ``"-"`` for None. Negative values
+    get a leading ``-``."""
+    if ms is None:
+        return "-"
+    sign, value = ("-" if ms < 0 else ""), abs(int(ms))
+    if value < 1000:
+        return f"{sign}{value} ms"
+    seconds = value // 1000
+    units = (("d", 86_400), ("h", 3_600), ("min", 60), ("s", 1))
+    parts: list[str] = []
+    for name, size in units:
+        count, seconds = divmod(seconds, size)
+        if count or parts:
+            parts.append(f"{count} {name}")
+        if len(parts) == 2:
+            break
+    if parts[-1].startswith("0 "):
+        parts.pop()
+    return sign + " ".join(parts)
+
+
+def figure_row(name: str, value: object) -> tuple[str, str]:
+    """(label, text) of one ``status`` figure: ``*_ms`` figures in human units."""
+    if name.endswith("_ms") and (value is None or isinstance(value, int | float)):
+        return name.removesuffix("_ms"), human_ms(value)
+    return name, str(value)

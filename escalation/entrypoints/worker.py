@@ -20,14 +20,11 @@ from typing import Any
 import redis.exceptions
 import sqlalchemy.exc
 
-from escalation.bootstrap import App
+from escalation.bootstrap import App, dead_letters_for, maintenance_for, schedule_for, warnings_for
 from escalation.logs import get_logger
-from escalation.service_layer.dead_letters import for_app as dead_letters_for
 from escalation.service_layer.fire import BatchReport, fire_due
-from escalation.service_layer.maintenance import for_app as maintenance_for
 from escalation.service_layer.maintenance import poll_safely as poll_maintenance
-from escalation.service_layer.priority import weight_fn
-from escalation.service_layer.warnings import fire_warnings, schedule_for, warnings_for
+from escalation.service_layer.warnings import fire_warnings
 
 log = get_logger("escalation.worker")
 
@@ -169,67 +166,44 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
     settings = app.settings
     rng = random.Random()
     totals = WorkerTotals()
-    state = {"stop": _EARLY_STOP["signum"] is not None, "in_batch": False}
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        state["stop"] = True
-        log.info("worker.stopping", signal=signal.Signals(signum).name, worker_id=app.actor)
-        if not state["in_batch"]:
-            raise _Shutdown
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    log.info("worker.started", worker_id=app.actor, batch_size=settings.batch_size,
-             lock_ttl_s=settings.lock_ttl_s, poll_interval_s=settings.poll_interval_s,
-             jitter=settings.jitter, burst=burst)
     failures = 0
     hook = crashpoint_from_env()
     warn_adapter, warn_schedule = warnings_for(app), schedule_for(app)  # issue 4
     maint, dead = maintenance_for(app), dead_letters_for(app)  # issue 7
-    app.scheduler.priority = weight_fn(app.ladders)  # issue 4: materiality priority
     idle = _IdleState(maint_every_s=maintenance_every_s(maint.lease.ttl_ms, maint.lease.margin))
     idle.maint_next = time.monotonic() + idle.maint_every_s
+    ctx = _Pass(app=app, crashpoint=hook, warn_adapter=warn_adapter, warn_schedule=warn_schedule,
+                dead=dead, idle=idle)
+    # Wired first, then the handlers and at once the try: a stop signal right after
+    # "worker.started" (which is what the demo waits for) ends the loop cleanly (exit 0).
+    state = {"stop": _EARLY_STOP["signum"] is not None, "in_batch": False}
+    old = _install_stop_handlers(state, app.actor)
     try:
+        log.info("worker.started", worker_id=app.actor, batch_size=settings.batch_size,
+                 lock_ttl_s=settings.lock_ttl_s, poll_interval_s=settings.poll_interval_s,
+                 jitter=settings.jitter, burst=burst)
         while not state["stop"]:
             state["in_batch"] = True
             try:
-                report = fire_due(
-                    scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                    calendars=app.calendars, batch_size=settings.batch_size,
-                    lease_ms=settings.lease_ms, worker_id=app.actor, emit=_emit,
-                    crashpoint=hook, on_scheduled=warn_schedule,
-                    on_poison=dead.on_decision_failed,  # issue 7: poison -> dead letter
-                )
-                now_ms = int(report.now.timestamp() * 1000) if report.now else 0
-                if idle.warnings_due(now_ms):
-                    # issue 4: pre-breach warnings; issue 6: only when one is due or after a wake
-                    wrep = fire_warnings(
-                        warnings=warn_adapter, scheduler=app.scheduler, store=app.store,
-                        ladders=app.ladders, calendars=app.calendars, actor=app.actor,
-                        max_items=settings.batch_size, emit=_emit)
-                    idle.warned(wrep.next_due_ms)
+                report, now_ms = _fire_pass(ctx)
                 state["in_batch"] = False
                 _add(totals, report)
                 if not burst and idle.maintenance_due():
                     poll_maintenance(maint)  # issue 7; issue 6: every maint_every_s at most
                 if state["stop"] or (max_batches is not None and totals.batches >= max_batches):
                     break
-                if report.claimed >= settings.batch_size or report.claimed or report.stuck:
+                step = _next_step(report, now_ms, burst=burst, batch_size=settings.batch_size)
+                if step == "again":
                     continue  # backlog, or something moved: look again before sleeping
-                if burst and (report.next_due_ms is None or report.next_due_ms > now_ms):
+                if step == "drained":
                     break
-                wait = sleep_seconds(settings.poll_interval_s, settings.jitter, now_ms,
-                                     _earliest(report.next_due_ms, idle.warn_next_ms), rng)
-                if wait > 0:
-                    idle.woke = app.scheduler.wait_for_wake(wait)
+                _idle_wait(ctx, report, now_ms, rng)
                 failures = 0
             except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
                     redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
                 failures += 1
-                idle.woke = True  # after an outage, look at everything again
-                delay = min(MAX_BACKOFF_S, 0.5 * 2 ** min(failures, 8)) * rng.uniform(0.8, 1.2)
-                log.warning("worker.backoff", worker_id=app.actor, error=str(exc)[:300],
-                            attempt=failures, sleep_s=round(delay, 2))
                 state["in_batch"] = False
+                delay = _backoff(ctx, exc, failures, rng)
                 if burst and failures >= BURST_MAX_FAILURES:
                     raise  # a drain-and-exit run gives up; the CLI prints one error line
                 if state["stop"]:
@@ -242,10 +216,97 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
         pass
     finally:
         maint.lease.release()  # issue 7: hand the maintenance lease over at once
-        for s, h in old.items():
-            signal.signal(s, h)
+        _restore_handlers(old)
     log.info("worker.stopped", worker_id=app.actor, **totals.__dict__)
     return totals
+
+
+@dataclass
+class _Pass:
+    """What one pass of the worker loop works with (wired once by :func:`run_worker`)."""
+
+    app: App
+    crashpoint: Any
+    warn_adapter: Any
+    warn_schedule: Any
+    dead: Any
+    idle: _IdleState
+
+
+def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
+    """Fire one batch of due escalations, then the pre-breach warnings when one is due (or
+    after a wake). Returns the batch report and the Redis time of the claim (epoch ms, 0 when
+    nothing was claimed). Redis/PostgreSQL outages propagate to the loop's backoff."""
+    app, settings = ctx.app, ctx.app.settings
+    report = fire_due(
+        scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+        calendars=app.calendars, batch_size=settings.batch_size,
+        lease_ms=settings.lease_ms, worker_id=app.actor, emit=_emit,
+        crashpoint=ctx.crashpoint, on_scheduled=ctx.warn_schedule,
+        on_poison=ctx.dead.on_decision_failed,  # issue 7: poison -> dead letter
+    )
+    now_ms = int(report.now.timestamp() * 1000) if report.now else 0
+    if ctx.idle.warnings_due(now_ms):
+        # issue 4: pre-breach warnings; issue 6: only when one is due or after a wake
+        wrep = fire_warnings(
+            warnings=ctx.warn_adapter, scheduler=app.scheduler, store=app.store,
+            ladders=app.ladders, calendars=app.calendars, actor=app.actor,
+            max_items=settings.batch_size, emit=_emit)
+        ctx.idle.warned(wrep.next_due_ms)
+    return report, now_ms
+
+
+def _next_step(report: BatchReport, now_ms: int, *, burst: bool, batch_size: int) -> str:
+    """After a batch: ``"again"`` when something was claimed or repaired (a backlog: look
+    again before sleeping), ``"drained"`` when a ``--burst`` run has nothing due at
+    ``now_ms`` (epoch ms), else ``"sleep"``."""
+    if report.claimed >= batch_size or report.claimed or report.stuck:
+        return "again"
+    if burst and (report.next_due_ms is None or report.next_due_ms > now_ms):
+        return "drained"
+    return "sleep"
+
+
+def _idle_wait(ctx: _Pass, report: BatchReport, now_ms: int, rng: random.Random) -> None:
+    """Sleep the jittered poll interval, cut short by the next due escalation or warning
+    (``now_ms``: Redis time, epoch ms) or by a wake marker (which makes the next pass run
+    the warnings)."""
+    settings, idle = ctx.app.settings, ctx.idle
+    wait = sleep_seconds(settings.poll_interval_s, settings.jitter, now_ms,
+                         _earliest(report.next_due_ms, idle.warn_next_ms), rng)
+    if wait > 0:
+        idle.woke = ctx.app.scheduler.wait_for_wake(wait)
+
+
+def _install_stop_handlers(state: dict[str, bool], actor: str) -> dict[int, Any]:
+    """Handle SIGTERM/SIGINT for :func:`run_worker`: set ``state["stop"]``, and interrupt a
+    wait (raise ``_Shutdown``) unless a batch is in flight (``state["in_batch"]``), which
+    then finishes first. Returns the previous handlers for :func:`_restore_handlers`."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        state["stop"] = True
+        log.info("worker.stopping", signal=signal.Signals(signum).name, worker_id=actor)
+        if not state["in_batch"]:
+            raise _Shutdown
+
+    return {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore_handlers(old: dict[int, Any]) -> None:
+    """Put back the signal handlers :func:`_install_stop_handlers` replaced."""
+    for s, h in old.items():
+        signal.signal(s, h)
+
+
+def _backoff(ctx: _Pass, exc: Exception, failures: int, rng: random.Random) -> float:
+    """Log ``worker.backoff`` for the ``failures``-th consecutive outage and return the delay
+    in seconds (0.5 s doubling, capped at ``MAX_BACKOFF_S``, jittered 0.8-1.2x). The next
+    pass looks at everything again (warnings included)."""
+    ctx.idle.woke = True  # after an outage, look at everything again
+    delay: float = min(MAX_BACKOFF_S, 0.5 * 2 ** min(failures, 8)) * rng.uniform(0.8, 1.2)
+    log.warning("worker.backoff", worker_id=ctx.app.actor, error=str(exc)[:300],
+                attempt=failures, sleep_s=round(delay, 2))
+    return delay
 
 
 def _add(totals: WorkerTotals, report: BatchReport) -> None:

@@ -28,13 +28,9 @@ from pathlib import Path
 from typing import IO, Any, Literal
 from uuid import UUID
 
-import sqlalchemy as sa
-
-from escalation.adapters.audit_rows import ledger_row
-from escalation.adapters.tables import LEDGER_EVENTS, escalation_audit
 from escalation.domain.errors import InvalidInput
-from escalation.domain.timeutil import require_aware
-from escalation.ports import LedgerRow
+from escalation.ports import AuditFilter as AuditFilter  # noqa: PLC0414 -- re-export
+from escalation.ports import LedgerRow, LedgerSearch
 
 FORMAT_VERSION = 1
 Format = Literal["csv", "jsonl"]
@@ -69,80 +65,23 @@ _TIMES = frozenset(
     {"due_at", "next_due_at", "regulatory_deadline", "decided_at", "recorded_at",
      "chain_created_at"}
 )
-_A = escalation_audit
 
 
-@dataclass(frozen=True, slots=True)
-class AuditFilter:
-    """Search/export filters; None means "any". Times are aware, ``[since, until)`` on
-    ``decided_at``. ``tier`` matches from_tier or to_tier; ``decision`` matches
-    ``match_decision`` or ``event``; ``actor`` is the worker id or admin name."""
-
-    dispute_id: UUID | None = None
-    tier: str | None = None
-    decision: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    actor: str | None = None
-    ladder: str | None = None
-    ladder_version: int | None = None
-
-    def __post_init__(self) -> None:
-        """Refuse a reversed window.
-
-        Raises:
-            InvalidInput: ``since`` after ``until`` (naive times are refused by :meth:`where`).
-        """
-        if (
-            self.since is not None and self.until is not None
-            and self.since.tzinfo is not None and self.until.tzinfo is not None
-            and self.since > self.until
-        ):
-            raise InvalidInput(
-                f"--from ({self.since.isoformat()}) is after --to ({self.until.isoformat()})"
-            )
-
-    def where(self) -> list[sa.ColumnElement[bool]]:
-        """SQLAlchemy conditions for this filter. Raises InvalidInput for naive times."""
-        conds: list[sa.ColumnElement[bool]] = []
-        if self.dispute_id is not None:
-            conds.append(_A.c.dispute_id == self.dispute_id)
-        if self.tier is not None:
-            conds.append(sa.or_(_A.c.from_tier == self.tier, _A.c.to_tier == self.tier))
-        if self.decision is not None:
-            conds.append(
-                sa.or_(_A.c.match_decision == self.decision, _A.c.event == self.decision)
-            )
-        if self.since is not None:
-            conds.append(_A.c.decided_at >= require_aware(self.since, "from"))
-        if self.until is not None:
-            conds.append(_A.c.decided_at < require_aware(self.until, "to"))
-        if self.actor is not None:
-            conds.append(_A.c.actor == self.actor)
-        if self.ladder is not None:
-            conds.append(_A.c.ladder == self.ladder)
-        if self.ladder_version is not None:
-            conds.append(_A.c.ladder_version == self.ladder_version)
-        return conds
-
-
-def known_decisions(engine: sa.Engine) -> list[str]:
+def known_decisions(ledger: LedgerSearch) -> list[str]:
     """Names ``--decision`` accepts, sorted: every ledger event (``tables.LEDGER_EVENTS``)
     and every ``match_decision`` recorded so far (e.g. ``PROMOTED_TO_SENIOR``)."""
-    with engine.connect() as conn:
-        recorded = conn.execute(sa.select(_A.c.match_decision).distinct()).scalars().all()
-    return sorted(set(LEDGER_EVENTS) | set(recorded))
+    return sorted(set(ledger.ledger_events()) | set(ledger.recorded_decisions()))
 
 
-def check_decision(engine: sa.Engine, decision: str | None) -> None:
+def check_decision(ledger: LedgerSearch, decision: str | None) -> None:
     """Refuse a ``--decision`` that is neither a ledger event nor a recorded decision.
 
     Raises:
         InvalidInput: unknown name; the message lists the known ones.
     """
-    if decision is None or decision in LEDGER_EVENTS:
+    if decision is None or decision in ledger.ledger_events():
         return
-    known = known_decisions(engine)
+    known = known_decisions(ledger)
     if decision not in known:
         raise InvalidInput(
             f"unknown decision/event {decision!r}; known: {', '.join(known)}"
@@ -163,7 +102,7 @@ def check_output_path(out: Path) -> None:
         raise InvalidInput(f"output path {str(out)!r} is a directory")
 
 
-def search(engine: sa.Engine, flt: AuditFilter, limit: int = 100) -> list[LedgerRow]:
+def search(ledger: LedgerSearch, flt: AuditFilter, limit: int = 100) -> list[LedgerRow]:
     """Ledger rows matching ``flt``, ordered by decided_at then dispute and seq.
 
     Raises:
@@ -171,14 +110,7 @@ def search(engine: sa.Engine, flt: AuditFilter, limit: int = 100) -> list[Ledger
     """
     if not 1 <= limit <= 10_000:
         raise InvalidInput(f"limit must be 1-10000, got {limit}")
-    stmt = (
-        sa.select(_A)
-        .where(*flt.where())
-        .order_by(_A.c.decided_at, _A.c.dispute_id, _A.c.seq)
-        .limit(limit)
-    )
-    with engine.connect() as conn:
-        return [ledger_row(r) for r in conn.execute(stmt).mappings()]
+    return ledger.search(flt, limit)
 
 
 def iso_utc(value: datetime) -> str:
@@ -265,34 +197,13 @@ def manifest_path(out: Path) -> Path:
     return out.with_name(out.name + ".manifest.json")
 
 
-def count_rows(engine: sa.Engine, flt: AuditFilter) -> int:
+def count_rows(ledger: LedgerSearch, flt: AuditFilter) -> int:
     """Number of ledger rows matching ``flt`` (for a progress bar)."""
-    with engine.connect() as conn:
-        return int(
-            conn.execute(sa.select(sa.func.count()).select_from(_A).where(*flt.where()))
-            .scalar_one()
-        )
-
-
-def stream_rows(
-    engine: sa.Engine, flt: AuditFilter, batch: int = 2000
-) -> Iterator[Mapping[Any, Any]]:
-    """Matching ledger rows (raw mappings) in (decided_at, dispute_id, seq) order, streamed
-    with a server-side cursor fetching ``batch`` rows at a time, in one snapshot."""
-    stmt = (
-        sa.select(*[_A.c[c] for c in COLUMNS])
-        .where(*flt.where())
-        .order_by(_A.c.decided_at, _A.c.dispute_id, _A.c.seq)
-    )
-    conn_ctx = engine.connect().execution_options(
-        isolation_level="REPEATABLE READ", stream_results=True, yield_per=batch
-    )
-    with conn_ctx as conn, conn.begin():
-        yield from conn.execute(stmt).mappings()
+    return ledger.count(flt)
 
 
 def export(
-    engine: sa.Engine,
+    ledger: LedgerSearch,
     fmt: Format,
     out: Path,
     flt: AuditFilter,
@@ -301,6 +212,8 @@ def export(
     """Stream matching rows to ``out`` as CSV (header row) or JSON Lines; write a manifest.
 
     Args:
+        ledger: the ledger's search port (adapter ``adapters.audit_search.PostgresLedgerSearch``,
+            which streams with a server-side cursor in one snapshot).
         fmt: ``"csv"`` or ``"jsonl"``. out: the file to (over)write.
         flt: usually ``since``/``until`` only (half-open on decided_at).
         progress: called with the number of rows written so far, every 1000 rows and at end.
@@ -323,7 +236,7 @@ def export(
         writer = csv.writer(sink, lineterminator="\n") if fmt == "csv" else None
         if writer is not None:
             writer.writerow(COLUMNS)
-        for row in stream_rows(engine, flt):
+        for row in ledger.stream(flt, COLUMNS):
             values = [export_value(c, row[c]) for c in COLUMNS]
             if writer is not None:
                 writer.writerow(_csv_cells(values))

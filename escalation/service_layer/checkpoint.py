@@ -8,7 +8,8 @@ A checkpoint seals the current chain heads of every dispute:
 * ``checkpoint_hash`` = :func:`escalation.domain.merkle.checkpoint_hash` over id, head
   count, root and the previous checkpoint's hash (32 zero bytes for the first).
 
-Rows go to ``audit_checkpoint`` / ``audit_checkpoint_head`` (append-only tables) and a JSON
+Rows go to ``audit_checkpoint`` / ``audit_checkpoint_head`` (append-only tables; adapter
+``adapters.checkpoints.PostgresCheckpoints``) and a JSON
 digest (:func:`digest_of`) can be written to a file kept elsewhere (WORM storage, a ticket):
 whoever holds the digest can later prove the database still holds the same heads.
 
@@ -23,44 +24,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-import sqlalchemy as sa
-
-from escalation.adapters.audit_store import PostgresAuditStore
-from escalation.adapters.partitions import retained_from
-from escalation.adapters.tables import audit_checkpoint, audit_checkpoint_head
 from escalation.domain.errors import InvalidInput
 from escalation.domain.merkle import checkpoint_hash, head_leaf, merkle_root
+from escalation.ports import Checkpoint as Checkpoint  # noqa: PLC0414 -- re-export
+from escalation.ports import CheckpointSnapshot, CheckpointStore, SealedHead
+from escalation.service_layer.progress import Progress
 
 DIGEST_FORMAT = "escalation-checkpoint-digest/1"
 GENESIS = bytes(32)
-_LOCK_KEY = 7_305_114_211_003  # advisory lock: one sealer at a time
-_C = audit_checkpoint
-_H = audit_checkpoint_head
-
-_HEADS = sa.text(
-    """
-    SELECT DISTINCT ON (dispute_id) dispute_id, seq, row_hash, chain_created_at
-      FROM escalation_audit
-     ORDER BY dispute_id, seq DESC
-    """
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """One sealed checkpoint (hashes as bytes; ``created_at`` aware UTC)."""
-
-    checkpoint_id: int
-    created_at: datetime
-    head_count: int
-    heads_root: bytes
-    prev_checkpoint_hash: bytes
-    checkpoint_hash: bytes
 
 
 @dataclass(slots=True)
@@ -84,62 +60,18 @@ class VerifyReport:
         return not (self.broken_chains or self.checkpoint_mismatches or self.checkpoint_errors)
 
 
-def _sort_heads(rows: Sequence[Any]) -> list[tuple[UUID, int, bytes, datetime]]:
-    heads = [(r[0], int(r[1]), bytes(r[2]), r[3]) for r in rows]
-    heads.sort(key=lambda h: h[0].bytes)
-    return heads
+def _sort_heads(heads: Sequence[SealedHead]) -> list[SealedHead]:
+    return sorted(heads, key=lambda h: h.dispute_id.bytes)
 
 
-def create_checkpoint(engine: sa.Engine, actor: str) -> Checkpoint:
-    """Seal the current chain heads into a new checkpoint (one transaction).
-
-    Runs in a REPEATABLE READ snapshot under an advisory lock (one sealer at a time; ids
-    are 1, 2, 3, ...). Concurrent appends are fine: the checkpoint covers the snapshot.
+def create_checkpoint(store: CheckpointStore, actor: str) -> Checkpoint:
+    """Seal the current chain heads into a new checkpoint (see the module doc; one
+    transaction in a consistent snapshot, one sealer at a time).
 
     Returns:
         The new :class:`Checkpoint`.
     """
-    conn_ctx = engine.connect().execution_options(isolation_level="REPEATABLE READ")
-    with conn_ctx as conn, conn.begin():
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
-        last = conn.execute(
-            sa.select(_C.c.checkpoint_id, _C.c.checkpoint_hash)
-            .order_by(_C.c.checkpoint_id.desc())
-            .limit(1)
-        ).first()
-        new_id = 1 if last is None else int(last[0]) + 1
-        prev = GENESIS if last is None else bytes(last[1])
-        heads = _sort_heads(conn.execute(_HEADS).all())
-        root = merkle_root([head_leaf(d, s, h) for d, s, h, _ in heads])
-        digest = checkpoint_hash(new_id, len(heads), root, prev)
-        created = conn.execute(
-            sa.insert(_C)
-            .values(
-                checkpoint_id=new_id,
-                head_count=len(heads),
-                heads_root=root,
-                prev_checkpoint_hash=prev,
-                checkpoint_hash=digest,
-                actor=actor,
-            )
-            .returning(_C.c.created_at)
-        ).scalar_one()
-        for start in range(0, len(heads), 5000):
-            chunk = heads[start : start + 5000]
-            conn.execute(
-                sa.insert(_H),
-                [
-                    {
-                        "checkpoint_id": new_id,
-                        "dispute_id": d,
-                        "last_seq": s,
-                        "last_hash": h,
-                        "chain_created_at": c,
-                    }
-                    for d, s, h, c in chunk
-                ],
-            )
-    return Checkpoint(new_id, created.astimezone(UTC), len(heads), root, prev, digest)
+    return store.seal(actor)
 
 
 def digest_of(cp: Checkpoint) -> dict[str, Any]:
@@ -172,24 +104,8 @@ def read_digest(path: Path) -> dict[str, Any]:
     return data
 
 
-def _load_checkpoints(conn: sa.Connection) -> list[Checkpoint]:
-    rows = conn.execute(sa.select(_C).order_by(_C.c.checkpoint_id)).mappings()
-    return [
-        Checkpoint(
-            int(r["checkpoint_id"]),
-            r["created_at"].astimezone(UTC),
-            int(r["head_count"]),
-            bytes(r["heads_root"]),
-            bytes(r["prev_checkpoint_hash"]),
-            bytes(r["checkpoint_hash"]),
-        )
-        for r in rows
-    ]
-
-
-def _check_checkpoint_chain(conn: sa.Connection, report: VerifyReport) -> Checkpoint | None:
+def _check_checkpoint_chain(cps: list[Checkpoint], report: VerifyReport) -> Checkpoint | None:
     """Recompute every checkpoint's hash link and the last one's Merkle root."""
-    cps = _load_checkpoints(conn)
     prev = GENESIS
     for i, cp in enumerate(cps, start=1):
         if cp.checkpoint_id != i:
@@ -203,40 +119,27 @@ def _check_checkpoint_chain(conn: sa.Connection, report: VerifyReport) -> Checkp
     return cps[-1] if cps else None
 
 
-def _check_last_heads(conn: sa.Connection, cp: Checkpoint, report: VerifyReport,
+def _check_last_heads(heads: list[SealedHead], cp: Checkpoint, report: VerifyReport,
                       dispute_id: UUID | None, retained: datetime | None) -> None:
     """Compare the last checkpoint's heads with the ledger rows at the same seq."""
-    heads = conn.execute(
-        sa.text(
-            """
-            SELECT h.dispute_id, h.last_seq, h.last_hash, h.chain_created_at, a.row_hash
-              FROM audit_checkpoint_head AS h
-              LEFT JOIN escalation_audit AS a
-                ON a.dispute_id = h.dispute_id AND a.seq = h.last_seq
-               AND a.chain_created_at = h.chain_created_at
-             WHERE h.checkpoint_id = :cp
-             ORDER BY h.dispute_id
-            """
-        ),
-        {"cp": cp.checkpoint_id},
-    ).all()
-    sealed = _sort_heads([(d, s, h, c) for d, s, h, c, _ in heads])
-    root = merkle_root([head_leaf(d, s, h) for d, s, h, _ in sealed])
+    sealed = _sort_heads(heads)
+    root = merkle_root([head_leaf(h.dispute_id, h.seq, h.sealed_hash) for h in sealed])
     if root != cp.heads_root or len(sealed) != cp.head_count:
         report.checkpoint_errors.append(
             f"checkpoint {cp.checkpoint_id}: stored heads do not give its Merkle root"
         )
-    for d, seq, sealed_hash, created, current in heads:
-        if dispute_id is not None and d != dispute_id:
+    for h in heads:
+        if dispute_id is not None and h.dispute_id != dispute_id:
             continue
-        if current is None and retained is not None and created < retained:
+        if h.current_hash is None and retained is not None and h.chain_created_at < retained:
             continue  # the chain's partition was dropped by retention
-        if current is None or bytes(current) != bytes(sealed_hash):
-            report.checkpoint_mismatches.append((d, int(seq)))
+        if h.current_hash is None or h.current_hash != h.sealed_hash:
+            report.checkpoint_mismatches.append((h.dispute_id, h.seq))
 
 
 def verify(
-    engine: sa.Engine, dispute_id: UUID | None = None, digest: dict[str, Any] | None = None
+    store: CheckpointStore, dispute_id: UUID | None = None, digest: dict[str, Any] | None = None,
+    progress: Progress | None = None,
 ) -> VerifyReport:
     """Recompute chains, compare projection heads, the checkpoint chain and its last heads.
 
@@ -245,37 +148,35 @@ def verify(
         digest: a digest loaded with :func:`read_digest` to compare with the stored
             checkpoint of the same id (an attacker who rewrote the checkpoint tables too
             is caught by the copy kept elsewhere).
+        progress: called ``("chains", chains checked, None)`` while the chains are walked.
 
     Returns:
         A :class:`VerifyReport`.
     """
-    report = VerifyReport(broken_chains=PostgresAuditStore(engine).verify(dispute_id))
-    retained = retained_from(engine)
-    conn_ctx = engine.connect().execution_options(isolation_level="REPEATABLE READ")
-    with conn_ctx as conn, conn.begin():
-        last = _check_checkpoint_chain(conn, report)
+    report = VerifyReport(broken_chains=store.broken_chains(dispute_id, progress))
+    retained = store.retained_from()
+    with store.snapshot() as snap:
+        last = _check_checkpoint_chain(snap.checkpoints(), report)
         if last is not None:
             report.checkpoint_id = last.checkpoint_id
-            _check_last_heads(conn, last, report, dispute_id, retained)
+            _check_last_heads(snap.sealed_heads(last.checkpoint_id), last, report,
+                              dispute_id, retained)
         if digest is not None:
-            _check_digest(conn, digest, report)
+            _check_digest(snap, digest, report)
     return report
 
 
-def _check_digest(conn: sa.Connection, digest: dict[str, Any], report: VerifyReport) -> None:
+def _check_digest(snap: CheckpointSnapshot, digest: dict[str, Any],
+                  report: VerifyReport) -> None:
     cp_id = digest.get("checkpoint_id")
-    row = conn.execute(
-        sa.select(_C.c.checkpoint_hash, _C.c.heads_root, _C.c.head_count).where(
-            _C.c.checkpoint_id == cp_id
-        )
-    ).first()
-    if row is None:
+    cp = snap.checkpoint(cp_id)
+    if cp is None:
         report.checkpoint_errors.append(f"digest checkpoint {cp_id} is not in the database")
         return
     if (
-        bytes(row[0]).hex() != digest.get("checkpoint_hash")
-        or bytes(row[1]).hex() != digest.get("heads_root")
-        or int(row[2]) != digest.get("head_count")
+        cp.checkpoint_hash.hex() != digest.get("checkpoint_hash")
+        or cp.heads_root.hex() != digest.get("heads_root")
+        or cp.head_count != digest.get("head_count")
     ):
         report.checkpoint_errors.append(
             f"checkpoint {cp_id} in the database differs from the digest file"

@@ -27,11 +27,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from escalation.adapters.redis_reliability import DEAD_DECISION, DEAD_NOTIFY, ReliabilityRedis
 from escalation.domain.errors import EscalationError, InvalidInput, NotFound
 from escalation.domain.escalation import Status, parse_dispute_id
 from escalation.domain.timeutil import from_ms
-from escalation.ports import ClaimedItem, Scheduler
+from escalation.ports import (
+    DEAD_DECISION,
+    DEAD_NOTIFY,
+    ClaimedItem,
+    DeadLetterQueue,
+    EventLog,
+    Scheduler,
+)
 from escalation.service_layer.notify import ledger_dead_letter
 
 DEFAULT_MAX_DECISION_ATTEMPTS = 5
@@ -48,7 +54,7 @@ class DeadLetters:
         max_decision_attempts: failed decisions before a member is dead-lettered (>= 1).
     """
 
-    def __init__(self, *, rel: ReliabilityRedis, scheduler: Scheduler, store: Any, actor: str,
+    def __init__(self, *, rel: DeadLetterQueue, scheduler: Scheduler, store: EventLog, actor: str,
                  max_decision_attempts: int = DEFAULT_MAX_DECISION_ATTEMPTS) -> None:
         if max_decision_attempts < 1:
             raise InvalidInput("max_decision_attempts must be >= 1")
@@ -63,18 +69,13 @@ class DeadLetters:
             True when the member was moved to the dead-letter set now.
         """
         did = str(item.escalation.dispute_id)
-        keys = self.rel.keys_for(did)
-        attempts = int(self.rel.client.hincrby(keys.decision_failures, did, 1))
+        attempts = self.rel.count_decision_failure(did)
         if attempts < self.max_decision_attempts:
             return False
         record = {"kind": "decision", "dispute_id": did, "reason": error[:300],
                   "attempts": attempts, "ladder": item.escalation.ladder_key,
                   "tier": item.escalation.tier, "seq": item.escalation.seq}
-        dead_ms = int(self.rel.run(
-            "dead_letter",
-            [keys.dead, keys.dead_data, keys.pending, keys.lock(did), keys.decision_failures,
-             keys.notify_retry, keys.notify_data, keys.ready, keys.prio],
-            [DEAD_DECISION + did, json.dumps(record), "decision", did, str(item.token), ""]))
+        dead_ms = self.rel.dead_letter_decision(did, item.token, json.dumps(record))
         if dead_ms == 0:
             return False  # the lease ended and another worker holds the claim now
         ledger_dead_letter(self.store, self.scheduler, did, self.actor, dead_ms,
@@ -102,25 +103,14 @@ class DeadLetters:
             NotFound: no such dead letter.
         """
         item = self.show(member)
-        keys = self.rel.dead_keys_of(member)
-        assert keys is not None  # noqa: S101 - show() found it
         if member.startswith(DEAD_DECISION):
-            did = member[len(DEAD_DECISION):]
-            args = [member, "decision", did, ""]
-            kpay = keys.payload(did)
-        elif member.startswith(DEAD_NOTIFY):
-            rmember = member[len(DEAD_NOTIFY):]
+            return self.rel.retry_dead(member, "decision", member[len(DEAD_DECISION):], "")
+        if member.startswith(DEAD_NOTIFY):
             record = {"fields": item.get("fields", {}), "attempts": 0,
                       "last_error": "retried by admin", "group": item.get("group", "")}
-            args = [member, "notify", rmember, json.dumps(record)]
-            kpay = keys.stats
-        else:
-            raise InvalidInput(f"unknown dead letter kind: {member!r}")
-        return str(self.rel.run("dead_retry",
-                                [keys.dead, keys.dead_data, keys.pending, kpay,
-                                 keys.decision_failures, keys.notify_retry, keys.notify_data,
-                                 keys.ready, keys.prio],
-                                args))
+            return self.rel.retry_dead(member, "notify", member[len(DEAD_NOTIFY):],
+                                       json.dumps(record))
+        raise InvalidInput(f"unknown dead letter kind: {member!r}")
 
     def purge(self, member: str, *, confirm: bool, reason: str = "") -> bool:
         """Remove a dead letter for good; leave a PURGED ledger row on the dispute's chain.
@@ -138,8 +128,6 @@ class DeadLetters:
         if not confirm:
             raise InvalidInput("purge is permanent: confirm with --yes")
         item = self.show(member)
-        keys = self.rel.dead_keys_of(member)
-        assert keys is not None  # noqa: S101 - show() found it
         did = str(item.get("dispute_id", ""))
         decision = member.startswith(DEAD_DECISION)
         written = False
@@ -153,21 +141,5 @@ class DeadLetters:
             written = True
         except EscalationError:
             written = False
-        pipe = self.rel.client.pipeline(transaction=True)
-        pipe.zrem(keys.dead, member)
-        pipe.hdel(keys.dead_data, member)
-        if decision and did:
-            pipe.zrem(keys.pending, did)
-            pipe.zrem(keys.ready, did)  # issue 4 C: a due member may wait in ready
-            pipe.hdel(keys.prio, did)
-            pipe.delete(keys.payload(did))
-            pipe.hdel(keys.decision_failures, did)
-        pipe.execute()
+        self.rel.purge_dead(member, did if decision and did else None)
         return written
-
-
-def for_app(app: Any) -> DeadLetters:
-    """DeadLetters wired from an App (the worker's poison hook)."""
-    rel = ReliabilityRedis(app.redis, app.settings.namespace, app.settings.shards,
-                           aging_ms=app.settings.priority_aging_s * 1000)
-    return DeadLetters(rel=rel, scheduler=app.scheduler, store=app.store, actor=app.actor)

@@ -10,19 +10,82 @@ A check that cannot be measured (e.g. ``CONFIG`` disabled) is reported ``ok`` wi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
+from uuid import UUID
 
-import redis
-import sqlalchemy as sa
-
-from escalation.adapters.redis_reliability import DEAD_DECISION, ReliabilityRedis
 from escalation.domain.errors import EscalationError
-from escalation.domain.escalation import Status, parse_dispute_id
+from escalation.domain.escalation import Escalation, Status, parse_dispute_id
+from escalation.ports import DEAD_DECISION
 
 DEFAULT_MAX_SKEW_MS = 1000
 CONTENTION_RATIO = 0.2
+
+
+class DoctorStore(Protocol):
+    """The audit-store reads the checks need (``PostgresAuditStore``)."""
+
+    def duplicate_decisions(self) -> int:
+        """Disputes decided twice out of one tier."""
+        ...
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """``{"by_status": {status: n}, ...}``."""
+        ...
+
+    def get_many(self, dispute_ids: Iterable[UUID]) -> dict[UUID, Escalation]:
+        """Projection states of ``ids`` (those that exist)."""
+        ...
+
+
+class DoctorRedis(Protocol):
+    """The scheduler-state reads the checks need (``ReliabilityRedis``)."""
+
+    def members_without_payload(self) -> list[str]:
+        """Pending or ready members with no payload (STUCK_MEMBER)."""
+        ...
+
+    def scan_shards(self, count: int = 1000) -> Iterator[list[list[tuple[str, int]]]]:
+        """Per shard, its scheduled members in chunks ``(member, due ms)``."""
+        ...
+
+    def dead_list(self, limit: int = 100) -> list[tuple[str, int, dict[str, Any]]]:
+        """Dead letters, oldest first: ``(member, dead-lettered ms, record)``."""
+        ...
+
+    def ready_count(self) -> int:
+        """Members waiting in the ready ZSETs."""
+        ...
+
+
+class ServerProbe(Protocol):
+    """Direct questions to the servers (adapter: ``adapters.probes.ServerProbe``)."""
+
+    def clocks_ms(self) -> tuple[int, int]:
+        """(Redis TIME, database clock), epoch milliseconds, read one after the other."""
+        ...
+
+    def maxmemory_policy(self) -> str | None:
+        """Redis ``maxmemory-policy``, or None when ``CONFIG GET`` is refused."""
+        ...
+
+
+@dataclass(frozen=True)
+class DoctorDeps:
+    """What :func:`run_checks` reads (wired by ``bootstrap.run_doctor``).
+
+    Attributes:
+        store: audit-store reads. redis_side: scheduler-state reads. probe: server clocks and
+        configuration. scheduler_stats: ``RedisScheduler.stats``. ladder_problems: invalid
+        ladder files and edited files of applied versions (messages).
+    """
+
+    store: DoctorStore
+    redis_side: DoctorRedis
+    probe: ServerProbe
+    scheduler_stats: Callable[[], Mapping[str, int | None]]
+    ladder_problems: Callable[[], list[str]]
 
 
 @dataclass(frozen=True)
@@ -39,21 +102,17 @@ class Check:
         return asdict(self)
 
 
-def _double(app: Any) -> Check:
-    n = int(app.store.duplicate_decisions())
+def _double(store: DoctorStore) -> Check:
+    n = int(store.duplicate_decisions())
     return Check("DOUBLE_ESCALATION", n == 0, f"{n} dispute(s) decided twice out of one tier",
                  "" if n == 0 else "run `escalation audit verify`; inspect the trails of the "
                  "listed disputes; check that every worker runs this version (atomic claim)")
 
 
-def _skew(app: Any, host_ms: Callable[[], int], max_ms: int) -> Check:
+def _skew(probe: ServerProbe, host_ms: Callable[[], int], max_ms: int) -> Check:
     t0 = host_ms()
-    rs, rus = app.redis.time()
-    redis_ms = int(rs) * 1000 + int(rus) // 1000
-    with app.engine.connect() as conn:
-        db = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+    redis_ms, db_ms = probe.clocks_ms()
     t1 = host_ms()
-    db_ms = int(db.timestamp() * 1000)
     mid = (t0 + t1) // 2
     rtt = t1 - t0
     worst = max(abs(mid - redis_ms), abs(mid - db_ms), abs(redis_ms - db_ms))
@@ -65,7 +124,7 @@ def _skew(app: Any, host_ms: Callable[[], int], max_ms: int) -> Check:
                  "but ledger timestamps and reports compare them with the database clock")
 
 
-def _stuck(rel: ReliabilityRedis) -> Check:
+def _stuck(rel: DoctorRedis) -> Check:
     stuck = rel.members_without_payload()
     return Check("STUCK_MEMBER", not stuck, f"{len(stuck)} member(s) without payload"
                  + (f", e.g. {stuck[:3]}" if stuck else ""),
@@ -73,8 +132,7 @@ def _stuck(rel: ReliabilityRedis) -> Check:
                  "when they come due)")
 
 
-def _contention(app: Any) -> Check:
-    stats = app.scheduler.stats()
+def _contention(stats: Mapping[str, int | None]) -> Check:
     claimed = int(stats.get("claimed") or 0)
     contended = int(stats.get("lock_contended") or 0)
     not_owner = int(stats.get("not_owner") or 0)
@@ -87,14 +145,14 @@ def _contention(app: Any) -> Check:
                  "or lower batch_size; high contention: fewer workers or more shards")
 
 
-def _drift(app: Any, rel: ReliabilityRedis) -> Check:
-    counts = app.store.counts()["by_status"]
+def _drift(store: DoctorStore, rel: DoctorRedis) -> Check:
+    counts = store.counts()["by_status"]
     pg_pending = int(counts.get(Status.PENDING.value, 0))
     zset = 0
     bad: list[str] = []
-    for keys in rel.shard_keys():
+    for chunks in rel.scan_shards():  # per shard: pending and ready (issue 4 C) members
         seen: set[str] = set()
-        for raw in rel.scan_members(keys):  # pending and ready (issue 4 C) members
+        for raw in chunks:
             chunk = [(m, sc) for m, sc in raw if m not in seen]
             seen.update(m for m, _ in chunk)
             zset += len(chunk)
@@ -104,7 +162,7 @@ def _drift(app: Any, rel: ReliabilityRedis) -> Check:
                     ids[m] = parse_dispute_id(m)
                 except EscalationError:
                     bad.append(m)
-            known = app.store.get_many(list(ids.values()))
+            known = store.get_many(list(ids.values()))
             for m, uid in ids.items():
                 esc = known.get(uid)
                 if esc is None or esc.status is not Status.PENDING:
@@ -119,44 +177,36 @@ def _drift(app: Any, rel: ReliabilityRedis) -> Check:
                  "then `escalation reconcile`")
 
 
-def _maxmemory(client: redis.Redis) -> Check:
-    try:
-        policy = str(client.config_get("maxmemory-policy").get("maxmemory-policy", "unknown"))
-    except redis.ResponseError:
+def _maxmemory(probe: ServerProbe) -> Check:
+    found = probe.maxmemory_policy()
+    if found is None:
         return Check("MAXMEMORY_POLICY", True, "unknown (CONFIG GET refused)",
                      "make sure the server uses maxmemory-policy noeviction")
+    policy = found
     ok = policy == "noeviction"
     return Check("MAXMEMORY_POLICY", ok, f"maxmemory-policy {policy}",
                  "" if ok else "set maxmemory-policy noeviction: evicted keys silently lose "
                  "schedule state (reconcile repairs it, but only after the fact)")
 
 
-def run_doctor(app: Any, *, host_ms: Callable[[], int] | None = None,
+def run_checks(deps: DoctorDeps, *, host_ms: Callable[[], int] | None = None,
                max_skew_ms: int = DEFAULT_MAX_SKEW_MS) -> list[Check]:
-    """Run every check against the live deployment of ``app``. Returns the checks in order.
+    """Run every check. Returns the checks in order.
 
     Args:
+        deps: the deployment's reads (``bootstrap.run_doctor`` wires them from an App).
         host_ms: host clock in epoch ms (default ``time.time_ns() // 1e6``; tests inject one).
         max_skew_ms: largest tolerated clock difference.
     """
-    rel = ReliabilityRedis(app.redis, app.settings.namespace, app.settings.shards,
-                           aging_ms=app.settings.priority_aging_s * 1000)
     clock = host_ms or (lambda: time.time_ns() // 1_000_000)
-    return [_double(app), _skew(app, clock, max_skew_ms), _stuck(rel), _contention(app),
-            _drift(app, rel), _maxmemory(app.redis), _ladder_files(app)]
+    return [_double(deps.store), _skew(deps.probe, clock, max_skew_ms),
+            _stuck(deps.redis_side), _contention(deps.scheduler_stats()),
+            _drift(deps.store, deps.redis_side), _maxmemory(deps.probe),
+            _ladder_files(deps.ladder_problems())]
 
 
-def _ladder_files(app: Any) -> Check:
+def _ladder_files(errors: list[str]) -> Check:
     """Invalid ladder files (skipped by read-only commands; workers refuse to start)."""
-    errors = list(getattr(app.ladders, "errors", []))
-    try:  # plus edited files of applied versions (the ladder history's checksums)
-        from escalation.adapters.ladder_history import LadderHistoryStore
-        from escalation.service_layer.ladder_migration import check
-
-        errors += [e for e in check(app.settings.ladders_dir, LadderHistoryStore(app.engine))
-                   if e not in errors and "checksum" in e]
-    except Exception as exc:  # doctor reports, never crashes
-        errors.append(f"ladder check could not run: {exc}")
     return Check("LADDER_FILES", not errors,
                  f"{len(errors)} invalid ladder file(s)" + (f": {errors[0]}" if errors else ""),
                  "" if not errors else "fix the file (see `escalation ladder check`); workers "

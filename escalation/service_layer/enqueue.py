@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from uuid import UUID
 
@@ -35,6 +35,9 @@ from escalation.domain.wall_time import start_of_local_day, zone
 from escalation.ports import AuditLog, LadderSource, Scheduler
 
 ENQUEUE_CHUNK = 500
+OPENED_AT_MAX_SKEW = timedelta(minutes=5)
+"""How far past Redis TIME an ``opened_at`` may lie (clocks of the sending system drift);
+a dispute cannot have entered its tier later than that."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,18 @@ def _instant(value: datetime | date, tz_name: str, name: str) -> datetime:
     return check_instant(value, name)
 
 
+def _not_future(entered: datetime, now: datetime) -> datetime:
+    """``entered`` unless it lies more than :data:`OPENED_AT_MAX_SKEW` past ``now``.
+    Raises InvalidInput."""
+    if entered > require_aware(now, "now") + OPENED_AT_MAX_SKEW:
+        raise InvalidInput(
+            f"opened_at {entered.isoformat()} is in the future (now "
+            f"{now.isoformat(timespec='seconds')}); a dispute cannot enter its tier later "
+            f"than now + {int(OPENED_AT_MAX_SKEW.total_seconds() // 60)} min of clock skew"
+        )
+    return entered
+
+
 def build_escalation(
     req: EnqueueRequest, ladder: Ladder, calendars: CalendarRegistry, now: datetime
 ) -> Escalation:
@@ -111,7 +126,8 @@ def build_escalation(
 
     Raises:
         InvalidInput: both or neither of due_at/opened_at, naive datetimes, bad money/ids,
-            unknown zone/calendar, a dispute attribute the ladder needs is missing.
+            unknown zone/calendar, a dispute attribute the ladder needs is missing,
+            ``opened_at`` later than ``now`` + :data:`OPENED_AT_MAX_SKEW`.
         UnknownTier: ``req.tier`` not in ``ladder``.
     """
     return build_with_provenance(req, ladder, calendars, now)[0]
@@ -132,7 +148,7 @@ def build_with_provenance(
     tier = ladder.tier(tier_id)
     amount = Materiality.parse(req.materiality).amount
     if req.opened_at is not None:
-        entered = _instant(req.opened_at, tz_name, "opened_at")
+        entered = _not_future(_instant(req.opened_at, tz_name, "opened_at"), now)
         due = window_end(entered, tier_window(ladder, tier.id, amount), scoped)
     elif req.due_at is not None:
         due = _instant(req.due_at, tz_name, "due_at")
@@ -194,17 +210,20 @@ def enqueue_many(
     default_ladder: str,
     actor: str,
     on_scheduled: OnScheduled | None = None,
+    now: datetime | None = None,
 ) -> list[EnqueueResult]:
     """Validate every request first (nothing is written if one is bad), then record and schedule.
 
     ``on_scheduled`` (optional) receives each chunk of escalations newly written to Redis
-    (used to schedule pre-breach warnings, ``service_layer.warnings``).
+    (used to schedule pre-breach warnings, ``service_layer.warnings``). ``now`` (aware; default
+    Redis TIME) is the instant requests are built at: a CSV import passes the one its
+    validation pass used, so both passes judge every row alike.
 
     Raises:
         InvalidInput / UnknownTier: the first bad request (prefixed with its index when >1).
         ConflictError: never for duplicates (they return ``created=False``).
     """
-    now = scheduler.time()
+    now = scheduler.time() if now is None else now
     escalations: list[Escalation] = []
     versions: dict[UUID, str] = {}
     details: dict[UUID, dict[str, object]] = {}

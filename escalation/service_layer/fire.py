@@ -52,6 +52,8 @@ class BatchReport:
     contended: int = 0
     next_due_ms: int | None = None
     decisions: dict[str, int] = field(default_factory=dict)
+    lags_ms: list[int] = field(default_factory=list)
+    """Claim lag (Redis TIME at claim - due, ms) of each recorded decision of the batch."""
 
 
 def _status_action(status: Status) -> ApplyAction:
@@ -139,9 +141,27 @@ def fire_due(
                       and op.action is ApplyAction.RESCHEDULE])
     # Host clock (epoch ms) right after the apply call: apply lag = applied_ms - due (bench).
     applied_ms = time.time_ns() // 1_000_000
-    for event, fields in logs:
-        sink(event, worker_id=worker_id, applied_ms=applied_ms, **fields)
+    for event, fields in logs:  # per decision: DEBUG (the ledger is the record)
+        sink(event, worker_id=worker_id, applied_ms=applied_ms,
+             level="warning" if event == "escalation.unknown_member" else "debug", **fields)
+    sink("worker.batch", **batch_summary(report), worker_id=worker_id, level="info")
     return report
+
+
+def batch_summary(report: BatchReport) -> dict[str, Any]:
+    """The fields of the one INFO ``worker.batch`` line per non-empty batch.
+
+    ``decisions``: count per match_decision (one per target tier, e.g. PROMOTED_TO_SENIOR);
+    ``lag_ms_p50`` / ``lag_ms_max``: claim lag of the recorded decisions (None if none).
+    """
+    lags = sorted(report.lags_ms)
+    return {
+        "claimed": report.claimed, "recorded": report.recorded, "applied": report.applied,
+        "stale": report.stale, "poison": report.poison, "stuck": report.stuck,
+        "decisions": dict(sorted(report.decisions.items())),
+        "lag_ms_p50": lags[len(lags) // 2] if lags else None,
+        "lag_ms_max": lags[-1] if lags else None,
+    }
 
 
 def _decide_all(
@@ -194,6 +214,7 @@ def _ops_from_outcomes(
             report.decisions[decision.match_decision] = (
                 report.decisions.get(decision.match_decision, 0) + 1
             )
+            report.lags_ms.append(now_ms - to_ms(esc.due_at))
             terminal = decision.kind is DecisionKind.TERMINAL
             action = ApplyAction.REMOVE if terminal else ApplyAction.RESCHEDULE
             note = _notification(item, decision, state)  # same dispute as esc
@@ -203,7 +224,7 @@ def _ops_from_outcomes(
                 "source_hash": esc.source_hash, "match_decision": decision.match_decision,
                 "from_tier": decision.from_tier, "to_tier": decision.to_tier,
                 "ladder": esc.ladder_key, "seq": state.seq, "fence_token": item.token,
-                "lag_ms": now_ms - to_ms(esc.due_at),
+                "lag_ms": report.lags_ms[-1],
                 "next_due_at": state.due_at.isoformat() if decision.to_tier else None,
             }))
         elif outcome.status is RecordStatus.UNKNOWN:

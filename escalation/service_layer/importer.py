@@ -8,6 +8,13 @@ zone (the row's zone column, else the mapping's ``timezone``, else the ladder ve
 the deployment's ``institution_timezone``); a naive time is read in that zone (a gap or
 overlap time takes the earlier instant). Every row is validated before anything is written:
 a file with any bad row imports nothing unless ``skip_invalid``.
+
+:func:`import_csv` streams the file twice in constant memory (docs/performance.md, "CSV
+import"): pass 1 parses and validates every row (against the ladders and calendars, at one
+Redis TIME instant) and keeps only the dispute ids seen (duplicate check) and the bad rows;
+pass 2, only when pass 1 allows writing, re-reads the file and records + schedules the good
+rows in batches (ledger rows by ``COPY``). Both passes build each request the same way at
+the same instant, so pass 2 cannot meet an error pass 1 did not report.
 """
 
 from __future__ import annotations
@@ -17,18 +24,27 @@ import hashlib
 import io
 import tomllib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
+from escalation.domain.business_calendar import institution_defaults
+from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import check_source_hash, parse_dispute_id
 from escalation.domain.materiality import Materiality
 from escalation.domain.wall_time import parse_wall_time, zone
-from escalation.service_layer.enqueue import EnqueueRequest
+from escalation.ports import AuditLog, LadderSource, Scheduler
+from escalation.service_layer.enqueue import (
+    EnqueueRequest,
+    OnScheduled,
+    build_escalation,
+    enqueue_many,
+)
+from escalation.service_layer.progress import Progress, no_progress
 
 ID_NAMESPACE = uuid.UUID("5b0f6f3e-52c5-4bb9-9a3c-0b6a4e1f7d21")  # escalation import ids
 
@@ -83,33 +99,51 @@ class ColumnMapping:
             data = tomllib.loads(path.read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise InvalidInput(f"{path}: cannot read mapping file: {exc}") from None
-        values: dict[str, Any] = {}
         unknown = sorted(set(data) - {"columns", "defaults"})
         if unknown:
             raise InvalidInput(
                 f"{path}: unknown table(s) {', '.join(f'[{t}]' for t in unknown)}; "
                 "a mapping file has [columns] and [defaults]"
             )
+        values: dict[str, Any] = {}
         for table in ("columns", "defaults"):
-            if not isinstance(data.get(table, {}), dict):
-                raise InvalidInput(f"{path}: [{table}] must be a table of key = \"value\" lines")
-            for key, val in dict(data.get(table, {})).items():
-                if key == "attributes" and isinstance(val, dict):
-                    target = "attribute_columns" if table == "columns" else "default_attributes"
-                    values[target] = {str(k): str(v) for k, v in val.items()}
-                    continue
-                if table == "columns" and key in ("timezone", "calendar"):
-                    name = f"{key}_column"
-                else:
-                    name = key if table == "columns" else (
-                        key if key in ("timezone", "external_source", "ladder", "calendar")
-                        else f"default_{key}"
-                    )
-                if name not in cls.__dataclass_fields__:
-                    raise InvalidInput(f"{path}: [{table}] {key}: unknown key")
-                values[name] = str(val)
+            values.update(cls._table_values(path, table, data.get(table, {})))
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+    @classmethod
+    def _table_values(cls, path: Path, table: str, content: object) -> dict[str, Any]:
+        """Field name -> value for one table of a mapping file (``attributes`` sub-tables
+        -> ``attribute_columns`` / ``default_attributes``). Raises InvalidInput."""
+        if not isinstance(content, dict):
+            raise InvalidInput(f"{path}: [{table}] must be a table of key = \"value\" lines")
+        values: dict[str, Any] = {}
+        for key, val in content.items():
+            if key == "attributes" and isinstance(val, dict):
+                target = "attribute_columns" if table == "columns" else "default_attributes"
+                values[target] = {str(k): str(v) for k, v in val.items()}
+                continue
+            name = _field_name(table, key)
+            if name not in cls.__dataclass_fields__:
+                raise InvalidInput(f"{path}: [{table}] {key}: unknown key")
+            values[name] = str(val)
+        return values
+
+    def columns(self) -> list[str]:
+        """The CSV columns this mapping reads (non-empty names)."""
+        return [c for c in (self.dispute_id, self.opened_at, self.due_at, self.tier,
+                            self.materiality, self.source_hash, self.anchor_at,
+                            self.timezone_column, self.calendar_column,
+                            *self.attribute_columns.values()) if c]
+
+
+def _field_name(table: str, key: str) -> str:
+    """The :class:`ColumnMapping` field a mapping-file key sets: ``[columns] timezone`` /
+    ``calendar`` name per-row columns; ``[defaults]`` keys are ``default_<key>`` except the
+    mapping-wide ``timezone``, ``external_source``, ``ladder`` and ``calendar``."""
+    if table == "columns":
+        return f"{key}_column" if key in ("timezone", "calendar") else key
+    return key if key in ("timezone", "external_source", "ladder", "calendar") else f"default_{key}"
 
 
 @dataclass
@@ -119,6 +153,21 @@ class ImportPlan:
     requests: list[tuple[int, EnqueueRequest]] = field(default_factory=list)
     errors: list[tuple[int, str]] = field(default_factory=list)
     rows: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CsvLayout:
+    """A checked header: its column names, the mapping and the institution zone of rows
+    without a zone cell (its name: it is stored on each escalation)."""
+
+    header: list[str]
+    mapping: ColumnMapping
+    zone_name: str
+
+
+DEFAULT_TIMEZONE = "America/New_York"
+"""The institution zone of :func:`plan_import` when neither the row nor the mapping names
+one and the caller passes none (the deployment default's default)."""
 
 
 def _parse_time(value: str, tz: ZoneInfo, column: str) -> datetime | date:
@@ -155,81 +204,287 @@ def _lines(stream: TextIO) -> Iterator[tuple[int, str]]:
         yield start, buf
 
 
-def plan_import(
-    stream: TextIO, mapping: ColumnMapping, default_timezone: str = "America/New_York"
-) -> ImportPlan:
-    """Parse and validate every row; nothing is written here.
-
-    ``default_timezone``: the institution zone when neither the row nor the mapping names
-    one (the CLI passes the ladder version's, else the deployment's).
+def _layout(
+    records: Iterator[tuple[int, str]], mapping: ColumnMapping, default_timezone: str
+) -> CsvLayout:
+    """Read and check the header record against ``mapping``; rows without a zone cell count
+    in ``mapping.timezone``, else ``default_timezone``.
 
     Raises:
-        InvalidInput: the header lacks a mapped column, or the time zone is unknown.
+        InvalidInput: no header, a mapped column missing, not exactly one of opened_at /
+            due_at mapped, or an unknown time zone.
     """
-    default_zone = mapping.timezone or default_timezone
-    zone(default_zone)
-    records = _lines(stream)
+    zone_name = mapping.timezone or default_timezone
+    zone(zone_name)
     try:
         _, header_line = next(records)
     except StopIteration:
         raise InvalidInput("empty CSV file (no header)") from None
     header = next(csv.reader(io.StringIO(header_line)))
-    needed = [c for c in (mapping.dispute_id, mapping.opened_at, mapping.due_at, mapping.tier,
-                          mapping.materiality, mapping.source_hash, mapping.anchor_at,
-                          mapping.timezone_column, mapping.calendar_column,
-                          *mapping.attribute_columns.values()) if c]
-    missing = [c for c in needed if c not in header]
+    missing = [c for c in mapping.columns() if c not in header]
     if missing:
         raise InvalidInput(f"CSV header lacks mapped column(s): {', '.join(missing)}")
     if bool(mapping.opened_at) == bool(mapping.due_at):
         raise InvalidInput("map exactly one of opened_at or due_at to a column")
-    plan = ImportPlan()
-    seen: dict[uuid.UUID, int] = {}
+    return CsvLayout(header, mapping, zone_name)
+
+
+def _cell(row: dict[str, str], column: str) -> str:
+    """The stripped value of ``column`` ("" when the column is not mapped or empty)."""
+    return (row.get(column) or "").strip() if column else ""
+
+
+def _row_request(layout: CsvLayout, raw: str) -> EnqueueRequest:
+    """One CSV record -> an :class:`EnqueueRequest` (not yet checked against the ladder).
+
+    Raises:
+        InvalidInput: wrong field count, bad id, money, source hash or time.
+        csv.Error: the record is not valid CSV.
+    """
+    m = layout.mapping
+    cells = next(csv.reader(io.StringIO(raw)))
+    if len(cells) != len(layout.header):
+        raise InvalidInput(f"expected {len(layout.header)} fields, found {len(cells)}")
+    row = dict(zip(layout.header, cells, strict=True))
+    did, external = stable_dispute_id(row[m.dispute_id], m.external_source)
+    money = _cell(row, m.materiality) or m.default_materiality
+    Materiality.parse(money)
+    source_hash = check_source_hash(
+        _cell(row, m.source_hash) or hashlib.sha256(raw.rstrip("\r\n").encode()).hexdigest()
+    )
+    zone_name = _cell(row, m.timezone_column) or layout.zone_name
+    tz = zone(zone_name)
+    time_column = m.opened_at or m.due_at
+    when = _parse_time(row[time_column], tz, time_column)
+    anchor = _parse_time(row[m.anchor_at], tz, m.anchor_at) if m.anchor_at else None
+    attributes = _attributes(row, m)
+    return EnqueueRequest(
+        dispute_id=did, materiality=money, source_hash=source_hash,
+        tier=_cell(row, m.tier) or m.default_tier,
+        opened_at=when if m.opened_at else None, due_at=when if m.due_at else None,
+        ladder=m.ladder, external_id=external, anchor_at=anchor,
+        timezone=zone_name, calendar=_cell(row, m.calendar_column) or m.calendar or None,
+        attributes=attributes or None,
+    )
+
+
+def _attributes(row: dict[str, str], m: ColumnMapping) -> dict[str, object]:
+    """The row's dispute attributes: the mapping's defaults, overridden by non-empty cells."""
+    attributes: dict[str, object] = dict(m.default_attributes)
+    for name, column in m.attribute_columns.items():
+        cell = _cell(row, column)
+        if cell:
+            attributes[name] = cell
+    return attributes
+
+
+ParsedRow = tuple[int, EnqueueRequest | str]
+"""(1-based line number, the request, or the message saying why the row is bad)."""
+
+
+def iter_requests(
+    stream: TextIO, mapping: ColumnMapping, default_timezone: str = DEFAULT_TIMEZONE
+) -> Iterator[ParsedRow]:
+    """Stream the CSV: one ``(line, request or error message)`` per non-blank record.
+
+    Holds one record at a time. Duplicate ids and ladder checks are the caller's.
+    ``default_timezone``: the institution zone of rows for which neither a zone cell nor the
+    mapping names one.
+
+    Raises:
+        InvalidInput: the header does not fit the mapping (see :func:`_layout`).
+    """
+    records = _lines(stream)
+    layout = _layout(records, mapping, default_timezone)
     for lineno, raw in records:
         if not raw.strip():
             continue
+        try:
+            yield lineno, _row_request(layout, raw)
+        except (InvalidInput, csv.Error) as exc:
+            yield lineno, str(exc)
+
+
+class DuplicateIds:
+    """Remembers each dispute id's first line (16-byte keys: about 100 B per row)."""
+
+    def __init__(self) -> None:
+        self._first: dict[bytes, int] = {}
+
+    def check(self, req: EnqueueRequest, lineno: int) -> None:
+        """Record ``req``'s id at ``lineno``. Raises InvalidInput if an earlier line had it."""
+        did = req.dispute_id
+        assert isinstance(did, uuid.UUID)  # noqa: S101 - built by _row_request
+        first = self._first.setdefault(did.bytes, lineno)
+        if first != lineno:
+            shown = req.external_id if req.external_id is not None else str(did)
+            raise InvalidInput(f"dispute id {shown!r} already on line {first}")
+
+
+def plan_import(
+    stream: TextIO, mapping: ColumnMapping, default_timezone: str = DEFAULT_TIMEZONE
+) -> ImportPlan:
+    """Parse and validate every row into memory (small files, the demo); nothing is written.
+
+    Large files go through :func:`import_csv`, which never holds the rows.
+    ``default_timezone``: as for :func:`iter_requests` (the ladder version's zone, else the
+    deployment's).
+
+    Raises:
+        InvalidInput: the header lacks a mapped column, or the time zone is unknown.
+    """
+    plan = ImportPlan()
+    seen = DuplicateIds()
+    for lineno, item in iter_requests(stream, mapping, default_timezone):
         plan.rows += 1
         try:
-            cells = next(csv.reader(io.StringIO(raw)))
-            if len(cells) != len(header):
-                raise InvalidInput(f"expected {len(header)} fields, found {len(cells)}")
-            row = dict(zip(header, cells, strict=True))
-            did, external = stable_dispute_id(row[mapping.dispute_id], mapping.external_source)
-            if did in seen:
-                raise InvalidInput(
-                    f"dispute id {row[mapping.dispute_id]!r} already on line {seen[did]}"
-                )
-            seen[did] = lineno
-            money = (row.get(mapping.materiality) or "").strip() if mapping.materiality else ""
-            Materiality.parse(money or mapping.default_materiality)
-            tier = (row.get(mapping.tier) or "").strip() if mapping.tier else ""
-            src = (row.get(mapping.source_hash) or "").strip() if mapping.source_hash else ""
-            source_hash = check_source_hash(
-                src or hashlib.sha256(raw.rstrip("\r\n").encode()).hexdigest()
-            )
-            row_zone = (row.get(mapping.timezone_column) or "").strip() if (
-                mapping.timezone_column) else ""
-            zone_name = row_zone or default_zone
-            tz = zone(zone_name)
-            cal = ((row.get(mapping.calendar_column) or "").strip() if mapping.calendar_column
-                   else "") or mapping.calendar
-            when = _parse_time(row[mapping.opened_at or mapping.due_at], tz,
-                               mapping.opened_at or mapping.due_at)
-            anchor = (_parse_time(row[mapping.anchor_at], tz, mapping.anchor_at)
-                      if mapping.anchor_at else None)
-            attributes: dict[str, object] = dict(mapping.default_attributes)
-            for name, column in mapping.attribute_columns.items():
-                cell = (row.get(column) or "").strip()
-                if cell:
-                    attributes[name] = cell
-            plan.requests.append((lineno, EnqueueRequest(
-                dispute_id=did, materiality=money or mapping.default_materiality,
-                source_hash=source_hash, tier=tier or mapping.default_tier,
-                opened_at=when if mapping.opened_at else None,
-                due_at=when if mapping.due_at else None,
-                ladder=mapping.ladder, external_id=external, anchor_at=anchor,
-                timezone=zone_name, calendar=cal or None, attributes=attributes or None,
-            )))
-        except (InvalidInput, csv.Error) as exc:
+            if isinstance(item, str):
+                raise InvalidInput(item)
+            seen.check(item, lineno)
+            plan.requests.append((lineno, item))
+        except InvalidInput as exc:
             plan.errors.append((lineno, str(exc)))
     return plan
+
+
+@dataclass
+class ImportResult:
+    """Outcome of :func:`import_csv`.
+
+    Attributes:
+        rows: non-blank data records in the file.
+        created / existing: disputes newly scheduled / already known (0 when not written).
+        errors: every bad row as (1-based line, message), in file order.
+        written: False when nothing was written (bad rows without ``skip_invalid``).
+    """
+
+    rows: int = 0
+    created: int = 0
+    existing: int = 0
+    errors: list[tuple[int, str]] = field(default_factory=list)
+    written: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ImportTarget:
+    """Where and how rows are written (the ports and the ladder/calendar context).
+
+    ``on_scheduled``: as for ``enqueue_many`` (the CLI passes the warnings hook, so imported
+    escalations get their pre-breach warnings like enqueued ones).
+    """
+
+    scheduler: Scheduler
+    store: AuditLog
+    ladders: LadderSource
+    calendars: CalendarRegistry
+    default_ladder: str
+    actor: str
+    on_scheduled: OnScheduled | None = None
+
+    def default_timezone(self, mapping: ColumnMapping) -> str:
+        """The institution zone of rows that name none (:func:`default_timezone`)."""
+        return default_timezone(mapping, self.ladders, self.calendars, self.default_ladder)
+
+
+def default_timezone(mapping: ColumnMapping, ladders: LadderSource,
+                     calendars: CalendarRegistry, default_ladder: str) -> str:
+    """The institution zone of rows that name none: the mapping's, else the latest ladder
+    version's ``[institution] timezone``, else the deployment's. Raises LadderError."""
+    if mapping.timezone:
+        return mapping.timezone
+    ladder = ladders.latest(mapping.ladder or default_ladder)
+    return ladder.institution_timezone or institution_defaults(calendars)[1]
+
+
+OpenCsv = Callable[[], TextIO]
+"""Opens the CSV afresh (each pass reads it from the start); the caller closes nothing."""
+
+IMPORT_BATCH = 5_000
+PROGRESS_EVERY = 2_000
+
+
+def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget,
+                  now: datetime, progress: Progress = no_progress) -> ImportResult:
+    """Pass 1: every row parsed and built at ``now``; returns the row count and bad rows.
+
+    Raises:
+        InvalidInput: the header does not fit the mapping. LadderError: unknown ladder.
+    """
+    ladder = target.ladders.latest(mapping.ladder or target.default_ladder)
+    result = ImportResult()
+    seen = DuplicateIds()
+    with open_csv() as stream:
+        for lineno, item in iter_requests(stream, mapping, target.default_timezone(mapping)):
+            result.rows += 1
+            try:
+                if isinstance(item, str):
+                    raise InvalidInput(item)
+                seen.check(item, lineno)
+                build_escalation(item, ladder, target.calendars, now)
+            except InvalidInput as exc:
+                result.errors.append((lineno, str(exc)))
+            if result.rows % PROGRESS_EVERY == 0:
+                progress("validate", result.rows, None)
+    progress("validate", result.rows, result.rows)
+    return result
+
+
+def write_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget,
+               now: datetime, result: ImportResult, progress: Progress = no_progress,
+               batch_size: int = IMPORT_BATCH) -> None:
+    """Pass 2: record and schedule every row pass 1 found good, ``batch_size`` at a time.
+
+    Updates ``result.created`` / ``result.existing`` and sets ``result.written``.
+    """
+    bad = {line for line, _ in result.errors}
+    batch: list[EnqueueRequest] = []
+    done = 0
+    with open_csv() as stream:
+        for lineno, item in iter_requests(stream, mapping, target.default_timezone(mapping)):
+            if lineno in bad or isinstance(item, str):
+                continue
+            batch.append(item)
+            if len(batch) >= batch_size:
+                done += _write_batch(batch, target, now, result)
+                progress("write", done, result.rows - len(bad))
+    done += _write_batch(batch, target, now, result)
+    progress("write", done, result.rows - len(bad))
+    result.written = True
+
+
+def _write_batch(batch: list[EnqueueRequest], target: ImportTarget, now: datetime,
+                 result: ImportResult) -> int:
+    """Enqueue ``batch`` (then empty it); returns how many rows it held."""
+    if not batch:
+        return 0
+    res = enqueue_many(
+        batch, scheduler=target.scheduler, store=target.store, ladders=target.ladders,
+        calendars=target.calendars, default_ladder=target.default_ladder, actor=target.actor,
+        on_scheduled=target.on_scheduled, now=now,
+    )
+    created = sum(1 for r in res if r.created)
+    result.created += created
+    result.existing += len(res) - created
+    count = len(batch)
+    batch.clear()
+    return count
+
+
+def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, *,
+               skip_invalid: bool = False, progress: Progress = no_progress,
+               batch_size: int = IMPORT_BATCH) -> ImportResult:
+    """Validate the whole CSV, then (if allowed) write it in batches; constant memory.
+
+    Nothing is written when a row is bad and not ``skip_invalid``, or when no row is good.
+    Memory: one batch of requests plus about 100 B per row for the duplicate check.
+
+    Raises:
+        InvalidInput: the header does not fit the mapping. LadderError: unknown ladder.
+        OSError / UnicodeDecodeError: from ``open_csv`` or reading.
+    """
+    now = target.scheduler.time()
+    result = validate_pass(open_csv, mapping, target, now, progress)
+    if result.errors and (not skip_invalid or len(result.errors) == result.rows):
+        return result
+    write_pass(open_csv, mapping, target, now, result, progress, batch_size)
+    return result

@@ -1,7 +1,8 @@
 """Use cases: ``ladder check``, ``ladder plan``, ``ladder apply`` (issue 3; DESIGN.md "Ladders
 and ladder migrations"; tech.md 3.10 -- Flyway-style, not Alembic revisions).
 
-* :func:`check` -- every ladder file, plus the checksums recorded in ``ladder_history``.
+* ``ladder check`` -- every ladder file, plus the checksums recorded in ``ladder_history``
+  (``adapters.ladder_files.check_ladder_dir_with_history``).
 * :func:`plan_migration` -- a dry run over the pending and paused escalations of one ladder
   in PostgreSQL (the system of record), with a plan hash. No writes.
 * :func:`apply_migration` -- re-plans and refuses if the hash differs; then, per batch, one
@@ -22,11 +23,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from uuid import UUID
 
-from escalation.adapters.ladder_files import LadderCatalog, check_ladder_dir
-from escalation.adapters.ladder_history import HistoryRow, LadderHistoryStore
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import LadderMigrationError
 from escalation.domain.escalation import Escalation, Status
@@ -39,38 +37,32 @@ from escalation.domain.ladder_plan import (
     build_plan,
     plan_escalation,
 )
-from escalation.ports import ApplyOutcome, Scheduler
+from escalation.ports import (
+    ApplyOutcome,
+    HistoryRow,
+    LadderHistory,
+    LadderVersions,
+    Scheduler,
+)
+from escalation.service_layer.progress import Progress as ProgressFn
 
 PAGE = 5000
 Progress = Callable[[int, int], None]
+PlanProgress = ProgressFn
 Hook = Callable[[str, int], None]
 Replanned = tuple[PlanItem, datetime | None] | Blocked
 
 
-# --------------------------------------------------------------------------- check
-def check(ladders_dir: Path, history: LadderHistoryStore | None) -> list[str]:
-    """Every problem ``escalation ladder check`` reports (empty = valid).
-
-    File checks always; with ``history`` also the applied checksums of the ladders that have
-    files in ``ladders_dir`` (other ladders' history rows belong to other directories).
-    """
-    applied: dict[tuple[str, int], str] = {}
-    if history is not None:
-        names = {p.name.split(".v", 1)[0] for p in ladders_dir.glob("*.toml")}
-        applied = {k: v for k, v in history.applied_checksums().items() if k[0] in names}
-    return check_ladder_dir(ladders_dir, applied)
-
-
 # --------------------------------------------------------------------------- plan
 def _versions(
-    ladders: LadderCatalog, name: str, to_version: int
+    ladders: LadderVersions, name: str, to_version: int
 ) -> tuple[dict[int, Ladder], Ladder]:
     target = ladders.get(name, to_version)
     versions = {v: ladders.get(name, v) for v in ladders.versions(name)}
     return versions, target
 
 
-def _validate(versions: dict[int, Ladder], history: LadderHistoryStore) -> None:
+def _validate(versions: dict[int, Ladder], history: LadderHistory) -> None:
     applied = {k: v for k, v in history.applied_checksums().items() if k[0] in
                {ld.name for ld in versions.values()}}
     errors = check_ladders(list(versions.values()), applied)
@@ -79,7 +71,7 @@ def _validate(versions: dict[int, Ladder], history: LadderHistoryStore) -> None:
 
 
 def _open_escalations(
-    history: LadderHistoryStore, name: str, below: int
+    history: LadderHistory, name: str, below: int
 ) -> Iterator[Escalation]:
     after: UUID | None = None
     while True:
@@ -92,13 +84,17 @@ def _open_escalations(
 
 def plan_migration(
     *,
-    history: LadderHistoryStore,
-    ladders: LadderCatalog,
+    history: LadderHistory,
+    ladders: LadderVersions,
     calendars: CalendarRegistry,
     ladder: str,
     to_version: int,
+    progress: PlanProgress | None = None,
 ) -> MigrationPlan:
     """Dry run: plan every pending/paused escalation of ``ladder`` pinned below ``to_version``.
+
+    ``progress`` (optional, :class:`escalation.service_layer.progress.Progress`) is called as
+    ``progress("plan", read, None)`` after each page of escalations read.
 
     Raises:
         LadderError: no such ladder version.
@@ -107,7 +103,20 @@ def plan_migration(
     """
     versions, target = _versions(ladders, ladder, to_version)
     _validate(versions, history)
-    return build_plan(_open_escalations(history, ladder, to_version), versions, target, calendars)
+    rows = _open_escalations(history, ladder, to_version)
+    if progress is not None:
+        rows = _counted(rows, progress)
+    return build_plan(rows, versions, target, calendars)
+
+
+def _counted(rows: Iterator[Escalation], progress: PlanProgress) -> Iterator[Escalation]:
+    """``rows`` unchanged, reporting ``progress("plan", n, None)`` every :data:`PAGE` rows."""
+    n = 0
+    for n, row in enumerate(rows, start=1):
+        if n % PAGE == 0:
+            progress("plan", n, None)
+        yield row
+    progress("plan", n, n)
 
 
 # --------------------------------------------------------------------------- apply
@@ -142,9 +151,9 @@ class ApplyReport:
 
 def apply_migration(
     *,
-    history: LadderHistoryStore,
+    history: LadderHistory,
     scheduler: Scheduler,
-    ladders: LadderCatalog,
+    ladders: LadderVersions,
     calendars: CalendarRegistry,
     ladder: str,
     to_version: int,
@@ -227,7 +236,7 @@ def apply_migration(
     return report
 
 
-def _finished_run(history: LadderHistoryStore, ladder: str, version: int, plan_hash: str,
+def _finished_run(history: LadderHistory, ladder: str, version: int, plan_hash: str,
                   checksum: str) -> HistoryRow | None:
     """The latest ``done`` run of ``ladder@version`` that applied ``plan_hash`` with
     ``checksum``, if it is the latest run of that version (a later unfinished run wins)."""
@@ -244,7 +253,7 @@ def _run_batches(
     plan: MigrationPlan,
     report: ApplyReport,
     *,
-    history: LadderHistoryStore,
+    history: LadderHistory,
     scheduler: Scheduler,
     versions: dict[int, Ladder],
     target: Ladder,
@@ -304,7 +313,7 @@ def _restore(scheduler: Scheduler, states: Sequence[Escalation]) -> list[UUID]:
 
 
 def _retry_not_owner(
-    ids: list[UUID], history: LadderHistoryStore, scheduler: Scheduler, wait_s: float
+    ids: list[UUID], history: LadderHistory, scheduler: Scheduler, wait_s: float
 ) -> list[UUID]:
     """Re-restore members a worker held, from fresh PostgreSQL state, until ``wait_s`` ends.
 
@@ -324,7 +333,7 @@ def _retry_not_owner(
 
 
 def _repair_redis(
-    history: LadderHistoryStore, scheduler: Scheduler, ladder: str, version: int,
+    history: LadderHistory, scheduler: Scheduler, ladder: str, version: int,
     run: HistoryRow,
 ) -> int:
     """Resume: restore the batches PostgreSQL committed but Redis may not have seen."""

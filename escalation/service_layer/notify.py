@@ -36,15 +36,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-import redis
-
-from escalation.adapters.redis_keys import Keys
-from escalation.adapters.redis_reliability import DEAD_NOTIFY, ReliabilityRedis
 from escalation.domain.errors import EscalationError, InvalidInput
 from escalation.domain.escalation import parse_dispute_id
 from escalation.domain.retry import RetryPolicy
 from escalation.domain.timeutil import from_ms
-from escalation.ports import Scheduler
+from escalation.ports import EventLog, ReviewStreams, Scheduler
 
 Deliver = Callable[[Mapping[str, str]], object]
 DEFAULT_GROUP = "notify"
@@ -129,7 +125,7 @@ class Notifier:
     """
 
     def __init__(
-        self, *, rel: ReliabilityRedis, scheduler: Scheduler, store: Any,
+        self, *, rel: ReviewStreams, scheduler: Scheduler, store: EventLog,
         deliver: Deliver | None, policy: RetryPolicy, consumer: str, actor: str,
         tier: str | None = None, idle_ms: int = 60_000, lease_ms: int = 30_000,
         rng: random.Random | None = None,
@@ -142,19 +138,10 @@ class Notifier:
         self.rng = rng or random.Random()
         self._ready = False
 
-    @property
-    def client(self) -> redis.Redis:
-        """The Redis client."""
-        return self.rel.client
-
     def ensure_groups(self) -> None:
         """Create the consumer group on every shard's stream (from the start; idempotent)."""
-        for keys in self.rel.shard_keys():
-            try:
-                self.client.xgroup_create(keys.review, self.group, id="0", mkstream=True)
-            except redis.ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+        for shard in self.rel.review_shards():
+            self.rel.ensure_review_group(shard, self.group)
         self._ready = True
 
     def run_once(self, count: int = 100, block_ms: int | None = None) -> NotifyReport:
@@ -167,66 +154,59 @@ class Notifier:
         if not self._ready:
             self.ensure_groups()
         report = NotifyReport()
-        for keys in self.rel.shard_keys():
-            self._recover(keys, count, report)
-            self._read_new(keys, count, block_ms, report)
-            self._run_retries(keys, count, report)
+        for shard in self.rel.review_shards():
+            self._recover(shard, count, report)
+            self._read_new(shard, count, block_ms, report)
+            self._run_retries(shard, count, report)
         return report
 
     # ------------------------------------------------------------------ stream
-    def _recover(self, keys: Keys, count: int, report: NotifyReport) -> None:
-        raw = self.client.xautoclaim(keys.review, self.group, self.consumer,
-                                     min_idle_time=self.idle_ms, start_id="0-0", count=count)
-        for entry_id, fields in cast(list[Any], raw[1]):
+    def _recover(self, shard: int, count: int, report: NotifyReport) -> None:
+        entries = self.rel.review_autoclaim(shard, self.group, self.consumer, self.idle_ms,
+                                            count)
+        for entry_id, fields in entries:
             if fields is None:  # entry trimmed from the stream while pending
-                self.client.xack(keys.review, self.group, entry_id)
+                self.rel.review_ack(shard, self.group, entry_id)
                 continue
             report.recovered += 1
-            self._handle_entry(keys, entry_id, fields, report)
+            self._handle_entry(shard, entry_id, fields, report)
 
-    def _read_new(self, keys: Keys, count: int, block_ms: int | None,
+    def _read_new(self, shard: int, count: int, block_ms: int | None,
                   report: NotifyReport) -> None:
-        got = self.client.xreadgroup(self.group, self.consumer, {keys.review: ">"},
-                                     count=count, block=block_ms)
-        for _stream, entries in cast(list[Any], got or []):
-            for entry_id, fields in entries:
-                self._handle_entry(keys, entry_id, fields, report)
+        for entry_id, fields in self.rel.review_read(shard, self.group, self.consumer, count,
+                                                     block_ms):
+            self._handle_entry(shard, entry_id, fields, report)
 
-    def _handle_entry(self, keys: Keys, entry_id: str, fields: dict[str, str],
+    def _handle_entry(self, shard: int, entry_id: str, fields: dict[str, str],
                       report: NotifyReport) -> None:
         if self.tier and fields.get("to_tier") != self.tier:
-            self.client.xack(keys.review, self.group, entry_id)
+            self.rel.review_ack(shard, self.group, entry_id)
             report.skipped += 1
             return
         error = self._try(fields)
         if error is None:
-            self.client.xack(keys.review, self.group, entry_id)
+            self.rel.review_ack(shard, self.group, entry_id)
             if self.deliver is None:
                 report.acknowledged += 1
             else:
                 report.delivered += 1
             return
-        self._failed(keys, entry_id, fields, 1, error, report)
+        self._failed(shard, entry_id, fields, 1, error, report)
 
     # ------------------------------------------------------------------ retries
-    def _run_retries(self, keys: Keys, count: int, report: NotifyReport) -> None:
-        raw = self.rel.run("notify_claim_retry", [keys.notify_retry, keys.notify_data],
-                           [min(count, 1000), self.lease_ms])
-        for member, blob in raw[1:]:
+    def _run_retries(self, shard: int, count: int, report: NotifyReport) -> None:
+        for member, blob in self.rel.notify_claim_retries(shard, count, self.lease_ms):
             record = json.loads(blob)
             fields = cast(dict[str, str], record["fields"])
             error = self._try(fields)
             if error is None:
-                pipe = self.client.pipeline(transaction=True)
-                pipe.zrem(keys.notify_retry, member)
-                pipe.hdel(keys.notify_data, member)
-                pipe.execute()
+                self.rel.notify_retry_done(shard, member)
                 if self.deliver is None:
                     report.acknowledged += 1
                 else:
                     report.delivered += 1
                 continue
-            self._failed(keys, "", fields, int(record["attempts"]) + 1, error, report)
+            self._failed(shard, "", fields, int(record["attempts"]) + 1, error, report)
 
     def _try(self, fields: Mapping[str, str]) -> str | None:
         if self.deliver is None:
@@ -240,32 +220,27 @@ class Notifier:
     def _member(self, fields: Mapping[str, str]) -> str:
         return f"{self.group}|{fields.get('idempotency_key', '')}"
 
-    def _failed(self, keys: Keys, entry_id: str, fields: dict[str, str], attempts: int,
+    def _failed(self, shard: int, entry_id: str, fields: dict[str, str], attempts: int,
                 error: str, report: NotifyReport) -> None:
         member = self._member(fields)
         record = {"fields": fields, "attempts": attempts, "last_error": error,
                   "group": self.group}
         if self.policy.exhausted(attempts):
-            self._dead(keys, entry_id, member, record)
+            self._dead(shard, entry_id, member, record)
             report.dead += 1
             return
         at = self.rel.now_ms() + self.policy.next_delay_ms(attempts, self.rng)
-        self.rel.run("notify_defer", [keys.review, keys.notify_retry, keys.notify_data],
-                     [self.group, entry_id, member, at, json.dumps(record)])
+        self.rel.notify_defer(shard, self.group, entry_id, member, at, json.dumps(record))
         report.deferred += 1
 
-    def _dead(self, keys: Keys, entry_id: str, member: str, record: dict[str, Any]) -> None:
+    def _dead(self, shard: int, entry_id: str, member: str, record: dict[str, Any]) -> None:
         fields = cast(dict[str, str], record["fields"])
         dead_record = {"kind": "notify", "dispute_id": fields.get("dispute_id", ""),
                        "reason": record["last_error"], "attempts": record["attempts"],
                        "group": self.group, "retry_member": member, "fields": fields}
-        dead_ms = int(self.rel.run(
-            "dead_letter",
-            [keys.dead, keys.dead_data, keys.pending, keys.stats, keys.decision_failures,
-             keys.notify_retry, keys.notify_data],
-            [DEAD_NOTIFY + member, json.dumps(dead_record), "notify", "", "", member]))
+        dead_ms = self.rel.dead_letter_notify(shard, member, json.dumps(dead_record))
         if entry_id:
-            self.client.xack(keys.review, self.group, entry_id)
+            self.rel.review_ack(shard, self.group, entry_id)
         ledger_dead_letter(self.store, self.scheduler, fields.get("dispute_id", ""),
                            self.actor, dead_ms, "NOTIFICATION_DEAD_LETTERED",
                            {"kind": "notify", "idempotency_key": fields.get("idempotency_key", ""),

@@ -1,10 +1,12 @@
 """Materiality priority under backlog (issue 5 of the SLA work: issue 4 point 5).
 
-When more escalations are due than the workers can fire, the claim picks, among a window of
-the oldest due members (``PRIORITY_WINDOW`` x batch), those with the highest *effective
-priority*::
+When more escalations are due than the workers can fire, the claim picks the due members
+with the highest *effective priority*::
 
-    effective = band_weight + age_ms / aging_ms          (sla_timing.effective_priority)
+    effective = band_weight + age_ms / aging_ms
+
+(claim.lua moves due members into the shard's ready ZSET at score ``due - weight *
+aging_ms`` and claims from its head, which is the same order).
 
 ``band_weight`` is 0 below every band of the escalation's pinned ladder, else 1 + the band's
 index in ascending ``min_amount`` order (``sla_timing.band_weight``). Each ``aging_ms`` of

@@ -37,13 +37,11 @@ from enum import StrEnum
 from typing import Protocol
 from uuid import UUID
 
-import redis
-
-from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.domain.errors import EscalationError
 from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.domain.timeutil import to_ms
-from escalation.ports import ApplyOutcome, Scheduler
+from escalation.ports import ApplyOutcome, Scheduler, SchedulerInspection
+from escalation.service_layer.progress import Progress, no_progress
 
 PAGE = 1000
 
@@ -95,6 +93,13 @@ class ReconcileReport:
         return sum(1 for d in self.diffs if (kind is None or d.kind is kind)
                    and (repaired is None or d.repaired is repaired))
 
+    def summary(self) -> str:
+        """One line for the end of a run, e.g. ``reconcile: checked 200000 rows and 200000
+        members, 3 difference(s), 3 repaired, 0 error(s)``."""
+        return (f"reconcile{' (dry run)' if self.dry_run else ''}: checked {self.checked_db} "
+                f"rows and {self.checked_members} members, {len(self.diffs)} difference(s), "
+                f"{self.count(repaired=True)} repaired, {len(self.errors)} error(s)")
+
     def as_dict(self) -> dict[str, object]:
         """JSON-ready summary: counts per kind and the first 100 diffs."""
         kinds = {k.value: self.count(k) for k in DiffKind if self.count(k)}
@@ -137,9 +142,10 @@ def reconcile(
     *,
     scheduler: Scheduler,
     store: PendingSource,
-    redis_side: ReliabilityRedis,
+    redis_side: SchedulerInspection,
     dry_run: bool = False,
     page: int = PAGE,
+    progress: Progress = no_progress,
 ) -> ReconcileReport:
     """Compare PostgreSQL with Redis and repair Redis (see the module docstring).
 
@@ -149,6 +155,8 @@ def reconcile(
         redis_side: reliability reads/scripts on the same namespace and shard count.
         dry_run: only list the differences.
         page: PostgreSQL page / Redis chunk size (1-10000).
+        progress: called ``("postgres", rows checked, None)`` after each PostgreSQL page and
+            ``("redis", members checked, None)`` after each Redis chunk.
 
     Returns:
         ReconcileReport.
@@ -161,20 +169,21 @@ def reconcile(
     for rows in _pages(store, page):
         report.checked_db += len(rows)
         _db_to_redis(rows, scheduler, redis_side, report, dry_run)
-    for keys in redis_side.shard_keys():
+        progress("postgres", report.checked_db, None)
+    for chunks in redis_side.scan_shards(page):  # per shard: pending + ready (issue 4 C)
         seen: set[str] = set()  # a member moved pending -> ready mid-scan is read twice
-        for chunk in redis_side.scan_members(keys, page):  # pending + ready (issue 4 C)
+        for chunk in chunks:
             members = [m for m, _ in chunk if m not in seen]
             seen.update(members)
             report.checked_members += len(members)
             _redis_to_db(members, store, redis_side, report, dry_run)
+            progress("redis", report.checked_members, None)
     return report
 
 
-ITEM_ERRORS: tuple[type[BaseException], ...] = (
-    redis.ResponseError, EscalationError, ValueError, OverflowError,
-)
-"""Errors that concern one item (a script refusing it, a value out of range): recorded in
+ITEM_ERRORS: tuple[type[BaseException], ...] = (EscalationError, ValueError, OverflowError)
+"""Errors that concern one item (a script refusing it -- the scheduler raises
+``ScriptRefused``, an EscalationError --, a value out of range): recorded in
 ``report.errors``, the run goes on. Connection errors are not among them."""
 
 
@@ -201,7 +210,8 @@ def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
                                  repaired=outcome is ApplyOutcome.APPLIED))
 
 
-def _db_to_redis(rows: list[Escalation], scheduler: Scheduler, redis_side: ReliabilityRedis,
+def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
+                 redis_side: SchedulerInspection,
                  report: ReconcileReport, dry_run: bool) -> None:
     seen = redis_side.inspect([str(e.dispute_id) for e in rows])
     todo: list[tuple[Escalation, DiffKind, str]] = []
@@ -242,7 +252,7 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler, redis_side: Relia
         report.diffs.append(Diff(kind, str(esc.dispute_id), f"{detail}: FAILED: {exc}"))
 
 
-def _redis_to_db(members: list[str], store: PendingSource, redis_side: ReliabilityRedis,
+def _redis_to_db(members: list[str], store: PendingSource, redis_side: SchedulerInspection,
                  report: ReconcileReport, dry_run: bool) -> None:
     ids: dict[str, UUID | None] = {}
     for m in members:

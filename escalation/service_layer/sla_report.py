@@ -53,8 +53,6 @@ from datetime import UTC, datetime, timedelta
 from itertools import groupby
 from typing import Any
 
-import sqlalchemy as sa
-
 from escalation.domain.business_calendar import (
     INSTITUTION,
     BusinessCalendar,
@@ -64,6 +62,7 @@ from escalation.domain.business_calendar import (
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
+from escalation.ports import LedgerReports
 
 DEFAULT_GRACE_S = 60
 CSV_COLUMNS: tuple[str, ...] = (
@@ -79,28 +78,6 @@ CSV_COLUMNS: tuple[str, ...] = (
     "regulatory_met",
     "regulatory_missed",
 )
-
-_ROWS = sa.text(
-    """
-    SELECT a.dispute_id, a.seq, a.event, a.from_tier, a.to_tier, a.ladder, a.due_at,
-           a.decided_at, a.regulatory_deadline, a.ladder_version, a.external_id,
-           CASE WHEN a.seq = 1 THEN a.details END AS enq_details,
-           CASE WHEN a.seq = 1 THEN a.details->>'entered_tier_at' END AS details_entered_at,
-           CASE WHEN a.seq = 1 THEN s.entered_tier_at END AS state_entered_tier_at
-      FROM escalation_audit a
-      LEFT JOIN escalation_state s ON s.dispute_id = a.dispute_id
-     WHERE a.dispute_id IN (
-           SELECT dispute_id FROM escalation_audit
-            WHERE (decided_at >= :since AND decided_at < :until)
-               OR (regulatory_deadline >= :since AND regulatory_deadline < :until)
-               OR (seq = 1 AND event = 'ENQUEUED' AND details ? 'deadlines'
-                   AND EXISTS (SELECT 1 FROM jsonb_each_text(details->'deadlines') d
-                                WHERE CAST(d.value AS timestamptz) >= :since
-                                  AND CAST(d.value AS timestamptz) < :until)))
-     ORDER BY a.dispute_id, a.seq
-    """
-)
-
 
 @dataclass(slots=True)
 class TierFigures:
@@ -245,34 +222,44 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
 
     for _d, chain_iter in groupby(rows, key=lambda r: r["dispute_id"]):
         chain = list(chain_iter)
-        stay: Mapping[Any, Any] | None = None
-        stay_start: datetime | None = None
-        for row in chain:
-            event = row["event"]
-            if stay is not None and stay_start is not None and event in (
-                "PROMOTED", "TERMINAL", "CANCELLED"
-            ):
-                f = fig(stay["ladder"], stay["to_tier"])
-                if inside(row["decided_at"]):
-                    f.durations.append((row["decided_at"] - stay_start).total_seconds())
-                    if event == "CANCELLED":
-                        f.resolved += 1
-                    elif _on_time(row["decided_at"], row["due_at"], stay_start, grace_s):
-                        f.promoted_on_time += 1
-                    else:
-                        f.promoted_late += 1
-                stay = None
-            if event in ("ENQUEUED", "PROMOTED") and row["to_tier"] is not None:
-                stay = row
-                stay_start = (
-                    _first_tier_entry(row, chain) if event == "ENQUEUED" else row["decided_at"]
-                )
-                if inside(row["decided_at"]):
-                    fig(row["ladder"], row["to_tier"]).entered += 1
+        _tier_stays(chain, inside, fig, grace_s)
         outcomes.extend(_regulatory(chain, inside, fig, now, calendars))
     tiers = sorted(figures.values(), key=lambda f: (f.ladder, f.tier))
     outcomes.sort(key=lambda o: (o.deadline, o.dispute_id, o.name))
     return SlaReport(since, until, grace_s, tiers, outcomes)
+
+
+def _tier_stays(
+    chain: list[Mapping[Any, Any]], inside: Any, fig: Any, grace_s: int
+) -> None:
+    """Count one dispute's tier stays (its ledger rows by seq): an ENQUEUED or PROMOTED row
+    into a tier starts a stay, the next PROMOTED, TERMINAL or CANCELLED row ends it. Entries
+    and endings count when they happen inside the window; an ending adds the stay's duration
+    (s) and counts as resolved (CANCELLED), promoted on time or promoted late."""
+    stay: Mapping[Any, Any] | None = None
+    stay_start: datetime | None = None
+    for row in chain:
+        event = row["event"]
+        if stay is not None and stay_start is not None and event in (
+            "PROMOTED", "TERMINAL", "CANCELLED"
+        ):
+            f = fig(stay["ladder"], stay["to_tier"])
+            if inside(row["decided_at"]):
+                f.durations.append((row["decided_at"] - stay_start).total_seconds())
+                if event == "CANCELLED":
+                    f.resolved += 1
+                elif _on_time(row["decided_at"], row["due_at"], stay_start, grace_s):
+                    f.promoted_on_time += 1
+                else:
+                    f.promoted_late += 1
+            stay = None
+        if event in ("ENQUEUED", "PROMOTED") and row["to_tier"] is not None:
+            stay = row
+            stay_start = (
+                _first_tier_entry(row, chain) if event == "ENQUEUED" else row["decided_at"]
+            )
+            if inside(row["decided_at"]):
+                fig(row["ladder"], row["to_tier"]).entered += 1
 
 
 def _on_time(decided: datetime, due: datetime | None, entered: datetime, grace_s: int) -> bool:
@@ -374,21 +361,23 @@ def _business_days_late(cal: Any, deadline: datetime, end: datetime) -> int:
     return count
 
 
-def build(engine: sa.Engine, since: datetime, until: datetime,
+def build(source: LedgerReports, since: datetime, until: datetime,
           grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None,
           calendars: CalendarRegistry | None = None) -> SlaReport:
     """Load the ledger rows of disputes active in the window and :func:`compute`.
 
-    ``now`` (aware UTC) defaults to the database clock: deadlines after it are pending.
+    ``source`` (the ``LedgerReports`` port; adapter ``adapters.report_queries.
+    PostgresReports``) gives the rows. ``now`` (aware UTC) defaults to the database clock:
+    deadlines after it are pending. ``calendars``: registry for business-day lateness
+    (default: built-ins).
+
+    Raises:
+        InvalidInput: naive ``since`` / ``until``.
     """
     since = require_aware(since, "from")
     until = require_aware(until, "to")
-    with engine.connect() as conn:
-        if now is None:
-            now = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
-        rows = conn.execute(_ROWS, {"since": since, "until": until}).mappings().all()
-    assert now is not None  # noqa: S101 - set above
-    return compute(rows, since, until, grace_s, now, calendars)
+    db_now, rows = source.sla_rows(since, until)
+    return compute(rows, since, until, grace_s, db_now if now is None else now, calendars)
 
 
 MISSED_COLUMNS: tuple[str, ...] = (
@@ -407,35 +396,20 @@ def missed_csv(report: SlaReport) -> str:
     return buf.getvalue()
 
 
-_ROWS_ONE = sa.text(
-    """
-    SELECT a.dispute_id, a.seq, a.event, a.from_tier, a.to_tier, a.ladder, a.due_at,
-           a.decided_at, a.regulatory_deadline, a.ladder_version, a.external_id,
-           CASE WHEN a.seq = 1 THEN a.details END AS enq_details,
-           CASE WHEN a.seq = 1 THEN a.details->>'entered_tier_at' END AS details_entered_at,
-           CASE WHEN a.seq = 1 THEN s.entered_tier_at END AS state_entered_tier_at
-      FROM escalation_audit a
-      LEFT JOIN escalation_state s ON s.dispute_id = a.dispute_id
-     WHERE a.dispute_id = :did
-     ORDER BY a.seq
-    """
-)
-
-
 def dispute_deadlines(
-    engine: sa.Engine, dispute_id: Any, name: str | None = None,
+    source: LedgerReports, dispute_id: Any, name: str | None = None,
     calendars: CalendarRegistry | None = None, now: datetime | None = None,
 ) -> list[DeadlineOutcome]:
     """Every regulatory deadline of one dispute (optionally only ``name``), met / missed /
-    pending as in the report, with lateness. Empty when the dispute has none."""
-    with engine.connect() as conn:
-        if now is None:
-            now = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
-        rows = conn.execute(_ROWS_ONE, {"did": dispute_id}).mappings().all()
+    pending as in the report, with lateness. Empty when the dispute has none.
+
+    ``source``: the ``LedgerReports`` port (its ``dispute_rows``); ``now`` defaults to the
+    database clock."""
+    db_now, rows = source.dispute_rows(dispute_id)
     if not rows:
         return []
-    assert now is not None  # noqa: S101 - set above
-    report = compute(rows, EARLIEST, LATEST, now=now, calendars=calendars)
+    report = compute(rows, EARLIEST, LATEST, now=db_now if now is None else now,
+                     calendars=calendars)
     return [o for o in report.deadlines if name is None or o.name == name]
 
 

@@ -27,13 +27,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any
 
-import sqlalchemy.exc
-
-from escalation.adapters.redis_warnings import RedisWarnings, WarningMember
 from escalation.domain.calendars import CalendarRegistry
-from escalation.domain.errors import ConflictError, EscalationError, InvalidInput, NotFound
+from escalation.domain.errors import (
+    ConflictError,
+    DuplicateEvent,
+    EscalationError,
+    InvalidInput,
+    NotFound,
+)
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.sla_timing import (
     active_warning_times,
@@ -52,6 +55,8 @@ from escalation.ports import (
     LadderSource,
     LedgerRow,
     Scheduler,
+    WarningMember,
+    WarningQueue,
 )
 
 EventSink = Callable[..., None]
@@ -173,54 +178,34 @@ def resumed_warning_members(
 
 
 def schedule_warnings(
-    escalations: Sequence[Escalation], *, warnings: RedisWarnings, ladders: LadderSource,
+    escalations: Sequence[Escalation], *, warnings: WarningQueue, ladders: LadderSource,
     calendars: CalendarRegistry,
 ) -> int:
     """Schedule the warnings of ``escalations`` (see module doc). Returns how many were new."""
     return warnings.schedule(warning_members(escalations, ladders, calendars))
 
 
-class _AppLike(Protocol):
-    @property
-    def redis(self) -> Any: ...
-    @property
-    def scheduler(self) -> Any: ...
-    @property
-    def ladders(self) -> Any: ...
-    @property
-    def calendars(self) -> CalendarRegistry: ...
+def schedule_ahead(
+    escalations: Sequence[Escalation], *, warnings: WarningQueue, ladders: LadderSource,
+    calendars: CalendarRegistry, now: datetime,
+) -> int:
+    """:func:`schedule_warnings` without the warnings whose instant is at or before ``now``
+    (a ladder migration re-schedules a tier already running: its earlier warnings belong to
+    the earlier run). Returns how many were new."""
+    now_ms = to_ms(now)
+    members = warning_members(escalations, ladders, calendars)
+    return warnings.schedule([m for m in members if m.due_ms > now_ms])
 
 
-def warnings_for(app: _AppLike) -> RedisWarnings:
-    """The ``RedisWarnings`` adapter matching ``app.scheduler``'s namespace and shards."""
-    return RedisWarnings(app.redis, app.scheduler.namespace, app.scheduler.shards)
-
-
-def schedule_resumed(app: _AppLike, result: Any) -> int:
-    """Schedule the warnings of a ``pause.resume`` result (active-time fractions). Returns
-    how many were new."""
+def schedule_resumed(
+    result: Any, *, warnings: WarningQueue, ladders: LadderSource, calendars: CalendarRegistry,
+) -> int:
+    """Schedule the warnings of a ``pause.resume`` result (active-time fractions,
+    :func:`resumed_warning_members`). Returns how many were new."""
     members = resumed_warning_members(
         result.escalation, result.consumed_ms, result.remaining_ms,
-        result.at or result.escalation.entered_tier_at, app.ladders, app.calendars)
-    return warnings_for(app).schedule(members)
-
-
-def schedule_for(
-    app: _AppLike, *, only_ahead: bool = False
-) -> Callable[[Sequence[Escalation]], None]:
-    """A hook ``escalations -> None`` scheduling their warnings (enqueue, import, fire_due,
-    ladder migration). ``only_ahead``: drop warnings whose instant has passed (a migration
-    re-schedules a tier already running: its earlier warnings belong to the earlier run)."""
-    adapter = warnings_for(app)
-
-    def hook(escalations: Sequence[Escalation]) -> None:
-        members = warning_members(escalations, app.ladders, app.calendars)
-        if only_ahead and members:
-            now_ms = to_ms(app.scheduler.time())
-            members = [m for m in members if m.due_ms > now_ms]
-        adapter.schedule(members)
-
-    return hook
+        result.at or result.escalation.entered_tier_at, ladders, calendars)
+    return warnings.schedule(members)
 
 
 def _moved_on(rows: Sequence[LedgerRow], seq: int, fraction: str) -> tuple[bool, bool]:
@@ -234,7 +219,7 @@ def _moved_on(rows: Sequence[LedgerRow], seq: int, fraction: str) -> tuple[bool,
 
 
 def fire_warnings(
-    *, warnings: RedisWarnings, scheduler: Scheduler, store: WarningStore,
+    *, warnings: WarningQueue, scheduler: Scheduler, store: WarningStore,
     ladders: LadderSource, calendars: CalendarRegistry, actor: str, max_items: int = 100,
     emit: EventSink | None = None,
 ) -> WarningReport:
@@ -272,11 +257,11 @@ def fire_warnings(
                  "due_at": esc.due_at.isoformat(), **lateness(m.due_ms, now)},
                 expected_seq=esc.seq, calendar_version=cal.version,
             )
+        except DuplicateEvent:
+            report.duplicate += 1  # unique index: another worker recorded it first
+            continue
         except (ConflictError, NotFound):
             report.moved_on += 1
-            continue
-        except sqlalchemy.exc.IntegrityError:
-            report.duplicate += 1  # unique index: another worker recorded it first
             continue
         report.recorded += 1
         report.recorded_keys.append(m.member)

@@ -23,6 +23,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from escalation.adapters import db
+from escalation.adapters.audit_search import PostgresLedgerSearch
 from escalation.service_layer.audit_export import AuditFilter, export
 
 GENERATE = """
@@ -74,7 +75,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / f"audit.{args.format}"
             t0 = time.perf_counter()
-            manifest = export(engine, args.format, out, AuditFilter())
+            manifest = export(PostgresLedgerSearch(engine), args.format, out, AuditFilter())
             took = time.perf_counter() - t0
             size = out.stat().st_size / 2**20
         print(f"exported {manifest.row_count} rows ({size:.0f} MiB) in {took:.1f} s: "

@@ -41,13 +41,14 @@ def start_worker(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
     """Start ``python -m escalation worker ARGS`` with ``env``.
 
     Output goes to a temporary file (a pipe nobody reads would fill and block the worker);
-    read it back with :func:`worker_output`.
+    read it back with :func:`worker_output`. The level defaults to DEBUG: the tests read
+    the per-decision events (``escalation.promoted``...), which INFO leaves out.
     """
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the process object
     with append_handle(log) as out:  # the worker's own offset: reading never moves it
         proc = subprocess.Popen(
             [sys.executable, "-m", "escalation", "worker", *args],
-            env=env, stdout=out, stderr=subprocess.STDOUT,
+            env={"ESCALATION_LOG_LEVEL": "DEBUG", **env}, stdout=out, stderr=subprocess.STDOUT,
         )
     proc.log_file = log  # type: ignore[attr-defined]
     return proc

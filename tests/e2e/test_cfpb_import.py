@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import csv
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from escalation.service_layer.importer import stable_dispute_id
+from tests.helpers import run_cli
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "cfpb_complaints_sample.csv"
 SOURCE = "cfpb-import-test"
@@ -19,13 +18,12 @@ MAPPING = Path(__file__).resolve().parents[2] / "docs" / "examples" / "cfpb_mapp
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # three CLI runs (import, worker, re-import) of up to 600 s each
 @pytest.mark.skipif(not DATA.exists(), reason="shared/data is not beside this checkout")
 def test_cfpb_sample_is_imported_and_promoted_exactly_once(
     app: Any, cli_env: dict[str, str]
 ) -> None:
-    run = lambda *a: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "escalation", *a], env=cli_env, capture_output=True, text=True,
-        timeout=600, check=False)
+    run = lambda *a: run_cli(cli_env, *a, timeout=600)  # noqa: E731
     # a source namespace of this test's own: other tests import the same sample into the
     # session database, and the UUID5 ids derive from (source, Complaint ID)
     res = run("import", str(DATA), "--mapping", str(MAPPING), "--external-source", SOURCE,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -13,13 +11,9 @@ import pytest
 
 from escalation.domain.errors import InvalidInput, UnknownTier
 from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
+from tests.helpers import run_cli
 
 GOOD_HASH = "ab" * 32
-
-
-def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "escalation", *args], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
 
 
 def assert_nothing_written(app: Any, did: str) -> None:
@@ -39,7 +33,8 @@ def assert_nothing_written(app: Any, did: str) -> None:
         (["--due-at", "2026-01-01T10:00:00"], "timezone-aware"),
         (["--materiality", "NaN"], "finite"),
         (["--materiality", "-5.00"], "negative"),
-        (["--materiality", "1e20"], "integer digits"),
+        (["--materiality", "1e20"], "no exponent"),
+        (["--materiality", "1" + "0" * 16], "integer digits"),
         (["--tier", "nonexistent"], "unknown tier"),
         (["--source-hash", "f" * 200], "at most 128"),
         (["--due-at", "yesterday"], "ISO-8601"),
@@ -60,6 +55,26 @@ def test_enqueue_bad_input_exits_2_with_one_line_and_writes_nothing(
     assert "Traceback" not in res.stderr
     assert len([line for line in res.stderr.splitlines() if line.strip()]) == 1
     assert_nothing_written(app, did)
+
+
+def test_opened_at_in_the_future_beyond_clock_skew_is_refused(
+    app: Any, cli_env: dict[str, str]
+) -> None:
+    from datetime import timedelta
+
+    did = str(uuid.uuid4())
+    far = (app.scheduler.time() + timedelta(days=3 * 365)).isoformat()
+    res = run_cli(cli_env, "enqueue", "--dispute-id", did, "--source-hash", GOOD_HASH,
+                  "--opened-at", far)
+    assert res.returncode == 2, res.stderr
+    assert "is in the future" in res.stderr and "clock skew" in res.stderr
+    assert len([line for line in res.stderr.splitlines() if line.strip()]) == 1
+    assert_nothing_written(app, did)
+    # within the skew allowance (a sender's clock a minute ahead) it is accepted
+    near = (app.scheduler.time() + timedelta(minutes=1)).isoformat()
+    ok = run_cli(cli_env, "enqueue", "--dispute-id", did, "--source-hash", GOOD_HASH,
+                 "--opened-at", near)
+    assert ok.returncode == 0, ok.stderr
 
 
 def test_non_uuid_dispute_id_is_refused(app: Any, cli_env: dict[str, str]) -> None:
@@ -92,9 +107,13 @@ def test_out_of_range_config_is_refused_at_start_naming_the_parameter(
     res = run_cli(cli_env, "worker", "--burst", "--batch-size", "900")
     assert res.returncode == 2
     assert "batch_size" in res.stderr and "1-500" in res.stderr
+    # a flag is named as the flag the user typed, not as the environment variable
+    assert "error: invalid configuration: --batch-size: " in res.stderr
+    assert "ESCALATION_BATCH_SIZE" not in res.stderr
     env = dict(cli_env, ESCALATION_LOCK_TTL_S="2")
     res = run_cli(env, "worker", "--burst")
     assert res.returncode == 2 and "lock_ttl_s" in res.stderr and "5-300" in res.stderr
+    assert "ESCALATION_LOCK_TTL_S (lock_ttl_s)" in res.stderr
 
 
 def test_import_with_a_bad_row_imports_nothing_unless_skip_invalid(

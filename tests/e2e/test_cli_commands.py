@@ -4,8 +4,7 @@ cancel, worker refusing a database that is not at the Alembic head."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import re
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -13,13 +12,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from tests.e2e.helpers import due_requests, enqueue
+from tests.helpers import run_cli
 
 HASH = "cd" * 32
-
-
-def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "escalation", *args], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_enqueue_twice_says_nothing_changed_and_audit_show_lists_the_trail(
@@ -66,6 +61,10 @@ def test_status_reports_pending_due_locked_and_per_tier(
     assert pending_by_tier["standard"] >= 3 and pending_by_tier["senior"] >= 2
     table = run_cli(cli_env, "status")
     assert table.returncode == 0 and "redis.pending" in table.stdout
+    # ages in human units, not raw milliseconds
+    (row,) = [line for line in table.stdout.splitlines() if "redis.oldest_overdue" in line]
+    assert "oldest_overdue_ms" not in row
+    assert re.search(r"\b\d+ s\b|\b\d+ min\b", row), row
 
 
 def test_worker_refuses_a_database_not_at_the_alembic_head(

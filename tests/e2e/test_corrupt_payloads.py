@@ -3,16 +3,10 @@ ladder restore: it is repaired from PostgreSQL or dead-lettered."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 from tests.e2e.helpers import due_requests, enqueue
-
-
-def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "escalation", *args], env=env,
-                          capture_output=True, text=True, timeout=180, check=False)
+from tests.helpers import run_cli
 
 
 def test_non_utf8_bytes_in_a_payload_do_not_crash_the_worker(

@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers import run_cli
+
 LADDERS = Path(__file__).resolve().parents[2] / "ladders"
 HASH = "ef" * 32
-
-
-def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "escalation", *args], env=env,
-                          capture_output=True, text=True, timeout=180, check=False)
 
 
 @pytest.mark.parametrize("due", ["0001-01-01T00:00:00+00:00", "9999-12-31T00:00:00+00:00",
@@ -36,7 +31,8 @@ def test_out_of_range_dates_are_refused_before_anything_is_written(
     assert app.scheduler.payload(uuid.UUID(did)) is None
 
 
-@pytest.mark.parametrize("money", ["99999999999999999999999999999", "1e30", "١٢٣"])
+@pytest.mark.parametrize("money", ["99999999999999999999999999999", "1e30", "١٢٣", "0.125",
+                                   "1.001", "1e3", "1_000"])
 def test_huge_or_non_ascii_money_is_a_clear_error(cli_env: dict[str, str], money: str) -> None:
     res = run_cli(cli_env, "enqueue", "--dispute-id", str(uuid.uuid4()), "--source-hash", HASH,
                   "--due-at", "2026-01-01T00:00:00+00:00", "--materiality", money)

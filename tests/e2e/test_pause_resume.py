@@ -5,17 +5,11 @@ pending schedule, the remaining window is kept."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import timedelta
 from typing import Any
 
 from tests.e2e.helpers import due_requests, enqueue
-
-
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "escalation", *args], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+from tests.helpers import run_cli
 
 
 def _scheduled(app: Any, did: Any) -> bool:
@@ -31,17 +25,19 @@ def test_pause_and_resume_through_the_cli_record_rows_and_move_the_member(
     [did] = enqueue(app, due_requests(1, now, past_s=-3600))  # due in one hour
     assert _scheduled(app, did)
 
-    paused = _cli(cli_env, "pause", str(did), "--reason", "waiting for cardholder", "--json")
+    paused = run_cli(cli_env, "pause", str(did), "--reason", "waiting for cardholder", "--json")
     assert paused.returncode == 0, paused.stderr
     body = json.loads(paused.stdout)
     assert body["status"] == "paused"
     assert 3_500_000 < body["remaining_ms"] <= 3_600_000
     assert not _scheduled(app, did)  # off the due schedule
     assert app.scheduler.payload(did) is not None  # payload kept
-    again = _cli(cli_env, "pause", str(did), "--reason", "twice")
-    assert again.returncode != 0 and "error:" in again.stderr
+    again = run_cli(cli_env, "pause", str(did), "--reason", "twice")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"already paused {did} (seq 2): nothing changed")
+    assert [r.event for r in app.store.trail(did)] == ["ENQUEUED", "PAUSED"]
 
-    resumed = _cli(cli_env, "resume", str(did), "--json")
+    resumed = run_cli(cli_env, "resume", str(did), "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert _scheduled(app, did)
     trail = app.store.trail(did)
@@ -53,14 +49,16 @@ def test_pause_and_resume_through_the_cli_record_rows_and_move_the_member(
     assert status.value == "pending"
     # due = resume time + remaining (utc calendar: elapsed time)
     assert state.due_at - trail[2].decided_at == timedelta(milliseconds=body["remaining_ms"])
-    not_paused = _cli(cli_env, "resume", str(did))
-    assert not_paused.returncode != 0 and "not paused" in not_paused.stderr
+    twice = run_cli(cli_env, "resume", str(did))
+    assert twice.returncode == 0, twice.stderr
+    assert twice.stdout.startswith(f"already running (resumed or never paused) {did} (seq 3)")
+    assert len(app.store.trail(did)) == 3
 
 
 def test_cancelling_a_paused_escalation_removes_it(app: Any, cli_env: dict[str, str]) -> None:
     now = app.scheduler.time()
     [did] = enqueue(app, due_requests(1, now, past_s=-3600))
-    assert _cli(cli_env, "pause", str(did), "--reason", "r").returncode == 0
+    assert run_cli(cli_env, "pause", str(did), "--reason", "r").returncode == 0
     from escalation.service_layer.cancel import cancel
 
     cancel(did, scheduler=app.scheduler, store=app.store, actor="test", reason="resolved")

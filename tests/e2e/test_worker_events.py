@@ -3,6 +3,7 @@ match_decision), and the demo runs the main job end to end on the test servers."
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from typing import Any
@@ -12,6 +13,7 @@ from structlog.testing import capture_logs
 
 from escalation.entrypoints.worker import run_worker
 from tests.e2e.helpers import due_requests, enqueue
+from tests.helpers import run_cli
 
 
 def test_burst_worker_logs_one_promoted_event_per_decision_with_the_seed_fields(
@@ -23,6 +25,12 @@ def test_burst_worker_logs_one_promoted_event_per_decision_with_the_seed_fields(
     with capture_logs() as logs:
         totals = run_worker(app, burst=True)
     assert totals.recorded == 7
+    assert all(e["log_level"] == "debug" for e in logs
+               if e["event"] in ("escalation.promoted", "escalation.terminal"))
+    (batch,) = [e for e in logs if e["event"] == "worker.batch"]
+    assert batch["log_level"] == "info" and batch["recorded"] == 7
+    assert batch["decisions"] == {"PROMOTED_TO_SENIOR": 5, "TERMINAL_ESCALATION": 2}
+    assert batch["lag_ms_max"] >= batch["lag_ms_p50"] >= 5000
     promoted = [e for e in logs if e["event"] == "escalation.promoted"]
     terminal = [e for e in logs if e["event"] == "escalation.terminal"]
     assert {e["dispute_id"] for e in promoted} == {str(i) for i in ids}
@@ -32,14 +40,70 @@ def test_burst_worker_logs_one_promoted_event_per_decision_with_the_seed_fields(
         assert e["match_decision"] in ("PROMOTED_TO_SENIOR", "TERMINAL_ESCALATION")
         assert e["worker_id"] == app.actor and e["seq"] == 2
     assert [e["event"] for e in logs if e["event"].startswith("worker.")] == [
-        "worker.started", "worker.stopped"]
+        "worker.started", "worker.batch", "worker.stopped"]
+
+
+def test_burst_worker_at_info_writes_one_line_per_batch_not_per_decision(
+    app: Any, cli_env: dict[str, str]
+) -> None:
+    n, batch_size = 230, 50
+    enqueue(app, due_requests(n, app.scheduler.time()))
+    env = dict(cli_env, ESCALATION_LOG_LEVEL="INFO")
+    res = subprocess.run(
+        [sys.executable, "-m", "escalation", "worker", "--burst", "--batch-size", str(batch_size)],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = [json.loads(line) for line in res.stderr.splitlines() if line.startswith("{")]
+    events = [e["event"] for e in lines]
+    batches = [e for e in lines if e["event"] == "worker.batch"]
+    assert sum(b["recorded"] for b in batches) == n
+    assert len(batches) == -(-n // batch_size)  # ceil: 5 batches for 230 decisions
+    assert "escalation.promoted" not in events
+    # O(batches): the batch lines plus a constant few (started, stopped, ...), never O(N)
+    assert len(lines) <= len(batches) + 10, events
+    assert batches[0]["decisions"] == {"PROMOTED_TO_SENIOR": batch_size}
 
 
 @pytest.mark.slow
 def test_demo_runs_the_main_job_on_the_configured_servers(cli_env: dict[str, str]) -> None:
-    res = subprocess.run([sys.executable, "-m", "escalation", "demo", "--count", "60"],
-                         env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    res = run_cli(cli_env, "demo", "--count", "60", timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "duplicate decisions in the ledger │     0" in res.stdout
     assert "still due (not decided)           │     0" in res.stdout
     assert "TERMINAL_ESCALATION" in res.stdout and "audit trail of" in res.stdout
+    # the walkthrough trail climbs the whole ladder and fits 100 columns
+    trail = res.stdout[res.stdout.index("audit trail of"):res.stdout.index("worker logs:")]
+    assert "reg_e_error_resolution@1" in trail
+    decisions = [line.split()[1] for line in trail.splitlines()
+                 if line.strip()[:1].isdigit()]
+    assert decisions[:3] == ["ENQUEUED", "PROMOTED_TO_SENIOR", "PROMOTED_TO_COMPLIANCE"]
+    assert max(len(line.rstrip()) for line in trail.splitlines()) <= 100
+    assert "standard" in trail and "senior" in trail and "compliance" in trail
+    # and it says where the worker logs are
+    assert "demo-logs/worker-*.log" in res.stdout
+
+
+def test_a_stop_signal_right_after_worker_started_ends_the_worker_cleanly(
+    app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The demo sends SIGTERM as soon as a worker has logged "worker.started"; the signal
+    # must end the loop (totals returned, no exception), not escape run_worker.
+    import os
+    import signal
+
+    import escalation.entrypoints.worker as worker_mod
+
+    real_info = worker_mod.log.info
+
+    def info(event: str, **fields: Any) -> None:
+        real_info(event, **fields)
+        if event == "worker.started":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(worker_mod.log, "info", info)
+    enqueue(app, due_requests(3, app.scheduler.time()))
+    before = signal.getsignal(signal.SIGTERM)
+    totals = run_worker(app)
+    assert totals.batches == 0  # stopped before the first batch
+    assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back

@@ -165,10 +165,14 @@ def wait_until(pred: Callable[[], bool], timeout_s: float, interval_s: float = 0
 
 def worker_env(redis_url: str, database_url: str, namespace: str,
                **extra: str) -> dict[str, str]:
-    """Environment for a worker subprocess (inherits PATH etc., drops other ESCALATION_*)."""
+    """Environment for a worker subprocess (inherits PATH etc., drops other ESCALATION_*).
+
+    DEBUG level: the fault tests read the per-decision events, which INFO leaves out.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
     env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=database_url,
-               ESCALATION_NAMESPACE=namespace, ESCALATION_LOG_FORMAT="json", **extra)
+               ESCALATION_NAMESPACE=namespace, ESCALATION_LOG_FORMAT="json",
+               ESCALATION_LOG_LEVEL="DEBUG", **extra)
     return env
 
 

@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-import sqlalchemy as sa
-
-from escalation.adapters.db import normalize_url
 from escalation.domain.decide import TERMINAL_ESCALATION, Decision, DecisionKind
 from escalation.domain.escalation import Escalation
 from escalation.domain.materiality import Materiality
@@ -53,19 +48,3 @@ def promote(esc: Escalation, to_tier: str = "senior", at: datetime | None = None
 def terminal(esc: Escalation, at: datetime | None = None) -> Decision:
     now = at or esc.due_at + timedelta(seconds=1)
     return Decision(DecisionKind.TERMINAL, TERMINAL_ESCALATION, esc.tier, None, None, now)
-
-
-@contextmanager
-def scratch_database(admin_url: str) -> Iterator[str]:
-    """A brand-new empty database (not migrated), dropped on exit."""
-    admin_url = normalize_url(admin_url)
-    name = f"escalation_scratch_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
 
-from escalation.adapters import db
 from escalation.adapters.audit_store import PostgresAuditStore
+from escalation.adapters.checkpoints import PostgresCheckpoints
 from escalation.domain import audit_hash
 from escalation.domain.merkle import EMPTY_ROOT, leaf_hash, merkle_root, node_hash
 from escalation.service_layer.checkpoint import (
@@ -23,16 +20,8 @@ from escalation.service_layer.checkpoint import (
     verify,
     write_digest,
 )
-from tests.integration.audit_support import T0, claimed, make_escalation, promote, scratch_database
-
-
-@pytest.fixture()
-def scratch(server_urls) -> Iterator[tuple[sa.Engine, str]]:
-    with scratch_database(server_urls[1]) as url:
-        db.upgrade_to_head(url)
-        engine = db.make_engine(url)
-        yield engine, url
-        engine.dispose()
+from tests.helpers import run_cli
+from tests.integration.audit_support import T0, claimed, make_escalation, promote
 
 
 def _chain(store: PostgresAuditStore):
@@ -84,44 +73,44 @@ def test_merkle_root_follows_rfc6962():
 
 
 def test_checkpoints_chain_to_each_other_and_cover_every_head(scratch):
-    engine, _ = scratch
+    engine = scratch
     store = PostgresAuditStore(engine)
     for _ in range(3):
         _chain(store)
-    first = create_checkpoint(engine, "test")
+    first = create_checkpoint(PostgresCheckpoints(engine), "test")
     _chain(store)
-    second = create_checkpoint(engine, "test")
+    second = create_checkpoint(PostgresCheckpoints(engine), "test")
     assert (first.checkpoint_id, first.head_count) == (1, 3)
     assert (second.checkpoint_id, second.head_count) == (2, 4)
     assert second.prev_checkpoint_hash == first.checkpoint_hash
-    assert verify(engine).ok
+    assert verify(PostgresCheckpoints(engine)).ok
 
 
 def test_checkpoint_tables_are_append_only(scratch):
-    engine, _ = scratch
-    create_checkpoint(engine, "test")
+    engine = scratch
+    create_checkpoint(PostgresCheckpoints(engine), "test")
     with pytest.raises(sa.exc.DBAPIError, match="append-only"), engine.begin() as conn:
         conn.execute(sa.text("UPDATE audit_checkpoint SET actor = 'mallory'"))
 
 
 def test_verify_catches_a_chain_recomputed_after_an_edit_through_the_checkpoint(scratch):
-    engine, _ = scratch
+    engine = scratch
     store = PostgresAuditStore(engine)
     victim = _chain(store)
     clean = _chain(store)
-    create_checkpoint(engine, "test")
+    create_checkpoint(PostgresCheckpoints(engine), "test")
     _rewrite_whole_chain(engine, victim, 2, "mallory")
     # The chain itself and the projection head are self-consistent again ...
     assert store.verify() == []
     # ... but the checkpoint sealed the old head of the victim's chain.
-    report = verify(engine)
+    report = verify(PostgresCheckpoints(engine))
     assert not report.ok
     assert report.checkpoint_mismatches == [(victim, 3)]
-    assert verify(engine, clean).ok
+    assert verify(PostgresCheckpoints(engine), clean).ok
 
 
 def test_verify_catches_a_row_changed_with_triggers_disabled(scratch):
-    engine, _ = scratch
+    engine = scratch
     store = PostgresAuditStore(engine)
     victim = _chain(store)
     with engine.begin() as conn:
@@ -131,35 +120,33 @@ def test_verify_catches_a_row_changed_with_triggers_disabled(scratch):
                     " AND seq = 1"),
             {"d": victim},
         )
-    report = verify(engine)
+    report = verify(PostgresCheckpoints(engine))
     assert report.broken_chains == [(victim, 1)]
 
 
 def test_digest_file_exposes_rewritten_checkpoint_tables(scratch, tmp_path):
-    engine, _ = scratch
+    engine = scratch
     _chain(PostgresAuditStore(engine))
-    cp = create_checkpoint(engine, "test")
+    cp = create_checkpoint(PostgresCheckpoints(engine), "test")
     path = tmp_path / "digest.json"
     write_digest(cp, path)
     assert read_digest(path) == json.loads(json.dumps(digest_of(cp)))
-    assert verify(engine, digest=read_digest(path)).ok
+    assert verify(PostgresCheckpoints(engine), digest=read_digest(path)).ok
     forged = {**read_digest(path), "heads_root": "00" * 32}
-    report = verify(engine, digest=forged)
+    report = verify(PostgresCheckpoints(engine), digest=forged)
     assert report.checkpoint_errors == ["checkpoint 1 in the database differs from the digest file"]
 
 
 def test_cli_verify_exits_1_and_names_the_broken_link(scratch, cli_env, tmp_path):
-    engine, url = scratch
+    engine = scratch
+    url = scratch.url.render_as_string(hide_password=False)
     store = PostgresAuditStore(engine)
     victim = _chain(store)
     env = {**cli_env, "ESCALATION_DATABASE_URL": url}
-    cmd = [sys.executable, "-m", "escalation"]
-    ok = subprocess.run([*cmd, "audit", "checkpoint", "--out", str(tmp_path / "d.json")],
-                        env=env, capture_output=True, text=True, check=False)
+    ok = run_cli(env, "audit", "checkpoint", "--out", str(tmp_path / "d.json"))
     assert ok.returncode == 0, ok.stderr
     assert read_digest(tmp_path / "d.json")["head_count"] == 1
     _rewrite_whole_chain(engine, victim, 1, "mallory")
-    res = subprocess.run([*cmd, "audit", "verify", "--all"], env=env, capture_output=True,
-                         text=True, check=False)
+    res = run_cli(env, "audit", "verify", "--all")
     assert res.returncode == 1
     assert f"dispute {victim} seq 3 differs from checkpoint 1" in res.stderr

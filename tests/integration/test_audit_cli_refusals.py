@@ -4,15 +4,13 @@ or raising a traceback (newcomer report, point 5)."""
 from __future__ import annotations
 
 import subprocess
-import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from escalation.adapters import db
+from escalation.adapters.audit_search import PostgresLedgerSearch
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.domain.errors import InvalidInput
 from escalation.service_layer.audit_export import (
@@ -21,22 +19,12 @@ from escalation.service_layer.audit_export import (
     export,
     known_decisions,
 )
-from tests.integration.audit_support import T0, claimed, make_escalation, promote, scratch_database
-
-
-@pytest.fixture()
-def scratch(server_urls) -> Iterator[tuple[sa.Engine, str]]:
-    with scratch_database(server_urls[1]) as url:
-        db.upgrade_to_head(url)
-        engine = db.make_engine(url)
-        yield engine, url
-        engine.dispose()
+from tests.helpers import run_cli
+from tests.integration.audit_support import T0, claimed, make_escalation, promote
 
 
 def _cli(env: dict[str, str], url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "escalation", *args],
-                          env={**env, "ESCALATION_DATABASE_URL": url}, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return run_cli({**env, "ESCALATION_DATABASE_URL": url}, *args)
 
 
 def _promoted_chain(engine: sa.Engine) -> None:
@@ -46,16 +34,16 @@ def _promoted_chain(engine: sa.Engine) -> None:
 
 
 def test_unknown_decision_is_refused_and_the_known_names_are_listed(scratch) -> None:
-    engine, _url = scratch
+    engine = scratch
     _promoted_chain(engine)
-    known = known_decisions(engine)
+    known = known_decisions(PostgresLedgerSearch(engine))
     assert "PROMOTED" in known and "CANCELLED" in known
     recorded = [k for k in known if k.startswith("PROMOTED_TO_")]
     assert recorded  # a recorded match_decision is known too
-    check_decision(engine, recorded[0])
-    check_decision(engine, "CANCELLED")  # an event, even with no row yet
+    check_decision(PostgresLedgerSearch(engine), recorded[0])
+    check_decision(PostgresLedgerSearch(engine), "CANCELLED")  # an event, even with no row yet
     with pytest.raises(InvalidInput, match=r"unknown decision/event 'BOGUS'; known: .*PROMOTED"):
-        check_decision(engine, "BOGUS")
+        check_decision(PostgresLedgerSearch(engine), "BOGUS")
 
 
 def test_a_reversed_window_is_refused() -> None:
@@ -64,15 +52,16 @@ def test_a_reversed_window_is_refused() -> None:
 
 
 def test_export_to_a_missing_directory_is_refused_before_writing(scratch, tmp_path: Path) -> None:
-    engine, _url = scratch
+    engine = scratch
     target = tmp_path / "nonexistent" / "a.csv"
     with pytest.raises(InvalidInput, match=r"output directory .*nonexistent.* does not exist"):
-        export(engine, "csv", target, AuditFilter())
+        export(PostgresLedgerSearch(engine), "csv", target, AuditFilter())
     assert not target.parent.exists()
 
 
 def test_cli_refusals_exit_2_with_one_line_and_no_traceback(scratch, cli_env, tmp_path) -> None:
-    engine, url = scratch
+    engine = scratch
+    url = scratch.url.render_as_string(hide_password=False)
     _promoted_chain(engine)
     bogus = _cli(cli_env, url, "audit", "search", "--decision", "BOGUS")
     assert bogus.returncode == 2 and "unknown decision/event 'BOGUS'" in bogus.stderr
@@ -89,7 +78,8 @@ def test_cli_refusals_exit_2_with_one_line_and_no_traceback(scratch, cli_env, tm
 
 
 def test_cli_verify_without_a_checkpoint_says_there_is_none_yet(scratch, cli_env) -> None:
-    engine, url = scratch
+    engine = scratch
+    url = scratch.url.render_as_string(hide_password=False)
     _promoted_chain(engine)
     res = _cli(cli_env, url, "audit", "verify")
     assert res.returncode == 0, res.stderr

@@ -6,23 +6,10 @@ exactly what the hash chain exists to expose, and must not leak into other tests
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import sqlalchemy as sa
 
-from escalation.adapters import db
 from escalation.adapters.audit_store import PostgresAuditStore
-from tests.integration.audit_support import T0, claimed, make_escalation, promote, scratch_database
-
-
-@pytest.fixture()
-def scratch_engine(server_urls) -> Iterator[sa.Engine]:
-    with scratch_database(server_urls[1]) as url:
-        db.upgrade_to_head(url)
-        engine = db.make_engine(url)
-        yield engine
-        engine.dispose()
+from tests.integration.audit_support import T0, claimed, make_escalation, promote
 
 
 def _three_row_chain(store: PostgresAuditStore):
@@ -40,19 +27,22 @@ def _behind_the_triggers(engine: sa.Engine, sql: str, **params) -> None:
             conn.execute(sa.text(f"ALTER TABLE escalation_audit ENABLE ALWAYS TRIGGER {trigger}"))
 
 
-def test_intact_ledger_verifies_clean(scratch_engine):
-    store = PostgresAuditStore(scratch_engine)
+def test_intact_ledger_verifies_clean(scratch):
+    store = PostgresAuditStore(scratch)
     ids = [_three_row_chain(store) for _ in range(3)]
     assert store.verify() == []
     assert all(store.verify(d) == [] for d in ids)
+    calls: list[tuple[str, int, int | None]] = []
+    assert store.verify(progress=lambda *call: calls.append(call)) == []
+    assert calls == [("chains", 3, 3)]
 
 
-def test_verify_detects_a_row_changed_with_triggers_disabled(scratch_engine):
-    store = PostgresAuditStore(scratch_engine)
+def test_verify_detects_a_row_changed_with_triggers_disabled(scratch):
+    store = PostgresAuditStore(scratch)
     clean = _three_row_chain(store)
     victim = _three_row_chain(store)
     _behind_the_triggers(
-        scratch_engine,
+        scratch,
         "UPDATE escalation_audit SET actor = 'mallory' WHERE dispute_id = :d AND seq = 2",
         d=victim,
     )
@@ -61,32 +51,32 @@ def test_verify_detects_a_row_changed_with_triggers_disabled(scratch_engine):
     assert store.verify(clean) == []
 
 
-def test_verify_detects_a_rewritten_row_whose_own_hash_was_recomputed(scratch_engine):
-    store = PostgresAuditStore(scratch_engine)
+def test_verify_detects_a_rewritten_row_whose_own_hash_was_recomputed(scratch):
+    store = PostgresAuditStore(scratch)
     victim = _three_row_chain(store)
     # Forge row 2 with a fresh, self-consistent hash: row 3's prev_hash no longer matches.
     _behind_the_triggers(
-        scratch_engine,
+        scratch,
         "UPDATE escalation_audit SET row_hash = sha256(row_hash) WHERE dispute_id = :d AND seq = 2",
         d=victim,
     )
     assert store.verify(victim) == [(victim, 2)]
 
 
-def test_verify_detects_a_deleted_tail_through_the_projection_head(scratch_engine):
-    store = PostgresAuditStore(scratch_engine)
+def test_verify_detects_a_deleted_tail_through_the_projection_head(scratch):
+    store = PostgresAuditStore(scratch)
     victim = _three_row_chain(store)
     _behind_the_triggers(
-        scratch_engine, "DELETE FROM escalation_audit WHERE dispute_id = :d AND seq = 3", d=victim
+        scratch, "DELETE FROM escalation_audit WHERE dispute_id = :d AND seq = 3", d=victim
     )
     assert store.verify(victim) == [(victim, 3)]
 
 
-def test_duplicate_decisions_counts_a_double_escalation(scratch_engine):
-    store = PostgresAuditStore(scratch_engine)
+def test_duplicate_decisions_counts_a_double_escalation(scratch):
+    store = PostgresAuditStore(scratch)
     victim = _three_row_chain(store)
     assert store.duplicate_decisions() == 0
-    with scratch_engine.begin() as conn:  # INSERT is allowed: forge a second decision row
+    with scratch.begin() as conn:  # INSERT is allowed: forge a second decision row
         conn.execute(
             sa.text(
                 "INSERT INTO escalation_audit SELECT dispute_id, 99, event, match_decision,"

@@ -8,23 +8,20 @@ never asserted: this 2-core machine is shared.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 import redis
 import sqlalchemy as sa
 
+from tests.helpers import run_cli
+
 pytestmark = pytest.mark.bench
 
 
 def _bench(env: dict[str, str], *args: str) -> tuple[dict[str, Any], str]:
     """Run ``escalation bench ARGS --json-only``; return the JSON figures and the summary."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "escalation", "bench", *args, "--json-only"],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
-    )
+    proc = run_cli(env, "bench", *args, "--json-only", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     data = next(json.loads(ln) for ln in lines if ln.startswith("{"))

@@ -4,8 +4,6 @@ escalation missing an attribute its ladder needs is refused with nothing written
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -15,6 +13,7 @@ import pytest
 from escalation.domain.errors import InvalidInput
 from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
 from escalation.service_layer.fire import fire_due
+from tests.helpers import run_cli
 
 
 def _req(did: uuid.UUID, **kw: Any) -> EnqueueRequest:
@@ -64,11 +63,10 @@ def test_missing_attribute_is_refused_and_nothing_is_written(app: Any) -> None:
 
 def test_cli_enqueue_refuses_a_missing_attribute_in_one_line(cli_env: dict[str, str]) -> None:
     did = uuid.uuid4()
-    res = subprocess.run(
-        [sys.executable, "-m", "escalation", "enqueue", "--dispute-id", str(did),
-         "--source-hash", "ab" * 32, "--ladder", "reg_e_error_resolution",
-         "--opened-at", "2026-03-05", "--attribute", "new_account=false"],
-        env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    res = run_cli(
+        cli_env, "enqueue", "--dispute-id", str(did),
+        "--source-hash", "ab" * 32, "--ladder", "reg_e_error_resolution",
+        "--opened-at", "2026-03-05", "--attribute", "new_account=false")
     assert res.returncode == 2
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "foreign_initiated" in lines[0], lines
@@ -76,13 +74,12 @@ def test_cli_enqueue_refuses_a_missing_attribute_in_one_line(cli_env: dict[str, 
 
 def test_cli_enqueue_with_zone_and_attributes(cli_env: dict[str, str]) -> None:
     did = uuid.uuid4()
-    res = subprocess.run(
-        [sys.executable, "-m", "escalation", "enqueue", "--dispute-id", str(did),
-         "--source-hash", "ab" * 32, "--ladder", "reg_e_error_resolution",
-         "--opened-at", "2026-03-05T23:30:00-08:00", "--timezone", "America/Los_Angeles",
-         "--attribute", "new_account=false", "--attribute", "point_of_sale=true",
-         "--attribute", "foreign_initiated=false", "--json"],
-        env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    res = run_cli(
+        cli_env, "enqueue", "--dispute-id", str(did),
+        "--source-hash", "ab" * 32, "--ladder", "reg_e_error_resolution",
+        "--opened-at", "2026-03-05T23:30:00-08:00", "--timezone", "America/Los_Angeles",
+        "--attribute", "new_account=false", "--attribute", "point_of_sale=true",
+        "--attribute", "foreign_initiated=false", "--json")
     assert res.returncode == 0, res.stderr[-2000:]
     assert '"determine_or_provisionally_credit": "2026-03-20T00:00:00+00:00"' in res.stdout
     # point of sale: 90 days from Thu 2026-03-05 (LA) = 06-03 -> end of day PDT = 06-04 07:00Z
@@ -97,11 +94,10 @@ def test_report_sla_missed_lists_each_deadline(app: Any, cli_env: dict[str, str]
              external_id="CFPB-1"),
         scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
         default_ladder="dispute_review", actor="t")
-    res = subprocess.run(
-        [sys.executable, "-m", "escalation", "report", "sla", "--from",
-         "2026-01-01T00:00:00+00:00", "--to", "2026-06-01T00:00:00+00:00", "--missed",
-         "--format", "csv"],
-        env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    res = run_cli(
+        cli_env, "report", "sla", "--from",
+        "2026-01-01T00:00:00+00:00", "--to", "2026-06-01T00:00:00+00:00", "--missed",
+        "--format", "csv")
     assert res.returncode == 0, res.stderr[-2000:]
     mine = [ln.split(",") for ln in res.stdout.splitlines() if ln.startswith(str(did))]
     # 15 days from Mon 2026-01-05: end of 01-20 EST; 60 days: end of 03-06 EST
@@ -121,9 +117,9 @@ def test_audit_search_answers_per_dispute_and_per_deadline(app: Any,
              opened_at=datetime(2026, 1, 5, 15, tzinfo=UTC)),
         scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
         default_ladder="dispute_review", actor="t")
-    run = lambda *a: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "escalation", "audit", "search", "--dispute", str(did), *a],
-        env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    def run(*a: str) -> Any:
+        return run_cli(cli_env, "audit", "search", "--dispute", str(did), *a)
+
     res = run("--deadlines", "--json")
     assert res.returncode == 0, res.stderr[-2000:]
     rows = [json.loads(ln) for ln in res.stdout.splitlines()]

@@ -6,8 +6,9 @@ import time
 import uuid
 from typing import Any
 
-from escalation.service_layer.doctor import run_doctor
+from escalation.bootstrap import run_doctor
 from tests.e2e.helpers import due_requests, enqueue
+from tests.helpers import run_cli
 from tests.integration import reliability_support as support
 
 own_database_url = support.own_database_url  # fixtures
@@ -76,14 +77,11 @@ def test_double_escalation_is_flagged(own_app: Any) -> None:
 def test_doctor_cli_exits_non_zero_when_a_check_fails(
     own_app: Any, own_database_url: str, cli_env: dict[str, str]
 ) -> None:
-    import subprocess
-    import sys
 
     keys = own_app.scheduler.shard_keys()[0]
     own_app.redis.zadd(keys.pending, {"not-a-uuid": 1})
     env = dict(cli_env, ESCALATION_DATABASE_URL=own_database_url,
                ESCALATION_NAMESPACE=own_app.settings.namespace)
-    proc = subprocess.run([sys.executable, "-m", "escalation", "doctor"], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = run_cli(env, "doctor")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "STUCK_MEMBER" in proc.stdout and "ZSET_DRIFT" in proc.stdout

@@ -6,13 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import tracemalloc
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
 import sqlalchemy as sa
 
-from escalation.adapters import db
+from escalation.adapters.audit_search import PostgresLedgerSearch
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.domain.audit_hash import verify_chain
 from escalation.service_layer.audit_export import (
@@ -24,16 +22,7 @@ from escalation.service_layer.audit_export import (
     search,
     write_csv,
 )
-from tests.integration.audit_support import T0, claimed, make_escalation, promote, scratch_database
-
-
-@pytest.fixture()
-def scratch(server_urls) -> Iterator[sa.Engine]:
-    with scratch_database(server_urls[1]) as url:
-        db.upgrade_to_head(url)
-        engine = db.make_engine(url)
-        yield engine
-        engine.dispose()
+from tests.integration.audit_support import T0, claimed, make_escalation, promote
 
 
 def _chains(engine: sa.Engine, n: int) -> None:
@@ -46,7 +35,7 @@ def _chains(engine: sa.Engine, n: int) -> None:
 def test_csv_export_round_trips_rows_and_manifest_hash(scratch, tmp_path):
     _chains(scratch, 5)
     out = tmp_path / "audit.csv"
-    export(scratch, "csv", out, AuditFilter())
+    export(PostgresLedgerSearch(scratch), "csv", out, AuditFilter())
     doc = json.loads(manifest_path(out).read_text())
     assert doc["row_count"] == 10
     assert doc["columns"] == list(COLUMNS)
@@ -72,7 +61,7 @@ def test_csv_export_round_trips_rows_and_manifest_hash(scratch, tmp_path):
 def test_export_formats_times_as_utc_iso_and_money_as_strings(scratch, tmp_path):
     _chains(scratch, 1)
     out = tmp_path / "audit.jsonl"
-    export(scratch, "jsonl", out, AuditFilter(since=T0 + timedelta(seconds=1),
+    export(PostgresLedgerSearch(scratch), "jsonl", out, AuditFilter(since=T0 + timedelta(seconds=1),
                                               until=datetime(2100, 1, 1, tzinfo=UTC)))
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 1  # only the PROMOTED row is decided at or after T0
@@ -85,10 +74,11 @@ def test_export_formats_times_as_utc_iso_and_money_as_strings(scratch, tmp_path)
 
 def test_search_filters_by_actor_tier_and_decision(scratch):
     _chains(scratch, 3)
-    assert len(search(scratch, AuditFilter(actor="worker-7"))) == 3
-    assert len(search(scratch, AuditFilter(decision="PROMOTED_TO_SENIOR", tier="senior"))) == 3
-    assert search(scratch, AuditFilter(ladder_version=2)) == []
-    one = search(scratch, AuditFilter(actor="svc"), limit=1)[0]
+    ledger = PostgresLedgerSearch(scratch)
+    assert len(search(ledger, AuditFilter(actor="worker-7"))) == 3
+    assert len(search(ledger, AuditFilter(decision="PROMOTED_TO_SENIOR", tier="senior"))) == 3
+    assert search(ledger, AuditFilter(ladder_version=2)) == []
+    one = search(ledger, AuditFilter(actor="svc"), limit=1)[0]
     assert one.calendar_version is None and one.chain_created_at is not None
 
 
@@ -105,7 +95,7 @@ SELECT md5(g::text)::uuid, 1, 'PROMOTED', 'PROMOTED_TO_SENIOR', 'l', 1, g / 100.
 def _peak_export(engine: sa.Engine, path) -> int:
     tracemalloc.start()
     try:
-        export(engine, "csv", path, AuditFilter())
+        export(PostgresLedgerSearch(engine), "csv", path, AuditFilter())
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

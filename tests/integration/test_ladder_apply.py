@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from escalation.adapters.ladder_files import check_ladder_dir_with_history as check
 from escalation.adapters.tables import escalation_audit
 from escalation.domain.errors import LadderMigrationError
 from escalation.service_layer.fire import fire_due
-from escalation.service_layer.ladder_migration import check
 from tests.integration.ladder_support import MigEnv, hours
 
 
@@ -30,6 +30,23 @@ def test_plan_writes_nothing_and_its_hash_is_deterministic(env: MigEnv) -> None:
     assert first.plan_hash == second.plan_hash and len(first.plan_hash) == 64
     assert all(env.state(d).ladder_version == 1 for d in ids)
     assert env.history.history(env.name) == []
+
+
+def test_plan_and_apply_report_progress_through_their_callbacks(env: MigEnv) -> None:
+    from escalation.service_layer.ladder_migration import plan_migration
+
+    env.enqueue("standard", due_at=env.app.scheduler.time() + hours(3), n=3)
+    env.add("inserted")
+    calls: list[tuple[str, int, int | None]] = []
+    plan = plan_migration(history=env.history, ladders=env.catalog,
+                          calendars=env.app.calendars, ladder=env.name, to_version=2,
+                          progress=lambda phase, done, total: calls.append((phase, done, total)))
+    assert calls[-1] == ("plan", 3, 3)
+    applied: list[tuple[int, int]] = []
+    report = env.apply(plan.plan_hash, batch_size=2,
+                       progress=lambda done, total: applied.append((done, total)))
+    assert report.migrated == 3
+    assert applied[-1] == (3, 3) and len(applied) >= 2
 
 
 def test_apply_refuses_when_state_drifted_since_the_plan(env: MigEnv) -> None:

@@ -9,7 +9,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from escalation.service_layer.maintenance import Job, LeaderLease, Maintenance, runs
+from escalation.adapters.leader_lease import LeaderLease
+from escalation.adapters.maintenance_runs import PostgresMaintenanceRuns, runs
+from escalation.service_layer.maintenance import Job, Maintenance
 from tests.integration.reliability_support import reliability_redis
 
 HOUR_MS = 3_600_000
@@ -41,7 +43,8 @@ def test_four_contenders_one_leader_and_each_occurrence_runs_once(
     name = f"job-{uuid.uuid4().hex[:8]}"
     counter: list[int] = []
     lock = threading.Lock()
-    makers = [Maintenance(engine=app.engine, lease=LeaderLease(rel, ttl_ms=10_000),
+    makers = [Maintenance(runs=PostgresMaintenanceRuns(app.engine),
+                          lease=LeaderLease(rel, ttl_ms=10_000),
                           jobs=[_job(name, counter, lock)], actor=f"w{i}") for i in range(4)]
     leaders = [m.lease.poll() for m in makers]
     assert leaders.count(True) == 1
@@ -69,7 +72,8 @@ def test_after_an_hour_of_downtime_the_job_runs_once_not_sixty_times(app: Any) -
     rel = reliability_redis(app)
     name = f"job-{uuid.uuid4().hex[:8]}"
     counter: list[int] = []
-    m = Maintenance(engine=app.engine, lease=LeaderLease(rel), jobs=[_job(name, counter,
+    m = Maintenance(runs=PostgresMaintenanceRuns(app.engine),
+                           lease=LeaderLease(rel), jobs=[_job(name, counter,
                     threading.Lock())], actor="w")
     now = rel.now_ms()
     assert m.tick(now - HOUR_MS, force=True) == [name]
@@ -92,7 +96,8 @@ def test_leader_that_cannot_renew_stops_acting_before_its_lease_ends(app: Any) -
     assert not lease.is_leader()
     assert app.redis.pttl(lease.key) > 0  # while its lease still exists in Redis
     counter: list[int] = []
-    m = Maintenance(engine=app.engine, lease=lease, jobs=[_job("never", counter,
+    m = Maintenance(runs=PostgresMaintenanceRuns(app.engine),
+                           lease=lease, jobs=[_job("never", counter,
                     threading.Lock())], actor="w")
     assert m.tick() == [] and counter == []
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from escalation.service_layer.maintenance import for_app
+from escalation.bootstrap import maintenance_for
 
 
 def test_maintenance_has_a_partition_job_that_creates_the_months_ahead(app: Any) -> None:
-    maint = for_app(app)
+    maint = maintenance_for(app)
     jobs = {j.name: j for j in maint.jobs}
     assert {"reconcile", "dead_letter_alerts", "partitions"} <= set(jobs)
     jobs["partitions"].fn()

@@ -10,7 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from escalation.adapters import db
 from escalation.adapters.tables import metadata
 from escalation.domain.errors import ConfigError, SchemaNotAtHead
-from tests.integration.audit_support import scratch_database
+from tests.conftest import scratch_database
 
 
 def _tables(engine: sa.Engine) -> set[str]:
@@ -29,7 +29,7 @@ def _triggers(engine: sa.Engine) -> dict[str, str]:
 
 
 def test_upgrade_downgrade_upgrade_round_trips(server_urls):
-    with scratch_database(server_urls[1]) as url:
+    with scratch_database(server_urls[1], "escalation_scratch", migrate=False) as url:
         engine = db.make_engine(url)
         try:
             db.upgrade_to_head(url)
@@ -62,7 +62,7 @@ def test_migrated_schema_matches_the_code_tables(engine):
 
 
 def test_check_at_head_refuses_an_unmigrated_database(server_urls):
-    with scratch_database(server_urls[1]) as url:
+    with scratch_database(server_urls[1], "escalation_scratch", migrate=False) as url:
         engine = db.make_engine(url)
         try:
             with pytest.raises(SchemaNotAtHead, match=r"revision none.*escalation db upgrade"):
@@ -72,7 +72,7 @@ def test_check_at_head_refuses_an_unmigrated_database(server_urls):
 
 
 def test_check_at_head_names_both_revisions_when_behind(server_urls):
-    with scratch_database(server_urls[1]) as url:
+    with scratch_database(server_urls[1], "escalation_scratch", migrate=False) as url:
         db.upgrade_to_head(url)
         engine = db.make_engine(url)
         try:
@@ -113,3 +113,31 @@ def test_normalize_url_keeps_a_socket_directory_host():
 def test_normalize_url_refuses_non_postgresql_urls(bad):
     with pytest.raises(ConfigError):
         db.normalize_url(bad)
+
+
+def test_db_upgrade_says_which_revisions_it_applied_or_that_it_was_at_head(server_urls):
+    import os
+    import subprocess
+    import sys
+
+    with scratch_database(server_urls[1], "escalation_scratch", migrate=False) as url:
+        db.upgrade_to_head(url)
+        db.downgrade(url, "0003")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
+        env.update(ESCALATION_DATABASE_URL=url, ESCALATION_REDIS_URL=server_urls[0],
+                   ESCALATION_LOG_FORMAT="json")
+        cmd = [sys.executable, "-m", "escalation", "db", "upgrade"]
+        first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120,
+                               check=False)
+        assert first.returncode == 0, first.stderr
+        lines = first.stdout.strip().splitlines()
+        applied = [line.split()[1] for line in lines[:-1]]
+        assert applied[:2] == ["0004", "0005"] and applied[-1] == db.head_revision()
+        assert all(line.startswith("applied ") for line in lines[:-1])
+        assert lines[-1] == (f"database now at head ({db.head_revision()}): "
+                             f"{len(applied)} revision(s) applied")
+        again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120,
+                               check=False)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip() == (
+            f"database already at head ({db.head_revision()}): nothing to apply")

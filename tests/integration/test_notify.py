@@ -217,13 +217,19 @@ def test_a_malformed_backoff_is_refused_as_invalid_input(text: str) -> None:
     assert parse_backoff("5, 30,300", 0.2).ladder_s == (5.0, 30.0, 300.0)
 
 
-def test_notify_cli_without_webhook_warns_once_and_prints_a_summary(
+def test_notify_cli_without_webhook_is_refused_unless_discard(
     app: Any, cli_env: dict[str, str]
 ) -> None:
     from tests.e2e.test_cli_bad_input import run_cli
 
     _promote(app, 3)
-    res = run_cli(cli_env, "notify", "--burst")
+    refused = run_cli(cli_env, "notify", "--burst")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "error: --webhook-url is required (or ESCALATION_WEBHOOK_URL); pass --discard to "
+        "acknowledge notifications without delivering them"]
+    # the refused run acknowledged nothing: all 3 are still there for --discard
+    res = run_cli(cli_env, "notify", "--burst", "--discard")
     assert res.returncode == 0, res.stderr
     logs = res.stdout + res.stderr
     assert logs.count("notify.no_webhook") == 1

@@ -3,14 +3,13 @@ time, and removed by retention only when entirely older than the retention perio
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 
-from escalation.adapters import db
 from escalation.adapters.audit_store import PostgresAuditStore
+from escalation.adapters.checkpoints import PostgresCheckpoints
 from escalation.adapters.partitions import (
     add_months,
     drop_expired,
@@ -21,18 +20,9 @@ from escalation.adapters.partitions import (
 from escalation.adapters.tables import PARTITION_SCHEMA
 from escalation.domain.errors import InvalidInput
 from escalation.service_layer.checkpoint import verify
-from tests.integration.audit_support import T0, claimed, make_escalation, promote, scratch_database
+from tests.integration.audit_support import T0, claimed, make_escalation, promote
 
 SEVEN_YEARS = 2557
-
-
-@pytest.fixture()
-def scratch(server_urls) -> Iterator[sa.Engine]:
-    with scratch_database(server_urls[1]) as url:
-        db.upgrade_to_head(url)
-        engine = db.make_engine(url)
-        yield engine
-        engine.dispose()
 
 
 def _db_now(engine: sa.Engine) -> datetime:
@@ -101,7 +91,7 @@ def test_drop_expired_removes_only_partitions_entirely_older_than_retention(scra
     with scratch.connect() as conn:
         logged = conn.execute(sa.text("SELECT partition_name, action FROM audit_retention")).all()
     assert logged == [("escalation_audit_y2015m03", "dropped")]
-    assert verify(scratch).ok
+    assert verify(PostgresCheckpoints(scratch)).ok
 
 
 def test_drop_expired_refuses_an_old_partition_holding_a_young_row(scratch):

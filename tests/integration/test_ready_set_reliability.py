@@ -12,10 +12,10 @@ import uuid
 from typing import Any
 
 from escalation.adapters.redis_payload import payload_to_escalation
+from escalation.bootstrap import run_doctor
 from escalation.domain.escalation import Status
 from escalation.ports import ClaimedItem
 from escalation.service_layer.dead_letters import DeadLetters
-from escalation.service_layer.doctor import run_doctor
 from escalation.service_layer.reconcile import DiffKind, reconcile
 from tests.e2e.helpers import due_requests, enqueue
 from tests.integration import reliability_support as support

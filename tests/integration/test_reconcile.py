@@ -9,6 +9,7 @@ from escalation.domain.escalation import Status
 from escalation.domain.timeutil import to_ms
 from escalation.service_layer.reconcile import DiffKind, reconcile
 from tests.e2e.helpers import due_requests, enqueue
+from tests.helpers import run_cli
 from tests.integration import reliability_support as support
 from tests.integration.reliability_support import delete_namespace, reliability_redis
 
@@ -45,8 +46,15 @@ def test_reconcile_restores_every_pending_escalation_with_its_due_time_after_nam
     assert dry.count(DiffKind.MISSING) == 200
     assert _zset(own_app) == {}  # dry run wrote nothing
 
-    report = _run(own_app)
+    calls: list[tuple[str, int, int | None]] = []
+    report = reconcile(scheduler=own_app.scheduler, store=own_app.store,
+                       redis_side=reliability_redis(own_app), page=64,
+                       progress=lambda phase, done, total: calls.append((phase, done, total)))
     assert report.count(DiffKind.MISSING, repaired=True) == 200
+    assert [c for c in calls if c[0] == "postgres"][-1] == ("postgres", 200, None)
+    assert len([c for c in calls if c[0] == "postgres"]) == 4  # one per page of 64
+    assert report.summary() == ("reconcile: checked 200 rows and 200 members, "
+                                "200 difference(s), 200 repaired, 0 error(s)")
     assert _zset(own_app) == truth  # 100% restored, scores == PostgreSQL due_at in ms
     for did in list(truth)[:5]:
         assert own_app.scheduler.payload(did)["seq"] == "1"
@@ -134,8 +142,6 @@ def test_reconcile_cli_continues_past_a_bad_item_and_exits_1_naming_it(
     own_app: Any, own_database_url: str, redis_url: str
 ) -> None:
     import os
-    import subprocess
-    import sys
 
     now = own_app.scheduler.time()
     ids = enqueue(own_app, due_requests(3, now, past_s=-600))
@@ -144,9 +150,10 @@ def test_reconcile_cli_continues_past_a_bad_item_and_exits_1_naming_it(
     env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
     env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=own_database_url,
                ESCALATION_NAMESPACE=own_app.settings.namespace, ESCALATION_LOG_FORMAT="json")
-    res = subprocess.run([sys.executable, "-m", "escalation", "reconcile"], env=env,
-                         capture_output=True, text=True, timeout=120, check=False)
+    res = run_cli(env, "reconcile")
     assert res.returncode == 1, res.stderr
     assert f"1 item(s) could not be repaired: {ids[0]}" in res.stderr
     assert "Traceback" not in res.stderr
+    # not a terminal: no progress output, one summary line
+    assert "reconcile: checked 3 rows and" in res.stderr and "1 error(s)" in res.stderr
     assert set(_zset(own_app)) == {str(ids[1]), str(ids[2])}

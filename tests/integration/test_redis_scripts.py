@@ -1,13 +1,14 @@
-"""The Lua scripts themselves: shipped in the package, documented, and argument-checked.
+"""The Lua scripts against Redis: shipped in the package and argument-checked (their text,
+headers and keys are checked without Redis in tests/unit/test_lua_scripts.py).
 
-Scripts are read through ``importlib.resources`` (the installed package), so missing package
-data fails here. Bad arguments must raise before the first write (Redis has no rollback).
+Whether the built wheel carries every script is checked against the wheel itself in
+tests/e2e/test_installed_wheel.py (an editable install would read the checkout). Bad
+arguments must raise before the first write (Redis has no rollback).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -19,9 +20,7 @@ import redis
 from escalation.adapters.redis_keys import Keys
 from escalation.adapters.redis_payload import escalation_to_payload, payload_to_escalation
 from escalation.adapters.redis_scheduler import (
-    SCRIPT_NAMES,
     RedisScheduler,
-    packaged_scripts,
     script_source,
 )
 from escalation.domain.errors import InvalidInput
@@ -49,34 +48,6 @@ def make_esc(due_in: timedelta, **changes: object) -> Escalation:
 SOURCE_LUA = sorted(
     p.stem for p in (Path(__file__).resolve().parents[2] / "escalation/adapters/lua").glob("*.lua")
 )
-
-
-def test_every_script_is_shipped_in_the_installed_package() -> None:
-    # every .lua file of the source tree is reachable through the installed package, and the
-    # scheduler's own scripts are among them
-    assert packaged_scripts() == SOURCE_LUA
-    assert set(SCRIPT_NAMES) <= set(packaged_scripts())
-    for name in packaged_scripts():
-        assert "redis.call" in script_source(name)
-
-
-@pytest.mark.parametrize("name", SOURCE_LUA)
-def test_every_lua_file_opens_with_a_complete_header(name: str) -> None:
-    text = script_source(name)
-    lines = text.splitlines()
-    assert lines[0].startswith(f"-- {name}.lua: ")
-    header = "\n".join(line for line in lines if line.startswith("--"))
-    body = "\n".join(line for line in lines if not line.startswith("--"))
-    assert "KEYS[1]" in header
-    assert "Returns:" in header
-    assert "Errors:" in header
-    for ref in set(re.findall(r"(?:KEYS|ARGV)\[\d+\]", body)):
-        assert ref in header, f"{name}.lua uses {ref} without documenting it"
-
-
-def test_lua_files_interpolate_no_values() -> None:
-    for name in SCRIPT_NAMES:
-        assert "loadstring" not in script_source(name)
 
 
 # ----------------------------------------------------------------- bad arguments

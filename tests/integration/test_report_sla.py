@@ -168,6 +168,7 @@ def test_report_refuses_an_empty_window():
 def test_ledger_query_gives_the_first_tier_entry_of_an_imported_dispute(app, engine):
     """The report's query carries the projection's entered_tier_at (the opening instant),
     not only the ENQUEUED decided_at (when it was enqueued)."""
+    from escalation.adapters.report_queries import SLA_ROWS, PostgresReports
     from escalation.service_layer import sla_report
     from escalation.service_layer.enqueue import EnqueueRequest
     from tests.e2e.helpers import enqueue
@@ -175,12 +176,12 @@ def test_ledger_query_gives_the_first_tier_entry_of_an_imported_dispute(app, eng
     opened = datetime.now(UTC).replace(microsecond=0) - 30 * 24 * H
     (did,) = enqueue(app, [EnqueueRequest(uuid.uuid4(), "10.00", "ab12", opened_at=opened)])
     with engine.connect() as conn:
-        rows = conn.execute(sla_report._ROWS, {"since": opened - H, "until": opened + 3000 * H})
+        rows = conn.execute(SLA_ROWS, {"since": opened - H, "until": opened + 3000 * H})
         mine = [r for r in rows.mappings() if r["dispute_id"] == did]
     assert [r["event"] for r in mine] == ["ENQUEUED"]
     assert mine[0]["state_entered_tier_at"] == opened
     assert mine[0]["decided_at"] > opened + 29 * 24 * H
-    report = sla_report.build(engine, opened - H, opened + 3000 * H)
+    report = sla_report.build(PostgresReports(engine), opened - H, opened + 3000 * H)
     assert any(f.entered >= 1 for f in report.tiers)
 
 

@@ -8,8 +8,9 @@ from datetime import timedelta
 from typing import Any
 
 from escalation.adapters.redis_warnings import WarningMember
+from escalation.bootstrap import schedule_for, warnings_for
 from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
-from escalation.service_layer.warnings import fire_warnings, schedule_for, warnings_for
+from escalation.service_layer.warnings import fire_warnings
 
 
 def _enqueue(app: Any, opened_hours_ago: float) -> uuid.UUID:

@@ -4,22 +4,17 @@
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from escalation.bootstrap import schedule_for, schedule_resumed, warnings_for
 from escalation.domain.timeutil import from_ms
 from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
 from escalation.service_layer.pause import pause, resume
-from escalation.service_layer.warnings import (
-    fire_warnings,
-    schedule_for,
-    schedule_resumed,
-    warnings_for,
-)
+from escalation.service_layer.warnings import fire_warnings
+from tests.helpers import run_cli
 
 
 class ClockedScheduler:
@@ -84,10 +79,9 @@ def test_import_schedules_pre_breach_warnings(cli_env: dict[str, str], app: Any,
     opened = (app.scheduler.time() - timedelta(hours=1)).isoformat()
     csv_path = tmp_path / "disputes.csv"
     csv_path.write_text(f"dispute_id,opened\n{did},{opened}\n")
-    res = subprocess.run(
-        [sys.executable, "-m", "escalation", "import", str(csv_path), "--opened-column",
-         "opened", "--ladder", "dispute_review"],
-        env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    res = run_cli(
+        cli_env, "import", str(csv_path), "--opened-column",
+        "opened", "--ladder", "dispute_review")
     assert res.returncode == 0, res.stderr[-2000:]
     fractions = sorted(member.rsplit(":", 1)[1] for member, _ in warnings_for(app).pending(did))
     assert fractions == ["0.50", "0.75"]

@@ -46,13 +46,13 @@ row = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(deadline=None)
 @given(row)
 def test_fast_canonical_bytes_equal_the_reference_on_generated_rows(fields: dict[str, Any]) -> None:
     assert canonical_bytes(fields) == reference_canonical_bytes(fields)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(st.dictionaries(st.sampled_from(HASHED_FIELDS), scalars, max_size=6))
 def test_fast_canonical_bytes_equal_the_reference_with_missing_fields(
     fields: dict[str, Any],

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CATALOG = LadderCatalog.from_dir(ROOT / "ladders")
 CALS = builtin_calendars()  # institution = Federal Reserve calendar in America/New_York
 NY, LA = ZoneInfo("America/New_York"), ZoneInfo("America/Los_Angeles")
-NOW = datetime(2026, 1, 5, 15, 0, tzinfo=UTC)
+NOW = datetime(2031, 1, 6, 15, 0, tzinfo=UTC)  # builds happen after every opened_at below
 HASH = "ab" * 32
 
 

@@ -189,3 +189,17 @@ def test_unknown_format_or_level_is_refused_naming_the_setting(
 ) -> None:
     with pytest.raises(ConfigError, match=name):
         configure_logging(**kwargs)  # type: ignore[arg-type]
+
+
+def test_debug_level_keeps_database_and_redis_drivers_quiet() -> None:
+    import logging
+
+    from escalation.logs import configure_logging
+
+    configure_logging("json", "DEBUG")
+    try:
+        assert logging.getLogger("escalation.worker").isEnabledFor(logging.DEBUG)
+        for name in ("sqlalchemy.engine.Engine", "psycopg.pool", "redis.connection"):
+            assert not logging.getLogger(name).isEnabledFor(logging.INFO), name
+    finally:
+        configure_logging("json", "INFO")

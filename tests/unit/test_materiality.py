@@ -31,6 +31,20 @@ from escalation.domain.materiality import Materiality
         -5,
         "1" + "0" * 15,
         Decimal("1e15"),
+        # never rounded: a non-zero digit below the cent is refused
+        "0.125",
+        "1.001",
+        "10.005",
+        Decimal("0.125"),
+        # not plain decimal text (Decimal() would accept the first two)
+        "1e3",
+        "1_000",
+        "1,000",
+        "+5",
+        "1E+3",
+        "",
+        ".",
+        "5.",
     ],
 )
 def test_bad_materiality_is_refused(value: object) -> None:
@@ -43,11 +57,18 @@ def test_float_refusal_says_why() -> None:
         Materiality.parse(12.5)
 
 
+def test_sub_cent_refusal_says_money_is_never_rounded() -> None:
+    with pytest.raises(InvalidInput, match="below a cent; money is never rounded"):
+        Materiality.parse("0.125")
+    with pytest.raises(InvalidInput, match="no exponent, underscores"):
+        Materiality.parse("1_000")
+
+
 @pytest.mark.parametrize(
     ("value", "text"),
     [
-        ("10.005", "10.00"),
-        ("10.015", "10.02"),
+        ("10.500", "10.50"),  # zeros below the cent lose nothing
+        ("10.5", "10.50"),
         (" 1250 ", "1250.00"),
         (7, "7.00"),
         (Decimal("0.1"), "0.10"),
@@ -55,7 +76,7 @@ def test_float_refusal_says_why() -> None:
         ("0", "0.00"),
     ],
 )
-def test_materiality_quantizes_half_even_to_cents(value: object, text: str) -> None:
+def test_materiality_is_exact_cents(value: object, text: str) -> None:
     assert str(Materiality.parse(value)) == text
 
 

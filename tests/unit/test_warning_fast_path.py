@@ -22,7 +22,7 @@ FRACTIONS = st.lists(
 ).map(tuple)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     entered_us=st.integers(min_value=0, max_value=4_000_000_000_000_000),
     window_us=st.integers(min_value=0, max_value=400 * 86_400_000_000),

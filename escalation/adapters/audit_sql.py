@@ -1,0 +1,158 @@
+"""SQL of the audit store's writes: statements, array-literal parameters, COPY, row locks.
+
+Kept apart from ``audit_store`` (the transactions) and ``audit_writes`` (what each write
+appends): this module only knows how rows reach PostgreSQL. Also used by
+``ladder_history`` (the ladder migration's batched ledger writes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+from psycopg.types.json import Jsonb
+from sqlalchemy.dialects import postgresql as pg
+
+from escalation.adapters.tables import escalation_audit, escalation_state
+from escalation.domain.errors import NotFound
+
+_S = escalation_state
+_UUIDS = pg.ARRAY(pg.UUID(as_uuid=True))
+
+LOCK_MANY = (
+    sa.select(_S)
+    .where(_S.c.dispute_id == sa.any_(sa.bindparam("ids", type_=_UUIDS)))
+    .order_by(_S.c.dispute_id)
+    .with_for_update()
+)
+LOCK_ONE = sa.select(_S).where(_S.c.dispute_id == sa.bindparam("id")).with_for_update()
+SELECT_MANY = sa.select(_S).where(_S.c.dispute_id == sa.any_(sa.bindparam("ids", type_=_UUIDS)))
+
+# Projection columns written at enqueue, with their SQL types for the unnest arrays.
+ENQUEUE_TYPES: dict[str, str] = {
+    "dispute_id": "uuid",
+    "external_id": "text",
+    "status": "text",
+    "tier": "text",
+    "ladder": "text",
+    "ladder_version": "integer",
+    "due_at": "timestamptz",
+    "entered_tier_at": "timestamptz",
+    "materiality": "numeric(18,2)",
+    "source_hash": "text",
+    "trace_id": "text",
+    "regulatory_deadline": "timestamptz",
+    "deadlines": "jsonb",  # every regulatory deadline (escalation_deadlines_json)
+    "institution_tz": "text",  # the escalation's institution zone and calendar (0009)
+    "institution_calendar": "text",
+    "remaining_ms": "bigint",
+    "last_seq": "bigint",
+    "last_hash": "bytea",
+}
+ENQUEUE_COLUMNS = tuple(ENQUEUE_TYPES)
+# One statement inserts every new projection row of an enqueue batch.
+ENQUEUE_STATES = sa.text(
+    f"INSERT INTO escalation_state ({', '.join(ENQUEUE_COLUMNS)})"
+    " SELECT * FROM unnest("
+    + ", ".join(f"CAST(:{c} AS {t}[])" for c, t in ENQUEUE_TYPES.items())
+    + ") ON CONFLICT (dispute_id) DO NOTHING RETURNING dispute_id, created_at"
+)
+COPY_COLUMNS = tuple(c.name for c in escalation_audit.columns if c.name != "recorded_at")
+COPY_SQL = f"COPY escalation_audit ({', '.join(COPY_COLUMNS)}) FROM STDIN"
+
+# One statement updates every recorded dispute of a batch (no per-row round trips). The
+# arrays travel as PostgreSQL array literals in single text parameters (built by
+# array_literal): psycopg's per-element list dumping cost ~13 us per value, about 10% of a
+# firing's client CPU.
+BULK_UPDATE = sa.text(
+    """
+    UPDATE escalation_state AS s
+       SET tier = v.tier, status = v.status, due_at = v.due_at,
+           entered_tier_at = v.entered_tier_at, last_seq = v.last_seq,
+           last_hash = decode(v.last_hash, 'hex'), updated_at = clock_timestamp(),
+           regulatory_deadline = v.regulatory_deadline
+      FROM unnest(CAST(CAST(:ids AS text) AS uuid[]), CAST(CAST(:tiers AS text) AS text[]),
+                  CAST(CAST(:statuses AS text) AS text[]),
+                  CAST(CAST(:due AS text) AS timestamptz[]),
+                  CAST(CAST(:entered AS text) AS timestamptz[]),
+                  CAST(CAST(:seqs AS text) AS bigint[]), CAST(CAST(:hashes AS text) AS text[]),
+                  CAST(CAST(:deadlines AS text) AS timestamptz[]))
+           AS v(dispute_id, tier, status, due_at, entered_tier_at, last_seq, last_hash,
+                regulatory_deadline)
+     WHERE s.dispute_id = v.dispute_id
+    """
+)
+
+
+def _quote(value: object) -> str:
+    """One element of a PostgreSQL array literal: NULL, or a double-quoted escaped string."""
+    if value is None:
+        return "NULL"
+    text = value.isoformat() if isinstance(value, datetime) else str(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def array_literal(values: Sequence[object]) -> str:
+    """``{"a","b",NULL}``: a PostgreSQL array literal (cast to the element type in SQL)."""
+    return "{" + ",".join(map(_quote, values)) + "}"
+
+
+def locked_states(result: sa.CursorResult[Any]) -> dict[UUID, dict[str, Any]]:
+    """Projection rows of ``result`` as plain dicts by dispute id (``dict(zip(keys, row))``
+    over plain rows: several times cheaper than ``dict(RowMapping)``)."""
+    cols = list(result.keys())
+    states = [dict(zip(cols, row, strict=True)) for row in result]
+    return {state["dispute_id"]: state for state in states}
+
+
+def copy_ledger(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Append ledger rows with ``COPY ... FROM STDIN`` inside ``conn``'s transaction.
+
+    COPY is about 3x faster than executemany for a 500-row batch. It has no ON CONFLICT:
+    a duplicate ``(dispute_id, seq)`` fails the whole transaction, which is right, since
+    seq values are computed under the projection row locks and a clash means corruption.
+    """
+    driver = conn.connection.driver_connection  # the psycopg 3 Connection
+    if driver is None:  # pragma: no cover - only after the connection was invalidated
+        raise sa.exc.InvalidRequestError("connection has no live driver connection")
+    cursor = driver.cursor()
+    with cursor, cursor.copy(COPY_SQL) as copy:
+        for row in rows:
+            copy.write_row([Jsonb(row[c]) if c == "details" else row[c] for c in COPY_COLUMNS])
+
+
+def unnest_params(moved: Mapping[UUID, Mapping[str, Any]]) -> dict[str, str]:
+    """Array-literal parameters of :data:`BULK_UPDATE` (hashes as hex text)."""
+    rows = list(moved.values())
+    return {
+        "ids": array_literal([r["dispute_id"] for r in rows]),
+        "tiers": array_literal([r["tier"] for r in rows]),
+        "statuses": array_literal([r["status"] for r in rows]),
+        "due": array_literal([r["due_at"] for r in rows]),
+        "entered": array_literal([r["entered_tier_at"] for r in rows]),
+        "seqs": array_literal([r["last_seq"] for r in rows]),
+        "hashes": array_literal([bytes(r["last_hash"]).hex() for r in rows]),
+        "deadlines": array_literal([r["regulatory_deadline"] for r in rows]),
+    }
+
+
+def lock_one(conn: sa.Connection, dispute_id: UUID) -> dict[str, Any]:
+    """The dispute's projection row, locked FOR UPDATE. Raises NotFound."""
+    row = conn.execute(LOCK_ONE, {"id": dispute_id}).mappings().first()
+    if row is None:
+        raise NotFound(f"no escalation recorded for dispute {dispute_id}")
+    return dict(row)
+
+
+def last_calendar_version(conn: sa.Connection, state: Mapping[str, Any]) -> str | None:
+    """The ``calendar_version`` of the chain head row of ``state`` (locked projection)."""
+    return conn.execute(
+        sa.select(escalation_audit.c.calendar_version).where(
+            escalation_audit.c.dispute_id == state["dispute_id"],
+            escalation_audit.c.seq == state["last_seq"],
+            escalation_audit.c.chain_created_at == state["created_at"],
+        )
+    ).scalar()

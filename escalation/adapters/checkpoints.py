@@ -1,0 +1,168 @@
+"""Audit checkpoints in PostgreSQL (implements ``escalation.ports.CheckpointStore``).
+
+Rows go to ``audit_checkpoint`` / ``audit_checkpoint_head`` (append-only tables). What a
+checkpoint is and how it is verified: ``service_layer.checkpoint``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from escalation.adapters.audit_store import PostgresAuditStore
+from escalation.adapters.partitions import retained_from
+from escalation.adapters.tables import audit_checkpoint, audit_checkpoint_head
+from escalation.domain.merkle import checkpoint_hash, head_leaf, merkle_root
+from escalation.ports import Checkpoint, SealedHead
+
+GENESIS = bytes(32)
+_LOCK_KEY = 7_305_114_211_003  # advisory lock: one sealer at a time
+_C = audit_checkpoint
+_H = audit_checkpoint_head
+
+_HEADS = sa.text(
+    """
+    SELECT DISTINCT ON (dispute_id) dispute_id, seq, row_hash, chain_created_at
+      FROM escalation_audit
+     ORDER BY dispute_id, seq DESC
+    """
+)
+
+
+def _sort_heads(rows: Sequence[Any]) -> list[tuple[UUID, int, bytes, datetime]]:
+    heads = [(r[0], int(r[1]), bytes(r[2]), r[3]) for r in rows]
+    heads.sort(key=lambda h: h[0].bytes)
+    return heads
+
+
+_SEALED = sa.text(
+    """
+    SELECT h.dispute_id, h.last_seq, h.last_hash, h.chain_created_at, a.row_hash
+      FROM audit_checkpoint_head AS h
+      LEFT JOIN escalation_audit AS a
+        ON a.dispute_id = h.dispute_id AND a.seq = h.last_seq
+       AND a.chain_created_at = h.chain_created_at
+     WHERE h.checkpoint_id = :cp
+     ORDER BY h.dispute_id
+    """
+)
+
+
+class PostgresCheckpoints:
+    """The ``CheckpointStore`` port on PostgreSQL.
+
+    Args:
+        engine: a psycopg 3 engine on a database at the Alembic head.
+    """
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+
+    def seal(self, actor: str) -> Checkpoint:
+        """Seal the current chain heads into a new checkpoint (one transaction).
+
+        Runs in a REPEATABLE READ snapshot under an advisory lock (one sealer at a time; ids
+        are 1, 2, 3, ...). Concurrent appends are fine: the checkpoint covers the snapshot.
+        """
+        engine = self._engine
+        conn_ctx = engine.connect().execution_options(isolation_level="REPEATABLE READ")
+        with conn_ctx as conn, conn.begin():
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+            last = conn.execute(
+                sa.select(_C.c.checkpoint_id, _C.c.checkpoint_hash)
+                .order_by(_C.c.checkpoint_id.desc())
+                .limit(1)
+            ).first()
+            new_id = 1 if last is None else int(last[0]) + 1
+            prev = GENESIS if last is None else bytes(last[1])
+            heads = _sort_heads(conn.execute(_HEADS).all())
+            root = merkle_root([head_leaf(d, s, h) for d, s, h, _ in heads])
+            digest = checkpoint_hash(new_id, len(heads), root, prev)
+            created = conn.execute(
+                sa.insert(_C)
+                .values(
+                    checkpoint_id=new_id,
+                    head_count=len(heads),
+                    heads_root=root,
+                    prev_checkpoint_hash=prev,
+                    checkpoint_hash=digest,
+                    actor=actor,
+                )
+                .returning(_C.c.created_at)
+            ).scalar_one()
+            for start in range(0, len(heads), 5000):
+                chunk = heads[start : start + 5000]
+                conn.execute(
+                    sa.insert(_H),
+                    [
+                        {
+                            "checkpoint_id": new_id,
+                            "dispute_id": d,
+                            "last_seq": s,
+                            "last_hash": h,
+                            "chain_created_at": c,
+                        }
+                        for d, s, h, c in chunk
+                    ],
+                )
+        return Checkpoint(new_id, created.astimezone(UTC), len(heads), root, prev, digest)
+
+    def broken_chains(
+        self, dispute_id: UUID | None,
+        progress: Callable[[str, int, int | None], None] | None = None,
+    ) -> list[tuple[UUID, int]]:
+        """``PostgresAuditStore.verify``: recomputed chains and projection heads."""
+        return PostgresAuditStore(self._engine).verify(dispute_id, progress=progress)
+
+    def retained_from(self) -> datetime | None:
+        """See ``adapters.partitions.retained_from``."""
+        return retained_from(self._engine)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[_Snapshot]:
+        """A REPEATABLE READ transaction over the checkpoint tables and the ledger."""
+        conn_ctx = self._engine.connect().execution_options(isolation_level="REPEATABLE READ")
+        with conn_ctx as conn, conn.begin():
+            yield _Snapshot(conn)
+
+
+class _Snapshot:
+    """``CheckpointSnapshot`` on one connection inside its transaction."""
+
+    def __init__(self, conn: sa.Connection) -> None:
+        self._conn = conn
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """Every checkpoint, by id."""
+        return _load_checkpoints(self._conn)
+
+    def sealed_heads(self, checkpoint_id: int) -> list[SealedHead]:
+        """Sealed heads of ``checkpoint_id`` with the current ledger hash at their seq."""
+        heads = self._conn.execute(_SEALED, {"cp": checkpoint_id}).all()
+        return [SealedHead(d, int(s), bytes(h), c, None if cur is None else bytes(cur))
+                for d, s, h, c, cur in heads]
+
+    def checkpoint(self, checkpoint_id: object) -> Checkpoint | None:
+        """One checkpoint by id, or None."""
+        return next((cp for cp in _load_checkpoints(self._conn)
+                     if cp.checkpoint_id == checkpoint_id), None)
+
+
+def _load_checkpoints(conn: sa.Connection) -> list[Checkpoint]:
+    rows = conn.execute(sa.select(_C).order_by(_C.c.checkpoint_id)).mappings()
+    return [
+        Checkpoint(
+            int(r["checkpoint_id"]),
+            r["created_at"].astimezone(UTC),
+            int(r["head_count"]),
+            bytes(r["heads_root"]),
+            bytes(r["prev_checkpoint_hash"]),
+            bytes(r["checkpoint_hash"]),
+        )
+        for r in rows
+    ]

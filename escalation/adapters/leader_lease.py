@@ -1,0 +1,78 @@
+"""The maintenance leader lease on Redis (implements ``escalation.ports.Lease``).
+
+``SET leader <token> NX PX ttl``; the holder renews it with ``leader_renew.lua``
+(compare-and-pexpire) and releases it with compare-and-delete (``release_lock.lua``). The
+holder acts only while ``monotonic() < last successful acquire/renew start + ttl * (1 -
+margin)``: a leader that fails to renew (Redis down, process paused) stops acting *before*
+its lease can expire and another worker takes over. A non-leader spends one Redis command
+(the ``SET NX``) per poll. See ``service_layer.maintenance`` for what the leader does.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import redis
+
+from escalation.adapters.redis_keys import Keys
+from escalation.adapters.redis_reliability import ReliabilityRedis
+
+LEADER_NAME = "maintenance"
+
+
+class LeaderLease:
+    """A leader lease on Redis (shard 0 of the namespace).
+
+    Args:
+        rel: reliability Redis access.
+        ttl_ms: lease, milliseconds (>= 100).
+        margin: fraction of the lease kept as safety (the leader stops acting after
+            ``ttl * (1 - margin)`` without a successful renewal).
+        token: unique token of this contender (default: random).
+        clock: monotonic seconds (tests may inject one).
+    """
+
+    def __init__(self, rel: ReliabilityRedis, *, name: str = LEADER_NAME, ttl_ms: int = 30_000,
+                 margin: float = 0.2, token: str | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rel, self.ttl_ms, self.margin, self.clock = rel, ttl_ms, margin, clock
+        self.token = token or uuid.uuid4().hex
+        self.key = Keys(rel.namespace, 0).leader(name)
+        self._valid_until = 0.0
+
+    def _grant(self, started: float) -> None:
+        self._valid_until = started + self.ttl_ms / 1000.0 * (1.0 - self.margin)
+
+    def is_leader(self) -> bool:
+        """True while the last acquire/renew succeeded recently enough (see the class doc)."""
+        return self.clock() < self._valid_until
+
+    def poll(self) -> bool:
+        """One Redis command: renew when leading, else try to acquire. Returns is_leader()."""
+        started = self.clock()
+        try:
+            if self._valid_until > 0:
+                ok = int(self.rel.run("leader_renew", [self.key], [self.token, self.ttl_ms])) == 1
+            else:
+                ok = bool(self.rel.client.set(self.key, self.token, nx=True, px=self.ttl_ms))
+        except (redis.ConnectionError, redis.TimeoutError):
+            return self.is_leader()  # no renewal: the grant runs out by itself
+        if ok:
+            self._grant(started)
+        else:
+            self._valid_until = 0.0
+        return self.is_leader()
+
+    def release(self) -> bool:
+        """Compare-and-delete: True if this token held the lease."""
+        self._valid_until = 0.0
+        try:
+            return int(self.rel.run("release_lock", [self.key], [self.token])) == 1
+        except (redis.ConnectionError, redis.TimeoutError):
+            return False
+
+    def now_ms(self) -> int:
+        """Redis TIME, epoch milliseconds (the clock of maintenance occurrences)."""
+        return self.rel.now_ms()

@@ -1,0 +1,33 @@
+"""Direct questions to the servers for ``escalation doctor`` (implements the service layer's
+``doctor.ServerProbe``): their clocks and Redis's eviction policy.
+"""
+
+from __future__ import annotations
+
+import redis
+import sqlalchemy as sa
+
+
+class ServerProbe:
+    """Clock and configuration reads of one Redis client and one PostgreSQL engine."""
+
+    def __init__(self, client: redis.Redis, engine: sa.Engine) -> None:
+        self._client = client
+        self._engine = engine
+
+    def clocks_ms(self) -> tuple[int, int]:
+        """(Redis ``TIME``, PostgreSQL ``clock_timestamp()``), epoch milliseconds, read in
+        that order."""
+        seconds, micros = self._client.time()
+        redis_ms = int(seconds) * 1000 + int(micros) // 1000
+        with self._engine.connect() as conn:
+            db = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+        return redis_ms, int(db.timestamp() * 1000)
+
+    def maxmemory_policy(self) -> str | None:
+        """Redis ``maxmemory-policy`` (``"unknown"`` if absent), None when CONFIG is refused."""
+        try:
+            reply = self._client.config_get("maxmemory-policy")
+        except redis.ResponseError:
+            return None
+        return str(reply.get("maxmemory-policy", "unknown"))

@@ -1,0 +1,101 @@
+"""Lua scripts of the Redis adapters and the small encoders their arguments need.
+
+One Lua script per atomic operation lives in ``adapters/lua/`` (``claim.lua`` <->
+``RedisScheduler.claim``); each opens with a header giving its KEYS, ARGV and returns.
+Scripts are read through the installed package (``importlib.resources``) and registered per
+client with ``register_script`` (which re-sends a script on NOSCRIPT).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cache
+from importlib import resources
+from json.encoder import encode_basestring_ascii as _json_str
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from escalation.domain.errors import EscalationError, InvalidInput
+
+__all__ = [
+    "ScriptRefused",
+    "as_dict",
+    "check_range",
+    "json_pairs",
+    "json_str",
+    "packaged_scripts",
+    "pairs",
+    "run_script",
+    "script_source",
+]
+
+json_str = _json_str
+"""``json.dumps`` of one string (the C encoder, ASCII-escaped)."""
+
+
+class ScriptRefused(EscalationError, redis.ResponseError):
+    """A Lua script refused its arguments (``EINVAL <script>: <reason>``); nothing written.
+
+    Both an :class:`EscalationError` (what the service layer catches: the refusal concerns
+    one item) and a ``redis.ResponseError`` (what callers of the adapters caught before)."""
+
+
+def run_script(script: Script, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+    """Call a registered script. Raises :class:`ScriptRefused` for a script's error reply;
+    connection errors propagate as redis-py raises them."""
+    try:
+        return script(keys=list(keys), args=list(args))
+    except redis.ResponseError as exc:
+        if isinstance(exc, redis.exceptions.NoScriptError):  # pragma: no cover - re-sent
+            raise
+        raise ScriptRefused(str(exc)) from exc
+
+
+@cache
+def script_source(name: str) -> str:
+    """Text of ``adapters/lua/<name>.lua`` read through the installed package.
+
+    Raises:
+        FileNotFoundError: the package data is missing (a packaging bug).
+    """
+    return (
+        resources.files("escalation.adapters")
+        .joinpath("lua", f"{name}.lua")
+        .read_text(encoding="utf-8")
+    )
+
+
+def packaged_scripts() -> list[str]:
+    """Names (without ``.lua``) of the Lua files shipped in the installed package, sorted."""
+    folder = resources.files("escalation.adapters").joinpath("lua")
+    return sorted(p.name[:-4] for p in folder.iterdir() if p.name.endswith(".lua"))
+
+
+def pairs(mapping: dict[str, str]) -> list[str]:
+    """``{k1: v1, ...}`` flattened to ``[k1, v1, ...]`` (script ARGV order)."""
+    flat: list[str] = []
+    for key, value in mapping.items():
+        flat += [str(key), str(value)]
+    return flat
+
+
+def json_pairs(mapping: Mapping[str, str]) -> str:
+    """``json.dumps(pairs(mapping))``: a JSON array ``[k1, v1, ...]`` of strings."""
+    return "[" + ", ".join(json_str(str(k)) + ", " + json_str(str(v))
+                           for k, v in mapping.items()) + "]"
+
+
+def as_dict(flat: Sequence[str]) -> dict[str, str]:
+    """Inverse of :func:`pairs` (a script's HGETALL reply); a trailing odd element is
+    ignored."""
+    even = len(flat) // 2 * 2
+    return dict(zip(flat[0:even:2], flat[1:even:2], strict=True))
+
+
+def check_range(name: str, value: int, low: int, high: int) -> int:
+    """``value`` if it is an int (not a bool) in ``low..high``, else InvalidInput naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"{name} must be an integer in {low}..{high}, got {value!r}")
+    return value
