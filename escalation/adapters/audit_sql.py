@@ -45,7 +45,7 @@ ENQUEUE_TYPES: dict[str, str] = {
     "source_hash": "text",
     "trace_id": "text",
     "regulatory_deadline": "timestamptz",
-    "deadlines": "jsonb",  # every regulatory deadline (escalation_deadlines_json)
+    "deadlines": "jsonb",  # every regulatory deadline (escalation_deadlines_json; docs/sla.md)
     "institution_tz": "text",  # the escalation's institution zone and calendar (0009)
     "institution_calendar": "text",
     "remaining_ms": "bigint",

@@ -48,8 +48,11 @@ def enqueue_rows(
 ) -> dict[str, Any]:
     """Projection row (seq 1) and its ENQUEUED ledger row for one new escalation.
 
-    The row records ``calendar_version`` and, when the escalation has regulatory
-    deadlines, all of them in ``details["deadlines"]`` (name -> ISO 8601 UTC).
+    SLA timing (docs/sla.md): the row records ``calendar_version`` and, when the escalation
+    has regulatory deadlines, all of them in ``details["deadlines"]`` (name -> ISO 8601 UTC).
+    The projection row also holds the institution zone and calendar; ``extra``: more keys of the
+    ENQUEUED row's details (provenance: attributes, each deadline's citation and rule, the
+    deadline bounding the due time).
     """
     state: dict[str, Any] = {
         "dispute_id": esc.dispute_id,
