@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     audit_partitions_ahead: int = Field(default=3, ge=1, le=120)
     # Issue 4 C: one materiality weight is worth this much waiting (docs/sla.md starvation bound)
     priority_aging_s: int = Field(default=300, ge=1, le=86_400)
+    # HTTP API: verified bearer tokens are remembered this long per process (a revocation
+    # takes effect within it); 0 = check PostgreSQL on every request
+    api_token_cache_s: float = Field(default=5, ge=0, le=300)
     # The institution's home time zone and business calendar: what the calendar id
     # ``institution`` in ladder windows means, and the zone of date-only / naive inputs.
     # A ladder version (``[institution]``) and each escalation may override them.

@@ -319,6 +319,11 @@ class ReliabilityRedis:
              keys.notify_retry, keys.notify_data],
             [DEAD_NOTIFY + member, record_json, "notify", "", "", member]))
 
+    def count_notification(self, shard: int, outcome: str) -> None:
+        """HINCRBY ``notify_<outcome>`` in the shard's stats hash (read by the API's
+        ``/metrics``)."""
+        self.client.hincrby(Keys(self.namespace, shard).stats, f"notify_{outcome}", 1)
+
     def dead_count(self) -> int:
         """Number of dead letters over every shard."""
         return sum(int(self.client.zcard(k.dead)) for k in self.shard_keys())

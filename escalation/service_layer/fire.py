@@ -50,6 +50,7 @@ class BatchReport:
     stuck: int = 0
     poison: int = 0
     contended: int = 0
+    lease_expired: int = 0  # claimed again after a lease lapsed (score > due)
     next_due_ms: int | None = None
     decisions: dict[str, int] = field(default_factory=dict)
     lags_ms: list[int] = field(default_factory=list)
@@ -116,6 +117,8 @@ def fire_due(
     claim = scheduler.claim(batch_size, lease_ms, worker_id)
     report.now, report.claimed = claim.now, len(claim.items)
     report.contended, report.next_due_ms = claim.contended, claim.next_due_ms
+    # a member re-scored to claim time + lease still carries that score when claimed again
+    report.lease_expired = sum(1 for it in claim.items if it.score_ms > to_ms(it.escalation.due_at))
     hook("after_claim")
 
     for member in claim.stuck:

@@ -1,7 +1,7 @@
 """Institution time zone and calendar stored on each escalation (projection columns).
 
 Revision ID: 0009
-Revises: 0005
+Revises: 0007
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009"
-down_revision: str | Sequence[str] | None = "0005"
+down_revision: str | Sequence[str] | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
