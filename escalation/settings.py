@@ -108,10 +108,17 @@ class Settings(BaseSettings):
     def _redis_url(cls, value: str | None) -> str | None:
         if value is None or value == "":
             return None
-        if not value.startswith(("redis://", "rediss://", "unix://")):
+        from escalation.adapters.redis_client import URL_PREFIXES, parse_topology
+
+        if not value.startswith(URL_PREFIXES):
             raise ValueError(
-                "must be a redis://, rediss:// or unix:// URL, e.g. redis://127.0.0.1:6379/1"
+                "must be a redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// "
+                "URL, e.g. redis://127.0.0.1:6379/1 (docs/operations.md)"
             )
+        try:
+            parse_topology(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
     @field_validator("database_url")

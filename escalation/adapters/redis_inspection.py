@@ -16,6 +16,7 @@ from uuid import UUID
 
 import redis
 
+from escalation.adapters.redis_client import is_cluster
 from escalation.adapters.redis_keys import Keys
 from escalation.adapters.redis_scheduler_base import (
     _WAKE_GRACE_S,
@@ -25,6 +26,7 @@ from escalation.adapters.redis_scheduler_base import (
     SchedulerBase,
 )
 from escalation.adapters.redis_scripts import check_range
+from escalation.adapters.redis_wake import cluster_blpop_any
 from escalation.domain.errors import InvalidInput
 
 
@@ -112,6 +114,10 @@ class InspectionMixin(SchedulerBase):
         return False
 
     def _blpop(self, wake_keys: list[str], block_s: float) -> bool:
+        # --- Redis Cluster: one BLPOP per shard (one slot each), awaited together
+        if is_cluster(self._client):
+            return cluster_blpop_any(self._client, wake_keys, block_s, _WAKE_GRACE_S)
+        # --- one server or a Sentinel primary: one BLPOP over every shard's wake key
         pool = self._client.connection_pool
         conn = pool.get_connection()
         try:
@@ -120,6 +126,13 @@ class InspectionMixin(SchedulerBase):
         except (redis.TimeoutError, redis.ConnectionError):
             conn.disconnect()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
             return False
+        except BaseException:
+            # interrupted (SIGTERM's shutdown exception) with the BLPOP still pending: its
+            # late nil reply must not be read back as the next command's reply on this
+            # connection (the pool hands the last released connection out first; a
+            # Sentinel-managed connection is not dropped on errors by redis-py)
+            conn.disconnect()  # type: ignore[no-untyped-call]  # as above
+            raise
         finally:
             pool.release(conn)
         return reply is not None

@@ -59,6 +59,9 @@ def drain_cmd(
     lead_s: Annotated[float | None, typer.Option(
         help="Seconds between now and the due instant (default: 2 + 1.5x the measured "
              "enqueue time).")] = None,
+    shards: Annotated[int, typer.Option(
+        min=1, max=1024, help="Shards of the bench namespace (client and workers); the "
+                              "Redis is ESCALATION_REDIS_URL, e.g. a redis+cluster:// URL.")] = 1,
     database_url: DbOpt = None,
     json_only: JsonOpt = False,
 ) -> None:
@@ -69,7 +72,7 @@ def drain_cmd(
     ws, bs = _ints(workers, "--workers"), _ints(batch_size, "--batch-size")
     if any(b > 500 for b in bs):
         raise InvalidInput("--batch-size: at most 500 (settings.batch_size range 1-500)")
-    result = _run(database_url, lambda t: drain.run(t, n, ws, bs, lead_s))
+    result = _run(database_url, lambda t: drain.run(t, n, ws, bs, lead_s, shards))
     rows = [{"workers": r["workers"], "batch": r["batch_size"], "esc/s": r["rate_per_s"],
              "lag p50 ms": r["lag_ms"]["p50"], "lag p99 ms": r["lag_ms"]["p99"],
              "lag max ms": r["lag_ms"]["max"], "ledger": "PASS" if r["ledger_ok"] else "FAIL",
@@ -78,7 +81,8 @@ def drain_cmd(
         f"W={r['workers']} B={r['batch_size']}: {fmt(r['rate_per_s'])}/s lag p50/p99/max "
         f"{fmt(r['lag_ms']['p50'])}/{fmt(r['lag_ms']['p99'])}/{fmt(r['lag_ms']['max'])} ms "
         f"ledger {'PASS' if r['ledger_ok'] else 'FAIL'}" for r in result["runs"])
-    report(result, rows, f"N={n} {summary}", json_only=json_only)
+    where = "" if shards == 1 else f" shards={shards}"
+    report(result, rows, f"N={n}{where} {summary}", json_only=json_only)
     if not result["ok"]:
         raise typer.Exit(1)
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-import redis.exceptions
 import sqlalchemy.exc
 
+from escalation.adapters.redis_client import OUTAGE_ERRORS as REDIS_OUTAGE_ERRORS
 from escalation.bootstrap import App, dead_letters_for, maintenance_for, schedule_for, warnings_for
 from escalation.entrypoints.worker_metrics import WorkerMetrics
 from escalation.logs import get_logger
@@ -157,6 +157,12 @@ def install_early_stop_handlers() -> None:
         signal.signal(s, early)
 
 
+#: Outages retried with backoff: PostgreSQL away, Redis away (incl. a Cluster or Sentinel
+#: failover: no primary for a slot, a write to a demoted primary).
+_OUTAGES: tuple[type[Exception], ...] = (
+    sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, *REDIS_OUTAGE_ERRORS)
+
+
 def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
                metrics: WorkerMetrics | None = None) -> WorkerTotals:
     """Run until SIGTERM/SIGINT (or, with ``burst``, until nothing is due). Returns totals.
@@ -202,8 +208,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
                     break
                 _idle_wait(ctx, report, now_ms, rng)
                 failures = 0
-            except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
-                    redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            except _OUTAGES as exc:
                 failures += 1
                 state["in_batch"] = False
                 delay = _backoff(ctx, exc, failures, rng)

@@ -29,6 +29,7 @@ from escalation.ports import (
     AuditLog,
     ClaimedItem,
     LadderSource,
+    LedgerRow,
     RecordOutcome,
     RecordStatus,
     Scheduler,
@@ -276,15 +277,20 @@ def _attach_unapplied_notifications(
         row = rows.get(op.escalation.dispute_id)
         if row is None:
             continue
-        note = {
-            "dispute_id": str(row.dispute_id), "seq": str(row.seq),
-            "idempotency_key": f"{row.dispute_id}:{row.seq}",
-            "match_decision": row.match_decision, "from_tier": row.from_tier or "",
-            "to_tier": row.to_tier or "", "ladder": f"{row.ladder}@{row.ladder_version}",
-            "trace_id": row.trace_id, "source_hash": row.source_hash,
-            "materiality": str(row.materiality), "decided_ms": str(to_ms(row.decided_at)),
-        }
-        ops[i] = ApplyOp(op.escalation, op.action, op.token, note)
+        ops[i] = ApplyOp(op.escalation, op.action, op.token, note_for_row(row))
+
+
+def note_for_row(row: LedgerRow) -> dict[str, str]:
+    """The review-stream entry of a recorded PROMOTED/TERMINAL ledger row (the same fields as
+    the entry the deciding worker sends; idempotency key ``<dispute id>:<seq>``)."""
+    return {
+        "dispute_id": str(row.dispute_id), "seq": str(row.seq),
+        "idempotency_key": f"{row.dispute_id}:{row.seq}",
+        "match_decision": row.match_decision, "from_tier": row.from_tier or "",
+        "to_tier": row.to_tier or "", "ladder": f"{row.ladder}@{row.ladder_version}",
+        "trace_id": row.trace_id, "source_hash": row.source_hash,
+        "materiality": str(row.materiality), "decided_ms": str(to_ms(row.decided_at)),
+    }
 
 
 def _repair_stuck(
