@@ -24,7 +24,7 @@ import redis
 import sqlalchemy as sa
 
 from escalation.adapters.audit_store import PostgresAuditStore
-from escalation.adapters.calendar_files import load_calendars
+from escalation.adapters.calendar_files import load_institution_calendars
 from escalation.adapters.db import (
     check_at_head,
     check_namespace,
@@ -57,7 +57,13 @@ from escalation.service_layer.ladder_release import baseline_releases
 from escalation.service_layer.maintenance import Job, Maintenance, log_dead_letters
 from escalation.service_layer.priority import weight_fn
 from escalation.service_layer.reconcile import reconcile
-from escalation.service_layer.warnings import schedule_warnings
+from escalation.service_layer.warnings import (
+    schedule_ahead,
+    schedule_warnings,
+)
+from escalation.service_layer.warnings import (
+    schedule_resumed as schedule_resumed_warnings,
+)
 from escalation.settings import Settings
 
 log = get_logger(__name__)
@@ -287,7 +293,9 @@ def build(
         scheduler=scheduler,
         store=PostgresAuditStore(engine),
         ladders=ladders,
-        calendars=load_calendars(settings.calendars_file),
+        calendars=load_institution_calendars(
+            settings.calendars_file, settings.institution_calendar, settings.institution_timezone
+        ),
         actor=actor or make_worker_id(settings),
     )
 
@@ -318,16 +326,31 @@ def warnings_for(app: App) -> RedisWarnings:
     return RedisWarnings(app.redis, app.scheduler.namespace, app.scheduler.shards)
 
 
-def schedule_for(app: App) -> Callable[[Sequence[Escalation]], None]:
+def schedule_for(
+    app: App, *, only_ahead: bool = False
+) -> Callable[[Sequence[Escalation]], None]:
     """A hook ``escalations -> None`` scheduling their pre-breach warnings (the
-    ``on_scheduled`` of enqueue and fire_due)."""
+    ``on_scheduled`` of enqueue, import, fire_due and ladder migration). ``only_ahead``:
+    drop warnings whose instant has passed (a migration re-schedules a tier already
+    running: its earlier warnings belong to the earlier run)."""
     queue = warnings_for(app)
 
     def hook(escalations: Sequence[Escalation]) -> None:
-        schedule_warnings(escalations, warnings=queue, ladders=app.ladders,
-                          calendars=app.calendars)
+        if only_ahead:
+            schedule_ahead(escalations, warnings=queue, ladders=app.ladders,
+                           calendars=app.calendars, now=app.scheduler.time())
+        else:
+            schedule_warnings(escalations, warnings=queue, ladders=app.ladders,
+                              calendars=app.calendars)
 
     return hook
+
+
+def schedule_resumed(app: App, result: Any) -> int:
+    """Schedule the warnings of a ``pause.resume`` result as fractions of active (unpaused)
+    time. Returns how many were new."""
+    return schedule_resumed_warnings(result, warnings=warnings_for(app), ladders=app.ladders,
+                                     calendars=app.calendars)
 
 
 def dead_letters_for(app: App) -> DeadLetters:

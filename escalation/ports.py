@@ -19,7 +19,7 @@ from uuid import UUID
 from escalation.domain.access import Role, TokenInfo
 from escalation.domain.decide import Decision
 from escalation.domain.errors import InvalidInput
-from escalation.domain.escalation import Escalation, Status
+from escalation.domain.escalation import Escalation, Status, check_text
 from escalation.domain.ladder import Ladder
 from escalation.domain.ladder_plan import Blocked, PlanItem
 from escalation.domain.record_rule import RecordStatus as RecordStatus  # noqa: PLC0414 -- re-export
@@ -235,9 +235,12 @@ class AuditLog(Protocol):
     def record_enqueue_many(
         self, escalations: Sequence[Escalation], actor: str, decided_at: datetime,
         calendar_versions: Mapping[UUID, str] | None = None,
+        details: Mapping[UUID, Mapping[str, object]] | None = None,
     ) -> list[tuple[bool, Escalation]]:
         """Record ENQUEUED rows; (created, state) per escalation, idempotent per dispute.
-        ``calendar_versions``: dispute id -> calendar version recorded on the row (issue 4)."""
+        ``calendar_versions``: dispute id -> calendar version recorded on the row.
+        ``details``: dispute id -> extra ledger details (institution zone/calendar,
+        attributes, each deadline's citation, the deadline bounding the due time)."""
         ...
 
     def record_decisions(
@@ -491,8 +494,15 @@ class LedgerReports(Protocol):
         """(database clock now, every ledger row of the disputes with a decision or a
         regulatory deadline in ``[since, until)``, ordered by dispute then seq). Each row has
         dispute_id, seq, event, from_tier, to_tier, ladder, due_at, decided_at,
-        regulatory_deadline, details_entered_at and state_entered_tier_at (the last two only
-        on seq 1)."""
+        regulatory_deadline, ladder_version, external_id, and enq_details (the ENQUEUED
+        row's details), details_entered_at and state_entered_tier_at (the last three only
+        on seq 1). A dispute counts when one of the deadlines its ENQUEUED row recorded
+        falls in the window."""
+        ...
+
+    def dispute_rows(self, dispute_id: UUID) -> tuple[datetime, list[dict[str, Any]]]:
+        """(database clock now, every ledger row of ``dispute_id`` by seq, with the columns
+        of :meth:`sla_rows`); an empty list when the dispute has no chain."""
         ...
 
 
@@ -730,11 +740,17 @@ class AuditFilter:
     ladder_version: int | None = None
 
     def __post_init__(self) -> None:
-        """Refuse a reversed window.
+        """Refuse a reversed window and text filters with control characters.
 
         Raises:
-            InvalidInput: ``since`` after ``until`` (naive times are refused by :meth:`where`).
+            InvalidInput: ``since`` after ``until`` (naive times are refused by :meth:`where`);
+                a NUL, newline or other control character in ``tier``, ``decision``, ``actor``
+                or ``ladder`` (PostgreSQL refuses NUL in text; no stored value holds one).
         """
+        for name in ("tier", "decision", "actor", "ladder"):
+            value = getattr(self, name)
+            if value is not None:
+                check_text(value, name)
         if (
             self.since is not None and self.until is not None
             and self.since.tzinfo is not None and self.until.tzinfo is not None

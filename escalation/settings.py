@@ -77,19 +77,22 @@ class Settings(BaseSettings):
     # HTTP API: verified bearer tokens are remembered this long per process (a revocation
     # takes effect within it); 0 = check PostgreSQL on every request
     api_token_cache_s: float = Field(default=5, ge=0, le=300)
-    # The institution's home time zone (IANA): the console shows every instant in it, with
-    # its UTC offset.
+    # The institution's home time zone and business calendar: what the calendar id
+    # ``institution`` in ladder windows means, and the zone of date-only / naive inputs.
+    # A ladder version (``[institution]``) and each escalation may override them.
     institution_timezone: str = "America/New_York"
+    institution_calendar: str = "us_federal_reserve"
 
     @field_validator("institution_timezone")
     @classmethod
     def _zone(cls, value: str) -> str:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+        from escalation.domain.errors import InvalidInput
+        from escalation.domain.wall_time import zone
 
         try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown IANA time zone {value!r}") from None
+            zone(value)
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
         return value
     # Shared secret signing webhook deliveries (Standard Webhooks: ``whsec_<base64>`` or any
     # string); required when a webhook URL is configured.

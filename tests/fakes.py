@@ -220,6 +220,7 @@ class FakeAuditLog:
     def record_enqueue_many(
         self, escalations: Sequence[Escalation], actor: str, decided_at: datetime,
         calendar_versions: Mapping[UUID, str] | None = None,
+        details: Mapping[UUID, Mapping[str, object]] | None = None,
     ) -> list[tuple[bool, Escalation]]:
         require_aware(decided_at, "decided_at")
         out: list[tuple[bool, Escalation]] = []
@@ -234,7 +235,8 @@ class FakeAuditLog:
             state = esc.with_changes(seq=1, status=Status.PENDING)
             self.states[esc.dispute_id] = state
             self._append(state, "ENQUEUED", "ENQUEUED", actor, decided_at, from_tier=None,
-                         to_tier=esc.tier, due_at=esc.due_at, next_due_at=esc.due_at)
+                         to_tier=esc.tier, due_at=esc.due_at, next_due_at=esc.due_at,
+                         details=(details or {}).get(esc.dispute_id))
             out.append((True, state))
         return out
 
@@ -263,7 +265,9 @@ class FakeAuditLog:
             self.states[state.dispute_id] = new
             self._append(new, entry.event, entry.match_decision, actor, entry.decided_at,
                          from_tier=entry.from_tier, to_tier=entry.to_tier, due_at=entry.due_at,
-                         next_due_at=entry.next_due_at, token=claimed.token)
+                         next_due_at=entry.next_due_at, token=claimed.token,
+                         details=({"deadline": decision.deadline_detail}
+                                  if decision.deadline_detail is not None else None))
             outcomes.append(RecordOutcome(RecordStatus.RECORDED, new))
         return outcomes
 

@@ -62,6 +62,8 @@ def escalation_from_state(row: Mapping[Any, Any]) -> Escalation:
         regulatory_deadline=utc_opt(row["regulatory_deadline"]),
         status=Status(row["status"]),
         deadlines=deadlines_from_json(row.get("deadlines")),
+        institution_tz=row.get("institution_tz"),
+        institution_calendar=row.get("institution_calendar"),
     )
 
 

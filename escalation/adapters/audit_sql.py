@@ -46,6 +46,8 @@ ENQUEUE_TYPES: dict[str, str] = {
     "trace_id": "text",
     "regulatory_deadline": "timestamptz",
     "deadlines": "jsonb",  # every regulatory deadline (escalation_deadlines_json; docs/sla.md)
+    "institution_tz": "text",  # the escalation's institution zone and calendar (0009)
+    "institution_calendar": "text",
     "remaining_ms": "bigint",
     "last_seq": "bigint",
     "last_hash": "bytea",
@@ -143,3 +145,14 @@ def lock_one(conn: sa.Connection, dispute_id: UUID) -> dict[str, Any]:
     if row is None:
         raise NotFound(f"no escalation recorded for dispute {dispute_id}")
     return dict(row)
+
+
+def last_calendar_version(conn: sa.Connection, state: Mapping[str, Any]) -> str | None:
+    """The ``calendar_version`` of the chain head row of ``state`` (locked projection)."""
+    return conn.execute(
+        sa.select(escalation_audit.c.calendar_version).where(
+            escalation_audit.c.dispute_id == state["dispute_id"],
+            escalation_audit.c.seq == state["last_seq"],
+            escalation_audit.c.chain_created_at == state["created_at"],
+        )
+    ).scalar()

@@ -31,6 +31,7 @@ from escalation.adapters.audit_sql import (
     LOCK_MANY,
     SELECT_MANY,
     copy_ledger,
+    last_calendar_version,
     lock_one,
     locked_states,
     unnest_params,
@@ -89,6 +90,7 @@ class PostgresAuditStore(AuditQueries):
     def record_enqueue_many(
         self, escalations: Sequence[Escalation], actor: str, decided_at: datetime | None = None,
         calendar_versions: Mapping[UUID, str] | None = None,
+        details: Mapping[UUID, Mapping[str, object]] | None = None,
     ) -> list[tuple[bool, Escalation]]:
         """:meth:`record_enqueue` for a batch, in one transaction and at most three statements.
 
@@ -102,6 +104,7 @@ class PostgresAuditStore(AuditQueries):
         the batch is recorded once (its later occurrences return ``False``).
         ``calendar_versions`` (optional): dispute id -> version of the calendar its due
         time was counted in, recorded in the ENQUEUED row's ``calendar_version``.
+        ``details`` (optional): dispute id -> extra keys of the ENQUEUED row's ``details``.
 
         Raises:
             InvalidInput: a non-pending escalation or a naive ``decided_at``; nothing written.
@@ -109,7 +112,7 @@ class PostgresAuditStore(AuditQueries):
         if not escalations:
             return []
         when = None if decided_at is None else require_aware(decided_at, "decided_at")
-        firsts = _first_rows(escalations, actor, when, calendar_versions or {})
+        firsts = _first_rows(escalations, actor, when, calendar_versions or {}, details or {})
         with self._engine.begin() as conn:
             inserted = _insert_new(conn, firsts)
             others = [d for d in firsts if d not in inserted]
@@ -189,6 +192,9 @@ class PostgresAuditStore(AuditQueries):
                 decided_at=decided_at,
                 changes={"status": Status.CANCELLED.value},
                 details={"reason": reason},
+                # the calendar the escalation was counting in (its last row's), so every
+                # row of the chain names one
+                calendar_version=last_calendar_version(conn, state),
             )
 
     def record_stuck(
@@ -290,6 +296,7 @@ class PostgresAuditStore(AuditQueries):
 def _first_rows(
     escalations: Sequence[Escalation], actor: str, when: datetime | None,
     calendar_versions: Mapping[UUID, str],
+    details: Mapping[UUID, Mapping[str, object]],
 ) -> dict[UUID, dict[str, Any]]:
     """Projection + ENQUEUED rows of each dispute's first occurrence in the batch.
 
@@ -302,7 +309,8 @@ def _first_rows(
             raise InvalidInput(f"only a pending escalation can be enqueued ({esc.status})")
         if esc.dispute_id not in firsts:
             firsts[esc.dispute_id] = enqueue_rows(
-                esc, actor, when or esc.entered_tier_at, calendar_versions.get(esc.dispute_id)
+                esc, actor, when or esc.entered_tier_at, calendar_versions.get(esc.dispute_id),
+                details.get(esc.dispute_id),
             )
     return firsts
 

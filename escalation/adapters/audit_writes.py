@@ -43,12 +43,16 @@ MUTABLE_STATE = frozenset(
 
 
 def enqueue_rows(
-    esc: Escalation, actor: str, decided_at: datetime, calendar_version: str | None = None
+    esc: Escalation, actor: str, decided_at: datetime, calendar_version: str | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> dict[str, Any]:
     """Projection row (seq 1) and its ENQUEUED ledger row for one new escalation.
 
     SLA timing (docs/sla.md): the row records ``calendar_version`` and, when the escalation
     has regulatory deadlines, all of them in ``details["deadlines"]`` (name -> ISO 8601 UTC).
+    The projection row also holds the institution zone and calendar; ``extra``: more keys of the
+    ENQUEUED row's details (provenance: attributes, each deadline's citation and rule, the
+    deadline bounding the due time).
     """
     state: dict[str, Any] = {
         "dispute_id": esc.dispute_id,
@@ -64,6 +68,8 @@ def enqueue_rows(
         "trace_id": esc.trace_id,
         "regulatory_deadline": esc.regulatory_deadline,
         "deadlines": deadlines_json(esc.deadlines),
+        "institution_tz": esc.institution_tz,
+        "institution_calendar": esc.institution_calendar,
         "remaining_ms": None,
         "last_seq": 0,
         "last_hash": b"\x00" * 32,
@@ -83,6 +89,7 @@ def enqueue_rows(
             "entered_tier_at": esc.entered_tier_at.isoformat(),  # SLA report: time in tier
             **({"deadlines": {n: at.isoformat() for n, at in esc.deadlines}}
                if esc.deadlines else {}),
+            **(extra or {}),
         },
     )
     state["last_seq"] = 1
@@ -136,6 +143,8 @@ def apply_decisions(
             next_due_at=entry.next_due_at,
             fence_token=claimed.token,
             calendar_version=entry.calendar_version,
+            **({"details": {"deadline": decision.deadline_detail}}
+               if decision.deadline_detail is not None else {}),
         )
         ledger.append(row)
         state.update(

@@ -35,6 +35,7 @@ from escalation.domain.business_calendar import (
     BusinessCalendar,
     builtin_calendars,
     fixed_holidays,
+    with_institution,
 )
 from escalation.domain.calendars import Calendar
 from escalation.domain.errors import ConfigError, InvalidInput
@@ -123,6 +124,23 @@ def _build(model: CalendarModel, known: dict[str, Calendar], where: str) -> Busi
         )
     except InvalidInput as exc:
         raise ConfigError(f"{where}: {exc}") from None
+
+
+def load_institution_calendars(
+    path: Path | None, calendar_id: str, tz_name: str
+) -> dict[str, Calendar]:
+    """:func:`load_calendars` with the ``institution`` calendar bound to the deployment's
+    ``calendar_id`` in zone ``tz_name`` (settings ``institution_calendar`` /
+    ``institution_timezone``).
+
+    Raises:
+        ConfigError: as :func:`load_calendars`, or an unknown institution calendar or zone.
+    """
+    calendars = load_calendars(path)
+    try:
+        return with_institution(calendars, calendar_id, tz_name)
+    except InvalidInput as exc:
+        raise ConfigError(f"institution calendar: {exc}") from None
 
 
 def load_calendars(path: Path | None) -> dict[str, Calendar]:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from escalation.domain.calendars import SlaWindow, WindowUnit
 from escalation.domain.errors import RELEASE_BROKEN, LadderError, LadderReleaseError
 from escalation.domain.ladder import (
+    DeadlineVariant,
     Ladder,
     MaterialityBand,
     MigrationPolicy,
@@ -84,6 +85,35 @@ class RegulatoryModel(_Model):
         "with several deadlines, e.g. the 15-day one caps the tiers before the response "
         "milestone and the 60-day one the terminal tier",
     )
+    billing_cycles: Annotated[int, Field(strict=True, ge=0, le=12)] = Field(
+        default=0,
+        description="> 0: due at the end of this many complete billing cycles after the "
+        "anchor (needs the dispute attribute cycle_closing_day), never later than "
+        "amount/unit (Reg Z 12 CFR 1026.13(c)(2))",
+    )
+    variants: list[VariantModel] = Field(
+        default_factory=list,
+        description="other windows for disputes with given boolean attributes; the first "
+        "matching one applies (Reg E 12 CFR 1005.11(c)(3))",
+    )
+
+
+class VariantModel(_Model):
+    """A different window for disputes with a boolean attribute (e.g. Reg E new accounts)."""
+
+    when_any: list[Ident] = Field(
+        min_length=1, description="boolean dispute attributes; any true selects this window")
+    amount: PositiveInt
+    unit: WindowUnit | None = Field(default=None, description="default: the deadline's unit")
+    source: str = Field(default="", description="citation, e.g. 12 CFR 1005.11(c)(3)(i)")
+
+
+class InstitutionModel(_Model):
+    """``[institution]``: this version's override of the deployment's institution calendar
+    (the calendar id ``institution`` in windows); an escalation's own values win."""
+
+    timezone: str | None = Field(default=None, description="IANA zone, e.g. America/Chicago")
+    calendar: Ident | None = Field(default=None, description="base calendar id")
 
 
 class BandModel(_Model):
@@ -129,6 +159,7 @@ class LadderFile(_Model):
         default_factory=dict, description="old tier id -> new tier id, for removed/renamed tiers"
     )
     migration: MigrationModel = Field(default_factory=MigrationModel)
+    institution: InstitutionModel = Field(default_factory=InstitutionModel)
 
 
 def render_json_schema() -> str:
@@ -220,8 +251,15 @@ def _to_domain(model: LadderFile, label: str, checksum: str) -> Ladder:
         for t in model.tiers
     )
     deadlines = tuple(
-        RegulatoryDeadline(r.name, r.anchor, SlaWindow(r.amount, r.unit, r.calendar), r.buffer,
-                           tuple(r.caps), r.source)
+        RegulatoryDeadline(
+            r.name, r.anchor, SlaWindow(r.amount, r.unit, r.calendar), r.buffer, tuple(r.caps),
+            source=r.source, billing_cycles=r.billing_cycles,
+            variants=tuple(
+                DeadlineVariant(tuple(v.when_any),
+                                SlaWindow(v.amount, v.unit or r.unit, r.calendar), v.source)
+                for v in r.variants
+            ),
+        )
         for r in _regulatory_list(model)
     )
     bands = sorted(model.bands, key=lambda b: Decimal(b.min_amount), reverse=True)
@@ -240,6 +278,8 @@ def _to_domain(model: LadderFile, label: str, checksum: str) -> Ladder:
         deadlines=deadlines,
         checksum=checksum,
         source=label,
+        institution_timezone=model.institution.timezone,
+        institution_calendar=model.institution.calendar,
         migration=MigrationPolicy(
             recompute_due=model.migration.recompute_due,
             grace=SlaWindow(

@@ -532,6 +532,7 @@ def _migrate_one(
             "breach_suppressed_by_migration": bool(
                 item.due.rule.value == "floor" and due != item.due.recomputed
             ),
+            **({"deadline": item.deadline} if item.deadline is not None else {}),
         },
     )
     after.update(last_seq=row["seq"], last_hash=row["row_hash"])

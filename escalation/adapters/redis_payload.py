@@ -43,7 +43,7 @@ REQUIRED_FIELDS: tuple[str, ...] = (
     "source_hash",
     "trace_id",
 )
-OPTIONAL_FIELDS: tuple[str, ...] = ("external_id", "deadline_ms", "deadlines")
+OPTIONAL_FIELDS: tuple[str, ...] = ("external_id", "deadline_ms", "deadlines", "tz", "cal")
 PAYLOAD_FIELDS: tuple[str, ...] = REQUIRED_FIELDS + OPTIONAL_FIELDS
 _REQUIRED = frozenset(REQUIRED_FIELDS)
 
@@ -70,6 +70,10 @@ def escalation_to_payload(esc: Escalation) -> dict[str, str]:
         fields["deadline_ms"] = str(to_ms(esc.regulatory_deadline))
     if esc.deadlines:
         fields["deadlines"] = ",".join(f"{n}={to_ms(at)}" for n, at in esc.deadlines)
+    if esc.institution_tz is not None:
+        fields["tz"] = esc.institution_tz
+    if esc.institution_calendar is not None:
+        fields["cal"] = esc.institution_calendar
     return fields
 
 
@@ -117,6 +121,8 @@ def payload_to_escalation(
         else from_ms(_int_field(fields, "deadline_ms")),
         status=status,
         deadlines=_deadlines(fields.get("deadlines")),
+        institution_tz=fields.get("tz"),
+        institution_calendar=fields.get("cal"),
     )
 
 

@@ -58,24 +58,36 @@ def duplicate_decisions(engine: sa.Engine, dispute_ids: Sequence[UUID] | None = 
         return int(conn.execute(sql, params).scalar_one())
 
 
-SLA_ROWS = sa.text(
-    """
+_SLA_SELECT = """
     SELECT a.dispute_id, a.seq, a.event, a.from_tier, a.to_tier, a.ladder, a.due_at,
-           a.decided_at, a.regulatory_deadline,
+           a.decided_at, a.regulatory_deadline, a.ladder_version, a.external_id,
+           CASE WHEN a.seq = 1 THEN a.details END AS enq_details,
            CASE WHEN a.seq = 1 THEN a.details->>'entered_tier_at' END AS details_entered_at,
            CASE WHEN a.seq = 1 THEN s.entered_tier_at END AS state_entered_tier_at
       FROM escalation_audit a
       LEFT JOIN escalation_state s ON s.dispute_id = a.dispute_id
+"""
+SLA_ROWS = sa.text(
+    _SLA_SELECT
+    + """
      WHERE a.dispute_id IN (
            SELECT dispute_id FROM escalation_audit
             WHERE (decided_at >= :since AND decided_at < :until)
-               OR (regulatory_deadline >= :since AND regulatory_deadline < :until))
+               OR (regulatory_deadline >= :since AND regulatory_deadline < :until)
+               OR (seq = 1 AND event = 'ENQUEUED' AND details ? 'deadlines'
+                   AND EXISTS (SELECT 1 FROM jsonb_each_text(details->'deadlines') d
+                                WHERE CAST(d.value AS timestamptz) >= :since
+                                  AND CAST(d.value AS timestamptz) < :until)))
      ORDER BY a.dispute_id, a.seq
     """
 )
-"""Every ledger row of the disputes with a decision or a regulatory deadline in
-``[:since, :until)``, ordered by dispute then seq, with the tier-entry instant of their
-first row (``service_layer.sla_report``)."""
+"""Every ledger row of the disputes with a decision or a regulatory deadline (any of the
+ENQUEUED row's ``details["deadlines"]``) in ``[:since, :until)``, ordered by dispute then
+seq, with the tier-entry instant and the ENQUEUED details of their first row
+(``service_layer.sla_report``)."""
+
+DISPUTE_ROWS = sa.text(_SLA_SELECT + " WHERE a.dispute_id = :did ORDER BY a.seq")
+"""The same columns as :data:`SLA_ROWS` for one dispute's chain."""
 
 
 class PostgresReports:
@@ -95,4 +107,12 @@ class PostgresReports:
         with self._engine.connect() as conn:
             now = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
             rows = conn.execute(SLA_ROWS, {"since": since, "until": until}).mappings()
+            return now, [dict(r) for r in rows]
+
+    def dispute_rows(self, dispute_id: UUID) -> tuple[datetime, list[dict[str, Any]]]:
+        """(database clock now, :data:`DISPUTE_ROWS` of ``dispute_id``) in one read
+        transaction."""
+        with self._engine.connect() as conn:
+            now = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+            rows = conn.execute(DISPUTE_ROWS, {"did": dispute_id}).mappings()
             return now, [dict(r) for r in rows]

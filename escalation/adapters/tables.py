@@ -126,6 +126,9 @@ escalation_state = sa.Table(
     sa.Column("remaining_ms", sa.BigInteger),
     # issue 4 A (migration 0004): every regulatory deadline, [["name", "ISO UTC"], ...]
     sa.Column("deadlines", JSONB),
+    # migration 0009: the institution zone and base calendar the escalation counts in
+    sa.Column("institution_tz", sa.Text),
+    sa.Column("institution_calendar", sa.Text),
     sa.Column("last_seq", sa.BigInteger, nullable=False),
     sa.Column("last_hash", BYTEA, nullable=False),
     sa.Column("created_at", TZ, nullable=False, server_default=sa.text("clock_timestamp()")),

@@ -29,9 +29,9 @@ midnight at the end of the day (24:00), so ``open=00:00, close=00:00`` is a 24-h
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time, timedelta
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import holidays as holidays_lib
@@ -40,6 +40,7 @@ from holidays.version import __version__ as HOLIDAYS_VERSION
 from escalation.domain.calendars import UTC_CALENDAR, Calendar, WindowUnit
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
+from escalation.domain.wall_time import resolve_wall, zone
 
 HolidayPredicate = Callable[[date], bool]
 MAX_SCAN_DAYS = 3660  # ten years: a calendar with no business day in that span is a config error
@@ -76,6 +77,8 @@ class BusinessCalendar:
     open: time
     close: time
     is_holiday: HolidayPredicate = field(default=lambda _d: False)
+    base_id: str = ""
+    """For a calendar derived by :func:`institution_calendar`: the id it was derived from."""
 
     def __post_init__(self) -> None:
         if not self.working_days or not self.working_days <= frozenset(range(1, 8)):
@@ -100,10 +103,7 @@ class BusinessCalendar:
     def resolve_wall(self, wall: datetime) -> datetime:
         """Aware UTC instant of naive local ``wall``; a missing or doubled wall time takes the
         earlier instant (a deadline never lands later than its wall-clock reading)."""
-        first = wall.replace(tzinfo=self.tz, fold=0)
-        if first.astimezone(UTC).astimezone(self.tz).replace(tzinfo=None) != wall:
-            return wall.replace(tzinfo=self.tz, fold=1).astimezone(UTC)  # in the gap
-        return first.astimezone(UTC)
+        return resolve_wall(wall, self.tz)  # the one rule (escalation.domain.wall_time)
 
     def opens_at(self, day: date) -> datetime:
         """Aware UTC instant the calendar opens on local ``day``."""
@@ -211,5 +211,90 @@ service's assumption, domain.md 2.6 [U]), closed on Federal Reserve holidays."""
 
 
 def builtin_calendars() -> dict[str, Calendar]:
-    """The calendars every deployment has: ``utc`` (always open) and ``us_federal_reserve``."""
-    return {UTC_CALENDAR.id: UTC_CALENDAR, US_FEDERAL_RESERVE.id: US_FEDERAL_RESERVE}
+    """The calendars every deployment has: ``utc`` (always open), ``us_federal_reserve``, and
+    ``institution`` (the deployment's institution calendar; by default the Federal Reserve
+    calendar in America/New_York, see :func:`with_institution`)."""
+    cals: dict[str, Calendar] = {UTC_CALENDAR.id: UTC_CALENDAR,
+                                 US_FEDERAL_RESERVE.id: US_FEDERAL_RESERVE}
+    return with_institution(cals, US_FEDERAL_RESERVE.id, "America/New_York")
+
+
+# -- the institution calendar ------------------------------------------------------------------
+
+INSTITUTION = "institution"
+"""Calendar id a ladder window uses for "the institution's business calendar in its own time
+zone": resolved per escalation (the escalation's zone and calendar, stored on it), else per
+ladder version (``[institution]`` in the file), else the deployment settings
+(``ESCALATION_INSTITUTION_TIMEZONE`` / ``ESCALATION_INSTITUTION_CALENDAR``)."""
+
+ALWAYS_OPEN_DAYS = frozenset(range(1, 8))
+
+
+def institution_calendar(base: Calendar, tz_name: str) -> BusinessCalendar:
+    """``base``'s working days, hours and holidays read in zone ``tz_name``, as id
+    ``institution``. Its ``version`` names the base calendar, the zone and the base version
+    (``"us_federal_reserve@America/Los_Angeles:fed-1+holidays-0.62"``), so the
+    ``calendar_version`` recorded on a ledger row says which calendar and zone counted.
+
+    The always-open ``utc`` calendar becomes a 24x7 calendar in ``tz_name`` (its local days
+    matter for day-end conventions).
+
+    Raises:
+        InvalidInput: unknown zone.
+    """
+    tz = zone(tz_name)
+    version = f"{base.id}@{tz.key}:{base.version}"
+    if isinstance(base, BusinessCalendar):
+        return replace(base, id=INSTITUTION, version=version, tz=tz, base_id=base.id)
+    return BusinessCalendar(id=INSTITUTION, version=version, tz=tz,
+                            working_days=ALWAYS_OPEN_DAYS, open=time(0), close=time(0),
+                            base_id=base.id)
+
+
+_SCOPED: dict[tuple[int, str, str], tuple[Mapping[str, Calendar], dict[str, Calendar]]] = {}
+
+
+def with_institution(
+    calendars: Mapping[str, Calendar], calendar_id: str, tz_name: str
+) -> dict[str, Calendar]:
+    """A copy of ``calendars`` whose ``institution`` entry is ``calendar_id`` in ``tz_name``.
+
+    Results are memoised per (registry object, calendar, zone): an escalation-scoped registry
+    is looked up on every decision.
+
+    Raises:
+        InvalidInput: unknown calendar id (``institution`` itself is not a valid base) or zone.
+    """
+    key = (id(calendars), calendar_id, tz_name)
+    hit = _SCOPED.get(key)
+    if hit is not None and hit[0] is calendars:  # same registry object (ids can be reused)
+        return hit[1]
+    if calendar_id == INSTITUTION or calendar_id not in calendars:
+        known = ", ".join(sorted(c for c in calendars if c != INSTITUTION))
+        raise InvalidInput(f"unknown calendar {calendar_id!r}; known: {known}")
+    scoped = dict(calendars)
+    scoped[INSTITUTION] = institution_calendar(calendars[calendar_id], tz_name)
+    if len(_SCOPED) > 1024:
+        _SCOPED.clear()
+    _SCOPED[key] = (calendars, scoped)
+    return scoped
+
+
+def institution_defaults(calendars: Mapping[str, Calendar]) -> tuple[str, str]:
+    """``(calendar id, zone)`` of the registry's ``institution`` calendar (the deployment's
+    default), or ``("us_federal_reserve", "America/New_York")`` when it has none."""
+    cal = calendars.get(INSTITUTION)
+    if isinstance(cal, BusinessCalendar) and cal.base_id:
+        return cal.base_id, cal.tz.key
+    return US_FEDERAL_RESERVE.id, "America/New_York"
+
+
+def scoped_calendars(
+    calendars: Mapping[str, Calendar], calendar_id: str | None, tz_name: str | None
+) -> Mapping[str, Calendar]:
+    """The registry an escalation counts in: ``calendars`` with ``institution`` bound to the
+    escalation's own calendar and zone (either None = the registry's default for it)."""
+    if calendar_id is None and tz_name is None:
+        return calendars
+    base, tz = institution_defaults(calendars)
+    return with_institution(calendars, calendar_id or base, tz_name or tz)

@@ -18,6 +18,8 @@ from escalation.domain.ladder import Ladder
 from escalation.domain.sla_timing import (
     calendar_of,
     cap_due,
+    cap_provenance,
+    deadline_values,
     escalation_tier_cap,
     tier_window,
 )
@@ -60,6 +62,9 @@ class Decision:
     decided_at: datetime
     calendar_version: str | None = None
     regulatory_deadline: datetime | None = None
+    deadline_detail: dict[str, object] | None = None
+    """The deadline bounding ``next_due_at`` (name, citation, instant, whether it capped
+    it), recorded in the promotion row's ``details["deadline"]``; None without one."""
 
 
 def decide(
@@ -83,11 +88,14 @@ def decide(
             f"escalation is pinned to {escalation.ladder_key}, refusing to decide with {ladder.key}"
         )
     current = ladder.tier(escalation.tier)
+    calendars = escalation.calendars(calendars)  # the escalation's institution zone/calendar
     if escalation.due_at > now:
         return Decision(DecisionKind.NOT_DUE, NOT_DUE, current.id, None, None, now)
     nxt = ladder.next_tier(current.id)
-    if nxt is None:
-        return Decision(DecisionKind.TERMINAL, TERMINAL_ESCALATION, current.id, None, None, now)
+    if nxt is None:  # the row still names the calendar the breached window counted in
+        version = calendar_of(current.window, calendars).version
+        return Decision(DecisionKind.TERMINAL, TERMINAL_ESCALATION, current.id, None, None, now,
+                        version)
     # issue 4: the band's window_factor shortens the window; the regulatory deadline minus
     # its buffer caps the due time (escalation.domain.sla_timing).
     window = tier_window(ladder, nxt.id, escalation.materiality.amount)
@@ -97,9 +105,15 @@ def decide(
     cap, deadline = escalation_tier_cap(
         ladder, nxt.id, escalation.deadlines, escalation.regulatory_deadline, calendars
     )
+    uncapped = due
     due = cap_due(due, cap, now)
     version = calendar_of(window, calendars).version
+    detail = cap_provenance(
+        ladder, nxt.id,
+        deadline_values(ladder, escalation.deadlines, escalation.regulatory_deadline),
+        calendars, uncapped, due, at=deadline,
+    ) if ladder.deadlines else None
     return Decision(
         DecisionKind.PROMOTED, nxt.decision_name, current.id, nxt.id, due, now, version,
-        deadline,
+        deadline, detail,
     )

@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from uuid import UUID
 
+from escalation.domain.business_calendar import scoped_calendars
+from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import InvalidInput
 from escalation.domain.ladder import Ladder
 from escalation.domain.materiality import Materiality
@@ -125,6 +127,11 @@ class Escalation:
         deadlines: every regulatory deadline of the escalation, ``((name, aware UTC), ...)``
             in the ladder's order, computed once at enqueue from the anchor (issue 4 A);
             empty for ladders without deadlines (or rows written before issue 4 A).
+        institution_tz: IANA zone of the institution for this escalation (its local days,
+            date-only inputs, business hours); None = the deployment default (rows written
+            before it was stored).
+        institution_calendar: base calendar id the ``institution`` calendar counts in for
+            this escalation; None = the deployment default.
     """
 
     dispute_id: UUID
@@ -141,6 +148,8 @@ class Escalation:
     regulatory_deadline: datetime | None = None
     status: Status = Status.PENDING
     deadlines: tuple[tuple[str, datetime], ...] = ()
+    institution_tz: str | None = None
+    institution_calendar: str | None = None
 
     @classmethod
     def new(
@@ -157,6 +166,8 @@ class Escalation:
         external_id: str | None = None,
         regulatory_deadline: datetime | None = None,
         deadlines: tuple[tuple[str, datetime], ...] = (),
+        institution_tz: str | None = None,
+        institution_calendar: str | None = None,
     ) -> Escalation:
         """Validate inputs and build a fresh escalation (``seq`` 0: not yet recorded).
 
@@ -192,12 +203,19 @@ class Escalation:
                 else check_instant(regulatory_deadline, "regulatory_deadline")
             ),
             deadlines=tuple((n, check_instant(at, f"deadline {n}")) for n, at in deadlines),
+            institution_tz=institution_tz,
+            institution_calendar=institution_calendar,
         )
 
     @property
     def ladder_key(self) -> str:
         """``"<ladder>@<version>"``."""
         return f"{self.ladder}@{self.ladder_version}"
+
+    def calendars(self, registry: CalendarRegistry) -> CalendarRegistry:
+        """``registry`` with its ``institution`` calendar bound to this escalation's zone and
+        calendar (``business_calendar.scoped_calendars``). Raises InvalidInput if unknown."""
+        return scoped_calendars(registry, self.institution_calendar, self.institution_tz)
 
     def with_changes(self, **changes: object) -> Escalation:
         """A copy with fields replaced (dataclasses.replace)."""

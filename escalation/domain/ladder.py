@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit, window_end
+from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit
 from escalation.domain.errors import LadderError, UnknownTier
 
 
@@ -54,19 +54,64 @@ class MaterialityBand:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadlineVariant:
+    """A different length of a regulatory deadline for disputes with a given attribute.
+
+    Attributes:
+        when_any: boolean dispute attributes; the variant applies when any of them is true
+            (e.g. ``("new_account", "point_of_sale", "foreign_initiated")``).
+        window: the deadline window for such disputes (from the same anchor).
+        source: citation of the variant's rule, e.g. ``"12 CFR 1005.11(c)(3)(i)"``.
+    """
+
+    when_any: tuple[str, ...]
+    window: SlaWindow
+    source: str = ""
+
+
+BILLING_CYCLE_ATTRIBUTE = "cycle_closing_day"
+"""Dispute attribute holding the account's billing-cycle closing day of month (1-31)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedDeadline:
+    """One regulatory deadline as computed for one dispute.
+
+    Attributes:
+        name: the deadline's name in the ladder file.
+        at: aware UTC instant; the deadline is met by anything strictly before it.
+        source: citation of the rule that set it (the variant's or billing cycles' when one
+            applied).
+        rule: human text of the rule applied, e.g. ``"2 complete billing cycles (closing day
+            6)"`` or ``"90 calendar_days (institution)"``.
+    """
+
+    name: str
+    at: datetime
+    source: str
+    rule: str
+
+
+@dataclass(frozen=True, slots=True)
 class RegulatoryDeadline:
     """A deadline fixed by law or scheme rules, anchored on an external event (domain.md 0.1).
 
     Attributes:
         name: e.g. ``"determine_or_provisionally_credit"`` (Reg E 1005.11(c)(1)).
         anchor: the event that starts the clock, e.g. ``"notice_of_error_received"``.
-        window: the deadline as a window from the anchor (amount, unit, calendar).
+        window: the deadline as a window from the anchor (amount, unit, calendar). With
+            ``billing_cycles`` it is the outer cap ("never later than 90 days").
         buffer: safety margin in ``window.unit`` / ``window.calendar`` (>= 0): the tier windows
             must end at least this long before the deadline (``escalation ladder check``).
         caps: ids of the tiers whose due times this deadline caps (issue 4 A: a ladder may
             carry several deadlines, e.g. CFPB 15 days for the response tiers, 60 days for the
             terminal one). Empty = every tier.
         source: citation, e.g. ``"12 CFR 1005.11(c)(1)"`` ("" when the file gives none).
+        billing_cycles: > 0 = the deadline is the end of the Nth complete billing cycle after
+            the anchor (Reg Z 12 CFR 1026.13(c)(2)), capped by ``window``; needs the dispute
+            attribute ``cycle_closing_day``.
+        variants: longer (or shorter) windows for disputes with given boolean attributes; the
+            first variant whose attribute is true applies (Reg E 1005.11(c)(3)).
     """
 
     name: str
@@ -75,18 +120,41 @@ class RegulatoryDeadline:
     buffer: int = 0
     caps: tuple[str, ...] = ()
     source: str = ""
+    billing_cycles: int = 0
+    variants: tuple[DeadlineVariant, ...] = ()
 
     def applies_to(self, tier_id: str) -> bool:
         """True when this deadline caps the due time of tier ``tier_id``."""
         return not self.caps or tier_id in self.caps
 
-    def deadline(self, anchor_at: datetime, calendars: CalendarRegistry) -> datetime:
-        """Aware UTC deadline for an anchor event at ``anchor_at``.
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """Dispute attributes this deadline needs to be computed (sorted, no duplicates)."""
+        names = {a for v in self.variants for a in v.when_any}
+        if self.billing_cycles:
+            names.add(BILLING_CYCLE_ATTRIBUTE)
+        return tuple(sorted(names))
+
+    def deadline(
+        self, anchor_at: datetime, calendars: CalendarRegistry,
+        attributes: Mapping[str, object] | None = None,
+    ) -> datetime:
+        """Aware UTC deadline for an anchor event at ``anchor_at`` (see :meth:`resolve`)."""
+        return self.resolve(anchor_at, calendars, attributes).at
+
+    def resolve(
+        self, anchor_at: datetime, calendars: CalendarRegistry,
+        attributes: Mapping[str, object] | None = None,
+    ) -> ResolvedDeadline:
+        """This deadline for one dispute (escalation.domain.deadline_rules).
 
         Raises:
-            InvalidInput: naive ``anchor_at`` or an unknown calendar.
+            InvalidInput: naive ``anchor_at``, unknown calendar, or a needed attribute is
+                missing or malformed.
         """
-        return window_end(anchor_at, self.window, calendars)
+        from escalation.domain.deadline_rules import resolve_deadline
+
+        return resolve_deadline(self, anchor_at, calendars, attributes or {})
 
 
 DUE_KEEP = "keep"
@@ -130,6 +198,9 @@ class Ladder:
         checksum: SHA-256 hex of the source file bytes ("" when built in code).
         source: the file it was loaded from, for error messages ("" when built in code).
         migration: how a migration onto this version recomputes due times (issue 3).
+        institution_timezone / institution_calendar: this version's override of the
+            deployment's institution zone / calendar (``[institution]`` in the file; None =
+            the deployment setting). An escalation's own values win over both.
     """
 
     name: str
@@ -144,6 +215,8 @@ class Ladder:
     source: str = ""
     migration: MigrationPolicy = field(default_factory=MigrationPolicy)
     deadlines: tuple[RegulatoryDeadline, ...] = ()
+    institution_timezone: str | None = None
+    institution_calendar: str | None = None
 
     def __post_init__(self) -> None:
         if not self.deadlines and self.regulatory is not None:
@@ -221,6 +294,11 @@ class Ladder:
     def deadlines_for(self, tier_id: str) -> tuple[RegulatoryDeadline, ...]:
         """The regulatory deadlines that cap tier ``tier_id`` (possibly none)."""
         return tuple(d for d in self.deadlines if d.applies_to(tier_id))
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """Dispute attributes any of this ladder's deadlines needs (sorted)."""
+        return tuple(sorted({a for d in self.deadlines for a in d.needs}))
 
     def is_terminal(self, tier_id: str) -> bool:
         """True when ``tier_id`` is this ladder's terminal tier. Raises UnknownTier."""

@@ -11,7 +11,10 @@ Rules, each reported as ``"<file>: <field>: <problem>"``:
 * with a regulatory deadline, the tier windows chained from the anchor end no later than the
   deadline minus its buffer (domain.md 0.1 and 3). Business calendars make that depend on the
   anchor, so it is checked for anchors every ``ANCHOR_STEP`` across ``ANCHOR_SPAN`` from
-  ``ANCHOR_FROM``, and the worst case is reported.
+  ``ANCHOR_FROM`` (2026-2030), and the worst case is reported. A deadline that depends on
+  dispute attributes (Reg E variants, Reg Z billing cycles) is checked for every attribute
+  variant: each combination of its boolean attributes and every billing-cycle closing day
+  1-31 (:func:`attribute_variants`).
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
-from escalation.domain.calendars import CalendarRegistry, window_end
+from escalation.domain.calendars import CalendarRegistry, WindowUnit, window_end
 from escalation.domain.errors import InvalidInput
 from escalation.domain.ladder import Ladder, RegulatoryDeadline
 
 ANCHOR_FROM = datetime(2026, 1, 1, tzinfo=UTC)
-ANCHOR_SPAN = timedelta(days=366)
+ANCHOR_SPAN = datetime(2031, 1, 1, tzinfo=UTC) - ANCHOR_FROM  # anchors across 2026-2030
 ANCHOR_STEP = timedelta(hours=7)  # coprime with 24: anchors visit every hour of the day
 
 
@@ -146,34 +149,74 @@ def _check_checksums(
     return errors
 
 
+def attribute_variants(reg: RegulatoryDeadline) -> list[dict[str, object]]:
+    """Every attribute variant of ``reg`` worth checking: one dict of attributes per distinct
+    outcome (which variant applies) times every billing-cycle closing day 1-31; ``[{}]`` for
+    a deadline that needs no attribute."""
+    from escalation.domain.ladder import BILLING_CYCLE_ATTRIBUTE
+
+    flags = [a for a in reg.needs if a != BILLING_CYCLE_ATTRIBUTE]
+    seen: dict[int, dict[str, object]] = {}
+    for values in itertools.product((False, True), repeat=len(flags)):
+        attrs: dict[str, object] = dict(zip(flags, values, strict=True))
+        chosen = next((i for i, v in enumerate(reg.variants)
+                       if any(attrs[a] for a in v.when_any)), -1)
+        seen.setdefault(chosen, attrs)
+    days = range(1, 32) if reg.billing_cycles else (None,)
+    out = []
+    for attrs in seen.values():
+        for day in days:
+            out.append({**attrs, **({BILLING_CYCLE_ATTRIBUTE: day} if day else {})})
+    return out
+
+
 def _check_regulatory_fit(
     ladder: Ladder, reg: RegulatoryDeadline, calendars: CalendarRegistry
 ) -> list[str]:
     """The tier windows chained from the anchor up to the last tier ``reg`` caps end no later
-    than ``reg``'s deadline minus its buffer (worst case over the sampled anchors)."""
+    than ``reg``'s deadline minus its buffer (worst case over the sampled anchors and every
+    attribute variant)."""
+    from escalation.domain.business_calendar import scoped_calendars
+    from escalation.domain.deadline_rules import zone_of
+
+    calendars = scoped_calendars(calendars, ladder.institution_calendar,
+                                 ladder.institution_timezone)
     capped = [i for i, t in enumerate(ladder.tiers) if reg.applies_to(t.id)]
     chain = ladder.tiers[: max(capped) + 1] if capped else ()
-    buffer_cal = calendars[reg.window.calendar]
-    worst: tuple[timedelta, datetime, datetime, datetime] | None = None
-    anchor = ANCHOR_FROM
+    worst: tuple[timedelta, datetime, datetime, datetime, dict[str, object]] | None = None
     try:
+        buffer_cal = calendars[reg.window.calendar]
+        variants = attribute_variants(reg)
+        # Day-unit deadlines depend only on the anchor's local date: computed once per date.
+        by_date = {v.window.unit for v in reg.variants} | {reg.window.unit} <= {
+            WindowUnit.CALENDAR_DAYS, WindowUnit.BUSINESS_DAYS}
+        tz = zone_of(reg.window, calendars)
+        cache: dict[tuple[object, int], datetime] = {}
+        anchor = ANCHOR_FROM
         while anchor < ANCHOR_FROM + ANCHOR_SPAN:
             end = anchor
             for tier in chain:
                 end = window_end(end, tier.window, calendars)
-            deadline = reg.deadline(anchor, calendars)
             with_buffer = buffer_cal.add(end, reg.buffer, reg.window.unit) if reg.buffer else end
-            over = with_buffer - deadline
-            if over > timedelta(0) and (worst is None or over > worst[0]):
-                worst = (over, anchor, end, deadline)
+            day = anchor.astimezone(tz).date() if by_date else anchor
+            for i, attrs in enumerate(variants):
+                deadline = cache.get((day, i)) if by_date else None
+                if deadline is None:
+                    deadline = reg.deadline(anchor, calendars, attrs)
+                    if by_date:
+                        cache[(day, i)] = deadline
+                over = with_buffer - deadline
+                if over > timedelta(0) and (worst is None or over > worst[0]):
+                    worst = (over, anchor, end, deadline, attrs)
             anchor += ANCHOR_STEP
-    except InvalidInput as exc:
+    except (InvalidInput, KeyError) as exc:
         return [f"{ladder.label}: regulatory: {exc}"]
     if worst is None:
         return []
-    _, at, end, deadline = worst
+    _, at, end, deadline, attrs = worst
+    variant = f" with {attrs}" if attrs else ""
     return [
         f"{ladder.label}: regulatory: tier windows do not fit inside {reg.name} "
-        f"({reg.window.describe()}, buffer {reg.buffer}): for an anchor at {at.isoformat()} they "
-        f"end at {end.isoformat()}, deadline {deadline.isoformat()}"
+        f"({reg.window.describe()}, buffer {reg.buffer}){variant}: for an anchor at "
+        f"{at.isoformat()} they end at {end.isoformat()}, deadline {deadline.isoformat()}"
     ]

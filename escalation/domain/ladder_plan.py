@@ -97,6 +97,9 @@ class PlanItem:
         from_tier, to_tier: tier id now, tier id after.
         old_next, new_next: next tier id before/after (None = terminal tier).
         due: the due-time rule.
+        deadline: for a pending escalation whose tier a regulatory deadline bounds, that
+            deadline (``name``, ``citation``, ``at``, ``capped``: it cut the recomputed due
+            time), recorded in the LADDER_MIGRATED row; not part of the plan hash.
     """
 
     dispute_id: UUID
@@ -109,6 +112,7 @@ class PlanItem:
     old_next: str | None
     new_next: str | None
     due: DuePlan
+    deadline: dict[str, object] | None = None
 
     @property
     def changes(self) -> bool:
@@ -286,8 +290,30 @@ def plan_escalation(
         to_tier=new.id,
         old_next=None if old_next is None else old_next.id,
         new_next=None if new_next is None else new_next.id,
-        due=_due_plan(esc, target, new.id, calendars),
+        due=_due_plan(esc, target, new.id, esc.calendars(calendars)),
+        deadline=_deadline_detail(esc, target, new.id, esc.calendars(calendars)),
     )
+
+
+def _deadline_detail(
+    esc: Escalation, target: Ladder, tier: str, calendars: CalendarRegistry
+) -> dict[str, object] | None:
+    """The regulatory deadline bounding a migrated pending escalation's due time (see
+    :class:`PlanItem`), or None."""
+    if esc.status is not Status.PENDING or esc.regulatory_deadline is None:
+        return None
+    values = dict(esc.deadlines) or {}
+    rule = next((r for r in target.deadlines_for(tier)
+                 if values.get(r.name, esc.regulatory_deadline) == esc.regulatory_deadline),
+                None)
+    if rule is None:
+        return None
+    capped = False
+    if target.migration.recompute_due == DUE_FROM_TIER_ENTRY:
+        end = window_end(esc.entered_tier_at, target.tier(tier).window, calendars)
+        capped = end > esc.regulatory_deadline
+    return {"name": rule.name, "citation": rule.source,
+            "at": esc.regulatory_deadline.isoformat(), "capped": capped}
 
 
 def _due_plan(esc: Escalation, target: Ladder, tier: str, calendars: CalendarRegistry) -> DuePlan:

@@ -21,6 +21,7 @@ Conventions (docs/sla.md):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
@@ -34,7 +35,7 @@ from escalation.domain.calendars import (
     window_end,
 )
 from escalation.domain.errors import InvalidInput
-from escalation.domain.ladder import Ladder, MaterialityBand, RegulatoryDeadline
+from escalation.domain.ladder import Ladder, MaterialityBand, RegulatoryDeadline, ResolvedDeadline
 from escalation.domain.timeutil import from_ms, require_aware, to_ms
 
 BUSINESS_UNITS = frozenset({WindowUnit.BUSINESS_DAYS, WindowUnit.BUSINESS_HOURS})
@@ -135,15 +136,26 @@ def deadline_values(
 
 
 def compute_deadlines(
-    ladder: Ladder, anchor_at: datetime, calendars: CalendarRegistry
+    ladder: Ladder, anchor_at: datetime, calendars: CalendarRegistry,
+    attributes: Mapping[str, object] | None = None,
 ) -> tuple[tuple[str, datetime], ...]:
     """Every regulatory deadline of ``ladder`` for an anchor event at ``anchor_at``:
     ``((name, aware UTC deadline), ...)`` in the ladder's order (issue 4 A).
 
     Raises:
-        InvalidInput: naive ``anchor_at`` or an unknown calendar.
+        InvalidInput: naive ``anchor_at``, an unknown calendar, or a dispute attribute the
+            ladder needs is missing (``RegulatoryDeadline.needs``).
     """
-    return tuple((d.name, d.deadline(anchor_at, calendars)) for d in ladder.deadlines)
+    return tuple((r.name, r.at) for r in resolve_deadlines(ladder, anchor_at, calendars,
+                                                           attributes))
+
+
+def resolve_deadlines(
+    ladder: Ladder, anchor_at: datetime, calendars: CalendarRegistry,
+    attributes: Mapping[str, object] | None = None,
+) -> tuple[ResolvedDeadline, ...]:
+    """Like :func:`compute_deadlines` with each deadline's citation and the rule applied."""
+    return tuple(d.resolve(anchor_at, calendars, attributes) for d in ladder.deadlines)
 
 
 def tier_cap(
@@ -170,6 +182,49 @@ def tier_cap(
         if cap is not None and (best[0] is None or cap < best[0]):
             best = (cap, at)
     return best
+
+
+def capping_rule(
+    ladder: Ladder, tier_id: str, deadlines: dict[str, datetime], calendars: CalendarRegistry
+) -> RegulatoryDeadline | None:
+    """The regulatory rule whose ``deadline - buffer`` caps tier ``tier_id`` (the earliest
+    such cap), or None. Same choice as :func:`tier_cap`."""
+    best: tuple[datetime, RegulatoryDeadline] | None = None
+    for rule in ladder.deadlines_for(tier_id):
+        at = deadlines.get(rule.name)
+        if at is None:
+            continue
+        cap = regulatory_cap(at, rule, calendars)
+        if cap is not None and (best is None or cap < best[0]):
+            best = (cap, rule)
+    return None if best is None else best[1]
+
+
+def cap_provenance(
+    ladder: Ladder, tier_id: str, deadlines: dict[str, datetime], calendars: CalendarRegistry,
+    uncapped: datetime, due: datetime, sources: dict[str, str] | None = None,
+    at: datetime | None = None,
+) -> dict[str, object] | None:
+    """Ledger ``details["deadline"]`` for a due time set for tier ``tier_id``: the deadline
+    that bounds it (name, citation, ISO UTC instant, buffer) and ``capped`` = True when the
+    cap moved the due time earlier than the tier window alone (``uncapped``). None when no
+    deadline bounds the tier. ``sources`` overrides a rule's citation (a variant's). ``at``:
+    the deadline :func:`tier_cap` returned (picks the rule without recomputing caps)."""
+    rule = None
+    if at is not None:
+        rule = next((r for r in ladder.deadlines_for(tier_id) if deadlines.get(r.name) == at),
+                    None)
+    if rule is None:
+        rule = capping_rule(ladder, tier_id, deadlines, calendars)
+    if rule is None:
+        return None
+    return {
+        "name": rule.name,
+        "citation": (sources or {}).get(rule.name) or rule.source,
+        "at": deadlines[rule.name].isoformat(),
+        "buffer": f"{rule.buffer} {rule.window.unit.value}",
+        "capped": due < uncapped,
+    }
 
 
 def escalation_tier_cap(
@@ -203,7 +258,8 @@ def uses_open_time(window: SlaWindow) -> bool:
 
 
 def open_ms_between(cal: Calendar, start: datetime, end: datetime) -> int:
-    """Milliseconds of working time between ``start`` and ``end`` (0 if end <= start).
+    """Milliseconds of working time between ``start`` and ``end`` (0 if end <= start),
+    rounded up.
 
     For a non-business calendar (always open) this is the elapsed time.
     """
@@ -211,7 +267,7 @@ def open_ms_between(cal: Calendar, start: datetime, end: datetime) -> int:
     if end <= start:
         return 0
     if not isinstance(cal, BusinessCalendar):
-        return (end - start) // _MS
+        return -(-(end - start) // _MS)
     total = timedelta(0)
     day = start.astimezone(cal.tz).date()
     last = end.astimezone(cal.tz).date()
@@ -221,7 +277,7 @@ def open_ms_between(cal: Calendar, start: datetime, end: datetime) -> int:
             if begin < close:
                 total += close - begin
         day += timedelta(days=1)
-    return total // _MS
+    return -(-total // _MS)  # rounded up: a pause never loses a fraction of a millisecond
 
 
 def advance_open_ms(cal: Calendar, start: datetime, amount_ms: int) -> datetime:
@@ -252,10 +308,11 @@ def advance_open_ms(cal: Calendar, start: datetime, amount_ms: int) -> datetime:
 
 def remaining_ms(window: SlaWindow, cal: Calendar, now: datetime, due: datetime) -> int:
     """What is left of a tier's window at ``now`` (pause): open ms for business units,
-    elapsed ms otherwise; 0 when already due."""
+    elapsed ms otherwise; 0 when already due. Rounded **up** to the millisecond, so a pause
+    never moves the due time earlier (property test)."""
     if uses_open_time(window):
         return open_ms_between(cal, now, due)
-    return max(0, (require_aware(due, "due") - require_aware(now, "now")) // _MS)
+    return max(0, -((require_aware(now, "now") - require_aware(due, "due")) // _MS))
 
 
 def resume_due(window: SlaWindow, cal: Calendar, now: datetime, remaining: int) -> datetime:
@@ -287,6 +344,40 @@ def warning_times(
         offset = int(Decimal(total) * f)
         at = advance_open_ms(cal, entered, offset) if business else entered + offset * _MS
         out.append((f, at))
+    return out
+
+
+def active_ms_between(window: SlaWindow, cal: Calendar, start: datetime, end: datetime) -> int:
+    """Active SLA time between ``start`` and ``end`` on the window's basis: open ms for
+    business units, elapsed ms otherwise (rounded up; 0 if ``end <= start``)."""
+    if uses_open_time(window):
+        return open_ms_between(cal, start, end)
+    return max(0, -((require_aware(start, "start") - require_aware(end, "end")) // _MS))
+
+
+def active_warning_times(
+    window: SlaWindow, cal: Calendar, resumed_at: datetime, total_ms: int, consumed_ms: int,
+    fractions: tuple[Decimal, ...],
+) -> list[tuple[Decimal, datetime]]:
+    """Warnings as fractions of **active** (unpaused) SLA time after a resume.
+
+    The tier's window is ``total_ms`` of active time (open ms for business units, elapsed
+    otherwise), ``consumed_ms`` of which ran before the clock (re)started at ``resumed_at``.
+    The warning at fraction ``f`` is due once ``f * total_ms`` of active time has run:
+    ``resumed_at`` + the rest, counted like the due time (``resume_due``). Fractions already
+    reached before the pause are left out (they were scheduled in the earlier run).
+
+    Raises:
+        InvalidInput: a fraction not strictly between 0 and 1.
+    """
+    out: list[tuple[Decimal, datetime]] = []
+    for f in fractions:
+        if not Decimal(0) < f < Decimal(1):
+            raise InvalidInput(f"warning fraction must be in (0, 1), got {f}")
+        target = int(Decimal(total_ms) * f)
+        if target <= consumed_ms:
+            continue
+        out.append((f, resume_due(window, cal, resumed_at, target - consumed_ms)))
     return out
 
 

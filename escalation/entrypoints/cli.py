@@ -23,7 +23,15 @@ from escalation.entrypoints import (
     cli_ops,
     cli_sla,
 )
-from escalation.entrypoints.cli_common import _app, _print_json, _settings, err, out, parse_time
+from escalation.entrypoints.cli_common import (
+    _app,
+    _print_json,
+    _settings,
+    err,
+    out,
+    parse_attributes,
+    parse_time_or_date,
+)
 
 app = typer.Typer(
     name="escalation", no_args_is_help=True, pretty_exceptions_enable=False,
@@ -63,7 +71,17 @@ def enqueue(
     external_id: Annotated[str | None, typer.Option(help="Source system id.")] = None,
     trace_id: Annotated[str | None, typer.Option(help="Correlation id.")] = None,
     notice_at: Annotated[str | None, typer.Option(
-        help="Regulatory anchor event time, ISO-8601 (default: tier entry).")] = None,
+        help="Regulatory anchor event time, ISO-8601 with offset or a date "
+             "(default: tier entry).")] = None,
+    timezone: Annotated[str | None, typer.Option(
+        help="Institution zone of this dispute (default: the ladder version's, else "
+             "ESCALATION_INSTITUTION_TIMEZONE); a date is read in it.")] = None,
+    calendar: Annotated[str | None, typer.Option(
+        help="Base business calendar of this dispute (default: the ladder version's, else "
+             "ESCALATION_INSTITUTION_CALENDAR).")] = None,
+    attribute: Annotated[list[str] | None, typer.Option(
+        help="Dispute attribute name=value a deadline needs, e.g. cycle_closing_day=6, "
+             "new_account=false (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Schedule an escalation for a dispute (idempotent per dispute)."""
@@ -72,9 +90,11 @@ def enqueue(
 
     req = EnqueueRequest(
         dispute_id=dispute_id, materiality=materiality, source_hash=source_hash, tier=tier,
-        due_at=parse_time(due_at, "--due-at"), opened_at=parse_time(opened_at, "--opened-at"),
+        due_at=parse_time_or_date(due_at, "--due-at"),
+        opened_at=parse_time_or_date(opened_at, "--opened-at"),
         ladder=ladder, external_id=external_id, trace_id=trace_id,
-        anchor_at=parse_time(notice_at, "--notice-at"),
+        anchor_at=parse_time_or_date(notice_at, "--notice-at"),
+        timezone=timezone, calendar=calendar, attributes=parse_attributes(attribute),
     )
     a = _app(actor="cli", strict_ladders=True, durable_redis=True)
     try:
@@ -90,7 +110,9 @@ def enqueue(
             "due_at": e.due_at.isoformat(), "ladder": e.ladder_key, "seq": e.seq,
             "status": res.status.value,
             "regulatory_deadline": (e.regulatory_deadline.isoformat()
-                                    if e.regulatory_deadline else None)}
+                                    if e.regulatory_deadline else None),
+            "deadlines": {n: at.isoformat() for n, at in e.deadlines},
+            "institution": {"timezone": e.institution_tz, "calendar": e.institution_calendar}}
     if as_json:
         _print_json(info)
     elif res.created:

@@ -325,6 +325,41 @@ def _filter(**kw: Any) -> Any:
     )
 
 
+def _institution_calendars() -> Any:
+    """The calendar registry with the deployment's institution zone and calendar."""
+    from escalation.adapters.calendar_files import load_institution_calendars
+
+    settings = _settings()
+    return load_institution_calendars(settings.calendars_file, settings.institution_calendar,
+                                      settings.institution_timezone)
+
+
+def _search_deadlines(dispute: str | None, name: str | None, as_json: bool) -> None:
+    """``audit search --dispute ID --deadlines [--deadline NAME]``."""
+    from escalation.adapters.report_queries import PostgresReports
+    from escalation.domain.escalation import parse_dispute_id
+    from escalation.service_layer.sla_report import MISSED_COLUMNS, dispute_deadlines
+
+    if dispute is None:
+        raise InvalidInput("--deadlines needs --dispute")
+    did = parse_dispute_id(dispute)
+    cals = _institution_calendars()
+    with _engine() as engine:
+        found = dispute_deadlines(PostgresReports(engine), did, name, cals)
+    if name is not None and not found:
+        raise InvalidInput(f"dispute {did} has no deadline {name!r}")
+    if as_json:
+        for o in found:
+            sys.stdout.write(json.dumps(o.as_row(), default=str) + "\n")
+        return
+    table = Table(title=f"{len(found)} regulatory deadline(s) of {did}")
+    for col in MISSED_COLUMNS[2:]:
+        table.add_column(col)
+    for o in found:
+        table.add_row(*[str(v) for v in list(o.as_row().values())[2:]])
+    out.print(table)
+
+
 @audit_app.command("search")
 def audit_search(
     dispute: Annotated[str | None, typer.Option(
@@ -342,12 +377,20 @@ def audit_search(
     ladder_version: Annotated[int | None, typer.Option(help="Ladder version.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many rows (1-10000).")] = 100,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines.")] = False,
+    deadlines: Annotated[bool, typer.Option(
+        "--deadlines", help="With --dispute: each regulatory deadline of the dispute, met or "
+        "missed and by how much (hours, business days).")] = False,
+    deadline: Annotated[str | None, typer.Option(
+        help="With --dispute: only this deadline (implies --deadlines).")] = None,
 ) -> None:
     """Search the ledger; rows ordered by decision time.
 
     An unknown --decision (neither a ledger event nor a recorded decision) and --from after
     --to are refused (exit 2) with the known names listed.
     """
+    if deadlines or deadline is not None:
+        _search_deadlines(dispute, deadline, as_json)
+        return
     from escalation.service_layer.audit_export import (
         COLUMNS,
         check_decision,
@@ -426,6 +469,31 @@ def audit_export(
 
 
 # --------------------------------------------------------------------------- report
+def _print_missed(report: Any, fmt: str, out_file: Path | None) -> None:
+    """``report sla --missed``: one row per missed deadline (table, csv; html refused)."""
+    from escalation.service_layer.sla_report import MISSED_COLUMNS, missed_csv
+
+    if fmt == "html":
+        raise InvalidInput("--missed supports --format table or csv")
+    if fmt == "csv":
+        text = missed_csv(report)
+        if out_file is None:
+            sys.stdout.write(text)
+        else:
+            out_file.write_text(text, "utf-8")
+            out.print(f"wrote {out_file}")
+        return
+    if out_file is not None:
+        raise InvalidInput("--out needs --format csv")
+    table = Table(title=f"Missed regulatory deadlines {report.since.isoformat()} .. "
+                        f"{report.until.isoformat()}: {len(report.missed)}")
+    for col in MISSED_COLUMNS:
+        table.add_column(col)
+    for o in report.missed:
+        table.add_row(*[str(v) for v in o.as_row().values()])
+    out.print(table)
+
+
 @report_app.command("sla")
 def report_sla(
     since: Annotated[str, typer.Option("--from", help="Window start (ISO-8601).")],
@@ -433,8 +501,13 @@ def report_sla(
     fmt: Annotated[str, typer.Option("--format", help="table, csv or html.")] = "table",
     out_file: Annotated[Path | None, typer.Option("--out", help="Write to this file.")] = None,
     grace_s: Annotated[int, typer.Option(help="On time = decided within N s of due.")] = 60,
+    missed: Annotated[bool, typer.Option(
+        "--missed", help="List every missed regulatory deadline in the window instead: "
+        "dispute, ladder@version, deadline, citation, instant in the institution's zone, "
+        "lateness (hours, business days), tier at the deadline.")] = False,
 ) -> None:
-    """SLA compliance per ladder and tier: entered, on time, breached, time in tier, deadlines."""
+    """SLA compliance per ladder and tier: entered, on time, breached, time in tier, deadlines
+    (every deadline of a multi-deadline ladder); --missed lists the missed ones."""
     from escalation.service_layer import sla_report
 
     if fmt not in ("table", "csv", "html"):
@@ -449,7 +522,11 @@ def report_sla(
     from escalation.adapters.report_queries import PostgresReports
 
     with _engine() as engine:
-        report = sla_report.build(PostgresReports(engine), start, end, grace_s)
+        report = sla_report.build(PostgresReports(engine), start, end, grace_s,
+                                  calendars=_institution_calendars())
+    if missed:
+        _print_missed(report, fmt, out_file)
+        return
     if fmt == "table":
         table = Table(title=f"SLA report {start.isoformat()} .. {end.isoformat()}")
         for col in sla_report.CSV_COLUMNS:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from rich.console import Console
@@ -33,6 +33,30 @@ def parse_time(value: str | None, name: str) -> datetime | None:
     except ValueError:
         raise InvalidInput(f"{name}: not an ISO-8601 time: {value!r}") from None
     return require_aware(parsed, name)
+
+
+def parse_time_or_date(value: str | None, name: str) -> datetime | date | None:
+    """ISO-8601 text -> aware datetime, or a ``date`` for ``YYYY-MM-DD`` (a local date in the
+    escalation's institution zone). Raises InvalidInput for bad or naive date-times."""
+    if value is not None and len(value.strip()) == 10:
+        try:
+            return date.fromisoformat(value.strip())
+        except ValueError:
+            raise InvalidInput(f"{name}: not an ISO-8601 date: {value!r}") from None
+    return parse_time(value, name)
+
+
+def parse_attributes(values: list[str] | None) -> dict[str, object] | None:
+    """``["name=value", ...]`` -> ``{name: value}``. Raises InvalidInput on a missing ``=``."""
+    if not values:
+        return None
+    out: dict[str, object] = {}
+    for item in values:
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInput(f"--attribute: expected name=value, got {item!r}")
+        out[key.strip()] = val.strip()
+    return out
 
 
 def _settings(**overrides: Any) -> Any:

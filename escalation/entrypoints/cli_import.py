@@ -35,7 +35,9 @@ def import_csv(
     materiality_column: Annotated[str | None, typer.Option(help="Amount column.")] = None,
     tier: Annotated[str | None, typer.Option(help="Default tier.")] = None,
     default_materiality: Annotated[str | None, typer.Option(help="Default amount.")] = None,
-    timezone: Annotated[str | None, typer.Option(help="Zone of date-only values.")] = None,
+    timezone: Annotated[str | None, typer.Option(
+        help="Institution zone of every row (date-only and naive values are read in it; "
+             "default: the ladder version's, else ESCALATION_INSTITUTION_TIMEZONE).")] = None,
     external_source: Annotated[str | None, typer.Option(help="Namespace of ids.")] = None,
     ladder: Annotated[str | None, typer.Option(help="Ladder name.")] = None,
     skip_invalid: Annotated[bool, typer.Option(help="Import good rows, list bad.")] = False,
@@ -46,6 +48,7 @@ def import_csv(
     Every row is validated first; a file with any bad row imports nothing unless
     --skip-invalid.
     """
+    from escalation.bootstrap import schedule_for
     from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.importer import ImportTarget, import_csv
 
@@ -60,7 +63,7 @@ def import_csv(
     a = _app(actor="import", strict_ladders=True, durable_redis=True)
     target = ImportTarget(scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                           calendars=a.calendars, default_ladder=a.settings.default_ladder,
-                          actor=a.actor)
+                          actor=a.actor, on_scheduled=schedule_for(a))  # pre-breach warnings
     try:
         with cli_progress("import") as progress:
             res = import_csv(lambda: csv_path.open(newline="", encoding="utf-8"), cmap, target,

@@ -223,6 +223,7 @@ def ladder_apply(
     DATE by ACTOR); nothing to do").
     """
     from escalation.adapters.ladder_history import LadderHistoryStore
+    from escalation.bootstrap import schedule_for
     from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.ladder_migration import apply_migration
 
@@ -236,6 +237,7 @@ def ladder_apply(
                 calendars=a.calendars, ladder=name, to_version=to, plan_hash=plan_hash,
                 actor=who, reason=reason, batch_size=batch_size,
                 lock_wait_s=a.settings.lock_ttl_s, progress=progress,
+                on_scheduled=schedule_for(a, only_ahead=True),
             )
     finally:
         a.close()

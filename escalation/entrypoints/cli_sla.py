@@ -77,7 +77,7 @@ def resume_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Restart a paused escalation's SLA clock: due = now + the remaining window."""
-    from escalation.bootstrap import schedule_for
+    from escalation.bootstrap import schedule_resumed
     from escalation.service_layer.disputes import dispute_arg
     from escalation.service_layer.pause import resume
 
@@ -88,7 +88,7 @@ def resume_cmd(
             return
         res = resume(did, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                      calendars=a.calendars, actor=a.actor)
-        schedule_for(a)([res.escalation])
+        schedule_resumed(a, res)  # warnings as fractions of active (unpaused) time
     finally:
         a.close()
     e = res.escalation

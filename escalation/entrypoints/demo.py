@@ -67,8 +67,16 @@ def generated_batch(count: int, now_ms: int, seed: int | None = None) -> list[En
 WALKTHROUGH_LADDER = "reg_e_error_resolution"
 
 
+WALKTHROUGH_ATTRIBUTES: dict[str, object] = {
+    "new_account": False, "point_of_sale": False, "foreign_initiated": False,
+}
+"""The dispute attributes the Reg E ladder's deadlines depend on (version 2 refuses an
+escalation without them): an established account, not point-of-sale, initiated in a State,
+so the short deadlines (10 business days, 45 days) apply and both passed long ago."""
+
+
 def walkthrough_request(now_ms: int) -> EnqueueRequest:
-    """One dispute whose Reg E deadline passed long ago: it climbs every tier at once."""
+    """One dispute whose Reg E deadlines passed long ago: it climbs every tier at once."""
     from escalation.domain.timeutil import from_ms
 
     did = uuid.uuid4()
@@ -76,7 +84,7 @@ def walkthrough_request(now_ms: int) -> EnqueueRequest:
         dispute_id=did, materiality=Decimal("250.00"),
         source_hash=hashlib.sha256(f"walkthrough:{did}".encode()).hexdigest(),
         tier="standard", due_at=from_ms(now_ms - 1000), ladder=WALKTHROUGH_LADDER,
-        anchor_at=from_ms(now_ms - 90 * 86_400_000),
+        anchor_at=from_ms(now_ms - 90 * 86_400_000), attributes=WALKTHROUGH_ATTRIBUTES,
     )
 
 
@@ -120,15 +128,19 @@ def _wait_started(log_dir: Path, count: int, deadline: float) -> None:
 
 
 def _requests(*, count: int, csv_path: Path | None, mapping: Path | None,
-              now: datetime) -> tuple[list[tuple[int, EnqueueRequest]], list[tuple[int, str]]]:
+              now: datetime, app: App,
+              ) -> tuple[list[tuple[int, EnqueueRequest]], list[tuple[int, str]]]:
     """The numbered enqueue requests and the errors already found: parsed from ``csv_path``
-    (with ``mapping``), else ``count`` generated disputes breaching around ``now``."""
+    (with ``mapping``; rows naming no zone count in the ladder version's institution zone,
+    else the deployment's), else ``count`` generated disputes breaching around ``now``."""
     if csv_path is not None:
-        from escalation.service_layer.importer import ColumnMapping, plan_import
+        from escalation.service_layer.importer import ColumnMapping, default_timezone, plan_import
 
         cmap = ColumnMapping.from_file(mapping) if mapping else ColumnMapping()
+        zone_name = default_timezone(cmap, app.ladders, app.calendars,
+                                     app.settings.default_ladder)
         with csv_path.open(newline="", encoding="utf-8") as fh:
-            plan = plan_import(fh, cmap)
+            plan = plan_import(fh, cmap, zone_name)
         return plan.requests, plan.errors
     from escalation.domain.timeutil import to_ms
 
@@ -211,7 +223,8 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
     a = build(settings, actor="demo", strict_ladders=True, durable_redis=True)
     try:
         now = a.scheduler.time()
-        lines, prior = _requests(count=count, csv_path=csv_path, mapping=mapping, now=now)
+        lines, prior = _requests(count=count, csv_path=csv_path, mapping=mapping, now=now,
+                                 app=a)
         lines, walk = _with_walkthrough(lines, a.ladders, now)
         res = bulk_enqueue(lines, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                            calendars=a.calendars, default_ladder=settings.default_ladder,

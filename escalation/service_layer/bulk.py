@@ -11,6 +11,7 @@ from escalation.ports import AuditLog, LadderSource, Scheduler
 from escalation.service_layer.enqueue import (
     EnqueueRequest,
     EnqueueResult,
+    OnScheduled,
     build_escalation,
     enqueue_many,
 )
@@ -62,8 +63,12 @@ def bulk_enqueue(
     actor: str,
     prior_errors: Sequence[tuple[int, str]] = (),
     skip_invalid: bool = False,
+    on_scheduled: OnScheduled | None = None,
 ) -> BulkResult:
     """Validate all, then enqueue the valid ones.
+
+    ``on_scheduled``: as for ``enqueue_many`` (the CLI passes the warnings hook, so imported
+    escalations get their pre-breach warnings like enqueued ones).
 
     With any bad row (including ``prior_errors`` from parsing) and not ``skip_invalid``,
     nothing is written and the result carries only the errors.
@@ -79,7 +84,7 @@ def bulk_enqueue(
     good = [req for line, req in requests if line not in bad]
     result.results = enqueue_many(
         good, scheduler=scheduler, store=store, ladders=ladders, calendars=calendars,
-        default_ladder=default_ladder, actor=actor,
+        default_ladder=default_ladder, actor=actor, on_scheduled=on_scheduled,
     )
     result.created = sum(1 for r in result.results if r.created)
     result.existing = len(result.results) - result.created

@@ -9,13 +9,15 @@ two writes).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from uuid import UUID
 
+from escalation.domain.business_calendar import institution_defaults, with_institution
 from escalation.domain.calendars import CalendarRegistry, window_end
+from escalation.domain.deadline_rules import check_attributes
 from escalation.domain.errors import ConflictError, InvalidInput
 from escalation.domain.escalation import Escalation, Status, check_instant
 from escalation.domain.ladder import Ladder
@@ -23,11 +25,13 @@ from escalation.domain.materiality import Materiality
 from escalation.domain.sla_timing import (
     calendar_of,
     cap_due,
-    compute_deadlines,
+    cap_provenance,
+    resolve_deadlines,
     tier_cap,
     tier_window,
 )
 from escalation.domain.timeutil import require_aware
+from escalation.domain.wall_time import start_of_local_day, zone
 from escalation.ports import AuditLog, LadderSource, Scheduler
 
 ENQUEUE_CHUNK = 500
@@ -49,14 +53,23 @@ class EnqueueRequest:
     materiality: object
     source_hash: object
     tier: str | None = None
-    due_at: datetime | None = None
-    opened_at: datetime | None = None
+    due_at: datetime | date | None = None
+    opened_at: datetime | date | None = None
     ladder: str | None = None
     external_id: str | None = None
     trace_id: str | None = None
-    anchor_at: datetime | None = None
+    anchor_at: datetime | date | None = None
     """Aware instant of the ladder's regulatory anchor event (e.g. notice of error received);
     None = the tier entry time. Ignored when the ladder has no regulatory rule (issue 4)."""
+    timezone: str | None = None
+    """IANA zone of the institution for this dispute (None = the ladder version's, else the
+    deployment's). A ``date`` in ``opened_at``/``due_at``/``anchor_at`` is a local date there."""
+    calendar: str | None = None
+    """Base business calendar id for this dispute (None = the ladder version's, else the
+    deployment's ``institution_calendar``)."""
+    attributes: Mapping[str, object] | None = None
+    """Dispute attributes the ladder's deadlines need (e.g. ``cycle_closing_day``,
+    ``new_account``); missing ones are refused (``Ladder.needs``)."""
 
 
 OnScheduled = Callable[[Sequence[Escalation]], None]
@@ -72,6 +85,40 @@ class EnqueueResult:
     status: Status
 
 
+def institution_of(
+    req: EnqueueRequest, ladder: Ladder, calendars: CalendarRegistry
+) -> tuple[str, str]:
+    """``(base calendar id, IANA zone)`` a request counts in: the request's own, else the
+    ladder version's ``[institution]``, else the deployment default (the registry's
+    ``institution`` calendar). Raises InvalidInput for an unknown zone or calendar."""
+    base_cal, base_tz = institution_defaults(calendars)
+    cal_id = req.calendar or ladder.institution_calendar or base_cal
+    tz_name = req.timezone or ladder.institution_timezone or base_tz
+    zone(tz_name)
+    with_institution(calendars, cal_id, tz_name)
+    return cal_id, tz_name
+
+
+def _instant(value: datetime | date, tz_name: str, name: str) -> datetime:
+    """A request time: an aware datetime as is; a ``date`` = start of that local date in
+    the institution's zone (escalation.domain.wall_time)."""
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return check_instant(start_of_local_day(value, zone(tz_name)), name)
+    return check_instant(value, name)
+
+
+def _not_future(entered: datetime, now: datetime) -> datetime:
+    """``entered`` unless it lies more than :data:`OPENED_AT_MAX_SKEW` past ``now``.
+    Raises InvalidInput."""
+    if entered > require_aware(now, "now") + OPENED_AT_MAX_SKEW:
+        raise InvalidInput(
+            f"opened_at {entered.isoformat()} is in the future (now "
+            f"{now.isoformat(timespec='seconds')}); a dispute cannot enter its tier later "
+            f"than now + {int(OPENED_AT_MAX_SKEW.total_seconds() // 60)} min of clock skew"
+        )
+    return entered
+
+
 def build_escalation(
     req: EnqueueRequest, ladder: Ladder, calendars: CalendarRegistry, now: datetime
 ) -> Escalation:
@@ -79,34 +126,54 @@ def build_escalation(
 
     Raises:
         InvalidInput: both or neither of due_at/opened_at, naive datetimes, bad money/ids,
+            unknown zone/calendar, a dispute attribute the ladder needs is missing,
             ``opened_at`` later than ``now`` + :data:`OPENED_AT_MAX_SKEW`.
         UnknownTier: ``req.tier`` not in ``ladder``.
     """
+    return build_with_provenance(req, ladder, calendars, now)[0]
+
+
+def build_with_provenance(
+    req: EnqueueRequest, ladder: Ladder, calendars: CalendarRegistry, now: datetime
+) -> tuple[Escalation, dict[str, object]]:
+    """:func:`build_escalation` plus the ENQUEUED row's provenance details: the institution
+    zone and calendar, the attributes used, every deadline with its citation and the rule
+    applied, and the deadline bounding the due time (``details["deadline"]``)."""
     if (req.due_at is None) == (req.opened_at is None):
         raise InvalidInput("give exactly one of due_at (breach time) or opened_at (tier entry)")
+    cal_id, tz_name = institution_of(req, ladder, calendars)
+    scoped = with_institution(calendars, cal_id, tz_name)
+    attributes = check_attributes(ladder.needs, req.attributes or {})
     tier_id = req.tier or _start_tier(ladder, req.materiality)
     tier = ladder.tier(tier_id)
     amount = Materiality.parse(req.materiality).amount
     if req.opened_at is not None:
-        entered = check_instant(req.opened_at, "opened_at")
-        if entered > require_aware(now, "now") + OPENED_AT_MAX_SKEW:
-            raise InvalidInput(
-                f"opened_at {entered.isoformat()} is in the future (now "
-                f"{now.isoformat(timespec='seconds')}); a dispute cannot enter its tier later "
-                f"than now + {int(OPENED_AT_MAX_SKEW.total_seconds() // 60)} min of clock skew"
-            )
-        due = window_end(entered, tier_window(ladder, tier.id, amount), calendars)
+        entered = _not_future(_instant(req.opened_at, tz_name, "opened_at"), now)
+        due = window_end(entered, tier_window(ladder, tier.id, amount), scoped)
     elif req.due_at is not None:
-        due = check_instant(req.due_at, "due_at")
+        due = _instant(req.due_at, tz_name, "due_at")
         entered = min(require_aware(now, "now"), due)
+    details: dict[str, object] = {"institution": {"timezone": tz_name, "calendar": cal_id}}
+    if attributes:
+        details["attributes"] = attributes
     deadline = None
     deadlines: tuple[tuple[str, datetime], ...] = ()
     if ladder.deadlines:  # issue 4: deadlines from the anchor, due capped by the tier's ones
-        anchor = entered if req.anchor_at is None else check_instant(req.anchor_at, "anchor_at")
-        deadlines = compute_deadlines(ladder, anchor, calendars)
-        cap, deadline = tier_cap(ladder, tier.id, dict(deadlines), calendars)
+        anchor = entered if req.anchor_at is None else _instant(req.anchor_at, tz_name,
+                                                                "anchor_at")
+        resolved = resolve_deadlines(ladder, anchor, scoped, attributes)
+        deadlines = tuple((r.name, r.at) for r in resolved)
+        sources = {r.name: r.source for r in resolved}
+        details["deadline_rules"] = {r.name: {"at": r.at.isoformat(), "citation": r.source,
+                                              "rule": r.rule} for r in resolved}
+        cap, deadline = tier_cap(ladder, tier.id, dict(deadlines), scoped)
+        uncapped = due
         due = cap_due(due, cap, entered)
-    return Escalation.new(
+        prov = cap_provenance(ladder, tier.id, dict(deadlines), scoped, uncapped, due, sources,
+                              at=deadline)
+        if prov is not None:
+            details["deadline"] = prov
+    esc = Escalation.new(
         dispute_id=req.dispute_id,
         tier=tier.id,
         due_at=due,
@@ -118,7 +185,10 @@ def build_escalation(
         external_id=req.external_id,
         regulatory_deadline=deadline,
         deadlines=deadlines,
+        institution_tz=tz_name,
+        institution_calendar=cal_id,
     )
+    return esc, details
 
 
 def _start_tier(ladder: Ladder, materiality: object) -> str:
@@ -156,13 +226,15 @@ def enqueue_many(
     now = scheduler.time() if now is None else now
     escalations: list[Escalation] = []
     versions: dict[UUID, str] = {}
+    details: dict[UUID, dict[str, object]] = {}
     for i, req in enumerate(requests):
         ladder = ladders.latest(req.ladder or default_ladder)
         try:
-            esc = build_escalation(req, ladder, calendars, now)
+            esc, prov = build_with_provenance(req, ladder, calendars, now)
+            details[esc.dispute_id] = prov
             escalations.append(esc)
             window = tier_window(ladder, esc.tier, esc.materiality.amount)
-            versions[esc.dispute_id] = calendar_of(window, calendars).version
+            versions[esc.dispute_id] = calendar_of(window, esc.calendars(calendars)).version
         except InvalidInput as exc:
             if len(requests) == 1:
                 raise
@@ -170,7 +242,7 @@ def enqueue_many(
     results: list[EnqueueResult] = []
     for start in range(0, len(escalations), ENQUEUE_CHUNK):
         chunk = escalations[start : start + ENQUEUE_CHUNK]
-        recorded = store.record_enqueue_many(chunk, actor, now, versions)
+        recorded = store.record_enqueue_many(chunk, actor, now, versions, details)
         to_schedule: list[Escalation] = []
         for created, state in recorded:
             got = store.get(state.dispute_id) if not created else (state, Status.PENDING)

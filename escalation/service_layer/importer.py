@@ -2,9 +2,12 @@
 
 Each row becomes an :class:`EnqueueRequest`. A non-UUID dispute id (e.g. CFPB "Complaint
 ID") is mapped to a stable UUID5 in a per-source namespace and kept as ``external_id``; the
-source hash is the SHA-256 of the row's raw CSV line. A date-only value is the start of that
-day in the mapping's time zone (default UTC). Every row is validated before anything is
-written: a file with any bad row imports nothing unless ``skip_invalid``.
+source hash is the SHA-256 of the row's raw CSV line. Times follow the one wall-time rule
+(``escalation.domain.wall_time``): a date-only value is that local date in the institution's
+zone (the row's zone column, else the mapping's ``timezone``, else the ladder version's, else
+the deployment's ``institution_timezone``); a naive time is read in that zone (a gap or
+overlap time takes the earlier instant). Every row is validated before anything is written:
+a file with any bad row imports nothing unless ``skip_invalid``.
 
 :func:`import_csv` streams the file twice in constant memory (docs/performance.md, "CSV
 import"): pass 1 parses and validates every row (against the ladders and calendars, at one
@@ -23,17 +26,24 @@ import tomllib
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, time
+from datetime import date, datetime
 from pathlib import Path
-from typing import TextIO
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import Any, TextIO
+from zoneinfo import ZoneInfo
 
+from escalation.domain.business_calendar import institution_defaults
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import check_source_hash, check_text, parse_dispute_id
 from escalation.domain.materiality import Materiality
+from escalation.domain.wall_time import parse_wall_time, zone
 from escalation.ports import AuditLog, LadderSource, Scheduler
-from escalation.service_layer.enqueue import EnqueueRequest, build_escalation, enqueue_many
+from escalation.service_layer.enqueue import (
+    EnqueueRequest,
+    OnScheduled,
+    build_escalation,
+    enqueue_many,
+)
 from escalation.service_layer.progress import Progress, no_progress
 
 ID_NAMESPACE = uuid.UUID("5b0f6f3e-52c5-4bb9-9a3c-0b6a4e1f7d21")  # escalation import ids
@@ -49,7 +59,13 @@ class ColumnMapping:
         due_at: column with the breach instant (alternative to ``opened_at``).
         tier / materiality / source_hash: optional columns.
         default_tier / default_materiality: used when the column is absent or empty.
-        timezone: IANA zone for date-only or naive values.
+        anchor_at: column with the regulatory anchor event (default: the tier entry time).
+        timezone: IANA zone of the institution for every row (date-only and naive values
+            are read in it; stored on each escalation); None = ladder/deployment default.
+        timezone_column: column with a per-row zone (``[columns] timezone``).
+        calendar / calendar_column: base business calendar id, default or per row.
+        attribute_columns: dispute attribute -> column (``[columns.attributes]``).
+        default_attributes: dispute attribute -> value (``[defaults.attributes]``).
         external_source: names the UUID5 namespace of non-UUID ids (e.g. ``"cfpb"``).
         ladder: ladder name (None = the configured default).
     """
@@ -62,9 +78,15 @@ class ColumnMapping:
     source_hash: str = ""
     default_tier: str | None = None
     default_materiality: str = "0.00"
-    timezone: str = "UTC"
+    timezone: str | None = None
     external_source: str = "external"
     ladder: str | None = None
+    anchor_at: str = ""
+    timezone_column: str = ""
+    calendar: str | None = None
+    calendar_column: str = ""
+    attribute_columns: dict[str, str] = field(default_factory=dict)
+    default_attributes: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_file(cls, path: Path, **overrides: str | None) -> ColumnMapping:
@@ -83,22 +105,25 @@ class ColumnMapping:
                 f"{path}: unknown table(s) {', '.join(f'[{t}]' for t in unknown)}; "
                 "a mapping file has [columns] and [defaults]"
             )
-        values: dict[str, str | None] = {}
+        values: dict[str, Any] = {}
         for table in ("columns", "defaults"):
             values.update(cls._table_values(path, table, data.get(table, {})))
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**values)
 
     @classmethod
-    def _table_values(cls, path: Path, table: str, content: object) -> dict[str, str | None]:
-        """Field name -> value for one table of a mapping file. Raises InvalidInput."""
+    def _table_values(cls, path: Path, table: str, content: object) -> dict[str, Any]:
+        """Field name -> value for one table of a mapping file (``attributes`` sub-tables
+        -> ``attribute_columns`` / ``default_attributes``). Raises InvalidInput."""
         if not isinstance(content, dict):
             raise InvalidInput(f"{path}: [{table}] must be a table of key = \"value\" lines")
-        values: dict[str, str | None] = {}
+        values: dict[str, Any] = {}
         for key, val in content.items():
-            name = key if table == "columns" else (
-                key if key in ("timezone", "external_source", "ladder") else f"default_{key}"
-            )
+            if key == "attributes" and isinstance(val, dict):
+                target = "attribute_columns" if table == "columns" else "default_attributes"
+                values[target] = {str(k): str(v) for k, v in val.items()}
+                continue
+            name = _field_name(table, key)
             if name not in cls.__dataclass_fields__:
                 raise InvalidInput(f"{path}: [{table}] {key}: unknown key")
             values[name] = str(val)
@@ -107,7 +132,18 @@ class ColumnMapping:
     def columns(self) -> list[str]:
         """The CSV columns this mapping reads (non-empty names)."""
         return [c for c in (self.dispute_id, self.opened_at, self.due_at, self.tier,
-                            self.materiality, self.source_hash) if c]
+                            self.materiality, self.source_hash, self.anchor_at,
+                            self.timezone_column, self.calendar_column,
+                            *self.attribute_columns.values()) if c]
+
+
+def _field_name(table: str, key: str) -> str:
+    """The :class:`ColumnMapping` field a mapping-file key sets: ``[columns] timezone`` /
+    ``calendar`` name per-row columns; ``[defaults]`` keys are ``default_<key>`` except the
+    mapping-wide ``timezone``, ``external_source``, ``ladder`` and ``calendar``."""
+    if table == "columns":
+        return f"{key}_column" if key in ("timezone", "calendar") else key
+    return key if key in ("timezone", "external_source", "ladder", "calendar") else f"default_{key}"
 
 
 @dataclass
@@ -121,24 +157,26 @@ class ImportPlan:
 
 @dataclass(frozen=True, slots=True)
 class CsvLayout:
-    """A checked header: its column names, the mapping and the zone of naive values."""
+    """A checked header: its column names, the mapping and the institution zone of rows
+    without a zone cell (its name: it is stored on each escalation)."""
 
     header: list[str]
     mapping: ColumnMapping
-    zone: ZoneInfo
+    zone_name: str
 
 
-def _parse_time(value: str, zone: ZoneInfo, column: str) -> datetime:
-    text = value.strip()
-    if not text:
-        raise InvalidInput(f"{column}: empty")
-    try:
-        if len(text) == 10:
-            return datetime.combine(datetime.strptime(text, "%Y-%m-%d").date(), time(), zone)
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidInput(f"{column}: not an ISO-8601 date or time: {text!r}") from None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=zone)
+DEFAULT_TIMEZONE = "America/New_York"
+"""The institution zone of :func:`plan_import` when neither the row nor the mapping names
+one and the caller passes none (the deployment default's default)."""
+
+
+def _parse_time(value: str, tz: ZoneInfo, column: str) -> datetime | date:
+    """A cell by the wall-time rule: a date-only value stays a local ``date`` (enqueue reads
+    it in the escalation's zone), a naive time is resolved in ``tz``, an aware one kept."""
+    instant, date_only = parse_wall_time(value, tz, column)
+    if date_only:
+        return date.fromisoformat(value.strip())
+    return instant
 
 
 def stable_dispute_id(raw: str, source: str) -> tuple[uuid.UUID, str | None]:
@@ -166,17 +204,18 @@ def _lines(stream: TextIO) -> Iterator[tuple[int, str]]:
         yield start, buf
 
 
-def _layout(records: Iterator[tuple[int, str]], mapping: ColumnMapping) -> CsvLayout:
-    """Read and check the header record against ``mapping``.
+def _layout(
+    records: Iterator[tuple[int, str]], mapping: ColumnMapping, default_timezone: str
+) -> CsvLayout:
+    """Read and check the header record against ``mapping``; rows without a zone cell count
+    in ``mapping.timezone``, else ``default_timezone``.
 
     Raises:
         InvalidInput: no header, a mapped column missing, not exactly one of opened_at /
             due_at mapped, or an unknown time zone.
     """
-    try:
-        zone = ZoneInfo(mapping.timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidInput(f"unknown time zone {mapping.timezone!r}") from None
+    zone_name = mapping.timezone or default_timezone
+    zone(zone_name)
     try:
         _, header_line = next(records)
     except StopIteration:
@@ -187,7 +226,7 @@ def _layout(records: Iterator[tuple[int, str]], mapping: ColumnMapping) -> CsvLa
         raise InvalidInput(f"CSV header lacks mapped column(s): {', '.join(missing)}")
     if bool(mapping.opened_at) == bool(mapping.due_at):
         raise InvalidInput("map exactly one of opened_at or due_at to a column")
-    return CsvLayout(header, mapping, zone)
+    return CsvLayout(header, mapping, zone_name)
 
 
 def _cell(row: dict[str, str], column: str) -> str:
@@ -216,30 +255,50 @@ def _row_request(layout: CsvLayout, raw: str) -> EnqueueRequest:
     source_hash = check_source_hash(
         _cell(row, m.source_hash) or hashlib.sha256(raw.rstrip("\r\n").encode()).hexdigest()
     )
+    zone_name = _cell(row, m.timezone_column) or layout.zone_name
+    tz = zone(zone_name)
     time_column = m.opened_at or m.due_at
-    when = _parse_time(row[time_column], layout.zone, time_column)
+    when = _parse_time(row[time_column], tz, time_column)
+    anchor = _parse_time(row[m.anchor_at], tz, m.anchor_at) if m.anchor_at else None
+    attributes = _attributes(row, m)
     return EnqueueRequest(
         dispute_id=did, materiality=money, source_hash=source_hash,
         tier=_cell(row, m.tier) or m.default_tier,
         opened_at=when if m.opened_at else None, due_at=when if m.due_at else None,
-        ladder=m.ladder, external_id=external,
+        ladder=m.ladder, external_id=external, anchor_at=anchor,
+        timezone=zone_name, calendar=_cell(row, m.calendar_column) or m.calendar or None,
+        attributes=attributes or None,
     )
+
+
+def _attributes(row: dict[str, str], m: ColumnMapping) -> dict[str, object]:
+    """The row's dispute attributes: the mapping's defaults, overridden by non-empty cells."""
+    attributes: dict[str, object] = dict(m.default_attributes)
+    for name, column in m.attribute_columns.items():
+        cell = _cell(row, column)
+        if cell:
+            attributes[name] = cell
+    return attributes
 
 
 ParsedRow = tuple[int, EnqueueRequest | str]
 """(1-based line number, the request, or the message saying why the row is bad)."""
 
 
-def iter_requests(stream: TextIO, mapping: ColumnMapping) -> Iterator[ParsedRow]:
+def iter_requests(
+    stream: TextIO, mapping: ColumnMapping, default_timezone: str = DEFAULT_TIMEZONE
+) -> Iterator[ParsedRow]:
     """Stream the CSV: one ``(line, request or error message)`` per non-blank record.
 
     Holds one record at a time. Duplicate ids and ladder checks are the caller's.
+    ``default_timezone``: the institution zone of rows for which neither a zone cell nor the
+    mapping names one.
 
     Raises:
         InvalidInput: the header does not fit the mapping (see :func:`_layout`).
     """
     records = _lines(stream)
-    layout = _layout(records, mapping)
+    layout = _layout(records, mapping, default_timezone)
     for lineno, raw in records:
         if not raw.strip():
             continue
@@ -265,17 +324,21 @@ class DuplicateIds:
             raise InvalidInput(f"dispute id {shown!r} already on line {first}")
 
 
-def plan_import(stream: TextIO, mapping: ColumnMapping) -> ImportPlan:
+def plan_import(
+    stream: TextIO, mapping: ColumnMapping, default_timezone: str = DEFAULT_TIMEZONE
+) -> ImportPlan:
     """Parse and validate every row into memory (small files, the demo); nothing is written.
 
     Large files go through :func:`import_csv`, which never holds the rows.
+    ``default_timezone``: as for :func:`iter_requests` (the ladder version's zone, else the
+    deployment's).
 
     Raises:
         InvalidInput: the header lacks a mapped column, or the time zone is unknown.
     """
     plan = ImportPlan()
     seen = DuplicateIds()
-    for lineno, item in iter_requests(stream, mapping):
+    for lineno, item in iter_requests(stream, mapping, default_timezone):
         plan.rows += 1
         try:
             if isinstance(item, str):
@@ -307,7 +370,11 @@ class ImportResult:
 
 @dataclass(frozen=True, slots=True)
 class ImportTarget:
-    """Where and how rows are written (the ports and the ladder/calendar context)."""
+    """Where and how rows are written (the ports and the ladder/calendar context).
+
+    ``on_scheduled``: as for ``enqueue_many`` (the CLI passes the warnings hook, so imported
+    escalations get their pre-breach warnings like enqueued ones).
+    """
 
     scheduler: Scheduler
     store: AuditLog
@@ -315,6 +382,21 @@ class ImportTarget:
     calendars: CalendarRegistry
     default_ladder: str
     actor: str
+    on_scheduled: OnScheduled | None = None
+
+    def default_timezone(self, mapping: ColumnMapping) -> str:
+        """The institution zone of rows that name none (:func:`default_timezone`)."""
+        return default_timezone(mapping, self.ladders, self.calendars, self.default_ladder)
+
+
+def default_timezone(mapping: ColumnMapping, ladders: LadderSource,
+                     calendars: CalendarRegistry, default_ladder: str) -> str:
+    """The institution zone of rows that name none: the mapping's, else the latest ladder
+    version's ``[institution] timezone``, else the deployment's. Raises LadderError."""
+    if mapping.timezone:
+        return mapping.timezone
+    ladder = ladders.latest(mapping.ladder or default_ladder)
+    return ladder.institution_timezone or institution_defaults(calendars)[1]
 
 
 OpenCsv = Callable[[], TextIO]
@@ -335,7 +417,7 @@ def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarge
     result = ImportResult()
     seen = DuplicateIds()
     with open_csv() as stream:
-        for lineno, item in iter_requests(stream, mapping):
+        for lineno, item in iter_requests(stream, mapping, target.default_timezone(mapping)):
             result.rows += 1
             try:
                 if isinstance(item, str):
@@ -361,7 +443,7 @@ def write_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget,
     batch: list[EnqueueRequest] = []
     done = 0
     with open_csv() as stream:
-        for lineno, item in iter_requests(stream, mapping):
+        for lineno, item in iter_requests(stream, mapping, target.default_timezone(mapping)):
             if lineno in bad or isinstance(item, str):
                 continue
             batch.append(item)
@@ -381,7 +463,7 @@ def _write_batch(batch: list[EnqueueRequest], target: ImportTarget, now: datetim
     res = enqueue_many(
         batch, scheduler=target.scheduler, store=target.store, ladders=target.ladders,
         calendars=target.calendars, default_ladder=target.default_ladder, actor=target.actor,
-        now=now,
+        on_scheduled=target.on_scheduled, now=now,
     )
     created = sum(1 for r in res if r.created)
     result.created += created

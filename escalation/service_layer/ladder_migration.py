@@ -32,7 +32,7 @@ from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import LadderError, LadderMigrationError, UnknownPlanHash
-from escalation.domain.escalation import Escalation
+from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder
 from escalation.domain.ladder_check import check_ladders
 from escalation.domain.ladder_plan import (
@@ -237,6 +237,7 @@ def apply_migration(
     lock_wait_s: float = 30.0,
     progress: Progress | None = None,
     hook: Hook | None = None,
+    on_scheduled: Callable[[Sequence[Escalation]], None] | None = None,
 ) -> ApplyReport:
     """Apply the migration of ``ladder`` to ``to_version`` that ``plan_hash`` names.
 
@@ -250,6 +251,8 @@ def apply_migration(
         progress: a :class:`escalation.service_layer.progress.Progress`, called as
             ``progress("migrate", done, total)`` after each batch.
         hook: test hook ``hook(stage, batch_index)`` at ``after_record`` / ``after_restore``.
+        on_scheduled: called with each batch's migrated pending escalations after their
+            Redis restore (the CLI schedules their pre-breach warnings still ahead).
 
     Returns:
         ApplyReport; ``already_applied`` is set (and nothing is written) when a finished run
@@ -280,7 +283,8 @@ def apply_migration(
         "reason": reason})
     try:
         _run_batches(change, report, history=history, scheduler=scheduler,
-                     batch_size=batch_size, progress=progress, hook=hook)
+                     batch_size=batch_size, progress=progress, hook=hook,
+                     on_scheduled=on_scheduled)
         report.left_to_workers = _retry_not_owner(
             report.left_to_workers, history, scheduler, lock_wait_s)
     except BaseException as exc:
@@ -330,6 +334,7 @@ def _run_batches(
     batch_size: int,
     progress: Progress | None,
     hook: Hook | None,
+    on_scheduled: Callable[[Sequence[Escalation]], None] | None = None,
 ) -> None:
     """Plan and migrate page by page (dispute-id order) until nothing is pinned below.
 
@@ -347,6 +352,8 @@ def _run_batches(
         if hook:
             hook("after_record", index)
         busy = _restore(scheduler, migrated)
+        if on_scheduled is not None:
+            on_scheduled([s for s in migrated if s.status is Status.PENDING])
         report.not_owner += len(busy)
         report.left_to_workers = _retry_not_owner(
             [*report.left_to_workers, *busy], history, scheduler, 0.0)

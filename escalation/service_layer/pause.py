@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import ConflictError, NotFound
 from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.domain.sla_timing import (
+    active_ms_between,
     calendar_of,
     cap_due,
+    cap_provenance,
+    deadline_values,
     escalation_tier_cap,
     remaining_ms,
     resume_due,
@@ -57,6 +61,11 @@ class PauseResult:
     remaining_ms: int
     basis: str  # "open" (business units) or "elapsed"
     redis: ApplyOutcome
+    consumed_ms: int | None = None
+    """Active (unpaused) SLA time of the tier already used (same basis); None when the
+    PAUSED row predates it being recorded."""
+    at: datetime | None = None
+    """Redis TIME of the pause / resume."""
 
 
 def _current(store: PauseStore, did: UUID) -> tuple[Escalation, Status]:
@@ -106,30 +115,50 @@ def pause(
                                 "can be paused")
         ladder = ladders.get(esc.ladder, esc.ladder_version)
         window = tier_window(ladder, esc.tier, esc.materiality.amount)
-        cal = calendar_of(window, calendars)
+        cal = calendar_of(window, esc.calendars(calendars))
         now = scheduler.time()
         left = remaining_ms(window, cal, now, esc.due_at)
         basis = "open" if uses_open_time(window) else "elapsed"
+        started, before = _clock_started(store, esc)
+        consumed = before + active_ms_between(window, cal, started, now)
         try:
             state = store.append_event(
                 did, "PAUSED", "PAUSED", actor, now,
                 {"status": Status.PAUSED, "remaining_ms": left},
                 {"reason": reason, "remaining_ms": left, "basis": basis,
+                 "consumed_ms": consumed,
                  "calendar": cal.id, "paused_due_at": esc.due_at.isoformat()},
                 expected_seq=esc.seq, calendar_version=cal.version,
             )
         except ConflictError:
             continue
         outcome = _apply_owner_less(scheduler, ApplyOp(state, ApplyAction.PARK))
-        return PauseResult(state, left, basis, outcome)
+        return PauseResult(state, left, basis, outcome, consumed, now)
     raise ConflictError(f"dispute {did}: state kept changing; pause not recorded, try again")
 
 
-def _remaining_from_trail(store: PauseStore, did: UUID) -> int:
+def _remaining_from_trail(store: PauseStore, did: UUID) -> tuple[int, int | None]:
+    """(remaining ms, consumed ms or None) recorded by the last PAUSED row."""
     for row in reversed(store.trail(did)):
         if row.event == "PAUSED":
-            return int(row.details.get("remaining_ms", 0))
+            consumed = row.details.get("consumed_ms")
+            return (int(row.details.get("remaining_ms", 0)),
+                    None if consumed is None else int(consumed))
     raise ConflictError(f"dispute {did} has no PAUSED ledger row")  # pragma: no cover
+
+
+TIER_ENTRY_EVENTS = frozenset({"ENQUEUED", "PROMOTED", "LADDER_MIGRATED"})
+
+
+def _clock_started(store: PauseStore, esc: Escalation) -> tuple[datetime, int]:
+    """(instant the tier's SLA clock last started, active ms used before it): the last
+    RESUMED row of the current tier (with its ``consumed_ms``), else the tier entry."""
+    for row in reversed(store.trail(esc.dispute_id)):
+        if row.event == "RESUMED" and row.details.get("consumed_ms") is not None:
+            return row.decided_at, int(row.details["consumed_ms"])
+        if row.event in TIER_ENTRY_EVENTS or row.event == "RESUMED":
+            break
+    return esc.entered_tier_at, 0
 
 
 def resume(
@@ -153,23 +182,32 @@ def resume(
             raise ConflictError(f"dispute {did} is {status.value}, not paused; nothing to resume")
         ladder = ladders.get(esc.ladder, esc.ladder_version)
         window = tier_window(ladder, esc.tier, esc.materiality.amount)
-        cal = calendar_of(window, calendars)
-        left = _remaining_from_trail(store, did)
+        scoped = esc.calendars(calendars)
+        cal = calendar_of(window, scoped)
+        left, consumed = _remaining_from_trail(store, did)
         now = scheduler.time()
         due = resume_due(window, cal, now, left)
-        cap = escalation_tier_cap(
-            ladder, esc.tier, esc.deadlines, esc.regulatory_deadline, calendars)[0]
+        cap, capping = escalation_tier_cap(
+            ladder, esc.tier, esc.deadlines, esc.regulatory_deadline, scoped)
+        uncapped = due
         due = cap_due(due, cap, now)
+        prov = cap_provenance(
+            ladder, esc.tier,
+            deadline_values(ladder, esc.deadlines, esc.regulatory_deadline), scoped,
+            uncapped, due, at=capping) if ladder.deadlines else None
         basis = "open" if uses_open_time(window) else "elapsed"
         try:
             state = store.append_event(
                 did, "RESUMED", "RESUMED", actor, now,
                 {"status": Status.PENDING, "due_at": due, "remaining_ms": None},
-                {"remaining_ms": left, "basis": basis, "calendar": cal.id},
+                {"remaining_ms": left, "basis": basis, "calendar": cal.id,
+                 **({"consumed_ms": consumed, "window_ms": consumed + left}
+                    if consumed is not None else {}),
+                 **({"deadline": prov} if prov is not None else {})},
                 expected_seq=esc.seq, calendar_version=cal.version,
             )
         except ConflictError:
             continue
         outcome = _apply_owner_less(scheduler, ApplyOp(state, ApplyAction.RESCHEDULE))
-        return PauseResult(state, left, basis, outcome)
+        return PauseResult(state, left, basis, outcome, consumed, now)
     raise ConflictError(f"dispute {did}: state kept changing; resume not recorded, try again")

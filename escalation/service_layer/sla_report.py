@@ -25,12 +25,18 @@ Definitions (docs/audit.md "SLA report"); the window is ``[since, until)`` in UT
   (first tier already left, nothing recorded) the ENQUEUED row's ``decided_at``; median
   (``statistics.median``: mean of the two middle values for an even count) and p95
   (nearest rank: the ``ceil(0.95 n)``-th smallest);
-* **regulatory deadlines**: disputes whose ``regulatory_deadline`` falls in the window,
-  counted in the tier the dispute was in at the deadline (the first tier when the deadline
-  passed before the dispute was even enqueued); *met* if the dispute was resolved
-  (CANCELLED) at or before the deadline, *missed* if the deadline has passed (``<= now``)
-  without that — including a deadline that passed while the escalation was open or before
-  it was enqueued; a deadline still in the future and not yet met is neither (pending).
+* **regulatory deadlines**: **every** deadline of each dispute (all of a multi-deadline
+  ladder's, from the ENQUEUED row's ``details["deadlines"]``; rows written before that was
+  recorded: the last ``regulatory_deadline``) that falls in the window, counted in the tier
+  the dispute was in at the deadline (the first tier when the deadline passed before the
+  dispute was even enqueued); *met* if the dispute was resolved (CANCELLED) before the
+  deadline, *missed* if the deadline has passed (``<= now``) without that — including a
+  deadline that passed while the escalation was open or before it was enqueued; a deadline
+  still in the future and not yet met is neither (pending). Each one is also listed per
+  dispute (:class:`DeadlineOutcome`): name, citation, instant in the institution's zone,
+  the met/missed instant, and the lateness in hours and in business days of the
+  institution's calendar (business days after the deadline's local date up to and including
+  the local date it was resolved, or ``now`` while still open).
 """
 
 from __future__ import annotations
@@ -43,10 +49,17 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from itertools import groupby
 from typing import Any
 
+from escalation.domain.business_calendar import (
+    INSTITUTION,
+    BusinessCalendar,
+    builtin_calendars,
+    with_institution,
+)
+from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.csv_cells import neutralise_cell
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
@@ -121,17 +134,62 @@ def _num(value: float | None) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadlineOutcome:
+    """One regulatory deadline of one dispute (``report sla --missed``, ``audit search``).
+
+    Attributes:
+        status: ``"met"``, ``"missed"`` or ``"pending"``.
+        deadline: aware UTC instant; ``local_deadline``: ISO text in the institution's zone.
+        resolved_at: CANCELLED instant (met, or missed and resolved late), else None.
+        late_hours / late_business_days: how late (0 when met; up to ``now`` while open).
+        tier: the tier that held the dispute at the deadline.
+    """
+
+    dispute_id: str
+    external_id: str | None
+    ladder: str
+    name: str
+    citation: str
+    deadline: datetime
+    local_deadline: str
+    status: str
+    resolved_at: datetime | None
+    late_hours: float
+    late_business_days: int
+    tier: str
+
+    def as_row(self) -> dict[str, Any]:
+        """JSON/CSV row."""
+        return {
+            "dispute_id": self.dispute_id, "external_id": self.external_id or "",
+            "ladder": self.ladder, "deadline": self.name, "citation": self.citation,
+            "deadline_at": self.local_deadline, "status": self.status,
+            "resolved_at": self.resolved_at.isoformat() if self.resolved_at else "",
+            "late_hours": f"{self.late_hours:.2f}", "late_business_days": self.late_business_days,
+            "tier_at_deadline": self.tier,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class SlaReport:
-    """The report: window, grace and figures sorted by ladder then tier."""
+    """The report: window, grace and figures sorted by ladder then tier, and every
+    regulatory deadline in the window per dispute (``deadlines``)."""
 
     since: datetime
     until: datetime
     grace_s: int
     tiers: list[TierFigures]
+    deadlines: list[DeadlineOutcome] = field(default_factory=list)
+
+    @property
+    def missed(self) -> list[DeadlineOutcome]:
+        """The missed deadlines, by deadline instant."""
+        return [d for d in self.deadlines if d.status == "missed"]
 
 
 def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
-            grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None) -> SlaReport:
+            grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None,
+            calendars: CalendarRegistry | None = None) -> SlaReport:
     """Compute the report from ledger rows (ordered by dispute then seq). Pure.
 
     Args:
@@ -142,6 +200,7 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
         grace_s: on-time grace in seconds.
         now: aware UTC instant deciding whether an unmet deadline has passed (missed) or is
             still pending; default ``until`` (every deadline in the window has passed).
+        calendars: calendar registry for business-day lateness (default: built-ins).
 
     Raises:
         InvalidInput: naive bounds, ``since >= until`` or negative grace.
@@ -154,6 +213,7 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
     if grace_s < 0:
         raise InvalidInput("grace must be >= 0 seconds")
     figures: dict[tuple[str, str], TierFigures] = {}
+    outcomes: list[DeadlineOutcome] = []
 
     def fig(ladder: str, tier: str) -> TierFigures:
         return figures.setdefault((ladder, tier), TierFigures(ladder, tier))
@@ -164,9 +224,10 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
     for _d, chain_iter in groupby(rows, key=lambda r: r["dispute_id"]):
         chain = list(chain_iter)
         _tier_stays(chain, inside, fig, grace_s)
-        _regulatory(chain, inside, fig, now)
+        outcomes.extend(_regulatory(chain, inside, fig, now, calendars))
     tiers = sorted(figures.values(), key=lambda f: (f.ladder, f.tier))
-    return SlaReport(since, until, grace_s, tiers)
+    outcomes.sort(key=lambda o: (o.deadline, o.dispute_id, o.name))
+    return SlaReport(since, until, grace_s, tiers, outcomes)
 
 
 def _tier_stays(
@@ -225,33 +286,91 @@ def _first_tier_entry(enqueued: Mapping[Any, Any], chain: list[Mapping[Any, Any]
     return first
 
 
+def _deadlines_of(chain: list[Mapping[Any, Any]]) -> list[tuple[str, datetime, str]]:
+    """``(name, instant, citation)`` of every deadline of a dispute's chain."""
+    details = chain[0].get("enq_details") or {}
+    recorded = details.get("deadlines") if isinstance(details, Mapping) else None
+    if recorded:
+        rules = details.get("deadline_rules") or {}
+        return [(name, datetime.fromisoformat(str(at)),
+                 str((rules.get(name) or {}).get("citation", ""))) for name, at in
+                recorded.items()]
+    last = next((r["regulatory_deadline"] for r in reversed(chain) if r["regulatory_deadline"]),
+                None)
+    return [] if last is None else [("regulatory_deadline", last, "")]
+
+
 def _regulatory(
-    chain: list[Mapping[Any, Any]], inside: Any, fig: Any, now: datetime
-) -> None:
-    deadline = next(
-        (r["regulatory_deadline"] for r in reversed(chain) if r["regulatory_deadline"]), None
-    )
-    if deadline is None or not inside(deadline):
-        return
-    before = [r for r in chain if r["decided_at"] <= deadline]
-    # A deadline that passed before the dispute was even enqueued counts in its first tier.
-    at_deadline = before[-1] if before else chain[0]
-    tier = at_deadline["to_tier"] or at_deadline["from_tier"] or "?"
-    met = any(r["event"] == "CANCELLED" for r in before)
-    target = fig(at_deadline["ladder"], tier)
-    if met:
-        target.regulatory_met += 1
-    elif deadline <= now:
-        target.regulatory_missed += 1
+    chain: list[Mapping[Any, Any]], inside: Any, fig: Any, now: datetime,
+    calendars: CalendarRegistry | None,
+) -> list[DeadlineOutcome]:
+    out = []
+    first = chain[0]
+    details = first.get("enq_details") or {}
+    inst = details.get("institution") if isinstance(details, Mapping) else None
+    tz_name = (inst or {}).get("timezone") or "America/New_York"
+    base_cal = (inst or {}).get("calendar") or "us_federal_reserve"
+    cals = calendars if calendars is not None else builtin_calendars()
+    try:
+        cal = with_institution(cals, base_cal, tz_name)[INSTITUTION]
+    except InvalidInput:
+        cal = builtin_calendars()[INSTITUTION]
+    version = first.get("ladder_version")
+    ladder_key = f"{first['ladder']}@{version}" if version is not None else str(first["ladder"])
+    cancelled = next((r["decided_at"] for r in chain if r["event"] == "CANCELLED"), None)
+    for name, deadline, citation in _deadlines_of(chain):
+        if not inside(deadline):
+            continue
+        before = [r for r in chain if r["decided_at"] <= deadline]
+        # A deadline that passed before the dispute was even enqueued counts in its first tier.
+        at_deadline = before[-1] if before else chain[0]
+        tier = at_deadline["to_tier"] or at_deadline["from_tier"] or "?"
+        met = cancelled is not None and cancelled <= deadline
+        target = fig(at_deadline["ladder"], tier)
+        if met:
+            target.regulatory_met += 1
+            status = "met"
+        elif deadline <= now:
+            target.regulatory_missed += 1
+            status = "missed"
+        else:
+            status = "pending"
+        end = cancelled if cancelled is not None else now
+        late_s = max(0.0, (end - deadline).total_seconds()) if status == "missed" else 0.0
+        late_bd = _business_days_late(cal, deadline, end) if status == "missed" else 0
+        out.append(DeadlineOutcome(
+            dispute_id=str(first["dispute_id"]), external_id=first.get("external_id"),
+            ladder=ladder_key, name=name, citation=citation, deadline=deadline,
+            local_deadline=deadline.astimezone(getattr(cal, "tz", UTC)).isoformat(),
+            status=status, resolved_at=cancelled, late_hours=late_s / 3600,
+            late_business_days=late_bd, tier=tier))
+    return out
+
+
+def _business_days_late(cal: Any, deadline: datetime, end: datetime) -> int:
+    """Business days of ``cal`` after the deadline's local date, up to and including the
+    local date of ``end`` (0 when ``end`` is not after the deadline)."""
+    if end <= deadline or not isinstance(cal, BusinessCalendar):
+        return max(0, (end - deadline).days) if end > deadline else 0
+    day = (deadline - timedelta(microseconds=1)).astimezone(cal.tz).date()
+    last = end.astimezone(cal.tz).date()
+    count = 0
+    while day < last:
+        day += timedelta(days=1)
+        if cal.is_business_day(day):
+            count += 1
+    return count
 
 
 def build(source: LedgerReports, since: datetime, until: datetime,
-          grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None) -> SlaReport:
+          grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None,
+          calendars: CalendarRegistry | None = None) -> SlaReport:
     """Load the ledger rows of disputes active in the window and :func:`compute`.
 
     ``source`` (the ``LedgerReports`` port; adapter ``adapters.report_queries.
     PostgresReports``) gives the rows. ``now`` (aware UTC) defaults to the database clock:
-    deadlines after it are pending.
+    deadlines after it are pending. ``calendars``: registry for business-day lateness
+    (default: built-ins).
 
     Raises:
         InvalidInput: naive ``since`` / ``until``.
@@ -259,7 +378,44 @@ def build(source: LedgerReports, since: datetime, until: datetime,
     since = require_aware(since, "from")
     until = require_aware(until, "to")
     db_now, rows = source.sla_rows(since, until)
-    return compute(rows, since, until, grace_s, db_now if now is None else now)
+    return compute(rows, since, until, grace_s, db_now if now is None else now, calendars)
+
+
+MISSED_COLUMNS: tuple[str, ...] = (
+    "dispute_id", "external_id", "ladder", "deadline", "citation", "deadline_at", "status",
+    "resolved_at", "late_hours", "late_business_days", "tier_at_deadline",
+)
+
+
+def missed_csv(report: SlaReport) -> str:
+    """CSV of the missed deadlines (:data:`MISSED_COLUMNS`), by deadline instant."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=MISSED_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for o in report.missed:
+        writer.writerow(o.as_row())
+    return buf.getvalue()
+
+
+def dispute_deadlines(
+    source: LedgerReports, dispute_id: Any, name: str | None = None,
+    calendars: CalendarRegistry | None = None, now: datetime | None = None,
+) -> list[DeadlineOutcome]:
+    """Every regulatory deadline of one dispute (optionally only ``name``), met / missed /
+    pending as in the report, with lateness. Empty when the dispute has none.
+
+    ``source``: the ``LedgerReports`` port (its ``dispute_rows``); ``now`` defaults to the
+    database clock."""
+    db_now, rows = source.dispute_rows(dispute_id)
+    if not rows:
+        return []
+    report = compute(rows, EARLIEST, LATEST, now=db_now if now is None else now,
+                     calendars=calendars)
+    return [o for o in report.deadlines if name is None or o.name == name]
+
+
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 def to_csv(report: SlaReport) -> str:

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import (
@@ -38,13 +39,14 @@ from escalation.domain.errors import (
 )
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.sla_timing import (
+    active_warning_times,
     calendar_of,
     fraction_label,
     tier_window,
     uses_open_time,
     warning_times,
 )
-from escalation.domain.timeutil import to_ms
+from escalation.domain.timeutil import from_ms, to_ms
 from escalation.ports import (
     ApplyAction,
     ApplyOp,
@@ -61,6 +63,20 @@ EventSink = Callable[..., None]
 
 
 WarningStore = EventLog  # ports.EventLog: get, trail, append_event
+
+LATE_AFTER_MS = 60_000
+"""A warning recorded more than this after its intended instant is recorded as late (e.g.
+scheduled for an escalation enqueued after its warning points, or a worker outage); a
+worker's normal poll delay (seconds) stays under it."""
+
+
+def lateness(intended_ms: int, now: datetime) -> dict[str, object]:
+    """Ledger details of a warning recorded at ``now`` that was meant for ``intended_ms``:
+    ``intended_at`` (ISO UTC), ``late_by_ms`` (>= 0) and ``late`` (over
+    :data:`LATE_AFTER_MS`). A warning is never recorded as on time when it was not."""
+    late_by = max(0, to_ms(now) - intended_ms)
+    return {"intended_at": from_ms(intended_ms).isoformat(), "late_by_ms": late_by,
+            "late": late_by > LATE_AFTER_MS}
 
 
 @dataclass
@@ -99,7 +115,7 @@ def warning_members(
             if not uses_open_time(window):
                 out.extend(_elapsed_members(esc, tier.warn_at))
                 continue
-            cal = calendar_of(window, calendars)
+            cal = calendar_of(window, esc.calendars(calendars))
             times = warning_times(window, cal, esc.entered_tier_at, esc.due_at, tier.warn_at)
         except EscalationError:
             continue
@@ -135,12 +151,61 @@ def _elapsed_members(esc: Escalation, fractions: tuple[Decimal, ...]) -> list[Wa
     return out
 
 
+def resumed_warning_members(
+    esc: Escalation, consumed_ms: int | None, remaining: int, resumed_at: datetime,
+    ladders: LadderSource, calendars: CalendarRegistry,
+) -> list[WarningMember]:
+    """Warnings of an escalation just resumed, as fractions of **active** SLA time.
+
+    The tier's window is ``consumed_ms + remaining`` of active time; a warning whose point was
+    passed before the pause is left out (it was scheduled, and fired or was recorded late, in
+    the earlier run). Without ``consumed_ms`` (a pause recorded before it was kept) the
+    escalation is treated as freshly entered (:func:`warning_members`).
+    """
+    if consumed_ms is None:
+        return warning_members([esc], ladders, calendars)
+    try:
+        ladder = ladders.get(esc.ladder, esc.ladder_version)
+        tier = ladder.tier(esc.tier)
+        window = tier_window(ladder, tier.id, esc.materiality.amount)
+        cal = calendar_of(window, esc.calendars(calendars))
+        times = active_warning_times(window, cal, resumed_at, consumed_ms + remaining,
+                                     consumed_ms, tier.warn_at)
+    except EscalationError:
+        return []
+    return [WarningMember(esc.dispute_id, esc.seq, fraction_label(f), to_ms(at))
+            for f, at in times if at < esc.due_at]
+
+
 def schedule_warnings(
     escalations: Sequence[Escalation], *, warnings: WarningQueue, ladders: LadderSource,
     calendars: CalendarRegistry,
 ) -> int:
     """Schedule the warnings of ``escalations`` (see module doc). Returns how many were new."""
     return warnings.schedule(warning_members(escalations, ladders, calendars))
+
+
+def schedule_ahead(
+    escalations: Sequence[Escalation], *, warnings: WarningQueue, ladders: LadderSource,
+    calendars: CalendarRegistry, now: datetime,
+) -> int:
+    """:func:`schedule_warnings` without the warnings whose instant is at or before ``now``
+    (a ladder migration re-schedules a tier already running: its earlier warnings belong to
+    the earlier run). Returns how many were new."""
+    now_ms = to_ms(now)
+    members = warning_members(escalations, ladders, calendars)
+    return warnings.schedule([m for m in members if m.due_ms > now_ms])
+
+
+def schedule_resumed(
+    result: Any, *, warnings: WarningQueue, ladders: LadderSource, calendars: CalendarRegistry,
+) -> int:
+    """Schedule the warnings of a ``pause.resume`` result (active-time fractions,
+    :func:`resumed_warning_members`). Returns how many were new."""
+    members = resumed_warning_members(
+        result.escalation, result.consumed_ms, result.remaining_ms,
+        result.at or result.escalation.entered_tier_at, ladders, calendars)
+    return warnings.schedule(members)
 
 
 def _moved_on(rows: Sequence[LedgerRow], seq: int, fraction: str) -> tuple[bool, bool]:
@@ -183,12 +248,13 @@ def fire_warnings(
             continue
         try:
             ladder = ladders.get(esc.ladder, esc.ladder_version)
-            cal = calendar_of(tier_window(ladder, esc.tier, esc.materiality.amount), calendars)
+            cal = calendar_of(tier_window(ladder, esc.tier, esc.materiality.amount),
+                              esc.calendars(calendars))
             state = store.append_event(
                 m.dispute_id, "WARNING", f"SLA_WARNING_{int(Decimal(m.fraction) * 100)}",
                 actor, now, {},
                 {"tier_seq": m.seq, "fraction": m.fraction, "tier": esc.tier,
-                 "due_at": esc.due_at.isoformat()},
+                 "due_at": esc.due_at.isoformat(), **lateness(m.due_ms, now)},
                 expected_seq=esc.seq, calendar_version=cal.version,
             )
         except DuplicateEvent:

@@ -69,7 +69,7 @@ def test_search_refuses_bad_parameters(compliance, service):
 def test_ladders_and_versions(compliance):
     doc = compliance.get("/v1/ladders").json()
     names = {lad["name"]: lad for lad in doc["ladders"]}
-    assert names["cfpb_complaint_response"]["versions"] == [1, 2]
+    assert names["cfpb_complaint_response"]["versions"] == [1, 2, 3]
     v2 = compliance.get("/v1/ladders/cfpb_complaint_response/versions/2").json()
     assert v2["version"] == 2 and len(v2["deadlines"]) == 2
     assert v2["tiers"][0]["window"]["unit"]

@@ -85,7 +85,9 @@ def test_get_by_uuid_and_by_source_external_id(api_server, service, admin):
 
 def test_get_shows_every_deadline_with_its_state(service):
     b = body(ladder="reg_e_error_resolution", due_at=None,
-             opened_at="2026-01-05T15:00:00+00:00", tier=None)
+             opened_at="2026-01-05T15:00:00+00:00", tier=None,
+             attributes={"new_account": False, "point_of_sale": False,
+                         "foreign_initiated": False})
     r = service.post("/v1/escalations", json=b)
     assert r.status_code == 201, r.text
     got = service.get(f"/v1/escalations/{b['dispute_id']}").json()

@@ -107,7 +107,8 @@ def test_regulatory_deadlines_due_in_24h(service, compliance):
     now = datetime.now(UTC)
     b = body(ladder="cfpb_complaint_response", tier=None, due_at=None,
              opened_at=now.isoformat(),
-             notice_at=(now - timedelta(days=14, hours=12)).isoformat(),
+             # 15 days ago: company_response ends with today's local date (institution zone)
+             notice_at=(now - timedelta(days=15)).isoformat(),
              dispute_id=str(uuid.uuid4()))
     r = service.post("/v1/escalations", json=b)
     assert r.status_code == 201, r.text

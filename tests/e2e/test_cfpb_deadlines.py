@@ -35,10 +35,12 @@ NY = ZoneInfo("America/New_York")
 pytestmark = pytest.mark.skipif(not SAMPLE.exists(), reason="CFPB sample not present")
 
 
-def _days_after(anchor: datetime, days: int) -> datetime:
-    """Independent oracle: N calendar days later on the New York wall clock (Fed calendar)."""
-    local = anchor.astimezone(NY).replace(tzinfo=None) + timedelta(days=days)
-    return local.replace(tzinfo=NY).astimezone(UTC)
+def _days_after(sent: date, days: int) -> datetime:
+    """Independent oracle: "Date sent to company" is a New York date (the institution's
+    zone); N calendar days later the response is due by the end of that local day, i.e. at
+    00:00 New York time the day after."""
+    end = sent + timedelta(days=days + 1)
+    return datetime(end.year, end.month, end.day, tzinfo=NY).astimezone(UTC)
 
 
 def _expected() -> dict[Any, tuple[datetime, datetime]]:
@@ -47,8 +49,7 @@ def _expected() -> dict[Any, tuple[datetime, datetime]]:
         for row in csv.DictReader(fh):
             did, _ = stable_dispute_id(row["Complaint ID"], "cfpb")
             sent = date.fromisoformat(row["Date sent to company"])
-            anchor = datetime(sent.year, sent.month, sent.day, tzinfo=UTC)
-            out[did] = (_days_after(anchor, 15), _days_after(anchor, 60))
+            out[did] = (_days_after(sent, 15), _days_after(sent, 60))
     return out
 
 
@@ -71,7 +72,7 @@ def test_cfpb_sample_deadlines_computed_and_every_breach_fires_once_in_due_order
     for r in results:
         esc = r.escalation
         d15, d60 = expected[esc.dispute_id]
-        assert esc.ladder == "cfpb_complaint_response" and esc.ladder_version == 2
+        assert esc.ladder == "cfpb_complaint_response" and esc.ladder_version == 3
         assert dict(esc.deadlines) == {"company_response": d15, "final_response": d60}
         assert esc.regulatory_deadline == d15  # caps the first tier
     sample = [r.escalation.dispute_id for r in results[:50]]
@@ -79,7 +80,8 @@ def test_cfpb_sample_deadlines_computed_and_every_breach_fires_once_in_due_order
         enq = app.store.trail(did)[0]
         d15, d60 = expected[did]
         assert enq.event == "ENQUEUED" and enq.regulatory_deadline == d15
-        assert enq.calendar_version and enq.calendar_version.startswith("fed-")
+        assert enq.calendar_version and enq.calendar_version.startswith(
+            "us_federal_reserve@America/New_York:fed-")  # calendar, zone, version
         assert enq.details["deadlines"] == {
             "company_response": d15.isoformat(), "final_response": d60.isoformat()}
 

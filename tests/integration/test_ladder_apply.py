@@ -234,3 +234,15 @@ def test_reapplying_a_finished_plan_hash_is_a_no_op_that_says_already_applied(
     [run] = env.history.history(env.name)  # no new run, the finished one untouched
     assert run.status == "done" and run.run_id == first.run_id
     assert all(len(env.migrated_rows(d)) == 1 for d in ids)
+
+
+def test_apply_hands_the_migrated_pending_escalations_to_the_warnings_hook(
+    env: MigEnv,
+) -> None:
+    ids = env.enqueue("standard", due_at=env.app.scheduler.time() + hours(6), n=3)
+    env.add("inserted")
+    plan = env.plan()
+    seen: list[Any] = []
+    env.apply(plan.plan_hash, on_scheduled=seen.extend)
+    assert sorted(e.dispute_id for e in seen) == sorted(ids)
+    assert all(e.ladder_version == 2 and e.seq == env.state(e.dispute_id).seq for e in seen)

@@ -183,3 +183,35 @@ def test_ledger_query_gives_the_first_tier_entry_of_an_imported_dispute(app, eng
     assert mine[0]["decided_at"] > opened + 29 * 24 * H
     report = sla_report.build(PostgresReports(engine), opened - H, opened + 3000 * H)
     assert any(f.entered >= 1 for f in report.tiers)
+
+
+def test_every_deadline_of_a_multi_deadline_ladder_is_counted_and_listed() -> None:
+    # CFPB (15 and 60 days): complaint sent 2026-03-02 (New York). company_response is due
+    # by the end of 03-17 EDT (03-18 04:00Z), final_response by the end of 05-01 (05-02
+    # 04:00Z). Resolved 03-20 15:00Z: the 15-day response was missed by 59 h (business days
+    # after 03-17: Wed 18, Thu 19, Fri 20 -> 3), the 60-day one met. Before, only the last
+    # deadline (60 days, met) was counted and the missed 15-day one appeared nowhere.
+    d = uuid.UUID(int=99)
+    d15, d60 = datetime(2026, 3, 18, 4, tzinfo=UTC), datetime(2026, 5, 2, 4, tzinfo=UTC)
+    enq = _row(d, 1, "ENQUEUED", None, "complaint_analyst", datetime(2026, 3, 2, 5, tzinfo=UTC),
+               due=datetime(2026, 3, 7, 5, tzinfo=UTC), deadline=d15, ladder="cfpb")
+    enq.update(ladder_version=3, external_id="7453262", enq_details={
+        "deadlines": {"company_response": d15.isoformat(), "final_response": d60.isoformat()},
+        "deadline_rules": {"company_response": {"citation": "CFPB portal (15 days)"},
+                           "final_response": {"citation": "CFPB portal (60 days)"}},
+        "institution": {"timezone": "America/New_York", "calendar": "us_federal_reserve"}})
+    cancelled = _row(d, 2, "CANCELLED", "complaint_analyst", "complaint_analyst",
+                     datetime(2026, 3, 20, 15, tzinfo=UTC), deadline=d15, ladder="cfpb")
+    report = compute([enq, cancelled], W0, datetime(2026, 6, 1, tzinfo=UTC),
+                     now=datetime(2026, 6, 1, tzinfo=UTC))
+    (fig,) = report.tiers
+    assert (fig.regulatory_met, fig.regulatory_missed) == (1, 1)
+    by_name = {o.name: o for o in report.deadlines}
+    assert by_name["final_response"].status == "met"
+    (missed,) = report.missed
+    assert missed.as_row() == {
+        "dispute_id": str(d), "external_id": "7453262", "ladder": "cfpb@3",
+        "deadline": "company_response", "citation": "CFPB portal (15 days)",
+        "deadline_at": "2026-03-18T00:00:00-04:00", "status": "missed",
+        "resolved_at": "2026-03-20T15:00:00+00:00", "late_hours": "59.00",
+        "late_business_days": 3, "tier_at_deadline": "complaint_analyst"}

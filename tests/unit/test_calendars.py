@@ -213,7 +213,7 @@ def test_composed_calendar_days_never_end_after_their_sum(start: datetime, m: in
 
 
 def test_load_calendars_without_file_has_builtins() -> None:
-    assert set(load_calendars(None)) == {"utc", "us_federal_reserve"}
+    assert set(load_calendars(None)) == {"utc", "us_federal_reserve", "institution"}
 
 
 def test_calendar_file_defines_a_calendar_on_the_fed_base(tmp_path: Path) -> None:

@@ -89,3 +89,21 @@ def test_plan_hash_names_the_change_not_the_members_or_the_clock() -> None:
     assert build_plan([esc], {1: V1, 2: edited}, edited, CAL).plan_hash != a.plan_hash
     assert change_hash(v2.name, 2, [(1, "0" * 64), (2, v2.checksum)]) != a.plan_hash
     assert change_hash(v2.name, 3, [(1, V1.checksum), (2, v2.checksum)]) != a.plan_hash
+
+
+def test_migrated_pending_escalation_names_the_deadline_bounding_its_due_time() -> None:
+    from pathlib import Path
+
+    from escalation.adapters.ladder_files import LadderCatalog
+
+    cat = LadderCatalog.from_dir(Path(__file__).resolve().parents[2] / "ladders")
+    v1, v2 = cat.get("reg_z_billing_error", 1), cat.get("reg_z_billing_error", 2)
+    at = datetime(2026, 4, 6, 4, tzinfo=UTC)
+    esc = Escalation.new(dispute_id=uuid.uuid4(), tier="senior", due_at=at - timedelta(days=9),
+                         materiality="1.00", source_hash="ab" * 32, ladder=v1,
+                         entered_tier_at=at - timedelta(days=29), trace_id="t",
+                         regulatory_deadline=at, deadlines=(("resolution", at),))
+    item = plan_escalation(esc, {1: v1, 2: v2}, v2, CAL)
+    assert isinstance(item, PlanItem)
+    assert item.deadline == {"name": "resolution", "citation": "12 CFR 1026.13(c)(2)",
+                             "at": at.isoformat(), "capped": False}

@@ -50,6 +50,14 @@ class EscalationIn(_In):
                                   "with offset (default: tier entry).")
     ladder: str | None = Field(None, description="Ladder name (default: the configured one).")
     trace_id: str | None = Field(None, description="Correlation id (1-64 chars).")
+    timezone: str | None = Field(None, description="Institution zone of this dispute (IANA; "
+                                 "default: the ladder version's, else the deployment's).")
+    calendar: str | None = Field(None, description="Base business calendar of this dispute "
+                                 "(default: the ladder version's, else the deployment's).")
+    attributes: dict[str, str | bool | int] | None = Field(
+        None, description="Dispute attributes the ladder's deadlines need, e.g. "
+        "{\"cycle_closing_day\": 6} (Reg Z) or {\"new_account\": false, \"point_of_sale\": "
+        "false, \"foreign_initiated\": false} (Reg E); a missing one is refused.")
 
 
 class BatchIn(_In):

@@ -131,6 +131,7 @@ def sla_report(
         raise InvalidInput(f"from ({since}) is after to ({until})")
     if not 0 <= grace_s <= 86_400:
         raise InvalidInput(f"grace_s must be 0-86400, got {grace_s}")
-    report = rep.build(PostgresReports(core.engine), start, end, grace_s)
+    report = rep.build(PostgresReports(core.engine), start, end, grace_s,
+                       calendars=core.calendars)
     return {"from": start.isoformat(), "to": end.isoformat(), "grace_s": grace_s,
             "ladders": rep.grouped(report)}

@@ -55,6 +55,7 @@ def to_request(body: EscalationIn) -> EnqueueRequest:
         opened_at=parse_time(body.opened_at, "opened_at"), ladder=body.ladder,
         external_id=ext if ext is not None else body.external_id, trace_id=body.trace_id,
         anchor_at=parse_time(body.notice_at, "notice_at"),
+        timezone=body.timezone, calendar=body.calendar, attributes=body.attributes,
     )
 
 
@@ -165,11 +166,12 @@ def pause(did: Dispute, core: Core, token: Writer,
 
 def resume(did: Dispute, core: Core, token: Writer) -> EscalationOut:
     """Restart a paused escalation's clock: due = now + remaining window; 409 if not paused."""
+    from escalation.bootstrap import schedule_resumed
     from escalation.service_layer.pause import resume as do_resume
 
     res = do_resume(did, scheduler=core.scheduler, store=core.store, ladders=core.ladders,
                     calendars=core.calendars, actor=token.name)
-    _hook(core)([res.escalation])
+    schedule_resumed(core, res)  # warnings as fractions of active (unpaused) time
     return render(core, res.escalation, remaining_ms=res.remaining_ms, basis=res.basis)
 
 

@@ -1,0 +1,159 @@
+"""Every ledger row that sets or caps a due time names the deadline (name + citation); an
+escalation missing an attribute its ladder needs is refused with nothing written."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from escalation.domain.errors import InvalidInput
+from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
+from escalation.service_layer.fire import fire_due
+from tests.helpers import run_cli
+
+
+def _req(did: uuid.UUID, **kw: Any) -> EnqueueRequest:
+    return EnqueueRequest(dispute_id=did, materiality="10.00",
+                          source_hash=hashlib.sha256(did.bytes).hexdigest(), **kw)
+
+
+def test_reg_z_rows_name_the_deadline_and_its_citation(app: Any) -> None:
+    did = uuid.uuid4()
+    enqueue_on_breach(
+        _req(did, ladder="reg_z_billing_error", opened_at=datetime(2026, 1, 5, 15, tzinfo=UTC),
+             attributes={"cycle_closing_day": "6"}),
+        scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
+        default_ladder="dispute_review", actor="t")
+    enq = app.store.trail(did)[0]
+    assert enq.details["deadlines"]["resolution"] == "2026-03-07T05:00:00+00:00"
+    assert enq.details["deadline_rules"]["resolution"]["citation"] == "12 CFR 1026.13(c)(2)"
+    assert enq.details["deadline"]["name"] == "acknowledgment"
+    assert enq.details["deadline"]["citation"] == "12 CFR 1026.13(c)(1)"
+    assert enq.details["attributes"] == {"cycle_closing_day": 6}
+    assert enq.details["institution"] == {"timezone": "America/New_York",
+                                          "calendar": "us_federal_reserve"}
+    # the first tier is long past due: the promotion row names the deadline capping senior
+    for _ in range(20):
+        fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                 calendars=app.calendars, batch_size=500, lease_ms=60_000, worker_id="w1")
+        if any(r.event == "PROMOTED" for r in app.store.trail(did)):
+            break
+    promoted = next(r for r in app.store.trail(did) if r.event == "PROMOTED")
+    assert promoted.details["deadline"]["name"] == "resolution"
+    assert promoted.details["deadline"]["citation"] == "12 CFR 1026.13(c)(2)"
+    assert promoted.details["deadline"]["at"] == "2026-03-07T05:00:00+00:00"
+    assert promoted.calendar_version.startswith("us_federal_reserve@America/New_York:")
+
+
+def test_missing_attribute_is_refused_and_nothing_is_written(app: Any) -> None:
+    did = uuid.uuid4()
+    with pytest.raises(InvalidInput, match="cycle_closing_day"):
+        enqueue_on_breach(
+            _req(did, ladder="reg_z_billing_error",
+                 opened_at=datetime(2026, 1, 5, 15, tzinfo=UTC)),
+            scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+            calendars=app.calendars, default_ladder="dispute_review", actor="t")
+    assert app.store.get(did) is None
+    assert not app.scheduler.payload(did)
+
+
+def test_cli_enqueue_refuses_a_missing_attribute_in_one_line(cli_env: dict[str, str]) -> None:
+    did = uuid.uuid4()
+    res = run_cli(
+        cli_env, "enqueue", "--dispute-id", str(did),
+        "--source-hash", "ab" * 32, "--ladder", "reg_e_error_resolution",
+        "--opened-at", "2026-03-05", "--attribute", "new_account=false")
+    assert res.returncode == 2
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "foreign_initiated" in lines[0], lines
+
+
+def test_cli_enqueue_with_zone_and_attributes(cli_env: dict[str, str]) -> None:
+    did = uuid.uuid4()
+    res = run_cli(
+        cli_env, "enqueue", "--dispute-id", str(did),
+        "--source-hash", "ab" * 32, "--ladder", "reg_e_error_resolution",
+        "--opened-at", "2026-03-05T23:30:00-08:00", "--timezone", "America/Los_Angeles",
+        "--attribute", "new_account=false", "--attribute", "point_of_sale=true",
+        "--attribute", "foreign_initiated=false", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert '"determine_or_provisionally_credit": "2026-03-20T00:00:00+00:00"' in res.stdout
+    # point of sale: 90 days from Thu 2026-03-05 (LA) = 06-03 -> end of day PDT = 06-04 07:00Z
+    assert '"investigation": "2026-06-04T07:00:00+00:00"' in res.stdout
+
+
+def test_report_sla_missed_lists_each_deadline(app: Any, cli_env: dict[str, str]) -> None:
+    did = uuid.uuid4()
+    enqueue_on_breach(
+        _req(did, ladder="cfpb_complaint_response", opened_at=datetime(2026, 1, 5, 15,
+                                                                        tzinfo=UTC),
+             external_id="CFPB-1"),
+        scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
+        default_ladder="dispute_review", actor="t")
+    res = run_cli(
+        cli_env, "report", "sla", "--from",
+        "2026-01-01T00:00:00+00:00", "--to", "2026-06-01T00:00:00+00:00", "--missed",
+        "--format", "csv")
+    assert res.returncode == 0, res.stderr[-2000:]
+    mine = [ln.split(",") for ln in res.stdout.splitlines() if ln.startswith(str(did))]
+    # 15 days from Mon 2026-01-05: end of 01-20 EST; 60 days: end of 03-06 EST
+    assert sorted((r[3], r[5], r[10]) for r in mine) == [
+        ("company_response", "2026-01-21T00:00:00-05:00", "complaint_analyst"),
+        ("final_response", "2026-03-07T00:00:00-05:00", "complaint_analyst")]
+    assert all(r[1] == "CFPB-1" and r[2] == "cfpb_complaint_response@3" for r in mine)
+
+
+def test_audit_search_answers_per_dispute_and_per_deadline(app: Any,
+                                                          cli_env: dict[str, str]) -> None:
+    import json
+
+    did = uuid.uuid4()
+    enqueue_on_breach(
+        _req(did, ladder="cfpb_complaint_response",
+             opened_at=datetime(2026, 1, 5, 15, tzinfo=UTC)),
+        scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
+        default_ladder="dispute_review", actor="t")
+    def run(*a: str) -> Any:
+        return run_cli(cli_env, "audit", "search", "--dispute", str(did), *a)
+
+    res = run("--deadlines", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [json.loads(ln) for ln in res.stdout.splitlines()]
+    assert [r["deadline"] for r in rows] == ["company_response", "final_response"]
+    assert all(r["status"] == "missed" and float(r["late_hours"]) > 0 for r in rows)
+    # company_response ended 2026-01-21 05:00Z; still open: late until now
+    now = app.scheduler.time()
+    late_h = (now - datetime(2026, 1, 21, 5, tzinfo=UTC)).total_seconds() / 3600
+    assert abs(float(rows[0]["late_hours"]) - late_h) < 0.1
+    assert rows[0]["late_business_days"] > 200
+    res = run("--deadline", "final_response", "--json")
+    assert [json.loads(ln)["deadline"] for ln in res.stdout.splitlines()] == ["final_response"]
+    res = run("--deadline", "nope")
+    assert res.returncode == 2 and "no deadline 'nope'" in res.stderr
+
+
+def test_every_row_names_its_calendar_terminal_and_cancelled_included(app: Any) -> None:
+    from escalation.service_layer.cancel import cancel
+
+    a, b = uuid.uuid4(), uuid.uuid4()
+    for did in (a, b):
+        enqueue_on_breach(
+            _req(did, ladder="cfpb_complaint_response",
+                 opened_at=datetime(2026, 1, 5, 15, tzinfo=UTC)),
+            scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+            calendars=app.calendars, default_ladder="dispute_review", actor="t")
+    cancel(b, scheduler=app.scheduler, store=app.store, actor="t", reason="resolved")
+    for _ in range(30):
+        fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                 calendars=app.calendars, batch_size=500, lease_ms=60_000, worker_id="w1")
+        if app.store.trail(a)[-1].event == "TERMINAL":
+            break
+    rows = app.store.trail(a) + app.store.trail(b)
+    assert {r.event for r in rows} >= {"ENQUEUED", "PROMOTED", "TERMINAL", "CANCELLED"}
+    for r in rows:
+        assert r.calendar_version and r.calendar_version.startswith(
+            "us_federal_reserve@America/New_York:"), (r.event, r.calendar_version)
