@@ -1,4 +1,4 @@
-"""The one structlog configuration: events, not sentences (STYLE.md example 7).
+"""The one structlog configuration: events, not sentences (docs/operations.md, "Logs").
 
 Usage::
 

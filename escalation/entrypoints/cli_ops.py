@@ -1,4 +1,4 @@
-"""Operations commands (issue 7): notify, dead, reconcile, doctor, maintenance."""
+"""Operations commands: notify, dead, reconcile, doctor, maintenance (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -197,7 +197,7 @@ def doctor(
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
     max_skew_ms: Annotated[int, typer.Option(help="Tolerated clock skew, ms.")] = 1000,
 ) -> None:
-    """Check the seed's troubleshooting symptoms on this deployment; exit 1 if one fails."""
+    """Check the known failure symptoms on this deployment; exit 1 if one fails."""
     from escalation.bootstrap import run_doctor
 
     a = _app(actor="doctor")

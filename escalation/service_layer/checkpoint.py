@@ -16,7 +16,7 @@ whoever holds the digest can later prove the database still holds the same heads
 Why: the per-dispute hash chain alone cannot catch a superuser who edits a row and then
 recomputes every later hash of that chain plus the projection head. The checkpoint's head
 for that dispute no longer matches the rewritten row at the same seq, so :func:`verify`
-reports it (tech.md section 1.3).
+reports it (docs/audit.md).
 """
 
 from __future__ import annotations

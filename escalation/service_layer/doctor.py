@@ -1,5 +1,5 @@
-"""Use case: ``escalation doctor`` -- the seed's troubleshooting symptoms, checked live
-(issue 7 point 5; seed 000 "Troubleshooting").
+"""Use case: ``escalation doctor`` -- the known failure symptoms, checked live
+(docs/architecture.md, "Known failure symptoms and how each is prevented or detected").
 
 Each check returns a :class:`Check` (``ok``, what was measured, what to do). Checks:
 DOUBLE_ESCALATION, CLOCK_SKEW, STUCK_MEMBER, LOCK_CONTENTION, ZSET_DRIFT, MAXMEMORY_POLICY.
@@ -156,7 +156,7 @@ def _drift(store: DoctorStore, rel: DoctorRedis) -> Check:
     pg_pending = int(counts.get(Status.PENDING.value, 0))
     zset = 0
     bad: list[str] = []
-    for chunks in rel.scan_shards():  # per shard: pending and ready (issue 4 C) members
+    for chunks in rel.scan_shards():  # per shard: pending and ready (ADR 0006) members
         seen: set[str] = set()
         for raw in chunks:
             chunk = [(m, sc) for m, sc in raw if m not in seen]

@@ -1,4 +1,4 @@
-"""Use case: deliver review-queue notifications (issue 7 point 1; seed 002 retries + DLQ).
+"""Use case: deliver review-queue notifications, with retries and a dead-letter set.
 
 A promotion's notification is XADDed to the shard's review STREAM by apply.lua in the same
 script that applies the decision. This module is the consumer side:

@@ -1,4 +1,4 @@
-"""Use case: reconcile Redis with PostgreSQL (the truth) -- issue 7 point 3.
+"""Use case: reconcile Redis with PostgreSQL (the truth); see docs/reliability.md.
 
 PostgreSQL's projection (``escalation_state``) says what is pending; Redis is a rebuildable
 index of it. Two passes, both safe alongside live workers:
@@ -6,7 +6,7 @@ index of it. Two passes, both safe alongside live workers:
 1. **PostgreSQL -> Redis**: every pending/paused escalation (keyset pages) is compared with its
    Redis payload/member/lock. A missing payload (``MISSING``), a payload behind the recorded
    sequence number (``BEHIND``) or a pending payload without ZSET member (``MISSING_MEMBER``; a
-   member of the ready ZSET -- due, waiting for a claim, issue 4 C -- counts as scheduled) is
+   member of the ready ZSET -- due, waiting for a claim, ADR 0006 -- counts as scheduled) is
    repaired with ``scheduler.restore`` (apply.lua in restore mode: seq-guarded, never touches a
    locked member, never re-creates a terminal one). A BEHIND payload whose gap holds a
    recorded PROMOTED/TERMINAL decision (recorded, never applied: a worker killed after the
@@ -181,7 +181,7 @@ def reconcile(
         report.checked_db += len(rows)
         _db_to_redis(rows, scheduler, redis_side, report, dry_run, store)
         progress("postgres", report.checked_db, None)
-    for chunks in redis_side.scan_shards(page):  # per shard: pending + ready (issue 4 C)
+    for chunks in redis_side.scan_shards(page):  # per shard: pending + ready (ADR 0006)
         seen: set[str] = set()  # a member moved pending -> ready mid-scan is read twice
         for chunk in chunks:
             members = [m for m, _ in chunk if m not in seen]

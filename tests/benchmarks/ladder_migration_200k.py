@@ -8,7 +8,7 @@ Method:
   Alembic head, and dropped at the end (``WITH (FORCE)``);
 * Redis DB 9 with a fresh namespace ``bench<hex>``; every key of that namespace is deleted
   at the end with SCAN + UNLINK (never FLUSHDB);
-* a private ladder directory holds ``benchladder.v1.toml`` (the seed's three tiers, released
+* a private ladder directory holds ``benchladder.v1.toml`` (standard, senior, compliance; released
   as baseline on first use) and, after the enqueue, ``benchladder.v2.toml`` (a ``team_lead``
   tier inserted, then released with ``release_version``), copied from
   tests/fixtures/ladders/{base,inserted};

@@ -33,7 +33,7 @@ def utc(text: str) -> datetime:
 
 @dataclass
 class Seeded:
-    """The seeded disputes: external id -> dispute UUID; the run's external-id prefix."""
+    """The disputes created for the run: external id -> dispute UUID; the external-id prefix."""
 
     prefix: str
     ids: dict[str, uuid.UUID]
@@ -102,7 +102,7 @@ class Console:
 
 @pytest.fixture(scope="module")
 def console(redis_url: str, database_url: str, engine: sa.Engine) -> Iterator[Console]:
-    """The server, tokens per role and the seeded disputes."""
+    """The server, tokens per role and the disputes created for the run."""
     import redis
 
     namespace = f"t{uuid.uuid4().hex[:12]}"

@@ -1,5 +1,5 @@
-"""A small TCP proxy for fault injection (tech.md section 6, "Network": Toxiproxy has no
-package here, so a ~100-line asyncio proxy stands in).
+"""A small TCP proxy for fault injection of network faults (Toxiproxy is not available as
+a Python package, so a ~100-line asyncio proxy stands in).
 
 It runs its own asyncio loop in a daemon thread and forwards ``127.0.0.1:<port>`` to an
 upstream ``host:port``. Knobs, callable from the test thread at any time:

@@ -1,4 +1,4 @@
-"""Worker SIGKILL at each boundary of the firing protocol (tech.md 2.3; DESIGN.md crash table).
+"""Worker SIGKILL at each boundary of the firing protocol (docs/architecture.md, crash table).
 
 A victim worker SIGKILLs itself the n-th time it passes a boundary (``ESCALATION_CRASHPOINT``,
 see ``escalation.entrypoints.worker.crashpoint_from_env``); a healthy worker runs alongside

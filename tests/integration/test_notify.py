@@ -1,5 +1,5 @@
 """Notification delivery: consumer group, webhook with Idempotency-Key, retries with backoff,
-dead letter after the last attempt, XAUTOCLAIM recovery (issue 7 point 1)."""
+dead letter after the last attempt, XAUTOCLAIM recovery (docs/reliability.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 7 scripts and checks see the issue-4 ready ZSET: a due member waiting in ``ready``
+"""Reliability scripts and checks see the ready ZSET (ADR 0006): a due member waiting in ``ready``
 (promoted by a claim, not yet claimed) is dead-lettered, reconciled and checked by the doctor
 exactly like a member of ``pending``.
 

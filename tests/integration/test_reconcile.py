@@ -1,4 +1,4 @@
-"""Reconcile: PostgreSQL is the truth; Redis is repaired from it (issue 7 point 3)."""
+"""Reconcile: PostgreSQL is the truth; Redis is repaired from it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The worker's sleep: the seed's jittered poll interval, capped by the earliest due time."""
+"""The worker's sleep: the jittered poll interval, capped by the earliest due time
+(docs/operations.md, "The scheduler table")."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@
 -- KEYS[2]  payload HASH of the dispute (must end with ARGV[1])
 -- KEYS[3]  lock STRING of the dispute (must end with ARGV[1])
 -- KEYS[4]  stats HASH (counter "cancelled")
--- KEYS[5]  ready ZSET (issue 4 C: the member may be waiting there)
+-- KEYS[5]  ready ZSET (a due member may be waiting there for a claim: docs/adr/0006-ready-set.md)
 -- KEYS[6]  prio HASH (its weight entry is removed)
 -- KEYS[7]  review STREAM (optional; with ARGV[2..4])
 -- ARGV[1]  dispute id (non-empty string, at most 100 bytes)
