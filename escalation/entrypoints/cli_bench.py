@@ -15,7 +15,7 @@ import typer
 
 from escalation.domain.errors import InvalidInput
 
-bench_app = typer.Typer(help="Benchmarks: drain, precision, idle, enqueue, scale.",
+bench_app = typer.Typer(help="Benchmarks: drain, precision, idle, enqueue, scale, compare.",
                         no_args_is_help=True)
 
 DbOpt = Annotated[str | None, typer.Option(
@@ -168,3 +168,63 @@ def scale_cmd(
              for r in result["sizes"]]
     report(result, rows, "; ".join(parts) + f"; claim ratio {result['claim_ratio']}x",
            json_only=json_only)
+
+
+@bench_app.command("compare")
+def compare_cmd(
+    n: Annotated[int, typer.Option(help="Escalations / jobs due at one instant.")] = 20_000,
+    workers: Annotated[int, typer.Option(help="Worker processes on each side.")] = 2,
+    rounds: Annotated[int, typer.Option(help="Interleaved rounds (both systems each).")] = 3,
+    batch_size: Annotated[int, typer.Option(help="Product batch size 1-500.")] = 500,
+    concurrency: Annotated[int, typer.Option(help="BullMQ worker concurrency.")] = 100,
+    bullmq_version: Annotated[str | None, typer.Option(
+        help="npm version spec of bullmq (default: the registry's latest).")] = None,
+    lead_s: Annotated[float | None, typer.Option(
+        help="Seconds between now and the due instant (default: product 2 + 1.5x the "
+             "measured enqueue time, BullMQ 5).")] = None,
+    database_url: DbOpt = None,
+    json_only: JsonOpt = False,
+) -> None:
+    """The product's drain beside BullMQ's (npm, installed at run time) on a private
+    redis-server: throughput, lag, CPU per escalation and the ratio, interleaved rounds."""
+    from escalation.bench import compare
+    from escalation.bench.common import fmt, report
+
+    if not 1 <= batch_size <= 500:
+        raise InvalidInput("--batch-size: 1-500 (settings.batch_size range)")
+    if n < 1 or workers < 1 or rounds < 1 or concurrency < 1:
+        raise InvalidInput("--n, --workers, --rounds and --concurrency must be positive")
+    with compare.bullmq_dir(bullmq_version) as workdir:
+        srv = compare.PrivateRedis.start()
+        try:
+            from escalation.bench.common import target
+            from escalation.logs import configure_logging
+
+            configure_logging("console", "WARNING")
+            with target(database_url, redis_url=srv.url) as tgt:
+                result = compare.run(tgt, srv, workdir, n, workers, rounds, batch_size,
+                                     concurrency, lead_s)
+        finally:
+            srv.stop()
+    rows = []
+    for i, r in enumerate(result["rounds"], 1):
+        for system in r["order"]:
+            s = r[system]
+            rows.append({"round": i, "system": system, "per s": s["rate_per_s"],
+                         "lag p50 ms": s["lag_ms"]["p50"], "lag p99 ms": s["lag_ms"]["p99"],
+                         "CPU us/esc": s["cpu_us_per_item"],
+                         "CPU s": " ".join(f"{k}={v}" for k, v in s["cpu_s"].items()),
+                         "ratio": r["ratio"], "load": " ".join(map(str, s["load"]))})
+    parts = "; ".join(
+        f"round {i}: escalation {fmt(r['escalation']['rate_per_s'])}/s p50/p99 "
+        f"{fmt(r['escalation']['lag_ms']['p50'])}/{fmt(r['escalation']['lag_ms']['p99'])} ms "
+        f"{fmt(r['escalation']['cpu_us_per_item'])} us/esc, bullmq "
+        f"{fmt(r['bullmq']['rate_per_s'])}/s p50/p99 {fmt(r['bullmq']['lag_ms']['p50'])}/"
+        f"{fmt(r['bullmq']['lag_ms']['p99'])} ms {fmt(r['bullmq']['cpu_us_per_item'])} us/job, "
+        f"ratio {r['ratio']}" for i, r in enumerate(result["rounds"], 1))
+    med = result["median"]
+    report(result, rows, f"N={n} W={workers} B={batch_size} bullmq {result['bullmq_version']} "
+           f"c={concurrency}: {parts}; median ratio {med['ratio']} "
+           f"ledger {'PASS' if result['ok'] else 'FAIL'}", json_only=json_only)
+    if not result["ok"]:
+        raise typer.Exit(1)
