@@ -8,12 +8,14 @@ Method (docs/performance.md, "Side by side with BullMQ"):
   embedded) server with a database of the run's own (see :mod:`escalation.bench.common`).
 * BullMQ: ``npm install bullmq ioredis`` into a scratch directory at run time (nothing of BullMQ is
   kept in the repository), then ``node bullmq_side.mjs`` (this package's script): one
-  producer adds N jobs all due at one instant D (``addBulk`` with delays,
+  producer adds N jobs all due at one instant D (``addBulk`` with delays; D = now + 3 s +
+  1 ms per job unless ``--lead-s``,
   ``removeOnComplete``), W worker processes with an empty processor (``--concurrency``
   each) complete them; lag = host time at the ``completed`` event - D.
 * Product: W ``escalation worker`` processes (batch ``--batch-size``, log level INFO as in
   production: no per-decision log line), N escalations enqueued through the service layer
-  due at D; done when the ``applied`` counter reaches N (polled every 5 ms); lag = the
+  due at D; done when the ``applied`` counter reaches N (polled every 5 ms) and then the
+  ledger holds N PROMOTED rows of this run (polled every 20 ms); lag = the
   ledger row's ``recorded_at`` - D (the durable decision; apply follows it by one Redis
   round trip). Afterwards the ledger must hold exactly N PROMOTED rows for N disputes.
 * Rounds are interleaved (product first in odd rounds, BullMQ first in even ones), so a
@@ -287,10 +289,20 @@ def bullmq_round(workdir: Path, redis_srv: PrivateRedis, n: int, workers: int,
         client.close()
 
 
+def _promoted(conn: sa.Connection, namespace: str) -> int:
+    """PROMOTED ledger rows written by this run's workers (autocommit read)."""
+    value = conn.execute(sa.text(
+        "SELECT count(*) FROM escalation_audit WHERE event = 'PROMOTED' AND actor LIKE :pfx"),
+        {"pfx": f"{namespace}-w%"}).scalar_one()
+    conn.commit()  # a fresh snapshot for the next read
+    return int(value)
+
+
 def _pg_backends(conn: sa.Connection) -> set[int]:
     rows = conn.execute(sa.text(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
         "AND pid <> pg_backend_pid()")).all()
+    conn.commit()
     return {int(r[0]) for r in rows}
 
 
@@ -332,6 +344,13 @@ def product_round(tgt: Target, n: int, workers: int, batch_size: int,
                 if any(p.proc.poll() is not None for p in procs):
                     raise RuntimeError("compare: a worker exited early")
                 time.sleep(0.005)
+            # ``applied`` also counts re-applied stale claims (a lease that ran out under load
+            # lets a second worker claim a member the first one then records): done is when
+            # the ledger holds n decisions
+            while _promoted(conn, ns) < n:
+                if time.monotonic() > end:
+                    raise TimeoutError(f"compare: only {_promoted(conn, ns)} of {n} recorded")
+                time.sleep(0.02)
             last_ms = int(time.time() * 1000)
             pg_after_set = _pg_backends(conn)
             after = _cpu_map(worker_pids | pg_after_set | {redis_pid})

@@ -42,12 +42,12 @@ def _ints(text: str, name: str) -> list[int]:
     return out
 
 
-def _run(database_url: str | None, fn: Any) -> Any:
+def _run(database_url: str | None, fn: Any, redis_url: str | None = None) -> Any:
     from escalation.bench.common import target
     from escalation.logs import configure_logging
 
     configure_logging("console", "WARNING")
-    with target(database_url) as tgt:
+    with target(database_url, redis_url=redis_url) as tgt:
         return fn(tgt)
 
 
@@ -106,23 +106,42 @@ def precision_cmd(
 
 @bench_app.command("idle")
 def idle_cmd(
-    seconds: Annotated[float, typer.Option(help="Measurement window.")] = 10.0,
+    seconds: Annotated[float, typer.Option(help="Measurement window.")] = 90.0,
     poll_interval_s: Annotated[float, typer.Option(help="Worker poll interval 1-60 s.")] = 5.0,
+    workers: Annotated[int, typer.Option(help="Idle worker processes.")] = 1,
+    shared_redis: Annotated[bool, typer.Option(
+        "--shared-redis", help="Count on the configured Redis (every other client included: "
+                               "an upper bound) instead of a private redis-server.")] = False,
     database_url: DbOpt = None,
     json_only: JsonOpt = False,
 ) -> None:
-    """Redis commands/s issued by one idle worker (MONITOR by client + INFO commandstats)."""
+    """Redis commands/s per idle worker: INFO commandstats delta on a private redis-server."""
     from escalation.bench import idle
     from escalation.bench.common import report
 
-    result = _run(database_url, lambda t: idle.run(t, seconds, poll_interval_s))
-    rows = [{"poll s": poll_interval_s, "window s": result["seconds"],
-             "worker cmds/s": result["worker_cmds_per_s"],
-             "server cmds/s": result["server_cmds_per_s"],
-             "by command": " ".join(f"{k}={v}" for k, v in sorted(result["by_command"].items()))}]
-    report(result, rows, f"poll {poll_interval_s:g} s: {result['worker_cmds_per_s']:.2f} "
-           f"cmds/s by the worker ({result['by_command']}), server-wide "
-           f"{result['server_cmds_per_s']:.2f}/s", json_only=json_only)
+    if workers < 1 or seconds <= 0:
+        raise InvalidInput("--workers and --seconds must be positive")
+    if shared_redis:
+        result = _run(database_url, lambda t: idle.run(
+            t, seconds, poll_interval_s, workers=workers, private=False))
+    else:
+        from escalation.bench.compare import PrivateRedis
+
+        srv = PrivateRedis.start()
+        try:
+            result = _run(database_url, lambda t: idle.run(
+                t, seconds, poll_interval_s, workers=workers, private=True),
+                redis_url=srv.url)
+        finally:
+            srv.stop()
+    rows = [{"poll s": poll_interval_s, "window s": result["seconds"], "workers": workers,
+             "cmds/s per worker": result["cmds_per_s_per_worker"],
+             "TIME/min per worker": result["time_calls_per_min_per_worker"],
+             "by command": " ".join(f"{k}={v}" for k, v in result["by_command"].items())}]
+    where = "private redis-server" if result["private_redis"] else "shared Redis (upper bound)"
+    report(result, rows, f"poll {poll_interval_s:g} s, {workers} worker(s), "
+           f"{result['seconds']:g} s on a {where}: {result['cmds_per_s_per_worker']:.2f} "
+           f"cmds/s per worker ({result['by_command']})", json_only=json_only)
 
 
 @bench_app.command("enqueue")
@@ -181,7 +200,7 @@ def compare_cmd(
         help="npm version spec of bullmq (default: the registry's latest).")] = None,
     lead_s: Annotated[float | None, typer.Option(
         help="Seconds between now and the due instant (default: product 2 + 1.5x the "
-             "measured enqueue time, BullMQ 5).")] = None,
+             "measured enqueue time, BullMQ 3 + 1 ms per job).")] = None,
     database_url: DbOpt = None,
     json_only: JsonOpt = False,
 ) -> None:
