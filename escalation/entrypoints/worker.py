@@ -173,7 +173,8 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
     idle = _IdleState(maint_every_s=maintenance_every_s(maint.lease.ttl_ms, maint.lease.margin))
     idle.maint_next = time.monotonic() + idle.maint_every_s
     ctx = _Pass(app=app, crashpoint=hook, warn_adapter=warn_adapter, warn_schedule=warn_schedule,
-                dead=dead, idle=idle)
+                dead=dead, idle=idle,
+                decision_events=str(settings.log_level).upper() == "DEBUG")
     # Wired first, then the handlers and at once the try: a stop signal right after
     # "worker.started" (which is what the demo waits for) ends the loop cleanly (exit 0).
     state = {"stop": _EARLY_STOP["signum"] is not None, "in_batch": False}
@@ -231,6 +232,7 @@ class _Pass:
     warn_schedule: Any
     dead: Any
     idle: _IdleState
+    decision_events: bool = True  # per-decision DEBUG events built only at DEBUG
 
 
 def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
@@ -244,6 +246,7 @@ def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
         lease_ms=settings.lease_ms, worker_id=app.actor, emit=_emit,
         crashpoint=ctx.crashpoint, on_scheduled=ctx.warn_schedule,
         on_poison=ctx.dead.on_decision_failed,  # issue 7: poison -> dead letter
+        decision_events=ctx.decision_events,
     )
     now_ms = int(report.now.timestamp() * 1000) if report.now else 0
     if ctx.idle.warnings_due(now_ms):
