@@ -27,6 +27,8 @@ from escalation.adapters.ladder_history import LadderHistoryStore
 from escalation.adapters.leader_lease import LeaderLease
 from escalation.adapters.maintenance_runs import PostgresMaintenanceRuns
 from escalation.adapters.probes import ServerProbe
+from escalation.adapters.redis_client import OUTAGE_ERRORS, make_redis
+from escalation.adapters.redis_layout import check_shard_count
 from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.adapters.redis_warnings import RedisWarnings
@@ -34,6 +36,7 @@ from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import SchemaNotAtHead
 from escalation.domain.escalation import Escalation
 from escalation.domain.timeutil import from_ms
+from escalation.logs import get_logger
 from escalation.service_layer.dead_letters import DeadLetters
 from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS, Check, DoctorDeps, run_checks
 from escalation.service_layer.maintenance import Job, Maintenance, log_dead_letters
@@ -41,6 +44,8 @@ from escalation.service_layer.priority import weight_fn
 from escalation.service_layer.reconcile import reconcile
 from escalation.service_layer.warnings import schedule_warnings
 from escalation.settings import Settings
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +102,15 @@ class App:
         self.engine.dispose()
 
 
+def _check_layout(client: redis.Redis, settings: Settings) -> None:
+    """Refuse a shard count other than the namespace's recorded one (adapters/redis_layout).
+    Redis away at start: not checked here (a worker starts and backs off as before)."""
+    try:
+        check_shard_count(client, settings.namespace, settings.shards)
+    except OUTAGE_ERRORS as exc:
+        log.warning("bootstrap.shard_count_unchecked", error=str(exc)[:200])
+
+
 def ensure_schema(engine: sa.Engine, urls: Urls) -> None:
     """Refuse a configured database behind the Alembic head; upgrade the embedded one."""
     try:
@@ -129,13 +143,9 @@ def build(
         LadderError: a ladder file under ``settings.ladders_dir`` is invalid.
     """
     urls = resolve_urls(settings)
-    client = redis.Redis.from_url(
-        urls.redis_url, decode_responses=True, socket_timeout=30, socket_connect_timeout=5,
-        # a non-UTF-8 byte in one payload must not crash every worker that claims it: it
-        # decodes as U+FFFD, fails validation and takes the poison -> dead-letter path
-        encoding_errors="replace",
-        health_check_interval=30,
-    )
+    # one server, a Cluster or a Sentinel set, by URL scheme (adapters/redis_client.py);
+    # decode_responses, encoding_errors="replace", socket timeouts, health checks included
+    client = make_redis(urls.redis_url)
     engine = make_engine(urls.database_url)
     if check_schema:
         ensure_schema(engine, urls)
@@ -145,6 +155,7 @@ def build(
         client, namespace=settings.namespace, shards=settings.shards,
         priority=weight_fn(ladders), aging_ms=settings.priority_aging_s * 1000,
     )
+    _check_layout(client, settings)
     return App(
         settings=settings,
         urls=urls,

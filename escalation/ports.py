@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 from uuid import UUID
 
+from escalation.domain.access import Role, TokenInfo
 from escalation.domain.decide import Decision
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation, Status
@@ -412,6 +413,11 @@ class ReviewStreams(Protocol):
         """Dead-letter an undeliverable notification; dead-lettered time, epoch ms."""
         ...
 
+    def count_notification(self, shard: int, outcome: str) -> None:
+        """Count one delivery attempt (``outcome``: ``delivered`` or ``failed``) in the
+        shard's stats, which the API's ``/metrics`` reads."""
+        ...
+
 
 # --------------------------------------------------------------------------- maintenance
 @dataclass(frozen=True, slots=True)
@@ -643,9 +649,11 @@ class LedgerSearch(Protocol):
         """Every distinct ``match_decision`` recorded so far."""
         ...
 
-    def search(self, flt: AuditFilter, limit: int) -> list[LedgerRow]:
-        """Rows matching ``flt``, by decided_at, dispute, seq; at most ``limit``.
-        Raises InvalidInput for naive times."""
+    def search(self, flt: AuditFilter, limit: int,
+               after: tuple[datetime, UUID, int] | None = None) -> list[LedgerRow]:
+        """Rows matching ``flt``, by decided_at, dispute, seq; at most ``limit``; with
+        ``after``, only rows strictly after that (decided_at, dispute, seq) key (keyset
+        pages). Raises InvalidInput for naive times."""
         ...
 
     def count(self, flt: AuditFilter) -> int:
@@ -723,4 +731,29 @@ class CheckpointStore(Protocol):
 
     def snapshot(self) -> AbstractContextManager[CheckpointSnapshot]:
         """A read-only snapshot of the checkpoint tables and the ledger."""
+        ...
+
+
+# --------------------------------------------------------------------------- API tokens
+class TokenStore(Protocol):
+    """Where token digests live (adapter: ``adapters.token_store.PostgresTokenStore``)."""
+
+    def insert(self, name: str, role: Role, digest: str, expires_at: datetime) -> TokenInfo:
+        """Store a new token. Raises ConflictError if ``name`` exists."""
+        ...
+
+    def by_digest(self, digest: str) -> tuple[TokenInfo, str] | None:
+        """(token, stored digest) for a digest, or None."""
+        ...
+
+    def all(self) -> list[TokenInfo]:
+        """Every token, by name."""
+        ...
+
+    def revoke(self, name: str, at: datetime) -> TokenInfo | None:
+        """Set ``revoked_at`` (once); None if no such name."""
+        ...
+
+    def now(self) -> datetime:
+        """The database clock (aware UTC): expiry is judged by one clock."""
         ...

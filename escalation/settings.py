@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     audit_partitions_ahead: int = Field(default=3, ge=1, le=120)
     # Issue 4 C: one materiality weight is worth this much waiting (docs/sla.md starvation bound)
     priority_aging_s: int = Field(default=300, ge=1, le=86_400)
+    # HTTP API: verified bearer tokens are remembered this long per process (a revocation
+    # takes effect within it); 0 = check PostgreSQL on every request
+    api_token_cache_s: float = Field(default=5, ge=0, le=300)
 
     @field_validator("poll_interval_s", "batch_size", "lock_ttl_s", "jitter", "shards")
     @classmethod
@@ -88,10 +91,17 @@ class Settings(BaseSettings):
     def _redis_url(cls, value: str | None) -> str | None:
         if value is None or value == "":
             return None
-        if not value.startswith(("redis://", "rediss://", "unix://")):
+        from escalation.adapters.redis_client import URL_PREFIXES, parse_topology
+
+        if not value.startswith(URL_PREFIXES):
             raise ValueError(
-                "must be a redis://, rediss:// or unix:// URL, e.g. redis://127.0.0.1:6379/1"
+                "must be a redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// "
+                "URL, e.g. redis://127.0.0.1:6379/1 (docs/operations.md)"
             )
+        try:
+            parse_topology(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
     @field_validator("database_url")

@@ -44,10 +44,41 @@ def server_urls() -> tuple[str, str]:
     return r or er, d or ed
 
 
+TOPOLOGIES = ("server", "cluster", "sentinel")
+#: shards the ``settings``/``sched`` fixtures use per topology: more than one on a cluster so
+#: that every path that visits shards crosses slots (and nodes)
+TOPOLOGY_SHARDS = {"server": 1, "cluster": 4, "sentinel": 1}
+
+
+def pytest_addoption(parser: Any) -> None:
+    """``--redis-topology server|cluster|sentinel``: which Redis the ``redis_url`` fixture
+    gives (tests/topologies.py starts the local cluster / sentinel set)."""
+    parser.addoption("--redis-topology", choices=TOPOLOGIES, default="server",
+                     help="run the Redis tests against one server (default), the local "
+                          "Redis Cluster or the local Sentinel set (tests/topologies.py)")
+
+
 @pytest.fixture(scope="session")
-def redis_url(server_urls: tuple[str, str]) -> str:
-    """Redis URL pointing at the test DB index (9)."""
+def redis_topology(request: Any) -> str:
+    """The ``--redis-topology`` chosen for this run."""
+    return str(request.config.getoption("--redis-topology"))
+
+
+@pytest.fixture(scope="session")
+def topology_shards(redis_topology: str) -> int:
+    """Shard count the ``settings`` fixture uses (see ``TOPOLOGY_SHARDS``)."""
+    return TOPOLOGY_SHARDS[redis_topology]
+
+
+@pytest.fixture(scope="session")
+def redis_url(server_urls: tuple[str, str], redis_topology: str) -> str:
+    """Redis URL pointing at the test DB index (9), or at the chosen topology."""
     from redis.connection import parse_url
+
+    if redis_topology != "server":
+        from tests import topologies
+
+        return topologies.topology_test_url(redis_topology, TEST_REDIS_DB)
 
     base = server_urls[0]
     kw = parse_url(base)
@@ -114,7 +145,9 @@ def namespace() -> str:
 @pytest.fixture()
 def redis_client(redis_url: str, namespace: str) -> Iterator[redis.Redis]:
     """A client on the test DB; deletes every key of this test's namespace afterwards."""
-    client: redis.Redis = redis.Redis.from_url(redis_url, decode_responses=True)
+    from escalation.adapters.redis_client import make_redis
+
+    client: redis.Redis = make_redis(redis_url)
     yield client
     for key in client.scan_iter(match=f"*{{{namespace}:*", count=1000):
         client.delete(key)
@@ -132,16 +165,33 @@ def engine(database_url: str) -> Iterator[sa.Engine]:
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    """Nothing to skip: every test runs against real servers."""
+    """Every test runs against real servers. The failover tests (markers ``cluster`` /
+    ``sentinel``) start and kill local redis-server processes and run ~1 minute each: they
+    run only when selected by name with ``-m`` (``.ci/run`` runs them once), not in a plain
+    ``pytest -q``."""
+    import shutil
+
+    wanted = str(config.getoption("markexpr") or "")
+    for item in items:
+        for marker in ("cluster", "sentinel"):
+            if marker not in item.keywords:
+                continue
+            if marker not in wanted:
+                item.add_marker(pytest.mark.skip(
+                    reason=f"failover test: select it with -m {marker} (tests/topologies.py "
+                           "starts the local topology; .ci/run runs it once)"))
+            elif shutil.which("redis-server") is None:
+                item.add_marker(pytest.mark.skip(reason="redis-server is not installed"))
 
 
 @pytest.fixture()
-def settings(redis_url: str, database_url: str, namespace: str) -> Any:
+def settings(redis_url: str, database_url: str, namespace: str, topology_shards: int) -> Any:
     """Settings pointing at the test servers with this test's namespace."""
     from escalation.settings import get_settings
 
     return get_settings(redis_url=redis_url, database_url=database_url, namespace=namespace,
-                        poll_interval_s=1, lock_ttl_s=5, log_format="json")
+                        poll_interval_s=1, lock_ttl_s=5, log_format="json",
+                        shards=topology_shards)
 
 
 @pytest.fixture()
@@ -155,9 +205,11 @@ def app(settings: Any, redis_client: redis.Redis) -> Iterator[Any]:
 
 
 @pytest.fixture()
-def cli_env(redis_url: str, database_url: str, namespace: str) -> dict[str, str]:
+def cli_env(redis_url: str, database_url: str, namespace: str,
+            topology_shards: int) -> dict[str, str]:
     """Environment for running the ``escalation`` CLI as a subprocess against the test servers."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
     env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=database_url,
-               ESCALATION_NAMESPACE=namespace, ESCALATION_LOG_FORMAT="json")
+               ESCALATION_NAMESPACE=namespace, ESCALATION_LOG_FORMAT="json",
+               ESCALATION_SHARDS=str(topology_shards))
     return env

@@ -7,7 +7,9 @@ REPEATABLE READ snapshot, so an export's memory stays constant whatever the row 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 import sqlalchemy as sa
 
@@ -65,9 +67,16 @@ class PostgresLedgerSearch:
         with self._engine.connect() as conn:
             return list(conn.execute(sa.select(_A.c.match_decision).distinct()).scalars())
 
-    def search(self, flt: AuditFilter, limit: int) -> list[LedgerRow]:
-        """Rows matching ``flt`` in (decided_at, dispute_id, seq) order, at most ``limit``."""
-        stmt = sa.select(_A).where(*conditions(flt)).order_by(*_ORDER).limit(limit)
+    def search(self, flt: AuditFilter, limit: int,
+               after: tuple[datetime, UUID, int] | None = None) -> list[LedgerRow]:
+        """Rows matching ``flt`` in (decided_at, dispute_id, seq) order, at most ``limit``;
+        with ``after``, only rows whose (decided_at, dispute_id, seq) is greater (keyset)."""
+        conds = conditions(flt)
+        if after is not None:
+            at, did, seq = after
+            conds.append(sa.tuple_(*_ORDER)
+                         > sa.tuple_(sa.literal(at), sa.literal(did), sa.literal(seq)))
+        stmt = sa.select(_A).where(*conds).order_by(*_ORDER).limit(limit)
         with self._engine.connect() as conn:
             return [ledger_row(r) for r in conn.execute(stmt).mappings()]
 

@@ -45,7 +45,7 @@ ENQUEUE_TYPES: dict[str, str] = {
     "source_hash": "text",
     "trace_id": "text",
     "regulatory_deadline": "timestamptz",
-    "deadlines": "jsonb",  # issue 4 A: every regulatory deadline (escalation_deadlines_json)
+    "deadlines": "jsonb",  # every regulatory deadline (escalation_deadlines_json; docs/sla.md)
     "remaining_ms": "bigint",
     "last_seq": "bigint",
     "last_hash": "bytea",

@@ -47,8 +47,8 @@ def enqueue_rows(
 ) -> dict[str, Any]:
     """Projection row (seq 1) and its ENQUEUED ledger row for one new escalation.
 
-    Issue 4: the row records ``calendar_version`` and, when the escalation has regulatory
-    deadlines, all of them in ``details["deadlines"]`` (name -> ISO 8601 UTC).
+    SLA timing (docs/sla.md): the row records ``calendar_version`` and, when the escalation
+    has regulatory deadlines, all of them in ``details["deadlines"]`` (name -> ISO 8601 UTC).
     """
     state: dict[str, Any] = {
         "dispute_id": esc.dispute_id,

@@ -4,8 +4,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 import sqlalchemy as sa
+
+from escalation.adapters.redis_client import is_cluster
 
 
 class ServerProbe:
@@ -25,8 +29,16 @@ class ServerProbe:
         return redis_ms, int(db.timestamp() * 1000)
 
     def maxmemory_policy(self) -> str | None:
-        """Redis ``maxmemory-policy`` (``"unknown"`` if absent), None when CONFIG is refused."""
+        """Redis ``maxmemory-policy`` (``"unknown"`` if absent), None when CONFIG is refused.
+        On a Redis Cluster: the distinct values over every primary, comma-separated (one
+        evicting primary loses its shards' schedule)."""
         try:
+            if is_cluster(self._client):
+                cluster: Any = self._client  # a RedisCluster: one CONFIG GET per primary
+                values = {str(cluster.config_get("maxmemory-policy", target_nodes=node)
+                              .get("maxmemory-policy", "unknown"))
+                          for node in cluster.get_primaries()}
+                return ",".join(sorted(values))
             reply = self._client.config_get("maxmemory-policy")
         except redis.ResponseError:
             return None

@@ -45,7 +45,7 @@ class ClaimMixin(SchedulerBase):
     """``claim`` and its per-shard steps."""
 
     def claim(self, batch_size: int, lease_ms: int, worker_id: str) -> ClaimResult:
-        """Claim up to ``batch_size`` due members (claim.lua; DESIGN.md firing protocol step 1).
+        """Claim up to ``batch_size`` due members (claim.lua; docs/architecture.md, firing step 1).
 
         Shards are visited round-robin from a random one. Per shard: read a window of the
         earliest members (by rank, no client clock), run claim.lua on it; if the window was all
@@ -97,12 +97,12 @@ class ClaimMixin(SchedulerBase):
         )
 
     def _claim_shard(self, keys: Keys, need: int, lease_ms: int, worker_id: str) -> _ShardClaim:
-        """claim.lua on one shard (issue 4 C: pending -> ready by effective priority, then
+        """claim.lua on one shard (ADR 0006 ready set: pending -> ready by effective priority, then
         claim the head of ready). Candidates are read from ``ready`` before each call; the
         script only claims those still in the head, so the order is exact.
 
-        Idle cost (issue 6): when nothing is claimable this makes exactly one Redis command,
-        ``ZRANGE pending 0 0 WITHSCORES``, and no script call:
+        Idle cost (docs/performance.md, idle worker): when nothing is claimable this makes
+        exactly one Redis command, ``ZRANGE pending 0 0 WITHSCORES``, and no script call:
 
         * the ``ready`` read is skipped while this scheduler's last claim script on the shard
           reported ``ready`` empty. Only claim.lua puts members into ``ready``, and a claim

@@ -1,7 +1,7 @@
-"""Inspection, wake-ups and the single-step seed operations of the Redis scheduler.
+"""Inspection, wake-ups and the single-step operations of the Redis scheduler.
 
 Part of ``RedisScheduler`` (see ``redis_scheduler_base``): reads for ``escalation status``
-and reconcile, the worker's blocking wait for a wake marker, and the seed's step-by-step
+and reconcile, the worker's blocking wait for a wake marker, and the step-by-step
 operations (non-destructive due read, pop-if-due, lock acquire/release) kept for tests and
 the CLI.
 """
@@ -16,6 +16,7 @@ from uuid import UUID
 
 import redis
 
+from escalation.adapters.redis_client import is_cluster
 from escalation.adapters.redis_keys import Keys
 from escalation.adapters.redis_scheduler_base import (
     _WAKE_GRACE_S,
@@ -25,13 +26,14 @@ from escalation.adapters.redis_scheduler_base import (
     SchedulerBase,
 )
 from escalation.adapters.redis_scripts import check_range
+from escalation.adapters.redis_wake import cluster_blpop_any
 from escalation.domain.errors import InvalidInput
 
 
 class InspectionMixin(SchedulerBase):
-    """Reads, wake-ups and the seed's single-step operations."""
+    """Reads, wake-ups and the single-step operations (due read, pop-if-due, lock)."""
 
-    # ------------------------------------------------------------------ seed step 2
+    # ------------------------------------------------------- single step: due read, pop
     def fetch_due(self, batch_size: int) -> list[tuple[str, int]]:
         """Non-destructive read of up to ``batch_size`` due members (score <= Redis TIME).
 
@@ -59,7 +61,7 @@ class InspectionMixin(SchedulerBase):
                 return str(raw[0]), int(float(raw[1]))
         return None
 
-    # ------------------------------------------------------------------ seed step 3
+    # ------------------------------------------------------- single step: lock
     def try_acquire_lock(self, dispute_id: UUID | str, ttl_ms: int, owner: str) -> bool:
         """``SET lock owner NX PX ttl_ms``: True if acquired, False if someone holds it."""
         check_range("ttl_ms", ttl_ms, 1, MAX_LEASE_MS)
@@ -112,6 +114,10 @@ class InspectionMixin(SchedulerBase):
         return False
 
     def _blpop(self, wake_keys: list[str], block_s: float) -> bool:
+        # --- Redis Cluster: one BLPOP per shard (one slot each), awaited together
+        if is_cluster(self._client):
+            return cluster_blpop_any(self._client, wake_keys, block_s, _WAKE_GRACE_S)
+        # --- one server or a Sentinel primary: one BLPOP over every shard's wake key
         pool = self._client.connection_pool
         conn = pool.get_connection()
         try:
@@ -120,6 +126,13 @@ class InspectionMixin(SchedulerBase):
         except (redis.TimeoutError, redis.ConnectionError):
             conn.disconnect()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
             return False
+        except BaseException:
+            # interrupted (SIGTERM's shutdown exception) with the BLPOP still pending: its
+            # late nil reply must not be read back as the next command's reply on this
+            # connection (the pool hands the last released connection out first; a
+            # Sentinel-managed connection is not dropped on errors by redis-py)
+            conn.disconnect()  # type: ignore[no-untyped-call]  # as above
+            raise
         finally:
             pool.release(conn)
         return reply is not None
@@ -129,7 +142,7 @@ class InspectionMixin(SchedulerBase):
         """Lowest score over all shards (epoch ms), or None when nothing is pending."""
         best: int | None = None
         for keys in self.shard_keys():
-            if int(self._client.zcard(keys.ready)):  # issue 4 C: due members waiting
+            if int(self._client.zcard(keys.ready)):  # ready set (ADR 0006): due members waiting
                 return self._now_ms()
             rows = cast(
                 list[tuple[str, float]], self._client.zrange(keys.pending, 0, 0, withscores=True)
@@ -188,7 +201,7 @@ class InspectionMixin(SchedulerBase):
         out: dict[str, int | None] = {"pending": 0, "due_now": 0, "locked": 0, "dead": 0}
         counters: dict[str, int] = defaultdict(int)
         for keys in self.shard_keys():
-            ready = int(self._client.zcard(keys.ready))  # issue 4 C: due, waiting for a claim
+            ready = int(self._client.zcard(keys.ready))  # ready set (ADR 0006): due, waiting
             in_pending = int(self._client.zcard(keys.pending))
             out["pending"] = int(out["pending"] or 0) + in_pending + ready
             out["due_now"] = int(out["due_now"] or 0) + ready + int(

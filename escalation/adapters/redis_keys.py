@@ -1,4 +1,4 @@
-"""The one key-builder for the scheduler's Redis layout (DESIGN.md, seed 000 names).
+"""The one key-builder for the scheduler's Redis layout (docs/architecture.md, "Redis key layout").
 
 Every key of one shard shares the hash tag ``{<namespace>:<shard>}`` so a Lua script's keys
 all live in one Redis Cluster slot. Layout for shard ``s`` of namespace ``ns``::
@@ -12,12 +12,12 @@ all live in one Redis Cluster slot. Layout for shard ``s`` of namespace ``ns``::
     escalations:{ns:s}:stats          HASH   counters (claimed, stuck, lock_contended, ...)
     escalations:{ns:s}:wake           LIST   wake-up marker for sleeping workers
     escalations:{ns:s}:warnings       ZSET   member "<id>:<seq>:<fraction>", score = warn time (ms)
-    escalations:{ns:s}:dead_data      HASH   dead-letter member -> JSON record (issue 7)
+    escalations:{ns:s}:dead_data      HASH   dead-letter member -> JSON record (docs/reliability.md)
     escalations:{ns:s}:notify_retry   ZSET   notifications to retry, score = retry time (ms)
     escalations:{ns:s}:notify_data    HASH   retry member -> JSON record
     escalations:{ns:s}:decision_failures HASH dispute id -> failed decision attempts
     escalations:{ns:s}:leader:<name>  STRING leader lease token (PX = lease)
-    escalations:{ns:s}:ready          ZSET   DUE members, score = due - weight * aging (issue 4)
+    escalations:{ns:s}:ready          ZSET   DUE members, score = due - weight * aging (ADR 0006)
     escalations:{ns:s}:prio           HASH   member -> materiality weight (absent = 0)
 """
 
@@ -91,10 +91,10 @@ class Keys:
     @property
     def warnings(self) -> str:
         """ZSET of pre-breach warnings: member ``"<id>:<seq>:<fraction>"``, score = warning
-        time (epoch ms); ``seq`` is the ledger seq at which the tier was entered (issue 4)."""
+        time (epoch ms); ``seq`` is the ledger seq at which the tier was entered (docs/sla.md)."""
         return f"escalations:{self.tag}:warnings"
 
-    # ---- reliability (issue 7): additive keys
+    # ---- reliability (docs/reliability.md): additive keys
     @property
     def dead_data(self) -> str:
         """HASH dead-letter member -> JSON record (kind, dispute id, reason, attempts, entry)."""
@@ -115,7 +115,7 @@ class Keys:
         """HASH dispute id -> number of failed decision attempts (poison input)."""
         return f"escalations:{self.tag}:decision_failures"
 
-    # ---- materiality priority (issue 4 C): additive keys
+    # ---- materiality priority, the ready set (docs/adr/0006-ready-set.md): additive keys
     @property
     def ready(self) -> str:
         """ZSET of due members moved out of ``pending`` by claim.lua, score = effective

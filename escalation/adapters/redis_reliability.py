@@ -1,4 +1,4 @@
-"""Redis side of the reliability work (issue 7): reconcile inspection, dead letters.
+"""Redis side of reliability (docs/reliability.md): reconcile inspection, dead letters.
 
 Scripts live beside the scheduler's in ``adapters/lua/`` and are loaded the same way
 (``script_source`` + ``register_script``). Every key of one call shares a shard's hash tag.
@@ -43,7 +43,7 @@ class ReliabilityRedis:
         aging_ms: the scheduler's ``aging_ms`` (one materiality weight, milliseconds); only
             used to turn a ready score back into a due time (due = score + weight * aging_ms).
 
-    Every read and script here treats a member of ``ready`` (issue 4 C) like a member of
+    Every read and script here treats a member of ``ready`` (ADR 0006) like a member of
     ``pending``: scheduled (and due).
     """
 
@@ -109,7 +109,7 @@ class ReliabilityRedis:
     def scan_members(self, keys: Keys, count: int = 1000) -> list[list[tuple[str, int]]]:
         """The scheduled members of one shard in chunks of about ``count``: ``(member, due
         epoch ms)`` -- every member of pending (due = score), then every member of ready
-        (issue 4 C; due = ready score + weight * aging_ms). A member moved from pending to
+        (ADR 0006; due = ready score + weight * aging_ms). A member moved from pending to
         ready between the two scans can appear twice; callers treat members as a set."""
         chunks: list[list[tuple[str, int]]] = []
         chunk: list[tuple[str, int]] = []
@@ -142,7 +142,7 @@ class ReliabilityRedis:
         """reconcile_remove.lua: ``removed`` | ``locked`` | ``ahead`` | ``behind`` | ``absent``.
 
         ``recorded_seq`` None = PostgreSQL does not know the member; ``mode`` ``remove`` or
-        ``unpark``. The member is cleared from pending and ready (issue 4 C); ``remove`` also
+        ``unpark``. The member is cleared from pending and ready (ADR 0006); ``remove`` also
         drops its prio weight.
         """
         k = self.keys_for(member)
@@ -318,6 +318,11 @@ class ReliabilityRedis:
             [keys.dead, keys.dead_data, keys.pending, keys.stats, keys.decision_failures,
              keys.notify_retry, keys.notify_data],
             [DEAD_NOTIFY + member, record_json, "notify", "", "", member]))
+
+    def count_notification(self, shard: int, outcome: str) -> None:
+        """HINCRBY ``notify_<outcome>`` in the shard's stats hash (read by the API's
+        ``/metrics``)."""
+        self.client.hincrby(Keys(self.namespace, shard).stats, f"notify_{outcome}", 1)
 
     def dead_count(self) -> int:
         """Number of dead letters over every shard."""

@@ -2,7 +2,7 @@
 
 The scheduler is one class assembled from cohesive parts: this base (constructor, key
 builders, the script runner, the Redis TIME clock), ``redis_claim`` (claim), ``redis_inspection``
-(inspection, wake-ups, the single-step seed operations) and ``redis_scheduler`` (enqueue,
+(inspection, wake-ups, the single-step operations) and ``redis_scheduler`` (enqueue,
 apply, restore, cancel).
 
 Times: scores and payload times are epoch **milliseconds** UTC; the only clock consulted for
@@ -33,9 +33,9 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "claim",
     "apply",
     "cancel",
-    "warn_claim",  # issue 4: used by adapters.redis_warnings.RedisWarnings
+    "warn_claim",  # pre-breach warnings: used by adapters.redis_warnings.RedisWarnings
 )
-MAX_BATCH = 500  # seed 000 config table: batch_size 1-500
+MAX_BATCH = 500  # batch_size range 1-500 (docs/operations.md, configuration)
 MAX_LEASE_MS = 86_400_000  # claim.lua refuses longer leases
 MAX_CLAIM_ROUNDS = 4  # candidate windows tried per shard before giving up on contention
 REVIEW_MAXLEN = 100_000  # approximate MAXLEN of the review stream
@@ -80,9 +80,10 @@ class SchedulerBase:
         self._scripts: dict[str, Script] = {
             name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
         }
-        # Idle-cost state (issue 6): shards whose ``ready`` ZSET may hold members (True until a
-        # claim script reports it empty, again after a wake), and the last Redis TIME seen
-        # with the host monotonic instant it was seen at (an estimate of Redis time).
+        # Idle-cost state (docs/performance.md, idle worker): shards whose ``ready`` ZSET may
+        # hold members (True until a claim script reports it empty, again after a wake), and the
+        # last Redis TIME seen with the host monotonic instant it was seen at (an estimate of
+        # Redis time).
         self._ready_maybe: dict[int, bool] = {}
         self._clock: tuple[int, float] | None = None
 

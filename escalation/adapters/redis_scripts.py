@@ -17,6 +17,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from escalation.adapters.redis_client import OUTAGE_ERRORS
 from escalation.domain.errors import EscalationError, InvalidInput
 
 __all__ = [
@@ -49,6 +50,10 @@ def run_script(script: Script, keys: Sequence[str], args: Sequence[str | int]) -
         return script(keys=list(keys), args=list(args))
     except redis.ResponseError as exc:
         if isinstance(exc, redis.exceptions.NoScriptError):  # pragma: no cover - re-sent
+            raise
+        if isinstance(exc, OUTAGE_ERRORS):
+            # READONLY / TRYAGAIN / MASTERDOWN / CLUSTERDOWN: the server cannot take the
+            # write right now (a failover): not the script refusing this item
             raise
         raise ScriptRefused(str(exc)) from exc
 

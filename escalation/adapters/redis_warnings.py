@@ -1,13 +1,13 @@
-"""Pre-breach warnings in Redis (issue 4 point 6): one ZSET per shard, ``Keys.warnings``.
+"""Pre-breach warnings in Redis (docs/sla.md): one ZSET per shard, ``Keys.warnings``.
 
 Member ``"<dispute id>:<seq>:<fraction>"`` (``seq`` = the ledger seq at which the tier was
 entered, ``fraction`` like ``0.50``), score = warning time in epoch **ms**. ``schedule`` adds
 members (ZADD NX: re-scheduling the same warning changes nothing); ``claim`` takes due ones
 atomically with ``warn_claim.lua`` (Redis TIME, ZREM in the same script), which also returns the
 earliest warning left (``next_due_ms``): the worker runs its warnings pass only when that time
-has passed or after a wake (issue 6). ``schedule`` therefore pushes the shard's wake marker
-whenever a new member became the earliest of its ZSET, so a warning scheduled earlier than
-the time a worker cached is never late.
+has passed or after a wake (so an idle worker stays cheap). ``schedule`` therefore pushes the
+shard's wake marker whenever a new member became the earliest of its ZSET, so a warning
+scheduled earlier than the time a worker cached is never late.
 """
 
 from __future__ import annotations

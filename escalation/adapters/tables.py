@@ -246,3 +246,21 @@ maintenance_runs = sa.Table(
 schedule slot (epoch-aligned multiple of the job's interval) last claimed; claiming a slot is
 a compare-and-set on it, so one occurrence runs once across every worker; ``missed`` counts
 the slots skipped by the catch-up policy (run once on recovery, never N times)."""
+
+API_ROLES: tuple[str, ...] = ("service", "compliance", "admin")
+
+api_tokens = sa.Table(
+    "api_tokens",
+    metadata,
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("token_sha256", sa.Text, nullable=False),
+    sa.Column("created_at", TZ, nullable=False, server_default=sa.text("now()")),
+    sa.Column("expires_at", TZ, nullable=False),
+    sa.Column("revoked_at", TZ),
+    sa.PrimaryKeyConstraint("name"),
+    sa.UniqueConstraint("token_sha256"),
+    sa.CheckConstraint("role IN ('service', 'compliance', 'admin')", name="role_known"),
+)
+"""HTTP API bearer tokens (revision 0007): the SHA-256 hex digest of each secret, never the
+secret; ``name`` is the actor on every ledger row a request with the token causes."""

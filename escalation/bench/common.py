@@ -33,6 +33,7 @@ import redis
 import sqlalchemy as sa
 
 from escalation.adapters.db import make_engine, normalize_url, upgrade_to_head
+from escalation.adapters.redis_client import make_redis
 from escalation.bootstrap import App, build, resolve_urls
 from escalation.settings import Settings, get_settings
 
@@ -129,8 +130,8 @@ class Target:
         return built
 
     def redis(self) -> redis.Redis:
-        """A plain client (decode_responses) on the target Redis."""
-        return redis.Redis.from_url(self.redis_url, decode_responses=True)
+        """A client (decode_responses) on the target Redis (adapters/redis_client URLs)."""
+        return make_redis(self.redis_url)  # one server, a Cluster or a Sentinel primary
 
     def worker_env(self, namespace: str, worker_id: str, **settings: Any) -> dict[str, str]:
         """Environment for ``python -m escalation worker`` on this target and namespace."""

@@ -58,32 +58,36 @@ def _enqueue_rate(app: Any, sample: int = 500) -> float:
     return sample / max(time.monotonic() - t0, 1e-3)
 
 
-def _applied(client: Any, namespace: str) -> int:
+def _applied(client: Any, namespace: str, shards: int = 1) -> int:
+    """The ``applied`` counters of every shard's stats hash, summed."""
     from escalation.adapters.redis_keys import Keys
 
-    return int(client.hget(Keys(namespace, 0).stats, "applied") or 0)
+    return sum(int(client.hget(Keys(namespace, s).stats, "applied") or 0)
+               for s in range(shards))
 
 
 def run_once(tgt: Target, n: int, workers: int, batch_size: int,
-             lead_s: float | None = None, timeout_s: float | None = None) -> dict[str, Any]:
-    """One drain of ``n`` escalations with ``workers`` processes at ``batch_size``.
+             lead_s: float | None = None, timeout_s: float | None = None,
+             shards: int = 1) -> dict[str, Any]:
+    """One drain of ``n`` escalations with ``workers`` processes at ``batch_size`` over
+    ``shards`` shards (``ESCALATION_SHARDS`` of the client and of every worker).
 
     Returns:
-        dict with n, workers, batch_size, rate_per_s, lag_ms {p50, p99, max}, claim_lag_ms
-        {p50, p99}, enqueue_s, lead_s, on_time_start (enqueue finished before the due
-        instant), ledger_rows, ledger_ok, load.
+        dict with n, workers, batch_size, shards, redis (the URL's scheme), rate_per_s,
+        lag_ms {p50, p99, max}, claim_lag_ms {p50, p99}, enqueue_s, lead_s, on_time_start
+        (enqueue finished before the due instant), ledger_rows, ledger_ok, load.
 
     Raises:
         RuntimeError: a worker failed to start; TimeoutError: not drained in ``timeout_s``.
     """
     ns = new_namespace()
-    app = tgt.app(ns)
+    app = tgt.app(ns, shards=shards)
     client = tgt.redis()
     lead = lead_s if lead_s is not None else 2.0 + 1.5 * n / _enqueue_rate(app)
     limit = timeout_s if timeout_s is not None else 60.0 + n / 200
     procs = [
         WorkerProc.start(tgt.worker_env(ns, f"{ns}-w{i}", batch_size=batch_size,
-                                        poll_interval_s=5), f"{ns}-w{i}")
+                                        poll_interval_s=5, shards=shards), f"{ns}-w{i}")
         for i in range(workers)
     ]
     try:
@@ -99,9 +103,9 @@ def run_once(tgt: Target, n: int, workers: int, batch_size: int,
         enq_done_ms = int(app.scheduler.time().timestamp() * 1000)
         wait_started(procs)
         end = time.monotonic() + lead + limit
-        while _applied(client, ns) < n:
+        while _applied(client, ns, shards) < n:
             if time.monotonic() > end:
-                raise TimeoutError(f"drain: only {_applied(client, ns)} of {n} applied")
+                raise TimeoutError(f"drain: only {_applied(client, ns, shards)} of {n} applied")
             if any(p.proc.poll() is not None for p in procs):
                 raise RuntimeError("drain: a worker exited early")
             time.sleep(0.02)
@@ -115,6 +119,7 @@ def run_once(tgt: Target, n: int, workers: int, batch_size: int,
         span_ms = max(applied) - due_ms if applied else None
         return {
             "scenario": "drain", "n": n, "workers": workers, "batch_size": batch_size,
+            "shards": shards, "redis": tgt.redis_url.partition("://")[0],
             "rate_per_s": round(n / (span_ms / 1000), 1) if span_ms else None,
             "span_ms": span_ms,
             "lag_ms": {"p50": percentile(lags, 50), "p99": percentile(lags, 99),
@@ -150,9 +155,10 @@ def _ledger_count(tgt: Target, namespace: str) -> tuple[int, int]:
 
 
 def run(tgt: Target, n: int, workers: list[int], batch_sizes: list[int],
-        lead_s: float | None = None) -> dict[str, Any]:
+        lead_s: float | None = None, shards: int = 1) -> dict[str, Any]:
     """Every (workers, batch size) combination; returns ``{"scenario": "drain", "runs": [...]}``
     with ``ok`` = every run's ledger check passed."""
-    runs = [run_once(tgt, n, w, b, lead_s) for w in workers for b in batch_sizes]
+    runs = [run_once(tgt, n, w, b, lead_s, shards=shards)
+            for w in workers for b in batch_sizes]
     return {"scenario": "drain", "runs": runs, "ok": all(r["ledger_ok"] for r in runs),
             "load": load()}

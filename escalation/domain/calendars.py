@@ -1,6 +1,6 @@
 """SLA windows and the calendars they are counted in.
 
-A window is an amount plus an explicit unit (issue 4): ``calendar_minutes``,
+A window is an amount plus an explicit unit (docs/ladders.md): ``calendar_minutes``,
 ``calendar_hours``, ``calendar_days``, ``business_hours`` or ``business_days``, counted in a
 named calendar. A calendar turns "start + window" into an aware UTC deadline.
 

@@ -1,6 +1,6 @@
 """Time helpers shared by the domain: aware-UTC checks and epoch-millisecond conversion.
 
-Scores in Redis are epoch **milliseconds** (DESIGN.md); the domain works in aware
+Scores in Redis are epoch **milliseconds** (docs/architecture.md); the domain works in aware
 ``datetime`` objects and converts only at the edges.
 """
 

@@ -12,8 +12,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from escalation.domain.errors import EscalationError
+from escalation.domain.errors import EscalationError, InvalidInput
 from escalation.entrypoints import (
+    cli_api,
     cli_audit,
     cli_bench,
     cli_import,
@@ -35,6 +36,7 @@ db_app = typer.Typer(help="Database schema (Alembic).", no_args_is_help=True)
 app.add_typer(cli_import.app)  # import, demo
 app.add_typer(cli_ops.app)  # notify, reconcile, doctor
 app.add_typer(cli_sla.app)  # pause, resume
+app.add_typer(cli_api.app)  # serve (the HTTP API)
 app.add_typer(services_app, name="services")
 app.add_typer(db_app, name="db")
 app.add_typer(cli_audit.audit_app, name="audit")
@@ -43,6 +45,7 @@ app.add_typer(cli_bench.bench_app, name="bench")
 app.add_typer(cli_ladder.ladder_app, name="ladder")
 app.add_typer(cli_ops.dead_app, name="dead")
 app.add_typer(cli_ops.maint_app, name="maintenance")
+app.add_typer(cli_api.token_app, name="token")
 
 # --------------------------------------------------------------------------- enqueue/cancel
 @app.command()
@@ -98,21 +101,25 @@ def enqueue(
 
 @app.command()
 def cancel(
-    dispute_id: Annotated[str, typer.Argument(help="Dispute id (UUID).")],
+    dispute_id: Annotated[str, typer.Argument(
+        help="Dispute id (UUID), or the external id with --source.")],
     reason: Annotated[str, typer.Option(help="Why (recorded in the ledger).")] = "resolved",
+    source: Annotated[str | None, typer.Option(
+        help="Source system: DISPUTE_ID is its external id.")] = None,
 ) -> None:
     """Cancel a dispute's escalation (the dispute was resolved)."""
-    from escalation.domain.escalation import parse_dispute_id
     from escalation.service_layer.cancel import cancel as do_cancel
+    from escalation.service_layer.disputes import dispute_arg
 
+    did = dispute_arg(dispute_id, source)
     a = _app(actor="cli")
     try:
-        before = a.store.get(parse_dispute_id(dispute_id))
+        before = a.store.get(did)
         if before is not None and before[1].value == "cancelled":
             out.print(f"already cancelled {before[0].dispute_id} (seq {before[0].seq}): "
                       "nothing changed")
             return
-        state = do_cancel(dispute_id, scheduler=a.scheduler, store=a.store, actor=a.actor,
+        state = do_cancel(did, scheduler=a.scheduler, store=a.store, actor=a.actor,
                           reason=reason)
     finally:
         a.close()
@@ -193,16 +200,27 @@ def worker(
     lock_ttl_s: Annotated[int | None, typer.Option(help="5-300 s (default 30).")] = None,
     jitter: Annotated[float | None, typer.Option(help="0.0-0.5 (default 0.2).")] = None,
     worker_id: Annotated[str | None, typer.Option(help="Worker id in logs/ledger.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        help="Serve this worker's Prometheus metrics on this port (1-65535).")] = None,
+    metrics_addr: Annotated[str, typer.Option(
+        help="Listen address of --metrics-port.")] = "127.0.0.1",
 ) -> None:
     """Fire due escalations until SIGTERM/SIGINT (or, with --burst, until nothing is due)."""
     from escalation.entrypoints.worker import install_early_stop_handlers, run_worker
+    from escalation.entrypoints.worker_metrics import WorkerMetrics
 
+    if metrics_port is not None and not 1 <= metrics_port <= 65535:
+        raise InvalidInput(f"--metrics-port must be 1-65535, got {metrics_port}")
     install_early_stop_handlers()
     a = _app(strict_ladders=True, batch_size=batch_size, poll_interval_s=poll_interval_s,
              lock_ttl_s=lock_ttl_s,
              jitter=jitter, worker_id=worker_id)
+    metrics = None
+    if metrics_port is not None:
+        metrics = WorkerMetrics()
+        metrics.serve(metrics_port, metrics_addr)
     try:
-        totals = run_worker(a, burst=burst)
+        totals = run_worker(a, burst=burst, metrics=metrics)
     finally:
         a.close()
     if burst:

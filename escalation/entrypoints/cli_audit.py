@@ -238,7 +238,10 @@ def _filter(**kw: Any) -> Any:
 
 @audit_app.command("search")
 def audit_search(
-    dispute: Annotated[str | None, typer.Option(help="Dispute id (UUID).")] = None,
+    dispute: Annotated[str | None, typer.Option(
+        help="Dispute id (UUID), or the external id with --source.")] = None,
+    source: Annotated[str | None, typer.Option(
+        help="Source system: --dispute is its external id.")] = None,
     tier: Annotated[str | None, typer.Option(help="From or to tier id.")] = None,
     decision: Annotated[
         str | None, typer.Option(help="Decision or event, e.g. PROMOTED_TO_SENIOR, CANCELLED.")
@@ -262,7 +265,12 @@ def audit_search(
         export_value,
         search,
     )
+    from escalation.service_layer.disputes import dispute_arg
 
+    if source is not None and dispute is None:
+        raise InvalidInput("--source needs --dispute (the external id)")
+    if dispute is not None:
+        dispute = str(dispute_arg(dispute, source))
     flt = _filter(dispute=dispute, tier=tier, decision=decision, since=since, until=until,
                   actor=actor, ladder=ladder, ladder_version=ladder_version)
     from escalation.adapters.audit_search import PostgresLedgerSearch

@@ -15,7 +15,7 @@ import typer
 
 from escalation.domain.errors import InvalidInput
 
-bench_app = typer.Typer(help="Benchmarks: drain, precision, idle, enqueue, scale, compare.",
+bench_app = typer.Typer(help="Benchmarks: drain, precision, idle, enqueue, scale, api, compare.",
                         no_args_is_help=True)
 
 DbOpt = Annotated[str | None, typer.Option(
@@ -59,6 +59,9 @@ def drain_cmd(
     lead_s: Annotated[float | None, typer.Option(
         help="Seconds between now and the due instant (default: 2 + 1.5x the measured "
              "enqueue time).")] = None,
+    shards: Annotated[int, typer.Option(
+        min=1, max=1024, help="Shards of the bench namespace (client and workers); the "
+                              "Redis is ESCALATION_REDIS_URL, e.g. a redis+cluster:// URL.")] = 1,
     database_url: DbOpt = None,
     json_only: JsonOpt = False,
 ) -> None:
@@ -69,7 +72,7 @@ def drain_cmd(
     ws, bs = _ints(workers, "--workers"), _ints(batch_size, "--batch-size")
     if any(b > 500 for b in bs):
         raise InvalidInput("--batch-size: at most 500 (settings.batch_size range 1-500)")
-    result = _run(database_url, lambda t: drain.run(t, n, ws, bs, lead_s))
+    result = _run(database_url, lambda t: drain.run(t, n, ws, bs, lead_s, shards))
     rows = [{"workers": r["workers"], "batch": r["batch_size"], "esc/s": r["rate_per_s"],
              "lag p50 ms": r["lag_ms"]["p50"], "lag p99 ms": r["lag_ms"]["p99"],
              "lag max ms": r["lag_ms"]["max"], "ledger": "PASS" if r["ledger_ok"] else "FAIL",
@@ -78,7 +81,8 @@ def drain_cmd(
         f"W={r['workers']} B={r['batch_size']}: {fmt(r['rate_per_s'])}/s lag p50/p99/max "
         f"{fmt(r['lag_ms']['p50'])}/{fmt(r['lag_ms']['p99'])}/{fmt(r['lag_ms']['max'])} ms "
         f"ledger {'PASS' if r['ledger_ok'] else 'FAIL'}" for r in result["runs"])
-    report(result, rows, f"N={n} {summary}", json_only=json_only)
+    where = "" if shards == 1 else f" shards={shards}"
+    report(result, rows, f"N={n}{where} {summary}", json_only=json_only)
     if not result["ok"]:
         raise typer.Exit(1)
 
@@ -245,5 +249,58 @@ def compare_cmd(
     report(result, rows, f"N={n} W={workers} B={batch_size} bullmq {result['bullmq_version']} "
            f"c={concurrency}: {parts}; median ratio {med['ratio']} "
            f"ledger {'PASS' if result['ok'] else 'FAIL'}", json_only=json_only)
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("api")
+def api_cmd(
+    batches: Annotated[int, typer.Option(help="Batch requests.")] = 40,
+    batch_size: Annotated[int, typer.Option(help="Escalations per batch (1-1000).")] = 1000,
+    batch_concurrency: Annotated[int, typer.Option(help="Concurrent batch requests.")] = 4,
+    single_n: Annotated[int, typer.Option(help="Single-create requests.")] = 5000,
+    concurrency: Annotated[int, typer.Option(help="Concurrent single requests.")] = 32,
+    rate: Annotated[float, typer.Option(help="Fixed request rate for latency (req/s).")] = 300,
+    seconds: Annotated[float, typer.Option(help="Duration of the fixed-rate run (s).")] = 20,
+    workers: Annotated[int, typer.Option(help="uvicorn worker processes.")] = 2,
+    database_url: DbOpt = None,
+    json_only: JsonOpt = False,
+) -> None:
+    """HTTP API with a real client: batch create/s, single create req/s, p99 at a fixed rate."""
+    from escalation.bench import api
+    from escalation.bench.common import fmt, report
+
+    if not 1 <= batch_size <= 1000:
+        raise InvalidInput(f"--batch-size must be 1-1000, got {batch_size}")
+    for name, value in (("--batches", batches), ("--single-n", single_n),
+                        ("--concurrency", concurrency), ("--workers", workers),
+                        ("--batch-concurrency", batch_concurrency)):
+        if value < 1:
+            raise InvalidInput(f"{name} must be at least 1, got {value}")
+    if not 0 < rate <= 100_000 or not 0 < seconds <= 3600:
+        raise InvalidInput("--rate must be in (0, 100000] and --seconds in (0, 3600]")
+    result = _run(database_url, lambda t: api.run(
+        t, batches=batches, batch_size=batch_size, batch_concurrency=batch_concurrency,
+        single_n=single_n, concurrency=concurrency, rate=rate, seconds=seconds,
+        workers=workers))
+    b, s, f = result["batch"], result["single"], result["fixed_rate"]
+    rows = [
+        {"figure": "batch create", "value": f"{fmt(b['escalations_per_s'])} esc/s",
+         "target": ">= 10,000/s", "met": b["met"]},
+        {"figure": "single create", "value": f"{fmt(s['requests_per_s'])} req/s",
+         "target": ">= 1,000/s", "met": s["met"]},
+        {"figure": f"p99 at {rate:g}/s", "value": f"{fmt(f['latency_ms']['p99'])} ms",
+         "target": "<= 25 ms", "met": f["met"]},
+    ]
+    report(result, rows,
+           f"{workers} uvicorn workers: batch {fmt(b['escalations_per_s'])} esc/s "
+           f"({b['size']}/request, {b['concurrency']} concurrent); single "
+           f"{fmt(s['requests_per_s'])} req/s ({s['concurrency']} concurrent, p50/p99 "
+           f"{fmt(s['request_ms']['p50'])}/{fmt(s['request_ms']['p99'])} ms); at "
+           f"{rate:g}/s (achieved {fmt(f['achieved_per_s'])}) p50/p99/max "
+           f"{fmt(f['latency_ms']['p50'])}/{fmt(f['latency_ms']['p99'])}/"
+           f"{fmt(f['latency_ms']['max'])} ms; "
+           f"ledger {'PASS' if result['ledger']['ok'] else 'FAIL'}",
+           json_only=json_only)
     if not result["ok"]:
         raise typer.Exit(1)

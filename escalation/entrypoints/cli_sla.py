@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from typing import Annotated
+from uuid import UUID
 
 import typer
 
@@ -13,15 +14,13 @@ from escalation.entrypoints.cli_common import _app, _print_json, out
 app = typer.Typer()  # top-level commands, merged into the root by cli.py
 
 
-def _already(a: object, dispute_id: str, status: str, verb: str, as_json: bool) -> bool:
+def _already(a: object, dispute_id: UUID, status: str, verb: str, as_json: bool) -> bool:
     """Print "already <verb> ..." and return True when the dispute is already ``status``.
 
     Pausing a paused or resuming a pending escalation changes nothing and exits 0, like
     cancelling a cancelled one.
     """
-    from escalation.domain.escalation import parse_dispute_id
-
-    got = a.store.get(parse_dispute_id(dispute_id))  # type: ignore[attr-defined]
+    got = a.store.get(dispute_id)  # type: ignore[attr-defined]
     if got is None or got[1].value != status:
         return False
     if as_json:
@@ -40,18 +39,23 @@ def _fmt_ms(ms: int) -> str:
 
 @app.command("pause")
 def pause_cmd(
-    dispute_id: Annotated[str, typer.Argument(help="Dispute id (UUID).")],
+    dispute_id: Annotated[str, typer.Argument(
+        help="Dispute id (UUID), or the external id with --source.")],
+    source: Annotated[str | None, typer.Option(
+        help="Source system: DISPUTE_ID is its external id.")] = None,
     reason: Annotated[str, typer.Option(help="Why (recorded in the ledger).")] = "paused",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Stop a pending escalation's SLA clock (e.g. waiting for the cardholder)."""
+    from escalation.service_layer.disputes import dispute_arg
     from escalation.service_layer.pause import pause
 
+    did = dispute_arg(dispute_id, source)
     a = _app(actor="cli")
     try:
-        if _already(a, dispute_id, "paused", "paused", as_json):
+        if _already(a, did, "paused", "paused", as_json):
             return
-        res = pause(dispute_id, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
+        res = pause(did, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                     calendars=a.calendars, actor=a.actor, reason=reason)
     finally:
         a.close()
@@ -66,19 +70,23 @@ def pause_cmd(
 
 @app.command("resume")
 def resume_cmd(
-    dispute_id: Annotated[str, typer.Argument(help="Dispute id (UUID).")],
+    dispute_id: Annotated[str, typer.Argument(
+        help="Dispute id (UUID), or the external id with --source.")],
+    source: Annotated[str | None, typer.Option(
+        help="Source system: DISPUTE_ID is its external id.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Restart a paused escalation's SLA clock: due = now + the remaining window."""
     from escalation.bootstrap import schedule_for
+    from escalation.service_layer.disputes import dispute_arg
     from escalation.service_layer.pause import resume
 
+    did = dispute_arg(dispute_id, source)
     a = _app(actor="cli")
     try:
-        if _already(a, dispute_id, "pending", "running (resumed or never paused)",
-                    as_json):
+        if _already(a, did, "pending", "running (resumed or never paused)", as_json):
             return
-        res = resume(dispute_id, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
+        res = resume(did, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                      calendars=a.calendars, actor=a.actor)
         schedule_for(a)([res.escalation])
     finally:

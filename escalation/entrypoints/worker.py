@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-import redis.exceptions
 import sqlalchemy.exc
 
+from escalation.adapters.redis_client import OUTAGE_ERRORS as REDIS_OUTAGE_ERRORS
 from escalation.bootstrap import App, dead_letters_for, maintenance_for, schedule_for, warnings_for
+from escalation.entrypoints.worker_metrics import WorkerMetrics
 from escalation.logs import get_logger
 from escalation.service_layer.fire import BatchReport, fire_due
 from escalation.service_layer.maintenance import poll_safely as poll_maintenance
@@ -156,12 +157,20 @@ def install_early_stop_handlers() -> None:
         signal.signal(s, early)
 
 
-def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None) -> WorkerTotals:
+#: Outages retried with backoff: PostgreSQL away, Redis away (incl. a Cluster or Sentinel
+#: failover: no primary for a slot, a write to a demoted primary).
+_OUTAGES: tuple[type[Exception], ...] = (
+    sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, *REDIS_OUTAGE_ERRORS)
+
+
+def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
+               metrics: WorkerMetrics | None = None) -> WorkerTotals:
     """Run until SIGTERM/SIGINT (or, with ``burst``, until nothing is due). Returns totals.
 
     Database or Redis outages are logged (``worker.backoff``) and retried with exponential
     backoff (capped at 30 s); members claimed before the failure come due again after their
-    lease, so nothing is lost.
+    lease, so nothing is lost. ``metrics`` (optional) observes every batch and decision
+    (``escalation worker --metrics-port``).
     """
     settings = app.settings
     rng = random.Random()
@@ -173,7 +182,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
     idle = _IdleState(maint_every_s=maintenance_every_s(maint.lease.ttl_ms, maint.lease.margin))
     idle.maint_next = time.monotonic() + idle.maint_every_s
     ctx = _Pass(app=app, crashpoint=hook, warn_adapter=warn_adapter, warn_schedule=warn_schedule,
-                dead=dead, idle=idle,
+                dead=dead, idle=idle, metrics=metrics,
                 decision_events=str(settings.log_level).upper() == "DEBUG")
     # Wired first, then the handlers and at once the try: a stop signal right after
     # "worker.started" (which is what the demo waits for) ends the loop cleanly (exit 0).
@@ -200,8 +209,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None)
                     break
                 _idle_wait(ctx, report, now_ms, rng)
                 failures = 0
-            except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
-                    redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            except _OUTAGES as exc:
                 failures += 1
                 state["in_batch"] = False
                 delay = _backoff(ctx, exc, failures, rng)
@@ -232,22 +240,32 @@ class _Pass:
     warn_schedule: Any
     dead: Any
     idle: _IdleState
+    metrics: WorkerMetrics | None = None
     decision_events: bool = True  # per-decision DEBUG events built only at DEBUG
 
 
 def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
     """Fire one batch of due escalations, then the pre-breach warnings when one is due (or
     after a wake). Returns the batch report and the Redis time of the claim (epoch ms, 0 when
-    nothing was claimed). Redis/PostgreSQL outages propagate to the loop's backoff."""
-    app, settings = ctx.app, ctx.app.settings
+    nothing was claimed). Redis/PostgreSQL outages propagate to the loop's backoff.
+    ``ctx.metrics`` (``--metrics-port``) observes every decision event, whatever the log
+    level, and the batch."""
+    app, settings, metrics = ctx.app, ctx.app.settings, ctx.metrics
+    started = time.monotonic()
     report = fire_due(
         scheduler=app.scheduler, store=app.store, ladders=app.ladders,
         calendars=app.calendars, batch_size=settings.batch_size,
-        lease_ms=settings.lease_ms, worker_id=app.actor, emit=_emit,
+        lease_ms=settings.lease_ms, worker_id=app.actor,
+        emit=_emit if metrics is None else metrics.sink(_emit, started),
         crashpoint=ctx.crashpoint, on_scheduled=ctx.warn_schedule,
         on_poison=ctx.dead.on_decision_failed,  # issue 7: poison -> dead letter
         decision_events=ctx.decision_events,
     )
+    if report.lease_expired:  # read by the API's /metrics (Redis stats)
+        app.redis.hincrby(app.scheduler.shard_keys()[0].stats, "lease_expired",
+                          report.lease_expired)
+    if metrics is not None:
+        metrics.batch(report)
     now_ms = int(report.now.timestamp() * 1000) if report.now else 0
     if ctx.idle.warnings_due(now_ms):
         # issue 4: pre-breach warnings; issue 6: only when one is due or after a wake

@@ -1,15 +1,15 @@
-"""Use case: dead letters -- poison escalations and undeliverable notifications (issue 7 pt 2).
+"""Use case: dead letters -- poison escalations and undeliverable notifications.
 
-Seed 002: "After max attempts, move to jobs:dead for inspection." Two kinds share the
-dead-letter ZSET (score = dead-lettered time, epoch ms) and its ``dead_data`` HASH of JSON
-records:
+After a bounded number of attempts an item moves to the dead-letter set for inspection
+(docs/reliability.md, "Dead letters"). Two kinds share the dead-letter ZSET (score =
+dead-lettered time, epoch ms) and its ``dead_data`` HASH of JSON records:
 
 - ``decision:<dispute id>``: an escalation whose decision failed ``max_attempts`` times in a
   row (poison input: a ladder version missing, an unknown tier). Each failure increments a
   counter (``decision_failures`` HASH); below the bound the member stays leased and comes due
   again after its lease, so it never blocks the rest of the batch; at the bound
   ``dead_letter.lua`` removes it from the pending ZSET -- and from the ready ZSET and prio
-  HASH of the materiality priority (issue 4 C; the weight is kept in the record and restored
+  HASH of the materiality priority (ADR 0006; the weight is kept in the record and restored
   by ``retry``) -- while the claim's fencing token still holds the lock. The payload stays
   (for ``retry``); reconcile skips dead-lettered ids. A
   ``DEAD_LETTERED`` ledger row records it (the projection stays *pending*: PostgreSQL still

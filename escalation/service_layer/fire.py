@@ -29,6 +29,7 @@ from escalation.ports import (
     AuditLog,
     ClaimedItem,
     LadderSource,
+    LedgerRow,
     RecordOutcome,
     RecordStatus,
     Scheduler,
@@ -50,6 +51,7 @@ class BatchReport:
     stuck: int = 0
     poison: int = 0
     contended: int = 0
+    lease_expired: int = 0  # claimed again after a lease lapsed (score > due)
     next_due_ms: int | None = None
     decisions: dict[str, int] = field(default_factory=dict)
     lags_ms: list[int] = field(default_factory=list)
@@ -120,6 +122,8 @@ def fire_due(
     claim = scheduler.claim(batch_size, lease_ms, worker_id)
     report.now, report.claimed = claim.now, len(claim.items)
     report.contended, report.next_due_ms = claim.contended, claim.next_due_ms
+    # a member re-scored to claim time + lease still carries that score when claimed again
+    report.lease_expired = sum(1 for it in claim.items if it.score_ms > to_ms(it.escalation.due_at))
     hook("after_claim")
 
     for member in claim.stuck:
@@ -283,15 +287,20 @@ def _attach_unapplied_notifications(
         row = rows.get(op.escalation.dispute_id)
         if row is None:
             continue
-        note = {
-            "dispute_id": str(row.dispute_id), "seq": str(row.seq),
-            "idempotency_key": f"{row.dispute_id}:{row.seq}",
-            "match_decision": row.match_decision, "from_tier": row.from_tier or "",
-            "to_tier": row.to_tier or "", "ladder": f"{row.ladder}@{row.ladder_version}",
-            "trace_id": row.trace_id, "source_hash": row.source_hash,
-            "materiality": str(row.materiality), "decided_ms": str(to_ms(row.decided_at)),
-        }
-        ops[i] = ApplyOp(op.escalation, op.action, op.token, note)
+        ops[i] = ApplyOp(op.escalation, op.action, op.token, note_for_row(row))
+
+
+def note_for_row(row: LedgerRow) -> dict[str, str]:
+    """The review-stream entry of a recorded PROMOTED/TERMINAL ledger row (the same fields as
+    the entry the deciding worker sends; idempotency key ``<dispute id>:<seq>``)."""
+    return {
+        "dispute_id": str(row.dispute_id), "seq": str(row.seq),
+        "idempotency_key": f"{row.dispute_id}:{row.seq}",
+        "match_decision": row.match_decision, "from_tier": row.from_tier or "",
+        "to_tier": row.to_tier or "", "ladder": f"{row.ladder}@{row.ladder_version}",
+        "trace_id": row.trace_id, "source_hash": row.source_hash,
+        "materiality": str(row.materiality), "decided_ms": str(to_ms(row.decided_at)),
+    }
 
 
 def _repair_stuck(

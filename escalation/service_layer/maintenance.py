@@ -1,4 +1,4 @@
-"""Recurring maintenance run exactly once across many workers (issue 7 pt 4; seed 002 idea 06).
+"""Recurring maintenance run exactly once across many workers (docs/reliability.md).
 
 Two layers:
 

@@ -190,6 +190,7 @@ class Notifier:
                 report.acknowledged += 1
             else:
                 report.delivered += 1
+                self.rel.count_notification(shard, "delivered")  # API /metrics
             return
         self._failed(shard, entry_id, fields, 1, error, report)
 
@@ -205,6 +206,7 @@ class Notifier:
                     report.acknowledged += 1
                 else:
                     report.delivered += 1
+                    self.rel.count_notification(shard, "delivered")  # API /metrics
                 continue
             self._failed(shard, "", fields, int(record["attempts"]) + 1, error, report)
 
@@ -223,6 +225,7 @@ class Notifier:
     def _failed(self, shard: int, entry_id: str, fields: dict[str, str], attempts: int,
                 error: str, report: NotifyReport) -> None:
         member = self._member(fields)
+        self.rel.count_notification(shard, "failed")  # failed attempts, API /metrics
         record = {"fields": fields, "attempts": attempts, "last_error": error,
                   "group": self.group}
         if self.policy.exhausted(attempts):

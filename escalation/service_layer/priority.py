@@ -1,4 +1,4 @@
-"""Materiality priority under backlog (issue 5 of the SLA work: issue 4 point 5).
+"""Materiality priority under backlog (docs/sla.md; docs/adr/0006-ready-set.md).
 
 When more escalations are due than the workers can fire, the claim picks the due members
 with the highest *effective priority*::

@@ -8,7 +8,11 @@ index of it. Two passes, both safe alongside live workers:
    sequence number (``BEHIND``) or a pending payload without ZSET member (``MISSING_MEMBER``; a
    member of the ready ZSET -- due, waiting for a claim, issue 4 C -- counts as scheduled) is
    repaired with ``scheduler.restore`` (apply.lua in restore mode: seq-guarded, never touches a
-   locked member, never re-creates a terminal one). A locked member is left alone (``LOCKED``:
+   locked member, never re-creates a terminal one). A BEHIND payload whose gap holds a
+   recorded PROMOTED/TERMINAL decision (recorded, never applied: a worker killed after the
+   ledger commit, or the apply lost in a Redis failover) is repaired by an owner-less apply
+   that also sends that decision's review-stream entry (seq-guarded: at most once), so the
+   repair does not drop the notification. A locked member is left alone (``LOCKED``:
    its worker's apply, or its lease expiry, settles it). A payload *ahead* of PostgreSQL
    (``AHEAD``; audit-before-apply makes this impossible unless someone wrote Redis by hand) is
    reported, never changed. Escalations dead-lettered as poison decisions are skipped.
@@ -31,7 +35,7 @@ propagate (nothing can be repaired without the servers; reconcile can be re-run)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -40,7 +44,15 @@ from uuid import UUID
 from escalation.domain.errors import EscalationError
 from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.domain.timeutil import to_ms
-from escalation.ports import ApplyOutcome, Scheduler, SchedulerInspection
+from escalation.ports import (
+    ApplyAction,
+    ApplyOp,
+    ApplyOutcome,
+    LedgerRow,
+    Scheduler,
+    SchedulerInspection,
+)
+from escalation.service_layer.fire import note_for_row
 from escalation.service_layer.progress import Progress, no_progress
 
 PAGE = 1000
@@ -125,6 +137,12 @@ class PendingSource(Protocol):
         """Recorded states by dispute id (unknown ids absent)."""
         ...
 
+    def unapplied_decisions(
+        self, ranges: Sequence[tuple[UUID, int, int]]
+    ) -> dict[UUID, LedgerRow]:
+        """Latest PROMOTED/TERMINAL row with after < seq <= upto per (dispute, after, upto)."""
+        ...
+
 
 def _pages(store: PendingSource, page: int) -> Iterator[list[Escalation]]:
     after: UUID | None = None
@@ -168,7 +186,7 @@ def reconcile(
     report = ReconcileReport(dry_run=dry_run)
     for rows in _pages(store, page):
         report.checked_db += len(rows)
-        _db_to_redis(rows, scheduler, redis_side, report, dry_run)
+        _db_to_redis(rows, scheduler, redis_side, report, dry_run, store)
         progress("postgres", report.checked_db, None)
     for chunks in redis_side.scan_shards(page):  # per shard: pending + ready (issue 4 C)
         seen: set[str] = set()  # a member moved pending -> ready mid-scan is read twice
@@ -210,9 +228,50 @@ def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
                                  repaired=outcome is ApplyOutcome.APPLIED))
 
 
+_ACTIONS = {Status.PENDING: ApplyAction.RESCHEDULE, Status.PAUSED: ApplyAction.PARK}
+
+
+def _notify_behind(scheduler: Scheduler, store: PendingSource,
+                   todo: list[tuple[Escalation, DiffKind, str]],
+                   payload_seq: dict[str, int | None], report: ReconcileReport,
+                   ) -> list[tuple[Escalation, DiffKind, str]]:
+    """BEHIND payloads whose gap holds a recorded decision (PROMOTED/TERMINAL after the
+    payload's seq): the decision was recorded but its apply never reached Redis (a worker
+    killed after the ledger commit, or the apply lost in a Redis failover). Repair those with
+    an owner-less apply that also sends the decision's review-stream entry (seq-guarded: at
+    most once) -- a plain restore would bring the payload forward and the notification would
+    be lost for good. Returns the rest of ``todo`` (for ``scheduler.restore``). A demoted
+    primary's READONLY reply is not an item error (the adapters raise it as it is): it
+    propagates, and nothing falls back to a restore without the note."""
+    ranges = [(e.dispute_id, int(payload_seq[str(e.dispute_id)] or 0), e.seq)
+              for e, kind, _ in todo if kind is DiffKind.BEHIND]
+    rows = store.unapplied_decisions(ranges) if ranges else {}
+    if not rows:
+        return todo
+    rest: list[tuple[Escalation, DiffKind, str]] = []
+    notified: list[tuple[Escalation, DiffKind, str]] = []
+    ops: list[ApplyOp] = []
+    for esc, kind, detail in todo:
+        row = rows.get(esc.dispute_id) if kind is DiffKind.BEHIND else None
+        if row is None:
+            rest.append((esc, kind, detail))
+            continue
+        notified.append((esc, kind, f"{detail}; notification of seq {row.seq} sent"))
+        ops.append(ApplyOp(esc, _ACTIONS.get(esc.status, ApplyAction.REMOVE), None,
+                           note_for_row(row)))
+    try:
+        outcomes = scheduler.apply(ops)
+    except ITEM_ERRORS:  # one bad op fails the call: repair these without the note instead
+        return todo
+    for (esc, kind, detail), outcome in zip(notified, outcomes, strict=True):
+        report.diffs.append(Diff(kind, str(esc.dispute_id), f"{detail}: {outcome.value}",
+                                 repaired=outcome is ApplyOutcome.APPLIED))
+    return rest
+
+
 def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
                  redis_side: SchedulerInspection,
-                 report: ReconcileReport, dry_run: bool) -> None:
+                 report: ReconcileReport, dry_run: bool, store: PendingSource) -> None:
     seen = redis_side.inspect([str(e.dispute_id) for e in rows])
     todo: list[tuple[Escalation, DiffKind, str]] = []
     for esc in rows:
@@ -244,6 +303,15 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
     if dry_run or not todo:
         report.diffs += [Diff(k, str(e.dispute_id), d) for e, k, d in todo]
         return
+    todo = _notify_behind(scheduler, store, todo, {d: s.payload_seq for d, s in seen.items()},
+                          report)
+    if todo:
+        _restore_reporting(scheduler, todo, report)
+
+
+def _restore_reporting(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
+                       report: ReconcileReport) -> None:
+    """:func:`_restore`, recording the failure of a batch of one in ``report``."""
     try:
         _restore(scheduler, todo, report)
     except ITEM_ERRORS as exc:  # a batch of one that failed

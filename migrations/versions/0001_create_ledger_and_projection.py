@@ -6,7 +6,7 @@ Create Date: 2026-01-01
 
 The ledger ``escalation_audit`` refuses UPDATE and DELETE (row trigger) and TRUNCATE
 (statement trigger). Both triggers are ``ENABLE ALWAYS``, so ``SET session_replication_role
-= replica`` cannot bypass them (tech.md section 1.1-1.2). Only a table owner or superuser
+= replica`` cannot bypass them (docs/audit.md, "Defence in depth"). Only a table owner or superuser
 disabling the triggers can change rows; the hash chain makes that detectable.
 
 The ledger is RANGE-partitioned by month on ``chain_created_at`` (the creation time of the

@@ -1,4 +1,4 @@
-"""Audit hardening: checkpoints, retention log, roles and privileges (issue 5).
+"""Audit hardening: checkpoints, retention log, roles and privileges (docs/audit.md).
 
 Revision ID: 0002
 Revises: 0001
@@ -12,7 +12,7 @@ Revises: 0001
   SELECT and INSERT on the ledger and checkpoints; it may UPDATE the projection; it has no
   USAGE on the partition schema, so it cannot touch a partition directly. It may EXECUTE
   the SECURITY DEFINER ``escalation_audit_ensure_partition`` to create next months'
-  partitions from the worker's maintenance (tech.md section 1.1, 1.8).
+  partitions from the worker's maintenance (docs/audit.md, "Partitions and retention").
 
 Frozen DDL: does not import ``escalation.adapters.tables``.
 """

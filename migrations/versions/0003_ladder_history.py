@@ -1,4 +1,6 @@
-"""Ladder migration history (issue 3): one row per ``escalation ladder apply`` run.
+"""Ladder migration history: one row per ``escalation ladder apply`` run.
+
+See docs/ladder-migrations.md, "ladder_history (Alembic 0003)".
 
 Revision ID: 0003
 Revises: 0002

@@ -1,4 +1,4 @@
-"""SLA timing (issue 4): a pre-breach warning is recorded at most once.
+"""SLA timing (docs/sla.md): a pre-breach warning is recorded at most once.
 
 A unique partial index on the ledger's WARNING rows over (dispute_id, chain_created_at,
 details->>'tier_seq', details->>'fraction'): the same warning (dispute, tier-entry seq,
@@ -6,8 +6,8 @@ fraction) can never get two ledger rows, whatever the workers do (docs/sla.md). 
 key ``chain_created_at`` is part of the key, as PostgreSQL requires for a unique index on a
 partitioned table; it is constant per dispute, so uniqueness per dispute is unchanged.
 
-The columns the issue needs (``regulatory_deadline``, ``calendar_version`` on the ledger,
-``remaining_ms`` on the projection) were created by 0001. Issue 4 A adds the projection's
+The columns SLA timing needs (``regulatory_deadline``, ``calendar_version`` on the ledger,
+``remaining_ms`` on the projection) were created by 0001. This revision adds the projection's
 ``deadlines`` JSONB (every regulatory deadline of a multi-deadline ladder, e.g. CFPB 15/60
 days; ``[["name", "ISO 8601 UTC"], ...]``).
 

@@ -1,4 +1,4 @@
-"""Reliability: recurring maintenance runs, recorded in PostgreSQL (issue 7).
+"""Reliability: recurring maintenance runs, recorded in PostgreSQL (docs/reliability.md).
 
 Revision ID: 0005
 Revises: 0004

@@ -3,7 +3,7 @@
 Not a timed test. Method:
 
 * the CSV is generated into a temporary directory (never committed): the rows of
-  ``/work/shared/data/cfpb_complaints_sample.csv`` (real CFPB complaints) repeated with fresh
+  the CSV named by ``$ESCALATION_BENCH_CFPB_CSV`` (real CFPB complaints) repeated with fresh
   Complaint IDs until N rows, mapped like docs/examples/cfpb_mapping.toml; without that
   file, synthetic rows (UUID id, ISO opened_at with offset, an amount);
 * a scratch PostgreSQL database (``escalation_bench_<hex>``) is created, migrated to head and
@@ -40,7 +40,8 @@ from escalation.bootstrap import build
 from escalation.service_layer.importer import ColumnMapping, ImportTarget, import_csv
 from escalation.settings import get_settings
 
-CFPB = Path("/work/shared/data/cfpb_complaints_sample.csv")
+# A sample of the CFPB complaints export, kept outside the repository (not redistributed).
+CFPB = Path(os.environ.get("ESCALATION_BENCH_CFPB_CSV") or "/nonexistent")
 
 
 def peak_rss_mib() -> float:

@@ -1,4 +1,4 @@
-"""Ladder migration benchmark (issue 3 point 8): ``plan`` and ``apply`` on 100,000 pending
+"""Ladder migration benchmark (docs/ladder-migrations.md): ``plan`` and ``apply`` on 100,000 pending
 escalations, printing escalations/s, batches and peak RSS. Not a timed test.
 
 Method:
@@ -7,7 +7,7 @@ Method:
   Alembic head, and dropped at the end (``WITH (FORCE)``);
 * Redis DB 9 with a fresh namespace ``bench<hex>``; every key of that namespace is deleted
   at the end with SCAN + UNLINK (never FLUSHDB);
-* a private ladder directory holds ``benchladder.v1.toml`` (the seed's three tiers) and,
+* a private ladder directory holds ``benchladder.v1.toml`` (standard, senior, compliance) and,
   after the enqueue, ``benchladder.v2.toml`` (a ``team_lead`` tier inserted), copied from
   tests/fixtures/ladders/{base,inserted};
 * N escalations (tier ``standard``, due in 6 h, so no worker would fire them) are enqueued

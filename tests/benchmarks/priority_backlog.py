@@ -1,4 +1,4 @@
-"""Materiality priority under backlog (issue 4 point 5) through the ready ZSET, on real Redis.
+"""Materiality priority under backlog (docs/sla.md) through the ready ZSET, on real Redis.
 
 20,000 escalations of mixed materiality (the reg_e_error_resolution ladder's bands: below every
 band = weight 0, "high" >= 2500 = 1, "very_high" >= 10000 = 2) are all due, their due times
@@ -17,7 +17,7 @@ by escalations due less than ``(W - w) * aging`` after it (W = highest weight). 
 every member: max due among members claimed before it - its due <= (W - w) * aging.
 
 Usage: python tests/benchmarks/priority_backlog.py [--n 20000] [--batch 50] [--rate 1000]
-       [--aging-s 60] [--spread-s 600] [--seed 42]
+       [--aging-s 60] [--spread-s 600] [--seed=42]
 Redis: $ESCALATION_TEST_REDIS_URL (default redis://127.0.0.1:6379/9); a fresh namespace
 ``bench-prio-<hex>``; its keys are UNLINKed at the end (never FLUSHDB). Exit status 1 on FAIL.
 """

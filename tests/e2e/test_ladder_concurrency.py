@@ -1,5 +1,5 @@
-"""Issue 3 point 7: ``ladder apply`` of 10,000 pending escalations while 3 worker PROCESSES
-fire.
+"""``ladder apply`` of 10,000 pending escalations while 3 worker PROCESSES fire
+(docs/ladder-migrations.md, "Apply while workers fire").
 
 Due times are spread so promotions keep happening during the apply: a third is already due,
 a third falls due over the next seconds (while the apply runs), a third is due hours later.

@@ -1,6 +1,6 @@
-"""Issue 4 point 4 through the CLI: ``escalation pause ID --reason ...`` / ``escalation resume ID``
-as subprocesses (cli_env): PAUSED/RESUMED ledger rows, the member leaves and re-enters the
-pending schedule, the remaining window is kept."""
+"""Pause / resume (docs/sla.md) through the CLI: ``escalation pause ID --reason ...`` /
+``escalation resume ID`` as subprocesses (cli_env): PAUSED/RESUMED ledger rows, the member
+leaves and re-enters the pending schedule, the remaining window is kept."""
 
 from __future__ import annotations
 

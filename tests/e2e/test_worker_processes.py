@@ -1,7 +1,7 @@
 """Several worker processes on one schedule: exactly once, nothing lost, SIGKILL, SIGTERM.
 
-Seed 002's practice: "run 3 workers; kill one mid-job and verify the job completes elsewhere
-exactly once in effect".
+The practice checked: run 3 workers, kill one mid-job and verify the job completes elsewhere
+exactly once in effect (docs/architecture.md, the firing protocol's crash table).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_sigterm_lets_the_worker_finish_its_batch_and_exit_zero(
     # every claimed member was applied: Redis payload seq == PostgreSQL seq, and the ZSET
     # score is the recorded due time (not a lease re-score waiting for expiry)
     recorded = app.store.get_many(ids)
-    # scheduled = pending or, once promoted by a claim, the ready ZSET (issue 4 C);
+    # scheduled = pending or, once promoted by a claim, the ready ZSET (ADR 0006);
     # pending_members yields both with the due time
     scheduled = {m: due for s in range(app.scheduler.shards)
                  for m, due in app.scheduler.pending_members(s)}

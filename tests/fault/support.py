@@ -1,6 +1,6 @@
 """Shared checks for the fault-injection suite: the invariants every run asserts.
 
-Invariants (issue 7 point 6), for the escalations ``ids`` enqueued at tier ``standard`` and
+Invariants (docs/fault-injection.md), for the escalations ``ids`` enqueued at tier ``standard`` and
 already due:
 
 1. nothing lost: every one has a decision row (PROMOTED_*/TERMINAL_ESCALATION) from

@@ -38,7 +38,8 @@ def test_worker_killed_at_a_protocol_boundary_every_escalation_is_decided_exactl
     app: Any, redis_url: str, database_url: str, namespace: str, boundary: str, n: int
 ) -> None:
     ids = enqueue(app, due_requests(N, app.scheduler.time()))
-    env = worker_env(redis_url, database_url, namespace)
+    env = worker_env(redis_url, database_url, namespace,
+                     ESCALATION_SHARDS=str(app.settings.shards))
     victim = spawn(dict(env, ESCALATION_CRASHPOINT=f"{boundary}:{n}"), "victim")
     assert victim.wait(timeout=60) == -signal.SIGKILL, output(victim)[-2000:]
     healthy = spawn(env, "healthy")
@@ -57,7 +58,8 @@ def test_decision_recorded_by_a_worker_killed_before_apply_is_still_notified(
     """The next claimer applies the recorded state through fire.py's STALE path and sends
     the notification the dead worker never sent (seq-guarded: at most once)."""
     ids = enqueue(app, due_requests(40, app.scheduler.time()))
-    env = worker_env(redis_url, database_url, namespace)
+    env = worker_env(redis_url, database_url, namespace,
+                     ESCALATION_SHARDS=str(app.settings.shards))
     victim = spawn(dict(env, ESCALATION_CRASHPOINT="after_record:1"), "victim")
     assert victim.wait(timeout=60) == -signal.SIGKILL, output(victim)[-2000:]
     healthy = spawn(env, "healthy")

@@ -1,8 +1,9 @@
 """A worker frozen (SIGSTOP) past its lease while another takes over, then resumed (SIGCONT).
 
-DESIGN.md crash table, "stale worker (paused past its lease)": its record finds a newer
-decision (STALE) and its apply cannot change anything (the lock's fencing token is no longer
-its own, and the payload already carries the newer seq) -- no double decision.
+docs/architecture.md, the firing protocol's crash table, "stale worker (paused past its
+lease)": its record finds a newer decision (STALE) and its apply cannot change anything (the
+lock's fencing token is no longer its own, and the payload already carries the newer seq) --
+no double decision.
 """
 
 from __future__ import annotations

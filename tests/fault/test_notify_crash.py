@@ -1,5 +1,5 @@
 """The notification consumer SIGKILLed mid-stream: every notification still reaches the
-webhook at least once, always under one idempotency key per decision (issue 7 points 1, 6).
+webhook at least once, always under one idempotency key per decision (docs/reliability.md).
 
 The killed consumer's delivered-but-unacknowledged entries stay pending in the consumer group;
 a second consumer takes them over with XAUTOCLAIM once idle (``--idle-ms``).

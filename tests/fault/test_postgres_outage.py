@@ -1,4 +1,4 @@
-"""PostgreSQL stopped for 30 s while workers run (issue 7 point 6; tech.md 2.3).
+"""PostgreSQL stopped for 30 s while workers run (docs/fault-injection.md).
 
 Our OWN PostgreSQL (embedded, under a tmp home) is stopped (fast shutdown) while two workers
 fire a stream of escalations coming due. During the outage nothing may be applied without its

@@ -1,4 +1,4 @@
-"""Redis restarted with its data lost, then reconcile (issue 7 point 3; tech.md 2.3, 2.4, 4.5).
+"""Redis restarted with its data lost, then reconcile (docs/fault-injection.md).
 
 Our OWN Valkey (no persistence) is SIGKILLed and restarted empty; ``reconcile`` rebuilds the
 schedule from PostgreSQL; workers then fire everything pending exactly once.

@@ -1,4 +1,4 @@
-"""Fixtures for the reliability tests (issue 7): an App on a PostgreSQL database of its own.
+"""Fixtures for the reliability tests (docs/reliability.md): an App on its own database.
 
 Reconcile and doctor compare *all* of PostgreSQL with one Redis namespace, so they need a
 database no other test writes to. The database is created here and dropped afterwards (only

@@ -138,3 +138,20 @@ def test_bench_leaves_no_keys_and_no_database_behind(
     client.close()
     assert after <= before  # every key the run wrote was UNLINKed
     assert dbs_after <= dbs_before  # its own database was dropped
+
+
+def test_api_bench_sends_real_requests_and_the_ledger_holds_each_one(
+    cli_env: dict[str, str], database_url: str
+) -> None:
+    data, summary = _bench(cli_env, "api", "--batches", "2", "--batch-size", "50",
+                           "--single-n", "40", "--concurrency", "4", "--rate", "20",
+                           "--seconds", "1", "--database-url", database_url)
+    assert data["ok"] is True
+    assert data["uvicorn_workers"] == 2
+    assert data["batch"]["status"] == {"200": 2}
+    assert data["single"]["status"] == {"201": 40}
+    assert data["fixed_rate"]["status"] == {"201": 20}
+    assert data["ledger"]["sent"] == data["ledger"]["enqueued_rows"] == 200 + 100 + 40 + 20
+    lat = data["fixed_rate"]["latency_ms"]
+    assert _number(lat["p50"]) and lat["p50"] <= lat["p99"] <= lat["max"]
+    assert summary.startswith("SUMMARY api: 2 uvicorn workers") and "ledger PASS" in summary

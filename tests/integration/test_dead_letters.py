@@ -1,5 +1,5 @@
 """Dead letters: a poison escalation ends there after bounded attempts without blocking the
-others; list / show / retry / purge (issue 7 point 2)."""
+others; list / show / retry / purge (docs/reliability.md, "Dead letters")."""
 
 from __future__ import annotations
 

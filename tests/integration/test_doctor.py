@@ -1,4 +1,4 @@
-"""`escalation doctor` flags each troubleshooting symptom it is shown (issue 7 point 5)."""
+"""`escalation doctor` flags each troubleshooting symptom it is shown (docs/reliability.md)."""
 
 from __future__ import annotations
 

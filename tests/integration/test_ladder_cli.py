@@ -1,4 +1,4 @@
-"""``escalation ladder check|plan|apply|history`` as a subprocess (issue 3 points 2, 4, 5)."""
+"""``escalation ladder check|plan|apply|history`` as a subprocess (docs/ladder-migrations.md)."""
 
 from __future__ import annotations
 

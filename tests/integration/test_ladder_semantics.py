@@ -1,5 +1,6 @@
-"""Issue 3 point 6: what a ladder migration does to pending escalations, one test per kind of
-change (fixtures: tests/fixtures/ladders/<variant>/migdemo.v2.toml)."""
+"""What a ladder migration does to pending escalations, one test per kind of change
+(docs/ladders.md, "Migration semantics"; fixtures:
+tests/fixtures/ladders/<variant>/migdemo.v2.toml)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Recurring maintenance exactly once across workers; leader lease; catch-up after downtime
-(issue 7 point 4; seed 002 key idea 06)."""
+(docs/reliability.md, "Maintenance")."""
 
 from __future__ import annotations
 

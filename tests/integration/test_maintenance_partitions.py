@@ -1,4 +1,7 @@
-"""The worker's maintenance keeps ledger partitions created ahead (issue 5 point 3)."""
+"""The worker's maintenance keeps ledger partitions created ahead.
+
+See docs/audit.md, "Partitions and retention".
+"""
 
 from __future__ import annotations
 

@@ -120,7 +120,7 @@ def test_db_upgrade_says_which_revisions_it_applied_or_that_it_was_at_head(serve
     import subprocess
     import sys
 
-    with scratch_database(server_urls[1]) as url:
+    with scratch_database(server_urls[1], "escalation_scratch") as url:
         db.upgrade_to_head(url)
         db.downgrade(url, "0003")
         env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}

@@ -11,6 +11,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+
 from escalation.adapters.redis_payload import payload_to_escalation
 from escalation.bootstrap import run_doctor
 from escalation.domain.escalation import Status
@@ -25,6 +27,12 @@ own_database_url = support.own_database_url  # fixtures
 own_app = support.own_app
 
 LEASE_MS = 60_000
+
+
+@pytest.fixture(scope="session")
+def topology_shards() -> int:
+    """One shard whatever the topology: ``_into_ready`` needs every member in one ready set."""
+    return 1
 
 
 def _into_ready(app: Any, n: int) -> tuple[uuid.UUID, list[uuid.UUID]]:

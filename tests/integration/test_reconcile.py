@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+
 from escalation.domain.escalation import Status
 from escalation.domain.timeutil import to_ms
 from escalation.service_layer.reconcile import DiffKind, reconcile
@@ -157,3 +159,89 @@ def test_reconcile_cli_continues_past_a_bad_item_and_exits_1_naming_it(
     # not a terminal: no progress output, one summary line
     assert "reconcile: checked 3 rows and" in res.stderr and "1 error(s)" in res.stderr
     assert set(_zset(own_app)) == {str(ids[1]), str(ids[2])}
+
+
+def test_reconcile_sends_the_notification_of_a_decision_recorded_but_never_applied(
+    own_app: Any,
+) -> None:
+    """A worker dies (or a Redis failover loses its apply) after the ledger commit; its lease
+    runs out; reconcile runs before any worker claims the member again. The BEHIND repair must
+    send the decision's review-stream entry (once), not only bring the payload forward."""
+    from escalation.service_layer.fire import fire_due
+
+    app = own_app
+    ids = enqueue(app, due_requests(3, app.scheduler.time()))
+
+    class Died(Exception):
+        pass
+
+    def die(name: str) -> None:
+        if name == "after_record":
+            raise Died
+
+    with pytest.raises(Died):
+        fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                 calendars=app.calendars, batch_size=10, lease_ms=60_000, worker_id="w-dead",
+                 crashpoint=die)
+    for d in ids:  # what the passage of the lease does to the dead worker's locks
+        app.redis.delete(app.scheduler.keys_for(d).lock(d))
+        assert int(app.scheduler.payload(d)["seq"]) == 1
+        assert app.store.get(d)[0].seq == 2
+
+    report = _run(app)
+    assert report.count(DiffKind.BEHIND, repaired=True) == 3, report.as_dict()
+    keys = {f["idempotency_key"] for k in app.scheduler.shard_keys()
+            for _, f in app.redis.xrange(k.review, "-", "+")}
+    assert keys == {f"{d}:2" for d in ids}
+    assert all(int(app.scheduler.payload(d)["seq"]) == 2 for d in ids)
+    again = _run(app)
+    assert again.count(repaired=True) == 0
+    assert len([1 for k in app.scheduler.shard_keys()
+                for _ in app.redis.xrange(k.review, "-", "+")]) == 3  # sent once
+
+
+def test_reconcile_stops_on_a_demoted_primary_instead_of_repairing_without_the_note(
+    own_app: Any,
+) -> None:
+    """READONLY (a primary demoted in a failover) concerns the server, not one item:
+    reconcile propagates it (the maintenance job fails and runs again) rather than recording
+    item errors or falling back to a restore that would drop the notification."""
+    import redis
+
+    from escalation.service_layer.fire import fire_due
+
+    app = own_app
+    [did] = enqueue(app, due_requests(1, app.scheduler.time()))
+
+    class Died(Exception):
+        pass
+
+    def die(name: str) -> None:
+        if name == "after_record":
+            raise Died
+
+    with pytest.raises(Died):
+        fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                 calendars=app.calendars, batch_size=10, lease_ms=60_000, worker_id="w-dead",
+                 crashpoint=die)
+    app.redis.delete(app.scheduler.keys_for(did).lock(did))
+
+    class DemotedPrimary:
+        """The real scheduler, except that writes meet a replica (as during a failover)."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(app.scheduler, name)
+
+        def apply(self, ops: Any) -> Any:
+            raise redis.exceptions.ReadOnlyError("You can't write against a read only replica.")
+
+        restore = apply
+
+    with pytest.raises(redis.exceptions.ReadOnlyError):
+        reconcile(scheduler=DemotedPrimary(), store=app.store,  # type: ignore[arg-type]
+                  redis_side=reliability_redis(app))
+    assert int(app.scheduler.payload(did)["seq"]) == 1  # nothing repaired without the note
+    assert _run(app).count(DiffKind.BEHIND, repaired=True) == 1
+    keys = [f["idempotency_key"] for k in app.scheduler.shard_keys()
+            for _, f in app.redis.xrange(k.review, "-", "+")]
+    assert keys == [f"{did}:2"]

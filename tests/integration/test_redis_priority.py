@@ -1,4 +1,4 @@
-"""Issue 4 C on real Redis: materiality priority through the ready ZSET (claim.lua).
+"""The ready set (ADR 0006) on real Redis: materiality priority through the ready ZSET (claim.lua).
 
 2,000 escalations due at once (due times spread over the last 20 minutes), weight 0 or 3
 (the prio HASH, as enqueue writes it), aging 60 s so the

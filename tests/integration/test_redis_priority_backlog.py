@@ -1,5 +1,6 @@
-"""Issue 4 point 5 on real Redis: a 3,000-member backlog of mixed materiality drained through
-the ready ZSET claim (claim.lua) -- the smaller sibling of ``tests/benchmarks/priority_backlog.py``.
+"""Priority under backlog (docs/sla.md) on real Redis: a 3,000-member backlog of mixed
+materiality drained through the ready ZSET claim (claim.lua) -- the smaller sibling of
+``tests/benchmarks/priority_backlog.py``.
 
 Weights come from the reg_e_error_resolution ladder's bands through the scheduler's priority
 hook at enqueue (below every band 0, "high" 1, "very_high" 2); due times are spread over the

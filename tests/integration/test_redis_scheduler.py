@@ -18,6 +18,7 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
+from escalation.adapters.redis_client import make_redis
 from escalation.adapters.redis_keys import Keys
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.domain.errors import ConflictError, InvalidInput
@@ -54,8 +55,8 @@ def make_esc(
 
 
 @pytest.fixture()
-def sched(redis_client: redis.Redis, namespace: str) -> RedisScheduler:
-    return RedisScheduler(redis_client, namespace=namespace)
+def sched(redis_client: redis.Redis, namespace: str, topology_shards: int) -> RedisScheduler:
+    return RedisScheduler(redis_client, namespace=namespace, shards=topology_shards)
 
 
 def keys(sched: RedisScheduler, esc: Escalation) -> Keys:
@@ -107,8 +108,10 @@ def test_full_drain_removes_exactly_the_past_due_members(
     past = [make_esc(-timedelta(seconds=s)) for s in (1, 5, 60, 3600, 86400)]
     future = [make_esc(timedelta(minutes=m)) for m in (5, 60, 600)]
     assert sched.enqueue_many(past + future) == [True] * 8
-    pending = Keys(namespace, 0).pending
-    before = redis_client.zcard(pending)
+    def zcard_pending() -> int:
+        return sum(int(redis_client.zcard(k.pending)) for k in sched.shard_keys())
+
+    before = zcard_pending()
     result = sched.claim(50, LEASE_MS, "worker-a")
     assert {i.escalation.dispute_id for i in result.items} == {e.dispute_id for e in past}
     ops = [
@@ -116,7 +119,7 @@ def test_full_drain_removes_exactly_the_past_due_members(
         for i in result.items
     ]
     assert sched.apply(ops) == [ApplyOutcome.APPLIED] * len(past)
-    assert before - redis_client.zcard(pending) == len(past)
+    assert before - zcard_pending() == len(past)
     assert sched.earliest_due_ms() == to_ms(future[0].due_at)
 
 
@@ -155,7 +158,10 @@ def test_enqueue_refuses_a_terminal_escalation(sched: RedisScheduler) -> None:
     assert sched.payload(esc.dispute_id) is None
 
 
-def test_enqueue_of_a_new_earliest_member_wakes_sleepers(sched: RedisScheduler) -> None:
+def test_enqueue_of_a_new_earliest_member_wakes_sleepers(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    sched = RedisScheduler(redis_client, namespace=namespace)  # "earliest" is per shard
     assert sched.enqueue(make_esc(timedelta(minutes=10)))
     assert sched.wait_for_wake(0) is True  # first member is the earliest
     assert sched.enqueue(make_esc(timedelta(minutes=20)))
@@ -165,8 +171,9 @@ def test_enqueue_of_a_new_earliest_member_wakes_sleepers(sched: RedisScheduler) 
 
 
 def test_wake_list_is_trimmed_to_one_marker(
-    sched: RedisScheduler, redis_client: redis.Redis, namespace: str
+    redis_client: redis.Redis, namespace: str
 ) -> None:
+    sched = RedisScheduler(redis_client, namespace=namespace)  # one shard: one wake list
     for minutes in (30, 20, 10):
         assert sched.enqueue(make_esc(timedelta(minutes=minutes)))
     assert redis_client.llen(Keys(namespace, 0).wake) == 1
@@ -240,8 +247,10 @@ def test_locked_member_is_skipped_as_lock_contention(sched: RedisScheduler) -> N
 
 
 def test_contended_window_does_not_starve_claim_of_later_due_members(
-    sched: RedisScheduler,
+    redis_client: redis.Redis, namespace: str
 ) -> None:
+    # one shard: the order asserted is the order within a shard (docs/sla.md)
+    sched = RedisScheduler(redis_client, namespace=namespace)
     escs = [make_esc(-timedelta(minutes=60 - i)) for i in range(20)]
     sched.enqueue_many(escs)
     for esc in escs[:8]:  # the 8 earliest are held by another worker
@@ -496,7 +505,31 @@ def test_stats_report_pending_due_locked_and_counters(sched: RedisScheduler) -> 
 def test_pending_members_lists_id_and_score(sched: RedisScheduler) -> None:
     esc = make_esc(timedelta(minutes=3))
     sched.enqueue(esc)
-    assert list(sched.pending_members(0)) == [(str(esc.dispute_id), to_ms(esc.due_at))]
+    shard = sched.keys_for(esc.dispute_id).shard
+    assert list(sched.pending_members(shard)) == [(str(esc.dispute_id), to_ms(esc.due_at))]
+
+
+@pytest.mark.parametrize("shards", [1, 16])
+def test_wait_for_wake_on_many_shards_ends_at_the_first_marker_of_any_shard(
+    redis_client: redis.Redis, namespace: str, shards: int
+) -> None:
+    """The idle wait names every shard's wake key; on a Redis Cluster each shard is its own
+    slot, so the wait must not be one multi-key BLPOP (CROSSSLOT)."""
+    sched = RedisScheduler(redis_client, namespace=namespace, shards=shards)
+    began = time.monotonic()
+    assert sched.wait_for_wake(0.6) is False  # no marker: the whole wait, then False
+    assert 0.5 <= time.monotonic() - began < 2.0
+    for shard in sorted({0, shards - 1}):
+        wake = Keys(namespace, shard).wake
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            began = time.monotonic()
+            waiting = pool.submit(sched.wait_for_wake, 10.0)
+            time.sleep(0.3)
+            redis_client.lpush(wake, "1")
+            assert waiting.result(timeout=15) is True
+            assert time.monotonic() - began < 5.0, "woken long before the 10 s timeout"
+        assert redis_client.llen(wake) == 0
+    assert sched.wait_for_wake(0.3) is False  # no marker left behind; connections reusable
 
 
 def test_owner_reschedule_at_same_seq_hands_the_claim_back(
@@ -520,8 +553,8 @@ def test_concurrent_workers_never_claim_the_same_member_twice(
     sched.enqueue_many(escs)
 
     def drain(worker: str) -> list[uuid.UUID]:
-        client = redis.Redis.from_url(redis_url, decode_responses=True)
-        own = RedisScheduler(client, namespace=namespace)
+        client = make_redis(redis_url)
+        own = RedisScheduler(client, namespace=namespace, shards=sched.shards)
         got: list[uuid.UUID] = []
         for _ in range(50):
             items = own.claim(200, LEASE_MS, worker).items
@@ -547,3 +580,33 @@ def test_corrupt_payload_is_logged_and_does_not_cost_the_batch(
     assert [i.escalation.dispute_id for i in result.items] == [good.dispute_id]
     assert [e["event"] for e in logs] == ["escalation.payload_corrupt"]
     assert logs[0]["dispute_id"] == str(bad.dispute_id)
+
+
+def test_a_signal_during_the_wake_wait_leaves_no_pending_reply_on_the_connection(
+    redis_client: redis.Redis, namespace: str, topology_shards: int
+) -> None:
+    """SIGTERM in a sleeping worker raises out of the BLPOP read; the connection goes back to
+    the pool and is handed out first. Its late BLPOP reply must not become the reply of the
+    next command (the worker's lease release read nil and crashed at shutdown). redis-py
+    drops a one-server connection on such an error itself, a Sentinel-managed one does not:
+    run with ``--redis-topology sentinel`` to see it."""
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def raise_interrupted(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    sched = RedisScheduler(redis_client, namespace=namespace, shards=topology_shards)
+    old = signal.signal(signal.SIGALRM, raise_interrupted)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(Interrupted):
+            sched.wait_for_wake(1.5)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    key = Keys(namespace, 0).stats
+    assert redis_client.hset(key, "probe", "7") == 1
+    assert redis_client.hget(key, "probe") == "7"

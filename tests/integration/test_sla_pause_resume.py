@@ -1,4 +1,4 @@
-"""Pause / resume against the real servers (issue 4 point 4)."""
+"""Pause / resume against the real servers (docs/sla.md, "Pause / resume")."""
 
 from __future__ import annotations
 

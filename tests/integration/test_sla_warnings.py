@@ -1,4 +1,4 @@
-"""Pre-breach warnings against the real servers (issue 4 point 6)."""
+"""Pre-breach warnings against the real servers (docs/sla.md, "Warnings before breach")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fast canonical serialization (issue 6) yields exactly the reference bytes."""
+"""The fast canonical serialization (``canonical_bytes``) yields exactly the reference bytes."""
 
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def test_deadline_later_than_window_does_not_change_due() -> None:
 
 
 def test_terminal_tier_due_is_capped_at_its_deadline_minus_buffer() -> None:
-    # issue 4 point 3 / A: two deadlines; the 60-day one (buffer 5 calendar days) caps only
+    # several regulatory deadlines (docs/sla.md): the 60-day one (buffer 5 calendar days) caps only
     # the terminal tier, the 15-day one (buffer 2) the tiers before it.
     from escalation.domain.ladder import RegulatoryDeadline
 

@@ -1,6 +1,6 @@
-"""escalation.settings: the seed's configuration table, refused out of range, boundaries kept.
+"""escalation.settings: the scheduler's configuration table, refused out of range, boundaries kept.
 
-Seed 000, "Configuration boundary table": poll_interval_s 5 (1-60), batch_size 50 (1-500),
+docs/operations.md, "Configuration": poll_interval_s 5 (1-60), batch_size 50 (1-500),
 lock_ttl_s 30 (5-300), jitter 0.2 (0.0-0.5). ``shards`` (1-1024) is ours.
 """
 

@@ -1,9 +1,9 @@
 -- dead_letter.lua: move a poison escalation or an undeliverable notification to the dead-letter
--- set (issue 7 points 1-2; seed 002 "After max attempts, move to jobs:dead for inspection").
+-- set after bounded attempts, for inspection (docs/reliability.md, "Dead letters").
 -- kind "decision": refused while another fencing token holds the lock (the lease ended and
 --   another worker claimed the member); allowed when the caller's token holds it or no lock does;
 --   ZREM the pending member, DEL its lock, HDEL its failure counter; the payload HASH is kept
---   so `dead retry` can put it back. With KEYS[8..9] (issue 4 C ready set) the member is also
+--   so `dead retry` can put it back. With KEYS[8..9] (ready set, ADR 0006) the member is also
 --   ZREMed from ready (a member whose lease ran out waits there once due again) and its prio
 --   weight HDELed; the weight is kept in the record as "prio_weight" so `dead retry` restores
 --   it. kind "notify": ZREM + HDEL the retry entry.
@@ -16,7 +16,7 @@
 -- KEYS[5]  decision_failures HASH
 -- KEYS[6]  notify_retry ZSET
 -- KEYS[7]  notify_data HASH
--- KEYS[8]  ready ZSET (optional; issue 4 C)   KEYS[9]  prio HASH (optional, with KEYS[8])
+-- KEYS[8]  ready ZSET (optional; ADR 0006)    KEYS[9]  prio HASH (optional, with KEYS[8])
 -- ARGV[1]  dead member ("decision:<dispute id>" or "notify:<idempotency key>"), 1..200 bytes
 -- ARGV[2]  record, a JSON object
 -- ARGV[3]  kind: "decision" | "notify"

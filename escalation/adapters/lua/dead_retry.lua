@@ -1,7 +1,7 @@
 -- dead_retry.lua: take one dead letter out of the dead set and schedule it again
--- (`escalation dead retry`, issue 7 point 2).
+-- (`escalation dead retry`, docs/reliability.md).
 -- kind "decision": the payload must still exist; the dispute goes back into the pending ZSET
---   due now (Redis TIME) and its failure counter restarts at 0. With KEYS[8..9] (issue 4 C) it
+--   due now (Redis TIME) and its failure counter restarts at 0. With KEYS[8..9] (ADR 0006) it
 --   is ZREMed from ready first (a member is in at most one of pending / ready) and the record's
 --   "prio_weight" (written by dead_letter.lua) goes back into prio.
 -- kind "notify": the notification goes into notify_retry due now with ARGV[4] as its record

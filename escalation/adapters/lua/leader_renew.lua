@@ -1,5 +1,5 @@
 -- leader_renew.lua: renew a leader lease only while it still holds the caller's token
--- (compare-and-pexpire; issue 7 point 4, seed 002 key idea 06).
+-- (compare-and-pexpire; the maintenance leader lease, docs/reliability.md).
 --
 -- KEYS[1]  leader STRING (value = token)
 -- ARGV[1]  token (non-empty)

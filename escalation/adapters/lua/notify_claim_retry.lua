@@ -1,4 +1,4 @@
--- notify_claim_retry.lua: claim notifications whose retry time has come (issue 7 point 1).
+-- notify_claim_retry.lua: claim notifications whose retry time has come (docs/reliability.md).
 -- now = Redis TIME; up to ARGV[1] members with score <= now are re-scored to now + ARGV[2]
 -- (visibility timeout: a consumer that crashes mid-delivery leaves the notification to come
 -- due again by itself) and returned with their records.

@@ -1,4 +1,4 @@
--- notify_defer.lua: schedule a notification's next delivery attempt (issue 7 point 1).
+-- notify_defer.lua: schedule a notification's next delivery attempt (docs/reliability.md).
 -- Acknowledges the stream entry (when one is given) and puts the notification into the
 -- notify_retry ZSET at its retry time, atomically, so it is never both pending and scheduled.
 --

@@ -1,5 +1,5 @@
 -- pop_if_due.lua: pop the earliest pending member only if it is due (RedisScheduler.pop_if_due).
--- Seed 000 step 2 popped with ZPOPMIN and pushed back when not due (a race: the member is
+-- A ZPOPMIN that pushes the member back when it is not due is a race (the member is
 -- briefly invisible). Here the check and the pop are one atomic step: a member whose score is
 -- later than now is never removed. now = Redis TIME (the one clock). Only the ZSET member is
 -- removed; the payload HASH is left to the caller.

@@ -1,14 +1,14 @@
 -- reconcile_remove.lua: remove a ZSET member PostgreSQL says should not be pending
--- (reconcile, DESIGN.md "Where the truth lives"; issue 7 point 3). Seq-guarded and lock-aware,
+-- (reconcile, docs/architecture.md "Where the truth lives"). Seq-guarded and lock-aware,
 -- so it is safe alongside live workers: a locked member is left alone, and a payload newer than
 -- the PostgreSQL state read by the caller is never touched. A member may sit in pending or,
--- once due and promoted by a claim, in ready (issue 4 C): both count as scheduled and both are
+-- once due and promoted by a claim, in ready (ADR 0006): both count as scheduled and both are
 -- cleared; mode "remove" also HDELs its prio weight ("unpark" keeps it for the resume).
 --
 -- KEYS[1]  pending ZSET (score = due time, epoch milliseconds)
 -- KEYS[2]  payload HASH of the member
 -- KEYS[3]  lock STRING of the member
--- KEYS[4]  ready ZSET (issue 4 C)
+-- KEYS[4]  ready ZSET (ADR 0006)
 -- KEYS[5]  prio HASH (member -> weight)
 -- ARGV[1]  member (dispute id), 1..100 bytes; KEYS[2] and KEYS[3] must end with it
 -- ARGV[2]  sequence number recorded in PostgreSQL (decimal integer), or "-1" when PostgreSQL

@@ -1,6 +1,6 @@
 -- release_lock.lua: compare-and-delete of a lock (RedisScheduler.release_lock).
 -- Deletes the lock only while it still holds the caller's value, so a worker whose lock
--- expired cannot release a lock another worker acquired since (seed 000 step 3, made atomic).
+-- expired cannot release a lock another worker acquired since (GET then DEL, made atomic).
 --
 -- KEYS[1]  lock STRING of one dispute
 -- ARGV[1]  expected value: the owner string given to try_acquire_lock (non-empty)

@@ -1,14 +1,15 @@
 -- warn_claim.lua: take the pre-breach warnings that are due on one shard (RedisWarnings.claim;
--- issue 4 point 6). now = Redis TIME (the one clock); up to max_items members with score <= now
--- are removed from the warnings ZSET and returned, earliest first. Each member is handed out
--- once (ZREM in the same script); the caller records it in PostgreSQL with a compare-and-set
--- on the dispute's seq and a unique key, so a warning is never recorded twice.
+-- docs/sla.md "Warnings before breach"). now = Redis TIME (the one clock, ADR 0005); up to
+-- max_items members with score <= now are removed from the warnings ZSET and returned,
+-- earliest first. Each member is handed out once (ZREM in the same script); the caller
+-- records it in PostgreSQL with a compare-and-set on the dispute's seq and a unique key, so a
+-- warning is never recorded twice.
 --
 -- KEYS[1]   warnings ZSET (member "<dispute id>:<seq>:<fraction>", score = warning time, epoch ms)
 -- ARGV[1]   max_items: integer 1..1000
 -- Returns:  {now_ms, {member_1, score_1, member_2, score_2, ...}, next_ms}
 --           next_ms = score of the earliest member left after the claim (epoch ms), or -1 when
---           none is left (issue 6: the worker sleeps on it instead of polling every loop)
+--           none is left (the worker sleeps on it instead of polling every loop)
 -- Errors:   "EINVAL warn_claim: <reason>" (nothing written)
 
 local function fail(msg) return redis.error_reply('EINVAL warn_claim: ' .. msg) end

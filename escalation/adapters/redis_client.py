@@ -1,0 +1,171 @@
+"""The one place a Redis client is made from a URL: one server, a Cluster, or a Sentinel set.
+
+URL schemes (docs/operations.md):
+
+* ``redis://[:password@]host:port/db``, ``rediss://...``, ``unix:///path?db=N``: one server
+  (``redis.Redis.from_url``).
+* ``redis+cluster://[:password@]host:port[,host:port...]/`` (``rediss+cluster://`` for TLS):
+  a Redis Cluster through redis-py's ``RedisCluster``; the hosts are seed nodes (any subset
+  of the cluster), the DB is always 0 (a cluster has no other). Every script call and every
+  multi-key command of the scheduler addresses one shard, whose keys share the hash tag
+  ``{<namespace>:<shard>}`` and so one cluster slot.
+* ``redis+sentinel://[:password@]host:port[,host:port...]/<service>/<db>`` (``rediss+sentinel``
+  for TLS to the data nodes): the current primary of ``<service>`` as told by the sentinels
+  (redis-py ``Sentinel.master_for``); after a failover the next connection asks the
+  sentinels again, so a worker reconnects to the promoted replica after one failed command.
+
+Every client is made with the same options whatever the topology (``decode_responses=True``,
+``encoding_errors="replace"``, socket and connect timeouts, ``health_check_interval``), and
+callers may pass more options, which are passed through unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import unquote, urlsplit
+
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.sentinel import Sentinel
+
+from escalation.domain.errors import ConfigError
+
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+SERVER_SCHEMES = ("redis", "rediss", "unix")
+URL_PREFIXES: tuple[str, ...] = tuple(
+    f"{s}://" for s in (*SERVER_SCHEMES, *CLUSTER_SCHEMES, *SENTINEL_SCHEMES)
+)
+
+#: Options every client gets (a superset may be passed to :func:`make_redis`).
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "decode_responses": True,
+    "socket_timeout": 30,
+    "socket_connect_timeout": 5,
+    # a non-UTF-8 byte in one payload must not crash every worker that claims it: it
+    # decodes as U+FFFD, fails validation and takes the poison -> dead-letter path
+    "encoding_errors": "replace",
+    "health_check_interval": 30,
+}
+
+#: Errors a worker treats as "Redis is away for a moment" (retry with backoff): a lost
+#: connection or timeout, a cluster slot without a reachable primary during a failover,
+#: a write sent to a primary just demoted to replica, a slot moving (TRYAGAIN).
+OUTAGE_ERRORS: tuple[type[Exception], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.MasterDownError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """A parsed Redis URL: ``kind`` is ``server``, ``cluster`` or ``sentinel``."""
+
+    kind: str
+    hosts: tuple[tuple[str, int], ...] = ()
+    service: str = ""
+    db: int = 0
+    password: str | None = None
+    username: str | None = None
+    tls: bool = False
+
+
+def _hosts(netloc: str, url: str) -> tuple[tuple[str, int], ...]:
+    hosts: list[tuple[str, int]] = []
+    for part in netloc.split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError(f"Redis URL {_safe(url)}: expected host:port[,host:port...], "
+                              f"got {part!r}")
+        hosts.append((host.strip("[]"), int(port)))
+    return tuple(hosts)
+
+
+def _safe(url: str) -> str:
+    """The URL without its password (for error messages)."""
+    scheme, _, rest = url.partition("://")
+    _creds, at, tail = rest.rpartition("@")
+    return f"{scheme}://{'***@' if at else ''}{tail if at else rest}"
+
+
+def parse_topology(url: str) -> Topology:
+    """Parse a Redis URL into a :class:`Topology`.
+
+    Raises:
+        ConfigError: an unknown scheme, no hosts, a bad port, a sentinel URL without a
+            service name or with a non-integer DB, or a cluster URL naming a DB other than 0.
+    """
+    scheme = url.partition("://")[0].lower()
+    if scheme in SERVER_SCHEMES:
+        return Topology("server", tls=scheme == "rediss")
+    if scheme not in CLUSTER_SCHEMES + SENTINEL_SCHEMES:
+        raise ConfigError(f"Redis URL {_safe(url)}: unknown scheme {scheme!r} (expected one of "
+                          + ", ".join(p.rstrip(":/") for p in URL_PREFIXES) + ")")
+    rest = url.partition("://")[2]
+    auth, at, hostpart = rest.partition("/")[0].rpartition("@")
+    netloc = hostpart if at else rest.partition("/")[0]
+    user, password = None, None
+    if at:
+        u, colon, p = auth.partition(":")
+        user, password = (unquote(u) or None), (unquote(p) if colon else None)
+    if not netloc:
+        raise ConfigError(f"Redis URL {_safe(url)}: no host:port given")
+    hosts = _hosts(netloc, url)
+    path = [p for p in urlsplit("x://h/" + rest.partition("/")[2]).path.split("/") if p]
+    tls = scheme.startswith("rediss")
+    if scheme in CLUSTER_SCHEMES:
+        if path and path != ["0"]:
+            raise ConfigError(f"Redis URL {_safe(url)}: a cluster has only DB 0, "
+                              f"got /{'/'.join(path)}")
+        return Topology("cluster", hosts, db=0, password=password, username=user, tls=tls)
+    if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise ConfigError(f"Redis URL {_safe(url)}: expected redis+sentinel://host:port"
+                          "[,host:port...]/<service>/<db>")
+    db = int(path[1]) if len(path) == 2 else 0
+    return Topology("sentinel", hosts, service=path[0], db=db, password=password,
+                    username=user, tls=tls)
+
+
+def make_redis(url: str, **options: Any) -> redis.Redis:
+    """A client for ``url`` (see the module docstring for the schemes).
+
+    ``options`` are merged over :data:`DEFAULT_OPTIONS` and passed to the client; for a
+    Sentinel set they apply to the connections to the data nodes (the sentinels get the
+    socket timeouts only).
+
+    Returns:
+        a ``redis.Redis`` (one server, or the Sentinel primary) or a ``RedisCluster``, typed
+        as ``redis.Redis``: both expose the same command API, and code that needs a raw
+        connection (the wake-up wait) checks :func:`is_cluster`.
+
+    Raises:
+        ConfigError: a malformed URL (see :func:`parse_topology`).
+    """
+    opts = {**DEFAULT_OPTIONS, **options}
+    topo = parse_topology(url)
+    if topo.kind == "server":
+        return redis.Redis.from_url(url, **opts)
+    auth: dict[str, Any] = {"password": topo.password, "username": topo.username}
+    if topo.kind == "cluster":
+        nodes = [ClusterNode(host, port)  # type: ignore[no-untyped-call]  # unannotated
+                 for host, port in topo.hosts]
+        return cast(redis.Redis, RedisCluster(startup_nodes=nodes, ssl=topo.tls, **auth, **opts))
+    sentinel_kwargs = {k: opts[k] for k in ("socket_timeout", "socket_connect_timeout")
+                       if k in opts}
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+        list(topo.hosts), sentinel_kwargs=sentinel_kwargs, ssl=topo.tls, db=topo.db,
+        **auth, **opts)
+    primary = sentinel.master_for(  # type: ignore[no-untyped-call]  # as above
+        topo.service, redis_class=redis.Redis)
+    return cast(redis.Redis, primary)
+
+
+def is_cluster(client: object) -> bool:
+    """True for a ``RedisCluster`` client (commands are routed per slot)."""
+    return isinstance(client, RedisCluster)

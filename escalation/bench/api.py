@@ -1,0 +1,260 @@
+"""``escalation bench api``: the HTTP API under load, with a real HTTP client (httpx).
+
+A server (``escalation serve --workers W``, default 2 uvicorn workers) runs on a free
+loopback port against the bench target (own Redis namespace, own database). Three figures:
+
+* **batch create**: ``batches`` POSTs of ``batch_size`` escalations from ``batch_concurrency``
+  concurrent connections; escalations/s over the wall time (target >= 10,000/s);
+* **single create throughput**: ``single_n`` POSTs of one escalation each from
+  ``concurrency`` concurrent connections; requests/s (target >= 1,000/s);
+* **latency at a fixed rate**: POSTs sent open-loop at ``rate`` requests/s for ``seconds``;
+  latency is measured from each request's *scheduled* send time (so a stalled server is not
+  hidden by a stalled client: no coordinated omission); p50/p99/max (target p99 <= 25 ms at
+  300/s).
+
+Every response must be 201; the ledger must then hold exactly one ENQUEUED row per
+escalation sent (checked at the end). The client runs on the same machine: its CPU use is
+part of the figures (the load averages are recorded before and after).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+
+from escalation.bench.common import Target, load, new_namespace, percentile
+
+IN_FLIGHT = 64
+DUE = (datetime.now(UTC) + timedelta(days=3650)).isoformat()
+
+
+def _item() -> dict[str, str]:
+    did = uuid.uuid4()
+    return {"dispute_id": str(did), "source_hash": did.hex, "materiality": "125.50",
+            "tier": "standard", "due_at": DUE}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start(tgt: Target, namespace: str, workers: int) -> tuple[str, subprocess.Popen[bytes]]:
+    env = tgt.worker_env(namespace, "api")
+    env.update(ESCALATION_LOG_LEVEL="WARNING")
+    port = _free_port()
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
+    proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "escalation", "serve", "--host", "127.0.0.1",
+         "--port", str(port), "--workers", str(workers)],
+        env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc.log_file = log  # type: ignore[attr-defined]
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            log.seek(0)
+            raise RuntimeError("api server exited: " + log.read().decode(errors="replace"))
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return url, proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("api server did not answer /healthz within 90 s")
+
+
+async def _post(client: httpx.AsyncClient, path: str, body: Any) -> int | str:
+    """POST; the status code, or the transport error's class name (a dropped connection is
+    counted, not fatal: its request may or may not have been processed)."""
+    try:
+        return (await client.post(path, json=body)).status_code
+    except httpx.TransportError as exc:
+        return type(exc).__name__
+
+
+async def _closed_loop(url: str, token: str, bodies: list[Any], path: str,
+                       concurrency: int) -> tuple[float, list[float], dict[int | str, int]]:
+    """Send ``bodies`` from ``concurrency`` connections as fast as answered.
+    Returns (wall seconds, latencies ms, status counts)."""
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    for b in bodies:
+        queue.put_nowait(b)
+    lat: list[float] = []
+    codes: dict[int | str, int] = {}
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60,
+                                 headers={"Authorization": f"Bearer {token}"}) as client:
+
+        async def one() -> None:
+            while not queue.empty():
+                b = queue.get_nowait()
+                t0 = time.perf_counter()
+                code = await _post(client, path, b)
+                lat.append((time.perf_counter() - t0) * 1000)
+                codes[code] = codes.get(code, 0) + 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(concurrency)))
+        return time.perf_counter() - start, lat, codes
+
+
+async def _open_loop(url: str, token: str, rate: float, seconds: float
+                     ) -> tuple[list[float], dict[int | str, int], float]:
+    """POST one escalation every 1/rate s for ``seconds``; latency from the scheduled send
+    time. Returns (latencies ms, status counts, achieved rate)."""
+    n = int(rate * seconds)
+    lat: list[float] = []
+    codes: dict[int | str, int] = {}
+    # At most IN_FLIGHT requests outstanding: a request that finds them all busy starts late,
+    # and its latency still counts from its scheduled time (a slow server shows as latency,
+    # not as a slower client); it also keeps httpx's pool queue short.
+    gate = asyncio.Semaphore(IN_FLIGHT)
+    limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60,
+                                 headers={"Authorization": f"Bearer {token}"}) as client:
+
+        async def one(at: float, body: dict[str, str]) -> None:
+            delay = at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            async with gate:
+                code = await _post(client, "/v1/escalations", body)
+            lat.append((time.perf_counter() - at) * 1000)
+            codes[code] = codes.get(code, 0) + 1
+
+        start = time.perf_counter() + 0.2
+        bodies = [_item() for _ in range(n)]
+        await asyncio.gather(*(one(start + i / rate, bodies[i]) for i in range(n)))
+        elapsed = time.perf_counter() - start
+    return lat, codes, n / elapsed if elapsed > 0 else 0.0
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its descendants (Linux ``/proc``; 0 when
+    unavailable): the server's own cost per request, apart from the client's."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            with open(f"/proc/{p}/task/{p}/children") as fh:
+                todo += [int(c) for c in fh.read().split()]
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def _enqueued_rows(tgt: Target, actor: str) -> int:
+    """ENQUEUED ledger rows written as ``actor`` (the bench token's name)."""
+    engine = tgt.engine()
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.text(
+                "SELECT count(*) FROM escalation_audit WHERE actor = :a AND event = 'ENQUEUED'"),
+                {"a": actor}).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def _stats(lat: list[float]) -> dict[str, float | None]:
+    return {"p50": percentile(lat, 50), "p99": percentile(lat, 99),
+            "max": max(lat) if lat else None}
+
+
+def run(tgt: Target, *, batches: int, batch_size: int, batch_concurrency: int,
+        single_n: int, concurrency: int, rate: float, seconds: float,
+        workers: int) -> dict[str, Any]:
+    """Run the three measurements (see the module docstring). Returns the figures."""
+    import signal
+
+    from escalation.adapters.token_store import PostgresTokenStore
+    from escalation.service_layer.tokens import create_token
+
+    # SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so the server is stopped and the bench
+    # database and namespace are removed
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    ns = new_namespace()
+    tgt.namespaces.append(ns)
+    engine = tgt.engine()
+    try:
+        token, _ = create_token(PostgresTokenStore(engine), f"{ns}-bench", "service", 1)
+    finally:
+        engine.dispose()
+    load_before = load()
+    url, proc = _start(tgt, ns, workers)
+    try:
+        warm = [_item() for _ in range(200)]
+        asyncio.run(_closed_loop(url, token, warm, "/v1/escalations", 8))
+        batch_bodies = [{"items": [_item() for _ in range(batch_size)]} for _ in range(batches)]
+        cpu = [_tree_cpu_s(proc.pid)]
+        b_wall, b_lat, b_codes = asyncio.run(
+            _closed_loop(url, token, batch_bodies, "/v1/escalations/batch", batch_concurrency))
+        cpu.append(_tree_cpu_s(proc.pid))
+        singles = [_item() for _ in range(single_n)]
+        s_wall, s_lat, s_codes = asyncio.run(
+            _closed_loop(url, token, singles, "/v1/escalations", concurrency))
+        cpu.append(_tree_cpu_s(proc.pid))
+        r_lat, r_codes, achieved = asyncio.run(_open_loop(url, token, rate, seconds))
+        cpu.append(_tree_cpu_s(proc.pid))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log = proc.log_file  # type: ignore[attr-defined]
+        log.seek(0)
+        server_log = log.read().decode(errors="replace")
+        log.close()
+    sent = len(warm) + batches * batch_size + single_n + int(rate * seconds)
+    rows = _enqueued_rows(tgt, f"{ns}-bench")
+    batch_rate = batches * batch_size / b_wall
+    single_rate = single_n / s_wall
+    r_stats = _stats(r_lat)
+    answered = (b_codes.get(200, 0) * batch_size + s_codes.get(201, 0) + r_codes.get(201, 0)
+                + len(warm))
+    ok_codes = (set(b_codes) == {200} and set(s_codes) == {201} and set(r_codes) == {201})
+    ledger_ok = answered <= rows <= sent  # every answered request recorded, nothing extra
+    return {
+        "scenario": "api", "load": load(), "load_before": load_before,
+        "cpus": os.cpu_count(), "uvicorn_workers": workers,
+        "batch": {"requests": batches, "size": batch_size, "concurrency": batch_concurrency,
+                  "seconds": round(b_wall, 3), "escalations_per_s": round(batch_rate, 1),
+                  "request_ms": _stats(b_lat), "status": b_codes,
+                  "server_cpu_ms_per_escalation": round(
+                      (cpu[1] - cpu[0]) * 1000 / (batches * batch_size), 3),
+                  "target_per_s": 10_000, "met": batch_rate >= 10_000},
+        "single": {"requests": single_n, "concurrency": concurrency,
+                   "seconds": round(s_wall, 3), "requests_per_s": round(single_rate, 1),
+                   "request_ms": _stats(s_lat), "status": s_codes,
+                   "server_cpu_ms_per_request": round((cpu[2] - cpu[1]) * 1000 / single_n, 3),
+                   "target_per_s": 1_000, "met": single_rate >= 1_000},
+        "fixed_rate": {"rate_per_s": rate, "achieved_per_s": round(achieved, 1),
+                       "seconds": seconds, "latency_ms": r_stats, "status": r_codes,
+                       "server_cpu_ms_per_request": round(
+                           (cpu[3] - cpu[2]) * 1000 / max(1, int(rate * seconds)), 3),
+                       "target_p99_ms": 25,
+                       "met": r_stats["p99"] is not None and r_stats["p99"] <= 25},
+        "ledger": {"sent": sent, "answered_2xx": answered, "enqueued_rows": rows,
+                   "ok": ledger_ok},
+        "server_log_tail": server_log[-2000:] if not ok_codes else "",
+        "ok": ok_codes and ledger_ok,
+    }

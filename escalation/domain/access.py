@@ -1,0 +1,89 @@
+"""Access to the HTTP API: roles, what each may do, and a stored token's description.
+
+Roles (checked by :func:`allowed`):
+
+* ``service``: create, cancel, pause, resume, read an escalation's status;
+* ``compliance``: read audit trails, audit search, ladders, the SLA report and metrics;
+* ``admin``: everything, tokens included.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from escalation.domain.errors import InvalidInput
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}$")
+
+
+class Role(StrEnum):
+    """A token's role."""
+
+    SERVICE = "service"
+    COMPLIANCE = "compliance"
+    ADMIN = "admin"
+
+
+class Permission(StrEnum):
+    """What a route needs."""
+
+    WRITE = "write"  # create, cancel, pause, resume
+    STATUS = "status"  # read one escalation's state
+    AUDIT = "audit"  # audit trail, search, ladders, SLA report, metrics
+    TOKENS = "tokens"  # manage tokens
+
+
+GRANTS: dict[Role, frozenset[Permission]] = {
+    Role.SERVICE: frozenset({Permission.WRITE, Permission.STATUS}),
+    Role.COMPLIANCE: frozenset({Permission.AUDIT}),
+    Role.ADMIN: frozenset(Permission),
+}
+
+
+def allowed(role: Role, permission: Permission) -> bool:
+    """Whether ``role`` holds ``permission`` (see the module docstring)."""
+    return permission in GRANTS[role]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    """One stored token (never the secret). Times are aware UTC."""
+
+    name: str
+    role: Role
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None
+
+    def state(self, now: datetime) -> str:
+        """``"revoked"``, ``"expired"`` or ``"active"`` at ``now``."""
+        if self.revoked_at is not None:
+            return "revoked"
+        return "expired" if now >= self.expires_at else "active"
+
+
+def parse_role(value: str) -> Role:
+    """``Role`` from text. Raises InvalidInput naming the known roles."""
+    try:
+        return Role(value)
+    except ValueError:
+        raise InvalidInput(
+            f"role must be one of {', '.join(r.value for r in Role)}, got {value!r}"
+        ) from None
+
+
+def check_name(name: str) -> str:
+    """A token name: 1-64 of letters, digits and ``_.:@-``, starting alphanumeric.
+
+    Raises:
+        InvalidInput: anything else (the name is written as the actor of ledger rows).
+    """
+    if not NAME_RE.match(name):
+        raise InvalidInput(
+            f"token name must be 1-64 characters of letters, digits and _.:@- "
+            f"starting with a letter or digit, got {name!r}"
+        )
+    return name

@@ -1,0 +1,73 @@
+"""The ASGI application: ``create_app(settings)``; ``factory()`` for uvicorn workers.
+
+``escalation serve`` runs ``uvicorn escalation.entrypoints.api.app:factory --factory``;
+each worker process builds its own ``bootstrap.App`` (Redis pool, SQLAlchemy engine, ladders,
+calendars) in the lifespan and closes it on shutdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from escalation.entrypoints.api import problems
+from escalation.settings import Settings
+
+DESCRIPTION = """\
+Dispute SLA escalations over HTTP: schedule an escalation when a dispute enters a review
+tier, read its state and deadlines, cancel, pause and resume it, read the audit ledger and
+the SLA report. Every request needs `Authorization: Bearer <token>` (from `escalation token
+create`) except `GET /healthz`. Errors are RFC 9457 `application/problem+json`.
+A dispute is addressed by UUID (`/v1/escalations/{dispute_id}`) or by its source system's
+id (`/v1/sources/{source}/escalations/{external_id}`).
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The FastAPI app. ``settings`` None = read them from the environment at startup."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from escalation.adapters.token_store import PostgresTokenStore
+        from escalation.bootstrap import build
+        from escalation.entrypoints.api.auth import TokenCache
+        from escalation.logs import configure_logging
+        from escalation.settings import get_settings
+
+        s = settings or get_settings()
+        configure_logging(s.log_format, s.log_level)
+        core = build(s, actor="api")
+        app.state.core = core
+        app.state.tokens = TokenCache(PostgresTokenStore(core.engine), s.api_token_cache_s)
+        try:
+            yield
+        finally:
+            core.close()
+
+    app = FastAPI(
+        title="escalation", version="1", description=DESCRIPTION, lifespan=lifespan,
+        # no anonymous route but /healthz: the document is docs/openapi.json, not served
+        openapi_url=None, docs_url=None, redoc_url=None,
+        openapi_tags=[
+            {"name": "escalations", "description": "Create, read, cancel, pause, resume."},
+            {"name": "audit", "description": "The ledger, ladders and the SLA report."},
+            {"name": "operations", "description": "Health, readiness and metrics."},
+        ],
+    )
+    problems.install(app)
+    from escalation.entrypoints.api import metrics, routes_audit, routes_escalations, routes_ops
+
+    app.include_router(routes_escalations.router)
+    app.include_router(routes_audit.router)
+    app.include_router(routes_ops.router)
+    app.include_router(metrics.router)
+    return app
+
+
+def factory() -> FastAPI:
+    """uvicorn ``--factory`` entry point: settings from the environment."""
+    return create_app()
+
+

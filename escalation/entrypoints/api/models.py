@@ -1,0 +1,172 @@
+"""Request and response bodies of the HTTP API (pydantic; the OpenAPI schemas).
+
+The request models check JSON *types* only (a string where a string is due, no unknown
+fields, at most 1,000 batch items). Every rule about values -- aware datetimes, decimal
+money, UUIDs, hex source hashes, known tiers and ladders -- is the domain's, applied by the
+same service-layer functions the CLI calls (``service_layer.enqueue.build_escalation``), so
+the API and the CLI refuse the same inputs with the same messages.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_BATCH = 1000
+_EXAMPLE_ID = "6f1c2f4e-8a51-4c7e-9a53-2d1b7e0c9f10"
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EscalationIn(_In):
+    """One escalation to schedule. Name the dispute by ``dispute_id`` or by ``source`` +
+    ``external_id``; give exactly one of ``due_at`` and ``opened_at``."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"dispute_id": _EXAMPLE_ID, "source_hash": "9f86d081884c7d65", "materiality": "1250.00",
+         "tier": "standard", "opened_at": "2026-03-02T09:00:00+00:00"},
+        {"source": "cfpb", "external_id": "2026-0417-0093", "source_hash": "ab12",
+         "materiality": "80.00", "ladder": "cfpb_complaint_response",
+         "due_at": "2026-03-09T17:00:00-05:00"},
+    ]})
+
+    dispute_id: str | None = Field(None, description="Dispute UUID.")
+    source: str | None = Field(None, description="Source system name (with external_id).")
+    external_id: str | None = Field(
+        None, description="The source system's dispute id; with source it names the dispute.")
+    source_hash: str = Field(description="Hex digest of the source record (1-128 hex chars).")
+    materiality: str = Field("0.00", description="Disputed amount, a decimal string "
+                             "(JSON numbers are refused: money is never a float).")
+    tier: str | None = Field(None, description="Current tier id (default: the ladder's "
+                             "first, or the materiality band's start tier).")
+    due_at: str | None = Field(None, description="Breach time, ISO-8601 with offset.")
+    opened_at: str | None = Field(None, description="Tier entry time, ISO-8601 with offset; "
+                                  "due = opened_at + the tier's SLA window.")
+    notice_at: str | None = Field(None, description="Regulatory anchor event time, ISO-8601 "
+                                  "with offset (default: tier entry).")
+    ladder: str | None = Field(None, description="Ladder name (default: the configured one).")
+    trace_id: str | None = Field(None, description="Correlation id (1-64 chars).")
+
+
+class BatchIn(_In):
+    """Up to 1,000 escalations; all are validated first and nothing is written if one is bad."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"items": [{"dispute_id": _EXAMPLE_ID, "source_hash": "9f86d081",
+                    "materiality": "99.95", "due_at": "2026-03-02T17:00:00+00:00"}]},
+    ]})
+
+    items: list[EscalationIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class CancelIn(_In):
+    """Why the escalation is cancelled (recorded in the ledger)."""
+
+    reason: str = Field("resolved", min_length=1, max_length=500)
+
+
+class PauseIn(_In):
+    """Why the SLA clock stops (recorded in the ledger)."""
+
+    reason: str = Field("paused", min_length=1, max_length=500)
+
+
+class DeadlineOut(BaseModel):
+    """One regulatory deadline and its state at the time of the request.
+
+    ``state``: ``open`` (ahead, escalation open), ``overdue`` (passed, escalation still open),
+    ``met`` (escalation closed before it), ``missed`` (closed after it).
+    """
+
+    name: str
+    at: datetime
+    state: str
+
+
+class EscalationOut(BaseModel):
+    """An escalation's recorded state (PostgreSQL projection). Times are UTC."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "dispute_id": _EXAMPLE_ID, "external_id": None, "status": "pending",
+        "tier": "standard", "ladder": "dispute_review", "ladder_version": 1, "seq": 1,
+        "due_at": "2026-03-03T09:00:00Z", "entered_tier_at": "2026-03-02T09:00:00Z",
+        "materiality": "1250.00", "regulatory_deadline": None, "deadlines": [],
+        "trace_id": "4b1e0f0c8d2a4f0e9b7c6a5d4e3f2a1b", "created": True,
+    }]})
+
+    dispute_id: str
+    external_id: str | None
+    status: str
+    tier: str
+    ladder: str
+    ladder_version: int
+    seq: int
+    due_at: datetime
+    entered_tier_at: datetime
+    materiality: str
+    regulatory_deadline: datetime | None
+    deadlines: list[DeadlineOut]
+    trace_id: str
+    created: bool | None = Field(None, description="Create only: false = already there.")
+    remaining_ms: int | None = Field(None, description="Pause/resume: SLA window left (ms).")
+    basis: str | None = Field(None, description="Pause/resume: 'open' or 'elapsed' time.")
+
+
+class BatchItemOut(BaseModel):
+    """Per item of a batch: the dispute, whether it was created, its status."""
+
+    dispute_id: str
+    created: bool
+    status: str
+
+
+class BatchOut(BaseModel):
+    """Counts and per-item results, in request order."""
+
+    created: int
+    existing: int
+    results: list[BatchItemOut]
+
+
+class LedgerRowOut(BaseModel):
+    """One ledger row in the export format (docs/audit.md): UTC ``Z`` times, money as a
+    decimal string, hex hashes."""
+
+    model_config = ConfigDict(extra="allow")
+
+    dispute_id: str
+    seq: int
+    event: str
+    match_decision: str
+    actor: str
+
+
+class AuditPage(BaseModel):
+    """A page of ledger rows; pass ``next_cursor`` back as ``cursor`` for the next page
+    (null = no more rows)."""
+
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details; 422 adds ``errors`` naming each bad field."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "type": "/problems/invalid-input", "title": "Invalid input; nothing was written",
+        "status": 422, "detail": "due_at must be timezone-aware (got naive 2026-03-02T09:00:00)",
+        "instance": "/v1/escalations",
+        "errors": [{"field": "due_at",
+                    "message": "due_at must be timezone-aware (got naive 2026-03-02T09:00:00)"}],
+    }]})
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    errors: list[dict[str, Any]] | None = None

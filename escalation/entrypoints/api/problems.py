@@ -1,0 +1,190 @@
+"""RFC 9457 problem details (``application/problem+json``) for every error the API returns.
+
+Mapping (the same error classes the CLI maps to exit codes):
+
+======================================  ======  ===========================
+error                                   status  ``type``
+======================================  ======  ===========================
+request body/query fails its schema     422     ``/problems/invalid-input``
+``InvalidInput`` (domain validation)    422     ``/problems/invalid-input``
+``NotFound``                            404     ``/problems/not-found``
+``ConflictError``                       409     ``/problems/conflict``
+missing, bad, expired, revoked token    401     ``/problems/unauthorized``
+token's role lacks the permission       403     ``/problems/forbidden``
+Redis/PostgreSQL unreachable, schema    503     ``/problems/unavailable``
+======================================  ======  ===========================
+
+422 documents carry ``errors: [{"field": ..., "message": ...}]`` naming each bad field
+(``items[3].due_at`` for the 4th item of a batch).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from escalation.domain.errors import (
+    ConflictError,
+    EscalationError,
+    InvalidInput,
+    NotFound,
+    SchemaNotAtHead,
+)
+
+MEDIA_TYPE = "application/problem+json"
+
+TITLES: dict[int, tuple[str, str]] = {
+    400: ("/problems/bad-request", "Bad request"),
+    401: ("/problems/unauthorized", "Missing, invalid, expired or revoked token"),
+    403: ("/problems/forbidden", "The token's role does not allow this"),
+    404: ("/problems/not-found", "Not found"),
+    405: ("/problems/method-not-allowed", "Method not allowed"),
+    409: ("/problems/conflict", "Conflict with the escalation's current state"),
+    413: ("/problems/too-large", "Request too large"),
+    422: ("/problems/invalid-input", "Invalid input; nothing was written"),
+    500: ("/problems/internal", "Internal error"),
+    503: ("/problems/unavailable", "A backing service is unavailable"),
+}
+
+# Words a domain message uses for a field -> the request field name.
+_FIELD_WORDS: tuple[tuple[str, str], ...] = (
+    ("opened_at", "opened_at"),
+    ("due_at", "due_at"),
+    ("anchor_at", "notice_at"),
+    ("notice_at", "notice_at"),
+    ("materiality", "materiality"),
+    ("source hash", "source_hash"),
+    ("external id", "external_id"),
+    ("external_id", "external_id"),
+    ("trace id", "trace_id"),
+    ("dispute id", "dispute_id"),
+    ("dispute_id", "dispute_id"),
+    ("source", "source"),
+    ("tier", "tier"),
+    ("ladder", "ladder"),
+    ("reason", "reason"),
+    ("limit", "limit"),
+    ("cursor", "cursor"),
+    ("--from", "from"),
+    ("--to", "to"),
+    ("from (", "from"),
+    ("from must", "from"),
+    ("to must", "to"),
+    ("from:", "from"),
+    ("to:", "to"),
+    ("decision", "decision"),
+)
+_REQUEST_N = re.compile(r"^request (\d+): ")
+
+
+class ApiProblem(Exception):
+    """An HTTP error the API raises itself (401, 403, ...)."""
+
+    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None,
+                 **extra: Any) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.headers = headers
+        self.extra = extra
+
+
+def field_of(message: str, fields: Sequence[str] = ()) -> str | None:
+    """The request field a domain error message is about, or None.
+
+    ``request N: ...`` (batch) becomes ``items[N-1].<field>``. ``fields`` restricts the
+    candidates to the fields of the request at hand (e.g. a query's parameters).
+    """
+    prefix = ""
+    m = _REQUEST_N.match(message)
+    if m:
+        prefix = f"items[{int(m.group(1)) - 1}]."
+        message = message[m.end():]
+    low = message.lower()
+    hits = [(low.find(word), -len(word), name) for word, name in _FIELD_WORDS
+            if word in low and (not fields or name in fields)]
+    if hits:
+        return prefix + min(hits)[2]  # the field the message names first
+    return prefix.rstrip(".") or None
+
+
+def problem(status: int, detail: str, instance: str | None = None,
+            headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    """A problem+json response: ``type``, ``title``, ``status``, ``detail``, ``instance``."""
+    type_, title = TITLES.get(status, ("about:blank", "Error"))
+    body: dict[str, Any] = {"type": type_, "title": title, "status": status, "detail": detail}
+    if instance:
+        body["instance"] = instance
+    body.update(extra)
+    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
+
+
+def _loc(loc: Sequence[int | str]) -> str:
+    parts = [p for p in loc if p not in ("body", "query", "path", "header")]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "body"
+
+
+def status_of(exc: EscalationError) -> int:
+    """HTTP status of a domain error (see the module table)."""
+    if isinstance(exc, InvalidInput):
+        return 422
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, ConflictError):
+        return 409
+    if isinstance(exc, SchemaNotAtHead):
+        return 503
+    return 500
+
+
+def install(app: FastAPI) -> None:
+    """Register the exception handlers that turn every error into problem+json."""
+
+    async def on_domain(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, EscalationError)  # noqa: S101 - registered for this class
+        status = status_of(exc)
+        extra: dict[str, Any] = {}
+        if status == 422:
+            extra["errors"] = [{"field": field_of(str(exc)), "message": str(exc)}]
+        return problem(status, str(exc), request.url.path, **extra)
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)  # noqa: S101
+        errors = [{"field": _loc(e.get("loc", ())), "message": str(e.get("msg", ""))}
+                  for e in exc.errors()]
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
+        return problem(422, detail or "invalid request", request.url.path, errors=errors)
+
+    async def on_api(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiProblem)  # noqa: S101
+        return problem(exc.status, exc.detail, request.url.path, exc.headers, **exc.extra)
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)  # noqa: S101
+        return problem(exc.status_code, str(exc.detail), request.url.path,
+                       dict(exc.headers) if exc.headers else None)
+
+    async def on_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        first = str(exc).strip().splitlines()
+        return problem(503, f"backing service unavailable: {first[0] if first else exc}",
+                       request.url.path)
+
+    import redis.exceptions
+    import sqlalchemy.exc
+
+    app.add_exception_handler(EscalationError, on_domain)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(ApiProblem, on_api)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    for cls in (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError):
+        app.add_exception_handler(cls, on_unavailable)

@@ -1,0 +1,136 @@
+"""Compliance reads: one dispute's audit trail, audit search (cursor pages), ladders and
+their versions, the SLA report as JSON. Rows use the export format (docs/audit.md)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from escalation.domain.errors import NotFound
+from escalation.domain.ladder import Ladder
+from escalation.entrypoints.api.auth import AuditReader
+from escalation.entrypoints.api.deps import Core, Dispute, path_parameters
+from escalation.entrypoints.api.models import AuditPage
+from escalation.entrypoints.api.routes_escalations import DISPUTE_PATHS, ERRORS
+from escalation.entrypoints.cli_common import parse_time
+from escalation.ports import LedgerRow
+from escalation.service_layer.disputes import resolve_dispute
+
+router = APIRouter(prefix="/v1", tags=["audit"])
+
+
+def row_json(row: LedgerRow) -> dict[str, Any]:
+    """A ledger row in the export format (UTC ``Z`` times, decimal-string money)."""
+    from escalation.service_layer.audit_export import COLUMNS, export_value
+
+    d = asdict(row)
+    return {c: export_value(c, d.get(c)) for c in COLUMNS if c in d}
+
+
+def trail(did: Dispute, core: Core, token: AuditReader) -> list[dict[str, Any]]:
+    """Every ledger row of one dispute, oldest first (404 if none)."""
+    rows = core.store.trail(did)
+    if not rows:
+        raise NotFound(f"no audit rows for dispute {did}")
+    return [row_json(r) for r in rows]
+
+
+for _path in DISPUTE_PATHS:
+    router.add_api_route(
+        _path + "/audit", trail, methods=["GET"], responses=ERRORS,
+        openapi_extra=path_parameters(_path),
+        name="audit_trail_" + ("by_external_id" if "{source}" in _path else "by_id"))
+
+
+@router.get("/audit", response_model=AuditPage, responses=ERRORS)
+def search(
+    core: Core, token: AuditReader,
+    dispute_id: Annotated[str | None, Query(description="Dispute UUID.")] = None,
+    source: Annotated[str | None, Query(description="Source system (with external_id).")] = None,
+    external_id: Annotated[str | None, Query(description="The source's dispute id.")] = None,
+    tier: Annotated[str | None, Query(description="From or to tier id.")] = None,
+    decision: Annotated[str | None, Query(description="Decision or event name.")] = None,
+    since: Annotated[str | None, Query(alias="from", description="decided_at >= (ISO-8601).")]
+    = None,
+    until: Annotated[str | None, Query(alias="to", description="decided_at < (ISO-8601).")]
+    = None,
+    actor: Annotated[str | None, Query(description="Actor (worker id or token name).")] = None,
+    ladder: Annotated[str | None, Query(description="Ladder name.")] = None,
+    ladder_version: Annotated[int | None, Query(description="Ladder version.")] = None,
+    limit: Annotated[int, Query(description="Rows per page, 1-1000.")] = 100,
+    cursor: Annotated[str | None, Query(description="next_cursor of the previous page.")]
+    = None,
+) -> AuditPage:
+    """Search the ledger, ordered by decision time; page with ``cursor``."""
+    from escalation.adapters.audit_search import PostgresLedgerSearch
+    from escalation.ports import AuditFilter
+    from escalation.service_layer.audit_export import check_decision
+    from escalation.service_layer.audit_page import search_page
+
+    did = None
+    if dispute_id is not None or source is not None or external_id is not None:
+        did = resolve_dispute(dispute_id, source=source, external_id=external_id)[0]
+    flt = AuditFilter(dispute_id=did, tier=tier, decision=decision,
+                      since=parse_time(since, "from"), until=parse_time(until, "to"),
+                      actor=actor, ladder=ladder, ladder_version=ladder_version)
+    ledger = PostgresLedgerSearch(core.engine)
+    check_decision(ledger, flt.decision)
+    rows, nxt = search_page(ledger, flt, limit, cursor)
+    return AuditPage(rows=[row_json(r) for r in rows], next_cursor=nxt)
+
+
+def _ladder_json(lad: Ladder) -> dict[str, Any]:
+    return {
+        "name": lad.name, "version": lad.version, "checksum": lad.checksum,
+        "terminal_tier": lad.terminal_tier, "previous_version": lad.previous_version,
+        "tiers": [{"id": t.id, "name": t.name, "rank": t.rank,
+                   "window": {"amount": t.window.amount, "unit": t.window.unit.value,
+                              "calendar": t.window.calendar},
+                   "warn_at": [str(f) for f in t.warn_at]} for t in lad.tiers],
+        "deadlines": [{"name": d.name, "anchor": d.anchor,
+                       "window": {"amount": d.window.amount, "unit": d.window.unit.value,
+                                  "calendar": d.window.calendar},
+                       "caps": list(d.caps)} for d in lad.deadlines],
+    }
+
+
+@router.get("/ladders", responses=ERRORS)
+def ladders(core: Core, token: AuditReader) -> dict[str, Any]:
+    """Every ladder with its versions (and the invalid files skipped, if any)."""
+    return {"ladders": [{"name": n, "versions": core.ladders.versions(n),
+                         "latest": max(core.ladders.versions(n))}
+                        for n in core.ladders.names()],
+            "invalid_files": list(core.ladders.errors)}
+
+
+@router.get("/ladders/{name}/versions/{version}", responses=ERRORS)
+def ladder_version(name: str, version: int, core: Core, token: AuditReader) -> dict[str, Any]:
+    """One ladder version: tiers, SLA windows, regulatory deadlines (404 if unknown)."""
+    if name not in core.ladders.names() or version not in core.ladders.versions(name):
+        raise NotFound(f"no ladder {name!r} version {version}")
+    return _ladder_json(core.ladders.get(name, version))
+
+
+@router.get("/reports/sla", responses=ERRORS)
+def sla_report(
+    core: Core, token: AuditReader,
+    since: Annotated[str, Query(alias="from", description="Window start (ISO-8601).")],
+    until: Annotated[str, Query(alias="to", description="Window end, exclusive.")],
+    grace_s: Annotated[int, Query(description="On time = decided within N s of due.")] = 60,
+) -> dict[str, Any]:
+    """SLA compliance per ladder and tier (the CLI's ``report sla``) as JSON."""
+    from escalation.adapters.report_queries import PostgresReports
+    from escalation.domain.errors import InvalidInput
+    from escalation.service_layer import sla_report as rep
+
+    start, end = parse_time(since, "from"), parse_time(until, "to")
+    assert start is not None and end is not None  # noqa: S101 - required parameters
+    if start > end:
+        raise InvalidInput(f"from ({since}) is after to ({until})")
+    if not 0 <= grace_s <= 86_400:
+        raise InvalidInput(f"grace_s must be 0-86400, got {grace_s}")
+    report = rep.build(PostgresReports(core.engine), start, end, grace_s)
+    return {"from": start.isoformat(), "to": end.isoformat(), "grace_s": grace_s,
+            "ladders": rep.grouped(report)}

@@ -1,0 +1,123 @@
+"""``escalation serve`` (the HTTP API on uvicorn) and ``escalation token create|list|revoke``.
+
+Token secrets are shown once by ``token create`` and stored only as SHA-256 digests.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from escalation.entrypoints.cli_common import _print_json, _settings, out
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from escalation.adapters.token_store import PostgresTokenStore
+
+app = typer.Typer()  # top-level commands (serve), merged into the root by cli.py
+token_app = typer.Typer(help="HTTP API bearer tokens (stored hashed).", no_args_is_help=True)
+
+
+def _store() -> tuple[sa.Engine, PostgresTokenStore]:
+    from escalation.adapters.db import make_engine
+    from escalation.adapters.token_store import PostgresTokenStore
+    from escalation.bootstrap import ensure_schema, resolve_urls
+
+    urls = resolve_urls(_settings())
+    engine = make_engine(urls.database_url)
+    ensure_schema(engine, urls)
+    return engine, PostgresTokenStore(engine)
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Option(help="Token name; the actor on ledger rows it causes.")],
+    role: Annotated[str, typer.Option(help="service, compliance or admin.")],
+    ttl_days: Annotated[int, typer.Option(help="Valid for N days (1-3660).")] = 365,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Create a token and print its secret once (it cannot be shown again)."""
+    from escalation.domain.access import check_name, parse_role
+    from escalation.service_layer.tokens import create_token
+
+    check_name(name)
+    parse_role(role)
+    engine, store = _store()
+    try:
+        secret, info = create_token(store, name, role, ttl_days)
+    finally:
+        engine.dispose()
+    if as_json:
+        _print_json({"name": info.name, "role": info.role.value, "token": secret,
+                     "expires_at": info.expires_at.isoformat()})
+        return
+    out.print(f"token {info.name} (role {info.role.value}, expires "
+              f"{info.expires_at.isoformat()}); shown once, store it now:", highlight=False)
+    out.print(secret, markup=False, highlight=False)
+
+
+@token_app.command("list")
+def token_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
+               ) -> None:
+    """Every token: name, role, created, expires, revoked, state (never the secret)."""
+    engine, store = _store()
+    try:
+        tokens = store.all()
+        now = store.now()
+    finally:
+        engine.dispose()
+    rows = [{"name": t.name, "role": t.role.value, "created_at": t.created_at.isoformat(),
+             "expires_at": t.expires_at.isoformat(),
+             "revoked_at": t.revoked_at.isoformat() if t.revoked_at else None,
+             "state": t.state(now)} for t in tokens]
+    if as_json:
+        _print_json(rows)
+        return
+    table = Table(title=f"{len(rows)} token(s)")
+    for col in ("name", "role", "created_at", "expires_at", "revoked_at", "state"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*[str(r[c] or "") for c in
+                        ("name", "role", "created_at", "expires_at", "revoked_at", "state")])
+    out.print(table)
+
+
+@token_app.command("revoke")
+def token_revoke(name: Annotated[str, typer.Argument(help="Token name.")]) -> None:
+    """Revoke a token now (API workers stop accepting it within api_token_cache_s)."""
+    from escalation.service_layer.tokens import revoke_token
+
+    engine, store = _store()
+    try:
+        info = revoke_token(store, name)
+    finally:
+        engine.dispose()
+    assert info.revoked_at is not None  # noqa: S101 - revoke_token sets it
+    out.print(f"revoked {info.name} at {info.revoked_at.isoformat()}", highlight=False)
+
+
+@app.command("serve")
+def serve(
+    host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Listen port (1-65535).")] = 8080,
+    workers: Annotated[int, typer.Option(help="uvicorn worker processes (1-64).")] = 1,
+) -> None:
+    """Serve the HTTP API (docs/api.md) with uvicorn until SIGTERM/SIGINT."""
+    import uvicorn
+
+    from escalation.domain.errors import InvalidInput
+
+    if not 1 <= port <= 65535:
+        raise InvalidInput(f"--port must be 1-65535, got {port}")
+    if not 1 <= workers <= 64:
+        raise InvalidInput(f"--workers must be 1-64, got {workers}")
+    s = _settings()
+    if not (s.redis_url and s.database_url):
+        from escalation.bootstrap import resolve_urls
+
+        resolve_urls(s)  # start the embedded servers once, before the workers fork
+    uvicorn.run("escalation.entrypoints.api.app:factory", factory=True, host=host, port=port,
+                workers=workers, log_level="warning", access_log=False)

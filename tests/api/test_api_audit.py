@@ -1,0 +1,89 @@
+"""Audit trail, audit search with cursor pages, ladders and the SLA report over HTTP."""
+
+from __future__ import annotations
+
+import uuid
+
+from tests.api.conftest import body
+
+
+def test_trail_by_both_addresses_and_roles(api_server, service, compliance, admin):
+    ext = f"T-{uuid.uuid4().hex[:6]}"
+    did = service.post("/v1/escalations", json=body(dispute_id=None, source="acme",
+                                                     external_id=ext)).json()["dispute_id"]
+    service.post(f"/v1/escalations/{did}/pause")
+    by_id = compliance.get(f"/v1/escalations/{did}/audit")
+    by_ext = admin.get(f"/v1/sources/acme/escalations/{ext}/audit")
+    assert by_id.status_code == by_ext.status_code == 200
+    assert by_id.json() == by_ext.json()
+    rows = by_id.json()
+    assert [r["event"] for r in rows] == ["ENQUEUED", "PAUSED"]
+    assert rows[0]["actor"] == api_server.names["service"]
+    assert rows[0]["materiality"] == "125.50"
+    assert rows[0]["decided_at"].endswith("Z")
+    assert service.get(f"/v1/escalations/{did}/audit").status_code == 403
+    assert compliance.get(f"/v1/escalations/{uuid.uuid4()}/audit").status_code == 404
+
+
+def test_search_pages_with_a_cursor_return_every_row_once(api_server, service, compliance):
+    items = [body() for _ in range(23)]
+    assert service.post("/v1/escalations/batch", json={"items": items}).status_code == 200
+    ids = {b["dispute_id"] for b in items}
+    seen: list[tuple[str, int]] = []
+    cursor = None
+    pages = 0
+    while True:
+        params = {"actor": api_server.names["service"], "decision": "ENQUEUED", "limit": 5}
+        if cursor:
+            params["cursor"] = cursor
+        r = compliance.get("/v1/audit", params=params)
+        assert r.status_code == 200, r.text
+        page = r.json()
+        assert len(page["rows"]) <= 5
+        seen += [(row["dispute_id"], row["seq"]) for row in page["rows"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert len(seen) == len(set(seen))
+    assert ids <= {d for d, _ in seen}
+    assert pages >= 5
+    one = compliance.get("/v1/audit", params={"dispute_id": items[0]["dispute_id"]}).json()
+    assert [r["event"] for r in one["rows"]] == ["ENQUEUED"]
+
+
+def test_search_refuses_bad_parameters(compliance, service):
+    for params, field in [({"cursor": "garbage!"}, "cursor"), ({"limit": 0}, "limit"),
+                          ({"limit": "x"}, "limit"), ({"decision": "NOPE"}, "decision"),
+                          ({"from": "2026-01-02T00:00:00"}, "from"),
+                          ({"from": "2026-02-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"},
+                           "from"),
+                          ({"dispute_id": "nope"}, "dispute_id"),
+                          ({"source": "acme"}, "source")]:
+        r = compliance.get("/v1/audit", params=params)
+        assert r.status_code == 422, (params, r.text)
+        assert r.json()["errors"][0]["field"] == field, (params, r.json())
+    assert service.get("/v1/audit").status_code == 403
+
+
+def test_ladders_and_versions(compliance):
+    doc = compliance.get("/v1/ladders").json()
+    names = {lad["name"]: lad for lad in doc["ladders"]}
+    assert names["cfpb_complaint_response"]["versions"] == [1, 2]
+    v2 = compliance.get("/v1/ladders/cfpb_complaint_response/versions/2").json()
+    assert v2["version"] == 2 and len(v2["deadlines"]) == 2
+    assert v2["tiers"][0]["window"]["unit"]
+    assert compliance.get("/v1/ladders/cfpb_complaint_response/versions/9").status_code == 404
+
+
+def test_sla_report_json(compliance, service):
+    r = compliance.get("/v1/reports/sla", params={"from": "2000-01-01T00:00:00Z",
+                                                  "to": "2100-01-01T00:00:00Z"})
+    assert r.status_code == 200, r.text
+    rows = r.json()["ladders"]["dispute_review"]
+    standard = next(row for row in rows if row["tier"] == "standard")
+    assert standard["entered"] >= 1
+    bad = compliance.get("/v1/reports/sla", params={"from": "2026-01-01T00:00:00"})
+    assert bad.status_code == 422
+    assert service.get("/v1/reports/sla", params={"from": "2000-01-01T00:00:00Z",
+                                                  "to": "2100-01-01T00:00:00Z"}).status_code == 403
