@@ -259,7 +259,8 @@ def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
         emit=_emit if metrics is None else metrics.sink(_emit, started),
         crashpoint=ctx.crashpoint, on_scheduled=ctx.warn_schedule,
         on_poison=ctx.dead.on_decision_failed,  # issue 7: poison -> dead letter
-        decision_events=ctx.decision_events,
+        # the per-decision events feed the DEBUG log and the metrics (lag histogram)
+        decision_events=ctx.decision_events or metrics is not None,
     )
     if report.lease_expired:  # read by the API's /metrics (Redis stats)
         app.redis.hincrby(app.scheduler.shard_keys()[0].stats, "lease_expired",
