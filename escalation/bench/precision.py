@@ -6,11 +6,17 @@ pushes the wake marker, the worker wakes, reads the earliest due time and sleeps
 (BLPOP for most of the wait, the last 150 ms locally: see ``RedisScheduler.wait_for_wake``).
 Lag = ``applied_ms`` (host clock right after apply) - due; claim lag = Redis TIME at claim
 - due. Rounds run one after another; each waits for its own promotion event.
+
+``busy`` (``--busy N``): N CPU-bound processes (``python -c "while True: pass"``, the
+machine's normal priority) run beside the worker for the whole measurement and are killed
+at its end: the lag a worker shows when the cores are contended.
 """
 
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any
@@ -27,8 +33,9 @@ from escalation.domain.timeutil import from_ms
 from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
 
 
-def run(tgt: Target, rounds: int = 20, ahead_s: float = 2.0) -> dict[str, Any]:
-    """Run ``rounds`` rounds. Returns lag_ms / claim_lag_ms {p50, p99, max}, lags (list), load.
+def run(tgt: Target, rounds: int = 20, ahead_s: float = 2.0, busy: int = 0) -> dict[str, Any]:
+    """Run ``rounds`` rounds (``busy`` busy-loop processes beside the worker). Returns lag_ms /
+    claim_lag_ms {p50, p99, max}, lags (list), busy, load.
 
     Raises:
         TimeoutError: a round's promotion did not show up within ``ahead_s + 15`` s.
@@ -40,8 +47,11 @@ def run(tgt: Target, rounds: int = 20, ahead_s: float = 2.0) -> dict[str, Any]:
     lags: list[int] = []
     claim_lags: list[int] = []
     start_load = load()
+    burners: list[subprocess.Popen[bytes]] = []
     try:
         wait_started([worker])
+        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                   for _ in range(busy)]
         time.sleep(0.5)
         for _ in range(rounds):
             did = uuid.uuid4()
@@ -64,10 +74,13 @@ def run(tgt: Target, rounds: int = 20, ahead_s: float = 2.0) -> dict[str, Any]:
             lags.append(int(event["applied_ms"]) - due_ms)
             claim_lags.append(int(event["lag_ms"]))
     finally:
+        for b in burners:
+            b.kill()
+            b.wait()
         worker.close()
         tgt.cleanup_namespace(ns)
     return {
-        "scenario": "precision", "rounds": rounds, "ahead_s": ahead_s,
+        "scenario": "precision", "rounds": rounds, "ahead_s": ahead_s, "busy": busy,
         "lag_ms": {"p50": percentile(lags, 50), "p99": percentile(lags, 99),
                    "max": max(lags) if lags else None},
         "claim_lag_ms": {"p50": percentile(claim_lags, 50), "p99": percentile(claim_lags, 99),

@@ -91,6 +91,8 @@ def drain_cmd(
 def precision_cmd(
     rounds: Annotated[int, typer.Option(help="Escalations, one at a time.")] = 20,
     ahead_s: Annotated[float, typer.Option(help="Seconds between enqueue and due.")] = 2.0,
+    busy: Annotated[int, typer.Option(
+        help="Busy-loop processes running beside the worker (contended cores).")] = 0,
     database_url: DbOpt = None,
     json_only: JsonOpt = False,
 ) -> None:
@@ -98,12 +100,15 @@ def precision_cmd(
     from escalation.bench import precision
     from escalation.bench.common import report
 
-    result = _run(database_url, lambda t: precision.run(t, rounds, ahead_s))
+    if busy < 0:
+        raise InvalidInput("--busy: 0 or more")
+    result = _run(database_url, lambda t: precision.run(t, rounds, ahead_s, busy))
     lag, claim = result["lag_ms"], result["claim_lag_ms"]
     rows = [{"rounds": rounds, "lag p50 ms": lag["p50"], "lag p99 ms": lag["p99"],
              "lag max ms": lag["max"], "claim lag p50 ms": claim["p50"],
              "claim lag p99 ms": claim["p99"]}]
-    report(result, rows, f"{rounds} rounds, due {ahead_s:g} s ahead: apply lag p50 "
+    report(result, rows, f"{rounds} rounds, due {ahead_s:g} s ahead, {busy} busy loops: "
+           f"apply lag p50 "
            f"{lag['p50']:.0f} ms p99 {lag['p99']:.0f} ms (claim lag p50 {claim['p50']:.0f} "
            f"p99 {claim['p99']:.0f} ms)", json_only=json_only)
 
