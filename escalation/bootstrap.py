@@ -10,10 +10,14 @@ adapters of an App: the one place where service-layer objects meet adapters.
 from __future__ import annotations
 
 import os
+import random
 import socket
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -21,8 +25,18 @@ import sqlalchemy as sa
 
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.calendar_files import load_calendars
-from escalation.adapters.db import check_at_head, make_engine, normalize_url, upgrade_to_head
-from escalation.adapters.ladder_files import LadderCatalog, check_ladder_dir_with_history
+from escalation.adapters.db import (
+    check_at_head,
+    check_namespace,
+    make_engine,
+    normalize_url,
+    upgrade_to_head,
+)
+from escalation.adapters.ladder_files import (
+    LadderCatalog,
+    ReleasedLadders,
+    check_ladder_dir_with_history,
+)
 from escalation.adapters.ladder_history import LadderHistoryStore
 from escalation.adapters.leader_lease import LeaderLease
 from escalation.adapters.maintenance_runs import PostgresMaintenanceRuns
@@ -33,12 +47,13 @@ from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.adapters.redis_warnings import RedisWarnings
 from escalation.domain.calendars import CalendarRegistry
-from escalation.domain.errors import SchemaNotAtHead
+from escalation.domain.errors import RELEASE_BROKEN, LadderError, SchemaNotAtHead
 from escalation.domain.escalation import Escalation
 from escalation.domain.timeutil import from_ms
 from escalation.logs import get_logger
 from escalation.service_layer.dead_letters import DeadLetters
 from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS, Check, DoctorDeps, run_checks
+from escalation.service_layer.ladder_release import baseline_releases
 from escalation.service_layer.maintenance import Job, Maintenance, log_dead_letters
 from escalation.service_layer.priority import weight_fn
 from escalation.service_layer.reconcile import reconcile
@@ -46,6 +61,7 @@ from escalation.service_layer.warnings import schedule_warnings
 from escalation.settings import Settings
 
 log = get_logger(__name__)
+_log = log
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +108,7 @@ class App:
     engine: sa.Engine
     scheduler: RedisScheduler
     store: PostgresAuditStore
-    ladders: LadderCatalog
+    ladders: ReleasedLadders
     calendars: CalendarRegistry
     actor: str
 
@@ -104,9 +120,14 @@ class App:
 
 def _check_layout(client: redis.Redis, settings: Settings) -> None:
     """Refuse a shard count other than the namespace's recorded one (adapters/redis_layout).
-    Redis away at start: not checked here (a worker starts and backs off as before)."""
+    Redis away at start, or out of memory (the first use records the count): not checked
+    here (a worker starts and backs off as before; an enqueue records in PostgreSQL, then
+    reports Redis's refusal in one line and ``reconcile`` schedules it later)."""
     try:
         check_shard_count(client, settings.namespace, settings.shards)
+    except redis.exceptions.OutOfMemoryError as exc:
+        # the command's own write meets the same refusal and says so in one line
+        log.debug("bootstrap.shard_count_unchecked", error=str(exc)[:200])
     except OUTAGE_ERRORS as exc:
         log.warning("bootstrap.shard_count_unchecked", error=str(exc)[:200])
 
@@ -121,12 +142,90 @@ def ensure_schema(engine: sa.Engine, urls: Urls) -> None:
         upgrade_to_head(urls.database_url)
 
 
+def redis_io_options(url: str, io_timeout_s: float) -> dict[str, Any]:
+    """Client options that bound every Redis network wait by ``io_timeout_s`` seconds.
+
+    Connect and read timeouts = ``io_timeout_s`` (well below the lease: see
+    ``Settings.io_timeout_s``); TCP keepalive (idle 5 s, interval 2 s, 3 probes) on TCP URLs
+    (one server, Cluster or Sentinel); a PING health check before reusing a connection idle
+    longer than ``io_timeout_s``. A timed-out or reset connection is discarded by redis-py
+    and the next call opens a new one (reconnect); the worker loop backs off and retries.
+    """
+    options: dict[str, Any] = {
+        "socket_timeout": io_timeout_s, "socket_connect_timeout": io_timeout_s,
+        "health_check_interval": max(1, int(io_timeout_s)),
+    }
+    if not url.startswith("unix://"):
+        opts = {getattr(socket, name): value
+                for name, value in (("TCP_KEEPIDLE", 5), ("TCP_KEEPINTVL", 2),
+                                    ("TCP_KEEPCNT", 3))
+                if hasattr(socket, name)}
+        options.update(socket_keepalive=True, socket_keepalive_options=opts)
+    return options
+
+
+TRANSIENT_STARTUP_ERRORS: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+    sa.exc.OperationalError, sa.exc.InterfaceError, ConnectionError,
+)
+
+
+# SQLSTATEs worth retrying: the server answered but is starting up / shutting down / full.
+# Any other answer from the server (no such database, bad password) is final.
+_RETRY_SQLSTATES = frozenset({"57P03", "57P01", "53300"})
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, sa.exc.DBAPIError):
+        state = getattr(exc.orig, "sqlstate", None)
+        if state is not None:
+            return state in _RETRY_SQLSTATES
+        # libpq reports a refused login without a SQLSTATE: the server's FATAL is final
+        # unless it says it is starting up, shutting down or full
+        text = str(exc.orig)
+        if "FATAL:" in text:
+            return any(m in text for m in ("starting up", "shutting down", "too many clients"))
+    return True
+
+
+def retry_startup(probe: Callable[[], None], timeout_s: float,
+                  sleep: Callable[[float], None] = time.sleep) -> None:
+    """Run ``probe`` until it succeeds, retrying transient network errors for ``timeout_s``.
+
+    Backoff between attempts: 0.2 s doubling to at most 2 s, times U(0.5, 1.0) (jittered so
+    workers started together do not retry in step). Non-network errors (bad config, schema
+    behind, evicting Redis) are raised at once.
+
+    Raises:
+        the last transient error once ``timeout_s`` seconds (monotonic) have passed; the CLI
+        prints it as one ``error: cannot reach ...`` line (exit 1).
+    """
+    deadline = time.monotonic() + timeout_s
+    delay = 0.2
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            probe()
+            return
+        except TRANSIENT_STARTUP_ERRORS as exc:
+            left = deadline - time.monotonic()
+            if left <= 0 or not _transient(exc):
+                raise
+            pause = min(left, delay * random.uniform(0.5, 1.0))
+            _log.warning("startup.retry", attempt=attempt, error=str(exc)[:200],
+                         sleep_s=round(pause, 2), gives_up_in_s=round(left, 1))
+            sleep(pause)
+            delay = min(2.0, delay * 2)
+
+
 def build(
     settings: Settings,
     *,
     check_schema: bool = True,
     actor: str | None = None,
     strict_ladders: bool = False,
+    durable_redis: bool = False,
     **_: Any,
 ) -> App:
     """Build the App for ``settings``.
@@ -134,22 +233,46 @@ def build(
     Args:
         check_schema: refuse to start unless the database is at the Alembic head (the
             embedded database, which is ours, is upgraded instead).
-        strict_ladders: refuse to start if any ladder file is invalid (worker, enqueue,
-            import); otherwise invalid files are skipped and listed in ``ladders.errors``.
+        strict_ladders: kept for callers; ladders are always the *released* versions
+            (docs/adr/0004-ladder-release.md): an invalid or unreleased file changes nothing,
+            a broken released file is reported (``ladders.errors``, doctor) and the
+            escalations pinned to it are dead-lettered by the worker.
         actor: who acts (worker id or admin name); defaults to a fresh worker id.
+        durable_redis: refuse a Redis whose maxmemory-policy may evict keys unless
+            ``settings.allow_evicting_redis`` (workers, enqueue, import).
 
     Raises:
         SchemaNotAtHead: ``check_schema`` and the database is behind (run ``db upgrade``).
-        LadderError: a ladder file under ``settings.ladders_dir`` is invalid.
+        LadderError: the ladder directory under ``settings.ladders_dir`` is missing.
+        ConfigError: ``durable_redis`` and the Redis may evict keys.
     """
     urls = resolve_urls(settings)
-    # one server, a Cluster or a Sentinel set, by URL scheme (adapters/redis_client.py);
-    # decode_responses, encoding_errors="replace", socket timeouts, health checks included
-    client = make_redis(urls.redis_url)
-    engine = make_engine(urls.database_url)
-    if check_schema:
-        ensure_schema(engine, urls)
-    ladders = LadderCatalog.from_dir(settings.ladders_dir, strict=strict_ladders)
+    # one server, a Cluster or a Sentinel set, by URL scheme (adapters/redis_client.py),
+    # every network wait bounded by io_timeout_s
+    client = make_redis(urls.redis_url, **redis_io_options(urls.redis_url, settings.io_timeout_s))
+    engine = make_engine(urls.database_url, io_timeout_s=settings.io_timeout_s)
+
+    def probe() -> None:
+        client.ping()
+        if durable_redis:
+            from escalation.adapters.redis_policy import refuse_evicting_redis
+
+            refuse_evicting_redis(client, allow=settings.allow_evicting_redis)
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+        if check_schema:
+            ensure_schema(engine, urls)
+            check_namespace(engine, settings.namespace)
+
+    try:
+        retry_startup(probe, settings.startup_timeout_s)
+    except BaseException:
+        client.close()
+        engine.dispose()
+        raise
+    seconds, micros = client.time()
+    ladders = released_ladders(LadderHistoryStore(engine), settings.ladders_dir,
+                               from_ms(int(seconds) * 1000 + int(micros) // 1000))
     # materiality weights are written at enqueue; claim.lua ages them (docs/sla.md)
     scheduler = RedisScheduler(
         client, namespace=settings.namespace, shards=settings.shards,
@@ -167,6 +290,20 @@ def build(
         calendars=load_calendars(settings.calendars_file),
         actor=actor or make_worker_id(settings),
     )
+
+
+def released_ladders(history: LadderHistoryStore, ladders_dir: Path,
+                     now: datetime) -> ReleasedLadders:
+    """The released ladders of ``ladders_dir``, after a first-use baseline release
+    (``service_layer.ladder_release.baseline_releases``).
+
+    Raises:
+        LadderError: the directory is missing.
+    """
+    if not ladders_dir.is_dir():
+        raise LadderError(f"{ladders_dir}: (directory): ladder directory not found")
+    baseline_releases(history, LadderCatalog.from_dir(ladders_dir, strict=False), now)
+    return ReleasedLadders(ladders_dir, history.released_checksums)
 
 
 # --------------------------------------------------------------------------- use-case wiring
@@ -230,16 +367,19 @@ def maintenance_for(app: App, *, ttl_ms: int | None = None) -> Maintenance:
 
 
 def ladder_file_problems(app: App) -> list[str]:
-    """Invalid ladder files, plus edited files of applied versions (the ladder history's
-    checksums); a failure of the history check is reported as a problem, never raised."""
-    errors = list(app.ladders.errors)
+    """Broken releases (released files missing, invalid or edited, re-read now), then every
+    other ``ladder check`` problem; a failure of the check is reported, never raised."""
     try:
-        errors += [e for e in check_ladder_dir_with_history(app.settings.ladders_dir,
-                                                     LadderHistoryStore(app.engine))
-                   if e not in errors and "checksum" in e]
+        ladders = app.ladders
+        ladders.refresh()
+        broken = list(ladders.problems())
+        named = {e.split(": ", 2)[1] for e in broken if e.count(": ") >= 2}  # their files
+        others = [e for e in check_ladder_dir_with_history(app.settings.ladders_dir,
+                                                           LadderHistoryStore(app.engine))
+                  if not e.startswith(RELEASE_BROKEN) and e.split(": ", 1)[0] not in named]
     except Exception as exc:  # doctor reports, never crashes
-        errors.append(f"ladder check could not run: {exc}")
-    return errors
+        return [f"ladder files could not be checked: {exc}"]
+    return broken + others
 
 
 def run_doctor(app: App, *, host_ms: Callable[[], int] | None = None,

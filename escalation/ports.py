@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -107,12 +108,20 @@ class Scheduler(Protocol):
         """Apply recorded decisions under the seq + fencing-token guard (see apply.lua)."""
         ...
 
-    def restore(self, escalations: Sequence[Escalation]) -> list[ApplyOutcome]:
-        """Owner-less repair from PostgreSQL state (reconcile, stuck members)."""
+    def restore(self, escalations: Sequence[Escalation],
+                notifications: Mapping[UUID, dict[str, str]] | None = None,
+                ) -> list[ApplyOutcome]:
+        """Owner-less repair from PostgreSQL state (reconcile, stuck members); sends the
+        given notifications of decisions never applied, at most once (seq-guarded)."""
         ...
 
-    def cancel(self, dispute_id: UUID) -> bool:
-        """Remove member, payload and lock atomically; False if nothing was there."""
+    def payload(self, dispute_id: UUID) -> dict[str, str] | None:
+        """The Redis payload fields of ``dispute_id`` (``seq`` = last applied), or None."""
+        ...
+
+    def cancel(self, dispute_id: UUID, notify: dict[str, str] | None = None) -> bool:
+        """Remove member, payload and lock atomically; False if nothing was there. ``notify``:
+        a decision's entry, sent only if no apply moved the payload past its seq."""
         ...
 
 
@@ -512,6 +521,29 @@ class HistoryRow:
     last_dispute_id: UUID | None
     redis_synced_through: UUID | None
     error: str | None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRow:
+    """One ``ladder_release`` row: ``ladder@version`` is live with the file of ``checksum``
+    (SHA-256 hex), released at ``released_at`` (aware UTC) by ``released_by`` for ``reason``."""
+
+    ladder: str
+    version: int
+    checksum: str
+    released_at: datetime
+    released_by: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One keyset page of open escalations: ``rows`` (raw projection rows by dispute id)
+    and ``escalations`` (the same rows as domain objects, in dispute-id order)."""
+
+    rows: dict[UUID, dict[str, Any]]
+    escalations: list[Escalation]
 
 
 @dataclass
@@ -542,12 +574,73 @@ class LadderVersions(LadderSource, Protocol):
         ...
 
 
+class LadderFiles(Protocol):
+    """The ladder files of one directory as read now, released or not (adapter:
+    ``adapters.ladder_files.LadderCatalog``): valid files, and one line per invalid file."""
+
+    @property
+    def path(self) -> Path:
+        """The ladder directory."""
+        ...
+
+    @property
+    def errors(self) -> list[str]:
+        """One line per invalid file."""
+        ...
+
+    def find(self, name: str, version: int) -> Ladder | None:
+        """The valid file of ``name@version``, or None."""
+        ...
+
+    def all(self) -> list[Ladder]:
+        """Every valid file, by name then version."""
+        ...
+
+    def verify(self, name: str, version: int, checksum: str) -> Ladder:
+        """The file of released ``name@version`` if present, valid and with ``checksum``.
+        Raises LadderReleaseError (message prefix ``RELEASE_BROKEN``) otherwise."""
+        ...
+
+
+class LadderDirectory(LadderVersions, Protocol):
+    """The ladders ``ladder plan``/``apply`` read (adapters: ``LadderCatalog``,
+    ``ReleasedLadders``): :meth:`on_disk` re-reads the files as they are now."""
+
+    def on_disk(self) -> LadderFiles:
+        """The files of the directory as they are now (released or not)."""
+        ...
+
+
 class LadderHistory(Protocol):
     """Ladder migration runs and their batched writes (adapter:
     ``adapters.ladder_history.LadderHistoryStore``; see ``service_layer.ladder_migration``)."""
 
     def applied_checksums(self) -> dict[tuple[str, int], str]:
-        """(ladder, version) -> checksum of the file each finished run applied."""
+        """(ladder, version) -> checksum of every released version and of the file each
+        running or finished run applied (a release wins)."""
+        ...
+
+    def releases(self, ladder: str | None = None) -> dict[tuple[str, int], ReleaseRow]:
+        """The ``ladder_release`` rows (of one ladder when given)."""
+        ...
+
+    def released_checksums(self) -> dict[tuple[str, int], str]:
+        """(ladder, version) -> checksum of the file as released."""
+        ...
+
+    def release(
+        self, *, ladder: str, version: int, checksum: str, released_by: str, reason: str,
+        released_at: datetime,
+    ) -> tuple[ReleaseRow, bool]:
+        """Record a release; ``(row, new)``. Raises ConflictError if released with another
+        checksum."""
+        ...
+
+    def baseline(
+        self, files: Mapping[str, Sequence[tuple[int, str]]], *, released_by: str, reason: str,
+        released_at: datetime,
+    ) -> list[ReleaseRow]:
+        """Release ``files`` of the ladders with no release yet, in one transaction."""
         ...
 
     def history(self, ladder: str | None = None) -> list[HistoryRow]:
@@ -560,12 +653,12 @@ class LadderHistory(Protocol):
 
     def start(
         self, *, ladder: str, version: int, checksum: str, plan_hash: str, applied_by: str,
-        started_at: datetime, planned: int,
+        started_at: datetime, planned: int, reason: str = "",
     ) -> int:
         """Insert a running run; returns its id. Raises ConflictError if one is running."""
         ...
 
-    def resume(self, run_id: int, applied_by: str) -> None:
+    def resume(self, run_id: int, applied_by: str, reason: str = "") -> None:
         """Mark a failed run running again. Raises ConflictError / NotFound."""
         ...
 
@@ -586,6 +679,16 @@ class LadderHistory(Protocol):
         """A keyset page (dispute id > ``after``) of the ladder's pending/paused escalations."""
         ...
 
+    def open_page(
+        self, ladder: str, after: UUID | None, limit: int, *, below_version: int,
+    ) -> Page:
+        """Like :meth:`open_escalations` (pinned below ``below_version``), with the raw rows."""
+        ...
+
+    def count_open(self, ladder: str, below_version: int) -> int:
+        """How many pending/paused escalations of ``ladder`` are pinned below the version."""
+        ...
+
     def states(self, ids: Sequence[UUID]) -> dict[UUID, Escalation]:
         """Projection states of ``ids`` (those that exist)."""
         ...
@@ -600,8 +703,13 @@ class LadderHistory(Protocol):
         decided_at: datetime,
         details: Mapping[str, Any],
         replan: Replan,
+        through: UUID | None = None,
+        blocked: int = 0,
+        page_rows: Mapping[UUID, Mapping[str, Any]] | None = None,
+        redis_note: tuple[UUID, int] | None = None,
     ) -> BatchResult:
-        """Migrate one batch in one transaction (LADDER_MIGRATED rows, projection, counters)."""
+        """Migrate one batch in one transaction (LADDER_MIGRATED rows, projection, counters,
+        resume points)."""
         ...
 
 
@@ -706,15 +814,27 @@ class CheckpointSnapshot(Protocol):
         """One checkpoint by id (as a digest file names it), or None."""
         ...
 
+    def projection_mismatches(self, dispute_id: UUID | None) -> list[tuple[UUID, str]]:
+        """``(dispute_id, "field, field")`` whose projection row (``escalation_state``)
+        disagrees with its ledger: the last row's state-after columns (ladder, version,
+        materiality, ids, regulatory deadline) or the terminal / cancelled status without
+        its TERMINAL / CANCELLED row (or the reverse). ``dispute_id`` None: every dispute."""
+        ...
+
 
 class CheckpointStore(Protocol):
     """Audit checkpoints in PostgreSQL (adapter: ``adapters.checkpoints.PostgresCheckpoints``;
     see ``service_layer.checkpoint``)."""
 
-    def seal(self, actor: str) -> Checkpoint:
+    def seal(
+        self, actor: str, before_seal: Callable[[CheckpointSnapshot], None] | None = None,
+    ) -> Checkpoint:
         """Seal the current chain heads into the next checkpoint (one snapshot, one sealer
         at a time): heads sorted by dispute id, RFC 6962 root over ``merkle.head_leaf``,
-        ``merkle.checkpoint_hash`` chained on the previous checkpoint's hash."""
+        ``merkle.checkpoint_hash`` chained on the previous checkpoint's hash.
+
+        ``before_seal`` is called with the sealing snapshot (the same transaction, under the
+        sealer's lock) before anything is written; whatever it raises aborts the seal."""
         ...
 
     def broken_chains(
@@ -756,4 +876,66 @@ class TokenStore(Protocol):
 
     def now(self) -> datetime:
         """The database clock (aware UTC): expiry is judged by one clock."""
+        ...
+
+
+# --------------------------------------------------------------------------- console reads
+@dataclass(frozen=True, slots=True)
+class ChainEvent:
+    """One ledger row of a dispute, reduced to what deadline outcomes need (aware UTC)."""
+
+    seq: int
+    event: str
+    decided_at: datetime
+    from_tier: str | None
+    to_tier: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineChain:
+    """A dispute with regulatory deadlines and its ledger events (oldest first).
+
+    ``deadlines``: ``((name, aware UTC instant), ...)`` as computed at enqueue; ``ladder`` /
+    ``ladder_version``: the version the dispute is pinned to now.
+    """
+
+    dispute_id: UUID
+    external_id: str | None
+    ladder: str
+    ladder_version: int
+    deadlines: tuple[tuple[str, datetime], ...]
+    events: tuple[ChainEvent, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEscalation:
+    """One pending escalation of the projection (``due_at`` aware UTC, may be None)."""
+
+    dispute_id: UUID
+    external_id: str | None
+    ladder: str
+    ladder_version: int
+    tier: str
+    due_at: datetime | None
+    entered_tier_at: datetime
+
+
+class ConsoleQueries(Protocol):
+    """Read-only queries of the compliance console (adapter:
+    ``adapters.console_queries.PostgresConsoleQueries``)."""
+
+    def now(self) -> datetime:
+        """The database clock (aware UTC)."""
+        ...
+
+    def deadline_chains(
+        self, since: datetime | None = None, until: datetime | None = None,
+        dispute_id: UUID | None = None,
+    ) -> list[DeadlineChain]:
+        """Disputes having a deadline in ``[since, until)`` (None = unbounded), or the one
+        ``dispute_id``, with their ledger events."""
+        ...
+
+    def pending(self) -> list[PendingEscalation]:
+        """Every pending escalation (status ``pending``), by due time."""
         ...

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from escalation.domain.errors import ConfigError
@@ -77,6 +77,29 @@ class Settings(BaseSettings):
     # HTTP API: verified bearer tokens are remembered this long per process (a revocation
     # takes effect within it); 0 = check PostgreSQL on every request
     api_token_cache_s: float = Field(default=5, ge=0, le=300)
+    # The institution's home time zone (IANA): the console shows every instant in it, with
+    # its UTC offset.
+    institution_timezone: str = "America/New_York"
+
+    @field_validator("institution_timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown IANA time zone {value!r}") from None
+        return value
+    # Shared secret signing webhook deliveries (Standard Webhooks: ``whsec_<base64>`` or any
+    # string); required when a webhook URL is configured.
+    webhook_secret: SecretStr | None = None
+    # Run workers/enqueue/import on a Redis whose maxmemory-policy may evict keys (logged at
+    # error level on every start; see adapters/redis_policy.py). Default: refuse.
+    allow_evicting_redis: bool = False
+    # Start-up retries: a worker or command keeps retrying an unreachable / resetting Redis or
+    # PostgreSQL with capped exponential backoff for this long, then fails with one line.
+    startup_timeout_s: float = Field(default=30.0, ge=0.0, le=600.0)
 
     @field_validator("poll_interval_s", "batch_size", "lock_ttl_s", "jitter", "shards")
     @classmethod
@@ -114,6 +137,16 @@ class Settings(BaseSettings):
                 "must be a postgresql:// URL, e.g. postgresql://postgres@127.0.0.1:5432/escalation"
             )
         return value
+
+    @property
+    def io_timeout_s(self) -> float:
+        """Bound on one Redis/PostgreSQL network wait (connect or read), seconds.
+
+        ``lock_ttl_s / 4`` clamped to 1.5-5 s: well below the lease, so a call stuck on a
+        silent network (packets dropped, no reset) fails and is retried on a fresh connection
+        long before the lease of what the worker claimed runs out.
+        """
+        return max(1.5, min(5.0, self.lock_ttl_s / 4))
 
     @property
     def lease_ms(self) -> int:

@@ -12,6 +12,7 @@ end (the ledger refuses DELETE by design, so tests use fresh dispute ids instead
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import uuid
 from collections.abc import Iterator
@@ -211,5 +212,17 @@ def cli_env(redis_url: str, database_url: str, namespace: str,
     env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
     env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=database_url,
                ESCALATION_NAMESPACE=namespace, ESCALATION_LOG_FORMAT="json",
-               ESCALATION_SHARDS=str(topology_shards))
+               ESCALATION_SHARDS=str(topology_shards),
+               ESCALATION_CHECKPOINT_KEY=signing_key_pem())
     return env
+
+
+@functools.cache
+def signing_key_pem() -> str:
+    """A throw-away Ed25519 checkpoint signing key (PEM) for CLI tests, one per session."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()).decode()

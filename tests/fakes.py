@@ -120,11 +120,19 @@ class FakeScheduler:
     def apply(self, ops: Sequence[ApplyOp]) -> list[ApplyOutcome]:
         return [self._apply_one(op, restore=False) for op in ops]
 
-    def restore(self, escalations: Sequence[Escalation]) -> list[ApplyOutcome]:
+    def restore(self, escalations: Sequence[Escalation],
+                notifications: Mapping[UUID, dict[str, str]] | None = None,
+                ) -> list[ApplyOutcome]:
         actions = {Status.PENDING: ApplyAction.RESCHEDULE, Status.PAUSED: ApplyAction.PARK,
                    Status.TERMINAL: ApplyAction.REMOVE, Status.CANCELLED: ApplyAction.REMOVE}
-        return [self._apply_one(ApplyOp(e, actions[e.status]), restore=True)
+        notes = notifications or {}
+        return [self._apply_one(ApplyOp(e, actions[e.status], notify=notes.get(e.dispute_id)),
+                                restore=True)
                 for e in escalations]
+
+    def payload(self, dispute_id: UUID) -> dict[str, str] | None:
+        esc = self.payloads.get(str(dispute_id))
+        return None if esc is None else {"seq": str(esc.seq), "tier": esc.tier}
 
     def _apply_one(self, op: ApplyOp, *, restore: bool) -> ApplyOutcome:
         esc, member = op.escalation, str(op.escalation.dispute_id)
@@ -152,8 +160,8 @@ class FakeScheduler:
         if (op.token is not None and not owned) or (restore and lock is not None):
             return ApplyOutcome.NOT_OWNER
         self._write(op)
-        if op.notify:
-            self.review.append(dict(op.notify))
+        if op.notify and int(op.notify.get("seq", payload.seq + 1)) > payload.seq:
+            self.review.append(dict(op.notify))  # apply.lua's notify seq guard
         if op.token is not None:
             self.locks.pop(member, None)
         return ApplyOutcome.APPLIED
@@ -170,8 +178,11 @@ class FakeScheduler:
         else:
             self.scores.pop(member, None)
 
-    def cancel(self, dispute_id: UUID) -> bool:
+    def cancel(self, dispute_id: UUID, notify: dict[str, str] | None = None) -> bool:
         member = str(dispute_id)
+        payload = self.payloads.get(member)
+        if notify and payload is not None and payload.seq < int(notify["seq"]):
+            self.review.append(dict(notify))  # cancel.lua: a decision never applied
         found = member in self.scores or member in self.payloads or member in self.locks
         for table in (self.scores, self.payloads, self.locks):
             table.pop(member, None)  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.partitions import retained_from
 from escalation.adapters.tables import audit_checkpoint, audit_checkpoint_head
 from escalation.domain.merkle import checkpoint_hash, head_leaf, merkle_root
-from escalation.ports import Checkpoint, SealedHead
+from escalation.ports import Checkpoint, CheckpointSnapshot, SealedHead
 
 GENESIS = bytes(32)
 _LOCK_KEY = 7_305_114_211_003  # advisory lock: one sealer at a time
@@ -53,6 +53,40 @@ _SEALED = sa.text(
 )
 
 
+# The projection (escalation_state) against the ledger: every ledger row carries the state
+# *after* its event (ladder, version, materiality, ids, regulatory deadline), so the last row
+# of a chain must agree with its projection row; a terminal / cancelled status needs its
+# TERMINAL / CANCELLED row and vice versa.
+_PROJECTION = sa.text(
+    """
+    SELECT s.dispute_id,
+           concat_ws(', ',
+             CASE WHEN a.ladder IS DISTINCT FROM s.ladder THEN 'ladder' END,
+             CASE WHEN a.ladder_version IS DISTINCT FROM s.ladder_version
+                  THEN 'ladder_version' END,
+             CASE WHEN a.materiality IS DISTINCT FROM s.materiality THEN 'materiality' END,
+             CASE WHEN a.trace_id IS DISTINCT FROM s.trace_id THEN 'trace_id' END,
+             CASE WHEN a.source_hash IS DISTINCT FROM s.source_hash THEN 'source_hash' END,
+             CASE WHEN a.external_id IS DISTINCT FROM s.external_id THEN 'external_id' END,
+             CASE WHEN a.regulatory_deadline IS DISTINCT FROM s.regulatory_deadline
+                  THEN 'regulatory_deadline' END,
+             CASE WHEN (s.status = 'terminal') <> coalesce(t.terminal, false)
+                  THEN 'status terminal' END,
+             CASE WHEN (s.status = 'cancelled') <> coalesce(t.cancelled, false)
+                  THEN 'status cancelled' END) AS fields
+      FROM escalation_state AS s
+      JOIN LATERAL (
+           SELECT * FROM escalation_audit
+            WHERE dispute_id = s.dispute_id ORDER BY seq DESC LIMIT 1) AS a ON true
+      LEFT JOIN LATERAL (
+           SELECT bool_or(event = 'TERMINAL') AS terminal,
+                  bool_or(event = 'CANCELLED') AS cancelled
+             FROM escalation_audit WHERE dispute_id = s.dispute_id) AS t ON true
+     WHERE (CAST(:id AS uuid) IS NULL OR s.dispute_id = CAST(:id AS uuid))
+    """
+)
+
+
 class PostgresCheckpoints:
     """The ``CheckpointStore`` port on PostgreSQL.
 
@@ -63,16 +97,23 @@ class PostgresCheckpoints:
     def __init__(self, engine: sa.Engine) -> None:
         self._engine = engine
 
-    def seal(self, actor: str) -> Checkpoint:
+    def seal(
+        self, actor: str, before_seal: Callable[[CheckpointSnapshot], None] | None = None,
+    ) -> Checkpoint:
         """Seal the current chain heads into a new checkpoint (one transaction).
 
         Runs in a REPEATABLE READ snapshot under an advisory lock (one sealer at a time; ids
-        are 1, 2, 3, ...). Concurrent appends are fine: the checkpoint covers the snapshot.
+        are 1, 2, 3, ...). ``before_seal`` reads that same snapshot first (the service layer
+        verifies the ledger against the previous checkpoint there); an exception from it
+        rolls back and seals nothing. Concurrent appends are fine: the checkpoint covers the
+        snapshot.
         """
         engine = self._engine
         conn_ctx = engine.connect().execution_options(isolation_level="REPEATABLE READ")
         with conn_ctx as conn, conn.begin():
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+            if before_seal is not None:
+                before_seal(_Snapshot(conn))
             last = conn.execute(
                 sa.select(_C.c.checkpoint_id, _C.c.checkpoint_hash)
                 .order_by(_C.c.checkpoint_id.desc())
@@ -151,6 +192,12 @@ class _Snapshot:
         """One checkpoint by id, or None."""
         return next((cp for cp in _load_checkpoints(self._conn)
                      if cp.checkpoint_id == checkpoint_id), None)
+
+    def projection_mismatches(self, dispute_id: UUID | None) -> list[tuple[UUID, str]]:
+        """Projection rows that disagree with their ledger, and which fields (see
+        ``_PROJECTION``)."""
+        rows = self._conn.execute(_PROJECTION, {"id": dispute_id})
+        return [(d, str(f)) for d, f in rows if f]
 
 
 def _load_checkpoints(conn: sa.Connection) -> list[Checkpoint]:

@@ -9,6 +9,8 @@ database URL reaches ``migrations/env.py`` through ``Config.attributes["database
 
 from __future__ import annotations
 
+import math
+
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
@@ -46,25 +48,41 @@ def normalize_url(url: str) -> str:
     return parsed.set(drivername=DRIVER).render_as_string(hide_password=False)
 
 
-def make_engine(url: str, pool_size: int = 5) -> sa.Engine:
+def make_engine(url: str, pool_size: int = 5, io_timeout_s: float | None = None) -> sa.Engine:
     """A SQLAlchemy engine on psycopg 3 with ``pool_pre_ping`` (connections checked on checkout).
 
     Args:
         url: any URL :func:`normalize_url` accepts.
         pool_size: connections kept open; up to ``pool_size`` more overflow under load.
+        io_timeout_s: bound network waits (seconds): libpq ``connect_timeout``, TCP keepalives
+            (idle 5 s, interval 2 s, 3 probes: a dead peer is noticed in ~11 s) and
+            ``tcp_user_timeout`` (data unacknowledged this long, x2, drops the connection),
+            and the wait for a pooled connection. None: libpq defaults (unbounded).
+            libpq has no client-side read timeout: a query whose reply never comes on a
+            TCP path that still acknowledges packets is bounded by the keepalives only.
 
     Raises:
         ConfigError: the URL is not a PostgreSQL URL.
     """
+    connect_args: dict[str, object] = {
+        "application_name": "escalation",
+        "options": "-c TimeZone=UTC",  # timestamps come back in UTC
+    }
+    extra: dict[str, object] = {}
+    if io_timeout_s is not None:
+        connect_args.update(
+            connect_timeout=max(2, math.ceil(io_timeout_s)),  # libpq: whole seconds, >= 2
+            keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=3,
+            tcp_user_timeout=int(io_timeout_s * 2000),
+        )
+        extra["pool_timeout"] = max(5.0, io_timeout_s * 2)
     return sa.create_engine(
         normalize_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
-        connect_args={
-            "application_name": "escalation",
-            "options": "-c TimeZone=UTC",  # timestamps come back in UTC
-        },
+        connect_args=connect_args,
+        **extra,
     )
 
 
@@ -141,3 +159,42 @@ def check_at_head(engine: sa.Engine) -> None:
         raise SchemaNotAtHead(
             f"database is at revision {shown}, code expects {expected}: run `escalation db upgrade`"
         )
+
+
+def bind_namespace(engine: sa.Engine, namespace: str) -> str:
+    """Bind the database to ``namespace`` unless it is bound already; return the binding.
+
+    Raises:
+        ConfigError: the database is bound to another namespace (two deployments must not
+            share one database: reconcile, maintenance and the ledger queries are
+            database-wide).
+    """
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO deployment_binding (id, namespace) VALUES (1, :ns) "
+            "ON CONFLICT (id) DO NOTHING"), {"ns": namespace})
+        bound = str(conn.execute(sa.text(
+            "SELECT namespace FROM deployment_binding WHERE id = 1")).scalar_one())
+    if bound != namespace:
+        raise ConfigError(_mismatch(engine, bound, namespace))
+    return bound
+
+
+def check_namespace(engine: sa.Engine, namespace: str) -> str | None:
+    """The namespace the database is bound to (None = not bound yet: ``db upgrade`` binds it).
+
+    Raises:
+        ConfigError: bound to a namespace other than ``namespace``.
+    """
+    with engine.connect() as conn:
+        bound = conn.execute(sa.text(
+            "SELECT namespace FROM deployment_binding WHERE id = 1")).scalar_one_or_none()
+    if bound is not None and bound != namespace:
+        raise ConfigError(_mismatch(engine, str(bound), namespace))
+    return None if bound is None else str(bound)
+
+
+def _mismatch(engine: sa.Engine, bound: str, namespace: str) -> str:
+    return (f"database {engine.url.database!r} belongs to namespace {bound!r}, not "
+            f"{namespace!r}: one database serves one deployment; give this deployment its own "
+            "database (or set ESCALATION_NAMESPACE to the bound one)")

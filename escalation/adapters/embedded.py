@@ -8,12 +8,23 @@ data directory and reuses them across runs.
 Layout under ``home``::
 
     services.lock        fcntl.flock: one process at a time starts or stops servers
+    credentials.json     generated passwords of both servers (0600)
     valkey/              valkey.pid, port, valkey.log, appendonly files (AOF, fsync every s)
     pg/                  PGDATA (postmaster.pid names pid, port and unix socket directory)
 
+Access: ``home`` is 0700 (0711 when running as root: PostgreSQL then runs as the system user
+``embedded_postgres``, which must traverse it to reach ``pg/``; it cannot list it), ``valkey/``
+0700 with 0600 files (Valkey runs with umask 077), PGDATA 0700 (PostgreSQL's own). Valkey
+requires a generated password (``--requirepass``); PostgreSQL's ``postgres`` role gets a
+generated password and ``pg_hba.conf`` is switched from trust to ``scram-sha-256``. Both
+passwords are generated once (``secrets.token_urlsafe(32)``) into ``credentials.json`` and
+appear in the URLs :func:`ensure_services` returns. A home created by an older version is
+upgraded in place on the next start (a running passwordless Valkey gets ``CONFIG SET
+requirepass``).
+
 Both servers are daemons: they outlive the process that started them. Valkey listens on a
-loopback TCP port (remembered in ``valkey/port``); PostgreSQL listens on a unix socket only,
-with trust auth for the ``postgres`` role. When running as root, ``embedded-postgres`` runs
+loopback TCP port (remembered in ``valkey/port``); PostgreSQL listens on a unix socket only.
+When running as root, ``embedded-postgres`` runs
 the server as the dedicated system user ``embedded_postgres``.
 
 Crash recovery: a stale pid file (dead pid, zombie, or a pid reused by another program,
@@ -26,7 +37,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -40,6 +53,7 @@ from urllib.parse import quote
 
 import psycopg
 import redis
+from psycopg import sql
 
 from escalation.domain.errors import EscalationError
 
@@ -60,8 +74,9 @@ class EmbeddedServiceError(EscalationError):
 class ServiceUrls:
     """Connection URLs of the embedded servers.
 
-    ``redis_url``: ``redis://127.0.0.1:<port>/0`` (the private embedded Valkey).
-    ``database_url``: ``postgresql://postgres@/escalation?host=<socket dir>&port=<n>``
+    ``redis_url``: ``redis://:<password>@127.0.0.1:<port>/0`` (the private embedded Valkey).
+    ``database_url``:
+    ``postgresql://postgres:<password>@/escalation?host=<socket dir>&port=<n>``
     (libpq URI; SQLAlchemy/psycopg accept it as is).
     """
 
@@ -130,13 +145,60 @@ def _signal(pid: int, sig: int) -> None:
 @contextlib.contextmanager
 def _services_lock(home: Path) -> Iterator[None]:
     """Exclusive ``flock`` on ``home/services.lock`` (serialises processes and threads)."""
-    home.mkdir(parents=True, exist_ok=True)
-    fd = os.open(home / "services.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _restrict_home(home)
+    fd = os.open(home / "services.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+HOME_MODE = 0o711 if os.geteuid() == 0 else 0o700
+CREDENTIALS = "credentials.json"
+
+
+def _restrict_home(home: Path) -> None:
+    """``home`` 0700 (0711 as root, see the module doc); ``valkey/`` 0700, its files 0600."""
+    with contextlib.suppress(OSError):
+        home.chmod(HOME_MODE)
+    vdir = _valkey_dir(home)
+    if vdir.exists():
+        with contextlib.suppress(OSError):
+            vdir.chmod(0o700)
+        for path in vdir.rglob("*"):
+            with contextlib.suppress(OSError):
+                path.chmod(0o700 if path.is_dir() else 0o600)
+    creds = home / CREDENTIALS
+    if creds.exists():
+        with contextlib.suppress(OSError):
+            creds.chmod(0o600)
+
+
+def _credentials(home: Path, create: bool = True) -> dict[str, str]:
+    """The generated passwords ``{"valkey": ..., "postgres": ...}`` of ``home``.
+
+    Created once (``secrets.token_urlsafe(32)``, O_EXCL, mode 0600) when ``create``;
+    otherwise an empty dict when the file is absent.
+    """
+    path = home / CREDENTIALS
+    try:
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and data.get("valkey") and data.get("postgres"):
+            return {"valkey": str(data["valkey"]), "postgres": str(data["postgres"])}
+    except (OSError, ValueError):
+        pass
+    if not create:
+        return {}
+    data = {"valkey": secrets.token_urlsafe(32), "postgres": secrets.token_urlsafe(32)}
+    tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+    return data
 
 
 def _normal_home(home: Path) -> Path:
@@ -158,14 +220,16 @@ def _valkey_pid(home: Path) -> int | None:
     return pid
 
 
-def _valkey_url(port: int) -> str:
-    return f"redis://127.0.0.1:{port}/0"
+def _valkey_url(port: int, password: str = "") -> str:
+    auth = f":{quote(password, safe='')}@" if password else ""
+    return f"redis://{auth}127.0.0.1:{port}/0"
 
 
-def _ping(port: int, timeout_s: float = 1.0) -> bool:
+def _ping(port: int, timeout_s: float = 1.0, password: str = "") -> bool:
     """True when a server on 127.0.0.1:``port`` answers PING (LOADING etc. count as no)."""
     client = redis.Redis(
-        host="127.0.0.1", port=port, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        host="127.0.0.1", port=port, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+        password=password or None,
     )
     try:
         return bool(client.ping())
@@ -211,7 +275,7 @@ def _valkey_executable() -> str:
     return exe
 
 
-def _start_valkey(vdir: Path, port: int) -> int | None:
+def _start_valkey(vdir: Path, port: int, password: str) -> int | None:
     """Start a Valkey daemon on ``port``; return its pid once it answers PING, else None."""
     pidfile = vdir / "valkey.pid"
     pidfile.unlink(missing_ok=True)
@@ -227,6 +291,7 @@ def _start_valkey(vdir: Path, port: int) -> int | None:
         "--appendfsync", "everysec",
         "--save", "",
         "--maxmemory-policy", "noeviction",
+        "--requirepass", password,
     ]  # fmt: skip
     subprocess.run(  # noqa: S603  (fixed argv, our own binary)
         args,
@@ -235,13 +300,14 @@ def _start_valkey(vdir: Path, port: int) -> int | None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         timeout=VALKEY_START_TIMEOUT_S,
+        umask=0o077,  # its log, pid and AOF files: 0600
     )
     deadline = time.monotonic() + VALKEY_START_TIMEOUT_S
     while time.monotonic() < deadline:
         pid = _read_int(pidfile)
         if pid is not None and not _pid_alive(pid):
             return None  # daemon died (e.g. port taken between our check and its bind)
-        if pid is not None and _ping(port, timeout_s=0.5):
+        if pid is not None and _ping(port, timeout_s=0.5, password=password):
             return pid
         time.sleep(0.05)
     return None
@@ -254,18 +320,32 @@ def _log_tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-def _ensure_valkey(home: Path) -> str:
+def _require_password(port: int, password: str) -> None:
+    """A Valkey started by an older version without a password gets one now."""
+    if _ping(port, timeout_s=0.5, password=password) or not _ping(port, timeout_s=0.5):
+        return
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1.0)
+    try:
+        client.config_set("requirepass", password)
+    except redis.RedisError:
+        pass
+    finally:
+        client.close()
+
+
+def _ensure_valkey(home: Path, password: str) -> str:
     """Reuse or start the Valkey daemon under ``home/valkey``; return its URL (lock held)."""
     vdir = _valkey_dir(home)
-    vdir.mkdir(parents=True, exist_ok=True)
+    vdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     portfile = vdir / "port"
     port = _read_int(portfile)
     pid = _valkey_pid(home)
     if pid is not None and port is not None:
         deadline = time.monotonic() + VALKEY_START_TIMEOUT_S  # may be loading its AOF
         while time.monotonic() < deadline:
-            if _ping(port):
-                return _valkey_url(port)
+            _require_password(port, password)
+            if _ping(port, password=password):
+                return _valkey_url(port, password)
             if not _pid_alive(pid):
                 break
             time.sleep(0.1)
@@ -282,9 +362,10 @@ def _ensure_valkey(home: Path) -> str:
     candidates = [port] if port is not None and _wait_port_free(port, PORT_RELEASE_S) else []
     candidates += [_free_port(), _free_port()]
     for candidate in candidates:
-        if _start_valkey(vdir, candidate) is not None:
+        if _start_valkey(vdir, candidate, password) is not None:
             portfile.write_text(f"{candidate}\n")
-            return _valkey_url(candidate)
+            portfile.chmod(0o600)
+            return _valkey_url(candidate, password)
     raise EmbeddedServiceError(
         f"embedded Valkey did not start (tried ports {candidates}); "
         f"log {vdir / 'valkey.log'}:\n{_log_tail(vdir / 'valkey.log')}"
@@ -331,14 +412,16 @@ def _is_our_postmaster(pgdata: Path, pid: int) -> bool:
     return "postgres" in _cmdline(pid)
 
 
-def _pg_url(pm: _Postmaster, database: str) -> str:
+def _pg_url(pm: _Postmaster, database: str, password: str = "") -> str:
+    auth = f":{quote(password, safe='')}" if password else ""
     return (
-        f"postgresql://{PG_SUPERUSER}@/{database}"
+        f"postgresql://{PG_SUPERUSER}{auth}@/{database}"
         f"?host={quote(pm.socket_dir, safe='/')}&port={pm.port}"
     )
 
 
-def _pg_connect(pm: _Postmaster, timeout_s: int = 5) -> psycopg.Connection[Any]:
+def _pg_connect(pm: _Postmaster, timeout_s: int = 5,
+                password: str = "") -> psycopg.Connection[Any]:
     return psycopg.connect(
         host=pm.socket_dir,
         port=pm.port,
@@ -346,12 +429,36 @@ def _pg_connect(pm: _Postmaster, timeout_s: int = 5) -> psycopg.Connection[Any]:
         dbname="postgres",
         autocommit=True,
         connect_timeout=timeout_s,
+        password=password or None,
     )
 
 
-def _pg_answers(pm: _Postmaster) -> bool:
+def _secure_postgres(pm: _Postmaster, pgdata: Path, password: str) -> None:
+    """Give the ``postgres`` role ``password`` and switch ``pg_hba.conf`` from trust to
+    scram-sha-256 (once: a no-op when no trust line is left). Caller holds the lock."""
+    hba = pgdata / "pg_hba.conf"
     try:
-        with _pg_connect(pm, timeout_s=3) as conn:
+        lines = hba.read_text().splitlines()
+    except OSError:
+        return
+    if not any(ln.split()[-1:] == ["trust"] for ln in lines if ln.strip()
+               and not ln.lstrip().startswith("#")):
+        return
+    with _pg_connect(pm, password=password) as conn:
+        conn.execute("SET password_encryption = 'scram-sha-256'")
+        conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+            sql.Identifier(PG_SUPERUSER), sql.Literal(password)))
+        new = [(ln[: ln.rstrip().rfind("trust")] + "scram-sha-256")
+               if ln.strip() and not ln.lstrip().startswith("#")
+               and ln.split()[-1:] == ["trust"] else ln for ln in lines]
+        with open(hba, "w") as fh:  # in place: keeps its owner and mode (0600)
+            fh.write("\n".join(new) + "\n")
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def _pg_answers(pm: _Postmaster, password: str = "") -> bool:
+    try:
+        with _pg_connect(pm, timeout_s=3, password=password) as conn:
             conn.execute("select 1")
     except psycopg.Error:
         return False
@@ -380,7 +487,7 @@ def _reap_orphans(pgdata: Path) -> None:
         _wait_gone(pid, 2.0)
 
 
-def _start_postgres(pgdata: Path) -> _Postmaster:
+def _start_postgres(pgdata: Path, password: str) -> _Postmaster:
     """initdb (first time) and start PostgreSQL via ``embedded-postgres``; wait until ready."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
@@ -398,7 +505,7 @@ def _start_postgres(pgdata: Path) -> _Postmaster:
             time.sleep(0.5 * (attempt + 1))
             continue
         pm = _read_postmaster(pgdata)
-        if pm is not None and _is_our_postmaster(pgdata, pm.pid) and _pg_answers(pm):
+        if pm is not None and _is_our_postmaster(pgdata, pm.pid) and _pg_answers(pm, password):
             return pm
     raise EmbeddedServiceError(
         f"embedded PostgreSQL did not start in {pgdata} ({last_error!r}); "
@@ -406,29 +513,31 @@ def _start_postgres(pgdata: Path) -> _Postmaster:
     )
 
 
-def _ensure_database(pm: _Postmaster, name: str) -> None:
+def _ensure_database(pm: _Postmaster, name: str, password: str) -> None:
     """CREATE DATABASE ``name`` unless it exists (caller holds the services lock)."""
-    with _pg_connect(pm) as conn:
+    with _pg_connect(pm, password=password) as conn:
         exists = conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone()
         if exists is None:
             with contextlib.suppress(psycopg.errors.DuplicateDatabase):
                 conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def _ensure_postgres(home: Path) -> str:
+def _ensure_postgres(home: Path, password: str) -> str:
     """Reuse or start PostgreSQL in ``home/pg``; return the URL of database "escalation"."""
     pgdata = home / "pg"
     pm = _read_postmaster(pgdata)
-    if pm is not None and _is_our_postmaster(pgdata, pm.pid) and _pg_answers(pm):
-        _ensure_database(pm, DATABASE_NAME)
-        return _pg_url(pm, DATABASE_NAME)
+    if pm is not None and _is_our_postmaster(pgdata, pm.pid) and _pg_answers(pm, password):
+        _secure_postgres(pm, pgdata, password)
+        _ensure_database(pm, DATABASE_NAME, password)
+        return _pg_url(pm, DATABASE_NAME, password)
     if pm is not None and _is_our_postmaster(pgdata, pm.pid):
         # alive but not answering: starting up or recovering; give it time, then restart
         deadline = time.monotonic() + STOP_TIMEOUT_S
         while time.monotonic() < deadline and _is_our_postmaster(pgdata, pm.pid):
-            if _pg_answers(pm):
-                _ensure_database(pm, DATABASE_NAME)
-                return _pg_url(pm, DATABASE_NAME)
+            if _pg_answers(pm, password):
+                _secure_postgres(pm, pgdata, password)
+                _ensure_database(pm, DATABASE_NAME, password)
+                return _pg_url(pm, DATABASE_NAME, password)
             time.sleep(0.2)
         _stop_postmaster(pgdata, pm.pid)
     # no server: a postmaster.pid or socket lock file left by a crash (pid dead, a zombie
@@ -437,9 +546,10 @@ def _ensure_postgres(home: Path) -> str:
     (pgdata / "postmaster.pid").unlink(missing_ok=True)
     if pgdata.exists():
         _reap_orphans(pgdata)
-    pm = _start_postgres(pgdata)
-    _ensure_database(pm, DATABASE_NAME)
-    return _pg_url(pm, DATABASE_NAME)
+    pm = _start_postgres(pgdata, password)
+    _secure_postgres(pm, pgdata, password)
+    _ensure_database(pm, DATABASE_NAME, password)
+    return _pg_url(pm, DATABASE_NAME, password)
 
 
 def _remove_stale_socket_locks(socket_dirs: set[Path]) -> None:
@@ -479,8 +589,10 @@ def ensure_services(home: Path) -> ServiceUrls:
     """
     home = _normal_home(home)
     with _services_lock(home):
-        redis_url = _ensure_valkey(home)
-        database_url = _ensure_postgres(home)
+        creds = _credentials(home)
+        redis_url = _ensure_valkey(home, creds["valkey"])
+        database_url = _ensure_postgres(home, creds["postgres"])
+        _restrict_home(home)  # embedded-postgres widens the prefix of PGDATA when root
     return ServiceUrls(redis_url=redis_url, database_url=database_url)
 
 
@@ -493,24 +605,26 @@ def services_status(home: Path) -> dict[str, Any]:
     ``select 1``).
     """
     home = _normal_home(home)
+    creds = _credentials(home, create=False)
+    vpw, ppw = creds.get("valkey", ""), creds.get("postgres", "")
     vpid = _valkey_pid(home)
     port = _read_int(_valkey_dir(home) / "port")
-    v_up = vpid is not None and port is not None and _ping(port)
+    v_up = vpid is not None and port is not None and _ping(port, password=vpw)
     pgdata = home / "pg"
     pm = _read_postmaster(pgdata)
-    p_up = pm is not None and _is_our_postmaster(pgdata, pm.pid) and _pg_answers(pm)
+    p_up = pm is not None and _is_our_postmaster(pgdata, pm.pid) and _pg_answers(pm, ppw)
     return {
         "home": str(home),
         "valkey": {
             "running": v_up,
             "pid": vpid,
             "port": port,
-            "url": _valkey_url(port) if v_up and port is not None else None,
+            "url": _valkey_url(port, vpw) if v_up and port is not None else None,
         },
         "postgres": {
             "running": p_up,
             "pid": pm.pid if pm is not None and p_up else None,
-            "url": _pg_url(pm, DATABASE_NAME) if pm is not None and p_up else None,
+            "url": _pg_url(pm, DATABASE_NAME, ppw) if pm is not None and p_up else None,
             "pgdata": str(pgdata),
         },
     }

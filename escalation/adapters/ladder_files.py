@@ -14,8 +14,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
+import time
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -23,7 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from escalation.domain.calendars import SlaWindow, WindowUnit
-from escalation.domain.errors import LadderError
+from escalation.domain.errors import RELEASE_BROKEN, LadderError, LadderReleaseError
 from escalation.domain.ladder import (
     Ladder,
     MaterialityBand,
@@ -219,7 +221,7 @@ def _to_domain(model: LadderFile, label: str, checksum: str) -> Ladder:
     )
     deadlines = tuple(
         RegulatoryDeadline(r.name, r.anchor, SlaWindow(r.amount, r.unit, r.calendar), r.buffer,
-                           tuple(r.caps))
+                           tuple(r.caps), r.source)
         for r in _regulatory_list(model)
     )
     bands = sorted(model.bands, key=lambda b: Decimal(b.min_amount), reverse=True)
@@ -314,6 +316,8 @@ class LadderCatalog:
         ``errors``: messages of files that failed to load (lenient loading only).
         """
         self.errors: list[str] = list(errors or [])
+        self.path = Path("ladders")
+        """The directory the files came from (:meth:`from_dir`)."""
         self._by_key: dict[tuple[str, int], Ladder] = {}
         for ladder in ladders:
             key = (ladder.name, ladder.version)
@@ -345,7 +349,9 @@ class LadderCatalog:
                 if strict:
                     raise
                 errors.append(str(exc))
-        return cls(ladders, errors)
+        catalog = cls(ladders, errors)
+        catalog.path = path
+        return catalog
 
     def _invalid_note(self) -> str:
         return f"; invalid ladder files: {' | '.join(self.errors)}" if self.errors else ""
@@ -371,6 +377,10 @@ class LadderCatalog:
             )
         return self._by_key[(name, versions[-1])]
 
+    def find(self, name: str, version: int) -> Ladder | None:
+        """The ladder ``name`` at ``version``, or None when no valid file defines it."""
+        return self._by_key.get((name, version))
+
     def versions(self, name: str) -> list[int]:
         """Versions of ladder ``name``, ascending (empty if unknown)."""
         return sorted(v for n, v in self._by_key if n == name)
@@ -383,15 +393,212 @@ class LadderCatalog:
         """Every ladder version, sorted by name then version."""
         return [self._by_key[k] for k in sorted(self._by_key)]
 
+    def verify(self, name: str, version: int, checksum: str) -> Ladder:
+        """:func:`verify_released` of ``name@version`` against these files."""
+        return verify_released(self.path, self, name, version, checksum)
+
+    def on_disk(self) -> LadderCatalog:
+        """These files (a catalog is already a reading of the directory)."""
+        return self
+
+
+ReleaseSource = Callable[[], Mapping[tuple[str, int], str]]
+"""Reads the released versions: ``(ladder, version) -> checksum`` (``ladder_release``)."""
+
+REFRESH_S = 5.0
+
+
+class ReleasedLadders:
+    """The ladder versions enqueue and workers may use: released versions whose file is
+    present, valid and unchanged (docs/adr/0004-ladder-release.md).
+
+    A file that was never released changes nothing (it is not listed by :meth:`latest`,
+    :meth:`get` refuses it). A released version whose file went missing, no longer parses,
+    or whose SHA-256 differs from the released checksum raises :class:`LadderReleaseError`
+    (message prefix ``RELEASE_BROKEN``: workers dead-letter the escalations pinned to it).
+
+    The files and the release records are re-read every ``refresh_s`` seconds (monotonic)
+    and on a miss, so a long-running worker sees a new release and an edited file.
+    Thread-safe: a refresh swaps one immutable snapshot.
+
+    Args:
+        path: the ladder directory.
+        releases: reads the release records.
+        refresh_s: seconds between re-reads (>= 0; 0 re-reads on every call).
+    """
+
+    def __init__(self, path: Path, releases: ReleaseSource, *, refresh_s: float = REFRESH_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path, self._releases, self._refresh_s, self._clock = path, releases, refresh_s, clock
+        self._lock = threading.Lock()
+        self._snap: tuple[LadderCatalog, dict[tuple[str, int], str], float] = (
+            LadderCatalog([]), {}, float("-inf"))
+        self.refresh()
+
+    # ------------------------------------------------------------------ snapshot
+    def refresh(self) -> None:
+        """Re-read the files (leniently: an invalid file is only reported) and the releases.
+
+        Raises:
+            LadderError: the directory is missing.
+        """
+        files = LadderCatalog.from_dir(self.path, strict=False)
+        released = dict(self._releases())
+        with self._lock:
+            self._snap = (files, released, self._clock())
+
+    def _fresh(self) -> tuple[LadderCatalog, dict[tuple[str, int], str]]:
+        files, released, loaded = self._snap
+        if self._clock() - loaded >= self._refresh_s:
+            self.refresh()
+            files, released, _ = self._snap
+        return files, released
+
+    def on_disk(self) -> LadderCatalog:
+        """The files of the directory as they are now (re-read, not the snapshot)."""
+        return LadderCatalog.from_dir(self.path, strict=False)
+
+    @property
+    def files(self) -> LadderCatalog:
+        """Every valid file on disk, released or not (``ladder plan``/``check`` read it)."""
+        return self._fresh()[0]
+
+    @property
+    def released(self) -> dict[tuple[str, int], str]:
+        """``(ladder, version) -> released checksum``."""
+        return dict(self._fresh()[1])
+
+    @property
+    def errors(self) -> list[str]:
+        """Invalid files on disk plus every broken release (see :meth:`problems`)."""
+        return [*self.files.errors, *self.problems()]
+
+    # ------------------------------------------------------------------ lookups
+    def get(self, name: str, version: int) -> Ladder:
+        """The released ladder ``name@version``.
+
+        Raises:
+            LadderReleaseError: released, but its file is missing, invalid or edited.
+            LadderError: not released (or no such ladder).
+        """
+        files, released = self._fresh()
+        try:
+            return _resolve(self.path, files, released, name, version)
+        except LadderError:
+            self.refresh()  # released a moment ago, or a file restored: look again once
+            files, released, _ = self._snap
+            return _resolve(self.path, files, released, name, version)
+
+    def latest(self, name: str) -> Ladder:
+        """The newest released version of ``name`` (what enqueue pins).
+
+        Raises:
+            LadderReleaseError: that version's file is missing, invalid or edited (enqueue
+                refuses rather than pin an older version silently).
+            LadderError: ``name`` has no released version.
+        """
+        versions = self.versions(name)
+        if not versions:
+            self.refresh()
+            versions = self.versions(name)
+        if not versions:
+            on_disk = self.files.versions(name)
+            hint = (f"; files v{', v'.join(map(str, on_disk))} exist but none is released "
+                    f"(`escalation ladder release --ladder {name} --version 1`)"
+                    if on_disk else f" (released ladders: {', '.join(self.names()) or 'none'})")
+            raise LadderError(f"ladder {name!r} has no released version{hint}")
+        return self.get(name, versions[-1])
+
+    def versions(self, name: str) -> list[int]:
+        """Released versions of ``name``, ascending (empty if none)."""
+        return sorted(v for n, v in self._fresh()[1] if n == name)
+
+    def names(self) -> list[str]:
+        """Names of the ladders with a released version, sorted."""
+        return sorted({n for n, _ in self._fresh()[1]})
+
+    def all(self) -> list[Ladder]:
+        """Every released version whose file is intact, by name then version."""
+        files, released = self._fresh()
+        out: list[Ladder] = []
+        for name, version in sorted(released):
+            ladder = files.find(name, version)
+            if ladder is not None and ladder.checksum == released[(name, version)]:
+                out.append(ladder)
+        return out
+
+    def problems(self) -> list[str]:
+        """One line per released version whose file is missing, invalid or edited, for the
+        ladders that have at least one file in the directory (a database may hold the
+        releases of several deployments' directories)."""
+        files, released = self._fresh()
+        on_disk = {p.name.split(".v", 1)[0] for p in self.path.glob("*.toml")}
+        out: list[str] = []
+        for name, version in sorted(released):
+            if name not in on_disk:
+                continue
+            try:
+                _resolve(self.path, files, released, name, version)
+            except LadderError as exc:
+                out.append(str(exc))
+        return out
+
+
+def _resolve(path: Path, files: LadderCatalog, released: Mapping[tuple[str, int], str],
+             name: str, version: int) -> Ladder:
+    checksum = released.get((name, version))
+    if checksum is None:
+        known = ", ".join(str(v) for n, v in sorted(released) if n == name) or "none"
+        raise LadderError(
+            f"ladder {name!r} version {version} is not released (released versions: {known}); "
+            f"`escalation ladder release --ladder {name} --version {version}` puts it live")
+    return verify_released(path, files, name, version, checksum)
+
+
+def verify_released(path: Path, files: LadderCatalog, name: str, version: int,
+                    checksum: str) -> Ladder:
+    """The file of released ``name@version`` if it is present, valid and has ``checksum``.
+
+    Raises:
+        LadderReleaseError: missing, invalid, or edited after release (message starts with
+            ``RELEASE_BROKEN`` and names the file).
+    """
+    file = path / f"{name}.v{version}.toml"
+    ladder = files.find(name, version)
+    if ladder is None and not file.exists():
+        raise LadderReleaseError(
+            f"{RELEASE_BROKEN}: {file}: released file of {name}@{version} is missing (released "
+            f"checksum {checksum[:12]}); restore it from version control")
+    if ladder is None:
+        why = " | ".join(e for e in files.errors if str(file) in e) or "invalid"
+        raise LadderReleaseError(
+            f"{RELEASE_BROKEN}: {file}: released file of {name}@{version} is no longer valid "
+            f"({why}); restore the released file")
+    if ladder.checksum != checksum:
+        raise LadderReleaseError(
+            f"{RELEASE_BROKEN}: {file}: released file of {name}@{version} was edited after "
+            f"release (checksum {ladder.checksum[:12]}, released {checksum[:12]}); restore it "
+            f"and put the change in a new version")
+    return ladder
+
 
 def check_ladder_dir_with_history(ladders_dir: Path, history: LadderHistory | None) -> list[str]:
     """Every problem ``escalation ladder check`` reports (empty = valid).
 
-    File checks always; with ``history`` also the applied checksums of the ladders that have
-    files in ``ladders_dir`` (other ladders' history rows belong to other directories).
+    File checks always; with ``history`` also, for the ladders that have files in
+    ``ladders_dir`` (other ladders' rows belong to other directories): the checksums
+    recorded at release and apply, and every released file that is missing.
     """
-    applied: dict[tuple[str, int], str] = {}
-    if history is not None:
-        names = {p.name.split(".v", 1)[0] for p in ladders_dir.glob("*.toml")}
-        applied = {k: v for k, v in history.applied_checksums().items() if k[0] in names}
-    return check_ladder_dir(ladders_dir, applied)
+    if history is None:
+        return check_ladder_dir(ladders_dir, {})
+    names = {p.name.split(".v", 1)[0] for p in ladders_dir.glob("*.toml")}
+    applied = {k: v for k, v in history.applied_checksums().items() if k[0] in names}
+    errors = check_ladder_dir(ladders_dir, applied)
+    files = LadderCatalog.from_dir(ladders_dir, strict=False)
+    for (name, version), checksum in sorted(history.released_checksums().items()):
+        if name in names and not (ladders_dir / f"{name}.v{version}.toml").exists():
+            try:
+                verify_released(ladders_dir, files, name, version, checksum)
+            except LadderError as exc:
+                errors.append(str(exc))
+    return errors

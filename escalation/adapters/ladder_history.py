@@ -1,4 +1,4 @@
-"""PostgreSQL side of ladder migrations (issue 3): the ``ladder_history`` table, the pending
+"""PostgreSQL side of ladder releases and migrations: the ``ladder_history`` table, the pending
 escalations of one ladder, and the one-transaction-per-batch migration write.
 
 * :meth:`LadderHistoryStore.migrate_batch` locks the batch's projection rows (sorted by
@@ -8,7 +8,9 @@ escalations of one ladder, and the one-transaction-per-batch migration write.
   ``LADDER_MIGRATED`` ledger row per escalation, updates the projection (ladder_version,
   tier, due_at) and advances the run's counters and resume point -- all in ONE transaction.
 * ``ladder_history`` rows are the Flyway-style record: checksum of the applied file, plan
-  hash, who, when, counts, status running|done|failed.
+  hash, who and why, when, counts, status running|done|failed.
+* ``ladder_release`` rows say which versions are live: the checksum of each file as
+  released, who released it and why (docs/adr/0004-ladder-release.md).
 """
 
 from __future__ import annotations
@@ -24,16 +26,17 @@ from sqlalchemy.dialects import postgresql as pg
 from escalation.adapters.audit_rows import chained_row, escalation_from_state, utc, utc_opt
 from escalation.adapters.audit_sql import array_literal as _array_literal
 from escalation.adapters.audit_sql import copy_ledger as _copy_ledger
-from escalation.adapters.tables import escalation_state, ladder_history
+from escalation.adapters.tables import escalation_state, ladder_history, ladder_release
 from escalation.domain.errors import ConflictError, NotFound
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder_plan import Blocked, PlanItem
-from escalation.ports import BatchResult, HistoryRow, Replan
+from escalation.ports import BatchResult, HistoryRow, Page, ReleaseRow, Replan
 
-__all__ = ["BatchResult", "HistoryRow", "LadderHistoryStore", "Replan"]
+__all__ = ["BatchResult", "HistoryRow", "LadderHistoryStore", "Page", "ReleaseRow", "Replan"]
 
 _S = escalation_state
 _H = ladder_history
+_R = ladder_release
 _UUIDS = pg.ARRAY(pg.UUID(as_uuid=True))
 _OPEN = (Status.PENDING.value, Status.PAUSED.value)
 MAX_PAGE = 10_000
@@ -60,6 +63,12 @@ _MIGRATE_STATES = sa.text(
 """Re-plan one escalation from its locked current state -> (item, resolved due) or Blocked."""
 
 
+def _release_row(r: Mapping[Any, Any]) -> ReleaseRow:
+    return ReleaseRow(ladder=r["ladder"], version=int(r["version"]), checksum=r["checksum"],
+                      released_at=utc(r["released_at"]), released_by=r["released_by"],
+                      reason=r["reason"])
+
+
 def _row(r: Mapping[Any, Any]) -> HistoryRow:
     return HistoryRow(**{
         **dict(r),
@@ -79,17 +88,92 @@ class LadderHistoryStore:
     def __init__(self, engine: sa.Engine) -> None:
         self._engine = engine
 
+    # ------------------------------------------------------------------ releases
+    def releases(self, ladder: str | None = None) -> dict[tuple[str, int], ReleaseRow]:
+        """Every released version (optionally of one ladder) by ``(ladder, version)``."""
+        stmt = sa.select(_R).order_by(_R.c.ladder, _R.c.version)
+        if ladder is not None:
+            stmt = stmt.where(_R.c.ladder == ladder)
+        with self._engine.connect() as conn:
+            return {(r["ladder"], r["version"]): _release_row(r)
+                    for r in conn.execute(stmt).mappings()}
+
+    def released_checksums(self) -> dict[tuple[str, int], str]:
+        """``(ladder, version) -> checksum`` of every released version."""
+        with self._engine.connect() as conn:
+            return {(r.ladder, r.version): r.checksum
+                    for r in conn.execute(sa.select(_R.c.ladder, _R.c.version, _R.c.checksum))}
+
+    def release(
+        self, *, ladder: str, version: int, checksum: str, released_by: str, reason: str,
+        released_at: datetime,
+    ) -> tuple[ReleaseRow, bool]:
+        """Record ``ladder@version`` as released with ``checksum``.
+
+        Returns:
+            ``(row, True)`` when released now; ``(existing row, False)`` when it already was,
+            with the same checksum (a repeated release is a no-op).
+
+        Raises:
+            ConflictError: it was released with a different checksum (the file was edited
+                after release: a released file is never edited, add a new version instead).
+        """
+        values = {"ladder": ladder, "version": version, "checksum": checksum,
+                  "released_by": released_by, "reason": reason, "released_at": released_at}
+        with self._engine.begin() as conn:
+            new = conn.execute(
+                pg.insert(_R).values(**values).on_conflict_do_nothing().returning(*_R.c)
+            ).mappings().first()
+            if new is not None:
+                return _release_row(new), True
+            old = conn.execute(
+                sa.select(_R).where(_R.c.ladder == ladder, _R.c.version == version)
+            ).mappings().one()
+        row = _release_row(old)
+        if row.checksum != checksum:
+            raise ConflictError(
+                f"{ladder}@{version} was released with checksum {row.checksum[:12]} but the "
+                f"file now has {checksum[:12]}: a released file is never edited; restore it "
+                f"and put the change in a new version")
+        return row, False
+
+    def baseline(
+        self, files: Mapping[str, Sequence[tuple[int, str]]], *, released_by: str, reason: str,
+        released_at: datetime,
+    ) -> list[ReleaseRow]:
+        """Release ``files`` (ladder -> ``[(version, checksum)]``) of the ladders that have no
+        release at all yet, in one transaction (an advisory lock serialises concurrent first
+        uses; a ladder with any release is left alone). Returns the rows inserted."""
+        if not files:
+            return []
+        out: list[ReleaseRow] = []
+        with self._engine.begin() as conn:
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('ladder_release'))"))
+            known = set(conn.execute(sa.select(_R.c.ladder).distinct()).scalars())
+            for name, versions in sorted(files.items()):
+                if name in known:
+                    continue
+                for version, checksum in versions:
+                    row = conn.execute(pg.insert(_R).values(
+                        ladder=name, version=version, checksum=checksum,
+                        released_by=released_by, reason=reason, released_at=released_at,
+                    ).on_conflict_do_nothing().returning(*_R.c)).mappings().first()
+                    if row is not None:
+                        out.append(_release_row(row))
+        return out
+
     # ------------------------------------------------------------------ history
     def applied_checksums(self) -> dict[tuple[str, int], str]:
-        """``(ladder, version) -> checksum`` of every run that is running or done (the latest
-        run per version wins)."""
+        """``(ladder, version) -> checksum`` of every released version and of every apply
+        run that is running or done (a release wins over a run; the latest run wins)."""
         stmt = (
             sa.select(_H.c.ladder, _H.c.version, _H.c.checksum)
             .where(_H.c.status.in_(("running", "done")))
             .order_by(_H.c.run_id)
         )
         with self._engine.connect() as conn:
-            return {(r.ladder, r.version): r.checksum for r in conn.execute(stmt)}
+            runs = {(r.ladder, r.version): r.checksum for r in conn.execute(stmt)}
+        return {**runs, **self.released_checksums()}
 
     def history(self, ladder: str | None = None) -> list[HistoryRow]:
         """Every run (optionally of one ladder), oldest first."""
@@ -115,7 +199,7 @@ class LadderHistoryStore:
 
     def start(
         self, *, ladder: str, version: int, checksum: str, plan_hash: str, applied_by: str,
-        started_at: datetime, planned: int,
+        started_at: datetime, planned: int, reason: str = "",
     ) -> int:
         """Insert a ``running`` row; returns its ``run_id``.
 
@@ -128,7 +212,7 @@ class LadderHistoryStore:
                     sa.insert(_H)
                     .values(ladder=ladder, version=version, checksum=checksum,
                             plan_hash=plan_hash, applied_by=applied_by, started_at=started_at,
-                            status="running", planned=planned)
+                            status="running", planned=planned, reason=reason)
                     .returning(_H.c.run_id)
                 ).scalar_one()
         except sa.exc.IntegrityError:
@@ -137,13 +221,13 @@ class LadderHistoryStore:
             ) from None
         return int(run_id)
 
-    def resume(self, run_id: int, applied_by: str) -> None:
+    def resume(self, run_id: int, applied_by: str, reason: str = "") -> None:
         """Mark a failed run ``running`` again (a resumed apply). Raises ConflictError."""
         try:
             with self._engine.begin() as conn:
                 conn.execute(
                     sa.update(_H).where(_H.c.run_id == run_id)
-                    .values(status="running", applied_by=applied_by, error=None)
+                    .values(status="running", applied_by=applied_by, error=None, reason=reason)
                 )
         except sa.exc.IntegrityError:
             raise ConflictError(f"another `ladder apply` is running (run {run_id})") from None
@@ -200,6 +284,32 @@ class LadderHistoryStore:
         with self._engine.connect() as conn:
             return [escalation_from_state(r) for r in conn.execute(stmt).mappings()]
 
+    def open_page(
+        self, ladder: str, after: UUID | None, limit: int, *, below_version: int,
+    ) -> Page:
+        """Like :meth:`open_escalations` (pinned below ``below_version``), keeping the raw
+        rows too: :meth:`migrate_batch` reuses a row whose seq did not move instead of
+        reading it again under its lock."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise ValueError(f"page limit must be 1-{MAX_PAGE}, got {limit}")
+        stmt = sa.select(_S).where(_S.c.ladder == ladder, _S.c.status.in_(_OPEN),
+                                   _S.c.ladder_version < below_version)
+        if after is not None:
+            stmt = stmt.where(_S.c.dispute_id > after)
+        stmt = stmt.order_by(_S.c.dispute_id).limit(limit)
+        with self._engine.connect() as conn:
+            rows = [dict(r) for r in conn.execute(stmt).mappings()]
+        return Page({r["dispute_id"]: r for r in rows},
+                    [escalation_from_state(r) for r in rows])
+
+    def count_open(self, ladder: str, below_version: int) -> int:
+        """How many pending/paused escalations of ``ladder`` are pinned below
+        ``below_version`` (the total of a plan or apply, for its progress bar)."""
+        stmt = sa.select(sa.func.count()).select_from(_S).where(
+            _S.c.ladder == ladder, _S.c.status.in_(_OPEN), _S.c.ladder_version < below_version)
+        with self._engine.connect() as conn:
+            return int(conn.execute(stmt).scalar_one())
+
     def states(self, ids: Sequence[UUID]) -> dict[UUID, Escalation]:
         """Current projection states of ``ids`` (missing ids are absent)."""
         if not ids:
@@ -222,6 +332,10 @@ class LadderHistoryStore:
         decided_at: datetime,
         details: Mapping[str, Any],
         replan: Replan,
+        through: UUID | None = None,
+        blocked: int = 0,
+        page_rows: Mapping[UUID, Mapping[str, Any]] | None = None,
+        redis_note: tuple[UUID, int] | None = None,
     ) -> BatchResult:
         """Migrate one batch in ONE transaction (see the module docstring).
 
@@ -232,71 +346,152 @@ class LadderHistoryStore:
             target_version: the version migrated to.
             actor: who applies (ledger ``actor``).
             decided_at: aware UTC time of the migration (Redis TIME).
-            details: extra JSON for every ledger row (migration id, checksum); no floats.
+            details: extra JSON for every ledger row (migration id, checksum, reason); no
+                floats.
             replan: re-plans an item whose seq moved, from its locked state.
+            through: the resume point to record (the last dispute id of the page the batch
+                came from; default the batch's last id).
+            blocked: escalations of that page found blocked before the batch (counted).
+            page_rows: the rows the batch was planned from; under the lock only
+                ``last_seq``/status/version are read again, and a row whose seq moved is
+                read in full (default: every row is read in full).
+            redis_note: ``(redis_synced_through, not_owner)`` of the previous batch, recorded
+                in this transaction (saves one transaction per batch; resume restores from
+                the older point, which is idempotent).
 
         Returns:
             A :class:`BatchResult`.
         """
         result = BatchResult()
-        if not batch:
+        if not batch and through is None:
             return result
-        ids = sorted(item.dispute_id for item, _ in batch)
-        ledger: list[dict[str, Any]] = []
-        moved: list[dict[str, Any]] = []
+        ordered = sorted(batch, key=lambda b: b[0].dispute_id)
         with self._engine.begin() as conn:
-            locked = {
-                r["dispute_id"]: dict(r)
-                for r in conn.execute(
-                    sa.select(_S)
-                    .where(_S.c.dispute_id == sa.any_(sa.bindparam("ids", type_=_UUIDS)))
-                    .order_by(_S.c.dispute_id)
-                    .with_for_update(),
-                    {"ids": ids},
-                ).mappings()
-            }
-            for item, due in sorted(batch, key=lambda b: b[0].dispute_id):
-                state = locked.get(item.dispute_id)
-                if (
-                    state is None
-                    or state["status"] not in _OPEN
-                    or int(state["ladder_version"]) >= target_version
-                ):
-                    result.skipped += 1
-                    continue
-                if int(state["last_seq"]) != item.seq or state["status"] != item.status.value:
-                    result.replanned += 1
-                    again = replan(escalation_from_state(state))
-                    if isinstance(again, Blocked):
-                        result.blocked.append(again)
-                        continue
-                    item, due = again  # noqa: PLW2901 - the re-planned item replaces it
+            ids = [item.dispute_id for item, _ in ordered]
+            locked = (_lock_states(conn, ids) if page_rows is None
+                      else _lock_reuse(conn, ids, page_rows))
+            moves = _revalidate(locked, ordered, target_version, replan, result)
+            ledger: list[dict[str, Any]] = []
+            moved: list[dict[str, Any]] = []
+            for state, item, due in moves:
                 row, after = _migrate_one(state, item, due, actor, decided_at, details)
                 ledger.append(row)
                 moved.append(after)
-                if item.due.rule.value == "floor" and due != item.due.recomputed:
-                    result.suppressed += 1
             if ledger:
                 _copy_ledger(conn, ledger)
-                conn.execute(_MIGRATE_STATES, {
-                    "ids": _array_literal([a["dispute_id"] for a in moved]),
-                    "versions": _array_literal([a["ladder_version"] for a in moved]),
-                    "tiers": _array_literal([a["tier"] for a in moved]),
-                    "due": _array_literal([a["due_at"] for a in moved]),
-                    "seqs": _array_literal([a["last_seq"] for a in moved]),
-                    "hashes": _array_literal([bytes(a["last_hash"]).hex() for a in moved]),
-                })
+                conn.execute(_MIGRATE_STATES, _state_arrays(moved))
                 result.migrated = [escalation_from_state(a) for a in moved]
             conn.execute(
                 sa.update(_H).where(_H.c.run_id == run_id).values(
                     migrated=_H.c.migrated + len(moved),
                     replanned=_H.c.replanned + result.replanned,
                     skipped=_H.c.skipped + result.skipped,
-                    blocked=_H.c.blocked + len(result.blocked),
-                    last_dispute_id=ids[-1],
+                    blocked=_H.c.blocked + len(result.blocked) + blocked,
+                    last_dispute_id=through or ordered[-1][0].dispute_id,
+                    **_redis_values(redis_note),
                 )
             )
         return result
+
+
+def _lock_states(conn: sa.Connection, ids: list[UUID]) -> dict[UUID, dict[str, Any]]:
+    """``SELECT ... FOR UPDATE`` of the projection rows of ``ids`` (sorted: the same lock
+    order as every writer, so no deadlock with workers)."""
+    stmt = (
+        sa.select(_S)
+        .where(_S.c.dispute_id == sa.any_(sa.bindparam("ids", type_=_UUIDS)))
+        .order_by(_S.c.dispute_id)
+        .with_for_update()
+    )
+    return {r["dispute_id"]: dict(r) for r in conn.execute(stmt, {"ids": ids}).mappings()}
+
+
+_LOCK_LIGHT = sa.text(
+    """
+    SELECT dispute_id, last_seq, status, ladder_version FROM escalation_state
+     WHERE dispute_id = ANY(CAST(CAST(:ids AS text) AS uuid[]))
+     ORDER BY dispute_id FOR UPDATE
+    """
+)
+
+
+def _lock_reuse(conn: sa.Connection, ids: list[UUID],
+                page_rows: Mapping[UUID, Mapping[str, Any]]) -> dict[UUID, dict[str, Any]]:
+    """Lock ``ids`` (sorted) reading only seq/status/version; reuse the page's row where
+    those did not move, read the full row (already locked) where they did."""
+    light = conn.execute(_LOCK_LIGHT, {"ids": _array_literal(ids)}).all()
+    out: dict[UUID, dict[str, Any]] = {}
+    moved: list[UUID] = []
+    for did, seq, status, version in light:
+        row = page_rows.get(did)
+        if row is not None and (row["last_seq"], row["status"], row["ladder_version"]) == (
+                seq, status, version):
+            out[did] = dict(row)
+        else:
+            moved.append(did)
+    if moved:
+        out.update(_lock_states(conn, moved))
+    return out
+
+
+def _redis_values(note: tuple[UUID, int] | None) -> dict[str, Any]:
+    if note is None:
+        return {}
+    return {"redis_synced_through": note[0], "not_owner": _H.c.not_owner + note[1]}
+
+
+Move = tuple[dict[str, Any], PlanItem, "datetime | None"]
+
+
+def _revalidate(
+    locked: Mapping[UUID, dict[str, Any]],
+    batch: Sequence[tuple[PlanItem, datetime | None]],
+    target_version: int,
+    replan: Replan,
+    result: BatchResult,
+) -> list[Move]:
+    """Check each planned item against its locked row (the per-dispute seq guard).
+
+    An item whose row is closed, gone or already on the target version is counted in
+    ``result.skipped`` (unchanged); one whose seq or status moved (a worker decided it
+    meanwhile) is re-planned from the locked state (``result.replanned``; ``result.blocked``
+    when it can no longer be migrated). Returns ``(locked state, item, due)`` to migrate.
+    """
+    moves: list[Move] = []
+    for item, due in batch:
+        state = locked.get(item.dispute_id)
+        if not _still_open_below(state, target_version):
+            result.skipped += 1
+            continue
+        assert state is not None  # noqa: S101 - _still_open_below(None) is False
+        if int(state["last_seq"]) != item.seq or state["status"] != item.status.value:
+            result.replanned += 1
+            again = replan(escalation_from_state(state))
+            if isinstance(again, Blocked):
+                result.blocked.append(again)
+                continue
+            item, due = again  # noqa: PLW2901 - the re-planned item replaces it
+        moves.append((state, item, due))
+        if item.due.rule.value == "floor" and due != item.due.recomputed:
+            result.suppressed += 1
+    return moves
+
+
+def _still_open_below(state: Mapping[str, Any] | None, target_version: int) -> bool:
+    return (state is not None and state["status"] in _OPEN
+            and int(state["ladder_version"]) < target_version)
+
+
+def _state_arrays(moved: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The ``_MIGRATE_STATES`` parameters (array text literals) of the migrated rows."""
+    return {
+        "ids": _array_literal([a["dispute_id"] for a in moved]),
+        "versions": _array_literal([a["ladder_version"] for a in moved]),
+        "tiers": _array_literal([a["tier"] for a in moved]),
+        "due": _array_literal([a["due_at"] for a in moved]),
+        "seqs": _array_literal([a["last_seq"] for a in moved]),
+        "hashes": _array_literal([bytes(a["last_hash"]).hex() for a in moved]),
+    }
 
 
 def _migrate_one(

@@ -10,6 +10,7 @@ import redis
 import sqlalchemy as sa
 
 from escalation.adapters.redis_client import is_cluster
+from escalation.adapters.redis_policy import eviction_policy
 
 
 class ServerProbe:
@@ -29,17 +30,17 @@ class ServerProbe:
         return redis_ms, int(db.timestamp() * 1000)
 
     def maxmemory_policy(self) -> str | None:
-        """Redis ``maxmemory-policy`` (``"unknown"`` if absent), None when CONFIG is refused.
-        On a Redis Cluster: the distinct values over every primary, comma-separated (one
-        evicting primary loses its shards' schedule)."""
-        try:
-            if is_cluster(self._client):
-                cluster: Any = self._client  # a RedisCluster: one CONFIG GET per primary
+        """Redis ``maxmemory-policy`` from ``INFO memory`` or else ``CONFIG GET``; None when
+        both are refused (``adapters.redis_policy.eviction_policy``). On a Redis Cluster: the
+        distinct values over every primary, comma-separated (one evicting primary loses its
+        shards' schedule)."""
+        if is_cluster(self._client):
+            cluster: Any = self._client  # a RedisCluster: one CONFIG GET per primary
+            try:
                 values = {str(cluster.config_get("maxmemory-policy", target_nodes=node)
                               .get("maxmemory-policy", "unknown"))
                           for node in cluster.get_primaries()}
-                return ",".join(sorted(values))
-            reply = self._client.config_get("maxmemory-policy")
-        except redis.ResponseError:
-            return None
-        return str(reply.get("maxmemory-policy", "unknown"))
+            except redis.ResponseError:
+                return None
+            return ",".join(sorted(values))
+        return eviction_policy(self._client)

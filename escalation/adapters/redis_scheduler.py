@@ -12,7 +12,8 @@ Times: scores and payload times are epoch **milliseconds** UTC; the only clock c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from uuid import UUID
 
 from escalation.adapters.redis_claim import ClaimMixin
@@ -146,7 +147,9 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         """
         return self._apply(ops, create=False)
 
-    def restore(self, escalations: Sequence[Escalation]) -> list[ApplyOutcome]:
+    def restore(self, escalations: Sequence[Escalation],
+                notifications: Mapping[UUID, dict[str, str]] | None = None,
+                ) -> list[ApplyOutcome]:
         """Owner-less repair from PostgreSQL state (reconcile / stuck repair).
 
         Status PENDING -> reschedule, PAUSED -> park, TERMINAL / CANCELLED -> remove. Creates a
@@ -155,16 +158,21 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         (ZSET drift). Never touches a member whose lock is held (NOT_OWNER); never creates
         anything for a terminal / cancelled escalation (MISSING).
 
+        ``notifications`` (by dispute id): the review-stream entry of a decision recorded but
+        maybe never applied; sent with the repair, at most once (apply.lua's notify seq guard).
+
         Returns:
             one outcome per escalation, in input order.
         """
+        notes = notifications or {}
         actions = {
             Status.PENDING: ApplyAction.RESCHEDULE,
             Status.PAUSED: ApplyAction.PARK,
             Status.TERMINAL: ApplyAction.REMOVE,
             Status.CANCELLED: ApplyAction.REMOVE,
         }
-        ops = [ApplyOp(escalation=e, action=actions[e.status]) for e in escalations]
+        ops = [ApplyOp(escalation=e, action=actions[e.status], notify=notes.get(e.dispute_id))
+               for e in escalations]
         return self._apply(ops, create=True)
 
     def _apply(self, ops: Sequence[ApplyOp], *, create: bool) -> list[ApplyOutcome]:
@@ -206,8 +214,13 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         ))
 
     # ------------------------------------------------------------------ cancel
-    def cancel(self, dispute_id: UUID | str) -> bool:
+    def cancel(self, dispute_id: UUID | str, notify: dict[str, str] | None = None) -> bool:
         """Remove member, payload and lock atomically (cancel.lua).
+
+        Args:
+            notify: review-stream entry (with its ``seq``) of a decision recorded before the
+                cancel and maybe never applied; XADDed in the same script only if the
+                payload's seq is still below it (see cancel.lua).
 
         Returns:
             True if something was scheduled. A worker still holding the claim then gets
@@ -216,4 +229,9 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         keys = self.keys_for(dispute_id)
         kargs = [keys.pending, keys.payload(dispute_id), keys.lock(dispute_id), keys.stats,
                  keys.ready, keys.prio]
-        return int(self._run("cancel", kargs, [str(dispute_id)])) == 1
+        args = [str(dispute_id)]
+        if notify:
+            kargs.append(keys.review)
+            flat = [x for kv in notify.items() for x in kv]
+            args += [notify["seq"], json.dumps(flat), str(REVIEW_MAXLEN)]
+        return int(self._run("cancel", kargs, args)) == 1

@@ -55,6 +55,8 @@ def run_script(script: Script, keys: Sequence[str], args: Sequence[str | int]) -
             # READONLY / TRYAGAIN / MASTERDOWN / CLUSTERDOWN: the server cannot take the
             # write right now (a failover): not the script refusing this item
             raise
+        if isinstance(exc, redis.exceptions.OutOfMemoryError):
+            raise  # the server is full, not a refusal of this item (the CLI says so)
         raise ScriptRefused(str(exc)) from exc
 
 

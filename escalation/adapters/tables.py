@@ -211,6 +211,7 @@ ladder_history = sa.Table(
     sa.Column("last_dispute_id", UUID(as_uuid=True)),
     sa.Column("redis_synced_through", UUID(as_uuid=True)),
     sa.Column("error", sa.Text),
+    sa.Column("reason", sa.Text, nullable=False, server_default=sa.text("''")),
     sa.PrimaryKeyConstraint("run_id"),
     sa.CheckConstraint("status IN ('running', 'done', 'failed')", name="status_known"),
     sa.Index(None, "ladder", "version"),
@@ -227,6 +228,22 @@ ladder_history = sa.Table(
 ``checksum`` is the SHA-256 of the target file when applied (``ladder check`` refuses a
 changed file); ``last_dispute_id`` / ``redis_synced_through`` are the resume points (batches
 go in dispute-id order: PostgreSQL committed through / Redis restored through)."""
+
+ladder_release = sa.Table(
+    "ladder_release",
+    metadata,
+    sa.Column("ladder", sa.Text, nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("checksum", sa.Text, nullable=False),
+    sa.Column("released_at", TZ, nullable=False),
+    sa.Column("released_by", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False, server_default=sa.text("''")),
+    sa.PrimaryKeyConstraint("ladder", "version"),
+    sa.CheckConstraint("version >= 1", name="version_positive"),
+)
+"""Released ladder versions (``escalation ladder release``): the checksum of each file as
+released. Enqueue pins the newest released version; workers decide only with a released file
+whose checksum still matches (docs/adr/0004-ladder-release.md)."""
 
 maintenance_runs = sa.Table(
     "maintenance_runs",
@@ -264,3 +281,15 @@ api_tokens = sa.Table(
 )
 """HTTP API bearer tokens (revision 0007): the SHA-256 hex digest of each secret, never the
 secret; ``name`` is the actor on every ledger row a request with the token causes."""
+
+deployment_binding = sa.Table(
+    "deployment_binding",
+    metadata,
+    sa.Column("id", sa.SmallInteger, nullable=False, server_default=sa.text("1")),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("bound_at", TZ, nullable=False, server_default=sa.text("now()")),
+    sa.PrimaryKeyConstraint("id"),
+    sa.CheckConstraint("id = 1", name="single_row"),
+)
+"""The namespace this database serves (at most one row): ``escalation db upgrade`` binds it,
+every command refuses a different namespace (docs/adr/0009-one-namespace-per-database.md)."""

@@ -5,9 +5,14 @@ Isolation (never touches anyone else's data):
 * Redis: a fresh namespace ``bench-<hex>`` per run; its keys (all carrying the hash tag
   ``{bench-<hex>:<shard>}``) are deleted at the end with ``SCAN`` + ``UNLINK`` in batches.
   Never FLUSHDB.
-* PostgreSQL: a database ``escbench_<hex>`` created on the configured server,
-  migrated to head and dropped at the end; or, with ``--database-url``, a database the
-  operator names (must already be at the Alembic head; it is never dropped).
+* PostgreSQL: a database ``escbench_<hex>`` created on the configured server (or on the
+  server of ``--database-url``, which only names the server and credentials), migrated to
+  head and dropped at the end. A benchmark never writes into a database it did not create:
+  the ledger is append-only, so rows written there could never be removed, and its pending
+  escalations would be fired by the next worker. If the server refuses CREATE DATABASE the
+  run is refused (one line, exit 2).
+* Embedded servers: when the bench had to start the embedded Valkey/PostgreSQL (no
+  configured URLs, neither running before), it stops them at the end.
 
 Figures are plain dicts (JSON-ready): every scenario returns ``{"scenario": ..., "load":
 [1, 5, 15 min load averages], ...}``; :func:`report` prints a table, the JSON and one
@@ -27,6 +32,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 import redis
@@ -35,6 +41,7 @@ import sqlalchemy as sa
 from escalation.adapters.db import make_engine, normalize_url, upgrade_to_head
 from escalation.adapters.redis_client import make_redis
 from escalation.bootstrap import App, build, resolve_urls
+from escalation.domain.errors import InvalidInput
 from escalation.settings import Settings, get_settings
 
 UNLINK_BATCH = 500
@@ -87,6 +94,7 @@ class Target:
     database_url: str
     admin_url: str
     created_db: str | None = None
+    started_home: Path | None = None
     apps: list[App] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
 
@@ -98,22 +106,39 @@ class Target:
             EscalationError subclasses when no server can be reached / started;
             SchemaNotAtHead when a given ``database_url`` is not at the Alembic head.
         """
-        base = get_settings(redis_url=redis_url)
+        base = get_settings(redis_url=redis_url,
+                            database_url=normalize_url(database_url) if database_url else None)
+        started: Path | None = None
+        if not (base.redis_url and base.database_url):
+            from escalation.adapters.embedded import services_status
+
+            before = services_status(base.home)
+            if not before["valkey"]["running"] and not before["postgres"]["running"]:
+                started = base.home
         urls = resolve_urls(base)
-        if database_url:
-            url = normalize_url(database_url)
-            return cls(urls.redis_url, url, url)
         name = f"escbench_{uuid.uuid4().hex[:8]}"
         admin = sa.make_url(urls.database_url)
         engine = sa.create_engine(admin, isolation_level="AUTOCOMMIT")
         try:
             with engine.connect() as conn:
                 conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        except sa.exc.ProgrammingError as exc:
+            _stop_started(started)
+            raise InvalidInput(
+                f"cannot create a bench database on {admin.render_as_string()}: "
+                f"{str(exc.orig).strip().splitlines()[0]}; a benchmark never writes into a "
+                "database it did not create") from None
         finally:
             engine.dispose()
-        url = admin.set(database=name).render_as_string(hide_password=False)
-        upgrade_to_head(url)
-        return cls(urls.redis_url, url, urls.database_url, created_db=name)
+        tgt = cls(urls.redis_url, "", urls.database_url, created_db=name, started_home=started)
+        try:
+            url = admin.set(database=name).render_as_string(hide_password=False)
+            tgt.database_url = url
+            upgrade_to_head(url)
+        except BaseException:
+            tgt.close()
+            raise
+        return tgt
 
     def settings(self, namespace: str, **overrides: Any) -> Settings:
         """Settings for one bench namespace on this target."""
@@ -176,10 +201,20 @@ class Target:
             finally:
                 engine.dispose()
             self.created_db = None
+        _stop_started(self.started_home)
+        self.started_home = None
 
     def engine(self) -> sa.Engine:
         """A small engine on the bench database (caller disposes)."""
         return make_engine(self.database_url, pool_size=1)
+
+
+def _stop_started(home: Path | None) -> None:
+    """Stop the embedded servers under ``home`` if this bench run started them."""
+    if home is not None:
+        from escalation.adapters.embedded import stop_services
+
+        stop_services(home)
 
 
 @contextlib.contextmanager
@@ -251,6 +286,24 @@ class WorkerProc:
                 self.proc.kill()
                 self.proc.wait()
         return int(self.proc.returncode)
+
+    def keep_log(self, reason: str) -> Path:
+        """Copy this worker's log (a temporary file, lost on close) to a file that stays:
+        ``<tmp>/escalation-bench-logs/<worker id>-<UTC stamp>.log`` (directory 0700, file
+        0600), headed by ``reason``. Returns its path. Called when a run fails, so the
+        evidence of a late or missing firing survives."""
+        out_dir = Path(tempfile.gettempdir()) / "escalation-bench-logs"
+        out_dir.mkdir(mode=0o700, exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        path = out_dir / f"{self.worker_id}-{stamp}.log"
+        self.log.flush()
+        self.log.seek(0)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(f"# {reason}\n".encode())
+            fh.write(self.log.read())
+        self.log.seek(0, os.SEEK_END)
+        return path
 
     def close(self) -> None:
         """Stop if running and close the log file."""

@@ -137,6 +137,9 @@ def run_once(tgt: Target, n: int, workers: int, batch_size: int,
             "ledger_ok": ledger_rows == n and distinct == n,
             "load": start_load,
         }
+    except Exception as exc:
+        kept = [str(p.keep_log(f"drain failed: {exc}")) for p in procs]
+        raise RuntimeError(f"{exc} (worker logs kept: {', '.join(kept)})") from exc
     finally:
         for p in procs:
             p.close()

@@ -32,10 +32,16 @@ from escalation.bench.common import (
 from escalation.domain.timeutil import from_ms
 from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
 
+POLL_INTERVAL_S = 5
+
 
 def run(tgt: Target, rounds: int = 20, ahead_s: float = 2.0, busy: int = 0) -> dict[str, Any]:
     """Run ``rounds`` rounds (``busy`` busy-loop processes beside the worker). Returns lag_ms /
     claim_lag_ms {p50, p99, max}, lags (list), busy, load.
+
+    A round whose lag exceeds the worker's poll interval is listed in ``late`` and the
+    worker's log is kept (``late_log``); a round with no promotion raises, keeping the log
+    too (its path is in the message).
 
     Raises:
         TimeoutError: a round's promotion did not show up within ``ahead_s + 15`` s.
@@ -43,9 +49,11 @@ def run(tgt: Target, rounds: int = 20, ahead_s: float = 2.0, busy: int = 0) -> d
     ns = new_namespace()
     app = tgt.app(ns)
     wid = f"{ns}-w0"
-    worker = WorkerProc.start(tgt.worker_env(ns, wid, poll_interval_s=5), wid)
+    worker = WorkerProc.start(tgt.worker_env(ns, wid, poll_interval_s=POLL_INTERVAL_S), wid)
     lags: list[int] = []
     claim_lags: list[int] = []
+    late: list[dict[str, Any]] = []
+    kept: str | None = None
     start_load = load()
     burners: list[subprocess.Popen[bytes]] = []
     try:
@@ -67,12 +75,24 @@ def run(tgt: Target, rounds: int = 20, ahead_s: float = 2.0, busy: int = 0) -> d
             event = None
             while event is None:
                 if time.monotonic() > end:
-                    raise TimeoutError(f"precision: no promotion of {did}")
+                    path = worker.keep_log(f"no promotion of {did} due at {due_ms} ms")
+                    raise TimeoutError(
+                        f"precision: no promotion of {did} within {ahead_s + 15:g} s "
+                        f"(worker log kept at {path})")
                 time.sleep(0.05)
                 event = next((e for e in worker.events("escalation.promoted")
                               if e.get("dispute_id") == str(did)), None)
             lags.append(int(event["applied_ms"]) - due_ms)
             claim_lags.append(int(event["lag_ms"]))
+            if lags[-1] > POLL_INTERVAL_S * 1000:
+                late.append({"dispute_id": str(did), "due_ms": due_ms, "lag_ms": lags[-1]})
+        if late:
+            kept = str(worker.keep_log(f"{len(late)} firing(s) later than the poll interval: "
+                                       f"{late[:5]}"))
+    except BaseException:
+        if kept is None and worker.proc.poll() is not None:
+            kept = str(worker.keep_log("worker exited during the run"))
+        raise
     finally:
         for b in burners:
             b.kill()
@@ -86,4 +106,5 @@ def run(tgt: Target, rounds: int = 20, ahead_s: float = 2.0, busy: int = 0) -> d
         "claim_lag_ms": {"p50": percentile(claim_lags, 50), "p99": percentile(claim_lags, 99),
                          "max": max(claim_lags) if claim_lags else None},
         "lags_ms": lags, "load": start_load,
+        "late": late, "late_log": kept,
     }

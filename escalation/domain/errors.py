@@ -28,6 +28,21 @@ class LadderError(InvalidInput):
     """A ladder file that fails validation (the message names the file and the field)."""
 
 
+RELEASE_BROKEN = "released ladder file broken"
+"""Prefix of every :class:`LadderReleaseError` message; the dead-letter hook recognises it in
+the reason string and dead-letters at once (retrying cannot repair a file)."""
+
+
+class LadderReleaseError(LadderError):
+    """A released ladder version whose file is missing, invalid, or edited after release
+    (its SHA-256 differs from the checksum recorded by ``ladder release``). Escalations pinned
+    to it cannot be decided until the released file is restored; workers dead-letter them."""
+
+
+class UnknownPlanHash(InvalidInput):
+    """``ladder apply --plan-hash`` names no plan of the requested change (a usage error: 2)."""
+
+
 class LadderMigrationError(EscalationError):
     """A ladder migration that cannot be planned or applied (drift, demotion, missing map)."""
 

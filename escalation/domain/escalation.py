@@ -20,6 +20,25 @@ from escalation.domain.timeutil import require_aware
 MAX_SOURCE_HASH_LEN = 128  # SHA-512 hex; SHA-256 hex is 64
 MAX_EXTERNAL_ID_LEN = 200
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def check_text(value: str, name: str) -> str:
+    """``value`` unchanged when it holds no control character (C0, DEL, C1: NUL, newline, tab...).
+
+    Identifiers (external ids, trace ids, tier ids) are single-line printable text; PostgreSQL
+    ``text`` cannot store NUL at all, and a trailing newline would make ``"standard\n"`` a
+    different tier that looks like ``standard``.
+
+    Raises:
+        InvalidInput: a control character; the message names ``name`` and its position.
+    """
+    m = _CONTROL.search(value)
+    if m is not None:
+        raise InvalidInput(
+            f"{name}: control character {m.group()!r} at position {m.start()} in {value[:40]!r}"
+        )
+    return value
 
 
 class Status(StrEnum):
@@ -154,10 +173,14 @@ class Escalation:
 
         Raises:
             InvalidInput: naive datetime, non-UUID id, float/NaN/negative materiality,
-                bad source hash, over-long external id.
+                bad source hash, over-long external id, a control character (NUL, newline,
+                ...) in the tier, external id or trace id.
             UnknownTier: ``tier`` is not in ``ladder``.
         """
-        ladder.tier(tier)
+        ladder.tier(check_text(tier, "tier"))
+        if external_id is not None:
+            check_text(external_id, "external id")
+        check_text(trace_id, "trace id")
         if external_id is not None and len(external_id) > MAX_EXTERNAL_ID_LEN:
             raise InvalidInput(f"external id longer than {MAX_EXTERNAL_ID_LEN} characters")
         if not trace_id or len(trace_id) > 64:

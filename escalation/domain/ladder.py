@@ -66,6 +66,7 @@ class RegulatoryDeadline:
         caps: ids of the tiers whose due times this deadline caps (issue 4 A: a ladder may
             carry several deadlines, e.g. CFPB 15 days for the response tiers, 60 days for the
             terminal one). Empty = every tier.
+        source: citation, e.g. ``"12 CFR 1005.11(c)(1)"`` ("" when the file gives none).
     """
 
     name: str
@@ -73,6 +74,7 @@ class RegulatoryDeadline:
     window: SlaWindow
     buffer: int = 0
     caps: tuple[str, ...] = ()
+    source: str = ""
 
     def applies_to(self, tier_id: str) -> bool:
         """True when this deadline caps the due time of tier ``tier_id``."""

@@ -13,8 +13,10 @@
   time earlier than the current one becomes ``min(current, max(recomputed, now + grace))``
   (never a burst of retroactive breaches, domain.md 4.2 row 3).
 
-The due rule is part of the plan, not its value at one instant, so the plan hash does not
-drift with the clock: ``apply`` resolves ``now + grace`` with Redis TIME when it writes.
+The due rule is part of the plan, not its value at one instant: ``apply`` resolves
+``now + grace`` with Redis TIME when it writes. The plan hash (:func:`change_hash`) names the
+change -- ladder, versions, file checksums, rules -- not the escalations, which move while
+workers fire; apply re-plans each one at apply time.
 """
 
 from __future__ import annotations
@@ -140,6 +142,13 @@ class Blocked:
         )
 
 
+SEMANTICS = (
+    "ladder-migration/2: tier id kept; removed tiers follow each version's tier_map; never "
+    "a lower rank; due time per the target's [migration]; paused keep remaining time"
+)
+"""The planning rules, named in every plan hash: a change to them changes every hash."""
+
+
 @dataclass(frozen=True, slots=True)
 class MigrationPlan:
     """A dry run: what ``apply`` would do to every pending escalation of one ladder.
@@ -148,6 +157,8 @@ class MigrationPlan:
         ladder: ladder name; ``target_version`` and ``checksum`` identify the target file.
         items: migratable escalations, sorted by dispute id.
         blocked: escalations that cannot be migrated, sorted by dispute id.
+        files: ``(version, checksum)`` of every version ``1..target_version`` (the files
+            whose tier maps and policies the migration follows).
     """
 
     ladder: str
@@ -155,6 +166,7 @@ class MigrationPlan:
     checksum: str
     items: tuple[PlanItem, ...]
     blocked: tuple[Blocked, ...]
+    files: tuple[tuple[int, str], ...] = ()
 
     def groups(self) -> list[tuple[str, str, int]]:
         """``(from tier, to tier, count)`` rows, sorted."""
@@ -165,26 +177,31 @@ class MigrationPlan:
         """Items whose tier, next tier or due time changes."""
         return [i for i in self.items if i.changes]
 
+    def from_versions(self) -> list[int]:
+        """The pinned versions the planned escalations are on now, ascending."""
+        return sorted({i.from_version for i in self.items} | {b.from_version
+                                                               for b in self.blocked})
+
     @property
     def plan_hash(self) -> str:
-        """SHA-256 hex over the canonical rendering (target, checksum, every item/blocked)."""
-        return plan_hash(self.ladder, self.target_version, self.checksum, self.items, self.blocked)
+        """The change's hash (:func:`change_hash`): it names the change, not the members."""
+        return change_hash(self.ladder, self.target_version, self.files)
 
 
-def plan_hash(
-    ladder: str,
-    target_version: int,
-    checksum: str,
-    items: Iterable[PlanItem],
-    blocked: Iterable[Blocked],
-) -> str:
-    """SHA-256 hex of ``ladder@target\\nchecksum\\n<item lines>\\n<blocked lines>``."""
-    h = hashlib.sha256(f"{ladder}@{target_version}\n{checksum}\n".encode())
-    for item in items:
-        h.update(item.render().encode() + b"\n")
-    h.update(b"--blocked--\n")
-    for b in blocked:
-        h.update(b.render().encode() + b"\n")
+def change_hash(ladder: str, target_version: int, files: Iterable[tuple[int, str]]) -> str:
+    """SHA-256 hex naming one ladder migration: the ladder, the versions it migrates from
+    (every version below the target) and to, the checksum of each of those files, and the
+    planning rules (:data:`SEMANTICS`).
+
+    It does not name the escalations: pending escalations move while workers fire, and apply
+    re-validates each one at apply time, so a hash reviewed once stays valid on a busy
+    system. Any edit of a file or change of the rules gives a different hash.
+    """
+    h = hashlib.sha256(f"{ladder}\nfrom v1..v{target_version - 1}\nto v{target_version}\n"
+                       .encode())
+    for version, checksum in sorted(files):
+        h.update(f"v{version} {checksum}\n".encode())
+    h.update(SEMANTICS.encode())
     return h.hexdigest()
 
 
@@ -303,4 +320,24 @@ def build_plan(
         (items if isinstance(planned, PlanItem) else blocked).append(planned)  # type: ignore[arg-type]
     items.sort(key=lambda i: i.dispute_id)
     blocked.sort(key=lambda b: b.dispute_id)
-    return MigrationPlan(target.name, target.version, target.checksum, tuple(items), tuple(blocked))
+    files = tuple((v, ld.checksum) for v, ld in sorted(versions.items()) if v <= target.version)
+    return MigrationPlan(target.name, target.version, target.checksum, tuple(items),
+                         tuple(blocked), files)
+
+
+def split_plan(
+    escalations: Iterable[Escalation],
+    versions: Mapping[int, Ladder],
+    target: Ladder,
+    calendars: CalendarRegistry,
+) -> tuple[list[PlanItem], list[Blocked]]:
+    """Plan a page of escalations of ``target``'s ladder pinned below it: (items, blocked)."""
+    items: list[PlanItem] = []
+    blocked: list[Blocked] = []
+    for esc in escalations:
+        planned = plan_escalation(esc, versions, target, calendars)
+        if isinstance(planned, PlanItem):
+            items.append(planned)
+        else:
+            blocked.append(planned)
+    return items, blocked

@@ -6,6 +6,7 @@ Every user mistake becomes a one-line ``error: ...`` on stderr and exit code 2 (
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Annotated
 
@@ -75,7 +76,7 @@ def enqueue(
         ladder=ladder, external_id=external_id, trace_id=trace_id,
         anchor_at=parse_time(notice_at, "--notice-at"),
     )
-    a = _app(actor="cli", strict_ladders=True)
+    a = _app(actor="cli", strict_ladders=True, durable_redis=True)
     try:
         res = enqueue_on_breach(
             req, scheduler=a.scheduler, store=a.store, ladders=a.ladders, calendars=a.calendars,
@@ -158,20 +159,43 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
 # --------------------------------------------------------------------------- db / services
 @db_app.command("upgrade")
 def db_upgrade() -> None:
-    """Bring the database schema to the Alembic head; says which revisions it applied."""
-    from escalation.adapters.db import head_revision, upgrade_to_head
+    """Bring the database schema to the Alembic head and bind it to this namespace.
+
+    Says which revisions it applied. A database serves one deployment (namespace): the first
+    ``db upgrade`` records ESCALATION_NAMESPACE in it; a later one with another namespace is
+    refused (exit 2), and every command refuses to run against a database bound to another
+    namespace.
+    """
+    from escalation.adapters.db import (
+        bind_namespace,
+        check_namespace,
+        head_revision,
+        make_engine,
+        upgrade_to_head,
+    )
     from escalation.bootstrap import resolve_urls
 
-    urls = resolve_urls(_settings())
-    applied = upgrade_to_head(urls.database_url)
+    settings = _settings()
+    urls = resolve_urls(settings)
+    engine = make_engine(urls.database_url, pool_size=1)
+    try:
+        import sqlalchemy.exc
+
+        # refuse a mismatch before migrating; an older schema has no binding table yet
+        with contextlib.suppress(sqlalchemy.exc.ProgrammingError):
+            check_namespace(engine, settings.namespace)
+        applied = upgrade_to_head(urls.database_url)
+        bound = bind_namespace(engine, settings.namespace)
+    finally:
+        engine.dispose()
     if not applied:
-        out.print(f"database already at head ({head_revision()}): nothing to apply",
-                  markup=False, highlight=False)
+        out.print(f"database already at head ({head_revision()}): nothing to apply; "
+                  f"bound to namespace {bound}", markup=False, highlight=False)
         return
     for rev in applied:
         out.print(f"applied {rev}", markup=False, highlight=False)
-    out.print(f"database now at head ({head_revision()}): {len(applied)} revision(s) applied",
-              markup=False, highlight=False)
+    out.print(f"database now at head ({head_revision()}): {len(applied)} revision(s) applied; "
+              f"bound to namespace {bound}", markup=False, highlight=False)
 
 
 @services_app.command("stop")
@@ -212,8 +236,8 @@ def worker(
     if metrics_port is not None and not 1 <= metrics_port <= 65535:
         raise InvalidInput(f"--metrics-port must be 1-65535, got {metrics_port}")
     install_early_stop_handlers()
-    a = _app(strict_ladders=True, batch_size=batch_size, poll_interval_s=poll_interval_s,
-             lock_ttl_s=lock_ttl_s,
+    a = _app(strict_ladders=True, durable_redis=True, batch_size=batch_size,
+             poll_interval_s=poll_interval_s, lock_ttl_s=lock_ttl_s,
              jitter=jitter, worker_id=worker_id)
     metrics = None
     if metrics_port is not None:
@@ -237,6 +261,15 @@ def main() -> None:
         app()
     except EscalationError as exc:
         _fail(str(exc), exc.exit_code)
+    except sqlalchemy.exc.DataError as exc:
+        # input PostgreSQL refuses (e.g. a value our validation missed); the transaction rolled
+        # back, so nothing was written: report it as bad input, in one line
+        first = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
+        _fail(f"PostgreSQL refused the input: {first[0] if first else exc}", 2)
+    except redis.exceptions.OutOfMemoryError:
+        _fail("Redis is out of memory (maxmemory reached, nothing more written to Redis): "
+              "what PostgreSQL recorded stays recorded and `escalation reconcile` schedules "
+              "it once Redis has memory again", 1)
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         _fail(f"cannot reach Redis: {exc}", 1)
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:

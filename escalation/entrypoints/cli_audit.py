@@ -97,56 +97,83 @@ def audit_verify(
     dispute: Annotated[str | None, typer.Option("--dispute", help="One dispute (UUID).")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Every chain (default).")] = False,
     digest: Annotated[
-        Path | None, typer.Option(help="A checkpoint digest file kept elsewhere to compare.")
+        Path | None, typer.Option(help="A checkpoint digest file kept elsewhere: the ledger is "
+                                       "compared with the heads of that checkpoint.")
+    ] = None,
+    public_key: Annotated[
+        Path | None, typer.Option(help="Ed25519 public key (PEM): --digest must carry a valid "
+                                       "signature by it.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Recompute hash chains, projection heads and checkpoints; exit 1 on the first break."""
     from escalation.adapters.checkpoints import PostgresCheckpoints
+    from escalation.adapters.signing import load_public_key, verify_signature
+    from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.checkpoint import read_digest, verify
 
     if dispute is not None and all_:
         raise InvalidInput("give --dispute ID or --all, not both")
+    if public_key is not None and digest is None:
+        raise InvalidInput("--public-key checks the signature of --digest: give both")
     dig = None if digest is None else read_digest(digest)
-    from escalation.entrypoints.progress import cli_progress
-
+    bad_signature = None
+    if dig is not None and public_key is not None:
+        bad_signature = verify_signature(dig, load_public_key(public_key))
     with _engine() as engine, cli_progress("audit verify") as progress:
         report = verify(PostgresCheckpoints(engine), _uuid(dispute), dig, progress=progress)
+    if bad_signature is not None:
+        report.checkpoint_errors.insert(0, f"{digest}: {bad_signature}")
     if as_json:
-        sys.stdout.write(
-            json.dumps(
-                {
-                    "ok": report.ok,
-                    "broken_chains": [[str(d), s] for d, s in report.broken_chains],
-                    "checkpoint_mismatches": [
-                        [str(d), s] for d, s in report.checkpoint_mismatches
-                    ],
-                    "checkpoint_errors": report.checkpoint_errors,
-                    "checkpoint_id": report.checkpoint_id,
-                }
-            )
-            + "\n"
+        _verify_json(report)
+    elif report.ok:
+        cp = report.checkpoint_id
+        if cp:
+            out.print(f"ok: chains intact; last checkpoint {cp} matches")
+        else:
+            out.print("ok: chains intact; no checkpoint yet "
+                      "(run `escalation audit checkpoint`)", markup=False, highlight=False)
+    else:
+        _verify_problems(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _verify_json(report: Any) -> None:
+    """The ``audit verify --json`` report on stdout (one line)."""
+    sys.stdout.write(
+        json.dumps(
+            {
+                "ok": report.ok,
+                "broken_chains": [[str(d), s] for d, s in report.broken_chains],
+                "checkpoint_mismatches": [
+                    [str(d), s] for d, s in report.checkpoint_mismatches
+                ],
+                "checkpoint_errors": report.checkpoint_errors,
+                "projection_mismatches": [
+                    [str(d), f] for d, f in report.projection_mismatches
+                ],
+                "checkpoint_id": report.checkpoint_id,
+            }
         )
-    if report.ok:
-        if not as_json:
-            cp = report.checkpoint_id
-            if cp:
-                out.print(f"ok: chains intact; last checkpoint {cp} matches")
-            else:
-                out.print("ok: chains intact; no checkpoint yet "
-                          "(run `escalation audit checkpoint`)", markup=False, highlight=False)
-        return
-    if not as_json:
-        for d, seq in report.broken_chains:
-            err.print(f"broken chain: dispute {d}, first broken link at seq {seq}")
-        for d, seq in report.checkpoint_mismatches:
-            err.print(
-                f"checkpoint mismatch: dispute {d} seq {seq} differs from checkpoint "
-                f"{report.checkpoint_id}"
-            )
-        for text in report.checkpoint_errors:
-            err.print(f"checkpoint error: {text}")
-    raise typer.Exit(1)
+        + "\n"
+    )
+
+
+def _verify_problems(report: Any) -> None:
+    """Each problem of a failed ``audit verify`` as one line on stderr."""
+    for d, seq in report.broken_chains:
+        err.print(f"broken chain: dispute {d}, first broken link at seq {seq}")
+    for d, fields in report.projection_mismatches:
+        err.print(f"projection mismatch: dispute {d}: escalation_state differs from the "
+                  f"ledger in {fields}", markup=False, highlight=False)
+    for d, seq in report.checkpoint_mismatches:
+        err.print(
+            f"checkpoint mismatch: dispute {d} seq {seq} differs from checkpoint "
+            f"{report.checkpoint_id}"
+        )
+    for text in report.checkpoint_errors:
+        err.print(f"checkpoint error: {text}")
 
 
 @audit_app.command("checkpoint")
@@ -156,15 +183,77 @@ def audit_checkpoint(
     ] = None,
     actor: Annotated[str, typer.Option(help="Who seals the checkpoint.")] = "cli",
 ) -> None:
-    """Seal a checkpoint: Merkle root over all chain heads, chained to the previous one."""
+    """Seal a checkpoint: verify every chain against the previous checkpoint (refuse on any
+    break), then a Merkle root over all chain heads, chained to the previous one, signed with
+    Ed25519 (ESCALATION_CHECKPOINT_KEY_FILE or ESCALATION_CHECKPOINT_KEY)."""
     from escalation.adapters.checkpoints import PostgresCheckpoints
-    from escalation.service_layer.checkpoint import create_checkpoint, digest_of, write_digest
+    from escalation.adapters.signing import KEY_ENV, KEY_FILE_ENV, load_private_key, sign
+    from escalation.service_layer.checkpoint import create_checkpoint, digest_of
 
+    key = load_private_key()
+    if key is None:
+        raise InvalidInput(f"set {KEY_FILE_ENV} (or {KEY_ENV}) to an Ed25519 private key: "
+                           "checkpoints are signed (generate one with `escalation audit keygen`)")
     with _engine() as engine:
         cp = create_checkpoint(PostgresCheckpoints(engine), actor)
+    signed = sign(digest_of(cp), key)
     if out_file is not None:
-        write_digest(cp, out_file)
-    out.print_json(json.dumps(digest_of(cp)))
+        out_file.write_text(json.dumps(signed, indent=2, sort_keys=True) + "\n", "utf-8")
+    out.print_json(json.dumps(signed))
+
+
+@audit_app.command("keygen")
+def audit_keygen(
+    private_out: Annotated[Path, typer.Option(help="Private key file to create (0600).")],
+    public_out: Annotated[Path, typer.Option(help="Public key file to write (publish it).")],
+) -> None:
+    """Generate an Ed25519 checkpoint signing key pair (PEM)."""
+    from escalation.adapters.signing import generate_keypair
+
+    generate_keypair(private_out, public_out)
+    out.print(f"private key {private_out} (keep secret), public key {public_out} (publish)",
+              markup=False, highlight=False)
+
+
+@audit_app.command("public-key")
+def audit_public_key() -> None:
+    """Print the public key (PEM) of the configured checkpoint signing key."""
+    from escalation.adapters.signing import KEY_FILE_ENV, load_private_key, public_pem
+
+    key = load_private_key()
+    if key is None:
+        raise InvalidInput(f"no signing key configured ({KEY_FILE_ENV})")
+    sys.stdout.write(public_pem(key.public_key()).decode())
+
+
+@audit_app.command("verify-digest")
+def audit_verify_digest(
+    digest: Annotated[Path, typer.Argument(help="Signed checkpoint digest (JSON).")],
+    public_key: Annotated[Path, typer.Option(help="Ed25519 public key (PEM).")],
+    previous: Annotated[Path | None, typer.Option(
+        help="The digest of the checkpoint before it: its hash must be the new one's link.")
+    ] = None,
+) -> None:
+    """Offline: check a digest's signature (and its link to the previous digest), no database.
+    Exit 1 when it does not verify."""
+    from escalation.adapters.signing import load_public_key, verify_signature
+    from escalation.service_layer.checkpoint import read_digest
+
+    key = load_public_key(public_key)
+    dig = read_digest(digest)
+    problems = [p for p in [verify_signature(dig, key)] if p]
+    if previous is not None:
+        prev = read_digest(previous)
+        problems += [f"{previous}: {p}" for p in [verify_signature(prev, key)] if p]
+        if (int(prev.get("checkpoint_id", -1)) + 1 == int(dig.get("checkpoint_id", -2))
+                and prev.get("checkpoint_hash") != dig.get("prev_checkpoint_hash")):
+            problems.append(f"{digest} does not chain to {previous}")
+    for p in problems:
+        err.print(f"error: {p}", markup=False, highlight=False)
+    if problems:
+        raise typer.Exit(1)
+    out.print(f"ok: checkpoint {dig.get('checkpoint_id')} signed by the given key",
+              markup=False, highlight=False)
 
 
 # --------------------------------------------------------------------------- partitions

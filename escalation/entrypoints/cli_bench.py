@@ -19,7 +19,8 @@ bench_app = typer.Typer(help="Benchmarks: drain, precision, idle, enqueue, scale
                         no_args_is_help=True)
 
 DbOpt = Annotated[str | None, typer.Option(
-    help="Use this (migrated) database instead of creating and dropping one.")]
+    help="PostgreSQL server to benchmark (URL of any database on it): the bench creates its "
+         "own database there and drops it; it never writes into the named one.")]
 JsonOpt = Annotated[bool, typer.Option("--json-only", help="Print only the JSON and summary.")]
 
 

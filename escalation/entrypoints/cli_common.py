@@ -44,16 +44,19 @@ def _settings(**overrides: Any) -> Any:
 
 def _app(
     actor: str | None = None, check_schema: bool = True, strict_ladders: bool = False,
-    **overrides: Any,
+    durable_redis: bool = False, **overrides: Any,
 ) -> Any:
-    """Configure logging and build the wired ``bootstrap.App`` (the caller closes it)."""
+    """Configure logging and build the wired ``bootstrap.App`` (the caller closes it).
+
+    ``durable_redis``: refuse a Redis that may evict keys (workers, enqueue, import).
+    """
     from escalation.bootstrap import build
     from escalation.logs import configure_logging
 
     settings = _settings(**overrides)
     configure_logging(settings.log_format, settings.log_level)
     return build(settings, actor=actor, check_schema=check_schema,
-                 strict_ladders=strict_ladders)
+                 strict_ladders=strict_ladders, durable_redis=durable_redis)
 
 
 def _print_json(data: Any) -> None:

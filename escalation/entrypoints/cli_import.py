@@ -57,7 +57,7 @@ def import_csv(
     )
     if not csv_path.is_file():
         raise InvalidInput(f"{csv_path}: cannot read: no such file")
-    a = _app(actor="import", strict_ladders=True)
+    a = _app(actor="import", strict_ladders=True, durable_redis=True)
     target = ImportTarget(scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                           calendars=a.calendars, default_ladder=a.settings.default_ladder,
                           actor=a.actor)

@@ -1,4 +1,4 @@
-"""``escalation ladder check|plan|apply|history`` (issue 3; docs/ladder-migrations.md).
+"""``escalation ladder check|release|plan|apply|history`` (docs/ladder-migrations.md).
 
 ``check`` must work on a fresh machine (CI runs it): with no database configured it checks
 the files only and says so -- it never starts the embedded servers for the checksum part,
@@ -23,6 +23,18 @@ ladder_app = typer.Typer(help="Ladder files and ladder migrations.", no_args_is_
 LadderOpt = Annotated[str | None, typer.Option("--ladder", help="Ladder name (default: the "
                                                "configured default ladder).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+ActorOpt = Annotated[str | None, typer.Option(
+    "--actor", help="Who acts, on record (default: OS user@host).")]
+ReasonOpt = Annotated[str, typer.Option(
+    "--reason", help="Why, on record (e.g. a change ticket).")]
+
+
+def _actor(actor: str | None) -> str:
+    from escalation.service_layer.ladder_release import default_actor
+
+    if actor is not None and not actor.strip():
+        raise LadderError("--actor: must not be empty")
+    return actor.strip() if actor else default_actor()
 
 
 def _history_for_check(settings: Any) -> tuple[Any, str]:
@@ -92,8 +104,10 @@ def _plan_json(plan: Any, limit: int) -> dict[str, Any]:
              "due": i.due.render()} for i in plan.changed()[:limit]
         ],
         "changed_total": len(plan.changed()),
+        "from_versions": plan.from_versions(),
         "blocked": [{"dispute_id": str(b.dispute_id), "tier": b.tier, "reason": b.reason}
-                    for b in plan.blocked],
+                    for b in plan.blocked[:limit]],
+        "blocked_total": len(plan.blocked),
     }
 
 
@@ -141,48 +155,96 @@ def ladder_plan(
                        i.due.current.isoformat() if i.due.current else "(paused)",
                        after.isoformat() if after else "(paused)")
         out.print(ch)
-    for b in plan.blocked:
+    for b in plan.blocked[:limit]:
         out.print(f"cannot migrate {b.dispute_id} ({b.tier}): {b.reason}", markup=False)
-    out.print(f"plan hash: {plan.plan_hash}")
+    out.print(f"plan hash: {plan.plan_hash} (names the change: {name} v"
+              f"{', v'.join(str(v) for v in plan.from_versions()) or '-'} -> v{to}, file "
+              f"checksums, rules; not the escalations)")
     if plan.blocked:
-        out.print(f"{len(plan.blocked)} escalation(s) cannot be migrated: apply will refuse")
-    else:
-        out.print(f"apply with: escalation ladder apply --ladder {name} --to {to} "
-                  f"--plan-hash {plan.plan_hash}")
+        out.print(f"{len(plan.blocked)} escalation(s) cannot be migrated: apply leaves them "
+                  f"on their pinned version and exits 1")
+    out.print(f"apply with: escalation ladder apply --ladder {name} --to {to} "
+              f"--plan-hash {plan.plan_hash} --reason <ticket>")
+
+
+@ladder_app.command("release")
+def ladder_release(
+    version: Annotated[int, typer.Option("--version", help="Version to release.")],
+    ladder: LadderOpt = None,
+    actor: ActorOpt = None,
+    reason: ReasonOpt = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Put a ladder version live: validate it and record its checksum (exit 2 if invalid).
+
+    New escalations are pinned to the newest released version; pending ones stay on theirs
+    until `ladder apply`. Releasing an already released, unchanged file does nothing.
+    """
+    from escalation.adapters.ladder_files import LadderCatalog
+    from escalation.adapters.ladder_history import LadderHistoryStore
+    from escalation.service_layer.ladder_release import release_version
+
+    who = _actor(actor)
+    a = _app(actor="cli")
+    try:
+        name = ladder or a.settings.default_ladder
+        res = release_version(history=LadderHistoryStore(a.engine),
+                              files=LadderCatalog.from_dir(a.settings.ladders_dir, strict=False),
+                              ladder=name, version=version,
+                              actor=who, reason=reason, now=a.scheduler.time())
+    finally:
+        a.close()
+    row = res.row
+    if as_json:
+        out.print_json(json.dumps({**_asdict(row), "new": res.new}, default=str))
+        return
+    verb = "released" if res.new else "already released"
+    out.print(f"{row.ladder}@{row.version} {verb} (checksum {row.checksum[:12]}, on "
+              f"{row.released_at.isoformat(timespec='seconds')} by {row.released_by}"
+              f"{', reason: ' + row.reason if row.reason else ''})", markup=False,
+              highlight=False)
 
 
 @ladder_app.command("apply")
 def ladder_apply(
-    to: Annotated[int, typer.Option("--to", help="Target version.")],
+    to: Annotated[int, typer.Option("--to", help="Target version (released).")],
     plan_hash: Annotated[str, typer.Option("--plan-hash", help="Hash printed by `plan`.")],
     ladder: LadderOpt = None,
     batch_size: Annotated[int, typer.Option(help="Escalations per transaction.")] = 500,
+    actor: ActorOpt = None,
+    reason: ReasonOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
-    """Migrate the pending escalations to VERSION in resumable batches (re-plans first).
+    """Migrate the pending escalations to VERSION in resumable batches, while workers fire.
 
-    Re-running a finished apply with the same plan hash does nothing and exits 0 ("version N
-    of LADDER is already applied (on DATE by ACTOR); nothing to do").
+    Each escalation is re-validated when its batch is written. Exit 1 when some could not be
+    migrated (blocked: left on their pinned version). Re-running a finished apply with the
+    same plan hash does nothing and exits 0 ("version N of LADDER is already applied (on
+    DATE by ACTOR); nothing to do").
     """
     from escalation.adapters.ladder_history import LadderHistoryStore
     from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.ladder_migration import apply_migration
 
-    a = _app(actor="cli-ladder-apply")
+    who = _actor(actor)
+    a = _app(actor=who)
     name = ladder or a.settings.default_ladder
     try:
-        with cli_progress(f"ladder apply {name}") as bar:
-            def progress(done: int, total: int) -> None:
-                bar("migrate", done, total)
-
+        with cli_progress(f"ladder apply {name}") as progress:
             report = apply_migration(
                 history=LadderHistoryStore(a.engine), scheduler=a.scheduler, ladders=a.ladders,
                 calendars=a.calendars, ladder=name, to_version=to, plan_hash=plan_hash,
-                actor=a.actor, batch_size=batch_size, lock_wait_s=a.settings.lock_ttl_s,
-                progress=progress,
+                actor=who, reason=reason, batch_size=batch_size,
+                lock_wait_s=a.settings.lock_ttl_s, progress=progress,
             )
     finally:
         a.close()
+    _print_apply(report, as_json)
+    if report.blocked:
+        sys.exit(1)
+
+
+def _print_apply(report: Any, as_json: bool) -> None:
     if report.already_applied is not None:
         message = report.already_applied_message()
         if as_json:
@@ -191,42 +253,55 @@ def ladder_apply(
         else:
             out.print(message, markup=False, highlight=False)
         return
-    data = {"run_id": report.run_id, "resumed": report.resumed, "planned": report.planned,
+    if as_json:
+        out.print_json(json.dumps({
+            "run_id": report.run_id, "resumed": report.resumed, "planned": report.planned,
             "migrated": report.migrated, "replanned": report.replanned,
-            "skipped": report.skipped, "breach_suppressed": report.suppressed,
+            "unchanged": report.unchanged, "breach_suppressed": report.suppressed,
             "blocked": len(report.blocked), "not_owner": report.not_owner,
             "left_to_workers": [str(d) for d in report.left_to_workers],
-            "redis_repaired": report.redis_repaired}
-    if as_json:
-        out.print_json(json.dumps(data))
+            "redis_repaired": report.redis_repaired}))
         return
-    out.print(", ".join(f"{k} {v if not isinstance(v, list) else len(v)}"
-                        for k, v in data.items()))
+    out.print(f"run {report.run_id}{' (resumed)' if report.resumed else ''}: "
+              f"{report.summary()}", markup=False, highlight=False)
+    for b in report.blocked[:20]:
+        err.print(f"blocked {b.dispute_id} ({b.tier}): {b.reason}", markup=False,
+                  highlight=False)
 
 
 @ladder_app.command("history")
 def ladder_history(ladder: LadderOpt = None, as_json: JsonOpt = False) -> None:
-    """What was applied and when (one row per `ladder apply` run)."""
+    """Releases (who, when, why, checksum) and `ladder apply` runs (one row per run)."""
     from escalation.adapters.ladder_history import LadderHistoryStore
 
     a = _app(actor="cli")
     try:
-        rows = LadderHistoryStore(a.engine).history(ladder)
+        store = LadderHistoryStore(a.engine)
+        rows = store.history(ladder)
+        releases = list(store.releases(ladder).values())
     finally:
         a.close()
     if as_json:
-        out.print_json(json.dumps([_asdict(r) for r in rows], default=str))
+        out.print_json(json.dumps({"releases": [_asdict(r) for r in releases],
+                                   "runs": [_asdict(r) for r in rows]}, default=str))
         return
-    table = Table(title="ladder history")
-    for col in ("run", "ladder", "version", "status", "started", "finished", "by", "migrated",
-                "replanned", "not owner", "checksum", "plan hash"):
+    rel = Table(title="ladder releases")
+    for col in ("ladder", "version", "released", "by", "reason", "checksum"):
+        rel.add_column(col)
+    for rr in releases:
+        rel.add_row(rr.ladder, str(rr.version), rr.released_at.isoformat(timespec="seconds"),
+                    rr.released_by, rr.reason, rr.checksum[:12])
+    out.print(rel)
+    table = Table(title="ladder migrations (apply runs)")
+    for col in ("run", "ladder", "version", "status", "started", "finished", "by", "reason",
+                "migrated", "replanned", "unchanged", "blocked", "not owner", "plan hash"):
         table.add_column(col)
     for r in rows:
         table.add_row(str(r.run_id), r.ladder, str(r.version), r.status,
                       r.started_at.isoformat(timespec="seconds"),
                       r.finished_at.isoformat(timespec="seconds") if r.finished_at else "",
-                      r.applied_by, str(r.migrated), str(r.replanned), str(r.not_owner),
-                      r.checksum[:12], r.plan_hash[:12])
+                      r.applied_by, r.reason, str(r.migrated), str(r.replanned),
+                      str(r.skipped), str(r.blocked), str(r.not_owner), r.plan_hash[:12])
     out.print(table)
     if not rows:
         out.print("no ladder migration applied yet")

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from escalation.domain.errors import InvalidInput
-from escalation.entrypoints.cli_common import _app, _print_json, err, out
+from escalation.entrypoints.cli_common import _app, _print_json, _settings, err, out
 
 app = typer.Typer()  # top-level commands, merged into the root by cli.py
 dead_app = typer.Typer(help="Dead letters: poison escalations, undeliverable notifications.",
@@ -30,12 +30,28 @@ def _dead(a: Any) -> Any:
     return DeadLetters(rel=_rel(a), scheduler=a.scheduler, store=a.store, actor=a.actor)
 
 
+def _webhook_key() -> bytes:
+    """The signing key from ESCALATION_WEBHOOK_SECRET (required with a webhook URL).
+
+    Raises:
+        InvalidInput: the secret is not set.
+    """
+    from escalation.adapters.webhook import secret_key
+
+    secret = _settings().webhook_secret
+    if secret is None or not secret.get_secret_value():
+        raise InvalidInput("ESCALATION_WEBHOOK_SECRET must be set: every webhook delivery "
+                           "is signed (Standard Webhooks, HMAC-SHA256)")
+    return secret_key(secret.get_secret_value())
+
+
 @app.command()
 def notify(
     webhook_url: Annotated[str | None, typer.Option(
         envvar="ESCALATION_WEBHOOK_URL",
         help="POST each notification here (or set ESCALATION_WEBHOOK_URL). Required unless "
-             "--discard.",
+             "--discard. Deliveries are signed (Standard Webhooks) with "
+             "ESCALATION_WEBHOOK_SECRET, which is then required; redirects are never followed.",
     )] = None,
     discard: Annotated[bool, typer.Option(
         help="With no webhook URL: acknowledge every notification WITHOUT delivering it "
@@ -47,7 +63,6 @@ def notify(
     idle_ms: Annotated[int, typer.Option(help="Take over entries idle this long.")] = 60_000,
     backoff: Annotated[str, typer.Option(
         help="Retry ladder: comma-separated seconds, e.g. 5,30,300,3600.")] = "5,30,300,3600",
-    jitter: Annotated[float, typer.Option(help="Retry jitter fraction 0-0.5.")] = 0.2,
 ) -> None:
     """Deliver review-queue notifications (consumer group, retries with backoff, dead letters).
 
@@ -61,12 +76,13 @@ def notify(
     from escalation.logs import get_logger
     from escalation.service_layer.notify import Notifier, NotifyReport, parse_backoff
 
-    policy = parse_backoff(backoff, jitter)
+    policy = parse_backoff(backoff)
     if webhook_url and not webhook_url.startswith(("http://", "https://")):
         raise InvalidInput(f"--webhook-url must be an http:// or https:// URL, got {webhook_url!r}")
     if not webhook_url and not discard:
         raise InvalidInput("--webhook-url is required (or ESCALATION_WEBHOOK_URL); pass "
                            "--discard to acknowledge notifications without delivering them")
+    key = _webhook_key() if webhook_url else b""
     a = _app()
     url = webhook_url
     if not url:
@@ -75,7 +91,7 @@ def notify(
             detail="no --webhook-url / ESCALATION_WEBHOOK_URL: notifications are acknowledged "
                    "without delivery",
         )
-    deliver = None if not url else (lambda f: post_notification(url, f, timeout_s))
+    deliver = None if not url else (lambda f: post_notification(url, f, timeout_s, key))
     n = Notifier(rel=_rel(a), scheduler=a.scheduler, store=a.store, deliver=deliver,
                  policy=policy, consumer=a.actor, actor=a.actor, tier=tier, idle_ms=idle_ms,
                  rng=random.Random())
@@ -193,9 +209,8 @@ def doctor(
         _print_json([c.as_dict() for c in checks])
     else:
         for c in checks:
-            out.print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}", markup=False,
-                      highlight=False)
-            if not c.ok and c.advice:
+            out.print(f"{c.status:<7} {c.name}: {c.detail}", markup=False, highlight=False)
+            if (c.unknown or not c.ok) and c.advice:
                 out.print(f"     -> {c.advice}", markup=False, highlight=False)
     if not all(c.ok for c in checks):
         raise typer.Exit(1)

@@ -208,7 +208,7 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
     err.print(f"servers: redis {urls.redis_url} | postgres "
               f"{'embedded' if urls.embedded else 'configured'} (home {settings.home})")
     upgrade_to_head(urls.database_url)
-    a = build(settings, actor="demo", strict_ladders=True)
+    a = build(settings, actor="demo", strict_ladders=True, durable_redis=True)
     try:
         now = a.scheduler.time()
         lines, prior = _requests(count=count, csv_path=csv_path, mapping=mapping, now=now)

@@ -121,7 +121,8 @@ class _IdleState:
 
 def crashpoint_from_env() -> Any:
     """Test hook: ``ESCALATION_CRASHPOINT=<name>:<n>`` SIGKILLs this process the n-th time the
-    protocol passes boundary ``<name>`` (after_claim, after_record, after_apply). Unset = no-op.
+    protocol passes boundary ``<name>`` (after_claim, before_record, after_record, after_apply).
+    Unset = no-op.
     Used by the fault-injection tests only."""
     spec = os.environ.get("ESCALATION_CRASHPOINT")
     if not spec:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 from uuid import UUID
 
+from escalation.domain.csv_cells import neutralise_cell, restore_cell
 from escalation.domain.errors import InvalidInput
 from escalation.ports import AuditFilter as AuditFilter  # noqa: PLC0414 -- re-export
 from escalation.ports import LedgerRow, LedgerSearch
@@ -208,6 +209,7 @@ def export(
     out: Path,
     flt: AuditFilter,
     progress: Callable[[int], None] | None = None,
+    formula_guard: bool = False,
 ) -> Manifest:
     """Stream matching rows to ``out`` as CSV (header row) or JSON Lines; write a manifest.
 
@@ -217,6 +219,9 @@ def export(
         fmt: ``"csv"`` or ``"jsonl"``. out: the file to (over)write.
         flt: usually ``since``/``until`` only (half-open on decided_at).
         progress: called with the number of rows written so far, every 1000 rows and at end.
+        formula_guard: CSV only: a text cell starting with ``= + - @``, tab or carriage
+            return gets a leading ``'`` so a spreadsheet does not evaluate it (the file is
+            then for people, not for :func:`read_csv`).
 
     Returns:
         The :class:`Manifest` (also written to :func:`manifest_path`).
@@ -233,13 +238,14 @@ def export(
     last: datetime | None = None
     with out.open("wb") as raw:
         sink = _HashingWriter(raw)
-        writer = csv.writer(sink, lineterminator="\n") if fmt == "csv" else None
+        writer = csv.writer(sink, lineterminator="\r\n") if fmt == "csv" else None
         if writer is not None:
             writer.writerow(COLUMNS)
         for row in ledger.stream(flt, COLUMNS):
             values = [export_value(c, row[c]) for c in COLUMNS]
             if writer is not None:
-                writer.writerow(_csv_cells(values))
+                cells = _csv_cells(values)
+                writer.writerow([_guard(c) for c in cells] if formula_guard else cells)
             else:
                 sink.write(
                     json.dumps(dict(zip(COLUMNS, values, strict=True)), sort_keys=False,
@@ -267,9 +273,20 @@ def export(
     return manifest
 
 
+def _guard(cell: Any) -> Any:
+    if isinstance(cell, str) and cell.startswith(("=", "+", "-", "@", "\t", "\r")):
+        return "'" + cell
+    return cell
+
+
 def _csv_cells(values: list[Any]) -> list[Any]:
+    """CSV cells: None -> "", details -> JSON, text neutralised against formula injection."""
     return [
-        "" if v is None else _details_text(v) if isinstance(v, dict) else v for v in values
+        "" if v is None
+        else _details_text(v) if isinstance(v, dict)
+        else neutralise_cell(v) if isinstance(v, str)
+        else v
+        for v in values
     ]
 
 
@@ -292,7 +309,7 @@ def read_csv(path: Path) -> Iterator[dict[str, Any]]:
 def _parse(name: str, text: str) -> Any:
     if text == "":
         return {} if name == "details" else None
-    return _PARSERS.get(name, str)(text)
+    return _PARSERS.get(name, str)(restore_cell(text))
 
 
 def _parse_time(text: str) -> datetime:
@@ -317,8 +334,37 @@ def write_csv(rows: Iterator[Mapping[str, Any]], out: Path) -> str:
     file's SHA-256 hex. Used to show that a re-import reproduces the file byte for byte."""
     with out.open("wb") as raw:
         sink = _HashingWriter(raw)
-        writer = csv.writer(sink, lineterminator="\n")
+        writer = csv.writer(sink, lineterminator="\r\n")
         writer.writerow(COLUMNS)
         for row in rows:
             writer.writerow(_csv_cells([export_value(c, row[c]) for c in COLUMNS]))
     return sink.sha.hexdigest()
+
+
+COLUMN_DICTIONARY: dict[str, str] = {
+    "dispute_id": "Dispute UUID (hyphenated, lower case).",
+    "seq": "Position of the row in the dispute's hash chain, from 1.",
+    "event": "What happened: ENQUEUED, PROMOTED, TERMINAL, CANCELLED, PAUSED, RESUMED, ...",
+    "match_decision": "The decision recorded (e.g. TIER_BREACH, TERMINAL_ESCALATION).",
+    "actor": "Who decided: worker id, API token name or CLI user.",
+    "from_tier": "Tier the dispute left (empty when none).",
+    "to_tier": "Tier the dispute entered (empty when none).",
+    "ladder": "Ladder name.",
+    "ladder_version": "Ladder version the decision used.",
+    "calendar_version": "Version of the business calendar the due times were counted in.",
+    "materiality": "Disputed amount, decimal string (never a float).",
+    "due_at": "Due time (SLA breach instant) of the tier being left, UTC.",
+    "next_due_at": "Due time in the tier entered, UTC.",
+    "regulatory_deadline": "Regulatory deadline capping the current tier, UTC.",
+    "decided_at": "When the decision was taken (Redis TIME for worker decisions), UTC.",
+    "recorded_at": "Database clock at insert, UTC.",
+    "trace_id": "Correlation id carried into every log event.",
+    "source_hash": "Hex digest of the source record.",
+    "external_id": "The source system's dispute id, when not a UUID.",
+    "fence_token": "Fencing token of the lease the decision was taken under.",
+    "details": "Why: canonical JSON (reason, warnings, migration provenance).",
+    "prev_hash": "row_hash of the previous row of the chain (hex).",
+    "row_hash": "SHA-256 of this row chained to prev_hash (hex).",
+    "chain_created_at": "The dispute's creation instant (partition key), UTC.",
+}
+"""Meaning of each of :data:`COLUMNS` (the manifest's column dictionary)."""

@@ -2,13 +2,15 @@
 
 Recorded in PostgreSQL first (a CANCELLED ledger row), then the member, payload and lock are
 removed from Redis in one script; a worker still holding the lock cannot bring it back (its
-apply finds no payload).
+apply finds no payload). A decision recorded before the cancel but never applied (PROMOTED
+then CANCELLED) is notified by that same script, exactly once.
 """
 
 from __future__ import annotations
 
 from escalation.domain.escalation import Escalation, parse_dispute_id
 from escalation.ports import AuditLog, Scheduler
+from escalation.service_layer.fire import unapplied_notifications
 
 
 def cancel(
@@ -23,5 +25,16 @@ def cancel(
     """
     did = parse_dispute_id(dispute_id)
     state = store.record_cancel(did, actor, scheduler.time(), reason)
-    scheduler.cancel(did)
+    # A decision recorded just before the cancel may never have been applied (its worker died
+    # or lost the race): its notification goes out with the cancel, exactly once -- cancel.lua
+    # sends it only if no apply moved the payload past its seq.
+    payload = scheduler.payload(did)
+    note = None
+    if payload is not None:
+        try:
+            applied = int(payload.get("seq", "0"))
+        except ValueError:
+            applied = 0  # a corrupt seq is behind everything (as in apply.lua)
+        note = unapplied_notifications(store, [(did, applied, state.seq)]).get(did)
+    scheduler.cancel(did, note)
     return state

@@ -24,12 +24,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from escalation.domain.errors import InvalidInput
+from escalation.domain.errors import EscalationError, InvalidInput
 from escalation.domain.merkle import checkpoint_hash, head_leaf, merkle_root
 from escalation.ports import Checkpoint as Checkpoint  # noqa: PLC0414 -- re-export
 from escalation.ports import CheckpointSnapshot, CheckpointStore, SealedHead
@@ -44,12 +44,15 @@ class VerifyReport:
     """Everything :func:`verify` found; ``ok`` when nothing is broken.
 
     ``broken_chains``: ``(dispute_id, first_bad_seq)`` from the hash chains and projection
-    heads. ``checkpoint_mismatches``: ``(dispute_id, seq)`` whose row no longer has the hash
-    sealed in the last checkpoint (or is gone). ``checkpoint_errors``: the checkpoint chain
-    itself or the digest file disagree (text).
+    heads. ``projection_mismatches``: ``(dispute_id, fields)`` whose projection row
+    (``escalation_state``) disagrees with its ledger (the last row's state-after columns,
+    terminal / cancelled status). ``checkpoint_mismatches``: ``(dispute_id, seq)`` whose
+    row no longer has the hash sealed in the last checkpoint (or is gone).
+    ``checkpoint_errors``: the checkpoint chain itself or the digest file disagree (text).
     """
 
     broken_chains: list[tuple[UUID, int]] = field(default_factory=list)
+    projection_mismatches: list[tuple[UUID, str]] = field(default_factory=list)
     checkpoint_mismatches: list[tuple[UUID, int]] = field(default_factory=list)
     checkpoint_errors: list[str] = field(default_factory=list)
     checkpoint_id: int | None = None
@@ -57,21 +60,66 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         """True when no chain, head or checkpoint problem was found."""
-        return not (self.broken_chains or self.checkpoint_mismatches or self.checkpoint_errors)
+        return not (self.broken_chains or self.projection_mismatches
+                    or self.checkpoint_mismatches or self.checkpoint_errors)
 
 
 def _sort_heads(heads: Sequence[SealedHead]) -> list[SealedHead]:
     return sorted(heads, key=lambda h: h.dispute_id.bytes)
 
 
+class SealRefused(EscalationError):
+    """The ledger does not verify against the previous checkpoint: nothing is sealed."""
+
+
 def create_checkpoint(store: CheckpointStore, actor: str) -> Checkpoint:
     """Seal the current chain heads into a new checkpoint (see the module doc; one
     transaction in a consistent snapshot, one sealer at a time).
 
+    Before sealing, every hash chain and projection head is recomputed, the projection is
+    compared with the ledger, and the previous checkpoint (its own hash chain and every head
+    it sealed) is compared with the ledger in the same snapshot the new heads are read from,
+    under the sealer's lock. A forged chain -- even one recomputed end to end with its
+    projection head -- no longer matches the head the previous checkpoint sealed, so it is
+    never sealed as if it were genuine. Concurrent appends are fine: the checkpoint covers
+    the snapshot.
+
     Returns:
         The new :class:`Checkpoint`.
+
+    Raises:
+        SealRefused: a broken chain or projection head, a head that differs from the previous
+            checkpoint, or a broken checkpoint chain (the message counts each kind and names
+            the first few).
     """
-    return store.seal(actor)
+    retained = store.retained_from()
+
+    def refuse_unless_verified(snap: CheckpointSnapshot) -> None:
+        check = VerifyReport(broken_chains=store.broken_chains(None))
+        check.projection_mismatches = snap.projection_mismatches(None)
+        previous = _check_checkpoint_chain(snap.checkpoints(), check)
+        if previous is not None:
+            _check_heads(snap.sealed_heads(previous.checkpoint_id), previous, check, None,
+                         retained)
+        if not check.ok:
+            raise SealRefused(_refusal(check, previous))
+
+    return store.seal(actor, refuse_unless_verified)
+
+
+def _refusal(check: VerifyReport, previous: Checkpoint | None) -> str:
+    """The one-line reason a seal is refused: each kind of problem counted, first few named."""
+    return (
+        "refusing to seal a checkpoint: "
+        f"{len(check.broken_chains)} broken chain(s) "
+        f"{[f'{d}@{q}' for d, q in check.broken_chains[:3]]}, "
+        f"{len(check.projection_mismatches)} projection row(s) disagreeing with "
+        f"the ledger {[str(d) for d, _ in check.projection_mismatches[:3]]}, "
+        f"{len(check.checkpoint_mismatches)} head(s) differ from checkpoint "
+        f"{previous.checkpoint_id if previous else '-'} "
+        f"{[f'{d}@{q}' for d, q in check.checkpoint_mismatches[:3]]}, "
+        f"{len(check.checkpoint_errors)} checkpoint error(s) "
+        f"{check.checkpoint_errors[:2]}; run `escalation audit verify`")
 
 
 def digest_of(cp: Checkpoint) -> dict[str, Any]:
@@ -119,9 +167,10 @@ def _check_checkpoint_chain(cps: list[Checkpoint], report: VerifyReport) -> Chec
     return cps[-1] if cps else None
 
 
-def _check_last_heads(heads: list[SealedHead], cp: Checkpoint, report: VerifyReport,
-                      dispute_id: UUID | None, retained: datetime | None) -> None:
-    """Compare the last checkpoint's heads with the ledger rows at the same seq."""
+def _check_heads(heads: list[SealedHead], cp: Checkpoint, report: VerifyReport,
+                 dispute_id: UUID | None, retained: datetime | None) -> None:
+    """Compare checkpoint ``cp``'s sealed heads with the ledger rows at the same seq (and
+    the stored heads with ``cp.heads_root``)."""
     sealed = _sort_heads(heads)
     root = merkle_root([head_leaf(h.dispute_id, h.seq, h.sealed_hash) for h in sealed])
     if root != cp.heads_root or len(sealed) != cp.head_count:
@@ -156,23 +205,30 @@ def verify(
     report = VerifyReport(broken_chains=store.broken_chains(dispute_id, progress))
     retained = store.retained_from()
     with store.snapshot() as snap:
+        report.projection_mismatches = snap.projection_mismatches(dispute_id)
         last = _check_checkpoint_chain(snap.checkpoints(), report)
         if last is not None:
             report.checkpoint_id = last.checkpoint_id
-            _check_last_heads(snap.sealed_heads(last.checkpoint_id), last, report,
-                              dispute_id, retained)
+            _check_heads(snap.sealed_heads(last.checkpoint_id), last, report, dispute_id,
+                         retained)
         if digest is not None:
-            _check_digest(snap, digest, report)
+            held = _check_digest(snap, digest, report)
+            if held is not None and (last is None or held.checkpoint_id != last.checkpoint_id):
+                _check_heads(snap.sealed_heads(held.checkpoint_id), held, report, dispute_id,
+                             retained)
     return report
 
 
 def _check_digest(snap: CheckpointSnapshot, digest: dict[str, Any],
-                  report: VerifyReport) -> None:
+                  report: VerifyReport) -> Checkpoint | None:
+    """Compare the digest file with the stored checkpoint of its id; return that checkpoint
+    *as the file describes it* (its root from the file), so its heads are checked against
+    the file's root, not against tables an attacker could have rewritten."""
     cp_id = digest.get("checkpoint_id")
     cp = snap.checkpoint(cp_id)
     if cp is None:
         report.checkpoint_errors.append(f"digest checkpoint {cp_id} is not in the database")
-        return
+        return None
     if (
         cp.checkpoint_hash.hex() != digest.get("checkpoint_hash")
         or cp.heads_root.hex() != digest.get("heads_root")
@@ -181,3 +237,10 @@ def _check_digest(snap: CheckpointSnapshot, digest: dict[str, Any],
         report.checkpoint_errors.append(
             f"checkpoint {cp_id} in the database differs from the digest file"
         )
+    try:
+        return Checkpoint(int(str(cp_id)), datetime.now(UTC), int(digest["head_count"]),
+                          bytes.fromhex(str(digest["heads_root"])), GENESIS,
+                          bytes.fromhex(str(digest["checkpoint_hash"])))
+    except (KeyError, ValueError, TypeError):
+        report.checkpoint_errors.append(f"digest checkpoint {cp_id}: malformed fields")
+        return None

@@ -6,8 +6,10 @@ dead-lettered time, epoch ms) and its ``dead_data`` HASH of JSON records:
 
 - ``decision:<dispute id>``: an escalation whose decision failed ``max_attempts`` times in a
   row (poison input: a ladder version missing, an unknown tier). Each failure increments a
-  counter (``decision_failures`` HASH); below the bound the member stays leased and comes due
-  again after its lease, so it never blocks the rest of the batch; at the bound
+  counter (``decision_failures`` HASH); a released ladder file that is missing or was
+  edited after release (``RELEASE_BROKEN``) dead-letters at the first failure; below the
+  bound the member stays leased and comes due again after its lease, so it never blocks
+  the rest of the batch; at the bound
   ``dead_letter.lua`` removes it from the pending ZSET -- and from the ready ZSET and prio
   HASH of the materiality priority (ADR 0006; the weight is kept in the record and restored
   by ``retry``) -- while the claim's fencing token still holds the lock. The payload stays
@@ -27,7 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from escalation.domain.errors import EscalationError, InvalidInput, NotFound
+from escalation.domain.errors import RELEASE_BROKEN, EscalationError, InvalidInput, NotFound
 from escalation.domain.escalation import Status, parse_dispute_id
 from escalation.domain.timeutil import from_ms
 from escalation.ports import (
@@ -70,7 +72,8 @@ class DeadLetters:
         """
         did = str(item.escalation.dispute_id)
         attempts = self.rel.count_decision_failure(did)
-        if attempts < self.max_decision_attempts:
+        # a broken released ladder file (missing or edited) does not heal by retrying
+        if attempts < self.max_decision_attempts and not error.startswith(RELEASE_BROKEN):
             return False
         record = {"kind": "decision", "dispute_id": did, "reason": error[:300],
                   "attempts": attempts, "ladder": item.escalation.ladder_key,

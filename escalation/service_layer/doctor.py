@@ -3,8 +3,8 @@
 
 Each check returns a :class:`Check` (``ok``, what was measured, what to do). Checks:
 DOUBLE_ESCALATION, CLOCK_SKEW, STUCK_MEMBER, LOCK_CONTENTION, ZSET_DRIFT, MAXMEMORY_POLICY.
-A check that cannot be measured (e.g. ``CONFIG`` disabled) is reported ``ok`` with
-``unknown`` in its detail, never as a failure.
+A check that cannot be measured (e.g. ``INFO`` and ``CONFIG`` disabled) is reported with
+status ``unknown`` (not ``ok``, and not a failure: the exit code ignores it).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
-from escalation.domain.errors import EscalationError
+from escalation.domain.errors import RELEASE_BROKEN, EscalationError
 from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.ports import DEAD_DECISION
 
@@ -67,7 +67,7 @@ class ServerProbe(Protocol):
         ...
 
     def maxmemory_policy(self) -> str | None:
-        """Redis ``maxmemory-policy``, or None when ``CONFIG GET`` is refused."""
+        """Redis ``maxmemory-policy``, or None when ``INFO`` and ``CONFIG GET`` are refused."""
         ...
 
 
@@ -96,10 +96,16 @@ class Check:
     ok: bool
     detail: str
     advice: str = ""
+    unknown: bool = False
+
+    @property
+    def status(self) -> str:
+        """``"ok"``, ``"FAIL"`` or ``"unknown"`` (could not be measured; not a failure)."""
+        return "unknown" if self.unknown else "ok" if self.ok else "FAIL"
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
+        """JSON-ready form (with ``status``)."""
+        return {**asdict(self), "status": self.status}
 
 
 def _double(store: DoctorStore) -> Check:
@@ -180,8 +186,8 @@ def _drift(store: DoctorStore, rel: DoctorRedis) -> Check:
 def _maxmemory(probe: ServerProbe) -> Check:
     found = probe.maxmemory_policy()
     if found is None:
-        return Check("MAXMEMORY_POLICY", True, "unknown (CONFIG GET refused)",
-                     "make sure the server uses maxmemory-policy noeviction")
+        return Check("MAXMEMORY_POLICY", True, "unknown (INFO and CONFIG GET refused)",
+                     "make sure the server uses maxmemory-policy noeviction", unknown=True)
     policy = found
     ok = policy == "noeviction"
     return Check("MAXMEMORY_POLICY", ok, f"maxmemory-policy {policy}",
@@ -206,8 +212,19 @@ def run_checks(deps: DoctorDeps, *, host_ms: Callable[[], int] | None = None,
 
 
 def _ladder_files(errors: list[str]) -> Check:
-    """Invalid ladder files (skipped by read-only commands; workers refuse to start)."""
+    """Invalid ladder files, and released versions whose file is missing, invalid or edited
+    after release (lines starting with ``RELEASE_BROKEN``): the escalations pinned to a
+    broken release are dead-lettered by the workers until the released file is restored."""
+    broken = [e for e in errors if e.startswith(RELEASE_BROKEN)]
+    advice = ""
+    if broken:
+        advice = ("restore each released file from version control (a released file is never "
+                  "edited: put a change in a new version and release it), then `escalation "
+                  "dead retry` the escalations dead-lettered meanwhile")
+    elif errors:
+        advice = ("fix the file (see `escalation ladder check`); an invalid file is never "
+                  "released, so enqueue and workers ignore it")
     return Check("LADDER_FILES", not errors,
-                 f"{len(errors)} invalid ladder file(s)" + (f": {errors[0]}" if errors else ""),
-                 "" if not errors else "fix the file (see `escalation ladder check`); workers "
-                 "and enqueue refuse to start until every ladder file is valid")
+                 f"{len(broken)} broken release(s), {len(errors) - len(broken)} invalid "
+                 f"ladder file(s)" + (f": {errors[0]}" if errors else ""), advice)
+

@@ -12,10 +12,11 @@ Audit before apply, never the reverse.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
+from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.decide import Decision, DecisionKind, decide
@@ -135,6 +136,7 @@ def fire_due(
     ops: list[ApplyOp] = []
     decided = _decide_all(claim.items, ladders, calendars, claim.now, ops, report, sink,
                           on_poison)
+    hook("before_record")
     outcomes: list[RecordOutcome] = store.record_decisions(decided, worker_id) if decided else []
     hook("after_record")
     logs, stale_ops = _ops_from_outcomes(decided, outcomes, claim.now, ops, report,
@@ -281,18 +283,17 @@ def _attach_unapplied_notifications(
     ranges = [(ops[i].escalation.dispute_id, claimed_seq[ops[i].escalation.dispute_id],
                ops[i].escalation.seq) for i in stale_ops
               if ops[i].escalation.dispute_id in claimed_seq]
-    rows = store.unapplied_decisions(ranges)
+    notes = unapplied_notifications(store, ranges)
     for i in stale_ops:
         op = ops[i]
-        row = rows.get(op.escalation.dispute_id)
-        if row is None:
-            continue
-        ops[i] = ApplyOp(op.escalation, op.action, op.token, note_for_row(row))
+        note = notes.get(op.escalation.dispute_id)
+        if note is not None:
+            ops[i] = ApplyOp(op.escalation, op.action, op.token, note)
 
 
-def note_for_row(row: LedgerRow) -> dict[str, str]:
-    """The review-stream entry of a recorded PROMOTED/TERMINAL ledger row (the same fields as
-    the entry the deciding worker sends; idempotency key ``<dispute id>:<seq>``)."""
+def notification_of_row(row: LedgerRow) -> dict[str, str]:
+    """The review-stream entry of a recorded PROMOTED/TERMINAL ledger row (the same fields
+    the worker's apply sends; idempotency key ``<dispute>:<seq>``)."""
     return {
         "dispute_id": str(row.dispute_id), "seq": str(row.seq),
         "idempotency_key": f"{row.dispute_id}:{row.seq}",
@@ -301,6 +302,36 @@ def note_for_row(row: LedgerRow) -> dict[str, str]:
         "trace_id": row.trace_id, "source_hash": row.source_hash,
         "materiality": str(row.materiality), "decided_ms": str(to_ms(row.decided_at)),
     }
+
+
+class UnappliedSource(Protocol):
+    """The audit-store query :func:`unapplied_notifications` needs."""
+
+    def unapplied_decisions(
+        self, ranges: Sequence[tuple[UUID, int, int]]
+    ) -> dict[UUID, LedgerRow]:
+        """Latest PROMOTED/TERMINAL row with after < seq <= upto per (dispute, after, upto)."""
+        ...
+
+
+def unapplied_notifications(
+    store: UnappliedSource, ranges: Sequence[tuple[UUID, int, int]]
+) -> dict[UUID, dict[str, str]]:
+    """Entries of decisions recorded but maybe never applied, by dispute id.
+
+    Args:
+        ranges: (dispute id, seq of the Redis payload = last applied, recorded seq) triples.
+
+    Returns:
+        for each dispute with a PROMOTED/TERMINAL row in ``(applied, recorded]``, that row's
+        entry; whoever applies next sends it, at most once (apply.lua / cancel.lua guard it
+        by its seq).
+    """
+    todo = [r for r in ranges if r[1] < r[2]]
+    if not todo:
+        return {}
+    return {did: notification_of_row(row)
+            for did, row in store.unapplied_decisions(todo).items()}
 
 
 def _repair_stuck(

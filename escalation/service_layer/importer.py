@@ -30,7 +30,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import InvalidInput
-from escalation.domain.escalation import check_source_hash, parse_dispute_id
+from escalation.domain.escalation import check_source_hash, check_text, parse_dispute_id
 from escalation.domain.materiality import Materiality
 from escalation.ports import AuditLog, LadderSource, Scheduler
 from escalation.service_layer.enqueue import EnqueueRequest, build_escalation, enqueue_many
@@ -75,7 +75,7 @@ class ColumnMapping:
         """
         try:
             data = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise InvalidInput(f"{path}: cannot read mapping file: {exc}") from None
         unknown = sorted(set(data) - {"columns", "defaults"})
         if unknown:
@@ -199,7 +199,8 @@ def _row_request(layout: CsvLayout, raw: str) -> EnqueueRequest:
     """One CSV record -> an :class:`EnqueueRequest` (not yet checked against the ladder).
 
     Raises:
-        InvalidInput: wrong field count, bad id, money, source hash or time.
+        InvalidInput: wrong field count, a control character in a mapped cell, bad id, money,
+            source hash or time.
         csv.Error: the record is not valid CSV.
     """
     m = layout.mapping
@@ -207,6 +208,8 @@ def _row_request(layout: CsvLayout, raw: str) -> EnqueueRequest:
     if len(cells) != len(layout.header):
         raise InvalidInput(f"expected {len(layout.header)} fields, found {len(cells)}")
     row = dict(zip(layout.header, cells, strict=True))
+    for column in m.columns():  # mapped cells only: unmapped free text may hold anything
+        check_text(row[column], column)
     did, external = stable_dispute_id(row[m.dispute_id], m.external_source)
     money = _cell(row, m.materiality) or m.default_materiality
     Materiality.parse(money)

@@ -1,15 +1,20 @@
-"""Use cases: ``ladder check``, ``ladder plan``, ``ladder apply`` (issue 3; DESIGN.md "Ladders
-and ladder migrations"; tech.md 3.10 -- Flyway-style, not Alembic revisions).
+"""Use cases: ``ladder check``, ``ladder plan``, ``ladder apply`` (docs/ladder-migrations.md;
+Flyway-style, not Alembic revisions: docs/adr/0001-ladder-migrations-not-alembic.md).
 
-* ``ladder check`` -- every ladder file, plus the checksums recorded in ``ladder_history``
-  (``adapters.ladder_files.check_ladder_dir_with_history``).
+* ``ladder check`` -- every ladder file, plus the checksums recorded at release and apply,
+  and released files gone missing (``adapters.ladder_files.check_ladder_dir_with_history``).
 * :func:`plan_migration` -- a dry run over the pending and paused escalations of one ladder
-  in PostgreSQL (the system of record), with a plan hash. No writes.
-* :func:`apply_migration` -- re-plans and refuses if the hash differs; then, per batch, one
-  PostgreSQL transaction (LADDER_MIGRATED rows, projection, history counters) followed by a
-  seq-guarded ``Scheduler.restore`` of the batch. Resumable: a re-run with the same hash
-  continues a failed or crashed run (escalations already on the target version are no
-  longer in the plan; the Redis side of the last committed batch is restored first).
+  in PostgreSQL (the system of record). Its plan hash names the *change* (ladder, versions,
+  file checksums, planning rules: :func:`~escalation.domain.ladder_plan.change_hash`), not
+  the escalations, so it stays valid while workers fire. No writes.
+* :func:`apply_migration` -- checks that the hash names the change the files describe now
+  (every version released and unchanged), then walks the escalations pinned below the target
+  in dispute-id pages: each page is planned at apply time and migrated in ONE PostgreSQL
+  transaction (rows locked, each seq compared with the one planned -- the same per-dispute
+  seq guard the workers record under; a worker decision in between re-plans the escalation
+  from its locked row), then restored into Redis (seq guarded). Resumable: a re-run with the
+  same hash continues a failed or crashed run (the Redis side of committed batches is
+  restored first).
 
 Workers keep firing meanwhile. A worker that decided on the old version before the batch
 committed wins the seq compare-and-set and the item is re-planned from its new state; one
@@ -20,13 +25,13 @@ whose lock a worker holds at restore time (NOT_OWNER) is retried until the lock 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry
-from escalation.domain.errors import LadderMigrationError
+from escalation.domain.errors import LadderError, LadderMigrationError, UnknownPlanHash
 from escalation.domain.escalation import Escalation
 from escalation.domain.ladder import Ladder
 from escalation.domain.ladder_check import check_ladders
@@ -35,101 +40,145 @@ from escalation.domain.ladder_plan import (
     MigrationPlan,
     PlanItem,
     build_plan,
+    change_hash,
     plan_escalation,
+    split_plan,
 )
 from escalation.ports import (
     ApplyOutcome,
     HistoryRow,
+    LadderDirectory,
+    LadderFiles,
     LadderHistory,
-    LadderVersions,
+    Page,
     Scheduler,
 )
-from escalation.service_layer.progress import Progress as ProgressFn
+from escalation.service_layer.progress import Progress
 
 PAGE = 5000
-Progress = Callable[[int, int], None]
-PlanProgress = ProgressFn
 Hook = Callable[[str, int], None]
 Replanned = tuple[PlanItem, datetime | None] | Blocked
 
 
-# --------------------------------------------------------------------------- plan
-def _versions(
-    ladders: LadderVersions, name: str, to_version: int
+# --------------------------------------------------------------------------- the change
+def _change(
+    history: LadderHistory, ladders: LadderDirectory, name: str, to_version: int
 ) -> tuple[dict[int, Ladder], Ladder]:
-    target = ladders.get(name, to_version)
-    versions = {v: ladders.get(name, v) for v in ladders.versions(name)}
-    return versions, target
+    """Every version ``1..to_version`` of ``name`` (by number) and the target, validated.
 
-
-def _validate(versions: dict[int, Ladder], history: LadderHistory) -> None:
-    applied = {k: v for k, v in history.applied_checksums().items() if k[0] in
-               {ld.name for ld in versions.values()}}
-    errors = check_ladders(list(versions.values()), applied)
+    Raises:
+        LadderMigrationError: the target is not released or its file is invalid; a version
+            of the path is released but its file is missing or edited; the files fail
+            ``ladder check``.
+    """
+    files = ladders.on_disk()
+    released = history.released_checksums()
+    _require_released(files, released, name, to_version)
+    versions: dict[int, Ladder] = {}
+    for v in range(1, to_version + 1):
+        checksum = released.get((name, v))
+        if checksum is None:
+            raise LadderMigrationError(f"ladder {name!r} version {v} is not released")
+        try:
+            versions[v] = files.verify(name, v, checksum)
+        except LadderError as exc:
+            raise LadderMigrationError(f"ladder {name!r} version {v} is invalid: {exc}") from None
+    errors = check_ladders(list(versions.values()),
+                           {k: c for k, c in released.items() if k[0] == name})
     if errors:
         raise LadderMigrationError("ladder files fail `ladder check`:\n" + "\n".join(errors))
+    return versions, versions[to_version]
 
 
+def _require_released(files: LadderFiles, released: Mapping[tuple[str, int], str],
+                      name: str, version: int) -> None:
+    """Raise LadderMigrationError naming why ``name@version`` is not a released version."""
+    if (name, version) in released:
+        return
+    target = files.find(name, version)
+    if target is not None:
+        chain = [ld for ld in files.all() if ld.name == name and ld.version <= version]
+        problems = check_ladders(chain, {k: c for k, c in released.items() if k[0] == name})
+        state = (f"is invalid ({' | '.join(problems)})" if problems else "is not released")
+    else:
+        bad = [e for e in files.errors if f"{name}.v{version}.toml" in e]
+        state = f"is invalid ({' | '.join(bad)})" if bad else "has no file"
+    raise LadderMigrationError(
+        f"ladder {name!r} version {version} {state}; plan and apply only migrate to a "
+        f"released version (`escalation ladder check`, then `escalation ladder release "
+        f"--ladder {name} --version {version}`)")
+
+
+def _files_of(versions: Mapping[int, Ladder]) -> tuple[tuple[int, str], ...]:
+    return tuple((v, ld.checksum) for v, ld in sorted(versions.items()))
+
+
+# --------------------------------------------------------------------------- plan
 def _open_escalations(
-    history: LadderHistory, name: str, below: int
-) -> Iterator[Escalation]:
+    history: LadderHistory, name: str, below: int, page: int = PAGE
+) -> Iterator[list[Escalation]]:
+    """Keyset pages of the pending/paused escalations of ``name`` pinned below ``below``."""
     after: UUID | None = None
     while True:
-        page = history.open_escalations(name, after, PAGE, below_version=below)
-        yield from page
-        if len(page) < PAGE:
+        rows = history.open_escalations(name, after, page, below_version=below)
+        if rows:
+            yield rows
+        if len(rows) < page:
             return
-        after = page[-1].dispute_id
+        after = rows[-1].dispute_id
 
 
 def plan_migration(
     *,
     history: LadderHistory,
-    ladders: LadderVersions,
+    ladders: LadderDirectory,
     calendars: CalendarRegistry,
     ladder: str,
     to_version: int,
-    progress: PlanProgress | None = None,
+    progress: Progress | None = None,
 ) -> MigrationPlan:
     """Dry run: plan every pending/paused escalation of ``ladder`` pinned below ``to_version``.
 
-    ``progress`` (optional, :class:`escalation.service_layer.progress.Progress`) is called as
-    ``progress("plan", read, None)`` after each page of escalations read.
+    Args:
+        progress: a :class:`escalation.service_layer.progress.Progress`, called as
+            ``progress("plan", planned so far, total)`` after each page of 5,000.
 
     Raises:
-        LadderError: no such ladder version.
-        LadderMigrationError: the ladder's files fail ``ladder check`` (contiguity, maps,
-            demoting maps, changed checksums).
+        LadderMigrationError: the target version is not released or invalid, a released
+            file of the path is missing or edited, or the files fail ``ladder check``.
     """
-    versions, target = _versions(ladders, ladder, to_version)
-    _validate(versions, history)
-    rows = _open_escalations(history, ladder, to_version)
-    if progress is not None:
-        rows = _counted(rows, progress)
-    return build_plan(rows, versions, target, calendars)
+    versions, target = _change(history, ladders, ladder, to_version)
+    total = history.count_open(ladder, to_version) if progress else 0
+    done = 0
 
+    def pages() -> Iterator[Escalation]:
+        nonlocal done
+        for page in _open_escalations(history, ladder, to_version):
+            yield from page
+            done += len(page)
+            if progress:
+                progress("plan", done, max(total, done))
 
-def _counted(rows: Iterator[Escalation], progress: PlanProgress) -> Iterator[Escalation]:
-    """``rows`` unchanged, reporting ``progress("plan", n, None)`` every :data:`PAGE` rows."""
-    n = 0
-    for n, row in enumerate(rows, start=1):
-        if n % PAGE == 0:
-            progress("plan", n, None)
-        yield row
-    progress("plan", n, n)
+    return build_plan(pages(), versions, target, calendars)
 
 
 # --------------------------------------------------------------------------- apply
 @dataclass
 class ApplyReport:
-    """What :func:`apply_migration` did (counts are for this invocation)."""
+    """What :func:`apply_migration` did (counts are for this invocation).
+
+    ``planned``: escalations pinned below the target when the apply started; ``migrated``;
+    ``replanned``: decided by a worker between their page's read and their batch's lock,
+    re-planned from the locked row; ``unchanged``: closed, or already migrated, by the time
+    their batch locked them; ``blocked``: cannot be migrated (left on their pinned version).
+    """
 
     run_id: int = 0
     resumed: bool = False
     planned: int = 0
     migrated: int = 0
     replanned: int = 0
-    skipped: int = 0
+    unchanged: int = 0
     suppressed: int = 0
     blocked: list[Blocked] = field(default_factory=list)
     not_owner: int = 0
@@ -137,6 +186,11 @@ class ApplyReport:
     redis_repaired: int = 0
     already_applied: HistoryRow | None = None
     """Set (and nothing done) when a finished run already applied this plan hash."""
+
+    @property
+    def skipped(self) -> int:
+        """Former name of :attr:`unchanged`."""
+        return self.unchanged
 
     def already_applied_message(self) -> str:
         """``version N of LADDER is already applied (on DATE by ACTOR); nothing to do`` (DATE
@@ -148,84 +202,87 @@ class ApplyReport:
         return (f"version {run.version} of {run.ladder} is already applied (on {when} by "
                 f"{run.applied_by}); nothing to do")
 
+    def summary(self) -> str:
+        """One line: ``planned N, migrated N, re-planned N, unchanged N, blocked N, ...``."""
+        return (f"planned {self.planned}, migrated {self.migrated}, re-planned "
+                f"{self.replanned}, unchanged {self.unchanged}, blocked {len(self.blocked)}, "
+                f"breach suppressed {self.suppressed}, not owner {self.not_owner}, left to "
+                f"workers {len(self.left_to_workers)}, redis repaired {self.redis_repaired}")
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Everything the batches need about the change and who applies it."""
+
+    ladder: str
+    versions: dict[int, Ladder]
+    target: Ladder
+    calendars: CalendarRegistry
+    actor: str
+    details: dict[str, object]
+
 
 def apply_migration(
     *,
     history: LadderHistory,
     scheduler: Scheduler,
-    ladders: LadderVersions,
+    ladders: LadderDirectory,
     calendars: CalendarRegistry,
     ladder: str,
     to_version: int,
     plan_hash: str,
     actor: str,
+    reason: str = "",
     batch_size: int = 500,
     lock_wait_s: float = 30.0,
     progress: Progress | None = None,
     hook: Hook | None = None,
 ) -> ApplyReport:
-    """Apply the migration of ``ladder`` to ``to_version`` that ``plan_hash`` approved.
+    """Apply the migration of ``ladder`` to ``to_version`` that ``plan_hash`` names.
 
     Args:
-        plan_hash: the hash ``ladder plan`` printed; a failed/crashed run with the same hash
-            is resumed even though the remaining plan differs.
+        plan_hash: the hash ``ladder plan`` printed (it names the change, so it stays valid
+            while workers decide escalations; a failed/crashed run with it is resumed).
+        actor, reason: who applies and why (e.g. a change ticket): on the history row and on
+            every LADDER_MIGRATED ledger row.
         batch_size: escalations per PostgreSQL transaction (1..5000).
         lock_wait_s: how long to retry members whose lock a worker holds (NOT_OWNER).
-        progress: ``progress(done, total)`` after each batch.
+        progress: a :class:`escalation.service_layer.progress.Progress`, called as
+            ``progress("migrate", done, total)`` after each batch.
         hook: test hook ``hook(stage, batch_index)`` at ``after_record`` / ``after_restore``.
 
     Returns:
         ApplyReport; ``already_applied`` is set (and nothing is written) when a finished run
-        of ``ladder@to_version`` with the same checksum already applied ``plan_hash``: a
-        re-run of a completed apply is a no-op, not a drift.
+        with this hash already migrated everything.
 
     Raises:
-        LadderMigrationError: the re-computed plan hash differs (state drifted), the plan has
-            escalations that cannot be migrated, or the files fail ``ladder check``.
+        UnknownPlanHash: ``plan_hash`` is not the hash of this change (mistyped, or the files
+            changed since the plan: plan and review again).
+        LadderMigrationError: the target is not released or invalid, or a released file of
+            the path is missing or edited.
         ConflictError: another apply of this ladder version is running.
     """
     if not 1 <= batch_size <= PAGE:
         raise LadderMigrationError(f"batch size must be 1-{PAGE}, got {batch_size}")
-    versions, target = _versions(ladders, ladder, to_version)
-    done = _finished_run(history, ladder, to_version, plan_hash, target.checksum)
+    versions, target = _change(history, ladders, ladder, to_version)
+    expected = change_hash(ladder, to_version, _files_of(versions))
+    if plan_hash != expected:
+        raise UnknownPlanHash(
+            f"unknown plan hash {plan_hash[:16]}...: it is not the hash of the migration of "
+            f"{ladder} to v{to_version} with the files as they are now ({expected[:16]}...); "
+            f"run `escalation ladder plan --ladder {ladder} --to {to_version}` and review it")
+    done = _finished_run(history, ladder, to_version, plan_hash)
     if done is not None:
         return ApplyReport(run_id=done.run_id, planned=done.planned, already_applied=done)
-    plan = plan_migration(history=history, ladders=ladders, calendars=calendars,
-                          ladder=ladder, to_version=to_version)
-    report = ApplyReport(planned=len(plan.items))
-    run = history.open_run(ladder, to_version)
-    resuming = run is not None and run.plan_hash == plan_hash and run.checksum == target.checksum
-    if not resuming and plan.plan_hash != plan_hash:
-        raise LadderMigrationError(
-            f"plan hash differs: approved {plan_hash[:16]}..., the state now gives "
-            f"{plan.plan_hash[:16]}... (escalations changed since the plan); run "
-            f"`escalation ladder plan --to {to_version}` again and review it"
-        )
-    if plan.blocked:
-        raise LadderMigrationError(
-            f"{len(plan.blocked)} escalation(s) cannot be migrated to {target.key} (first: "
-            f"{plan.blocked[0].dispute_id}: {plan.blocked[0].reason}); nothing applied"
-        )
-    now = scheduler.time()
-    if resuming and run is not None:
-        report.resumed, report.run_id = True, run.run_id
-        if run.status == "failed":
-            history.resume(run.run_id, actor)
-        report.redis_repaired = _repair_redis(history, scheduler, ladder, to_version, run)
-    else:
-        if run is not None:
-            history.finish(run.run_id, "failed", now, error="superseded by a new plan")
-        report.run_id = history.start(
-            ladder=ladder, version=to_version, checksum=target.checksum, plan_hash=plan_hash,
-            applied_by=actor, started_at=now, planned=len(plan.items),
-        )
+    report = _start(history, scheduler, ladder, target, plan_hash, actor, reason)
+    change = _Target(ladder, versions, target, calendars, actor, {
+        "migration_id": report.run_id, "checksum": target.checksum, "plan_hash": plan_hash,
+        "reason": reason})
     try:
-        _run_batches(plan, report, history=history, scheduler=scheduler, versions=versions,
-                     target=target, calendars=calendars, actor=actor, batch_size=batch_size,
-                     progress=progress, hook=hook)
+        _run_batches(change, report, history=history, scheduler=scheduler,
+                     batch_size=batch_size, progress=progress, hook=hook)
         report.left_to_workers = _retry_not_owner(
-            report.left_to_workers, history, scheduler, lock_wait_s
-        )
+            report.left_to_workers, history, scheduler, lock_wait_s)
     except BaseException as exc:
         history.finish(report.run_id, "failed", scheduler.time(), error=repr(exc)[:500])
         raise
@@ -233,68 +290,113 @@ def apply_migration(
     return report
 
 
-def _finished_run(history: LadderHistory, ladder: str, version: int, plan_hash: str,
-                  checksum: str) -> HistoryRow | None:
-    """The latest ``done`` run of ``ladder@version`` that applied ``plan_hash`` with
-    ``checksum``, if it is the latest run of that version (a later unfinished run wins)."""
+def _finished_run(history: LadderHistory, ladder: str, version: int,
+                  plan_hash: str) -> HistoryRow | None:
+    """The latest run of ``ladder@version`` if it is ``done`` with ``plan_hash`` and left
+    nothing behind (no escalation is pinned below ``version`` any more)."""
     runs = [r for r in history.history(ladder) if r.version == version]
-    if not runs:
+    if not runs or runs[-1].status != "done" or runs[-1].plan_hash != plan_hash:
         return None
-    last = runs[-1]
-    if last.status == "done" and last.plan_hash == plan_hash and last.checksum == checksum:
-        return last
-    return None
+    return runs[-1] if history.count_open(ladder, version) == 0 else None
+
+
+def _start(history: LadderHistory, scheduler: Scheduler, ladder: str, target: Ladder,
+           plan_hash: str, actor: str, reason: str) -> ApplyReport:
+    """Resume the unfinished run with this hash, or start a new one (superseding another)."""
+    planned = history.count_open(ladder, target.version)
+    report = ApplyReport(planned=planned)
+    run = history.open_run(ladder, target.version)
+    if run is not None and run.plan_hash == plan_hash:
+        report.resumed, report.run_id = True, run.run_id
+        if run.status == "failed":
+            history.resume(run.run_id, actor, reason)
+        report.redis_repaired = _repair_redis(history, scheduler, ladder, target.version, run)
+        return report
+    now = scheduler.time()
+    if run is not None:
+        history.finish(run.run_id, "failed", now, error="superseded by a new plan")
+    report.run_id = history.start(
+        ladder=ladder, version=target.version, checksum=target.checksum, plan_hash=plan_hash,
+        applied_by=actor, started_at=now, planned=planned, reason=reason)
+    return report
 
 
 def _run_batches(
-    plan: MigrationPlan,
+    change: _Target,
     report: ApplyReport,
     *,
     history: LadderHistory,
     scheduler: Scheduler,
-    versions: dict[int, Ladder],
-    target: Ladder,
-    calendars: CalendarRegistry,
-    actor: str,
     batch_size: int,
     progress: Progress | None,
     hook: Hook | None,
 ) -> None:
-    details = {"migration_id": report.run_id, "checksum": target.checksum,
-               "plan_hash": plan.plan_hash}
-    total = len(plan.items)
-    for index, start in enumerate(range(0, total, batch_size)):
-        chunk = plan.items[start : start + batch_size]
-        now = scheduler.time()
+    """Plan and migrate page by page (dispute-id order) until nothing is pinned below.
 
-        def replan(esc: Escalation, now: datetime = now) -> Replanned:
-            again = plan_escalation(esc, versions, target, calendars)
-            if isinstance(again, Blocked):
-                return again
-            return again, again.due.resolve(now, calendars)
-
-        result = history.migrate_batch(
-            report.run_id, [(i, i.due.resolve(now, calendars)) for i in chunk],
-            target_version=target.version, actor=actor, decided_at=now, details=details,
-            replan=replan,
-        )
-        report.migrated += len(result.migrated)
-        report.replanned += result.replanned
-        report.skipped += result.skipped
-        report.suppressed += result.suppressed
-        report.blocked.extend(result.blocked)
+    The Redis resume point of batch k is recorded in the transaction of batch k+1 (and after
+    the last one), which saves a transaction per batch."""
+    done = 0
+    note: tuple[UUID, int] | None = None
+    for index, page in enumerate(_pages(history, change, batch_size)):
+        items, blocked = split_plan(page.escalations, change.versions, change.target,
+                                    change.calendars)
+        report.blocked.extend(blocked)
+        last = page.escalations[-1].dispute_id
+        migrated = _record(change, report, history, scheduler, items, page,
+                           (last, len(blocked)), note)
         if hook:
             hook("after_record", index)
-        busy = _restore(scheduler, result.migrated)
+        busy = _restore(scheduler, migrated)
         report.not_owner += len(busy)
         report.left_to_workers = _retry_not_owner(
-            [*report.left_to_workers, *busy], history, scheduler, 0.0
-        )
-        history.note_redis(report.run_id, chunk[-1].dispute_id, len(busy))
+            [*report.left_to_workers, *busy], history, scheduler, 0.0)
+        note = (last, len(busy))
         if hook:
             hook("after_restore", index)
+        done += len(page.escalations)
         if progress:
-            progress(min(start + batch_size, total), total)
+            progress("migrate", done, max(report.planned, done))
+    if note is not None:
+        history.note_redis(report.run_id, *note)
+
+
+def _pages(history: LadderHistory, change: _Target, size: int) -> Iterator[Page]:
+    after: UUID | None = None
+    while True:
+        page = history.open_page(change.ladder, after, size,
+                                 below_version=change.target.version)
+        if page.escalations:
+            yield page
+        if len(page.escalations) < size:
+            return
+        after = page.escalations[-1].dispute_id
+
+
+def _record(change: _Target, report: ApplyReport, history: LadderHistory,
+            scheduler: Scheduler, items: Sequence[PlanItem], page: Page,
+            through: tuple[UUID, int], note: tuple[UUID, int] | None) -> list[Escalation]:
+    """One PostgreSQL transaction for one page's items; returns the migrated states."""
+    now = scheduler.time()
+    calendars = change.calendars
+
+    def replan(esc: Escalation) -> Replanned:
+        again = plan_escalation(esc, change.versions, change.target, calendars)
+        if isinstance(again, Blocked):
+            return again
+        return again, again.due.resolve(now, calendars)
+
+    result = history.migrate_batch(
+        report.run_id, [(i, i.due.resolve(now, calendars)) for i in items],
+        target_version=change.target.version, actor=change.actor, decided_at=now,
+        details=change.details, replan=replan, through=through[0], blocked=through[1],
+        page_rows=page.rows, redis_note=note,
+    )
+    report.migrated += len(result.migrated)
+    report.replanned += result.replanned
+    report.unchanged += result.skipped
+    report.suppressed += result.suppressed
+    report.blocked.extend(result.blocked)
+    return result.migrated
 
 
 def _restore(scheduler: Scheduler, states: Sequence[Escalation]) -> list[UUID]:

@@ -8,7 +8,7 @@ script that applies the decision. This module is the consumer side:
 - ``XREADGROUP`` new entries; deliver each to the optional webhook (``Idempotency-Key`` =
   ``<dispute id>:<seq>``); ``XACK`` on success;
 - on failure: ``notify_defer.lua`` acknowledges the entry and schedules the next attempt in
-  the ``notify_retry`` ZSET at ``now + RetryPolicy.delay`` (5 s, 30 s, 5 min, 1 h, +/-20 %);
+  the ``notify_retry`` ZSET at ``now + RetryPolicy.delay`` (full jitter);
   retries are claimed with ``notify_claim_retry.lua`` (visibility timeout, so a crash
   mid-delivery re-delivers);
 - after ``policy.max_attempts`` failures the notification moves to the dead-letter set
@@ -36,11 +36,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+import structlog
+
 from escalation.domain.errors import EscalationError, InvalidInput
 from escalation.domain.escalation import parse_dispute_id
 from escalation.domain.retry import RetryPolicy
 from escalation.domain.timeutil import from_ms
 from escalation.ports import EventLog, ReviewStreams, Scheduler
+
+log = structlog.get_logger("escalation.notify")
 
 Deliver = Callable[[Mapping[str, str]], object]
 DEFAULT_GROUP = "notify"
@@ -86,12 +90,12 @@ class NotifyReport:
 BACKOFF_HINT = "--backoff must be comma-separated seconds, e.g. 5,30,300,3600"
 
 
-def parse_backoff(text: str, jitter: float) -> RetryPolicy:
+def parse_backoff(text: str) -> RetryPolicy:
     """Parse a retry ladder like ``"5,30,300,3600"`` (seconds) into a :class:`RetryPolicy`.
 
     Raises:
         InvalidInput: not comma-separated numbers (:data:`BACKOFF_HINT`), or values the policy
-            refuses (steps outside (0, 604800] s, more than 32 steps, jitter outside 0-0.5).
+            refuses (steps outside (0, 604800] s, more than 32 steps).
     """
     try:
         steps = tuple(float(x) for x in text.split(",") if x.strip())
@@ -99,7 +103,7 @@ def parse_backoff(text: str, jitter: float) -> RetryPolicy:
         raise InvalidInput(f"{BACKOFF_HINT}; got {text!r}") from None
     if not steps or any(math.isnan(x) or math.isinf(x) for x in steps):
         raise InvalidInput(f"{BACKOFF_HINT}; got {text!r}")
-    return RetryPolicy(steps, jitter)
+    return RetryPolicy(steps)
 
 
 def group_name(tier: str | None) -> str:
@@ -116,7 +120,7 @@ class Notifier:
         store: the audit store (``append_event``, ``get``).
         deliver: ``deliver(fields)`` raises on failure (None = acknowledge only: the stream
             itself is the review queue).
-        policy: retry ladder and jitter.
+        policy: retry ladder (full jitter over each gap).
         tier: deliver only entries for this tier (group ``notify.<tier>``), or every entry.
         consumer: consumer name within the group (unique per process).
         actor: who writes ledger rows.
@@ -228,11 +232,19 @@ class Notifier:
         self.rel.count_notification(shard, "failed")  # failed attempts, API /metrics
         record = {"fields": fields, "attempts": attempts, "last_error": error,
                   "group": self.group}
+        why = {"dispute_id": fields.get("dispute_id", ""),
+               "idempotency_key": fields.get("idempotency_key", ""),
+               "trace_id": fields.get("trace_id", ""), "source_hash": fields.get("source_hash", ""),
+               "match_decision": fields.get("match_decision", ""), "group": self.group,
+               "attempts": attempts, "reason": error}
         if self.policy.exhausted(attempts):
+            log.error("notify.delivery_failed", outcome="dead_lettered", **why)
             self._dead(shard, entry_id, member, record)
             report.dead += 1
             return
-        at = self.rel.now_ms() + self.policy.next_delay_ms(attempts, self.rng)
+        delay_ms = self.policy.next_delay_ms(attempts, self.rng)
+        log.warning("notify.delivery_failed", outcome="retry", retry_in_ms=delay_ms, **why)
+        at = self.rel.now_ms() + delay_ms
         self.rel.notify_defer(shard, self.group, entry_id, member, at, json.dumps(record))
         report.deferred += 1
 

@@ -35,7 +35,7 @@ propagate (nothing can be repaired without the servers; reconcile can be re-run)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -44,15 +44,8 @@ from uuid import UUID
 from escalation.domain.errors import EscalationError
 from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.domain.timeutil import to_ms
-from escalation.ports import (
-    ApplyAction,
-    ApplyOp,
-    ApplyOutcome,
-    LedgerRow,
-    Scheduler,
-    SchedulerInspection,
-)
-from escalation.service_layer.fire import note_for_row
+from escalation.ports import ApplyOutcome, LedgerRow, Scheduler, SchedulerInspection
+from escalation.service_layer.fire import unapplied_notifications
 from escalation.service_layer.progress import Progress, no_progress
 
 PAGE = 1000
@@ -169,7 +162,7 @@ def reconcile(
 
     Args:
         scheduler: the Redis scheduler (its ``restore`` does the seq-guarded repairs).
-        store: PostgreSQL (``pending_page``, ``get_many``).
+        store: PostgreSQL (``pending_page``, ``get_many``, ``unapplied_decisions``).
         redis_side: reliability reads/scripts on the same namespace and shard count.
         dry_run: only list the differences.
         page: PostgreSQL page / Redis chunk size (1-10000).
@@ -206,17 +199,20 @@ ITEM_ERRORS: tuple[type[BaseException], ...] = (EscalationError, ValueError, Ove
 
 
 def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
-             report: ReconcileReport) -> None:
+             report: ReconcileReport,
+             notes: Mapping[UUID, dict[str, str]] | None = None) -> None:
     """``scheduler.restore`` the batch; if Redis refuses it (one bad op fails the whole
     script call), restore item by item so one bad escalation does not block the others."""
     try:
-        outcomes = scheduler.restore([e for e, _, _ in todo])
+        mine = {e.dispute_id: notes[e.dispute_id] for e, _, _ in todo
+                if notes and e.dispute_id in notes}
+        outcomes = scheduler.restore([e for e, _, _ in todo], mine or None)
     except ITEM_ERRORS:
         if len(todo) == 1:
             raise
         for item in todo:
             try:
-                _restore(scheduler, [item], report)
+                _restore(scheduler, [item], report, notes)
             except ITEM_ERRORS as exc:
                 esc, kind, detail = item
                 did = str(esc.dispute_id)
@@ -228,52 +224,13 @@ def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
                                  repaired=outcome is ApplyOutcome.APPLIED))
 
 
-_ACTIONS = {Status.PENDING: ApplyAction.RESCHEDULE, Status.PAUSED: ApplyAction.PARK}
-
-
-def _notify_behind(scheduler: Scheduler, store: PendingSource,
-                   todo: list[tuple[Escalation, DiffKind, str]],
-                   payload_seq: dict[str, int | None], report: ReconcileReport,
-                   ) -> list[tuple[Escalation, DiffKind, str]]:
-    """BEHIND payloads whose gap holds a recorded decision (PROMOTED/TERMINAL after the
-    payload's seq): the decision was recorded but its apply never reached Redis (a worker
-    killed after the ledger commit, or the apply lost in a Redis failover). Repair those with
-    an owner-less apply that also sends the decision's review-stream entry (seq-guarded: at
-    most once) -- a plain restore would bring the payload forward and the notification would
-    be lost for good. Returns the rest of ``todo`` (for ``scheduler.restore``). A demoted
-    primary's READONLY reply is not an item error (the adapters raise it as it is): it
-    propagates, and nothing falls back to a restore without the note."""
-    ranges = [(e.dispute_id, int(payload_seq[str(e.dispute_id)] or 0), e.seq)
-              for e, kind, _ in todo if kind is DiffKind.BEHIND]
-    rows = store.unapplied_decisions(ranges) if ranges else {}
-    if not rows:
-        return todo
-    rest: list[tuple[Escalation, DiffKind, str]] = []
-    notified: list[tuple[Escalation, DiffKind, str]] = []
-    ops: list[ApplyOp] = []
-    for esc, kind, detail in todo:
-        row = rows.get(esc.dispute_id) if kind is DiffKind.BEHIND else None
-        if row is None:
-            rest.append((esc, kind, detail))
-            continue
-        notified.append((esc, kind, f"{detail}; notification of seq {row.seq} sent"))
-        ops.append(ApplyOp(esc, _ACTIONS.get(esc.status, ApplyAction.REMOVE), None,
-                           note_for_row(row)))
-    try:
-        outcomes = scheduler.apply(ops)
-    except ITEM_ERRORS:  # one bad op fails the call: repair these without the note instead
-        return todo
-    for (esc, kind, detail), outcome in zip(notified, outcomes, strict=True):
-        report.diffs.append(Diff(kind, str(esc.dispute_id), f"{detail}: {outcome.value}",
-                                 repaired=outcome is ApplyOutcome.APPLIED))
-    return rest
-
-
 def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
                  redis_side: SchedulerInspection,
-                 report: ReconcileReport, dry_run: bool, store: PendingSource) -> None:
+                 report: ReconcileReport, dry_run: bool,
+                 store: PendingSource | None = None) -> None:
     seen = redis_side.inspect([str(e.dispute_id) for e in rows])
     todo: list[tuple[Escalation, DiffKind, str]] = []
+    behind: list[tuple[UUID, int, int]] = []
     for esc in rows:
         did = str(esc.dispute_id)
         got = seen[did]
@@ -300,20 +257,16 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
             report.diffs.append(Diff(DiffKind.LOCKED, did, f"{kind.value} left to its worker"))
             continue
         todo.append((esc, kind, detail))
+        if kind is DiffKind.BEHIND and got.payload_seq is not None:
+            behind.append((esc.dispute_id, got.payload_seq, esc.seq))
     if dry_run or not todo:
         report.diffs += [Diff(k, str(e.dispute_id), d) for e, k, d in todo]
         return
-    todo = _notify_behind(scheduler, store, todo, {d: s.payload_seq for d, s in seen.items()},
-                          report)
-    if todo:
-        _restore_reporting(scheduler, todo, report)
-
-
-def _restore_reporting(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
-                       report: ReconcileReport) -> None:
-    """:func:`_restore`, recording the failure of a batch of one in ``report``."""
+    # a decision recorded but never applied (worker killed between record and apply) was
+    # never notified: the repair sends it, at most once (apply.lua's notify seq guard)
+    notes = unapplied_notifications(store, behind) if store is not None else {}
     try:
-        _restore(scheduler, todo, report)
+        _restore(scheduler, todo, report, notes)
     except ITEM_ERRORS as exc:  # a batch of one that failed
         esc, kind, detail = todo[0]
         report.errors.append((str(esc.dispute_id), f"{kind.value}: {exc}"))

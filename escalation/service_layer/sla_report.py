@@ -47,6 +47,7 @@ from datetime import datetime
 from itertools import groupby
 from typing import Any
 
+from escalation.domain.csv_cells import neutralise_cell
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
 from escalation.ports import LedgerReports
@@ -264,10 +265,11 @@ def build(source: LedgerReports, since: datetime, until: datetime,
 def to_csv(report: SlaReport) -> str:
     """CSV text: header :data:`CSV_COLUMNS`, one row per (ladder, tier)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\r\n")
     writer.writeheader()
     for f in report.tiers:
-        writer.writerow(f.as_row())
+        writer.writerow({k: neutralise_cell(v) if isinstance(v, str) else v
+                         for k, v in f.as_row().items()})
     return buf.getvalue()
 
 

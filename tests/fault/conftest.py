@@ -107,8 +107,9 @@ def private_pg() -> Iterator[dict[str, Any]]:
     urls = ensure_services(home)
     upgrade_to_head(urls.database_url)
     kw = parse_url(urls.redis_url)
+    auth = f":{kw['password']}@" if kw.get("password") else ""
     yield {"home": home, "database_url": urls.database_url,
-           "redis_url": f"redis://127.0.0.1:{kw['port']}/9"}
+           "redis_url": f"redis://{auth}127.0.0.1:{kw['port']}/9"}
     stop_services(home)
     shutil.rmtree(home, ignore_errors=True)
 

@@ -21,8 +21,8 @@ def main(url: str, consumer: str, idle_ms: int) -> None:
     app = build(get_settings(), actor=consumer)
     rel = ReliabilityRedis(app.redis, app.settings.namespace, app.settings.shards)
     notifier = Notifier(rel=rel, scheduler=app.scheduler, store=app.store,
-                        deliver=lambda f: post_notification(url, f, 10.0),
-                        policy=RetryPolicy((1.0, 2.0, 5.0), 0.2), consumer=consumer,
+                        deliver=lambda f: post_notification(url, f, 10.0, b"fault-suite-secret"),
+                        policy=RetryPolicy((1.0, 2.0, 5.0)), consumer=consumer,
                         actor=consumer, idle_ms=idle_ms)
     stop = {"flag": False}
 

@@ -6,9 +6,13 @@ upstream ``host:port``. Knobs, callable from the test thread at any time:
 
 - ``latency_s``: added before each chunk is forwarded, in both directions (seconds);
 - ``drop_all()``: close (RST) every open client and upstream connection now;
-- ``refuse``: while True, new connections are accepted and closed at once.
+- ``refuse``: while True, new connections are accepted and closed at once (a reset);
+- ``blackhole``: while True, bytes are silently dropped in both directions (no reset, no
+  FIN: packets lost on a silent network). A connection accepted during the black hole never
+  reaches the upstream (like a SYN that got no answer); open ones forward again once it ends.
 
-Counters: ``connections`` (accepted so far), ``dropped`` (closed by ``drop_all``).
+Counters: ``connections`` (accepted so far), ``dropped`` (closed by ``drop_all``),
+``swallowed`` (chunks dropped by the black hole).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ class TcpProxy:
         self.upstream = (upstream_host, upstream_port)
         self.latency_s = 0.0
         self.refuse = False
+        self.blackhole = False
+        self.swallowed = 0
         self.connections = 0
         self.dropped = 0
         self.port = 0
@@ -93,6 +99,14 @@ class TcpProxy:
         if self.refuse:
             _reset(c_writer)
             return
+        if self.blackhole:
+            self._writers.add(c_writer)
+            with contextlib.suppress(Exception):
+                while await c_reader.read(_CHUNK):
+                    self.swallowed += 1
+            self._writers.discard(c_writer)
+            _reset(c_writer)
+            return
         try:
             u_reader, u_writer = await asyncio.open_connection(*self.upstream)
         except OSError:
@@ -108,6 +122,9 @@ class TcpProxy:
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(_CHUNK):
+                if self.blackhole:
+                    self.swallowed += 1
+                    continue
                 if self.latency_s > 0:
                     await asyncio.sleep(self.latency_s)
                 writer.write(data)

@@ -9,6 +9,8 @@ invariants (tests/fault/support.py).
 from __future__ import annotations
 
 import signal
+import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -19,17 +21,19 @@ from tests.fault.support import (
     check,
     decided_count,
     output,
+    review_entries,
     settled,
     spawn,
     stop,
     wait_until,
     worker_env,
 )
+from tests.helpers import run_cli
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]
 
 N = 200
-BOUNDARIES = ("after_claim", "after_record", "after_apply")
+BOUNDARIES = ("after_claim", "before_record", "after_record", "after_apply")
 
 
 @pytest.mark.parametrize("n", [1, 3])
@@ -69,3 +73,29 @@ def test_decision_recorded_by_a_worker_killed_before_apply_is_still_notified(
         stop([healthy])
     verdict = check(app, ids)
     assert not verdict.unnotified, f"{len(verdict.unnotified)} decisions never notified"
+
+
+def test_crash_after_record_then_reconcile_notifies_every_decision_exactly_once(
+    app: Any, redis_url: str, database_url: str, namespace: str
+) -> None:
+    """SIGKILL after record (before apply), wait past the lease, `escalation reconcile` repairs
+    the batch from PostgreSQL, then a worker drains: every decision is notified exactly once
+    (reconcile sends the unapplied decisions' notifications, seq-guarded, and the worker does
+    not send them again)."""
+    ids = enqueue(app, due_requests(200, app.scheduler.time()))
+    env = worker_env(redis_url, database_url, namespace)
+    victim = spawn(dict(env, ESCALATION_CRASHPOINT="after_record:1"), "victim")
+    assert victim.wait(timeout=60) == -signal.SIGKILL, output(victim)[-2000:]
+    time.sleep(6)  # the victim's lease (5 s) runs out
+    res = run_cli(env, "reconcile")
+    assert res.returncode == 0, res.stderr[-2000:]
+    healthy = spawn(env, "healthy")
+    try:
+        assert wait_until(lambda: settled(app, ids), timeout_s=90), output(healthy)[-3000:]
+    finally:
+        stop([healthy])
+    assert_exactly_once(app, ids)
+    counts = Counter(f["idempotency_key"] for f in review_entries(app))
+    twice = {k: c for k, c in counts.items() if c > 1}
+    assert not twice, f"{len(twice)} decisions notified more than once"
+    assert not check(app, ids).unnotified

@@ -1,6 +1,7 @@
 """Helpers for the ladder migration tests: a private copy of the fixture ladders under a
 unique ladder name (the session database is shared, so each test migrates only its own
-escalations), enqueue on v1, then add a v2 variant from tests/fixtures/ladders/<variant>/."""
+escalations), v1 released as baseline, enqueue on v1, then add (and by default release) a
+v2 variant from tests/fixtures/ladders/<variant>/."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from escalation.adapters.ladder_files import LadderCatalog
+from escalation.adapters.ladder_files import LadderCatalog, ReleasedLadders
 from escalation.adapters.ladder_history import LadderHistoryStore
 from escalation.adapters.tables import escalation_audit
 from escalation.domain.ladder_plan import MigrationPlan
@@ -23,6 +24,11 @@ from escalation.service_layer.ladder_migration import (
     ApplyReport,
     apply_migration,
     plan_migration,
+)
+from escalation.service_layer.ladder_release import (
+    ReleaseResult,
+    baseline_releases,
+    release_version,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ladders"
@@ -38,23 +44,40 @@ class MigEnv:
 
     @classmethod
     def make(cls, app: Any, tmp_path: Path) -> MigEnv:
-        """Copy base/migdemo.v1.toml as ``<unique>.v1.toml`` into ``tmp_path/ladders``."""
+        """Copy base/migdemo.v1.toml as ``<unique>.v1.toml`` into ``tmp_path/ladders`` and
+        release it (first-use baseline)."""
         env = cls(app, tmp_path / "ladders", "m" + uuid.uuid4().hex[:12])
         env.dir.mkdir()
-        env.add("base", 1)
+        env.add("base", 1, release=False)
+        baseline_releases(env.history, env.files, app.scheduler.time())
         return env
 
-    def add(self, variant: str, version: int = 2) -> Path:
-        """Copy ``<variant>/migdemo.v<version>.toml`` under this test's ladder name."""
+    def add(self, variant: str, version: int = 2, *, release: bool = True) -> Path:
+        """Copy ``<variant>/migdemo.v<version>.toml`` under this test's ladder name and
+        (by default) release it."""
         text = (FIXTURES / variant / f"migdemo.v{version}.toml").read_text()
         path = self.dir / f"{self.name}.v{version}.toml"
         path.write_text(text.replace('ladder = "migdemo"', f'ladder = "{self.name}"'))
+        if release:
+            self.release(version)
         return path
 
+    def release(self, version: int = 2, *, actor: str = "test-admin",
+                reason: str = "CHG-1") -> ReleaseResult:
+        """``ladder release --version``."""
+        return release_version(history=self.history, files=self.files, ladder=self.name,
+                               version=version, actor=actor, reason=reason,
+                               now=self.app.scheduler.time())
+
     @property
-    def catalog(self) -> LadderCatalog:
-        """The ladders as they are on disk now."""
-        return LadderCatalog.from_dir(self.dir)
+    def catalog(self) -> ReleasedLadders:
+        """The released ladders (what enqueue and workers use), read now."""
+        return ReleasedLadders(self.dir, self.history.released_checksums)
+
+    @property
+    def files(self) -> LadderCatalog:
+        """Every valid file on disk, released or not."""
+        return LadderCatalog.from_dir(self.dir, strict=False)
 
     @property
     def history(self) -> LadderHistoryStore:
@@ -86,10 +109,11 @@ class MigEnv:
 
     def apply(self, plan_hash: str, to: int = 2, **kw: Any) -> ApplyReport:
         """``ladder apply --to --plan-hash``."""
+        kw.setdefault("actor", "test-admin")
+        kw.setdefault("reason", "CHG-1")
         return apply_migration(history=self.history, scheduler=self.app.scheduler,
                                ladders=self.catalog, calendars=self.app.calendars,
-                               ladder=self.name, to_version=to, plan_hash=plan_hash,
-                               actor="test-admin", **kw)
+                               ladder=self.name, to_version=to, plan_hash=plan_hash, **kw)
 
     def state(self, did: uuid.UUID) -> Any:
         """The projection state (Escalation) of ``did``."""

@@ -150,3 +150,78 @@ def test_cli_verify_exits_1_and_names_the_broken_link(scratch, cli_env, tmp_path
     res = run_cli(env, "audit", "verify", "--all")
     assert res.returncode == 1
     assert f"dispute {victim} seq 3 differs from checkpoint 1" in res.stderr
+
+
+def test_checkpoint_refuses_to_seal_a_forged_chain(scratch):
+    from escalation.service_layer.checkpoint import SealRefused
+
+    engine = scratch
+    store = PostgresAuditStore(engine)
+    victim = _chain(store)
+    _chain(store)
+    create_checkpoint(PostgresCheckpoints(engine), "test")
+    _rewrite_whole_chain(engine, victim, 2, "mallory")
+    assert store.verify() == []  # self-consistent forgery
+    with pytest.raises(SealRefused, match="1 head\\(s\\) differ from checkpoint 1"):
+        create_checkpoint(PostgresCheckpoints(engine), "test")
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM audit_checkpoint")).scalar_one() == 1
+
+
+def test_checkpoint_refuses_when_any_chain_is_visibly_broken(scratch):
+    from escalation.service_layer.checkpoint import SealRefused
+
+    engine = scratch
+    store = PostgresAuditStore(engine)
+    victim = _chain(store)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE escalation_audit DISABLE TRIGGER ALL"))
+        conn.execute(sa.text("UPDATE escalation_audit SET actor = 'mallory' "
+                             "WHERE dispute_id = :d AND seq = 2"), {"d": victim})
+        conn.execute(sa.text("ALTER TABLE escalation_audit ENABLE ALWAYS TRIGGER "
+                             "trg_escalation_audit_no_mutation"))
+        conn.execute(sa.text("ALTER TABLE escalation_audit ENABLE ALWAYS TRIGGER "
+                             "trg_escalation_audit_no_truncate"))
+    with pytest.raises(SealRefused, match="1 broken chain"):
+        create_checkpoint(PostgresCheckpoints(engine), "test")
+
+
+def test_an_older_digest_exposes_a_forgery_sealed_by_a_later_checkpoint(
+    scratch, tmp_path, monkeypatch
+):
+    """Even if a forged head got sealed (a sealer without the pre-seal check), the digest of
+    an older checkpoint kept elsewhere still exposes the rewrite, also with --dispute."""
+    from escalation.service_layer import checkpoint as cpmod
+
+    engine = scratch
+    store = PostgresAuditStore(engine)
+    victim = _chain(store)
+    _chain(store)
+    older = create_checkpoint(PostgresCheckpoints(engine), "test")
+    path = tmp_path / "older.json"
+    write_digest(older, path)
+    _rewrite_whole_chain(engine, victim, 2, "mallory")
+    with monkeypatch.context() as m:  # the old, unchecked sealer
+        m.setattr(cpmod, "_check_heads", lambda *a, **k: None)
+        create_checkpoint(PostgresCheckpoints(engine), "mallory")
+    # the last checkpoint sealed the forged head ...
+    assert verify(PostgresCheckpoints(engine), victim).ok
+    report = verify(PostgresCheckpoints(engine), victim, digest=read_digest(path))
+    assert not report.ok  # ... but the older digest holds the genuine one
+    assert report.checkpoint_mismatches == [(victim, 3)]
+
+
+def test_verify_checks_the_projection_against_the_ledger(scratch):
+    engine = scratch
+    store = PostgresAuditStore(engine)
+    victim = _chain(store)
+    clean = _chain(store)
+    assert verify(PostgresCheckpoints(engine)).ok
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE escalation_state SET materiality = 1.00, "
+                             "status = 'cancelled', due_at = NULL WHERE dispute_id = :d"),
+                     {"d": victim})
+    report = verify(PostgresCheckpoints(engine))
+    assert not report.ok
+    assert report.projection_mismatches == [(victim, "materiality, status cancelled")]
+    assert verify(PostgresCheckpoints(engine), clean).ok

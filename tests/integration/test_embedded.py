@@ -111,10 +111,48 @@ def _sql(urls: ServiceUrls, query: str) -> object:
 def test_ensure_services_starts_valkey_and_postgres_that_answer(home: Path) -> None:
     urls = ensure_services(home)
 
-    assert urls.redis_url.startswith("redis://127.0.0.1:")
+    assert urls.redis_url.startswith("redis://:") and "@127.0.0.1:" in urls.redis_url
     assert _ping(urls)
     assert _sql(urls, "select 1") == 1
     assert _sql(urls, "select current_database()") == "escalation"
+
+
+def test_home_is_private_and_both_servers_require_generated_passwords(home: Path) -> None:
+    import json
+    import os
+    import stat
+
+    urls = ensure_services(home)
+    home_mode = stat.S_IMODE(home.stat().st_mode)
+    assert home_mode == (0o711 if os.geteuid() == 0 else 0o700), oct(home_mode)
+    creds_file = home / "credentials.json"
+    assert stat.S_IMODE(creds_file.stat().st_mode) == 0o600
+    creds = json.loads(creds_file.read_text())
+    assert len(creds["valkey"]) >= 32 and len(creds["postgres"]) >= 32
+    assert creds["valkey"] != creds["postgres"]
+    vdir = home / "valkey"
+    assert stat.S_IMODE(vdir.stat().st_mode) == 0o700
+    for path in vdir.rglob("*"):
+        if path.is_file():
+            assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path
+    assert stat.S_IMODE((home / "pg").stat().st_mode) & 0o077 == 0
+    # Valkey refuses a client without the password
+    vport = int(urls.redis_url.rsplit(":", 1)[1].split("/")[0])
+    anon = redis.Redis(host="127.0.0.1", port=vport, socket_timeout=2)
+    try:
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            anon.ping()
+    finally:
+        anon.close()
+    # PostgreSQL refuses the postgres role without its password, accepts the URL's
+    pg = sa.engine.make_url(urls.database_url)
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(host=pg.query["host"], port=int(pg.query["port"]), user="postgres",
+                        dbname="escalation", connect_timeout=5).close()
+    assert _sql(urls, "select 1") == 1
+    # status reports them running (it reads the credentials file)
+    status = services_status(home)
+    assert status["valkey"]["running"] and status["postgres"]["running"]
 
 
 def test_database_url_works_with_sqlalchemy(home: Path) -> None:

@@ -3,6 +3,8 @@ carries the same values, timestamps are UTC ISO-8601, money strings; memory is f
 
 from __future__ import annotations
 
+import csv
+import dataclasses
 import hashlib
 import json
 import tracemalloc
@@ -110,3 +112,26 @@ def test_export_peak_memory_does_not_grow_with_row_count(scratch, tmp_path):
     large = _peak_export(scratch, tmp_path / "b.csv")
     # 8x the rows; a buffering export would need ~8x the memory
     assert large < small * 2, (small, large)
+
+
+FORMULAS = ["=HYPERLINK(\"http://evil.example\",\"x\")", "@SUM(A1:A9)", "+1+2", "-2+3",
+            "\tcmd", "\r=1", "'=already quoted", "plain-id-42"]
+
+
+def test_csv_export_neutralises_spreadsheet_formulas_and_still_round_trips(scratch, tmp_path):
+    store = PostgresAuditStore(scratch)
+    for ext in FORMULAS:
+        store.record_enqueue(dataclasses.replace(make_escalation(), external_id=ext), "svc", T0)
+    out = tmp_path / "audit.csv"
+    export(PostgresLedgerSearch(scratch), "csv", out, AuditFilter())
+    with out.open(newline="", encoding="utf-8") as fh:
+        cells = [row[COLUMNS.index("external_id")] for row in list(csv.reader(fh))[1:]]
+    assert sorted(cells) == sorted(("'" + e) if e[0] in "=+-@\t\r'" else e for e in FORMULAS)
+    # no cell of any column starts with a formula trigger (OWASP CSV injection)
+    with out.open(newline="", encoding="utf-8") as fh:
+        for row in list(csv.reader(fh))[1:]:
+            assert not any(c.startswith(("=", "+", "-", "@", "\t", "\r")) for c in row), row
+    rows = list(read_csv(out))
+    assert sorted(r["external_id"] for r in rows) == sorted(FORMULAS)
+    assert write_csv(iter(rows), tmp_path / "again.csv") == hashlib.sha256(
+        out.read_bytes()).hexdigest()

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from escalation.adapters.ladder_files import check_ladder_dir_with_history as check
 from escalation.adapters.tables import escalation_audit
-from escalation.domain.errors import LadderMigrationError
+from escalation.domain.errors import UnknownPlanHash
 from escalation.service_layer.fire import fire_due
 from tests.integration.ladder_support import MigEnv, hours
 
@@ -42,24 +42,58 @@ def test_plan_and_apply_report_progress_through_their_callbacks(env: MigEnv) -> 
                           calendars=env.app.calendars, ladder=env.name, to_version=2,
                           progress=lambda phase, done, total: calls.append((phase, done, total)))
     assert calls[-1] == ("plan", 3, 3)
-    applied: list[tuple[int, int]] = []
+    applied: list[tuple[str, int, int | None]] = []
     report = env.apply(plan.plan_hash, batch_size=2,
-                       progress=lambda done, total: applied.append((done, total)))
+                       progress=lambda phase, done, total: applied.append((phase, done, total)))
     assert report.migrated == 3
-    assert applied[-1] == (3, 3) and len(applied) >= 2
+    assert applied[-1] == ("migrate", 3, 3) and len(applied) >= 2
 
 
-def test_apply_refuses_when_state_drifted_since_the_plan(env: MigEnv) -> None:
+def test_apply_after_workers_decided_meanwhile_replans_them_instead_of_refusing(
+    env: MigEnv,
+) -> None:
     now = env.app.scheduler.time()
     ids = env.enqueue("standard", due_at=now - timedelta(seconds=5), n=2)
     env.add("inserted")
     plan = env.plan()
+    assert {i.from_tier for i in plan.items} == {"standard"}
     fire_due(scheduler=env.app.scheduler, store=env.app.store, ladders=env.catalog,
              calendars=env.app.calendars, batch_size=1, lease_ms=5000, worker_id="w")
-    with pytest.raises(LadderMigrationError, match="plan hash differs"):
-        env.apply(plan.plan_hash)
+    promoted = [d for d in ids if env.state(d).tier != "standard"]
+    assert len(promoted) == 1  # one decided on v1 after the plan was reviewed
+
+    report = env.apply(plan.plan_hash)
+
+    assert (report.planned, report.migrated, report.blocked) == (2, 2, [])
+    for d in ids:
+        state = env.state(d)
+        assert state.ladder_version == 2
+        [row] = env.migrated_rows(d)  # planned from the state at apply time
+        assert row["from_tier"] == row["to_tier"] == state.tier
+        assert env.app.store.verify(d) == []
+
+
+def test_a_mistyped_plan_hash_is_unknown_and_nothing_is_written(env: MigEnv) -> None:
+    ids = env.enqueue("standard", due_at=env.app.scheduler.time() + hours(3), n=2)
+    env.add("inserted")
+    good = env.plan().plan_hash
+    with pytest.raises(UnknownPlanHash, match="unknown plan hash"):
+        env.apply(good[:-1] + ("0" if good[-1] != "0" else "1"))
     assert all(env.state(d).ladder_version == 1 for d in ids)
     assert env.history.history(env.name) == []
+
+
+def test_plan_hash_names_the_change_not_the_members(env: MigEnv) -> None:
+    env.enqueue("standard", due_at=env.app.scheduler.time() + hours(3), n=2)
+    env.add("inserted")
+    before = env.plan()
+    env.enqueue("standard", due_at=env.app.scheduler.time() + hours(3), n=1)  # now on v2
+    with env.app.engine.begin() as conn:  # a worker-like decision moves a v1 escalation
+        conn.execute(sa.text("UPDATE escalation_state SET tier = 'senior' WHERE dispute_id = "
+                             ":d"), {"d": before.items[0].dispute_id})
+    after = env.plan()
+    assert after.plan_hash == before.plan_hash
+    assert after.from_versions() == [1] and before.files == after.files
 
 
 def test_apply_resumes_after_a_crash_between_record_and_redis(env: MigEnv) -> None:
@@ -94,11 +128,14 @@ def test_apply_resumes_after_a_crash_between_record_and_redis(env: MigEnv) -> No
 def test_history_records_checksum_and_check_refuses_an_edited_applied_file(
     env: MigEnv,
 ) -> None:
-    env.enqueue("standard", due_at=env.app.scheduler.time() + hours(3))
+    did = env.enqueue("standard", due_at=env.app.scheduler.time() + hours(3))[0]
     v2 = env.add("renamed")
-    env.apply(env.plan().plan_hash)
+    env.apply(env.plan().plan_hash, actor="alice@ops", reason="CHG-42")
     [run] = env.history.history(env.name)
     assert run.checksum == env.catalog.get(env.name, 2).checksum and run.status == "done"
+    assert (run.applied_by, run.reason) == ("alice@ops", "CHG-42")
+    [row] = env.migrated_rows(did)
+    assert row["actor"] == "alice@ops" and row["details"]["reason"] == "CHG-42"
     assert check(env.dir, env.history) == []
     v2.write_text(v2.read_text() + "\n# edited after release\n")
     errors = check(env.dir, env.history)

@@ -18,7 +18,7 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 def test_check_names_file_and_field_and_exits_2(cli_env: dict[str, str], tmp_path: Path,
                                                 app: Any) -> None:
     mig = MigEnv.make(app, tmp_path)
-    bad = mig.add("removed_unmapped")
+    bad = mig.add("removed_unmapped", release=False)
     res = _cli(cli_env, "check", "--dir", str(mig.dir))
     assert res.returncode == 2
     assert f"{bad}: tier_map: tier 'senior'" in res.stderr
@@ -35,30 +35,43 @@ def test_check_without_database_checks_files_only_and_says_so(tmp_path: Path) ->
     assert not (tmp_path / "home" / "pg").exists()  # no embedded server was started
 
 
-def test_plan_apply_history_round_trip(cli_env: dict[str, str], tmp_path: Path,
-                                       app: Any) -> None:
+def test_release_plan_apply_history_round_trip(cli_env: dict[str, str], tmp_path: Path,
+                                               app: Any) -> None:
     mig = MigEnv.make(app, tmp_path)
     ids = mig.enqueue("standard", due_at=app.scheduler.time() + hours(2), n=3)
-    mig.add("inserted")
+    mig.add("inserted", release=False)
     env = {**cli_env, "ESCALATION_LADDERS_DIR": str(mig.dir)}
+    unreleased = _cli(env, "plan", "--ladder", mig.name, "--to", "2")
+    assert unreleased.returncode == 1 and "version 2 is not released" in unreleased.stderr
+    rel = _cli(env, "release", "--ladder", mig.name, "--version", "2", "--reason", "CHG-7")
+    assert rel.returncode == 0, rel.stderr
+    assert f"{mig.name}@2 released" in rel.stdout and "reason: CHG-7" in rel.stdout
+    assert "@" in rel.stdout.split(" by ")[1]  # default actor: OS user@host
     plan = _cli(env, "plan", "--ladder", mig.name, "--to", "2", "--json")
     assert plan.returncode == 0, plan.stderr
     data = json.loads(plan.stdout)
     assert data["groups"] == [{"from": "standard", "to": "standard", "count": 3}]
+    assert "plan" not in plan.stderr  # not a terminal: no progress output
     applied = _cli(env, "apply", "--ladder", mig.name, "--to", "2", "--plan-hash",
-                   data["plan_hash"], "--json")
+                   data["plan_hash"], "--actor", "carol@ops", "--reason", "CHG-7", "--json")
     assert applied.returncode == 0, applied.stderr
-    assert json.loads(applied.stdout)["migrated"] == 3
+    out = json.loads(applied.stdout)
+    assert (out["planned"], out["migrated"], out["replanned"], out["unchanged"]) == (3, 3, 0, 0)
     # not a terminal: no progress output, just the summary
-    assert "migrated 3/3" not in applied.stderr and "migrat" not in applied.stderr
+    assert "migrat" not in applied.stderr
     assert all(mig.state(d).ladder_version == 2 for d in ids)
+    assert all(mig.migrated_rows(d)[0]["actor"] == "carol@ops" for d in ids)
     same = _cli(env, "apply", "--ladder", mig.name, "--to", "2", "--plan-hash",
                 data["plan_hash"])
     assert same.returncode == 0, same.stderr
     assert f"version 2 of {mig.name} is already applied (on " in same.stdout
-    assert "nothing to do" in same.stdout and "plan hash differs" not in same.stderr
+    assert "by carol@ops); nothing to do" in same.stdout
     again = _cli(env, "apply", "--ladder", mig.name, "--to", "2", "--plan-hash", "0" * 64)
-    assert again.returncode == 1 and "plan hash differs" in again.stderr
-    hist = _cli(env, "history", "--ladder", mig.name, "--json")
-    [run] = json.loads(hist.stdout)
+    assert again.returncode == 2 and "unknown plan hash 0000000000000000" in again.stderr
+    hist = json.loads(_cli(env, "history", "--ladder", mig.name, "--json").stdout)
+    [run] = hist["runs"]
     assert run["status"] == "done" and run["migrated"] == 3
+    assert (run["applied_by"], run["reason"]) == ("carol@ops", "CHG-7")
+    assert [(r["version"], r["reason"]) for r in hist["releases"]] == [
+        (1, "first use: every version that passes `ladder check` released as baseline"),
+        (2, "CHG-7")]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from escalation.domain.errors import LadderMigrationError
+from escalation.domain.errors import LadderError, LadderMigrationError
 from escalation.domain.escalation import Status
 from escalation.service_layer.fire import fire_due
 from tests.integration.ladder_support import MigEnv, hours
@@ -87,24 +87,30 @@ def test_removed_tier_moves_escalations_by_tier_map_never_lower(env: MigEnv) -> 
 
 def test_removed_tier_without_map_is_refused(env: MigEnv) -> None:
     did = env.enqueue("senior", due_at=env.app.scheduler.time() + hours(5))[0]
-    env.add("removed_unmapped")
-    with pytest.raises(LadderMigrationError, match=r"tier_map: tier 'senior'"):
+    env.add("removed_unmapped", release=False)
+    with pytest.raises(LadderError, match=r"tier_map: tier 'senior'"):
+        env.release(2)
+    with pytest.raises(LadderMigrationError, match=r"version 2 is invalid \(.*tier_map"):
         env.plan()
     assert env.state(did).ladder_version == 1
+    assert env.catalog.versions(env.name) == [1]
 
 
 def test_reorder_that_would_demote_a_pending_escalation_is_refused(env: MigEnv) -> None:
     now = env.app.scheduler.time()
     in_compliance = env.enqueue("compliance", due_at=now + hours(5))[0]
-    env.enqueue("standard", due_at=now + hours(5))
+    in_standard = env.enqueue("standard", due_at=now + hours(5))[0]
     env.add("reordered")
     plan = env.plan()
     assert [b.dispute_id for b in plan.blocked] == [in_compliance]
     assert "demotion" in plan.blocked[0].reason
-    with pytest.raises(LadderMigrationError, match="cannot be migrated"):
-        env.apply(plan.plan_hash)
+    report = env.apply(plan.plan_hash)
+    assert [b.dispute_id for b in report.blocked] == [in_compliance]  # left on v1, reported
     assert env.state(in_compliance).ladder_version == 1
     assert env.migrated_rows(in_compliance) == []
+    assert env.state(in_standard).ladder_version == 2 and report.migrated == 1
+    [run] = env.history.history(env.name)
+    assert (run.status, run.blocked, run.migrated) == ("done", 1, 1)
 
 
 def test_lengthened_window_recomputes_due_from_tier_entry(env: MigEnv) -> None:

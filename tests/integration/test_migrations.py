@@ -120,7 +120,7 @@ def test_db_upgrade_says_which_revisions_it_applied_or_that_it_was_at_head(serve
     import subprocess
     import sys
 
-    with scratch_database(server_urls[1], "escalation_scratch") as url:
+    with scratch_database(server_urls[1], "escalation_scratch", migrate=False) as url:
         db.upgrade_to_head(url)
         db.downgrade(url, "0003")
         env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
@@ -135,9 +135,10 @@ def test_db_upgrade_says_which_revisions_it_applied_or_that_it_was_at_head(serve
         assert applied[:2] == ["0004", "0005"] and applied[-1] == db.head_revision()
         assert all(line.startswith("applied ") for line in lines[:-1])
         assert lines[-1] == (f"database now at head ({db.head_revision()}): "
-                             f"{len(applied)} revision(s) applied")
+                             f"{len(applied)} revision(s) applied; bound to namespace esc")
         again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120,
                                check=False)
         assert again.returncode == 0, again.stderr
         assert again.stdout.strip() == (
-            f"database already at head ({db.head_revision()}): nothing to apply")
+            f"database already at head ({db.head_revision()}): nothing to apply; "
+            "bound to namespace esc")

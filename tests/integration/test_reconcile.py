@@ -232,7 +232,7 @@ def test_reconcile_stops_on_a_demoted_primary_instead_of_repairing_without_the_n
         def __getattr__(self, name: str) -> Any:
             return getattr(app.scheduler, name)
 
-        def apply(self, ops: Any) -> Any:
+        def apply(self, ops: Any, *more: Any) -> Any:
             raise redis.exceptions.ReadOnlyError("You can't write against a read only replica.")
 
         restore = apply

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from escalation.domain.business_calendar import builtin_calendars
 from escalation.domain.calendars import SlaWindow, WindowUnit
 from escalation.domain.escalation import Escalation
 from escalation.domain.ladder import DUE_FROM_TIER_ENTRY, Ladder, MigrationPolicy, Tier
-from escalation.domain.ladder_plan import Blocked, DueRule, PlanItem, build_plan, plan_escalation
+from escalation.domain.ladder_plan import (
+    Blocked,
+    DueRule,
+    PlanItem,
+    build_plan,
+    change_hash,
+    plan_escalation,
+)
 
 CAL = builtin_calendars()
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -68,11 +76,16 @@ def test_map_that_would_demote_is_blocked_and_unmapped_removal_is_blocked() -> N
     assert isinstance(unmapped, Blocked) and "tier_map" in unmapped.reason
 
 
-def test_plan_hash_depends_on_seq_and_not_on_the_clock() -> None:
+def test_plan_hash_names_the_change_not_the_members_or_the_clock() -> None:
     v2 = _v2(_tier("standard", 10, 2), _tier("senior", 20, 48), _tier("compliance", 30, 72),
              recompute=True)
     esc = _esc("standard", T0 - timedelta(hours=10), T0 + timedelta(hours=14))
     a = build_plan([esc], {1: V1, 2: v2}, v2, CAL)
-    b = build_plan([esc], {1: V1, 2: v2}, v2, CAL)
-    c = build_plan([esc.with_changes(seq=4)], {1: V1, 2: v2}, v2, CAL)
-    assert a.plan_hash == b.plan_hash != c.plan_hash
+    b = build_plan([esc.with_changes(seq=4)], {1: V1, 2: v2}, v2, CAL)
+    c = build_plan([], {1: V1, 2: v2}, v2, CAL)
+    assert a.plan_hash == b.plan_hash == c.plan_hash  # members move; the change does not
+    assert a.plan_hash == change_hash(v2.name, 2, [(1, V1.checksum), (2, v2.checksum)])
+    edited = replace(v2, checksum="f" * 64)
+    assert build_plan([esc], {1: V1, 2: edited}, edited, CAL).plan_hash != a.plan_hash
+    assert change_hash(v2.name, 2, [(1, "0" * 64), (2, v2.checksum)]) != a.plan_hash
+    assert change_hash(v2.name, 3, [(1, V1.checksum), (2, v2.checksum)]) != a.plan_hash

@@ -20,8 +20,11 @@
 --     reschedule -> replace the payload with fields, ZADD pending due_ms
 --     remove     -> ZREM + DEL payload (terminal escalations never ZADD)
 --     park       -> ZREM, replace the payload with fields (keeps the new seq; paused)
---     then XADD notify to the review STREAM (MAXLEN ~ ARGV[1]) when given, and DEL the lock
---     when this op's token owns it.
+--     then XADD notify to the review STREAM (MAXLEN ~ ARGV[1]) when given -- and, when notify
+--     carries a "seq" field, only if the payload's seq before this op was below it (the
+--     notification of decision <seq> is sent by whichever apply first moves the payload past
+--     <seq>: worker, stale-claim repair, reconcile; never twice) -- and DEL the lock when this
+--     op's token owns it.
 -- Stats counters: applied, stale_apply, not_owner, missing. Every op is validated before the
 -- first write; re-sending the call yields "stale_seq" for ops already applied.
 --
@@ -153,7 +156,13 @@ for i, op in ipairs(ops) do
       write_payload(op)
     end
     if #op.notify > 0 then
-      redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', unpack(op.notify))
+      local nseq = nil
+      for j = 1, #op.notify, 2 do
+        if op.notify[j] == 'seq' then nseq = tonumber(op.notify[j + 1]) end
+      end
+      if nseq == nil or tonumber(pseq) < nseq then
+        redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', unpack(op.notify))
+      end
     end
     if op.token ~= '' then redis.call('DEL', op.lkey) end
     out = 'applied'

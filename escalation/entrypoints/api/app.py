@@ -50,6 +50,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="escalation", version="1", description=DESCRIPTION, lifespan=lifespan,
         # no anonymous route but /healthz: the document is docs/openapi.json, not served
         openapi_url=None, docs_url=None, redoc_url=None,
+        # a path with a trailing slash is a 404 problem document, not a 307 redirect that a
+        # client would follow without its Authorization header
+        redirect_slashes=False,
         openapi_tags=[
             {"name": "escalations", "description": "Create, read, cancel, pause, resume."},
             {"name": "audit", "description": "The ledger, ladders and the SLA report."},
@@ -63,6 +66,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_audit.router)
     app.include_router(routes_ops.router)
     app.include_router(metrics.router)
+    from escalation.entrypoints.api import console
+
+    console.install(app)
     return app
 
 

@@ -1,0 +1,196 @@
+"""The compliance console in a real browser: sign-in, the missed-deadlines list of a seeded
+data set with known answers, a dispute timeline, an audit export checked against its
+manifest, the SLA report; screenshots in test-artifacts/."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.browser.conftest import ARTIFACTS, Console
+
+pytestmark = pytest.mark.browser
+FEB = "from=2024-02-01&to=2024-02-29&ladder=reg_e_error_resolution"
+
+
+def login(page: Any, console: Console, role: str = "compliance", next_path: str = "") -> None:
+    page.goto(console.url + "/console" + next_path)
+    assert "/console/login" in page.url
+    page.get_by_label("Token").fill(console.tokens[role])
+    with page.expect_navigation():
+        page.keyboard.press("Enter")  # keyboard only
+
+
+def test_login_refuses_service_role_and_bad_csrf(page, console):
+    login(page, console, role="service")
+    assert "/console/login" in page.url
+    assert "may not read the audit ledger" in page.locator(".error").inner_text()
+    # a POST without the double-submitted CSRF value (another site's form) is refused
+    r = httpx.post(console.url + "/console/login", data={"token": console.tokens["admin"]},
+                   follow_redirects=False)
+    assert r.status_code == 403
+    assert "esc_console=" not in r.headers.get("set-cookie", "")
+    # pages and downloads need a compliance/admin session cookie (a service token is not one)
+    for cookies in ({}, {"esc_console": console.tokens["service"]},
+                    {"esc_console": console.tokens["revoked"]}):
+        for path in ("/console/deadlines.csv", "/console/audit/export.csv", "/console/sla"):
+            r = httpx.get(console.url + path, cookies=cookies, follow_redirects=False)
+            assert r.status_code == 303 and "/console/login" in r.headers["location"], path
+    r = httpx.get(console.url + "/console/deadlines.csv",
+                  cookies={"esc_console": console.tokens["admin"]})
+    assert r.status_code == 200 and r.text.startswith("dispute_id,external_id,")
+    # the assets are the app's own
+    css = httpx.get(console.url + "/console/static/console.css")
+    assert css.status_code == 200 and "text/css" in css.headers["content-type"]
+
+
+def test_session_cookie_flags_and_signout(page, console):
+    login(page, console)
+    assert page.url.rstrip("/").endswith("/console")
+    cookie = next(c for c in page.context.cookies() if c["name"] == "esc_console")
+    assert cookie["httpOnly"] is True
+    assert cookie["sameSite"] == "Strict"
+    assert cookie["path"] == "/console"
+    with page.expect_navigation():
+        page.get_by_role("button", name="Sign out").click()
+    assert "/console/login" in page.url
+    page.goto(console.url + "/console/deadlines")
+    assert "/console/login" in page.url
+
+
+def test_missed_deadlines_rows_and_lateness(page, console):
+    prefix = console.seeded.prefix
+    login(page, console, next_path=f"/deadlines?status=missed&{FEB}&sort=late&dir=desc")
+    page.screenshot(path=str(ARTIFACTS / "console-deadlines-missed.png"), full_page=True)
+    rows = page.locator("#deadlines tbody tr").filter(has_text=prefix)
+    texts = [rows.nth(i).inner_text() for i in range(rows.count())]
+    assert len(texts) == 3, texts
+    # sorted by lateness, most late first: B (113 h), D (65 h), C (23 h)
+    assert [t.split()[0] for t in texts] == [f"{prefix}-B", f"{prefix}-D", f"{prefix}-C"]
+    b, d, c = texts
+    assert "2 business days" in b and "4 d 17 h" in b and "113.0 h" in b
+    assert "3 business days" in d and "2 d 17 h" in d and "65.0 h" in d
+    assert "1 business day" in c and "23 h 0 min" in c and "23.0 h" in c
+    # institution zone with offset; the tier holding each deadline; ladder@version
+    assert "2024-02-15 17:00:00 EST (UTC-05:00)" in b
+    assert "2024-02-20 10:00:00 EST (UTC-05:00)" in b  # resolved
+    assert c.rstrip().endswith("senior") and b.rstrip().endswith("standard")
+    assert "reg_e_error_resolution@1" in b
+    assert "determine_or_provisionally_credit" in b and "12 CFR 1005.11(c)(1)" in b
+    # the met one is not in the missed list, and is in the met list
+    assert f"{prefix}-A" not in page.locator("#deadlines").inner_text()
+    page.goto(console.url + f"/console/deadlines?status=met&{FEB}")
+    assert f"{prefix}-A" in page.locator("#deadlines").inner_text()
+    # the table fits 1,280 px: no horizontal scroll
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    # the CSV download: same rows, instants with offset
+    with page.expect_download() as dl:
+        page.goto(console.url + f"/console/deadlines?status=missed&{FEB}")
+        page.locator("#csv").click()
+    text = Path(dl.value.path()).read_text("utf-8")
+    mine = [r for r in csv.DictReader(io.StringIO(text)) if r["external_id"].startswith(prefix)]
+    assert {r["external_id"]: (r["late_business_days"], r["late_hours"]) for r in mine} == {
+        f"{prefix}-B": ("2", "113.00"), f"{prefix}-C": ("1", "23.00"),
+        f"{prefix}-D": ("3", "65.00")}
+    assert mine[0]["deadline_at"].endswith("-05:00")
+
+
+def test_overview_links_to_missed_list(page, console):
+    login(page, console, next_path="?from=2024-02-01&to=2024-02-29")
+    page.screenshot(path=str(ARTIFACTS / "console-overview.png"), full_page=True)
+    tile = page.locator("#missed-link")
+    assert int(tile.locator("strong").inner_text()) >= 3
+    with page.expect_navigation():
+        tile.click()
+    assert "status=missed" in page.url
+    assert page.locator("#deadlines tbody tr").filter(
+        has_text=console.seeded.prefix).count() == 3
+
+
+def test_overview_now_pending_overdue_and_at_risk(page, console):
+    prefix = console.seeded.prefix
+    login(page, console)
+    tiles = {t.inner_text().split("\n", 1)[1].strip(): int(t.locator("strong").inner_text())
+             for t in page.locator(".tiles li").all()}
+    assert tiles["overdue now"] >= 1 and tiles["due in the next hour"] >= 1
+    assert tiles["regulatory deadlines at risk (next 48 h)"] >= 1
+    rows = [r.inner_text().split("\t") for r in page.locator("table tbody tr").all()]
+    reg_e = [r[1] for r in rows if r[0] == "reg_e_error_resolution"]
+    assert reg_e.index("standard") < reg_e.index("senior")  # ladder order, not alphabetical
+    # the row's overdue number opens the overdue list of that ladder and tier
+    row = page.locator("table tbody tr").filter(has_text="reg_e_error_resolution").filter(
+        has=page.get_by_role("cell", name="standard", exact=True))
+    with page.expect_navigation():
+        row.locator("td").nth(4).get_by_role("link").click()
+    assert "window=overdue" in page.url
+    listed = page.locator("table").inner_text()
+    assert f"{prefix}-E" in listed and f"{prefix}-F" not in listed
+    page.goto(console.url + "/console/deadlines?status=at_risk")
+    at_risk = page.locator("#deadlines").inner_text()
+    assert f"{prefix}-E" in at_risk and f"{prefix}-F" not in at_risk
+
+
+def test_dispute_timeline(page, console):
+    ext = f"{console.seeded.prefix}-B"
+    did = console.seeded.ids[ext]
+    login(page, console, next_path=f"/disputes/{did}")
+    page.screenshot(path=str(ARTIFACTS / "console-dispute.png"), full_page=True)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    items = page.locator("#timeline li")
+    assert items.count() == 2
+    first, last = items.nth(0).inner_text(), items.nth(1).inner_text()
+    assert "ENQUEUED" in first and "seed-import" in first
+    assert "2024-02-01 09:00:00 EST (UTC-05:00)" in first
+    assert "CANCELLED" in last and "ops.jane" in last and f"resolved {ext}: credited" in last
+    assert page.locator("#chain-status").inner_text().startswith("verified")
+    deadlines = page.locator("#dispute-deadlines").inner_text()
+    assert "determine_or_provisionally_credit" in deadlines and "missed" in deadlines
+    # keyboard: the skip link is the first stop and lands on the main content
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+
+
+def test_audit_export_matches_manifest(page, console):
+    did = console.seeded.ids[f"{console.seeded.prefix}-C"]
+    login(page, console, next_path=f"/audit?dispute_id={did}")
+    assert page.locator("#audit tbody tr").count() == 2
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    page.screenshot(path=str(ARTIFACTS / "console-audit.png"), full_page=True)
+    with page.expect_download() as got_csv:
+        page.locator("#export-csv").click()
+    with page.expect_download() as got_manifest:
+        page.locator("#manifest-csv").click()
+    data = Path(got_csv.value.path()).read_bytes()
+    manifest = json.loads(Path(got_manifest.value.path()).read_text("utf-8"))
+    assert manifest["sha256"] == hashlib.sha256(data).hexdigest()
+    assert manifest["row_count"] == 2 == len(data.decode().splitlines()) - 1
+    assert set(manifest["column_dictionary"]) == set(manifest["columns"])
+    assert manifest["csv_formula_guard"] is True
+    exported = list(csv.DictReader(io.StringIO(data.decode())))
+    assert exported[1]["event"] == "CANCELLED"
+    assert exported[1]["actor"] == "'=SUM(1+1)"  # formula injection neutralised
+    with page.expect_download() as got_jsonl:
+        page.locator("#export-jsonl").click()
+    lines = Path(got_jsonl.value.path()).read_text("utf-8").splitlines()
+    assert [json.loads(x)["event"] for x in lines] == ["ENQUEUED", "CANCELLED"]
+    assert json.loads(lines[1])["actor"] == "=SUM(1+1)"  # JSON keeps the value as recorded
+
+
+def test_sla_report_charts_in_ladder_order(page, console):
+    login(page, console, next_path="/sla?from=2024-02-01&to=2024-03-31")
+    page.screenshot(path=str(ARTIFACTS / "console-sla.png"), full_page=True)
+    svgs = page.locator("figure svg")
+    assert svgs.count() == 2
+    labels = [r.inner_text().split("\t")[:2] for r in page.locator("#sla tbody tr").all()]
+    reg_e = [t for lad, t in labels if lad == "reg_e_error_resolution"]
+    order = {"standard": 0, "senior": 1, "compliance": 2}
+    assert reg_e == sorted(reg_e, key=order.__getitem__), reg_e
+    assert "met" in svgs.nth(0).inner_html() and "missed" in svgs.nth(0).inner_html()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
