@@ -64,15 +64,11 @@ def _write(d: Path, name: str, text: str) -> Path:
     return p
 
 
-def test_every_shipped_ladder_file_is_valid() -> None:
-    assert check_ladder_dir(LADDERS) == []
-
-
 def test_committed_json_schema_equals_generated() -> None:
     assert (REPO / "docs" / "ladder-schema.json").read_text() == render_json_schema()
 
 
-def test_dispute_review_v1_is_the_seed_ladder() -> None:
+def test_dispute_review_v1_is_the_reference_ladder() -> None:
     ladder = LadderCatalog.from_dir(LADDERS).get("dispute_review", 1)
     assert ladder.tier_ids == ("standard", "senior", "compliance")
     assert [t.rank for t in ladder.tiers] == [10, 20, 30]
