@@ -383,7 +383,9 @@ def maintenance_for(app: App, *, ttl_ms: int | None = None) -> Maintenance:
     rel = reliability_for(app)
     ttl = ttl_ms or max(15_000, 3 * int(app.settings.lease_ms))
     return Maintenance(runs=PostgresMaintenanceRuns(app.engine),
-                       lease=LeaderLease(rel, ttl_ms=ttl), jobs=maintenance_jobs(app, rel),
+                       lease=LeaderLease(rel, ttl_ms=ttl,
+                                         redis_ms=app.scheduler.estimated_now_ms),
+                       jobs=maintenance_jobs(app, rel),
                        actor=app.actor)
 
 

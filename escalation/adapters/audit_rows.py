@@ -17,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from escalation.domain import audit_hash
-from escalation.domain.escalation import Escalation, Status
+from escalation.domain.escalation import Escalation, status_of
 from escalation.domain.materiality import Materiality
 from escalation.domain.timeutil import require_aware
 from escalation.ports import LedgerRow
@@ -60,7 +60,7 @@ def escalation_from_state(row: Mapping[Any, Any]) -> Escalation:
         trace_id=row["trace_id"],
         external_id=row["external_id"],
         regulatory_deadline=utc_opt(row["regulatory_deadline"]),
-        status=Status(row["status"]),
+        status=status_of(row["status"]),
         deadlines=deadlines_from_json(row.get("deadlines")),
         institution_tz=row.get("institution_tz"),
         institution_calendar=row.get("institution_calendar"),

@@ -18,7 +18,7 @@ from escalation.adapters.audit_rows import chained_row, deadlines_json, escalati
 from escalation.adapters.tables import STATUSES, escalation_audit, escalation_state
 from escalation.domain.decide import Decision
 from escalation.domain.errors import InvalidInput
-from escalation.domain.escalation import Escalation, Status
+from escalation.domain.escalation import Escalation, Status, status_of
 from escalation.domain.materiality import Materiality
 from escalation.domain.record_rule import ProjectionHead, RecordRequest, plan_record
 from escalation.domain.timeutil import require_aware
@@ -100,7 +100,7 @@ def enqueue_rows(
 def projection_head(state: Mapping[str, Any]) -> ProjectionHead:
     """The record rule's view of a locked projection row."""
     return ProjectionHead(
-        status=Status(state["status"]),
+        status=status_of(state["status"]),
         last_seq=int(state["last_seq"]),
         tier=state["tier"],
         due_at=state["due_at"],

@@ -32,12 +32,18 @@ class LeaderLease:
             ``ttl * (1 - margin)`` without a successful renewal).
         token: unique token of this contender (default: random).
         clock: monotonic seconds (tests may inject one).
+        redis_ms: the Redis clock for :meth:`now_ms` (epoch ms); default one ``TIME`` per
+            call. The worker passes the scheduler's estimate (last TIME seen + host monotonic
+            time since, re-read at most every 60 s), so maintenance adds no ``TIME`` of its
+            own to an idle worker.
     """
 
     def __init__(self, rel: ReliabilityRedis, *, name: str = LEADER_NAME, ttl_ms: int = 30_000,
                  margin: float = 0.2, token: str | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 redis_ms: Callable[[], int] | None = None) -> None:
         self.rel, self.ttl_ms, self.margin, self.clock = rel, ttl_ms, margin, clock
+        self._redis_ms = redis_ms if redis_ms is not None else rel.now_ms
         self.token = token or uuid.uuid4().hex
         self.key = Keys(rel.namespace, 0).leader(name)
         self._valid_until = 0.0
@@ -74,5 +80,6 @@ class LeaderLease:
             return False
 
     def now_ms(self) -> int:
-        """Redis TIME, epoch milliseconds (the clock of maintenance occurrences)."""
-        return self.rel.now_ms()
+        """Redis time, epoch milliseconds (the clock of maintenance occurrences): ``TIME``,
+        or the ``redis_ms`` clock given at construction."""
+        return self._redis_ms()

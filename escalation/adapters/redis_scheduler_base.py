@@ -113,6 +113,12 @@ class SchedulerBase:
         self._clock = (redis_ms, time.monotonic())
         return redis_ms
 
+    def estimated_now_ms(self) -> int:
+        """Redis time, epoch milliseconds, estimated as in :meth:`_estimated_now_ms` (at most
+        one ``TIME`` per ``CLOCK_RESYNC_S``, shared with the idle claim). For clocks that
+        only pick an occurrence or a wake-up (maintenance), never for "is it due"."""
+        return self._estimated_now_ms()
+
     def _estimated_now_ms(self) -> int:
         """Redis time estimated from the last TIME seen plus the host *monotonic* time since
         (no wall-clock comparison); re-reads TIME when the last sync is older than

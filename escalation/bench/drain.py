@@ -109,6 +109,11 @@ def run_once(tgt: Target, n: int, workers: int, batch_size: int,
             if any(p.proc.poll() is not None for p in procs):
                 raise RuntimeError("drain: a worker exited early")
             time.sleep(0.02)
+        # ``applied`` also counts re-applied stale claims (a lease that ran out on a loaded
+        # machine lets a second worker claim a member the first then records): stop the
+        # workers only once the ledger holds every decision, or the check below under-counts
+        while _ledger_count(tgt, ns)[0] < n and time.monotonic() < end:
+            time.sleep(0.1)
         for p in procs:
             p.stop()
         events = [e for p in procs for e in p.events("escalation.promoted")]

@@ -1,28 +1,26 @@
-"""Scenario ``idle``: Redis commands per second issued by one idle worker.
+"""Scenario ``idle``: Redis commands per second issued by idle workers, counted server-side.
 
-Method: one ``escalation worker`` on an empty namespace, its Redis connections named
-``<worker id>`` (``client_name`` in the URL). After a settle time, two counts over
-``seconds``:
+Method: a private ``redis-server`` (loopback, a free port, no persistence; see
+:class:`escalation.bench.compare.PrivateRedis`) that only this run connects to: W ``escalation
+worker`` processes on an empty namespace, and this bench's one client, which sends nothing
+between its two ``INFO commandstats`` calls. After a settle time (workers started, their
+start-up commands done), the figure is the ``INFO commandstats`` delta over ``seconds``,
+minus the bench's own first ``INFO`` (counted in the second reading): every other command on
+that server is a worker's, commands run inside Lua scripts included (Redis counts them in
+commandstats too). Nothing else of ours, and no other user of the machine, can add to the
+count, so no per-client attribution is needed (the former MONITOR attribution lost blocking
+commands when another client shared the server). ``--shared-redis`` measures on the
+configured server instead: then the delta includes every other client and is an upper bound.
 
-* ``worker_cmds_per_s`` (exact): a MONITOR connection counts the commands whose client
-  address belongs to one of the worker's connections (``CLIENT LIST`` by name);
-* ``server_cmds_per_s``: the INFO commandstats delta of the whole server (the issue's
-  method), minus the bench's own INFO calls. It includes every other client of the server
-  (other tests, other workers) and the commands run inside Lua scripts, so it is an upper
-  bound on a shared server and equal to the worker's figure on a quiet one.
-
-``by_command`` breaks the worker's commands down (e.g. ZRANGE + TIME per poll: the empty
-claim; BLPOP: the wait; anything else is maintenance / leader work).
+``by_command``: the delta by command (e.g. ZRANGE + BLPOP per poll: the empty claim and the
+wait; TIME: the clock re-sync, at most one per 60 s per worker; SET/EVALSHA: the leader
+lease; anything else: maintenance).
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import Counter
 from typing import Any
-
-import redis
 
 from escalation.bench.common import Target, WorkerProc, load, new_namespace, wait_started
 
@@ -32,87 +30,47 @@ def _commandstats(client: Any) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
 
-def _worker_addrs(client: Any, name: str) -> set[str]:
-    return {c["addr"] for c in client.client_list() if c.get("name") == name}
+def run(tgt: Target, seconds: float = 10.0, poll_interval_s: float = 5.0,
+        settle_s: float = 2.0, workers: int = 1, *, private: bool = True) -> dict[str, Any]:
+    """Measure ``workers`` idle workers for ``seconds``. Returns commands per second per worker.
 
-
-def run(  # noqa: PLR0915 - one linear measurement
-    tgt: Target, seconds: float = 10.0, poll_interval_s: float = 5.0,
-        settle_s: float = 2.0) -> dict[str, Any]:
-    """Measure one idle worker for ``seconds``. Returns worker/server commands per second.
+    Args:
+        private: True when ``tgt``'s Redis is a server of this run alone (the figure is then
+            exact); False on a shared server (an upper bound).
 
     Raises:
-        RuntimeError: the worker did not start.
+        RuntimeError: a worker did not start.
     """
     ns = new_namespace()
-    wid = f"{ns}-w0"
-    env = tgt.worker_env(ns, wid, poll_interval_s=poll_interval_s)
-    sep = "&" if "?" in tgt.redis_url else "?"
-    env["ESCALATION_REDIS_URL"] = f"{tgt.redis_url}{sep}client_name={wid}"
-    worker = WorkerProc.start(env, wid)
+    procs = [WorkerProc.start(tgt.worker_env(ns, f"{ns}-w{i}", poll_interval_s=poll_interval_s,
+                                             log_level="INFO"), f"{ns}-w{i}")
+             for i in range(workers)]
     client = tgt.redis()
-    seen: Counter[str] = Counter()
-    stop = threading.Event()
-    addrs: set[str] = set()
     start_load = load()
-
-    owner = {"worker": False}
-
-    def watch() -> None:
-        with client.monitor() as mon:  # type: ignore[no-untyped-call]  # redis-py unannotated
-            ready.set()
-            while not stop.is_set():
-                try:
-                    cmd = mon.next_command()
-                except (redis.RedisError, OSError):
-                    return
-                name = str(cmd["command"]).split(" ", 1)[0].upper()
-                if cmd.get("client_type") == "lua" or cmd.get("client_address") == "lua":
-                    # a script's inner commands follow its EVALSHA line (single-threaded
-                    # server): count them for the worker when the script was the worker's
-                    if owner["worker"]:
-                        seen[f"lua:{name}"] += 1
-                    continue
-                addr = f"{cmd['client_address']}:{cmd['client_port']}"
-                owner["worker"] = addr in addrs
-                if owner["worker"]:
-                    seen[name] += 1
-
-    ready = threading.Event()
     try:
-        wait_started([worker])
+        wait_started(procs)
         time.sleep(settle_s)
-        addrs |= _worker_addrs(client, wid)
-        thread = threading.Thread(target=watch, daemon=True)
-        thread.start()
-        ready.wait(5)
         before = _commandstats(client)
         t0 = time.monotonic()
-        end = t0 + seconds
-        while time.monotonic() < end:
-            time.sleep(min(0.5, max(0.0, end - time.monotonic())))
-            addrs |= _worker_addrs(client, wid)
+        time.sleep(seconds)
         after = _commandstats(client)
         elapsed = time.monotonic() - t0
-        stop.set()
-        client.ping()  # unblocks the monitor reader
-        thread.join(5)
-        delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-        delta["info"] = delta.get("info", 0) - 1  # our own second INFO
-        delta["client|list"] = delta.get("client|list", 0) - int(seconds / 0.5 + 1)
-        delta = {k: v for k, v in delta.items() if v > 0}
-        server_total = sum(delta.values())
-        worker_total = sum(seen.values())
+        if any(p.proc.poll() is not None for p in procs):
+            raise RuntimeError("idle: a worker exited during the window")
     finally:
-        worker.close()
+        for p in procs:
+            p.close()
         client.close()
         tgt.cleanup_namespace(ns)
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    delta["info"] = delta.get("info", 0) - 1  # the bench's first INFO
+    delta = {k: v for k, v in sorted(delta.items()) if v > 0}
+    total = sum(delta.values())
     return {
         "scenario": "idle", "seconds": round(elapsed, 2), "poll_interval_s": poll_interval_s,
-        "worker_cmds": worker_total,
-        "worker_cmds_per_s": round(worker_total / elapsed, 3),
-        "by_command": dict(seen),
-        "server_cmds_per_s": round(server_total / elapsed, 3),
-        "server_by_command": delta,
-        "load": start_load,
+        "workers": workers, "private_redis": private, "commands": total,
+        "cmds_per_s_per_worker": round(total / elapsed / workers, 3),
+        "time_calls_per_min_per_worker": round(delta.get("time", 0) / elapsed * 60 / workers,
+                                               2),
+        "by_command": delta, "load": start_load,
     }

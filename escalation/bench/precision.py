@@ -6,11 +6,17 @@ pushes the wake marker, the worker wakes, reads the earliest due time and sleeps
 (BLPOP for most of the wait, the last 150 ms locally: see ``RedisScheduler.wait_for_wake``).
 Lag = ``applied_ms`` (host clock right after apply) - due; claim lag = Redis TIME at claim
 - due. Rounds run one after another; each waits for its own promotion event.
+
+``busy`` (``--busy N``): N CPU-bound processes (``python -c "while True: pass"``, the
+machine's normal priority) run beside the worker for the whole measurement and are killed
+at its end: the lag a worker shows when the cores are contended.
 """
 
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any
@@ -29,8 +35,9 @@ from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
 POLL_INTERVAL_S = 5
 
 
-def run(tgt: Target, rounds: int = 20, ahead_s: float = 2.0) -> dict[str, Any]:
-    """Run ``rounds`` rounds. Returns lag_ms / claim_lag_ms {p50, p99, max}, lags (list), load.
+def run(tgt: Target, rounds: int = 20, ahead_s: float = 2.0, busy: int = 0) -> dict[str, Any]:
+    """Run ``rounds`` rounds (``busy`` busy-loop processes beside the worker). Returns lag_ms /
+    claim_lag_ms {p50, p99, max}, lags (list), busy, load.
 
     A round whose lag exceeds the worker's poll interval is listed in ``late`` and the
     worker's log is kept (``late_log``); a round with no promotion raises, keeping the log
@@ -48,8 +55,11 @@ def run(tgt: Target, rounds: int = 20, ahead_s: float = 2.0) -> dict[str, Any]:
     late: list[dict[str, Any]] = []
     kept: str | None = None
     start_load = load()
+    burners: list[subprocess.Popen[bytes]] = []
     try:
         wait_started([worker])
+        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                   for _ in range(busy)]
         time.sleep(0.5)
         for _ in range(rounds):
             did = uuid.uuid4()
@@ -84,10 +94,13 @@ def run(tgt: Target, rounds: int = 20, ahead_s: float = 2.0) -> dict[str, Any]:
             kept = str(worker.keep_log("worker exited during the run"))
         raise
     finally:
+        for b in burners:
+            b.kill()
+            b.wait()
         worker.close()
         tgt.cleanup_namespace(ns)
     return {
-        "scenario": "precision", "rounds": rounds, "ahead_s": ahead_s,
+        "scenario": "precision", "rounds": rounds, "ahead_s": ahead_s, "busy": busy,
         "lag_ms": {"p50": percentile(lags, 50), "p99": percentile(lags, 99),
                    "max": max(lags) if lags else None},
         "claim_lag_ms": {"p50": percentile(claim_lags, 50), "p99": percentile(claim_lags, 99),

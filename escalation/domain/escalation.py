@@ -52,6 +52,17 @@ class Status(StrEnum):
     CANCELLED = "cancelled"
 
 
+_STATUS_BY_VALUE: dict[str, Status] = {s.value: s for s in Status}
+
+
+def status_of(value: str) -> Status:
+    """``Status(value)`` through a plain dict (the firing path reads one per recorded
+    decision; ``EnumType.__call__`` is the slow generic path). Raises ``ValueError`` for an
+    unknown value, like ``Status(value)``."""
+    found = _STATUS_BY_VALUE.get(value)
+    return found if found is not None else Status(value)
+
+
 def parse_dispute_id(value: object) -> UUID:
     """A dispute id as ``UUID``.
 

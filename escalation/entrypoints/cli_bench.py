@@ -15,7 +15,7 @@ import typer
 
 from escalation.domain.errors import InvalidInput
 
-bench_app = typer.Typer(help="Benchmarks: drain, precision, idle, enqueue, scale, api.",
+bench_app = typer.Typer(help="Benchmarks: drain, precision, idle, enqueue, scale, api, compare.",
                         no_args_is_help=True)
 
 DbOpt = Annotated[str | None, typer.Option(
@@ -43,12 +43,12 @@ def _ints(text: str, name: str) -> list[int]:
     return out
 
 
-def _run(database_url: str | None, fn: Any) -> Any:
+def _run(database_url: str | None, fn: Any, redis_url: str | None = None) -> Any:
     from escalation.bench.common import target
     from escalation.logs import configure_logging
 
     configure_logging("console", "WARNING")
-    with target(database_url) as tgt:
+    with target(database_url, redis_url=redis_url) as tgt:
         return fn(tgt)
 
 
@@ -92,6 +92,8 @@ def drain_cmd(
 def precision_cmd(
     rounds: Annotated[int, typer.Option(help="Escalations, one at a time.")] = 20,
     ahead_s: Annotated[float, typer.Option(help="Seconds between enqueue and due.")] = 2.0,
+    busy: Annotated[int, typer.Option(
+        help="Busy-loop processes running beside the worker (contended cores).")] = 0,
     database_url: DbOpt = None,
     json_only: JsonOpt = False,
 ) -> None:
@@ -99,35 +101,57 @@ def precision_cmd(
     from escalation.bench import precision
     from escalation.bench.common import report
 
-    result = _run(database_url, lambda t: precision.run(t, rounds, ahead_s))
+    if busy < 0:
+        raise InvalidInput("--busy: 0 or more")
+    result = _run(database_url, lambda t: precision.run(t, rounds, ahead_s, busy))
     lag, claim = result["lag_ms"], result["claim_lag_ms"]
     rows = [{"rounds": rounds, "lag p50 ms": lag["p50"], "lag p99 ms": lag["p99"],
              "lag max ms": lag["max"], "claim lag p50 ms": claim["p50"],
              "claim lag p99 ms": claim["p99"]}]
-    report(result, rows, f"{rounds} rounds, due {ahead_s:g} s ahead: apply lag p50 "
+    report(result, rows, f"{rounds} rounds, due {ahead_s:g} s ahead, {busy} busy loops: "
+           f"apply lag p50 "
            f"{lag['p50']:.0f} ms p99 {lag['p99']:.0f} ms (claim lag p50 {claim['p50']:.0f} "
            f"p99 {claim['p99']:.0f} ms)", json_only=json_only)
 
 
 @bench_app.command("idle")
 def idle_cmd(
-    seconds: Annotated[float, typer.Option(help="Measurement window.")] = 10.0,
+    seconds: Annotated[float, typer.Option(help="Measurement window.")] = 90.0,
     poll_interval_s: Annotated[float, typer.Option(help="Worker poll interval 1-60 s.")] = 5.0,
+    workers: Annotated[int, typer.Option(help="Idle worker processes.")] = 1,
+    shared_redis: Annotated[bool, typer.Option(
+        "--shared-redis", help="Count on the configured Redis (every other client included: "
+                               "an upper bound) instead of a private redis-server.")] = False,
     database_url: DbOpt = None,
     json_only: JsonOpt = False,
 ) -> None:
-    """Redis commands/s issued by one idle worker (MONITOR by client + INFO commandstats)."""
+    """Redis commands/s per idle worker: INFO commandstats delta on a private redis-server."""
     from escalation.bench import idle
     from escalation.bench.common import report
 
-    result = _run(database_url, lambda t: idle.run(t, seconds, poll_interval_s))
-    rows = [{"poll s": poll_interval_s, "window s": result["seconds"],
-             "worker cmds/s": result["worker_cmds_per_s"],
-             "server cmds/s": result["server_cmds_per_s"],
-             "by command": " ".join(f"{k}={v}" for k, v in sorted(result["by_command"].items()))}]
-    report(result, rows, f"poll {poll_interval_s:g} s: {result['worker_cmds_per_s']:.2f} "
-           f"cmds/s by the worker ({result['by_command']}), server-wide "
-           f"{result['server_cmds_per_s']:.2f}/s", json_only=json_only)
+    if workers < 1 or seconds <= 0:
+        raise InvalidInput("--workers and --seconds must be positive")
+    if shared_redis:
+        result = _run(database_url, lambda t: idle.run(
+            t, seconds, poll_interval_s, workers=workers, private=False))
+    else:
+        from escalation.bench.compare import PrivateRedis
+
+        srv = PrivateRedis.start()
+        try:
+            result = _run(database_url, lambda t: idle.run(
+                t, seconds, poll_interval_s, workers=workers, private=True),
+                redis_url=srv.url)
+        finally:
+            srv.stop()
+    rows = [{"poll s": poll_interval_s, "window s": result["seconds"], "workers": workers,
+             "cmds/s per worker": result["cmds_per_s_per_worker"],
+             "TIME/min per worker": result["time_calls_per_min_per_worker"],
+             "by command": " ".join(f"{k}={v}" for k, v in result["by_command"].items())}]
+    where = "private redis-server" if result["private_redis"] else "shared Redis (upper bound)"
+    report(result, rows, f"poll {poll_interval_s:g} s, {workers} worker(s), "
+           f"{result['seconds']:g} s on a {where}: {result['cmds_per_s_per_worker']:.2f} "
+           f"cmds/s per worker ({result['by_command']})", json_only=json_only)
 
 
 @bench_app.command("enqueue")
@@ -173,6 +197,66 @@ def scale_cmd(
              for r in result["sizes"]]
     report(result, rows, "; ".join(parts) + f"; claim ratio {result['claim_ratio']}x",
            json_only=json_only)
+
+
+@bench_app.command("compare")
+def compare_cmd(
+    n: Annotated[int, typer.Option(help="Escalations / jobs due at one instant.")] = 20_000,
+    workers: Annotated[int, typer.Option(help="Worker processes on each side.")] = 2,
+    rounds: Annotated[int, typer.Option(help="Interleaved rounds (both systems each).")] = 3,
+    batch_size: Annotated[int, typer.Option(help="Product batch size 1-500.")] = 500,
+    concurrency: Annotated[int, typer.Option(help="BullMQ worker concurrency.")] = 100,
+    bullmq_version: Annotated[str | None, typer.Option(
+        help="npm version spec of bullmq (default: the registry's latest).")] = None,
+    lead_s: Annotated[float | None, typer.Option(
+        help="Seconds between now and the due instant (default: product 2 + 1.5x the "
+             "measured enqueue time, BullMQ 3 + 1 ms per job).")] = None,
+    database_url: DbOpt = None,
+    json_only: JsonOpt = False,
+) -> None:
+    """The product's drain beside BullMQ's (npm, installed at run time) on a private
+    redis-server: throughput, lag, CPU per escalation and the ratio, interleaved rounds."""
+    from escalation.bench import compare
+    from escalation.bench.common import fmt, report
+
+    if not 1 <= batch_size <= 500:
+        raise InvalidInput("--batch-size: 1-500 (settings.batch_size range)")
+    if n < 1 or workers < 1 or rounds < 1 or concurrency < 1:
+        raise InvalidInput("--n, --workers, --rounds and --concurrency must be positive")
+    with compare.bullmq_dir(bullmq_version) as workdir:
+        srv = compare.PrivateRedis.start()
+        try:
+            from escalation.bench.common import target
+            from escalation.logs import configure_logging
+
+            configure_logging("console", "WARNING")
+            with target(database_url, redis_url=srv.url) as tgt:
+                result = compare.run(tgt, srv, workdir, n, workers, rounds, batch_size,
+                                     concurrency, lead_s)
+        finally:
+            srv.stop()
+    rows = []
+    for i, r in enumerate(result["rounds"], 1):
+        for system in r["order"]:
+            s = r[system]
+            rows.append({"round": i, "system": system, "per s": s["rate_per_s"],
+                         "lag p50 ms": s["lag_ms"]["p50"], "lag p99 ms": s["lag_ms"]["p99"],
+                         "CPU us/esc": s["cpu_us_per_item"],
+                         "CPU s": " ".join(f"{k}={v}" for k, v in s["cpu_s"].items()),
+                         "ratio": r["ratio"], "load": " ".join(map(str, s["load"]))})
+    parts = "; ".join(
+        f"round {i}: escalation {fmt(r['escalation']['rate_per_s'])}/s p50/p99 "
+        f"{fmt(r['escalation']['lag_ms']['p50'])}/{fmt(r['escalation']['lag_ms']['p99'])} ms "
+        f"{fmt(r['escalation']['cpu_us_per_item'])} us/esc, bullmq "
+        f"{fmt(r['bullmq']['rate_per_s'])}/s p50/p99 {fmt(r['bullmq']['lag_ms']['p50'])}/"
+        f"{fmt(r['bullmq']['lag_ms']['p99'])} ms {fmt(r['bullmq']['cpu_us_per_item'])} us/job, "
+        f"ratio {r['ratio']}" for i, r in enumerate(result["rounds"], 1))
+    med = result["median"]
+    report(result, rows, f"N={n} W={workers} B={batch_size} bullmq {result['bullmq_version']} "
+           f"c={concurrency}: {parts}; median ratio {med['ratio']} "
+           f"ledger {'PASS' if result['ok'] else 'FAIL'}", json_only=json_only)
+    if not result["ok"]:
+        raise typer.Exit(1)
 
 
 @bench_app.command("api")

@@ -183,7 +183,8 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
     idle = _IdleState(maint_every_s=maintenance_every_s(maint.lease.ttl_ms, maint.lease.margin))
     idle.maint_next = time.monotonic() + idle.maint_every_s
     ctx = _Pass(app=app, crashpoint=hook, warn_adapter=warn_adapter, warn_schedule=warn_schedule,
-                dead=dead, idle=idle, metrics=metrics)
+                dead=dead, idle=idle, metrics=metrics,
+                decision_events=str(settings.log_level).upper() == "DEBUG")
     # Wired first, then the handlers and at once the try: a stop signal right after
     # "worker.started" (which is what the demo waits for) ends the loop cleanly (exit 0).
     state = {"stop": _EARLY_STOP["signum"] is not None, "in_batch": False}
@@ -241,6 +242,7 @@ class _Pass:
     dead: Any
     idle: _IdleState
     metrics: WorkerMetrics | None = None
+    decision_events: bool = True  # per-decision DEBUG events built only at DEBUG
 
 
 def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
@@ -258,6 +260,8 @@ def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
         emit=_emit if metrics is None else metrics.sink(_emit, started),
         crashpoint=ctx.crashpoint, on_scheduled=ctx.warn_schedule,
         on_poison=ctx.dead.on_decision_failed,  # issue 7: poison -> dead letter
+        # the per-decision events feed the DEBUG log and the metrics (lag histogram)
+        decision_events=ctx.decision_events or metrics is not None,
     )
     if report.lease_expired:  # read by the API's /metrics (Redis stats)
         app.redis.hincrby(app.scheduler.shard_keys()[0].stats, "lease_expired",

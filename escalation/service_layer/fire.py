@@ -98,6 +98,7 @@ def fire_due(
     crashpoint: Callable[[str], None] | None = None,
     on_poison: Callable[[ClaimedItem, str], object] | None = None,
     on_scheduled: Callable[[list[Escalation]], None] | None = None,
+    decision_events: bool = True,
 ) -> BatchReport:
     """Fire one batch. Returns a :class:`BatchReport`.
 
@@ -108,6 +109,9 @@ def fire_due(
     ``on_poison(item, error)`` is called for a claimed member whose decision failed (poison
     input, e.g. a missing ladder version); it counts attempts and dead-letters the member
     after a bounded number (issue 7). Without it the member stays leased, due again later.
+    ``decision_events=False`` (the worker at any level above DEBUG) skips building the
+    per-decision DEBUG events (promoted / terminal / stale_claim) altogether: their fields
+    are never formatted on the firing path; warnings (unknown member) are always emitted.
 
     Raises:
         Database or Redis connection errors propagate (the caller backs off); claimed members
@@ -135,7 +139,8 @@ def fire_due(
     hook("before_record")
     outcomes: list[RecordOutcome] = store.record_decisions(decided, worker_id) if decided else []
     hook("after_record")
-    logs, stale_ops = _ops_from_outcomes(decided, outcomes, claim.now, ops, report)
+    logs, stale_ops = _ops_from_outcomes(decided, outcomes, claim.now, ops, report,
+                                         events=decision_events)
     if stale_ops:
         _attach_unapplied_notifications(ops, stale_ops, claim.items, store)
     results = scheduler.apply(ops) if ops else []
@@ -202,9 +207,10 @@ def _decide_all(
 
 def _ops_from_outcomes(
     decided: list[tuple[ClaimedItem, Decision]], outcomes: list[RecordOutcome], now: datetime,
-    ops: list[ApplyOp], report: BatchReport,
+    ops: list[ApplyOp], report: BatchReport, *, events: bool = True,
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[int]]:
-    """Turn record outcomes into apply ops (appended to ``ops``) and log events.
+    """Turn record outcomes into apply ops (appended to ``ops``) and log events (the DEBUG
+    ones only when ``events``).
 
     Returns:
         (events to emit after apply, indexes into ``ops`` of the STALE/CLOSED ops).
@@ -225,6 +231,8 @@ def _ops_from_outcomes(
             action = ApplyAction.REMOVE if terminal else ApplyAction.RESCHEDULE
             note = _notification(item, decision, state)  # same dispute as esc
             ops.append(ApplyOp(state, action, item.token, note))
+            if not events:
+                continue
             logs.append(("escalation.terminal" if terminal else "escalation.promoted", {
                 "dispute_id": note["dispute_id"], "trace_id": esc.trace_id,
                 "source_hash": esc.source_hash, "match_decision": decision.match_decision,
@@ -245,6 +253,8 @@ def _ops_from_outcomes(
             state = outcome.state
             stale_ops.append(len(ops))
             ops.append(ApplyOp(state, _status_action(state.status), item.token))
+            if not events:
+                continue
             logs.append(("escalation.stale_claim", {
                 "dispute_id": str(esc.dispute_id), "trace_id": esc.trace_id,
                 "source_hash": esc.source_hash, "match_decision": "ALREADY_DECIDED",

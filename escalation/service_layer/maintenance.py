@@ -80,10 +80,12 @@ class Maintenance:
                 occurrence: ``maintenance run`` from the CLI, tests).
         """
         ran: list[str] = []
+        # one clock reading per tick (was one Redis TIME per job): every job's occurrence is
+        # taken at the same instant; PostgreSQL's claim guards each occurrence either way
+        t = now_ms if now_ms is not None else self.lease.now_ms()
         for job in self.jobs:
             if not force and not self.lease.is_leader():
                 break  # lost the lease mid-way: stop acting
-            t = now_ms if now_ms is not None else self.lease.now_ms()
             claim = self.runs.claim(job.name, job.interval_s, t, self.actor)
             if claim is None:
                 continue

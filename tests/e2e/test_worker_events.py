@@ -17,8 +17,11 @@ from tests.helpers import run_cli
 
 
 def test_burst_worker_logs_one_promoted_event_per_decision_with_the_seed_fields(
-    app: Any,
+    app: Any, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # the per-decision events are built only when the worker logs at DEBUG (or serves
+    # metrics): above DEBUG the firing path does not format them at all
+    monkeypatch.setattr(app, "settings", app.settings.model_copy(update={"log_level": "DEBUG"}))
     now = app.scheduler.time()
     ids = enqueue(app, due_requests(5, now))
     enqueue(app, due_requests(2, now, tier="compliance"))

@@ -8,6 +8,7 @@ never asserted: this 2-core machine is shared.
 from __future__ import annotations
 
 import json
+import shutil
 from typing import Any
 
 import pytest
@@ -59,13 +60,42 @@ def test_precision_reports_one_lag_per_round(cli_env: dict[str, str], database_u
     assert summary.startswith("SUMMARY precision: 2 rounds")
 
 
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 def test_idle_counts_the_commands_of_the_idle_worker(cli_env: dict[str, str]) -> None:
     """Also exercises the path that creates and drops its own database."""
-    data, summary = _bench(cli_env, "idle", "--seconds", "2", "--poll-interval-s", "1")
-    assert _number(data["worker_cmds_per_s"]) and _number(data["server_cmds_per_s"])
-    assert data["worker_cmds"] == sum(data["by_command"].values())
-    assert "BLPOP" in data["by_command"]  # the idle worker blocks instead of polling
-    assert summary.startswith("SUMMARY idle: poll 1 s")
+    data, summary = _bench(cli_env, "idle", "--seconds", "3", "--poll-interval-s", "1")
+    assert data["private_redis"] is True
+    assert _number(data["cmds_per_s_per_worker"])
+    assert data["commands"] == sum(data["by_command"].values())
+    assert "blpop" in data["by_command"]  # the idle worker blocks instead of polling
+    assert "info" not in data["by_command"]  # the bench's own INFO is not counted
+    assert summary.startswith("SUMMARY idle: poll 1 s, 1 worker(s)")
+
+
+@pytest.mark.skipif(shutil.which("node") is None or shutil.which("npm") is None
+                    or shutil.which("redis-server") is None,
+                    reason="compare needs node, npm (BullMQ from the npm registry) and "
+                           "redis-server")
+def test_compare_runs_both_systems_and_measures_cpu(
+    cli_env: dict[str, str], database_url: str
+) -> None:
+    data, summary = _bench(cli_env, "compare", "--n", "200", "--rounds", "2",
+                           "--batch-size", "100", "--concurrency", "20", "--lead-s", "4",
+                           "--database-url", database_url)
+    assert data["ok"] is True
+    assert [r["order"] for r in data["rounds"]] == [["escalation", "bullmq"],
+                                                     ["bullmq", "escalation"]]
+    for rnd in data["rounds"]:
+        assert rnd["escalation"]["ledger_rows"] == 200
+        assert rnd["bullmq"]["completed"] == 200
+        for side in ("escalation", "bullmq"):
+            figures = rnd[side]
+            assert figures["rate_per_s"] > 0 and figures["cpu_us_per_item"] > 0
+            assert figures["cpu_s"]["workers"] > 0 and figures["cpu_s"]["redis"] > 0
+            assert figures["lag_ms"]["p50"] <= figures["lag_ms"]["p99"]
+        assert rnd["ratio"] == round(rnd["escalation"]["rate_per_s"]
+                                     / rnd["bullmq"]["rate_per_s"], 3)
+    assert summary.startswith("SUMMARY compare: N=200 W=2") and "ledger PASS" in summary
 
 
 def test_enqueue_reports_all_four_apis(cli_env: dict[str, str], database_url: str) -> None:

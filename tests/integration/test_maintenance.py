@@ -121,3 +121,41 @@ def test_migration_0005_creates_maintenance_runs(engine: sa.Engine) -> None:
             "SELECT column_name FROM information_schema.columns "
             "WHERE table_name = 'maintenance_runs'"))}
     assert {"job", "last_occurrence", "runs", "missed", "last_leader"} <= cols
+
+
+def test_a_tick_reads_the_clock_once_and_the_worker_lease_sends_no_time(app: Any) -> None:
+    """An idle worker must not add Redis TIME calls beyond the scheduler's 60 s re-sync: the
+    worker's lease reads the scheduler's estimate, and a tick reads it once for all jobs."""
+    from escalation.bootstrap import maintenance_for
+
+    rel = reliability_redis(app)
+    calls: list[int] = []
+
+    def clock() -> int:
+        calls.append(1)
+        return rel.now_ms()
+
+    counter: list[int] = []
+    lock = threading.Lock()
+    jobs = [_job(f"job-{uuid.uuid4().hex[:8]}", counter, lock) for _ in range(3)]
+    m = Maintenance(runs=PostgresMaintenanceRuns(app.engine),
+                    lease=LeaderLease(rel, redis_ms=clock), jobs=jobs, actor="w")
+    assert len(m.tick(force=True)) == 3
+    assert len(calls) == 1 and len(counter) == 3
+
+    worker_maintenance = maintenance_for(app)
+    app.scheduler.estimated_now_ms()  # synced: the next 60 s need no TIME
+    sent: list[int] = []
+    real_time = app.redis.time
+
+    def counted_time() -> Any:
+        sent.append(1)
+        return real_time()
+
+    app.redis.time = counted_time  # the one client the scheduler and the lease share
+    try:
+        readings = [worker_maintenance.lease.now_ms() for _ in range(5)]
+    finally:
+        del app.redis.time
+    assert sent == []
+    assert readings == sorted(readings) and abs(readings[0] - rel.now_ms()) < 5_000

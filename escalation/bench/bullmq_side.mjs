@@ -1,0 +1,67 @@
+// The BullMQ side of `escalation bench compare` (docs/performance.md, "Side by side").
+// Run with node from a scratch directory where `npm install bullmq` was done at run time;
+// no BullMQ code is kept in this repository.
+//
+// Usage:
+//   node bullmq_side.mjs produce <redis-url> <prefix> <queue> <n> <due-ms>
+//     adds n jobs (addBulk, chunks of 1,000) all due at <due-ms> (epoch ms, host clock:
+//     delay = due - Date.now() per chunk), removeOnComplete/removeOnFail true; prints
+//     {"produced": n, "done_ms": ...} and exits.
+//   node bullmq_side.mjs worker <redis-url> <prefix> <queue> <concurrency> <out.json>
+//     one Worker (empty processor) with that concurrency; prints {"ready": true} once
+//     connected; records Date.now() - due at every 'completed' event (after BullMQ moved
+//     the job to finished); on SIGTERM closes the worker and writes {"lags": [...],
+//     "last_ms": ..., "count": ...} to <out.json>.
+import { Queue, Worker } from 'bullmq';
+import { writeFileSync } from 'node:fs';
+
+const [mode, redisUrl, prefix, queueName, ...rest] = process.argv.slice(2);
+const url = new URL(redisUrl);
+const connection = {
+  host: url.hostname,
+  port: Number(url.port || 6379),
+  db: Number(url.pathname.slice(1) || 0),
+  maxRetriesPerRequest: null,
+};
+
+if (mode === 'produce') {
+  const n = Number(rest[0]);
+  const dueMs = Number(rest[1]);
+  const queue = new Queue(queueName, { connection, prefix });
+  for (let i = 0; i < n; i += 1000) {
+    const now = Date.now();
+    const jobs = [];
+    for (let j = i; j < Math.min(n, i + 1000); j += 1) {
+      jobs.push({
+        name: 'escalate',
+        data: { due: dueMs, i: j },
+        opts: { delay: Math.max(0, dueMs - now), removeOnComplete: true, removeOnFail: true },
+      });
+    }
+    await queue.addBulk(jobs);
+  }
+  await queue.close();
+  console.log(JSON.stringify({ produced: n, done_ms: Date.now() }));
+  process.exit(0);
+} else if (mode === 'worker') {
+  const concurrency = Number(rest[0]);
+  const out = rest[1];
+  const lags = [];
+  let last = 0;
+  const worker = new Worker(queueName, async () => null, { connection, prefix, concurrency });
+  worker.on('completed', (job) => {
+    const t = Date.now();
+    lags.push(t - job.data.due);
+    if (t > last) last = t;
+  });
+  await worker.waitUntilReady();
+  console.log(JSON.stringify({ ready: true }));
+  process.on('SIGTERM', async () => {
+    await worker.close();
+    writeFileSync(out, JSON.stringify({ lags, last_ms: last, count: lags.length }));
+    process.exit(0);
+  });
+} else {
+  console.error(`unknown mode ${mode}`);
+  process.exit(2);
+}
