@@ -223,7 +223,8 @@ class LedgerRow:
     details: dict[str, Any]
     prev_hash: str
     row_hash: str
-    # Issue 5 (additive): the rest of "who, what, when and why" (docs/audit.md).
+    # Added later, with defaults so a row built without them stays valid: the rest of
+    # "who, what, when and why" (docs/audit.md).
     calendar_version: str | None = None
     regulatory_deadline: datetime | None = None
     chain_created_at: datetime | None = None

@@ -1,6 +1,6 @@
 """Settings from ``ESCALATION_*`` environment variables (pydantic-settings) and CLI flags.
 
-The seed's configuration table (seed 000, "Configuration boundary table"); a value out of
+The scheduler's configuration boundaries (docs/operations.md "The scheduler table"); a value out of
 range is refused at start with a message naming the parameter and its range.
 
 | parameter        | default | range  |
@@ -68,11 +68,13 @@ class Settings(BaseSettings):
     worker_id: str | None = None
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
-    # Issue 5 (audit): retention of ledger partitions (default 7 years = 2557 days) and how
-    # many months of partitions maintenance creates ahead of the current one.
+    # Audit ledger (docs/audit.md "Partitions and retention"): retention of ledger partitions
+    # (default 7 years = 2557 days) and how many months of partitions maintenance creates
+    # ahead of the current one.
     audit_retention_days: int = Field(default=2557, ge=365, le=36525)
     audit_partitions_ahead: int = Field(default=3, ge=1, le=120)
-    # Issue 4 C: one materiality weight is worth this much waiting (docs/sla.md starvation bound)
+    # Ready-set priority (ADR 0006): one materiality weight is worth this much waiting
+    # (docs/sla.md "Priority under backlog", starvation bound)
     priority_aging_s: int = Field(default=300, ge=1, le=86_400)
     # HTTP API: verified bearer tokens are remembered this long per process (a revocation
     # takes effect within it); 0 = check PostgreSQL on every request

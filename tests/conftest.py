@@ -25,6 +25,11 @@ import sqlalchemy as sa
 
 TEST_REDIS_DB = 9
 
+# The folder of public sample data (e.g. the CFPB complaints sample) next to the checkout; it
+# is not part of the repository. Tests that read it skip with a reason when it is absent.
+SHARED_DATA = Path(os.environ.get("ESCALATION_TEST_DATA_DIR",
+                                  Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+
 
 def _embedded_urls() -> tuple[str, str]:
     from escalation.adapters.embedded import ensure_services

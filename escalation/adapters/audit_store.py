@@ -2,7 +2,8 @@
 
 Every write method is ONE transaction that locks the dispute's projection row, appends
 ledger row(s) chained to the projection's ``last_hash``, and updates the projection
-(DESIGN.md "Where the truth lives"; tech.md section 1.3 "head row lock"). The only ledger
+(docs/architecture.md "Where the truth lives"). The lock on the projection row (the chain
+head) serialises appends to one dispute's hash chain (ADR 0007). The only ledger
 verb is append: there is no update or delete of ``escalation_audit`` anywhere in the code,
 and the database refuses them anyway.
 

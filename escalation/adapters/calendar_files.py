@@ -1,6 +1,8 @@
-"""Deployment calendars from a TOML file (issue 4 point 1; docs/ladders.md "Calendars").
+"""Deployment calendars from a TOML file (docs/ladders.md "Calendars and day-count
+conventions").
 
-Reg E and Reg Z define a business day by the institution's own opening days (domain.md 2.6),
+Reg E and Reg Z define a business day by the institution's own opening days (12 CFR
+1005.2(d) and 1026.2(a)(6): a day the institution is open for substantially all business),
 so a deployment can describe its calendars::
 
     [[calendars]]

@@ -5,8 +5,9 @@ threshold) and validated by the pydantic models below; docs/ladder-schema.json i
 from :class:`LadderFile` (``render_json_schema``). Every error is a ``LadderError`` whose
 message names the file and the field, e.g.
 ``ladders/dispute_review.v2.toml: tiers[1].rank: ranks must be strictly increasing``.
-A released file is never edited (STYLE.md 11): its SHA-256 ``checksum`` is compared with the
-one recorded when it was applied (``escalation.domain.ladder_check``).
+A released file is never edited (a change is a new version; ADR 0004): its SHA-256
+``checksum`` is compared with the one recorded when it was applied
+(``escalation.domain.ladder_check``).
 """
 
 from __future__ import annotations

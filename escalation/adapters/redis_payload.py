@@ -16,7 +16,7 @@ trace_id        correlation id                                        ``7f0c...`
 external_id     only when set: the source system's non-UUID id        ``CFPB-123``
 deadline_ms     only when set: regulatory deadline, epoch ms UTC       ``1767744000000``
 deadlines       only when set: every deadline, ``name=ms`` joined by   ``a=1767744000000,b=...``
-                ``,`` (issue 4 A: ladders with several deadlines)
+                ``,`` (ladders with several deadlines)
 =============== ==================================================== =================
 
 The dispute id is not stored in the hash: it is the key suffix and the ZSET member.

@@ -115,8 +115,9 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         return results
 
     def _write_weights(self, keys: Keys, escs: Sequence[Escalation]) -> None:
-        """HSET prio member -> materiality weight (issue 4 C) before the members enter
-        pending; weight 0 is not stored (absent = 0). No-op without ``self.priority``."""
+        """HSET prio member -> materiality weight (ready-set priority, ADR 0006) before
+        the members enter pending; weight 0 is not stored (absent = 0). No-op without
+        ``self.priority``."""
         if self.priority is None:
             return
         weights = {str(e.dispute_id): self.priority(e.ladder_key, str(e.materiality))
@@ -186,7 +187,7 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
                 for i in chunk:
                     dispute_id = ops[i].escalation.dispute_id
                     kargs += [keys.payload(dispute_id), keys.lock(dispute_id)]
-                kargs += [keys.ready, keys.prio]  # issue 4 C
+                kargs += [keys.ready, keys.prio]  # ready set and weights (ADR 0006)
                 raw = self._run("apply", kargs, [REVIEW_MAXLEN, *(encoded[i] for i in chunk)])
                 for i, outcome in zip(chunk, raw, strict=True):
                     results[i] = ApplyOutcome(outcome)
@@ -196,7 +197,8 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
     def _encode_op(op: ApplyOp, create: bool) -> str:
         """One apply.lua op as a JSON object (see the script header), built by hand: the
         same object ``json.dumps`` would give (strings escaped by the C encoder), without
-        the generic encoder's per-item overhead (issue 6 drain profile)."""
+        the generic encoder's per-item overhead (it showed in the drain profile,
+        docs/performance.md)."""
         esc = op.escalation
         if esc.seq < 0 or (op.token is not None and op.token < 0):
             raise InvalidInput(f"apply for {esc.dispute_id}: seq and token must be >= 0")

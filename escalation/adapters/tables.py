@@ -92,7 +92,7 @@ escalation_audit = sa.Table(
     sa.Index(None, "decided_at"),
     sa.Index(None, "event", "decided_at"),
     sa.Index(None, "actor"),
-    # Issue 4 (migration 0004): a pre-breach warning (dispute, tier-entry seq, fraction) is
+    # Migration 0004: a pre-breach warning (dispute, tier-entry seq, fraction) is
     # recorded at most once.
     sa.Index(
         "ux_escalation_audit_warning_once",
@@ -124,7 +124,7 @@ escalation_state = sa.Table(
     sa.Column("trace_id", sa.Text, nullable=False),
     sa.Column("regulatory_deadline", TZ),
     sa.Column("remaining_ms", sa.BigInteger),
-    # issue 4 A (migration 0004): every regulatory deadline, [["name", "ISO UTC"], ...]
+    # Migration 0004: every regulatory deadline, [["name", "ISO UTC"], ...]
     sa.Column("deadlines", JSONB),
     # migration 0009: the institution zone and base calendar the escalation counts in
     sa.Column("institution_tz", sa.Text),
@@ -226,7 +226,8 @@ ladder_history = sa.Table(
         postgresql_where=sa.text("status = 'running'"),
     ),
 )
-"""Ladder migrations applied (issue 3): one row per ``ladder apply`` run, Flyway-style.
+"""Ladder migrations applied (docs/ladder-migrations.md): one row per ``ladder apply`` run,
+Flyway-style.
 
 ``checksum`` is the SHA-256 of the target file when applied (``ladder check`` refuses a
 changed file); ``last_dispute_id`` / ``redis_synced_through`` are the resume points (batches
@@ -262,10 +263,10 @@ maintenance_runs = sa.Table(
     sa.PrimaryKeyConstraint("job"),
     sa.CheckConstraint("last_status IN ('running', 'ok', 'failed')", name="status_known"),
 )
-"""Recurring maintenance (issue 7 point 4): one row per job. ``last_occurrence`` is the
-schedule slot (epoch-aligned multiple of the job's interval) last claimed; claiming a slot is
-a compare-and-set on it, so one occurrence runs once across every worker; ``missed`` counts
-the slots skipped by the catch-up policy (run once on recovery, never N times)."""
+"""Recurring maintenance (docs/reliability.md "Maintenance"): one row per job. ``last_occurrence``
+is the schedule slot (epoch-aligned multiple of the job's interval) last claimed; claiming a slot
+is a compare-and-set on it, so one occurrence runs once across every worker; ``missed`` counts the
+slots skipped by the catch-up policy (run once on recovery, never N times)."""
 
 API_ROLES: tuple[str, ...] = ("service", "compliance", "admin")
 

@@ -1,6 +1,6 @@
 """Business calendars: an IANA time zone, working days, working hours and holidays (pure).
 
-Conventions (issue 4 point 1; docs/ladders.md "Calendars"):
+Conventions (docs/ladders.md "Calendars and day-count conventions"):
 
 * ``calendar_minutes`` / ``calendar_hours``: elapsed time (``start + timedelta``); a DST change
   does not stretch or shrink them.
@@ -14,8 +14,9 @@ Conventions (issue 4 point 1; docs/ladders.md "Calendars"):
   (java.time shifts gap times forward instead; that can push a chained deadline past a
   regulatory one, which ``ladder check`` caught.)
 * ``business_days``: the deadline is the **close of the Nth business day after the start's
-  local day** (the start day itself is never counted: "exclusive start", domain.md 2.6; the
-  receipt-day convention is unverified there, item 6.3, so this is a stated choice). Time of
+  local day** (the start day itself is never counted: "exclusive start"; whether Reg E's "within 10
+  business days of receiving" excludes the day of receipt is not settled by the rule's text,
+  so this is a stated choice). Time of
   day of the start does not matter: a notice at 08:00 or at 20:00 on Monday, with N = 1, is
   due at Tuesday's close.
 * ``business_hours``: N hours of elapsed time counted only inside working hours of business
@@ -178,7 +179,8 @@ def _fed_closed_days(year: int) -> frozenset[date]:
     """Local dates on which Reserve Banks are closed for a holiday, for ``year``.
 
     Built from ``holidays.US(observed=False)`` (the 11 federal holidays, actual dates) plus
-    the Federal Reserve rule (domain.md 2.6 [FR1][FR2]): a holiday on a Sunday closes the
+    the Federal Reserve rule (Federal Reserve Banks' holiday schedules, e.g. the St. Louis
+    and Richmond Fed): a holiday on a Sunday closes the
     Monday after; a holiday on a Saturday leaves Reserve Banks open the Friday before (the
     Saturday itself stays listed; it is not a working day anyway). Neighbouring years are
     read so that a Sunday 31 December would still close 1 January.
@@ -207,7 +209,7 @@ US_FEDERAL_RESERVE = BusinessCalendar(
     is_holiday=is_fed_holiday,
 )
 """Reserve Banks' schedule: Mon-Fri 09:00-17:00 America/New_York (hours and zone are this
-service's assumption, domain.md 2.6 [U]), closed on Federal Reserve holidays."""
+service's assumption, not a published rule), closed on Federal Reserve holidays."""
 
 
 def builtin_calendars() -> dict[str, Calendar]:

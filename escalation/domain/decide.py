@@ -1,7 +1,9 @@
-"""decide(): the pure rule that turns a due escalation into a decision (seed 000, step 4).
+"""decide(): the pure rule that turns a due escalation into a decision (the "decide" step of
+the firing protocol, docs/architecture.md: claim -> decide -> record -> apply).
 
-``decide(escalation, ladder, now, calendars)`` -> :class:`Decision`. The decision strings are
-the seed's: ``PROMOTED_TO_<TIER>`` and ``TERMINAL_ESCALATION``. The next tier's due time is
+``decide(escalation, ladder, now, calendars)`` -> :class:`Decision`. The decision strings
+(logged as ``match_decision`` and recorded in the ledger) are ``PROMOTED_TO_<TIER>`` and
+``TERMINAL_ESCALATION``. The next tier's due time is
 computed from the promotion time ``now`` (Redis ``TIME`` of the claim) in that tier's calendar.
 """
 
@@ -51,7 +53,8 @@ class Decision:
         calendar_version: version of the calendar the next due time was counted in (recorded
             in the ledger row), or None.
         regulatory_deadline: the regulatory deadline that caps the next tier (recorded in the
-            promotion's ledger row and carried by the escalation), or None (issue 4 A).
+            promotion's ledger row and carried by the escalation), or None (docs/sla.md
+            "Several regulatory deadlines").
     """
 
     kind: DecisionKind
@@ -96,11 +99,11 @@ def decide(
         version = calendar_of(current.window, calendars).version
         return Decision(DecisionKind.TERMINAL, TERMINAL_ESCALATION, current.id, None, None, now,
                         version)
-    # issue 4: the band's window_factor shortens the window; the regulatory deadline minus
+    # The materiality band's window_factor shortens the window; the regulatory deadline minus
     # its buffer caps the due time (escalation.domain.sla_timing).
     window = tier_window(ladder, nxt.id, escalation.materiality.amount)
     due = window_end(now, window, calendars)
-    # issue 4 A: the cap comes from the deadline(s) that cap the *next* tier (a ladder may
+    # The cap comes from the deadline(s) that cap the *next* tier (a ladder may
     # carry several, e.g. CFPB 15 days for the response tiers, 60 days for the terminal one).
     cap, deadline = escalation_tier_cap(
         ladder, nxt.id, escalation.deadlines, escalation.regulatory_deadline, calendars

@@ -2,8 +2,9 @@
 
 A ladder is an ordered list of tiers with stable ids and strictly increasing authority
 rank; the last tier is terminal. An escalation is pinned to the ladder *version* it entered
-on (DESIGN.md "Ladders and ladder migrations"); the seed's warning (seed 000, configuration
-section) is why "next tier" is never looked up in any other version.
+on (docs/ladders.md; ADR 0004). "Next tier" is never looked up in any other version: a
+ladder change would otherwise silently change where a pending escalation goes next, so the
+ladder changes only through a reviewed migration, never by editing configuration.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class Tier:
 
     @property
     def decision_name(self) -> str:
-        """The seed's decision string for a promotion into this tier: ``PROMOTED_TO_<ID>``."""
+        """The decision string (``match_decision``) for a promotion into this tier:
+        ``PROMOTED_TO_<ID>``."""
         return f"PROMOTED_TO_{self.id.upper()}"
 
 
@@ -94,7 +96,8 @@ class ResolvedDeadline:
 
 @dataclass(frozen=True, slots=True)
 class RegulatoryDeadline:
-    """A deadline fixed by law or scheme rules, anchored on an external event (domain.md 0.1).
+    """A deadline fixed by law or scheme rules, anchored on an external event (e.g. the
+    notice of error received), not on tier entry; docs/ladders.md "Example ladders".
 
     Attributes:
         name: e.g. ``"determine_or_provisionally_credit"`` (Reg E 1005.11(c)(1)).
@@ -103,8 +106,8 @@ class RegulatoryDeadline:
             ``billing_cycles`` it is the outer cap ("never later than 90 days").
         buffer: safety margin in ``window.unit`` / ``window.calendar`` (>= 0): the tier windows
             must end at least this long before the deadline (``escalation ladder check``).
-        caps: ids of the tiers whose due times this deadline caps (issue 4 A: a ladder may
-            carry several deadlines, e.g. CFPB 15 days for the response tiers, 60 days for the
+        caps: ids of the tiers whose due times this deadline caps (a ladder may carry several
+            deadlines, e.g. CFPB 15 days for the response tiers, 60 days for the
             terminal one). Empty = every tier.
         source: citation, e.g. ``"12 CFR 1005.11(c)(1)"`` ("" when the file gives none).
         billing_cycles: > 0 = the deadline is the end of the Nth complete billing cycle after
@@ -165,7 +168,8 @@ DUE_FROM_TIER_ENTRY = "from_tier_entry"
 class MigrationPolicy:
     """How ``escalation ladder apply`` treats pending escalations migrated onto this version.
 
-    From the file's optional ``[migration]`` table (issue 3 point 6; domain.md 4.2 rows 2-3).
+    From the file's optional ``[migration]`` table (docs/ladders.md "Migration
+    semantics": lengthened and shortened windows).
 
     Attributes:
         recompute_due: ``"keep"`` (default: the due time is unchanged) or
@@ -193,11 +197,11 @@ class Ladder:
         bands: materiality bands, highest ``min_amount`` first.
         regulatory: the first (primary) regulatory deadline, if any; kept for single-deadline
             callers. ``deadlines`` holds all of them.
-        deadlines: every regulatory deadline of the ladder (issue 4 A), in file order; built
+        deadlines: every regulatory deadline of the ladder, in file order; built
             from ``regulatory`` when not given (and ``regulatory`` = ``deadlines[0]``).
         checksum: SHA-256 hex of the source file bytes ("" when built in code).
         source: the file it was loaded from, for error messages ("" when built in code).
-        migration: how a migration onto this version recomputes due times (issue 3).
+        migration: how a migration onto this version recomputes due times.
         institution_timezone / institution_calendar: this version's override of the
             deployment's institution zone / calendar (``[institution]`` in the file; None =
             the deployment setting). An escalation's own values win over both.

@@ -1,4 +1,4 @@
-"""``escalation ladder check`` as a pure function over parsed ladders (issue 3 point 2).
+"""``escalation ladder check`` as a pure function over parsed ladders (docs/ladders.md).
 
 Rules, each reported as ``"<file>: <field>: <problem>"``:
 
@@ -7,9 +7,11 @@ Rules, each reported as ``"<file>: <field>: <problem>"``:
   every window's calendar is known;
 * every tier of the previous version missing from the new one is mapped in ``tier_map``; a
   map's keys are tiers of the previous version; no map lowers authority (new rank < old);
-* an applied version's checksum is unchanged (a released file is never edited, STYLE.md 11);
+* an applied version's checksum is unchanged (a released file is never edited: a change is
+  a new version, ADR 0004);
 * with a regulatory deadline, the tier windows chained from the anchor end no later than the
-  deadline minus its buffer (domain.md 0.1 and 3). Business calendars make that depend on the
+  deadline minus its buffer (the deadline is fixed by law or scheme rules from an external
+  anchor event, docs/ladders.md "Example ladders"). Business calendars make that depend on the
   anchor, so it is checked for anchors every ``ANCHOR_STEP`` across ``ANCHOR_SPAN`` from
   ``ANCHOR_FROM`` (2026-2030), and the worst case is reported. A deadline that depends on
   dispute attributes (Reg E variants, Reg Z billing cycles) is checked for every attribute
@@ -93,7 +95,7 @@ def _check_one(ladder: Ladder, calendars: CalendarRegistry) -> list[str]:
             errors.append(
                 f"{label}: tiers[{i}].window.calendar: unknown calendar {tier.window.calendar!r}"
             )
-    for reg in ladder.deadlines:  # issue 4 A: one or several deadlines
+    for reg in ladder.deadlines:  # one or several deadlines
         if reg.window.calendar not in calendars:
             errors.append(
                 f"{label}: regulatory.{reg.name}.calendar: unknown calendar "

@@ -1,4 +1,5 @@
-"""Pure planning of a ladder migration (issue 3 points 4 and 6; domain.md section 4.2).
+"""Pure planning of a ladder migration (docs/ladders.md "Migration semantics";
+docs/ladder-migrations.md).
 
 ``plan_escalation(escalation, versions, target, calendars)`` says what happens to one pending
 (or paused) escalation when it moves from its pinned ladder version to ``target``:
@@ -7,11 +8,12 @@
   the display name changes; an inserted tier changes only the *next* tier);
 * a tier removed along the way follows each version's ``tier_map``; no map -> blocked;
 * the new tier's authority rank may never be lower than the current one (a reorder that
-  would demote a pending escalation is blocked, domain.md 4.2 row 7);
+  would demote a pending escalation is blocked: a migration never takes authority away from
+  a case under review);
 * the due time follows the target file's ``[migration]`` policy (:class:`DuePlan`):
   ``keep``, or recomputed from the time the escalation entered its tier; a recomputed due
   time earlier than the current one becomes ``min(current, max(recomputed, now + grace))``
-  (never a burst of retroactive breaches, domain.md 4.2 row 3).
+  (never a burst of retroactive breaches when a window is shortened).
 
 The due rule is part of the plan, not its value at one instant: ``apply`` resolves
 ``now + grace`` with Redis TIME when it writes. The plan hash (:func:`change_hash`) names the

@@ -1,4 +1,4 @@
-"""SLA timing rules (pure, issue 4 points 3-6): regulatory caps, materiality window factors,
+"""SLA timing rules (pure; docs/sla.md): regulatory caps, materiality window factors,
 remaining time for pause/resume, warning instants, and the priority weight of a band.
 
 Conventions (docs/sla.md):
@@ -140,7 +140,8 @@ def compute_deadlines(
     attributes: Mapping[str, object] | None = None,
 ) -> tuple[tuple[str, datetime], ...]:
     """Every regulatory deadline of ``ladder`` for an anchor event at ``anchor_at``:
-    ``((name, aware UTC deadline), ...)`` in the ladder's order (issue 4 A).
+    ``((name, aware UTC deadline), ...)`` in the ladder's order (docs/sla.md "Several regulatory
+    deadlines").
 
     Raises:
         InvalidInput: naive ``anchor_at``, an unknown calendar, or a dispute attribute the

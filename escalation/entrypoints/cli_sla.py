@@ -1,5 +1,5 @@
-"""CLI commands for SLA timing (issue 4): ``escalation pause ID --reason ...`` and
-``escalation resume ID``. Errors (not paused, already paused, unknown dispute) become
+"""CLI commands for SLA timing (docs/sla.md "Pause / resume"): ``escalation pause ID --reason
+...`` and ``escalation resume ID``. Errors (not paused, already paused, unknown dispute) become
 ``error: ...`` with exit codes via ``cli.main``."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Use case: a dispute breached (or will breach) its tier's SLA window -> schedule the escalation.
 
-Order (DESIGN.md): record in PostgreSQL first (the system of record), then write payload +
+Order (docs/architecture.md "Where the truth lives"): record in PostgreSQL first (the system
+of record), then write payload +
 score to Redis atomically. Idempotent per dispute: a second enqueue of a pending dispute
 changes nothing and says so (and re-asserts the Redis entry, repairing a crash between the
 two writes).
@@ -60,7 +61,7 @@ class EnqueueRequest:
     trace_id: str | None = None
     anchor_at: datetime | date | None = None
     """Aware instant of the ladder's regulatory anchor event (e.g. notice of error received);
-    None = the tier entry time. Ignored when the ladder has no regulatory rule (issue 4)."""
+    None = the tier entry time. Ignored when the ladder has no regulatory rule (docs/sla.md)."""
     timezone: str | None = None
     """IANA zone of the institution for this dispute (None = the ladder version's, else the
     deployment's). A ``date`` in ``opened_at``/``due_at``/``anchor_at`` is a local date there."""
@@ -73,7 +74,8 @@ class EnqueueRequest:
 
 
 OnScheduled = Callable[[Sequence[Escalation]], None]
-"""Hook called with the escalations just scheduled in Redis (warnings, issue 4 point 6)."""
+"""Hook called with the escalations just scheduled in Redis (pre-breach warnings,
+docs/sla.md "Warnings before breach")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +160,7 @@ def build_with_provenance(
         details["attributes"] = attributes
     deadline = None
     deadlines: tuple[tuple[str, datetime], ...] = ()
-    if ladder.deadlines:  # issue 4: deadlines from the anchor, due capped by the tier's ones
+    if ladder.deadlines:  # deadlines from the anchor; the due time is capped by the tier's ones
         anchor = entered if req.anchor_at is None else _instant(req.anchor_at, tz_name,
                                                                 "anchor_at")
         resolved = resolve_deadlines(ladder, anchor, scoped, attributes)

@@ -1,5 +1,5 @@
-"""Use cases: pause and resume an escalation's SLA clock (issue 4 point 4), e.g. while waiting
-for the cardholder.
+"""Use cases: pause and resume an escalation's SLA clock (docs/sla.md "Pause / resume"), e.g.
+while waiting for the cardholder.
 
 * ``pause``: records PAUSED (the remaining window, in ms, kept in the tier's calendar basis:
   open time for business units, elapsed time otherwise; ``sla_timing.remaining_ms``) with a
@@ -8,7 +8,8 @@ for the cardholder.
 * ``resume``: records RESUMED with ``due = now + remaining`` counted in the tier's calendar
   (capped by the regulatory deadline minus its buffer), then re-schedules the member.
 
-Both use Redis ``TIME`` as the clock, PostgreSQL first, Redis second (DESIGN.md). The Redis
+Both use Redis ``TIME`` as the clock (ADR 0005), PostgreSQL first, Redis second (PostgreSQL is
+the system of record, docs/architecture.md "Where the truth lives"). The Redis
 step is owner-less (guarded by seq only); a worker holding the lock at that moment records
 STALE (the projection is paused / at a newer seq) and applies the PostgreSQL state itself.
 Cancelling a paused escalation is the ordinary ``cancel`` (its script removes the payload).

@@ -1,4 +1,5 @@
-"""Use case: pre-breach warnings (issue 4 point 6), e.g. at 50 % and 75 % of a tier's window.
+"""Use case: pre-breach warnings (docs/sla.md "Warnings before breach"), e.g. at 50 % and 75 %
+of a tier's window.
 
 * **schedule** (``schedule_warnings``): when a tier is scheduled (enqueue, promotion, resume),
   one member per ``warn_at`` fraction of the tier goes into the shard's warnings ZSET, keyed by
@@ -7,7 +8,7 @@
 * **fire** (``fire_warnings``, called by the worker after a ``fire_due`` batch when the
   earliest warning left by the previous pass (``WarningReport.next_due_ms``) is due, or after
   a wake marker; ``RedisWarnings.schedule`` pushes the marker when it adds a new earliest
-  warning, so caching that time never makes a warning late; issue 6): claim due
+  warning, so caching that time never makes a warning late; docs/performance.md): claim due
   members (``warn_claim.lua``), then per member:
   - drop it if the escalation *moved on*: not pending, or a non-WARNING ledger row was
     appended after the tier-entry seq (promotion, pause, resume, migration, cancel);
@@ -91,7 +92,8 @@ class WarningReport:
     recorded_keys: list[str] = field(default_factory=list)
     next_due_ms: int | None = None
     """Earliest warning still scheduled after this pass (epoch ms; None = none): the worker
-    runs the next pass only once Redis time reaches it, or after a wake (issue 6)."""
+    runs the next pass only once Redis time reaches it, or after a wake, so an idle worker does not
+    poll the warnings ZSET every batch (docs/performance.md "Follow-up: idle and drain")."""
 
 
 def warning_members(

@@ -1,6 +1,8 @@
-"""Issue 4 point 8 / A: the CFPB sample with the CFPB ladder (15- and 60-day deadlines).
+"""The CFPB sample with the CFPB ladder (15- and 60-day deadlines; docs/sla.md "Several
+regulatory deadlines").
 
-Import ../shared/data/cfpb_complaints_sample.csv with docs/examples/cfpb_ladder_mapping.toml,
+Import ``cfpb_complaints_sample.csv`` from the public sample data (``SHARED_DATA`` in
+tests/conftest.py; skipped when absent) with docs/examples/cfpb_ladder_mapping.toml,
 check every complaint's two deadlines against an independent computation from "Date sent to
 company", then fire with one in-process worker until nothing is due: every breach fires once,
 in due order, and every complaint walks the whole ladder to TERMINAL exactly once.
@@ -26,9 +28,10 @@ import pytest
 from escalation.service_layer.enqueue import enqueue_many
 from escalation.service_layer.fire import fire_due
 from escalation.service_layer.importer import ColumnMapping, plan_import, stable_dispute_id
+from tests.conftest import SHARED_DATA
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT.parent / "shared" / "data" / "cfpb_complaints_sample.csv"
+SAMPLE = SHARED_DATA / "cfpb_complaints_sample.csv"
 MAPPING = ROOT / "docs" / "examples" / "cfpb_ladder_mapping.toml"
 NY = ZoneInfo("America/New_York")
 

@@ -1,5 +1,5 @@
-"""The worker's structured events carry the seed's fields (trace_id, source_hash,
-match_decision), and the demo runs the main job end to end on the test servers."""
+"""The worker's structured events carry trace_id, source_hash and match_decision
+(docs/operations.md "Logs"), and the demo runs the main job end to end on the test servers."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Issue 3 points 2-5 and 7: plan hash drift, resumable apply, history and checksums, and an
-apply while two workers fire."""
+"""Ladder migrations (docs/ladder-migrations.md, ADR 0004): plan hash drift, resumable apply,
+history and checksums, and an apply while two workers fire."""
 
 from __future__ import annotations
 

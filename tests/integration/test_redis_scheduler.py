@@ -1,7 +1,7 @@
 """RedisScheduler against a real Redis (DB 9, a fresh key namespace per test).
 
-Seed 000 "Verification and testing" in spirit (due / future / double lock / full drain), plus
-the seed 002 safety rules: atomic claim with Redis TIME, fencing tokens, seq-guarded apply.
+The scheduler's basic guarantees (due / future / double lock / full drain), plus its safety
+rules: atomic claim with Redis TIME (ADR 0005), fencing tokens, seq-guarded apply.
 Lease expiry is simulated where noted (lock deleted + score moved into the past: exactly
 what the passage of ``lease_ms`` does) so the tests do not depend on timing.
 """
@@ -74,7 +74,7 @@ def promoted(esc: Escalation, due_in: timedelta = timedelta(hours=4)) -> Escalat
     return esc.with_changes(tier="senior", seq=esc.seq + 1, due_at=datetime.now(UTC) + due_in)
 
 
-# ----------------------------------------------------------------- seed 000 verification
+# ------------------------------------------------------------------ basic guarantees
 def test_due_member_is_claimable(sched: RedisScheduler) -> None:
     esc = make_esc(-timedelta(seconds=5))
     assert sched.enqueue(esc)

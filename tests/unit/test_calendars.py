@@ -41,7 +41,7 @@ def ny(*args: int) -> datetime:
         (date(2022, 6, 20), True),  # Juneteenth on Sunday 2022-06-19 -> closed Monday
         (date(2021, 12, 24), False),  # Christmas on Saturday 2021-12-25 -> Friday OPEN
         (date(2021, 12, 31), False),  # New Year on Saturday 2022-01-01 -> Friday OPEN
-        (date(2026, 7, 3), False),  # Independence Day on Saturday 2026-07-04 (domain.md 2.6)
+        (date(2026, 7, 3), False),  # Independence Day on Saturday 2026-07-04: Friday OPEN
         (date(2026, 11, 26), True),  # Thanksgiving
         (date(2026, 10, 12), True),  # Columbus Day (a Fed holiday, not an NYSE one)
         (date(2026, 11, 27), False),  # the Friday after Thanksgiving is a Fed business day

@@ -1,7 +1,8 @@
--- apply.lua: apply recorded decisions to one shard (RedisScheduler.apply / restore; DESIGN.md
--- "The firing protocol" step 4). Runs after PostgreSQL recorded the decision; each op is
--- guarded by its sequence number (repeats and late workers have no effect) and, when a token
--- is given, by the fencing token held in the lock (stale workers are refused).
+-- apply.lua: apply recorded decisions to one shard (RedisScheduler.apply / restore;
+-- docs/architecture.md "The firing protocol" step 4). Runs after PostgreSQL recorded the
+-- decision; each op is guarded by its sequence number (repeats and late workers have no
+-- effect) and, when a token is given, by the fencing token held in the lock (stale workers are
+-- refused).
 -- Per op, in order:
 --   no payload HASH:
 --     create = "1" and action reschedule/park, lock free -> write payload (+ ZADD if
@@ -33,7 +34,7 @@
 -- KEYS[3]      stats HASH
 -- KEYS[2+2i]   payload HASH of op i (i = 1..n); must end with the op's id
 -- KEYS[3+2i]   lock STRING of op i; must end with the op's id
--- KEYS[n*2+4]  ready ZSET (issue 4 C: due members waiting for a claim; every write to
+-- KEYS[n*2+4]  ready ZSET (ADR 0006: due members waiting for a claim; every write to
 --              pending also ZREMs ready, so a member is in at most one of them)
 -- KEYS[n*2+5]  prio HASH (member -> weight; HDEL on remove)
 -- ARGV[1]      review stream approximate MAXLEN, integer 1..100000000

@@ -1,5 +1,6 @@
 -- claim.lua: claim due members of one shard atomically, materiality first (RedisScheduler.claim;
--- DESIGN.md "The firing protocol" step 1; issue 4 C, docs/sla.md "Priority under backlog").
+-- docs/architecture.md "The firing protocol" step 1; ready set: ADR 0006, docs/sla.md
+-- "Priority under backlog").
 -- now = Redis TIME (the one clock: worker clocks never matter).
 -- Step 1 (promote): up to promote_max members of pending with score <= now move to the ready
 --   ZSET, scored ready = due - weight * aging_ms (weight = HGET prio member, absent = 0; lower
