@@ -69,7 +69,7 @@ def escalation_from_state(row: Mapping[Any, Any]) -> Escalation:
 
 def deadlines_json(deadlines: Sequence[tuple[str, datetime]]) -> str | None:
     """The projection's ``deadlines`` JSONB text: ``[["name", "ISO 8601 UTC"], ...]`` in the
-    ladder's order, or None when there are none (issue 4 A)."""
+    ladder's order, or None when there are none."""
     if not deadlines:
         return None
     return json.dumps([[n, require_aware(at, n).isoformat()] for n, at in deadlines])

@@ -136,8 +136,9 @@ class Escalation:
             earliest-capping one when several apply), when the ladder defines one.
         status: lifecycle status.
         deadlines: every regulatory deadline of the escalation, ``((name, aware UTC), ...)``
-            in the ladder's order, computed once at enqueue from the anchor (issue 4 A);
-            empty for ladders without deadlines (or rows written before issue 4 A).
+            in the ladder's order, computed once at enqueue from the anchor;
+            empty for ladders without deadlines (or rows written before deadlines were
+            recorded on escalations).
         institution_tz: IANA zone of the institution for this escalation (its local days,
             date-only inputs, business hours); None = the deployment default (rows written
             before it was stored).

@@ -1,7 +1,7 @@
 """The worker loop: fire batches, sleep until the earliest due time (or the jittered poll
 interval), wake early when an earlier escalation is enqueued, stop cleanly on SIGTERM/SIGINT.
 
-Sleep (seed 000, configuration table): ``poll_interval_s * (1 + U(-jitter, +jitter))``,
+Sleep (docs/operations.md, the scheduler table): ``poll_interval_s * (1 + U(-jitter, +jitter))``,
 shortened to the earliest pending due time read from the ZSET. A full batch is followed by
 the next one at once. SIGTERM/SIGINT during a batch let the batch finish (record + apply),
 then the worker exits 0; during a sleep they end it at once.
@@ -59,7 +59,7 @@ def sleep_seconds(
 ) -> float:
     """Seconds to sleep: jittered poll interval, capped by the time until ``next_due_ms``.
 
-    ``poll_interval_s * (1 + U(-jitter, +jitter))`` (seed 000); never negative.
+    ``poll_interval_s * (1 + U(-jitter, +jitter))`` (docs/operations.md); never negative.
     """
     base = poll_interval_s * (1 + rng.uniform(-jitter, jitter))
     if next_due_ms is not None:
@@ -67,7 +67,7 @@ def sleep_seconds(
     return max(0.0, base)
 
 
-MAINTENANCE_EVERY_S = 30.0  # issue 6: maintenance lease poll at most this often
+MAINTENANCE_EVERY_S = 30.0  # maintenance lease poll at most this often (idle cost)
 
 
 def maintenance_every_s(lease_ttl_ms: int, margin: float) -> float:
@@ -85,7 +85,7 @@ def _earliest(a: int | None, b: int | None) -> int | None:
 
 @dataclass
 class _IdleState:
-    """What lets an idle worker skip work (issue 6, docs/performance.md "idle").
+    """What lets an idle worker skip work (docs/performance.md "idle").
 
     * warnings pass: runs only when the earliest warning left by the previous pass
       (``warn_next_ms``, from warn_claim.lua) is due, or after a wake marker (``woke``;
@@ -178,8 +178,8 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
     totals = WorkerTotals()
     failures = 0
     hook = crashpoint_from_env()
-    warn_adapter, warn_schedule = warnings_for(app), schedule_for(app)  # issue 4
-    maint, dead = maintenance_for(app), dead_letters_for(app)  # issue 7
+    warn_adapter, warn_schedule = warnings_for(app), schedule_for(app)  # pre-breach warnings
+    maint, dead = maintenance_for(app), dead_letters_for(app)  # maintenance, dead letters
     idle = _IdleState(maint_every_s=maintenance_every_s(maint.lease.ttl_ms, maint.lease.margin))
     idle.maint_next = time.monotonic() + idle.maint_every_s
     ctx = _Pass(app=app, crashpoint=hook, warn_adapter=warn_adapter, warn_schedule=warn_schedule,
@@ -200,7 +200,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
                 state["in_batch"] = False
                 _add(totals, report)
                 if not burst and idle.maintenance_due():
-                    poll_maintenance(maint)  # issue 7; issue 6: every maint_every_s at most
+                    poll_maintenance(maint)  # every maint_every_s at most (idle cost)
                 if state["stop"] or (max_batches is not None and totals.batches >= max_batches):
                     break
                 step = _next_step(report, now_ms, burst=burst, batch_size=settings.batch_size)
@@ -225,7 +225,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
     except _Shutdown:
         pass
     finally:
-        maint.lease.release()  # issue 7: hand the maintenance lease over at once
+        maint.lease.release()  # hand the maintenance lease over at once
         _restore_handlers(old)
     log.info("worker.stopped", worker_id=app.actor, **totals.__dict__)
     return totals
@@ -259,7 +259,7 @@ def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
         lease_ms=settings.lease_ms, worker_id=app.actor,
         emit=_emit if metrics is None else metrics.sink(_emit, started),
         crashpoint=ctx.crashpoint, on_scheduled=ctx.warn_schedule,
-        on_poison=ctx.dead.on_decision_failed,  # issue 7: poison -> dead letter
+        on_poison=ctx.dead.on_decision_failed,  # poison -> dead letter (docs/reliability.md)
         # the per-decision events feed the DEBUG log and the metrics (lag histogram)
         decision_events=ctx.decision_events or metrics is not None,
     )
@@ -270,7 +270,7 @@ def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
         metrics.batch(report)
     now_ms = int(report.now.timestamp() * 1000) if report.now else 0
     if ctx.idle.warnings_due(now_ms):
-        # issue 4: pre-breach warnings; issue 6: only when one is due or after a wake
+        # pre-breach warnings: only when one is due or after a wake (idle cost)
         wrep = fire_warnings(
             warnings=ctx.warn_adapter, scheduler=app.scheduler, store=app.store,
             ladders=app.ladders, calendars=app.calendars, actor=app.actor,

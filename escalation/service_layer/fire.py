@@ -1,6 +1,6 @@
 """Use case: fire due escalations -- one batch of claim -> decide -> record -> apply.
 
-DESIGN.md "The firing protocol":
+The firing protocol (docs/architecture.md):
 1. claim (one Lua call, Redis TIME is the clock, locks with fencing tokens, re-scores each
    claimed member to now + lease so a crashed worker's member comes due again by itself);
 2. decide (pure, against the escalation's *pinned* ladder version);
@@ -108,7 +108,8 @@ def fire_due(
     hook called at each protocol boundary (``after_claim``, ``after_record``, ``after_apply``).
     ``on_poison(item, error)`` is called for a claimed member whose decision failed (poison
     input, e.g. a missing ladder version); it counts attempts and dead-letters the member
-    after a bounded number (issue 7). Without it the member stays leased, due again later.
+    after a bounded number (docs/reliability.md). Without it the member stays leased, due
+    again later.
     ``decision_events=False`` (the worker at any level above DEBUG) skips building the
     per-decision DEBUG events (promoted / terminal / stale_claim) altogether: their fields
     are never formatted on the firing path; warnings (unknown member) are always emitted.
@@ -146,7 +147,7 @@ def fire_due(
     results = scheduler.apply(ops) if ops else []
     hook("after_apply")
     _count_results(results, report)
-    if on_scheduled is not None:  # issue 4: pre-breach warnings of the newly entered tiers
+    if on_scheduled is not None:  # pre-breach warnings of the newly entered tiers
         on_scheduled([op.escalation for op, res in zip(ops, results, strict=True)
                       if res is ApplyOutcome.APPLIED and op.notify
                       and op.action is ApplyAction.RESCHEDULE])
@@ -194,7 +195,7 @@ def _decide_all(
             sink("escalation.decision_failed", dispute_id=str(esc.dispute_id),
                  trace_id=esc.trace_id, source_hash=esc.source_hash,
                  match_decision="DECISION_FAILED", error=str(exc), level="error")
-            # issue 7 hook: bounded attempts -> dead letter (service_layer/dead_letters.py)
+            # bounded attempts -> dead letter (service_layer/dead_letters.py)
             if on_poison is not None:
                 on_poison(item, str(exc))
             continue

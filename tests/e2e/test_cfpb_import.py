@@ -10,16 +10,17 @@ import pytest
 import sqlalchemy as sa
 
 from escalation.service_layer.importer import stable_dispute_id
+from tests.conftest import SHARED_DATA
 from tests.helpers import run_cli
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "cfpb_complaints_sample.csv"
+DATA = SHARED_DATA / "cfpb_complaints_sample.csv"
 SOURCE = "cfpb-import-test"
 MAPPING = Path(__file__).resolve().parents[2] / "docs" / "examples" / "cfpb_mapping.toml"
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # three CLI runs (import, worker, re-import) of up to 600 s each
-@pytest.mark.skipif(not DATA.exists(), reason="shared/data is not beside this checkout")
+@pytest.mark.skipif(not DATA.exists(), reason="the CFPB sample is not in ESCALATION_TEST_DATA_DIR")
 def test_cfpb_sample_is_imported_and_promoted_exactly_once(
     app: Any, cli_env: dict[str, str]
 ) -> None:

@@ -1,4 +1,4 @@
-"""Smoke runs of every ``escalation bench`` scenario at a tiny size (issue 6).
+"""Smoke runs of every ``escalation bench`` scenario at a tiny size.
 
 They prove each scenario runs end to end on real servers, prints well-formed figures and,
 for drain, that the ledger holds exactly one PROMOTED row per escalation. Timings are
