@@ -746,12 +746,15 @@ class AuditFilter:
         Raises:
             InvalidInput: ``since`` after ``until`` (naive times are refused by :meth:`where`);
                 a NUL, newline or other control character in ``tier``, ``decision``, ``actor``
-                or ``ladder`` (PostgreSQL refuses NUL in text; no stored value holds one).
+                or ``ladder`` (PostgreSQL refuses NUL in text; no stored value holds one); a
+                ladder version outside 1..2**31-1 (a PostgreSQL integer).
         """
         for name in ("tier", "decision", "actor", "ladder"):
             value = getattr(self, name)
             if value is not None:
                 check_text(value, name)
+        if self.ladder_version is not None and not 1 <= self.ladder_version <= 2**31 - 1:
+            raise InvalidInput(f"ladder version must be 1..{2**31 - 1}, got {self.ladder_version}")
         if (
             self.since is not None and self.until is not None
             and self.since.tzinfo is not None and self.until.tzinfo is not None

@@ -31,9 +31,26 @@ class WindowUnit(StrEnum):
     BUSINESS_DAYS = "business_days"
 
 
+#: The longest window each unit allows: about 100 years. A longer one is a typo (no dispute
+#: rule runs for a century) and would overflow date arithmetic (datetime ends at year 9999),
+#: crashing every worker that claims an escalation on it.
+MAX_WINDOW: dict[WindowUnit, int] = {
+    WindowUnit.CALENDAR_MINUTES: 100 * 366 * 24 * 60,
+    WindowUnit.CALENDAR_HOURS: 100 * 366 * 24,
+    WindowUnit.CALENDAR_DAYS: 100 * 366,
+    WindowUnit.BUSINESS_HOURS: 100 * 261 * 24,
+    WindowUnit.BUSINESS_DAYS: 100 * 261,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class SlaWindow:
-    """An SLA window: ``amount`` (> 0) of ``unit`` counted in calendar ``calendar``."""
+    """An SLA window: ``amount`` (> 0, at most :data:`MAX_WINDOW` of its unit, about 100
+    years) of ``unit`` counted in calendar ``calendar``.
+
+    Raises:
+        InvalidInput: a non-integer, non-positive or longer amount.
+    """
 
     amount: int
     unit: WindowUnit
@@ -42,6 +59,10 @@ class SlaWindow:
     def __post_init__(self) -> None:
         if isinstance(self.amount, bool) or not isinstance(self.amount, int) or self.amount <= 0:
             raise InvalidInput(f"SLA window amount must be a positive integer, got {self.amount!r}")
+        limit = MAX_WINDOW.get(self.unit, MAX_WINDOW[WindowUnit.CALENDAR_DAYS])
+        if self.amount > limit:
+            raise InvalidInput(f"SLA window amount {self.amount} {self.unit} "
+                               f"is longer than about 100 years (at most {limit})")
 
     def describe(self) -> str:
         """Human text such as ``"24 calendar_hours (utc)"``."""

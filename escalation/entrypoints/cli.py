@@ -31,6 +31,7 @@ from escalation.entrypoints.cli_common import (
     out,
     parse_attributes,
     parse_time_or_date,
+    redact_url,
 )
 
 app = typer.Typer(
@@ -234,7 +235,11 @@ def services_status() -> None:
     """Show the embedded servers of ESCALATION_HOME."""
     from escalation.adapters.embedded import services_status as st
 
-    _print_json(st(_settings().home))
+    status = st(_settings().home)
+    for server in status.values():  # passwords stay in the 0600 credentials file
+        if isinstance(server, dict) and "url" in server:
+            server["url"] = redact_url(server["url"])
+    _print_json(status)
 
 
 # --------------------------------------------------------------------------- worker

@@ -86,3 +86,23 @@ def _app(
 def _print_json(data: Any) -> None:
     """Print ``data`` as JSON on stdout (non-JSON values via ``str``)."""
     out.print_json(json.dumps(data, default=str))
+
+
+def redact_url(url: str | None) -> str | None:
+    """``url`` with its password replaced by ``***`` (for anything printed or logged).
+
+    ``redis://:secret@127.0.0.1:6379/0`` -> ``redis://:***@127.0.0.1:6379/0``; a URL without
+    credentials, or None, is returned unchanged.
+    """
+    if not url:
+        return url
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, path = rest.partition("/")
+    creds, at, hosts = netloc.rpartition("@")
+    if not at:
+        return url
+    user, colon, _password = creds.partition(":")
+    masked = f"{user}:***" if colon else creds
+    return f"{scheme}://{masked}@{hosts}{slash}{path}"

@@ -36,7 +36,7 @@ from rich.table import Table
 from escalation.adapters.db import upgrade_to_head
 from escalation.adapters.report_queries import decision_counts, duplicate_decisions, undecided_due
 from escalation.bootstrap import App, build, resolve_urls
-from escalation.entrypoints.cli_common import err, out
+from escalation.entrypoints.cli_common import err, out, redact_url
 from escalation.entrypoints.render import compact_trail_table
 from escalation.logs import configure_logging
 from escalation.service_layer.bulk import BulkResult, bulk_enqueue
@@ -217,7 +217,7 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)
     urls = resolve_urls(settings)
-    err.print(f"servers: redis {urls.redis_url} | postgres "
+    err.print(f"servers: redis {redact_url(urls.redis_url)} | postgres "
               f"{'embedded' if urls.embedded else 'configured'} (home {settings.home})")
     upgrade_to_head(urls.database_url)
     a = build(settings, actor="demo", strict_ladders=True, durable_redis=True)

@@ -190,7 +190,10 @@ def _decide_all(
         try:
             ladder = ladders.get(esc.ladder, esc.ladder_version)
             decision = decide(esc, ladder, now, calendars)
-        except EscalationError as exc:
+        except (EscalationError, OverflowError, ValueError) as exc:
+            # a rule that cannot be computed for this escalation (e.g. a due time past year
+            # 9999) is poison for this one item: dead-lettered after bounded attempts, never a
+            # crash of the worker and of the other escalations claimed with it
             report.poison += 1
             sink("escalation.decision_failed", dispute_id=str(esc.dispute_id),
                  trace_id=esc.trace_id, source_hash=esc.source_hash,

@@ -194,3 +194,13 @@ def test_sla_report_charts_in_ladder_order(page, console):
     assert reg_e == sorted(reg_e, key=order.__getitem__), reg_e
     assert "met" in svgs.nth(0).inner_html() and "missed" in svgs.nth(0).inner_html()
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+
+
+def test_bad_filter_values_are_a_422_page_not_a_server_error(console):
+    cookies = {"esc_console": console.tokens["admin"]}
+    for path in ("/console/pending?window=forever", "/console/pending?window=HOUR",
+                 "/console/audit?ladder_version=99999999999999999999",
+                 "/console/audit?tier=%00"):
+        r = httpx.get(console.url + path, cookies=cookies)
+        assert r.status_code == 422, (path, r.status_code, r.text[:300])
+        assert "text/html" in r.headers["content-type"], path

@@ -402,3 +402,28 @@ def test_record_rule_refuses_what_is_not_the_claimed_pending_seq(
 def test_record_rule_refuses_a_decision_with_nothing_to_record(decision: Decision) -> None:
     with pytest.raises(InvalidInput):
         plan_record(RecordRequest(_head(), 1, decision))
+
+
+def test_a_decision_that_overflows_the_calendar_is_poison_and_the_batch_goes_on() -> None:
+    # A due time past year 9999 cannot be computed: that one escalation is poison (dead-letter
+    # path), never an OverflowError that kills the worker and strands the rest of its batch.
+    w = World()
+    esc = w.enqueue()
+    member = str(esc.dispute_id)
+    w.scheduler.now = datetime(9999, 12, 31, 12, tzinfo=UTC)  # promotion would add 48 h
+    report = w.fire()
+    assert (report.claimed, report.poison, report.recorded) == (1, 1, 0)
+    assert [str(item.escalation.dispute_id) for item, _ in w.poisoned] == [member]
+    assert w.event_names() == ["escalation.decision_failed"]
+
+
+def test_an_sla_window_longer_than_a_century_is_refused() -> None:
+    from escalation.domain.calendars import SlaWindow, WindowUnit
+    from escalation.domain.errors import InvalidInput
+
+    assert SlaWindow(36_000, WindowUnit.CALENDAR_DAYS).amount == 36_000
+    for amount, unit in ((99_999_999_999_999_999_999, WindowUnit.CALENDAR_DAYS),
+                         (3_000_000, WindowUnit.CALENDAR_DAYS),
+                         (1_000_000_000, WindowUnit.BUSINESS_DAYS)):
+        with pytest.raises(InvalidInput, match="longer than about 100 years"):
+            SlaWindow(amount, unit)

@@ -162,3 +162,13 @@ def test_home_comes_from_escalation_home(
 
 def test_settings_class_is_not_instantiated_at_import() -> None:
     assert not any(isinstance(v, Settings) for v in vars(settings_module).values())
+
+
+def test_printed_server_urls_hide_their_passwords() -> None:
+    from escalation.entrypoints.cli_common import redact_url
+
+    assert redact_url("redis://:s3cret@127.0.0.1:6379/0") == "redis://:***@127.0.0.1:6379/0"
+    assert (redact_url("postgresql://postgres:pw@127.0.0.1:5432/escalation")
+            == "postgresql://postgres:***@127.0.0.1:5432/escalation")
+    assert redact_url("redis://127.0.0.1:6379/9") == "redis://127.0.0.1:6379/9"
+    assert redact_url(None) is None

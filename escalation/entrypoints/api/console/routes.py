@@ -339,7 +339,9 @@ def pending(request: Request) -> HTMLResponse:
                 if (ladder is None or p.ladder == ladder) and (tier is None or p.tier == tier)
                 and dl.pending_window(p, now, window)]
     except InvalidInput as exc:
-        return _error(request, exc, "pending.html", rows=[], page=1, pages=1)
+        return _error(request, exc, "pending.html", rows=[], now=now, ladder=ladder, tier=tier,
+                      window=None, page=1, pages=1, total=0,
+                      qs=lambda **c: _qs(request, **c), core=core)
     page, pages, shown = _page(request, rows)
     return render(request, "pending.html", rows=shown, now=now, ladder=ladder, tier=tier,
                   window=window, page=page, pages=pages, total=len(rows),
