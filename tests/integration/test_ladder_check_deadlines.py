@@ -1,5 +1,8 @@
 """``ladder check`` tests tier windows against attribute-dependent deadlines over anchors
-across 2026-2030 and every attribute variant."""
+across 2026-2030 and every attribute variant.
+
+A five-year sweep per variant over the shipped files takes seconds, so these tests sit with
+the integration tier, not the unit tier (which stays a few seconds long)."""
 
 from __future__ import annotations
 
