@@ -76,12 +76,19 @@ def test_decision_recorded_by_a_worker_killed_before_apply_is_still_notified(
 
 
 def test_crash_after_record_then_reconcile_notifies_every_decision_exactly_once(
-    app: Any, redis_url: str, database_url: str, namespace: str
+    scratch: Any, make_app: Any, redis_url: str, namespace: str
 ) -> None:
     """SIGKILL after record (before apply), wait past the lease, `escalation reconcile` repairs
     the batch from PostgreSQL, then a worker drains: every decision is notified exactly once
     (reconcile sends the unapplied decisions' notifications, seq-guarded, and the worker does
-    not send them again)."""
+    not send them again).
+
+    A database of its own: reconcile schedules every pending escalation of its database (one
+    database serves one namespace, docs/adr/0009-one-namespace-per-database.md). On the shared
+    test database it also pulled in other tests' leftovers (one pinned to a ladder file that
+    test had deleted), which kept the worker busy dead-lettering them past the timeout."""
+    database_url = scratch.url.render_as_string(hide_password=False)
+    app = make_app(redis_url, database_url, namespace)
     ids = enqueue(app, due_requests(200, app.scheduler.time()))
     env = worker_env(redis_url, database_url, namespace)
     victim = spawn(dict(env, ESCALATION_CRASHPOINT="after_record:1"), "victim")
