@@ -66,7 +66,7 @@ def import_csv(
                           actor=a.actor, on_scheduled=schedule_for(a))  # pre-breach warnings
     try:
         with cli_progress("import") as progress:
-            res = import_csv(lambda: csv_path.open(newline="", encoding="utf-8"), cmap, target,
+            res = import_csv(lambda: csv_path.open(newline="", encoding="utf-8-sig"), cmap, target,
                              skip_invalid=skip_invalid, progress=progress)
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{csv_path}: cannot read: {exc}") from None

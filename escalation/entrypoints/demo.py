@@ -139,7 +139,7 @@ def _requests(*, count: int, csv_path: Path | None, mapping: Path | None,
         cmap = ColumnMapping.from_file(mapping) if mapping else ColumnMapping()
         zone_name = default_timezone(cmap, app.ladders, app.calendars,
                                      app.settings.default_ladder)
-        with csv_path.open(newline="", encoding="utf-8") as fh:
+        with csv_path.open(newline="", encoding="utf-8-sig") as fh:
             plan = plan_import(fh, cmap, zone_name)
         return plan.requests, plan.errors
     from escalation.domain.timeutil import to_ms

@@ -143,3 +143,21 @@ def test_import_with_a_bad_row_imports_nothing_unless_skip_invalid(
     assert app.store.get(parse_dispute_id(ids[0])) is not None
     assert_nothing_written(app, ids[1])
     assert_nothing_written(app, ids[2])
+
+
+def test_a_csv_saved_by_a_spreadsheet_with_a_utf8_bom_imports(
+    app: Any, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    # Excel's "CSV UTF-8" starts the file with a byte-order mark; the first header cell must
+    # still be "id", not "\ufeffid" (which reads as a missing mapped column).
+    did = str(uuid.uuid4())
+    csv_file = tmp_path / "excel.csv"
+    csv_file.write_bytes(b"\xef\xbb\xbfid,opened,amount,tier\n"
+                         + f"{did},2024-01-02,10.00,standard\n".encode())
+    res = run_cli(cli_env, "import", str(csv_file), "--id-column", "id", "--opened-column",
+                  "opened", "--materiality-column", "amount", "--tier-column", "tier")
+    assert res.returncode == 0, res.stderr
+    assert "1 enqueued" in res.stdout
+    from escalation.domain.escalation import parse_dispute_id
+
+    assert app.store.get(parse_dispute_id(did)) is not None
