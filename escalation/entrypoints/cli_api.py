@@ -88,11 +88,15 @@ def token_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.
 @token_app.command("revoke")
 def token_revoke(name: Annotated[str, typer.Argument(help="Token name.")]) -> None:
     """Revoke a token now (API workers stop accepting it within api_token_cache_s)."""
+    from escalation.domain.errors import ConflictError
     from escalation.service_layer.tokens import revoke_token
 
     engine, store = _store()
     try:
         info = revoke_token(store, name)
+    except ConflictError as exc:  # one rule with cancel/pause/resume: "already ...", exit 0
+        out.print(str(exc), highlight=False)
+        return
     finally:
         engine.dispose()
     assert info.revoked_at is not None  # noqa: S101 - revoke_token sets it

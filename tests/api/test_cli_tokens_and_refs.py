@@ -31,7 +31,7 @@ def test_token_lifecycle_against_a_running_server(api_server, cli_env):
     assert dup.returncode == 2 and "already exists" in dup.stderr
     assert run_cli(cli_env, "token", "revoke", name).returncode == 0
     again = run_cli(cli_env, "token", "revoke", name)
-    assert again.returncode == 2 and "already revoked" in again.stderr
+    assert again.returncode == 0 and "already revoked" in again.stdout  # like cancel twice
     assert httpx.post(api_server.url + "/v1/escalations", json=body(),
                       headers=headers).status_code == 401
     bad = run_cli(cli_env, "token", "create", "--name", "x y", "--role", "root")
