@@ -166,3 +166,19 @@ def make_app() -> Iterator[AppFactory]:
         except redis.exceptions.RedisError:
             pass
         a.close()
+
+
+@pytest.fixture()
+def database_url(server_urls: tuple[str, str]) -> Iterator[str]:
+    """A database of this fault test's own (overrides the session-wide one).
+
+    Workers run the leader's periodic reconcile, which schedules every pending escalation of
+    its database (one database serves one namespace: docs/adr/0009-one-namespace-per-database.md).
+    On the shared session database it pulled other tests' leftovers into this test's namespace
+    (up to tens of thousands, some pinned to ladder files those tests had deleted), and the
+    workers spent the test's time dead-lettering them: the slow-network test failed that way.
+    """
+    from tests.conftest import scratch_database
+
+    with scratch_database(server_urls[1], "escalation_fault") as url:
+        yield url

@@ -3,7 +3,9 @@ escalation missing an attribute its ladder needs is refused with nothing written
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -99,7 +101,8 @@ def test_report_sla_missed_lists_each_deadline(app: Any, cli_env: dict[str, str]
         "2026-01-01T00:00:00+00:00", "--to", "2026-06-01T00:00:00+00:00", "--missed",
         "--format", "csv")
     assert res.returncode == 0, res.stderr[-2000:]
-    mine = [ln.split(",") for ln in res.stdout.splitlines() if ln.startswith(str(did))]
+    # a citation may hold commas (the CSV quotes it): read it as CSV, not by splitting lines
+    mine = [r for r in csv.reader(io.StringIO(res.stdout)) if r and r[0] == str(did)]
     # 15 days from Mon 2026-01-05: end of 01-20 EST; 60 days: end of 03-06 EST
     assert sorted((r[3], r[5], r[10]) for r in mine) == [
         ("company_response", "2026-01-21T00:00:00-05:00", "complaint_analyst"),
