@@ -141,7 +141,11 @@ def test_an_edited_released_file_is_reported_refused_and_dead_letters_at_once(
 ) -> None:
     v2 = env.add("inserted")
     [did] = env.enqueue("standard", due_at=env.app.scheduler.time() - timedelta(seconds=1))
-    v2.write_text(v2.read_text().replace("24", "12", 1))  # edited after release
+    # edited after release: the window, not the first "24" anywhere (the random ladder name
+    # in the file may contain "24", and renaming the ladder is a different fault)
+    edited = v2.read_text().replace("amount = 24,", "amount = 12,", 1)
+    assert edited != v2.read_text()
+    v2.write_text(edited)
     errors = check(env.dir, env.history)
     assert any(str(v2) in e and "checksum" in e for e in errors)
     assert not _ladder_check(dir_app).ok
