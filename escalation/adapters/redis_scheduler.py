@@ -56,17 +56,8 @@ __all__ = [
 class RedisScheduler(ClaimMixin, InspectionMixin):
     """Scheduler port on Redis: pending ZSET + payload HASH + lock per escalation, N shards.
 
-    Args:
-        client: a ``redis.Redis`` created with ``decode_responses=True``.
-        namespace: key namespace (hash tag ``{<namespace>:<shard>}``, see ``Keys``).
-        shards: number of shards (>= 1); a dispute lives in ``shard_of(dispute_id, shards)``.
-        priority: materiality weight of an escalation, ``(ladder key, materiality text) ->
-            weight >= 0``, written at enqueue (bootstrap passes
-            ``service_layer.priority.weight_fn(ladders)``); None = plain due order.
-        aging_ms: waiting time worth one weight, milliseconds (claim.lua's aging; 1..86 400 000).
-
-    Raises:
-        InvalidInput: ``shards`` < 1, an empty namespace, or ``aging_ms`` out of range.
+    Constructor arguments and errors: :class:`SchedulerBase` (client, namespace, shards,
+    priority, aging_ms); claim and inspection come from the mixins.
     """
 
     # ------------------------------------------------------------------ enqueue
