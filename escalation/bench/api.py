@@ -52,9 +52,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(tgt: Target, namespace: str, workers: int) -> tuple[str, subprocess.Popen[bytes]]:
-    env = tgt.worker_env(namespace, "api")
-    env.update(ESCALATION_LOG_LEVEL="WARNING")
+def start_api_server(env: dict[str, str], workers: int = 1,
+                     timeout_s: float = 90) -> tuple[str, subprocess.Popen[bytes]]:
+    """Start ``escalation serve`` on a free loopback port with ``env``; wait for /healthz.
+
+    Returns ``(base URL, process)``; the process's output is in ``process.log_file``.
+
+    Raises:
+        RuntimeError: the server exited, or did not answer within ``timeout_s`` seconds.
+    """
     port = _free_port()
     log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
     proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
@@ -63,7 +69,7 @@ def _start(tgt: Target, namespace: str, workers: int) -> tuple[str, subprocess.P
         env=env, stdout=log, stderr=subprocess.STDOUT)
     proc.log_file = log  # type: ignore[attr-defined]
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             log.seek(0)
@@ -74,7 +80,13 @@ def _start(tgt: Target, namespace: str, workers: int) -> tuple[str, subprocess.P
         except httpx.HTTPError:
             time.sleep(0.2)
     proc.kill()
-    raise RuntimeError("api server did not answer /healthz within 90 s")
+    raise RuntimeError(f"api server did not answer /healthz within {timeout_s:.0f} s")
+
+
+def _start(tgt: Target, namespace: str, workers: int) -> tuple[str, subprocess.Popen[bytes]]:
+    env = tgt.worker_env(namespace, "api")
+    env.update(ESCALATION_LOG_LEVEL="WARNING")
+    return start_api_server(env, workers)
 
 
 async def _post(client: httpx.AsyncClient, path: str, body: Any) -> int | str:

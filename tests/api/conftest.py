@@ -6,9 +6,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
-import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,27 +64,10 @@ def make_tokens(engine: sa.Engine, prefix: str) -> tuple[dict[str, str], dict[st
 
 
 def start_server(env: dict[str, str], workers: int = 1) -> tuple[str, subprocess.Popen[bytes]]:
-    port = free_port()
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "escalation", "serve", "--host", "127.0.0.1",
-         "--port", str(port), "--workers", str(workers)],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    proc.log_file = log  # type: ignore[attr-defined]
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            log.seek(0)
-            raise RuntimeError("server exited: " + log.read().decode(errors="replace"))
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return url, proc
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("server did not start within 60 s")
+    """``escalation serve`` on a free loopback port (the benchmark's own starter)."""
+    from escalation.bench.api import start_api_server
+
+    return start_api_server(env, workers, timeout_s=60)
 
 
 def stop_server(proc: subprocess.Popen[bytes]) -> None:
