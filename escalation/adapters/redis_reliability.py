@@ -26,7 +26,6 @@ RELIABILITY_SCRIPTS: tuple[str, ...] = (
     "dead_retry",
     "notify_defer",
     "notify_claim_retry",
-    "leader_renew",
     "release_lock",
 )
 
