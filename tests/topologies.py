@@ -297,6 +297,21 @@ def sentinel_primary_port() -> int:
     raise SystemExit("topologies: no sentinel names a primary")
 
 
+def sentinel_replica_flags(port: int) -> str:
+    """The sentinels' ``flags`` for the replica on ``port`` (e.g. ``slave``,
+    ``s_down,slave``), or "" when no sentinel lists it."""
+    lines = _cli(SENTINEL_PORTS[0], "sentinel", "replicas", SENTINEL_NAME, timeout=3).splitlines()
+    records: list[dict[str, str]] = [{}]
+    for key, value in zip(lines[::2], lines[1::2], strict=False):
+        if key == "name" and records[-1]:
+            records.append({})
+        records[-1][key] = value
+    for rec in records:
+        if rec.get("port") == str(port):
+            return rec.get("flags", "")
+    return ""
+
+
 def stop_sentinel() -> None:
     """Stop the sentinel set's processes started by :func:`start_sentinel` (by pid file)."""
     for port in (*SENTINEL_PORTS, *SENTINEL_DATA_PORTS):
