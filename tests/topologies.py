@@ -10,6 +10,8 @@ Every process runs with ``--save "" --appendonly no`` and keeps its config, log 
 under ``$ESCALATION_TOPOLOGY_DIR`` (default ``/tmp/escalation-topologies``). Both commands
 are idempotent: ``start`` leaves a healthy running topology alone (and repairs a partly
 started one by restarting it); ``stop`` stops only the processes whose pid files it wrote.
+The Sentinel set is healthy only when its replica is in sync with the primary the sentinels
+name (:func:`sentinel_healthy`; a restarted node is not, until it is demoted and resynced).
 
 Usage (a developer, or ``.ci/run``)::
 
