@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from uuid import UUID
 
 from escalation.domain.business_calendar import institution_defaults, with_institution
 from escalation.domain.calendars import CalendarRegistry, window_end
@@ -202,6 +201,88 @@ def _start_tier(ladder: Ladder, materiality: object) -> str:
     return ladder.tiers[0].id
 
 
+@dataclass(frozen=True, slots=True)
+class BuiltEnqueue:
+    """A validated request, ready to record: the unrecorded escalation (seq 0), the ENQUEUED
+    row's provenance details and the version of the calendar its due time was counted in."""
+
+    escalation: Escalation
+    details: dict[str, object]
+    calendar_version: str
+
+
+def build_one(
+    req: EnqueueRequest, ladder: Ladder, calendars: CalendarRegistry, now: datetime
+) -> BuiltEnqueue:
+    """:func:`build_with_provenance` plus the calendar version (what :func:`record_built`
+    needs). Raises InvalidInput / UnknownTier as :func:`build_escalation`."""
+    esc, prov = build_with_provenance(req, ladder, calendars, now)
+    window = tier_window(ladder, esc.tier, esc.materiality.amount)
+    return BuiltEnqueue(esc, prov, calendar_of(window, esc.calendars(calendars)).version)
+
+
+def build_many(
+    requests: Sequence[EnqueueRequest], *, ladders: LadderSource, calendars: CalendarRegistry,
+    default_ladder: str, now: datetime,
+) -> list[BuiltEnqueue]:
+    """Validate every request at ``now`` (aware) into :class:`BuiltEnqueue` values.
+
+    Raises:
+        InvalidInput / UnknownTier: the first bad request (prefixed with its index when >1).
+        LadderError: a named ladder does not exist.
+    """
+    built: list[BuiltEnqueue] = []
+    resolved: dict[str, Ladder] = {}
+    for i, req in enumerate(requests):
+        name = req.ladder or default_ladder
+        ladder = resolved.get(name)
+        if ladder is None:
+            ladder = resolved[name] = ladders.latest(name)
+        try:
+            built.append(build_one(req, ladder, calendars, now))
+        except InvalidInput as exc:
+            if len(requests) == 1:
+                raise
+            raise type(exc)(f"request {i + 1}: {exc}") from None
+    return built
+
+
+def record_built(
+    built: Sequence[BuiltEnqueue],
+    *,
+    scheduler: Scheduler,
+    store: AuditLog,
+    actor: str,
+    now: datetime,
+    on_scheduled: OnScheduled | None = None,
+    chunk_size: int = ENQUEUE_CHUNK,
+) -> list[EnqueueResult]:
+    """Record (PostgreSQL first) then schedule (Redis) already validated escalations,
+    ``chunk_size`` per transaction + script call; one result per input, in input order.
+
+    ``now`` (aware) is the ENQUEUED rows' decision instant (the one they were built at).
+    """
+    results: list[EnqueueResult] = []
+    for start in range(0, len(built), chunk_size):
+        part = built[start : start + chunk_size]
+        chunk = [b.escalation for b in part]
+        versions = {b.escalation.dispute_id: b.calendar_version for b in part}
+        details = {b.escalation.dispute_id: b.details for b in part}
+        recorded = store.record_enqueue_many(chunk, actor, now, versions, details)
+        to_schedule: list[Escalation] = []
+        for created, state in recorded:
+            got = store.get(state.dispute_id) if not created else (state, Status.PENDING)
+            status = got[1] if got else Status.PENDING
+            if status is Status.PENDING:
+                to_schedule.append(state)
+            results.append(EnqueueResult(created, state, status))
+        if to_schedule:
+            flags = scheduler.enqueue_many(to_schedule)
+            if on_scheduled is not None:
+                on_scheduled([e for e, new in zip(to_schedule, flags, strict=True) if new])
+    return results
+
+
 def enqueue_many(
     requests: Sequence[EnqueueRequest],
     *,
@@ -218,45 +299,17 @@ def enqueue_many(
 
     ``on_scheduled`` (optional) receives each chunk of escalations newly written to Redis
     (used to schedule pre-breach warnings, ``service_layer.warnings``). ``now`` (aware; default
-    Redis TIME) is the instant requests are built at: a CSV import passes the one its
-    validation pass used, so both passes judge every row alike.
+    Redis TIME) is the instant requests are built at.
 
     Raises:
         InvalidInput / UnknownTier: the first bad request (prefixed with its index when >1).
         ConflictError: never for duplicates (they return ``created=False``).
     """
     now = scheduler.time() if now is None else now
-    escalations: list[Escalation] = []
-    versions: dict[UUID, str] = {}
-    details: dict[UUID, dict[str, object]] = {}
-    for i, req in enumerate(requests):
-        ladder = ladders.latest(req.ladder or default_ladder)
-        try:
-            esc, prov = build_with_provenance(req, ladder, calendars, now)
-            details[esc.dispute_id] = prov
-            escalations.append(esc)
-            window = tier_window(ladder, esc.tier, esc.materiality.amount)
-            versions[esc.dispute_id] = calendar_of(window, esc.calendars(calendars)).version
-        except InvalidInput as exc:
-            if len(requests) == 1:
-                raise
-            raise type(exc)(f"request {i + 1}: {exc}") from None
-    results: list[EnqueueResult] = []
-    for start in range(0, len(escalations), ENQUEUE_CHUNK):
-        chunk = escalations[start : start + ENQUEUE_CHUNK]
-        recorded = store.record_enqueue_many(chunk, actor, now, versions, details)
-        to_schedule: list[Escalation] = []
-        for created, state in recorded:
-            got = store.get(state.dispute_id) if not created else (state, Status.PENDING)
-            status = got[1] if got else Status.PENDING
-            if status is Status.PENDING:
-                to_schedule.append(state)
-            results.append(EnqueueResult(created, state, status))
-        if to_schedule:
-            flags = scheduler.enqueue_many(to_schedule)
-            if on_scheduled is not None:
-                on_scheduled([e for e, new in zip(to_schedule, flags, strict=True) if new])
-    return results
+    built = build_many(requests, ladders=ladders, calendars=calendars,
+                       default_ladder=default_ladder, now=now)
+    return record_built(built, scheduler=scheduler, store=store, actor=actor, now=now,
+                        on_scheduled=on_scheduled)
 
 
 def enqueue_on_breach(

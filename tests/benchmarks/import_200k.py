@@ -106,10 +106,12 @@ def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int) ->
                                   calendars=app.calendars,
                                   default_ladder=settings.default_ladder, actor=app.actor)
             rss_before = peak_rss_mib()
+            cpu0 = time.process_time()
             t0 = time.perf_counter()
             res = import_csv(lambda: path.open(newline="", encoding="utf-8"), mapping, target,
                              batch_size=batch_size)
             took = time.perf_counter() - t0
+            cpu = time.process_time() - cpu0
         finally:
             app.close()
     if not res.written or res.errors:
@@ -118,6 +120,7 @@ def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int) ->
           f"{rows:,} rows, {size_mib:.1f} MiB CSV, batch {batch_size}")
     print(f"import: {res.created:,} created in {took:.1f} s = {res.created / took:,.0f} rows/s")
     print(f"peak RSS: {peak_rss_mib():.0f} MiB (before import {rss_before:.0f} MiB)")
+    print(f"import process CPU: {cpu:.1f} s = {cpu / rows * 1e6:.0f} us per row")
     print(f"SUMMARY import: {rows:,} rows {res.created / took:,.0f} rows/s, peak RSS "
           f"{peak_rss_mib():.0f} MiB | load {load} on {os.cpu_count()} CPUs")
 
