@@ -34,7 +34,6 @@ from escalation.adapters.redis_scripts import (
     json_pairs,
     json_str,
     packaged_scripts,
-    pairs,
     script_source,
 )
 from escalation.domain.errors import ConflictError, InvalidInput
