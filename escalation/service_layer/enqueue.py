@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
+from functools import lru_cache
 
 from escalation.domain.business_calendar import institution_defaults, with_institution
 from escalation.domain.calendars import CalendarRegistry, window_end
@@ -104,8 +105,15 @@ def _instant(value: datetime | date, tz_name: str, name: str) -> datetime:
     """A request time: an aware datetime as is; a ``date`` = start of that local date in
     the institution's zone (escalation.domain.wall_time)."""
     if isinstance(value, date) and not isinstance(value, datetime):
-        return check_instant(start_of_local_day(value, zone(tz_name)), name)
+        return check_instant(_day_start(value, tz_name), name)
     return check_instant(value, name)
+
+
+@lru_cache(maxsize=4096)
+def _day_start(day: date, tz_name: str) -> datetime:
+    """Start of local ``day`` in zone ``tz_name`` (pure; cached: an import's rows share a few
+    hundred opening dates)."""
+    return start_of_local_day(day, zone(tz_name))
 
 
 def _not_future(entered: datetime, now: datetime) -> datetime:
@@ -145,9 +153,10 @@ def build_with_provenance(
     cal_id, tz_name = institution_of(req, ladder, calendars)
     scoped = with_institution(calendars, cal_id, tz_name)
     attributes = check_attributes(ladder.needs, req.attributes or {})
-    tier_id = req.tier or _start_tier(ladder, req.materiality)
+    money = Materiality.parse(req.materiality)
+    tier_id = req.tier or _start_tier(ladder, money)
     tier = ladder.tier(tier_id)
-    amount = Materiality.parse(req.materiality).amount
+    amount = money.amount
     if req.opened_at is not None:
         entered = _not_future(_instant(req.opened_at, tz_name, "opened_at"), now)
         due = window_end(entered, tier_window(ladder, tier.id, amount), scoped)
@@ -178,7 +187,7 @@ def build_with_provenance(
         dispute_id=req.dispute_id,
         tier=tier.id,
         due_at=due,
-        materiality=req.materiality,
+        materiality=money,
         source_hash=req.source_hash,
         ladder=ladder,
         entered_tier_at=entered,
