@@ -35,7 +35,9 @@ from escalation.domain.timeutil import require_aware
 from escalation.domain.wall_time import start_of_local_day, zone
 from escalation.ports import AuditLog, LadderSource, Scheduler
 
-ENQUEUE_CHUNK = 500
+ENQUEUE_CHUNK = 1_000
+"""Escalations per transaction + Redis enqueue round of :func:`enqueue_many` (the API batch
+maximum: one batch request = one transaction)."""
 OPENED_AT_MAX_SKEW = timedelta(minutes=5)
 """How far past Redis TIME an ``opened_at`` may lie (clocks of the sending system drift);
 a dispute cannot have entered its tier later than that."""
