@@ -9,12 +9,13 @@ the deployment's ``institution_timezone``); a naive time is read in that zone (a
 overlap time takes the earlier instant). Every row is validated before anything is written:
 a file with any bad row imports nothing unless ``skip_invalid``.
 
-:func:`import_csv` streams the file twice in constant memory (docs/performance.md, "CSV
-import"): pass 1 parses and validates every row (against the ladders and calendars, at one
-Redis TIME instant) and keeps only the dispute ids seen (duplicate check) and the bad rows;
-pass 2, only when pass 1 allows writing, re-reads the file and records + schedules the good
-rows in batches (ledger rows by ``COPY``). Both passes build each request the same way at
-the same instant, so pass 2 cannot meet an error pass 1 did not report.
+:func:`import_csv` reads the file once in constant memory (docs/performance.md, "CSV
+import"; ADR 0008): pass 1 parses and validates every row (against the ladders and calendars,
+at one Redis TIME instant), keeps only the dispute ids seen (duplicate check) and the bad
+rows, and spills each good row as built to an anonymous temporary file; pass 2, only when
+pass 1 allows writing, reads the built rows back and records + schedules them in batches
+(ledger rows by ``COPY``). Pass 2 writes exactly what pass 1 validated, so it cannot meet an
+error pass 1 did not report.
 """
 
 from __future__ import annotations
@@ -536,7 +537,7 @@ def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, 
 
     Nothing is written when a row is bad and not ``skip_invalid``, or when no row is good.
     Memory: one spill chunk and one batch of built rows plus about 100 B per row for the
-    duplicate check; the built rows wait in a temporary file (about 0.5 KB per row).
+    duplicate check; the built rows wait in a temporary file (about 220 B per CFPB-shaped row).
 
     Raises:
         InvalidInput: the header does not fit the mapping. LadderError: unknown ladder.
