@@ -139,17 +139,26 @@ def enqueued_canonical_bytes(
     Raises:
         InvalidInput: a value with no canonical form (only possible on the general path).
     """
+    return _canonical(esc, actor, decided_at, calendar_version, details)[0]
+
+
+def _canonical(
+    esc: Escalation, actor: str, decided_at: datetime, calendar_version: str | None,
+    details: Mapping[str, Any],
+) -> tuple[bytes, str | None]:
+    """(canonical bytes, the details' JSON text when the template rendered it, else None)."""
     if not (_plain_json(details) and type(esc.materiality.amount) is Decimal
             and esc.materiality.amount.is_finite() and type(esc.dispute_id) is UUID):
         return audit_hash.canonical_bytes(
-            _ledger_fields(esc, actor, decided_at, calendar_version, details))
+            _ledger_fields(esc, actor, decided_at, calendar_version, details)), None
     due = iso_utc(esc.due_at)
+    details_json = json.dumps(details, sort_keys=True, separators=(",", ":"),
+                              ensure_ascii=False)
     text = "".join((
         '{"actor":', encode_basestring(actor),
         ',"calendar_version":', _str_or_null(calendar_version),
         ',"decided_at":"', iso_utc(decided_at),
-        '","details":', json.dumps(details, sort_keys=True, separators=(",", ":"),
-                                   ensure_ascii=False),
+        '","details":', details_json,
         ',"dispute_id":"', str(esc.dispute_id),
         '","due_at":"', due,
         '","event":"ENQUEUED","external_id":', _str_or_null(esc.external_id),
@@ -163,7 +172,7 @@ def enqueued_canonical_bytes(
         ',"trace_id":', encode_basestring(esc.trace_id),
         "}",
     ))
-    return text.encode("utf-8")
+    return text.encode("utf-8"), details_json
 
 
 def _ledger_fields(
@@ -212,7 +221,10 @@ def stage_line(
 ) -> tuple[str, bytes]:
     """(the staging table's COPY text line of ``esc``, its ENQUEUED ``row_hash``)."""
     details = enqueued_details(esc, extra)
-    digest = enqueued_row_hash(esc, actor, decided_at, calendar_version, details)
+    canonical, details_json = _canonical(esc, actor, decided_at, calendar_version, details)
+    digest = hashlib.sha256(audit_hash.GENESIS + canonical).digest()
+    if details_json is None:  # stored as JSONB: key order and spacing do not matter
+        details_json = json.dumps(details, ensure_ascii=False)
     deadlines = (None if not esc.deadlines else json.dumps(
         [[n, at.isoformat()] for n, at in esc.deadlines]))
     line = "\t".join((
@@ -223,7 +235,7 @@ def stage_line(
         _copy_time(esc.regulatory_deadline), _copy_text(deadlines),
         _copy_text(esc.institution_tz), _copy_text(esc.institution_calendar),
         _copy_text(calendar_version), decided_at.isoformat(),
-        _copy_text(json.dumps(details, ensure_ascii=False)),
+        _copy_text(details_json),
         "\\\\x" + digest.hex(),
     ))
     return line + "\n", digest

@@ -108,8 +108,14 @@ def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int) ->
             rss_before = peak_rss_mib()
             cpu0 = time.process_time()
             t0 = time.perf_counter()
+            marks: dict[str, float] = {}
+
+            def progress(phase: str, _done: int, total: int | None) -> None:
+                if phase == "validate" and total is not None:  # pass 1 has ended
+                    marks["validated"] = time.perf_counter()
+
             res = import_csv(lambda: path.open(newline="", encoding="utf-8"), mapping, target,
-                             batch_size=batch_size)
+                             batch_size=batch_size, progress=progress)
             took = time.perf_counter() - t0
             cpu = time.process_time() - cpu0
         finally:
@@ -121,6 +127,9 @@ def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int) ->
     print(f"import: {res.created:,} created in {took:.1f} s = {res.created / took:,.0f} rows/s")
     print(f"peak RSS: {peak_rss_mib():.0f} MiB (before import {rss_before:.0f} MiB)")
     print(f"import process CPU: {cpu:.1f} s = {cpu / rows * 1e6:.0f} us per row")
+    if "validated" in marks:
+        print(f"pass 1 (parse, validate, build) {marks['validated'] - t0:.1f} s, pass 2 "
+              f"(write) {t0 + took - marks['validated']:.1f} s wall")
     print(f"SUMMARY import: {rows:,} rows {res.created / took:,.0f} rows/s, peak RSS "
           f"{peak_rss_mib():.0f} MiB | load {load} on {os.cpu_count()} CPUs")
 
