@@ -10,7 +10,8 @@ two writes).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -273,25 +274,85 @@ def record_built(
 
     ``now`` (aware) is the ENQUEUED rows' decision instant (the one they were built at).
     """
+    chunks = (built[i : i + chunk_size] for i in range(0, len(built), chunk_size))
     results: list[EnqueueResult] = []
-    for start in range(0, len(built), chunk_size):
-        part = built[start : start + chunk_size]
-        chunk = [b.escalation for b in part]
-        versions = {b.escalation.dispute_id: b.calendar_version for b in part}
-        details = {b.escalation.dispute_id: b.details for b in part}
-        recorded = store.record_enqueue_many(chunk, actor, now, versions, details)
-        to_schedule: list[Escalation] = []
-        for created, state in recorded:
-            got = store.get(state.dispute_id) if not created else (state, Status.PENDING)
-            status = got[1] if got else Status.PENDING
-            if status is Status.PENDING:
-                to_schedule.append(state)
-            results.append(EnqueueResult(created, state, status))
-        if to_schedule:
-            flags = scheduler.enqueue_many(to_schedule)
-            if on_scheduled is not None:
-                on_scheduled([e for e, new in zip(to_schedule, flags, strict=True) if new])
+    for part in record_batches(chunks, scheduler=scheduler, store=store, actor=actor, now=now,
+                               on_scheduled=on_scheduled):
+        results += part
     return results
+
+
+def record_batches(
+    batches: Iterable[Sequence[BuiltEnqueue]],
+    *,
+    scheduler: Scheduler,
+    store: AuditLog,
+    actor: str,
+    now: datetime,
+    on_scheduled: OnScheduled | None = None,
+) -> Iterator[list[EnqueueResult]]:
+    """:func:`record_built` over a stream of batches (one transaction each), yielding each
+    batch's results once PostgreSQL has recorded it.
+
+    Each batch is recorded in PostgreSQL before it is scheduled in Redis (the order of
+    :func:`enqueue_many`). When another batch follows, the Redis step of batch k (and
+    ``on_scheduled``) runs in one helper thread while batch k+1 is recorded, so the two
+    servers' waits overlap; the last batch is scheduled in the caller's thread, and the
+    generator does not finish before every Redis step has. An error from either step is
+    raised here after the pending Redis step has ended.
+    """
+    it = iter(batches)
+    current = next(it, None)
+    pending: Future[None] | None = None
+    pool: ThreadPoolExecutor | None = None
+    try:
+        while current is not None:
+            results, to_schedule = _record_one(current, store, actor, now)
+            following = next(it, None)
+            if pending is not None:
+                pending.result()
+                pending = None
+            if to_schedule and following is None:
+                _schedule(scheduler, to_schedule, on_scheduled)
+            elif to_schedule:
+                if pool is None:
+                    pool = ThreadPoolExecutor(max_workers=1,
+                                              thread_name_prefix="enqueue-redis")
+                pending = pool.submit(_schedule, scheduler, to_schedule, on_scheduled)
+            yield results
+            current = following
+    finally:
+        if pending is not None:
+            pending.result()
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+def _record_one(
+    part: Sequence[BuiltEnqueue], store: AuditLog, actor: str, now: datetime,
+) -> tuple[list[EnqueueResult], list[Escalation]]:
+    """Record one batch in PostgreSQL: (its results, the pending escalations to schedule)."""
+    chunk = [b.escalation for b in part]
+    versions = {b.escalation.dispute_id: b.calendar_version for b in part}
+    details = {b.escalation.dispute_id: b.details for b in part}
+    recorded = store.record_enqueue_many(chunk, actor, now, versions, details)
+    results: list[EnqueueResult] = []
+    to_schedule: list[Escalation] = []
+    for created, state in recorded:
+        got = store.get(state.dispute_id) if not created else (state, Status.PENDING)
+        status = got[1] if got else Status.PENDING
+        if status is Status.PENDING:
+            to_schedule.append(state)
+        results.append(EnqueueResult(created, state, status))
+    return results, to_schedule
+
+
+def _schedule(scheduler: Scheduler, escalations: list[Escalation],
+              on_scheduled: OnScheduled | None) -> None:
+    """Write ``escalations`` to Redis; pass the newly scheduled ones to ``on_scheduled``."""
+    flags = scheduler.enqueue_many(escalations)
+    if on_scheduled is not None:
+        on_scheduled([e for e, new in zip(escalations, flags, strict=True) if new])
 
 
 def enqueue_many(

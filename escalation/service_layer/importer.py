@@ -51,7 +51,7 @@ from escalation.service_layer.enqueue import (
     EnqueueRequest,
     OnScheduled,
     build_one,
-    record_built,
+    record_batches,
 )
 from escalation.service_layer.progress import Progress, no_progress
 
@@ -512,19 +512,18 @@ def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarge
 def write_pass(spill: SpillFile, target: ImportTarget, now: datetime, result: ImportResult,
                progress: Progress = no_progress, batch_size: int = IMPORT_BATCH) -> None:
     """Pass 2: record and schedule the rows pass 1 built (``spill``), ``batch_size`` per
-    transaction and Redis script call.
+    transaction (Redis of one batch overlapping PostgreSQL of the next: ``record_batches``).
 
     Updates ``result.created`` / ``result.existing`` and sets ``result.written``.
     """
     done = 0
-    for batch in spill.batches(batch_size):
-        res = record_built(batch, scheduler=target.scheduler, store=target.store,
-                           actor=target.actor, now=now, on_scheduled=target.on_scheduled,
-                           chunk_size=batch_size)
+    for res in record_batches(spill.batches(batch_size), scheduler=target.scheduler,
+                              store=target.store, actor=target.actor, now=now,
+                              on_scheduled=target.on_scheduled):
         created = sum(1 for r in res if r.created)
         result.created += created
         result.existing += len(res) - created
-        done += len(batch)
+        done += len(res)
         progress("write", done, spill.rows)
     progress("write", done, spill.rows)
     result.written = True
