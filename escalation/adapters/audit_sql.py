@@ -31,35 +31,6 @@ LOCK_MANY = (
 LOCK_ONE = sa.select(_S).where(_S.c.dispute_id == sa.bindparam("id")).with_for_update()
 SELECT_MANY = sa.select(_S).where(_S.c.dispute_id == sa.any_(sa.bindparam("ids", type_=_UUIDS)))
 
-# Projection columns written at enqueue, with their SQL types for the unnest arrays.
-ENQUEUE_TYPES: dict[str, str] = {
-    "dispute_id": "uuid",
-    "external_id": "text",
-    "status": "text",
-    "tier": "text",
-    "ladder": "text",
-    "ladder_version": "integer",
-    "due_at": "timestamptz",
-    "entered_tier_at": "timestamptz",
-    "materiality": "numeric(18,2)",
-    "source_hash": "text",
-    "trace_id": "text",
-    "regulatory_deadline": "timestamptz",
-    "deadlines": "jsonb",  # every regulatory deadline (escalation_deadlines_json; docs/sla.md)
-    "institution_tz": "text",  # the escalation's institution zone and calendar (0009)
-    "institution_calendar": "text",
-    "remaining_ms": "bigint",
-    "last_seq": "bigint",
-    "last_hash": "bytea",
-}
-ENQUEUE_COLUMNS = tuple(ENQUEUE_TYPES)
-# One statement inserts every new projection row of an enqueue batch.
-ENQUEUE_STATES = sa.text(
-    f"INSERT INTO escalation_state ({', '.join(ENQUEUE_COLUMNS)})"
-    " SELECT * FROM unnest("
-    + ", ".join(f"CAST(:{c} AS {t}[])" for c, t in ENQUEUE_TYPES.items())
-    + ") ON CONFLICT (dispute_id) DO NOTHING RETURNING dispute_id, created_at"
-)
 COPY_COLUMNS = tuple(c.name for c in escalation_audit.columns if c.name != "recorded_at")
 COPY_SQL = f"COPY escalation_audit ({', '.join(COPY_COLUMNS)}) FROM STDIN"
 

@@ -23,12 +23,11 @@ from uuid import UUID
 import sqlalchemy as sa
 from psycopg.errors import UniqueViolation
 
+from escalation.adapters.audit_enqueue import insert_staged, stage_line
 from escalation.adapters.audit_queries import AuditQueries
 from escalation.adapters.audit_rows import escalation_from_state
 from escalation.adapters.audit_sql import (
     BULK_UPDATE,
-    ENQUEUE_COLUMNS,
-    ENQUEUE_STATES,
     LOCK_MANY,
     SELECT_MANY,
     copy_ledger,
@@ -42,7 +41,6 @@ from escalation.adapters.audit_writes import (
     append_row,
     apply_decisions,
     clean_changes,
-    enqueue_rows,
 )
 from escalation.adapters.tables import LEDGER_EVENTS
 from escalation.domain.decide import Decision
@@ -95,11 +93,10 @@ class PostgresAuditStore(AuditQueries):
     ) -> list[tuple[bool, Escalation]]:
         """:meth:`record_enqueue` for a batch, in one transaction and at most three statements.
 
-        ``INSERT ... SELECT FROM unnest(<arrays>) ON CONFLICT DO NOTHING RETURNING`` for the
-        projection; one multi-row ``INSERT`` (executemany) of the ENQUEUED ledger rows of
-        the disputes inserted; one SELECT for the states of the disputes that already
-        existed. (Decisions, which are written far more often, use ``COPY`` instead:
-        :meth:`record_decisions`.)
+        One ``COPY`` of the rows into a session staging table, one statement inserting the
+        projection rows that do not exist yet (``ON CONFLICT DO NOTHING``) and the ENQUEUED
+        ledger rows of those, one SELECT for the states of the disputes that already
+        existed (:mod:`escalation.adapters.audit_enqueue`).
 
         Returns one ``(recorded, state)`` per input, in input order; a dispute repeated in
         the batch is recorded once (its later occurrences return ``False``).
@@ -113,9 +110,9 @@ class PostgresAuditStore(AuditQueries):
         if not escalations:
             return []
         when = None if decided_at is None else require_aware(decided_at, "decided_at")
-        firsts = _first_rows(escalations, actor, when, calendar_versions or {}, details or {})
+        firsts = _stage_lines(escalations, actor, when, calendar_versions or {}, details or {})
         with self._engine.begin() as conn:
-            inserted = _insert_new(conn, firsts)
+            inserted = insert_staged(conn, list(firsts.values()), actor)
             others = [d for d in firsts if d not in inserted]
             existing = _states_of(conn, others) if others else {}
         return _enqueue_results(escalations, inserted, existing)
@@ -294,42 +291,25 @@ class PostgresAuditStore(AuditQueries):
 
 
 # ---------------------------------------------------------------------- enqueue steps
-def _first_rows(
+def _stage_lines(
     escalations: Sequence[Escalation], actor: str, when: datetime | None,
     calendar_versions: Mapping[UUID, str],
     details: Mapping[UUID, Mapping[str, object]],
-) -> dict[UUID, dict[str, Any]]:
-    """Projection + ENQUEUED rows of each dispute's first occurrence in the batch.
+) -> dict[UUID, str]:
+    """Staging COPY line of each dispute's first occurrence in the batch.
 
     Raises:
         InvalidInput: an escalation that is not pending (checked before anything is built).
     """
-    firsts: dict[UUID, dict[str, Any]] = {}
+    firsts: dict[UUID, str] = {}
     for esc in escalations:
         if esc.status is not Status.PENDING:
             raise InvalidInput(f"only a pending escalation can be enqueued ({esc.status})")
-        if esc.dispute_id not in firsts:
-            firsts[esc.dispute_id] = enqueue_rows(
-                esc, actor, when or esc.entered_tier_at, calendar_versions.get(esc.dispute_id),
-                details.get(esc.dispute_id),
-            )
+        d = esc.dispute_id
+        if d not in firsts:
+            firsts[d] = stage_line(esc, actor, when or esc.entered_tier_at,
+                                   calendar_versions.get(d), details.get(d))[0]
     return firsts
-
-
-def _insert_new(conn: sa.Connection, firsts: Mapping[UUID, Mapping[str, Any]]) -> set[UUID]:
-    """Insert the projection rows that do not exist yet and their ENQUEUED ledger rows.
-
-    Returns the dispute ids inserted now."""
-    # Sorted by dispute id, like every lock taken here: no deadlock between batches.
-    states = [firsts[d]["state"] for d in sorted(firsts)]
-    params = {c: [st[c] for st in states] for c in ENQUEUE_COLUMNS}
-    # created_at (database clock) is the chain's partition key: every later row of the
-    # dispute copies it from the projection, so the chain stays in one partition.
-    created = {r[0]: r[1] for r in conn.execute(ENQUEUE_STATES, params)}
-    if created:
-        rows = [{**firsts[d]["ledger"], "chain_created_at": at} for d, at in created.items()]
-        copy_ledger(conn, rows)  # COPY: the fastest bulk path for a batch of ENQUEUED rows
-    return set(created)
 
 
 def _states_of(conn: sa.Connection, ids: Sequence[UUID]) -> dict[UUID, Escalation]:
@@ -347,8 +327,21 @@ def _enqueue_results(
     for esc in escalations:
         d = esc.dispute_id
         if d in inserted and d not in seen:
-            out.append((True, esc.with_changes(seq=1, status=Status.PENDING)))
+            out.append((True, _recorded(esc)))
         else:
             out.append((False, existing.get(d) or esc.with_changes(seq=1)))
         seen.add(d)
     return out
+
+
+def _recorded(esc: Escalation) -> Escalation:
+    """``esc`` (pending, checked by ``_stage_lines``) at seq 1: the state just recorded
+    (a direct construction: ``dataclasses.replace`` costs several times more per row)."""
+    return Escalation(
+        dispute_id=esc.dispute_id, tier=esc.tier, due_at=esc.due_at,
+        materiality=esc.materiality, source_hash=esc.source_hash, ladder=esc.ladder,
+        ladder_version=esc.ladder_version, seq=1, entered_tier_at=esc.entered_tier_at,
+        trace_id=esc.trace_id, external_id=esc.external_id,
+        regulatory_deadline=esc.regulatory_deadline, status=Status.PENDING,
+        deadlines=esc.deadlines, institution_tz=esc.institution_tz,
+        institution_calendar=esc.institution_calendar)

@@ -53,6 +53,10 @@ def enqueue_rows(
     The projection row also holds the institution zone and calendar; ``extra``: more keys of the
     ENQUEUED row's details (provenance: attributes, each deadline's citation and rule, the
     deadline bounding the due time).
+
+    The definition of the ENQUEUED row: the bulk write builds the same row through
+    ``audit_enqueue.stage_line`` (a template for this fixed shape), and the tests compare
+    the two.
     """
     state: dict[str, Any] = {
         "dispute_id": esc.dispute_id,

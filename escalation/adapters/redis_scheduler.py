@@ -34,7 +34,6 @@ from escalation.adapters.redis_scripts import (
     json_pairs,
     json_str,
     packaged_scripts,
-    pairs,
     script_source,
 )
 from escalation.domain.errors import ConflictError, InvalidInput
@@ -98,7 +97,9 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
                     esc = escs[i]
                     fields = escalation_to_payload(esc)
                     kargs.append(keys.payload(esc.dispute_id))
-                    argv += [str(esc.dispute_id), fields["due_ms"], len(fields), *pairs(fields)]
+                    argv += [str(esc.dispute_id), fields["due_ms"], len(fields)]
+                    for item in fields.items():  # the values are str already
+                        argv += item
                 self._write_weights(keys, [escs[i] for i in chunk])
                 raw = self._run("enqueue", kargs, argv)
                 for i, flag in zip(chunk, raw, strict=True):

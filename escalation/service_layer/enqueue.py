@@ -10,11 +10,12 @@ two writes).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from uuid import UUID
+from functools import lru_cache
 
 from escalation.domain.business_calendar import institution_defaults, with_institution
 from escalation.domain.calendars import CalendarRegistry, window_end
@@ -35,7 +36,9 @@ from escalation.domain.timeutil import require_aware
 from escalation.domain.wall_time import start_of_local_day, zone
 from escalation.ports import AuditLog, LadderSource, Scheduler
 
-ENQUEUE_CHUNK = 500
+ENQUEUE_CHUNK = 1_000
+"""Escalations per transaction + Redis enqueue round of :func:`enqueue_many` (the API batch
+maximum: one batch request = one transaction)."""
 OPENED_AT_MAX_SKEW = timedelta(minutes=5)
 """How far past Redis TIME an ``opened_at`` may lie (clocks of the sending system drift);
 a dispute cannot have entered its tier later than that."""
@@ -105,8 +108,15 @@ def _instant(value: datetime | date, tz_name: str, name: str) -> datetime:
     """A request time: an aware datetime as is; a ``date`` = start of that local date in
     the institution's zone (escalation.domain.wall_time)."""
     if isinstance(value, date) and not isinstance(value, datetime):
-        return check_instant(start_of_local_day(value, zone(tz_name)), name)
+        return check_instant(_day_start(value, tz_name), name)
     return check_instant(value, name)
+
+
+@lru_cache(maxsize=4096)
+def _day_start(day: date, tz_name: str) -> datetime:
+    """Start of local ``day`` in zone ``tz_name`` (pure; cached: an import's rows share a few
+    hundred opening dates)."""
+    return start_of_local_day(day, zone(tz_name))
 
 
 def _not_future(entered: datetime, now: datetime) -> datetime:
@@ -146,9 +156,10 @@ def build_with_provenance(
     cal_id, tz_name = institution_of(req, ladder, calendars)
     scoped = with_institution(calendars, cal_id, tz_name)
     attributes = check_attributes(ladder.needs, req.attributes or {})
-    tier_id = req.tier or _start_tier(ladder, req.materiality)
+    money = Materiality.parse(req.materiality)
+    tier_id = req.tier or _start_tier(ladder, money)
     tier = ladder.tier(tier_id)
-    amount = Materiality.parse(req.materiality).amount
+    amount = money.amount
     if req.opened_at is not None:
         entered = _not_future(_instant(req.opened_at, tz_name, "opened_at"), now)
         due = window_end(entered, tier_window(ladder, tier.id, amount), scoped)
@@ -179,7 +190,7 @@ def build_with_provenance(
         dispute_id=req.dispute_id,
         tier=tier.id,
         due_at=due,
-        materiality=req.materiality,
+        materiality=money,
         source_hash=req.source_hash,
         ladder=ladder,
         entered_tier_at=entered,
@@ -202,6 +213,148 @@ def _start_tier(ladder: Ladder, materiality: object) -> str:
     return ladder.tiers[0].id
 
 
+@dataclass(frozen=True, slots=True)
+class BuiltEnqueue:
+    """A validated request, ready to record: the unrecorded escalation (seq 0), the ENQUEUED
+    row's provenance details and the version of the calendar its due time was counted in."""
+
+    escalation: Escalation
+    details: dict[str, object]
+    calendar_version: str
+
+
+def build_one(
+    req: EnqueueRequest, ladder: Ladder, calendars: CalendarRegistry, now: datetime
+) -> BuiltEnqueue:
+    """:func:`build_with_provenance` plus the calendar version (what :func:`record_built`
+    needs). Raises InvalidInput / UnknownTier as :func:`build_escalation`."""
+    esc, prov = build_with_provenance(req, ladder, calendars, now)
+    window = tier_window(ladder, esc.tier, esc.materiality.amount)
+    return BuiltEnqueue(esc, prov, calendar_of(window, esc.calendars(calendars)).version)
+
+
+def build_many(
+    requests: Sequence[EnqueueRequest], *, ladders: LadderSource, calendars: CalendarRegistry,
+    default_ladder: str, now: datetime,
+) -> list[BuiltEnqueue]:
+    """Validate every request at ``now`` (aware) into :class:`BuiltEnqueue` values.
+
+    Raises:
+        InvalidInput / UnknownTier: the first bad request (prefixed with its index when >1).
+        LadderError: a named ladder does not exist.
+    """
+    built: list[BuiltEnqueue] = []
+    resolved: dict[str, Ladder] = {}
+    for i, req in enumerate(requests):
+        name = req.ladder or default_ladder
+        ladder = resolved.get(name)
+        if ladder is None:
+            ladder = resolved[name] = ladders.latest(name)
+        try:
+            built.append(build_one(req, ladder, calendars, now))
+        except InvalidInput as exc:
+            if len(requests) == 1:
+                raise
+            raise type(exc)(f"request {i + 1}: {exc}") from None
+    return built
+
+
+def record_built(
+    built: Sequence[BuiltEnqueue],
+    *,
+    scheduler: Scheduler,
+    store: AuditLog,
+    actor: str,
+    now: datetime,
+    on_scheduled: OnScheduled | None = None,
+    chunk_size: int = ENQUEUE_CHUNK,
+) -> list[EnqueueResult]:
+    """Record (PostgreSQL first) then schedule (Redis) already validated escalations,
+    ``chunk_size`` per transaction + script call; one result per input, in input order.
+
+    ``now`` (aware) is the ENQUEUED rows' decision instant (the one they were built at).
+    """
+    chunks = (built[i : i + chunk_size] for i in range(0, len(built), chunk_size))
+    results: list[EnqueueResult] = []
+    for part in record_batches(chunks, scheduler=scheduler, store=store, actor=actor, now=now,
+                               on_scheduled=on_scheduled):
+        results += part
+    return results
+
+
+def record_batches(
+    batches: Iterable[Sequence[BuiltEnqueue]],
+    *,
+    scheduler: Scheduler,
+    store: AuditLog,
+    actor: str,
+    now: datetime,
+    on_scheduled: OnScheduled | None = None,
+) -> Iterator[list[EnqueueResult]]:
+    """:func:`record_built` over a stream of batches (one transaction each), yielding each
+    batch's results once PostgreSQL has recorded it.
+
+    Each batch is recorded in PostgreSQL before it is scheduled in Redis (the order of
+    :func:`enqueue_many`). When another batch follows, the Redis step of batch k (and
+    ``on_scheduled``) runs in one helper thread while batch k+1 is recorded, so the two
+    servers' waits overlap; the last batch is scheduled in the caller's thread, and the
+    generator does not finish before every Redis step has. An error from either step is
+    raised here after the pending Redis step has ended.
+    """
+    it = iter(batches)
+    current = next(it, None)
+    pending: Future[None] | None = None
+    pool: ThreadPoolExecutor | None = None
+    try:
+        while current is not None:
+            results, to_schedule = _record_one(current, store, actor, now)
+            following = next(it, None)
+            if pending is not None:
+                pending.result()
+                pending = None
+            if to_schedule and following is None:
+                _schedule(scheduler, to_schedule, on_scheduled)
+            elif to_schedule:
+                if pool is None:
+                    pool = ThreadPoolExecutor(max_workers=1,
+                                              thread_name_prefix="enqueue-redis")
+                pending = pool.submit(_schedule, scheduler, to_schedule, on_scheduled)
+            yield results
+            current = following
+    finally:
+        if pending is not None:
+            pending.result()
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+def _record_one(
+    part: Sequence[BuiltEnqueue], store: AuditLog, actor: str, now: datetime,
+) -> tuple[list[EnqueueResult], list[Escalation]]:
+    """Record one batch in PostgreSQL: (its results, the pending escalations to schedule)."""
+    chunk = [b.escalation for b in part]
+    versions = {b.escalation.dispute_id: b.calendar_version for b in part}
+    details = {b.escalation.dispute_id: b.details for b in part}
+    recorded = store.record_enqueue_many(chunk, actor, now, versions, details)
+    results: list[EnqueueResult] = []
+    to_schedule: list[Escalation] = []
+    for created, state in recorded:
+        got = store.get(state.dispute_id) if not created else (state, Status.PENDING)
+        status = got[1] if got else Status.PENDING
+        if status is Status.PENDING:
+            to_schedule.append(state)
+        results.append(EnqueueResult(created, state, status))
+    return results, to_schedule
+
+
+def _schedule(scheduler: Scheduler, escalations: list[Escalation],
+              on_scheduled: OnScheduled | None) -> None:
+    """Write ``escalations`` to Redis; pass the newly scheduled ones to ``on_scheduled``."""
+    flags = scheduler.enqueue_many(escalations)
+    if on_scheduled is not None:
+        on_scheduled([e for e, new in zip(escalations, flags, strict=True) if new])
+
+
 def enqueue_many(
     requests: Sequence[EnqueueRequest],
     *,
@@ -218,45 +371,17 @@ def enqueue_many(
 
     ``on_scheduled`` (optional) receives each chunk of escalations newly written to Redis
     (used to schedule pre-breach warnings, ``service_layer.warnings``). ``now`` (aware; default
-    Redis TIME) is the instant requests are built at: a CSV import passes the one its
-    validation pass used, so both passes judge every row alike.
+    Redis TIME) is the instant requests are built at.
 
     Raises:
         InvalidInput / UnknownTier: the first bad request (prefixed with its index when >1).
         ConflictError: never for duplicates (they return ``created=False``).
     """
     now = scheduler.time() if now is None else now
-    escalations: list[Escalation] = []
-    versions: dict[UUID, str] = {}
-    details: dict[UUID, dict[str, object]] = {}
-    for i, req in enumerate(requests):
-        ladder = ladders.latest(req.ladder or default_ladder)
-        try:
-            esc, prov = build_with_provenance(req, ladder, calendars, now)
-            details[esc.dispute_id] = prov
-            escalations.append(esc)
-            window = tier_window(ladder, esc.tier, esc.materiality.amount)
-            versions[esc.dispute_id] = calendar_of(window, esc.calendars(calendars)).version
-        except InvalidInput as exc:
-            if len(requests) == 1:
-                raise
-            raise type(exc)(f"request {i + 1}: {exc}") from None
-    results: list[EnqueueResult] = []
-    for start in range(0, len(escalations), ENQUEUE_CHUNK):
-        chunk = escalations[start : start + ENQUEUE_CHUNK]
-        recorded = store.record_enqueue_many(chunk, actor, now, versions, details)
-        to_schedule: list[Escalation] = []
-        for created, state in recorded:
-            got = store.get(state.dispute_id) if not created else (state, Status.PENDING)
-            status = got[1] if got else Status.PENDING
-            if status is Status.PENDING:
-                to_schedule.append(state)
-            results.append(EnqueueResult(created, state, status))
-        if to_schedule:
-            flags = scheduler.enqueue_many(to_schedule)
-            if on_scheduled is not None:
-                on_scheduled([e for e, new in zip(to_schedule, flags, strict=True) if new])
-    return results
+    built = build_many(requests, ladders=ladders, calendars=calendars,
+                       default_ladder=default_ladder, now=now)
+    return record_built(built, scheduler=scheduler, store=store, actor=actor, now=now,
+                        on_scheduled=on_scheduled)
 
 
 def enqueue_on_breach(

@@ -9,12 +9,13 @@ the deployment's ``institution_timezone``); a naive time is read in that zone (a
 overlap time takes the earlier instant). Every row is validated before anything is written:
 a file with any bad row imports nothing unless ``skip_invalid``.
 
-:func:`import_csv` streams the file twice in constant memory (docs/performance.md, "CSV
-import"): pass 1 parses and validates every row (against the ladders and calendars, at one
-Redis TIME instant) and keeps only the dispute ids seen (duplicate check) and the bad rows;
-pass 2, only when pass 1 allows writing, re-reads the file and records + schedules the good
-rows in batches (ledger rows by ``COPY``). Both passes build each request the same way at
-the same instant, so pass 2 cannot meet an error pass 1 did not report.
+:func:`import_csv` reads the file once in constant memory (docs/performance.md, "CSV
+import"; ADR 0008): pass 1 parses and validates every row (against the ladders and calendars,
+at one Redis TIME instant), keeps only the dispute ids seen (duplicate check) and the bad
+rows, and spills each good row as built to an anonymous temporary file; pass 2, only when
+pass 1 allows writing, reads the built rows back and records + schedules them in batches
+(ledger rows by ``COPY``). Pass 2 writes exactly what pass 1 validated, so it cannot meet an
+error pass 1 did not report.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import pickle
+import tempfile
 import tomllib
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -34,15 +37,21 @@ from zoneinfo import ZoneInfo
 from escalation.domain.business_calendar import institution_defaults
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import InvalidInput
-from escalation.domain.escalation import check_source_hash, check_text, parse_dispute_id
+from escalation.domain.escalation import (
+    Escalation,
+    check_source_hash,
+    check_text,
+    parse_dispute_id,
+)
 from escalation.domain.materiality import Materiality
 from escalation.domain.wall_time import parse_wall_time, zone
 from escalation.ports import AuditLog, LadderSource, Scheduler
 from escalation.service_layer.enqueue import (
+    BuiltEnqueue,
     EnqueueRequest,
     OnScheduled,
-    build_escalation,
-    enqueue_many,
+    build_one,
+    record_batches,
 )
 from escalation.service_layer.progress import Progress, no_progress
 
@@ -404,11 +413,77 @@ OpenCsv = Callable[[], TextIO]
 
 IMPORT_BATCH = 5_000
 PROGRESS_EVERY = 2_000
+SPILL_CHUNK = 1_000
+"""Built rows per pickled record of the spill file (one ``pickle.dump`` per chunk)."""
+
+_ESC_FIELDS = tuple(f.name for f in fields(Escalation))
+_MONEY = _ESC_FIELDS.index("materiality")
+SpillRow = tuple[tuple[object, ...], dict[str, object], str]
+"""One built row in the spill file: the escalation's field values (in ``Escalation`` field
+order, the materiality as its Decimal amount: plain values pickle several times faster than
+frozen dataclasses), its details and its calendar version. Nothing is validated again on
+reading: the values are the ones pass 1 validated, written and read by this process."""
+
+
+class SpillFile:
+    """Pass 1's built rows, pickled in chunks to an anonymous temporary file (deleted on
+    close), so pass 2 writes them without parsing and building every row a second time.
+
+    Only this process writes and reads the file (it is never named, so nothing else can
+    open it); its contents are the ones :meth:`add` received.
+    """
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        self._chunk: list[SpillRow] = []
+        self.rows = 0
+
+    def add(self, built: BuiltEnqueue) -> None:
+        """Append one built row."""
+        esc = built.escalation
+        values = [getattr(esc, f) for f in _ESC_FIELDS]
+        values[_MONEY] = esc.materiality.amount  # a Decimal pickles far faster
+        self._chunk.append((tuple(values), built.details, built.calendar_version))
+        self.rows += 1
+        if len(self._chunk) >= SPILL_CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._chunk:
+            pickle.dump(self._chunk, self._file, protocol=pickle.HIGHEST_PROTOCOL)
+            self._chunk = []
+
+    def batches(self, size: int) -> Iterator[list[BuiltEnqueue]]:
+        """Every row added, in order, in lists of at most ``size``."""
+        self._flush()
+        self._file.seek(0)
+        batch: list[BuiltEnqueue] = []
+        while True:
+            try:
+                chunk: list[SpillRow] = pickle.load(self._file)  # noqa: S301 - our own file
+            except EOFError:
+                break
+            for values, details, version in chunk:
+                fields_ = list(values)
+                fields_[_MONEY] = Materiality(fields_[_MONEY])  # type: ignore[arg-type]
+                batch.append(BuiltEnqueue(Escalation(*fields_), details, version))  # type: ignore[arg-type]
+                if len(batch) >= size:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    def close(self) -> None:
+        """Delete the file."""
+        self._file.close()
 
 
 def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget,
-                  now: datetime, progress: Progress = no_progress) -> ImportResult:
+                  now: datetime, progress: Progress = no_progress,
+                  spill: SpillFile | None = None) -> ImportResult:
     """Pass 1: every row parsed and built at ``now``; returns the row count and bad rows.
+
+    ``spill`` (optional) receives every good row as built (pass 2 writes those).
 
     Raises:
         InvalidInput: the header does not fit the mapping. LadderError: unknown ladder.
@@ -423,7 +498,9 @@ def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarge
                 if isinstance(item, str):
                     raise InvalidInput(item)
                 seen.check(item, lineno)
-                build_escalation(item, ladder, target.calendars, now)
+                built = build_one(item, ladder, target.calendars, now)
+                if spill is not None:
+                    spill.add(built)
             except InvalidInput as exc:
                 result.errors.append((lineno, str(exc)))
             if result.rows % PROGRESS_EVERY == 0:
@@ -432,45 +509,24 @@ def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarge
     return result
 
 
-def write_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget,
-               now: datetime, result: ImportResult, progress: Progress = no_progress,
-               batch_size: int = IMPORT_BATCH) -> None:
-    """Pass 2: record and schedule every row pass 1 found good, ``batch_size`` at a time.
+def write_pass(spill: SpillFile, target: ImportTarget, now: datetime, result: ImportResult,
+               progress: Progress = no_progress, batch_size: int = IMPORT_BATCH) -> None:
+    """Pass 2: record and schedule the rows pass 1 built (``spill``), ``batch_size`` per
+    transaction (Redis of one batch overlapping PostgreSQL of the next: ``record_batches``).
 
     Updates ``result.created`` / ``result.existing`` and sets ``result.written``.
     """
-    bad = {line for line, _ in result.errors}
-    batch: list[EnqueueRequest] = []
     done = 0
-    with open_csv() as stream:
-        for lineno, item in iter_requests(stream, mapping, target.default_timezone(mapping)):
-            if lineno in bad or isinstance(item, str):
-                continue
-            batch.append(item)
-            if len(batch) >= batch_size:
-                done += _write_batch(batch, target, now, result)
-                progress("write", done, result.rows - len(bad))
-    done += _write_batch(batch, target, now, result)
-    progress("write", done, result.rows - len(bad))
+    for res in record_batches(spill.batches(batch_size), scheduler=target.scheduler,
+                              store=target.store, actor=target.actor, now=now,
+                              on_scheduled=target.on_scheduled):
+        created = sum(1 for r in res if r.created)
+        result.created += created
+        result.existing += len(res) - created
+        done += len(res)
+        progress("write", done, spill.rows)
+    progress("write", done, spill.rows)
     result.written = True
-
-
-def _write_batch(batch: list[EnqueueRequest], target: ImportTarget, now: datetime,
-                 result: ImportResult) -> int:
-    """Enqueue ``batch`` (then empty it); returns how many rows it held."""
-    if not batch:
-        return 0
-    res = enqueue_many(
-        batch, scheduler=target.scheduler, store=target.store, ladders=target.ladders,
-        calendars=target.calendars, default_ladder=target.default_ladder, actor=target.actor,
-        on_scheduled=target.on_scheduled, now=now,
-    )
-    created = sum(1 for r in res if r.created)
-    result.created += created
-    result.existing += len(res) - created
-    count = len(batch)
-    batch.clear()
-    return count
 
 
 def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, *,
@@ -479,15 +535,20 @@ def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, 
     """Validate the whole CSV, then (if allowed) write it in batches; constant memory.
 
     Nothing is written when a row is bad and not ``skip_invalid``, or when no row is good.
-    Memory: one batch of requests plus about 100 B per row for the duplicate check.
+    Memory: one spill chunk and one batch of built rows plus about 100 B per row for the
+    duplicate check; the built rows wait in a temporary file (about 220 B per CFPB-shaped row).
 
     Raises:
         InvalidInput: the header does not fit the mapping. LadderError: unknown ladder.
         OSError / UnicodeDecodeError: from ``open_csv`` or reading.
     """
     now = target.scheduler.time()
-    result = validate_pass(open_csv, mapping, target, now, progress)
-    if result.errors and (not skip_invalid or len(result.errors) == result.rows):
-        return result
-    write_pass(open_csv, mapping, target, now, result, progress, batch_size)
+    spill = SpillFile()
+    try:
+        result = validate_pass(open_csv, mapping, target, now, progress, spill)
+        if result.errors and (not skip_invalid or len(result.errors) == result.rows):
+            return result
+        write_pass(spill, target, now, result, progress, batch_size)
+    finally:
+        spill.close()
     return result

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -51,6 +51,29 @@ def test_enqueue_records_projection_and_enqueued_row_at_seq_1(store):
     assert row.prev_hash == GENESIS.hex()
     assert row.materiality == "1250.00"
     assert row.recorded_at is not None
+
+
+def test_enqueue_round_trips_text_that_copy_must_escape_and_the_chain_verifies(store):
+    # the bulk write sends rows as COPY text: backslashes, tabs and newlines in values (and
+    # JSON escapes in details) must reach the database unchanged, and the stored row must
+    # hash to the row_hash computed before sending it
+    esc = make_escalation().with_changes(
+        external_id="ext\\N \\x00 caf\u00e9", trace_id="tr\\ace", institution_tz="UTC",
+        regulatory_deadline=T0 + timedelta(days=3),
+        deadlines=(("reg\\e", T0 + timedelta(days=3)),))
+    odd = {"attributes": {"memo": "tab\there\nline \\ \"q\" \u2028", "n": 7, "ok": True}}
+    decided = datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    [(recorded, _)] = store.record_enqueue_many([esc], "svc\\1", decided, {esc.dispute_id: "v\t2"},
+                                                {esc.dispute_id: odd})
+    assert recorded
+    got, _ = store.get(esc.dispute_id)
+    assert got == esc.with_changes(seq=1)
+    (row,) = store.trail(esc.dispute_id)
+    assert row.actor == "svc\\1" and row.calendar_version == "v\t2"
+    assert row.external_id == esc.external_id and row.decided_at == decided
+    assert row.details["attributes"] == odd["attributes"]
+    assert row.details["deadlines"] == {"reg\\e": (T0 + timedelta(days=3)).isoformat()}
+    assert store.verify(esc.dispute_id) == []
 
 
 def test_enqueue_is_idempotent_per_dispute(store, engine):

@@ -1,0 +1,257 @@
+"""The bulk ENQUEUED write: one ``COPY`` into a session staging table, then one statement
+that inserts the new projection rows and their ENQUEUED ledger rows.
+
+Why not the general row builders (``audit_writes.enqueue_rows`` + ``audit_rows.chained_row``
++ ``domain.audit_hash.canonical_bytes``) and ``unnest`` parameters: for the fixed shape of an
+ENQUEUED row (seq 1, GENESIS ``prev_hash``, no ``from_tier`` or fence token) the canonical
+bytes are a template with ten variable values, so :func:`enqueued_canonical_bytes` renders
+them directly (byte-identical to ``audit_hash.reference_canonical_bytes``; the unit tests
+compare both on generated rows), and the values reach PostgreSQL as one COPY text block built
+here instead of psycopg's per-element array dumping. docs/performance.md, "CSV import".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from json.encoder import encode_basestring
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from escalation.domain import audit_hash
+from escalation.domain.escalation import Escalation, Status
+
+GENESIS_HEX = audit_hash.GENESIS.hex()
+
+STAGE_TABLE = "escalation_enqueue_stage"
+# Session-local (TEMP) and emptied at each commit; PostgreSQL skips the truncation in
+# transactions that did not touch a temporary table, so other transactions pay nothing.
+CREATE_STAGE = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} ("
+    "dispute_id uuid, external_id text, tier text, ladder text, "
+    "ladder_version integer, due_at timestamptz, entered_tier_at timestamptz, "
+    "materiality numeric(18,2), source_hash text, trace_id text, "
+    "regulatory_deadline timestamptz, deadlines jsonb, institution_tz text, "
+    "institution_calendar text, calendar_version text, decided_at timestamptz, "
+    "details jsonb, row_hash bytea) ON COMMIT DELETE ROWS"
+)
+STAGE_COLUMNS = (
+    "dispute_id", "external_id", "tier", "ladder", "ladder_version", "due_at",
+    "entered_tier_at", "materiality", "source_hash", "trace_id", "regulatory_deadline",
+    "deadlines", "institution_tz", "institution_calendar", "calendar_version", "decided_at",
+    "details", "row_hash",
+)
+COPY_STAGE = f"COPY {STAGE_TABLE} ({', '.join(STAGE_COLUMNS)}) FROM STDIN"
+
+# The projection rows first (sorted by dispute id, like every lock taken on it: no deadlock
+# between concurrent batches); ``created_at`` (database clock) is the chain's partition key,
+# which the ledger row copies. Only the disputes inserted now get their ENQUEUED row.
+INSERT_FROM_STAGE = f"""
+WITH ins AS (
+  INSERT INTO escalation_state (dispute_id, external_id, status, tier, ladder, ladder_version,
+      due_at, entered_tier_at, materiality, source_hash, trace_id, regulatory_deadline,
+      deadlines, institution_tz, institution_calendar, remaining_ms, last_seq, last_hash)
+  SELECT dispute_id, external_id, %(status)s, tier, ladder, ladder_version, due_at,
+         entered_tier_at, materiality, source_hash, trace_id, regulatory_deadline, deadlines,
+         institution_tz, institution_calendar, NULL, 1, row_hash
+    FROM {STAGE_TABLE} ORDER BY dispute_id
+  ON CONFLICT (dispute_id) DO NOTHING
+  RETURNING dispute_id, created_at
+)
+INSERT INTO escalation_audit (dispute_id, seq, event, match_decision, from_tier, to_tier,
+    ladder, ladder_version, calendar_version, materiality, due_at, next_due_at,
+    regulatory_deadline, decided_at, actor, trace_id, source_hash, external_id, fence_token,
+    details, prev_hash, row_hash, chain_created_at)
+SELECT s.dispute_id, 1, 'ENQUEUED', 'ENQUEUED', NULL, s.tier, s.ladder, s.ladder_version,
+       s.calendar_version, s.materiality, s.due_at, s.due_at, s.regulatory_deadline,
+       s.decided_at, %(actor)s, s.trace_id, s.source_hash, s.external_id, NULL, s.details,
+       decode('{GENESIS_HEX}', 'hex'), s.row_hash, ins.created_at
+  FROM ins JOIN {STAGE_TABLE} AS s USING (dispute_id)
+RETURNING dispute_id
+"""
+
+_ISO_CACHE: dict[datetime, str] = {}
+_ISO_CACHE_MAX = 65_536
+
+
+def iso_utc(value: datetime) -> str:
+    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` of an aware datetime in UTC (the canonical form of
+    ``domain.audit_hash``), memoised: a batch shares its decision instant and due times."""
+    text = _ISO_CACHE.get(value)
+    if text is None:
+        if len(_ISO_CACHE) >= _ISO_CACHE_MAX:
+            _ISO_CACHE.clear()
+        text = value.astimezone(UTC).replace(tzinfo=None).isoformat(
+            timespec="microseconds") + "Z"
+        _ISO_CACHE[value] = text
+    return text
+
+
+def _plain_json(value: object) -> bool:
+    """True when ``value`` holds only exact str/int/bool/None, str-keyed dicts and lists
+    (where ``json.dumps`` already equals the canonical form); anything else (float,
+    Decimal, datetime, subclasses) takes the general encoder."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is dict:
+        return all(type(k) is str and _plain_json(v)
+                   for k, v in value.items())  # type: ignore[attr-defined]
+    if kind is list or kind is tuple:
+        return all(_plain_json(v) for v in value)  # type: ignore[attr-defined]
+    return False
+
+
+def _str_or_null(value: str | None) -> str:
+    return "null" if value is None else encode_basestring(value)
+
+
+def _time_or_null(value: datetime | None) -> str:
+    return "null" if value is None else '"' + iso_utc(value) + '"'
+
+
+def enqueued_details(esc: Escalation, extra: Mapping[str, object] | None) -> dict[str, Any]:
+    """The ENQUEUED row's ``details`` (as ``audit_writes.enqueue_rows`` builds them): the
+    tier entry time, every regulatory deadline, then ``extra`` (provenance)."""
+    details: dict[str, Any] = {"entered_tier_at": esc.entered_tier_at.isoformat()}
+    if esc.deadlines:
+        details["deadlines"] = {n: at.isoformat() for n, at in esc.deadlines}
+    if extra:
+        details.update(extra)
+    return details
+
+
+def enqueued_canonical_bytes(
+    esc: Escalation, actor: str, decided_at: datetime, calendar_version: str | None,
+    details: Mapping[str, Any],
+) -> bytes:
+    """``audit_hash.canonical_bytes`` of the ENQUEUED ledger row of ``esc`` (seq 1).
+
+    ``esc``: a validated escalation (aware datetimes, Decimal cents); ``decided_at``: aware.
+    Values outside the plain shape (a details value that is not plain JSON, a non-exact
+    type) are rendered by ``audit_hash.canonical_bytes`` itself.
+
+    Raises:
+        InvalidInput: a value with no canonical form (only possible on the general path).
+    """
+    return _canonical(esc, actor, decided_at, calendar_version, details)[0]
+
+
+def _canonical(
+    esc: Escalation, actor: str, decided_at: datetime, calendar_version: str | None,
+    details: Mapping[str, Any],
+) -> tuple[bytes, str | None]:
+    """(canonical bytes, the details' JSON text when the template rendered it, else None)."""
+    if not (_plain_json(details) and type(esc.materiality.amount) is Decimal
+            and esc.materiality.amount.is_finite() and type(esc.dispute_id) is UUID):
+        return audit_hash.canonical_bytes(
+            _ledger_fields(esc, actor, decided_at, calendar_version, details)), None
+    due = iso_utc(esc.due_at)
+    details_json = json.dumps(details, sort_keys=True, separators=(",", ":"),
+                              ensure_ascii=False)
+    text = "".join((
+        '{"actor":', encode_basestring(actor),
+        ',"calendar_version":', _str_or_null(calendar_version),
+        ',"decided_at":"', iso_utc(decided_at),
+        '","details":', details_json,
+        ',"dispute_id":"', str(esc.dispute_id),
+        '","due_at":"', due,
+        '","event":"ENQUEUED","external_id":', _str_or_null(esc.external_id),
+        ',"fence_token":null,"from_tier":null,"ladder":', encode_basestring(esc.ladder),
+        ',"ladder_version":', int.__repr__(int(esc.ladder_version)),
+        ',"match_decision":"ENQUEUED","materiality":"', format(esc.materiality.amount, "f"),
+        '","next_due_at":"', due,
+        '","regulatory_deadline":', _time_or_null(esc.regulatory_deadline),
+        ',"seq":1,"source_hash":', encode_basestring(esc.source_hash),
+        ',"to_tier":', encode_basestring(esc.tier),
+        ',"trace_id":', encode_basestring(esc.trace_id),
+        "}",
+    ))
+    return text.encode("utf-8"), details_json
+
+
+def _ledger_fields(
+    esc: Escalation, actor: str, decided_at: datetime, calendar_version: str | None,
+    details: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The hashed fields of the ENQUEUED row, as ``audit_rows.chained_row`` builds them."""
+    return {
+        "dispute_id": esc.dispute_id, "seq": 1, "event": "ENQUEUED",
+        "match_decision": "ENQUEUED", "from_tier": None, "to_tier": esc.tier,
+        "ladder": esc.ladder, "ladder_version": int(esc.ladder_version),
+        "calendar_version": calendar_version, "materiality": Decimal(esc.materiality.amount),
+        "due_at": esc.due_at, "next_due_at": esc.due_at,
+        "regulatory_deadline": (None if esc.regulatory_deadline is None
+                                else esc.regulatory_deadline.astimezone(UTC)),
+        "decided_at": decided_at, "actor": actor, "trace_id": esc.trace_id,
+        "source_hash": esc.source_hash, "external_id": esc.external_id, "fence_token": None,
+        "details": dict(details),
+    }
+
+
+def enqueued_row_hash(
+    esc: Escalation, actor: str, decided_at: datetime, calendar_version: str | None,
+    details: Mapping[str, Any],
+) -> bytes:
+    """``row_hash`` of the ENQUEUED row: SHA-256(GENESIS || canonical bytes), 32 bytes."""
+    return hashlib.sha256(audit_hash.GENESIS + enqueued_canonical_bytes(
+        esc, actor, decided_at, calendar_version, details)).digest()
+
+
+# COPY text format: backslash, tab, newline and carriage return are escaped; \N is NULL.
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_text(value: str | None) -> str:
+    return "\\N" if value is None else value.translate(_COPY_ESCAPES)
+
+
+def _copy_time(value: datetime | None) -> str:
+    return "\\N" if value is None else value.isoformat()
+
+
+def stage_line(
+    esc: Escalation, actor: str, decided_at: datetime, calendar_version: str | None,
+    extra: Mapping[str, object] | None,
+) -> tuple[str, bytes]:
+    """(the staging table's COPY text line of ``esc``, its ENQUEUED ``row_hash``)."""
+    details = enqueued_details(esc, extra)
+    canonical, details_json = _canonical(esc, actor, decided_at, calendar_version, details)
+    digest = hashlib.sha256(audit_hash.GENESIS + canonical).digest()
+    if details_json is None:  # stored as JSONB: key order and spacing do not matter
+        details_json = json.dumps(details, ensure_ascii=False)
+    deadlines = (None if not esc.deadlines else json.dumps(
+        [[n, at.isoformat()] for n, at in esc.deadlines]))
+    line = "\t".join((
+        str(esc.dispute_id), _copy_text(esc.external_id), _copy_text(esc.tier),
+        _copy_text(esc.ladder), str(int(esc.ladder_version)), esc.due_at.isoformat(),
+        esc.entered_tier_at.isoformat(), format(esc.materiality.amount, "f"),
+        _copy_text(esc.source_hash), _copy_text(esc.trace_id),
+        _copy_time(esc.regulatory_deadline), _copy_text(deadlines),
+        _copy_text(esc.institution_tz), _copy_text(esc.institution_calendar),
+        _copy_text(calendar_version), decided_at.isoformat(),
+        _copy_text(details_json),
+        "\\\\x" + digest.hex(),
+    ))
+    return line + "\n", digest
+
+
+def insert_staged(conn: sa.Connection, lines: Sequence[str], actor: str) -> set[UUID]:
+    """COPY ``lines`` (from :func:`stage_line`) into the session's staging table and insert
+    the disputes that have no projection row yet (projection + ENQUEUED row), inside
+    ``conn``'s transaction. Returns the dispute ids inserted now."""
+    driver = conn.connection.driver_connection  # the psycopg 3 Connection
+    if driver is None:  # pragma: no cover - only after the connection was invalidated
+        raise sa.exc.InvalidRequestError("connection has no live driver connection")
+    with driver.cursor() as cur:
+        cur.execute(CREATE_STAGE)
+        with cur.copy(COPY_STAGE) as copy:
+            copy.write("".join(lines))
+        cur.execute(INSERT_FROM_STAGE,
+                    {"status": Status.PENDING.value, "actor": actor})
+        return {row[0] for row in cur.fetchall()}
