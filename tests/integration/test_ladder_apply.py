@@ -246,3 +246,5 @@ def test_apply_hands_the_migrated_pending_escalations_to_the_warnings_hook(
     env.apply(plan.plan_hash, on_scheduled=seen.extend)
     assert sorted(e.dispute_id for e in seen) == sorted(ids)
     assert all(e.ladder_version == 2 and e.seq == env.state(e.dispute_id).seq for e in seen)
+    # built from the page's objects, they equal the projection read back in full
+    assert seen == [env.history.states([e.dispute_id])[e.dispute_id] for e in seen]
