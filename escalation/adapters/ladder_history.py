@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql as pg
 
 from escalation.adapters.audit_rows import chained_row, escalation_from_state, utc, utc_opt
 from escalation.adapters.audit_sql import array_literal as _array_literal
-from escalation.adapters.audit_sql import copy_ledger as _copy_ledger
+from escalation.adapters.audit_sql import copy_ledger_binary as _copy_ledger
 from escalation.adapters.tables import escalation_state, ladder_history, ladder_release
 from escalation.domain.errors import ConflictError, NotFound
 from escalation.domain.escalation import Escalation, Status
@@ -374,8 +374,9 @@ class LadderHistoryStore:
         ordered = sorted(batch, key=lambda b: b[0].dispute_id)
         with self._engine.begin() as conn:
             ids = [item.dispute_id for item, _ in ordered]
-            locked = (_lock_states(conn, ids) if page_rows is None
-                      else _lock_reuse(conn, ids, page_rows))
+            locked: Mapping[UUID, Mapping[str, Any]] = (
+                _lock_states(conn, ids) if page_rows is None
+                else _lock_reuse(conn, ids, page_rows))
             moves = _revalidate(locked, ordered, target_version, replan, result)
             ledger: list[dict[str, Any]] = []
             moved: list[dict[str, Any]] = []
@@ -423,17 +424,19 @@ _LOCK_LIGHT = sa.text(
 
 
 def _lock_reuse(conn: sa.Connection, ids: list[UUID],
-                page_rows: Mapping[UUID, Mapping[str, Any]]) -> dict[UUID, dict[str, Any]]:
-    """Lock ``ids`` (sorted) reading only seq/status/version; reuse the page's row where
-    those did not move, read the full row (already locked) where they did."""
+                page_rows: Mapping[UUID, Mapping[str, Any]],
+                ) -> dict[UUID, Mapping[str, Any]]:
+    """Lock ``ids`` (sorted) reading only seq/status/version; reuse the page's row (not
+    copied: nothing below writes to it) where those did not move, read the full row
+    (already locked) where they did."""
     light = conn.execute(_LOCK_LIGHT, {"ids": _array_literal(ids)}).all()
-    out: dict[UUID, dict[str, Any]] = {}
+    out: dict[UUID, Mapping[str, Any]] = {}
     moved: list[UUID] = []
     for did, seq, status, version in light:
         row = page_rows.get(did)
         if row is not None and (row["last_seq"], row["status"], row["ladder_version"]) == (
                 seq, status, version):
-            out[did] = dict(row)
+            out[did] = row
         else:
             moved.append(did)
     if moved:
@@ -468,11 +471,11 @@ def _redis_values(note: tuple[UUID, int] | None) -> dict[str, Any]:
     return {"redis_synced_through": note[0], "not_owner": _H.c.not_owner + note[1]}
 
 
-Move = tuple[dict[str, Any], PlanItem, "datetime | None"]
+Move = tuple[Mapping[str, Any], PlanItem, "datetime | None"]
 
 
 def _revalidate(
-    locked: Mapping[UUID, dict[str, Any]],
+    locked: Mapping[UUID, Mapping[str, Any]],
     batch: Sequence[tuple[PlanItem, datetime | None]],
     target_version: int,
     replan: Replan,
@@ -523,7 +526,7 @@ def _state_arrays(moved: Sequence[Mapping[str, Any]]) -> dict[str, str]:
 
 
 def _migrate_one(
-    state: dict[str, Any],
+    state: Mapping[str, Any],
     item: PlanItem,
     due: datetime | None,
     actor: str,
