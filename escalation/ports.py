@@ -723,6 +723,7 @@ class LadderHistory(Protocol):
         blocked: int = 0,
         page_rows: Mapping[UUID, Mapping[str, Any]] | None = None,
         redis_note: tuple[UUID, int] | None = None,
+        page_escalations: Mapping[UUID, Escalation] | None = None,
     ) -> BatchResult:
         """Migrate one batch in one transaction (LADDER_MIGRATED rows, projection, counters,
         resume points)."""

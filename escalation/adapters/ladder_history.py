@@ -16,7 +16,7 @@ escalations of one ladder, and the one-transaction-per-batch migration write.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql as pg
 
 from escalation.adapters.audit_rows import chained_row, escalation_from_state, utc, utc_opt
 from escalation.adapters.audit_sql import array_literal as _array_literal
-from escalation.adapters.audit_sql import copy_ledger as _copy_ledger
+from escalation.adapters.audit_sql import copy_ledger_binary as _copy_ledger
 from escalation.adapters.tables import escalation_state, ladder_history, ladder_release
 from escalation.domain.errors import ConflictError, NotFound
 from escalation.domain.escalation import Escalation, Status
@@ -298,7 +298,9 @@ class LadderHistoryStore:
             stmt = stmt.where(_S.c.dispute_id > after)
         stmt = stmt.order_by(_S.c.dispute_id).limit(limit)
         with self._engine.connect() as conn:
-            rows = [dict(r) for r in conn.execute(stmt).mappings()]
+            result = conn.execute(stmt)
+            cols = list(result.keys())
+            rows = [dict(zip(cols, r, strict=True)) for r in result]
         return Page({r["dispute_id"]: r for r in rows},
                     [escalation_from_state(r) for r in rows])
 
@@ -336,6 +338,7 @@ class LadderHistoryStore:
         blocked: int = 0,
         page_rows: Mapping[UUID, Mapping[str, Any]] | None = None,
         redis_note: tuple[UUID, int] | None = None,
+        page_escalations: Mapping[UUID, Escalation] | None = None,
     ) -> BatchResult:
         """Migrate one batch in ONE transaction (see the module docstring).
 
@@ -358,6 +361,9 @@ class LadderHistoryStore:
             redis_note: ``(redis_synced_through, not_owner)`` of the previous batch, recorded
                 in this transaction (saves one transaction per batch; resume restores from
                 the older point, which is idempotent).
+            page_escalations: the page's rows as domain objects (by dispute id); a migrated
+                escalation whose locked row did not move is built from its page object
+                (only tier, version, seq and due time change) instead of from the row again.
 
         Returns:
             A :class:`BatchResult`.
@@ -368,8 +374,9 @@ class LadderHistoryStore:
         ordered = sorted(batch, key=lambda b: b[0].dispute_id)
         with self._engine.begin() as conn:
             ids = [item.dispute_id for item, _ in ordered]
-            locked = (_lock_states(conn, ids) if page_rows is None
-                      else _lock_reuse(conn, ids, page_rows))
+            locked: Mapping[UUID, Mapping[str, Any]] = (
+                _lock_states(conn, ids) if page_rows is None
+                else _lock_reuse(conn, ids, page_rows))
             moves = _revalidate(locked, ordered, target_version, replan, result)
             ledger: list[dict[str, Any]] = []
             moved: list[dict[str, Any]] = []
@@ -380,7 +387,8 @@ class LadderHistoryStore:
             if ledger:
                 _copy_ledger(conn, ledger)
                 conn.execute(_MIGRATE_STATES, _state_arrays(moved))
-                result.migrated = [escalation_from_state(a) for a in moved]
+                pages = page_escalations or {}
+                result.migrated = [_migrated(a, pages.get(a["dispute_id"])) for a in moved]
             conn.execute(
                 sa.update(_H).where(_H.c.run_id == run_id).values(
                     migrated=_H.c.migrated + len(moved),
@@ -416,22 +424,45 @@ _LOCK_LIGHT = sa.text(
 
 
 def _lock_reuse(conn: sa.Connection, ids: list[UUID],
-                page_rows: Mapping[UUID, Mapping[str, Any]]) -> dict[UUID, dict[str, Any]]:
-    """Lock ``ids`` (sorted) reading only seq/status/version; reuse the page's row where
-    those did not move, read the full row (already locked) where they did."""
+                page_rows: Mapping[UUID, Mapping[str, Any]],
+                ) -> dict[UUID, Mapping[str, Any]]:
+    """Lock ``ids`` (sorted) reading only seq/status/version; reuse the page's row (not
+    copied: nothing below writes to it) where those did not move, read the full row
+    (already locked) where they did."""
     light = conn.execute(_LOCK_LIGHT, {"ids": _array_literal(ids)}).all()
-    out: dict[UUID, dict[str, Any]] = {}
+    out: dict[UUID, Mapping[str, Any]] = {}
     moved: list[UUID] = []
     for did, seq, status, version in light:
         row = page_rows.get(did)
         if row is not None and (row["last_seq"], row["status"], row["ladder_version"]) == (
                 seq, status, version):
-            out[did] = dict(row)
+            out[did] = row
         else:
             moved.append(did)
     if moved:
         out.update(_lock_states(conn, moved))
     return out
+
+
+def _migrated(after: Mapping[str, Any], before: Escalation | None) -> Escalation:
+    """The Escalation of the migrated projection row ``after``: from ``before`` (the same
+    dispute as the page read it) with the four fields a migration changes, when the row was
+    otherwise unchanged at lock time (same seq before the migration row, status); else
+    rebuilt from the row."""
+    if (before is None or before.seq != int(after["last_seq"]) - 1
+            or before.status.value != after["status"]):
+        return escalation_from_state(after)
+    due = after["due_at"]
+    return Escalation(
+        dispute_id=before.dispute_id, tier=after["tier"],
+        due_at=before.entered_tier_at if due is None else due.astimezone(UTC),
+        materiality=before.materiality, source_hash=before.source_hash, ladder=before.ladder,
+        ladder_version=int(after["ladder_version"]), seq=int(after["last_seq"]),
+        entered_tier_at=before.entered_tier_at, trace_id=before.trace_id,
+        external_id=before.external_id, regulatory_deadline=before.regulatory_deadline,
+        status=before.status, deadlines=before.deadlines,
+        institution_tz=before.institution_tz, institution_calendar=before.institution_calendar,
+    )
 
 
 def _redis_values(note: tuple[UUID, int] | None) -> dict[str, Any]:
@@ -440,11 +471,11 @@ def _redis_values(note: tuple[UUID, int] | None) -> dict[str, Any]:
     return {"redis_synced_through": note[0], "not_owner": _H.c.not_owner + note[1]}
 
 
-Move = tuple[dict[str, Any], PlanItem, "datetime | None"]
+Move = tuple[Mapping[str, Any], PlanItem, "datetime | None"]
 
 
 def _revalidate(
-    locked: Mapping[UUID, dict[str, Any]],
+    locked: Mapping[UUID, Mapping[str, Any]],
     batch: Sequence[tuple[PlanItem, datetime | None]],
     target_version: int,
     replan: Replan,
@@ -495,7 +526,7 @@ def _state_arrays(moved: Sequence[Mapping[str, Any]]) -> dict[str, str]:
 
 
 def _migrate_one(
-    state: dict[str, Any],
+    state: Mapping[str, Any],
     item: PlanItem,
     due: datetime | None,
     actor: str,

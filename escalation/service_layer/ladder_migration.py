@@ -24,10 +24,13 @@ whose lock a worker holds at restore time (NOT_OWNER) is retried until the lock 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar, cast
 from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry
@@ -325,6 +328,42 @@ def _start(history: LadderHistory, scheduler: Scheduler, ladder: str, target: La
     return report
 
 
+@dataclass
+class _Planned:
+    """One page read and planned at apply time (by the read-ahead thread)."""
+
+    page: Page
+    items: list[PlanItem]
+    blocked: list[Blocked]
+
+
+@dataclass
+class _Restoring:
+    """The Redis restore of one committed batch, running on the restore thread."""
+
+    index: int
+    last: UUID
+    migrated: list[Escalation]
+    future: Future[list[UUID]]
+
+
+@dataclass
+class _Synced:
+    """Redis resume point not yet recorded in ``ladder_history``: the last dispute id of the
+    newest batch whose restore finished, and the NOT_OWNER count of those restores."""
+
+    through: UUID | None = None
+    not_owner: int = 0
+
+    def take(self) -> tuple[UUID, int] | None:
+        """The note to record (and forget it), or None when nothing new was restored."""
+        if self.through is None:
+            return None
+        note = (self.through, self.not_owner)
+        self.through, self.not_owner = None, 0
+        return note
+
+
 def _run_batches(
     change: _Target,
     report: ApplyReport,
@@ -338,33 +377,101 @@ def _run_batches(
 ) -> None:
     """Plan and migrate page by page (dispute-id order) until nothing is pinned below.
 
-    The Redis resume point of batch k is recorded in the transaction of batch k+1 (and after
-    the last one), which saves a transaction per batch."""
+    Three stages overlap (docs/performance.md, ladder migrations): a read-ahead thread reads
+    and plans page k+1 while this thread runs the PostgreSQL transaction of page k, and a
+    restore thread restores batch k-1 into Redis meanwhile (at most one restore in flight:
+    batch k-1's is waited for before batch k's starts). Each batch is still planned from a
+    read older than its lock and re-validated under the lock (the seq guard), so reading
+    ahead changes nothing there.
+
+    The Redis resume point (``redis_synced_through``) only ever names a batch whose restore
+    finished: it rides in the next transaction after that, and is recorded after the last
+    batch -- or, best effort, when the apply fails (after the in-flight restore ended)."""
     done = 0
-    note: tuple[UUID, int] | None = None
-    for index, page in enumerate(_pages(history, change, batch_size)):
-        items, blocked = split_plan(page.escalations, change.versions, change.target,
-                                    change.calendars)
-        report.blocked.extend(blocked)
-        last = page.escalations[-1].dispute_id
-        migrated = _record(change, report, history, scheduler, items, page,
-                           (last, len(blocked)), note)
-        if hook:
-            hook("after_record", index)
-        busy = _restore(scheduler, migrated)
+    synced = _Synced()
+    restoring: _Restoring | None = None
+
+    def finish(job: _Restoring) -> None:
+        busy = job.future.result()
         if on_scheduled is not None:
-            on_scheduled([s for s in migrated if s.status is Status.PENDING])
+            on_scheduled([s for s in job.migrated if s.status is Status.PENDING])
         report.not_owner += len(busy)
         report.left_to_workers = _retry_not_owner(
             [*report.left_to_workers, *busy], history, scheduler, 0.0)
-        note = (last, len(busy))
+        synced.through = job.last
+        synced.not_owner += len(busy)
         if hook:
-            hook("after_restore", index)
-        done += len(page.escalations)
-        if progress:
-            progress("migrate", done, max(report.planned, done))
+            hook("after_restore", job.index)
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ladder-apply") as pool:
+        try:
+            for index, planned in enumerate(
+                    _read_ahead(pool, _planned_pages(history, change, batch_size))):
+                report.blocked.extend(planned.blocked)
+                last = planned.page.escalations[-1].dispute_id
+                if restoring is not None and restoring.future.done():
+                    job, restoring = restoring, None
+                    finish(job)
+                migrated = _record(change, report, history, scheduler, planned.items,
+                                   planned.page, (last, len(planned.blocked)), synced.take())
+                if hook:
+                    hook("after_record", index)
+                if restoring is not None:
+                    job, restoring = restoring, None
+                    finish(job)
+                restoring = _Restoring(index, last, migrated,
+                                       pool.submit(_restore, scheduler, migrated))
+                done += len(planned.page.escalations)
+                if progress:
+                    progress("migrate", done, max(report.planned, done))
+            if restoring is not None:
+                job, restoring = restoring, None
+                finish(job)
+        except BaseException:
+            _settle(restoring, finish, synced, history, report.run_id)
+            raise
+    note = synced.take()
     if note is not None:
         history.note_redis(report.run_id, *note)
+
+
+def _settle(restoring: _Restoring | None, finish: Callable[[_Restoring], None],
+            synced: _Synced, history: LadderHistory, run_id: int) -> None:
+    """On failure: wait for the in-flight restore and record how far Redis got (best
+    effort: the caller re-raises the original error; resume is correct from an older
+    point too, since restoring is idempotent)."""
+    with contextlib.suppress(Exception):  # the apply's own error is the one to report
+        if restoring is not None:
+            finish(restoring)
+    with contextlib.suppress(Exception):  # same: never mask the apply's own error
+        note = synced.take()
+        if note is not None:
+            history.note_redis(run_id, *note)
+
+
+_T = TypeVar("_T")
+
+
+def _read_ahead(pool: ThreadPoolExecutor, items: Iterator[_T]) -> Iterator[_T]:
+    """Yield ``items``, computing the next one on ``pool`` while the caller uses this one.
+
+    ``items`` is only ever advanced by one thread at a time (one future in flight)."""
+    end = object()
+    ahead: Future[object] = pool.submit(next, items, end)
+    while True:
+        item = ahead.result()
+        if item is end:
+            return
+        ahead = pool.submit(next, items, end)
+        yield cast(_T, item)
+
+
+def _planned_pages(history: LadderHistory, change: _Target, size: int) -> Iterator[_Planned]:
+    """Each page of :func:`_pages`, planned at read time."""
+    for page in _pages(history, change, size):
+        items, blocked = split_plan(page.escalations, change.versions, change.target,
+                                    change.calendars)
+        yield _Planned(page, items, blocked)
 
 
 def _pages(history: LadderHistory, change: _Target, size: int) -> Iterator[Page]:
@@ -397,6 +504,7 @@ def _record(change: _Target, report: ApplyReport, history: LadderHistory,
         target_version=change.target.version, actor=change.actor, decided_at=now,
         details=change.details, replan=replan, through=through[0], blocked=through[1],
         page_rows=page.rows, redis_note=note,
+        page_escalations={e.dispute_id: e for e in page.escalations},
     )
     report.migrated += len(result.migrated)
     report.replanned += result.replanned

@@ -87,6 +87,28 @@ def enqueue(app: App, catalog: LadderSource, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def backend_cpu_s(engine: sa.Engine) -> dict[int, float]:
+    """CPU seconds (user + system) of every PostgreSQL backend on ``engine``'s database, by
+    pid, read from /proc (same host only; empty when unreadable)."""
+    with engine.connect() as conn:
+        pids = conn.execute(sa.text(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()")).scalars()
+        out: dict[int, float] = {}
+        for pid in pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[int(pid)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def redis_cpu_s(app: App) -> float:
+    """CPU seconds (user + system) of the whole redis-server (other clients included)."""
+    info = app.redis.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def unlink_namespace(redis_url: str, namespace: str) -> int:
     """UNLINK every key of ``namespace`` (hash-tagged ``{ns:<shard>}``); returns the count."""
     client = redis.Redis.from_url(redis_url)
@@ -132,6 +154,7 @@ def run(app: App, ladders_dir: Path, n: int, batch_size: int) -> None:
         while len(marks) < 4 and done >= total * (len(marks) + 1) / 4:
             marks.append(time.perf_counter())
 
+    pg0, redis0 = backend_cpu_s(app.engine), redis_cpu_s(app)
     t0, cpu0 = time.perf_counter(), time.process_time()
     report = apply_migration(history=history, scheduler=app.scheduler, ladders=catalog,
                              calendars=app.calendars, ladder=LADDER, to_version=2,
@@ -146,6 +169,12 @@ def run(app: App, ladders_dir: Path, n: int, batch_size: int) -> None:
     print("apply per quarter: " + ", ".join(f"{n / 4 / q:,.0f}/s" for q in quarters if q > 0))
     print(f"apply CPU of this process: {cpu:.1f} s ({report.migrated / cpu:,.0f} "
           f"escalations per CPU-second; PostgreSQL and Redis CPU not included)")
+    pg1, redis1 = backend_cpu_s(app.engine), redis_cpu_s(app)
+    pg_cpu = sum(v - pg0.get(pid, 0.0) for pid, v in pg1.items())
+    print(f"apply CPU of the PostgreSQL backends: {pg_cpu:.1f} s; of redis-server (shared "
+          f"with other clients): {redis1 - redis0:.1f} s; all three: "
+          f"{(cpu + pg_cpu + redis1 - redis0) * 1e6 / max(report.migrated, 1):,.0f} us per "
+          f"escalation")
     with app.engine.connect() as conn:
         on_v2 = conn.execute(sa.text(
             "SELECT count(*) FROM escalation_state WHERE ladder = :l AND ladder_version = 2"),
@@ -161,8 +190,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--batch-size", type=int, default=500)
-    ap.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
-    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/9")
+    ap.add_argument("--admin-url", default=os.environ.get(
+        "ESCALATION_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    ap.add_argument("--redis-url", default=os.environ.get(
+        "ESCALATION_REDIS_URL", "redis://127.0.0.1:6379/9"))
     args = ap.parse_args()
     if args.redis_url.rstrip("/").endswith("/0") or "/" not in args.redis_url[8:]:
         raise SystemExit("refusing Redis DB 0: pass a URL with a DB index, e.g. .../9")

@@ -125,6 +125,42 @@ def test_apply_resumes_after_a_crash_between_record_and_redis(env: MigEnv) -> No
         assert env.app.store.verify(d) == []  # hash chain intact
 
 
+def test_a_failed_redis_restore_leaves_the_resume_point_before_its_batch(
+    env: MigEnv, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Restores run on their own thread, overlapping the next batch's transaction: the resume
+    # point must only ever name a batch whose restore finished.
+    ids = sorted(env.enqueue("standard", due_at=env.app.scheduler.time() + hours(3), n=8))
+    env.add("inserted")
+    plan = env.plan()
+    real = env.app.scheduler.restore
+    calls: list[int] = []
+
+    def flaky(states: Any, notifications: Any = None) -> Any:
+        calls.append(len(states))
+        if len(calls) == 2:  # batch 1's restore
+            raise ConnectionError("simulated Redis outage")
+        return real(states, notifications)
+
+    monkeypatch.setattr(env.app.scheduler, "restore", flaky)
+    with pytest.raises(ConnectionError, match="simulated Redis outage"):
+        env.apply(plan.plan_hash, batch_size=2)
+    [run] = env.history.history(env.name)
+    assert run.status == "failed" and run.migrated >= 4  # batches 0 and 1 committed
+    assert run.redis_synced_through == ids[1]  # batch 0: the only restore that finished
+    assert [env.pinned_in_redis(d) for d in ids[2:4]] == [f"{env.name}@1"] * 2
+
+    monkeypatch.setattr(env.app.scheduler, "restore", real)
+    report = env.apply(plan.plan_hash, batch_size=2)
+
+    assert report.resumed and report.redis_repaired == run.migrated - 2
+    for d in ids:
+        assert env.state(d).ladder_version == 2
+        assert env.pinned_in_redis(d) == f"{env.name}@2"
+        assert len(env.migrated_rows(d)) == 1
+        assert env.app.store.verify(d) == []
+
+
 def test_history_records_checksum_and_check_refuses_an_edited_applied_file(
     env: MigEnv,
 ) -> None:
@@ -246,3 +282,5 @@ def test_apply_hands_the_migrated_pending_escalations_to_the_warnings_hook(
     env.apply(plan.plan_hash, on_scheduled=seen.extend)
     assert sorted(e.dispute_id for e in seen) == sorted(ids)
     assert all(e.ladder_version == 2 and e.seq == env.state(e.dispute_id).seq for e in seen)
+    # built from the page's objects, they equal the projection read back in full
+    assert seen == [env.history.states([e.dispute_id])[e.dispute_id] for e in seen]
