@@ -58,13 +58,17 @@ def test_concurrent_creates_of_distinct_disputes_are_one_batch(app):
         assert app.scheduler.payload(did) is not None  # scheduled in Redis too
 
 
-def test_same_dispute_in_one_batch_is_created_once(app):
-    did = uuid.uuid4()
-    outcomes, batcher = submit_all(app, [(req(did), "svc-a") for _ in range(5)])
-    assert batcher.batches == 1
-    created = [o.result.created for o in outcomes if isinstance(o, Created)]
-    assert created == [True, False, False, False, False]
-    assert {o.result.status for o in outcomes if isinstance(o, Created)} == {Status.PENDING}
+def test_same_dispute_submitted_together_is_created_once(app):
+    did, other = uuid.uuid4(), uuid.uuid4()
+    items = [(req(did, trace_id=f"t{i}"), "svc-a") for i in range(4)] + [(req(other), "svc-a")]
+    outcomes, batcher = submit_all(app, items)
+    # one request per dispute per batch: the repeats wait for later batches
+    assert batcher.batches == 4
+    done = [o for o in outcomes if isinstance(o, Created)]
+    assert [o.result.created for o in done] == [True, False, False, False, True]
+    assert {o.result.status for o in done} == {Status.PENDING}
+    # the repeats are answered with the recorded state, not their own request's values
+    assert {o.result.escalation.trace_id for o in done[:4]} == {"t0"}
     assert actors(app, did) == [("ENQUEUED", "svc-a")]
 
 

@@ -10,9 +10,9 @@ batch, so batches grow with the load (natural batching).
 
 Every request still gets its own answer:
 
-* 201 for the request that created the dispute's escalation, 200 for any other request of
-  the same dispute (in the same batch or later; ``enqueue_many`` records a dispute repeated
-  in a batch once);
+* 201 for the request that created the dispute's escalation, 200 with the recorded state
+  for any other request of the same dispute (a batch holds at most one request per
+  dispute: a repeat waits for the next batch);
 * its own 422 for a bad value (a time that cannot be parsed, an unknown tier, ...): when
   ``enqueue_many`` refuses a batch (it validates every request before writing anything), each
   request is validated on its own with the batch's Redis TIME, the bad ones get their own
@@ -110,7 +110,7 @@ class CreateBatcher:
         """One writer: write what is queued, then what queued meanwhile, until none is."""
         loop = asyncio.get_running_loop()
         while self._queue:
-            batch, self._queue = self._queue[: self._max], self._queue[self._max:]
+            batch, self._queue = _take(self._queue, self._max)
             self.batches += 1
             self.largest = max(self.largest, len(batch))
             try:
@@ -194,6 +194,26 @@ class CreateBatcher:
     def close(self) -> None:
         """Stop the write thread (after the write under way, if any)."""
         self._executor.shutdown(wait=True)
+
+
+def _take(queue: list[_Pending], most: int) -> tuple[list[_Pending], list[_Pending]]:
+    """``(batch, rest)``: up to ``most`` queued requests in order, at most one per dispute.
+
+    A later request for a dispute already in the batch waits for the next batch, so it is
+    answered from the recorded state (``enqueue_many`` answers a dispute repeated within
+    one call with the repeat's own, unrecorded values: another trace id, another due time).
+    """
+    batch: list[_Pending] = []
+    rest: list[_Pending] = []
+    disputes: set[object] = set()
+    for item in queue:
+        did = item.request.dispute_id
+        if len(batch) < most and did not in disputes:
+            batch.append(item)
+            disputes.add(did)
+        else:
+            rest.append(item)
+    return batch, rest
 
 
 def _answer(result: EnqueueResult, now: datetime) -> Outcome:
