@@ -157,3 +157,29 @@ def test_the_batch_clock_is_redis_time(app):
     stamps = {o.now for o in outcomes if isinstance(o, Created)}
     assert len(stamps) == 1  # one TIME per batch
     assert before <= stamps.pop() <= after
+
+
+def test_a_dropped_pooled_connection_is_replaced_and_the_batch_written(app, engine):
+    """The writers' pool has no pre-ping: a connection the server dropped fails the first
+    try, and the batch is written again on a fresh connection."""
+    import sqlalchemy as sa
+
+    batcher = CreateBatcher(app, writers=1)
+
+    async def go(ids: list[uuid.UUID]) -> list[Created | BaseException]:
+        return await asyncio.gather(*(batcher.submit(req(d), "svc-a") for d in ids),
+                                    return_exceptions=True)
+
+    try:
+        asyncio.run(go([uuid.uuid4()]))  # the pool now holds one connection
+        with batcher._engine.connect() as conn:  # that same connection
+            pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        with engine.connect() as admin:
+            assert admin.execute(sa.text("SELECT pg_terminate_backend(:p)"),
+                                 {"p": pid}).scalar_one()
+        ids = [uuid.uuid4() for _ in range(3)]
+        outcomes = asyncio.run(go(ids))
+    finally:
+        batcher.close()
+    assert all(isinstance(o, Created) and o.result.created for o in outcomes), outcomes
+    assert all(actors(app, d) == [("ENQUEUED", "svc-a")] for d in ids)

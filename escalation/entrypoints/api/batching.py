@@ -32,6 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
+import sqlalchemy.exc
+
+from escalation.adapters.audit_store import PostgresAuditStore
+from escalation.adapters.db import make_engine
 from escalation.bootstrap import App, schedule_for
 from escalation.domain.errors import ConflictError, InvalidInput
 from escalation.domain.escalation import Status
@@ -84,6 +88,11 @@ class CreateBatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers = writers
         self._executor = ThreadPoolExecutor(writers, thread_name_prefix="create-batch")
+        # the writers' own pool, without a pre-ping round trip per checkout: a batch that
+        # meets a dropped connection is written again once (_enqueue)
+        self._engine = make_engine(core.urls.database_url, pool_size=writers,
+                                   io_timeout_s=core.settings.io_timeout_s, pre_ping=False)
+        self._store = PostgresAuditStore(self._engine)
         self.batches = 0
         """Batches written so far (tests and diagnostics)."""
         self.largest = 0
@@ -144,12 +153,22 @@ class CreateBatcher:
 
     def _enqueue(self, requests: list[EnqueueRequest], actor: str,
                  now: datetime) -> list[EnqueueResult]:
+        """``enqueue_many``; once more on a fresh connection when the pooled one had been
+        dropped (server restart, idle timeout). The retry is safe: ``enqueue_many`` is
+        idempotent per dispute (a batch whose commit went through but whose reply was lost
+        answers 200 instead of 201 on the retry)."""
         c = self._core
-        return enqueue_many(
-            requests, scheduler=c.scheduler, store=c.store, ladders=c.ladders,
-            calendars=c.calendars, default_ladder=c.settings.default_ladder, actor=actor,
-            on_scheduled=self._hook, now=now,
-        )
+        for attempt in (1, 2):
+            try:
+                return enqueue_many(
+                    requests, scheduler=c.scheduler, store=self._store, ladders=c.ladders,
+                    calendars=c.calendars, default_ladder=c.settings.default_ladder,
+                    actor=actor, on_scheduled=self._hook, now=now,
+                )
+            except sqlalchemy.exc.DBAPIError as exc:
+                if attempt == 2 or not exc.connection_invalidated:
+                    raise
+        raise AssertionError("unreachable")
 
     def _write_group(self, requests: list[EnqueueRequest], actor: str,
                      now: datetime) -> list[Outcome]:
@@ -192,8 +211,9 @@ class CreateBatcher:
         return None
 
     def close(self) -> None:
-        """Stop the write thread (after the write under way, if any)."""
+        """Stop the write threads (after the writes under way, if any); close the pool."""
         self._executor.shutdown(wait=True)
+        self._engine.dispose()
 
 
 def _take(queue: list[_Pending], most: int) -> tuple[list[_Pending], list[_Pending]]:
