@@ -48,7 +48,8 @@ def normalize_url(url: str) -> str:
     return parsed.set(drivername=DRIVER).render_as_string(hide_password=False)
 
 
-def make_engine(url: str, pool_size: int = 5, io_timeout_s: float | None = None) -> sa.Engine:
+def make_engine(url: str, pool_size: int = 5, io_timeout_s: float | None = None,
+                pre_ping: bool = True) -> sa.Engine:
     """A SQLAlchemy engine on psycopg 3 with ``pool_pre_ping`` (connections checked on checkout).
 
     Args:
@@ -60,6 +61,9 @@ def make_engine(url: str, pool_size: int = 5, io_timeout_s: float | None = None)
             and the wait for a pooled connection. None: libpq defaults (unbounded).
             libpq has no client-side read timeout: a query whose reply never comes on a
             TCP path that still acknowledges packets is bounded by the keepalives only.
+        pre_ping: check each connection with a round trip on checkout. False for a hot path
+            that retries once on a dropped connection itself (the pool replaces a connection
+            that failed with a disconnect error).
 
     Raises:
         ConfigError: the URL is not a PostgreSQL URL.
@@ -80,7 +84,7 @@ def make_engine(url: str, pool_size: int = 5, io_timeout_s: float | None = None)
         normalize_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
         connect_args=connect_args,
         **extra,
     )

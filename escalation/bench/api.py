@@ -14,7 +14,13 @@ loopback port against the bench target (own Redis namespace, own database). Thre
 
 Every response must be 201; the ledger must then hold exactly one ENQUEUED row per
 escalation sent (checked at the end). The client runs on the same machine: its CPU use is
-part of the figures (the load averages are recorded before and after).
+part of the figures (the load averages are recorded before and after, and the client
+process's own CPU time per request is reported).
+
+Two real HTTP clients (keep-alive connections, asyncio): ``aiohttp`` (the default: its C
+HTTP parser costs about 0.2 ms of client CPU per request) and ``httpx`` (pure Python, about
+3-6 ms per request on the 2-core machine of docs/performance.md, which alone caps one client
+process at a few hundred requests/s there).
 """
 
 from __future__ import annotations
@@ -89,17 +95,61 @@ def _start(tgt: Target, namespace: str, workers: int) -> tuple[str, subprocess.P
     return start_api_server(env, workers)
 
 
-async def _post(client: httpx.AsyncClient, path: str, body: Any) -> int | str:
-    """POST; the status code, or the transport error's class name (a dropped connection is
-    counted, not fatal: its request may or may not have been processed)."""
-    try:
-        return (await client.post(path, json=body)).status_code
-    except httpx.TransportError as exc:
-        return type(exc).__name__
+CLIENTS = ("aiohttp", "httpx")
+
+
+class _Client:
+    """A keep-alive HTTP client (aiohttp or httpx) with at most ``connections`` connections,
+    sending the bearer token on every request."""
+
+    def __init__(self, kind: str, url: str, token: str, connections: int) -> None:
+        if kind not in CLIENTS:
+            raise ValueError(f"client must be one of {', '.join(CLIENTS)}, got {kind!r}")
+        self.kind = kind
+        self._url, self._token, self._n = url, token, connections
+        self._session: Any = None
+
+    async def __aenter__(self) -> _Client:
+        headers = {"Authorization": f"Bearer {self._token}"}
+        if self.kind == "httpx":
+            limits = httpx.Limits(max_connections=self._n, max_keepalive_connections=self._n)
+            self._session = httpx.AsyncClient(base_url=self._url, limits=limits, timeout=60,
+                                              headers=headers)
+        else:
+            import aiohttp
+
+            self._session = aiohttp.ClientSession(
+                self._url, headers=headers, timeout=aiohttp.ClientTimeout(total=60),
+                connector=aiohttp.TCPConnector(limit=self._n))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.kind == "httpx":
+            await self._session.aclose()
+        else:
+            await self._session.close()
+
+    async def post(self, path: str, body: Any) -> int | str:
+        """POST; the status code, or the transport error's class name (a dropped connection
+        is counted, not fatal: its request may or may not have been processed)."""
+        if self.kind == "httpx":
+            try:
+                return int((await self._session.post(path, json=body)).status_code)
+            except httpx.TransportError as exc:
+                return type(exc).__name__
+        import aiohttp
+
+        try:
+            async with self._session.post(path, json=body) as response:
+                await response.read()
+                return int(response.status)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            return type(exc).__name__
 
 
 async def _closed_loop(url: str, token: str, bodies: list[Any], path: str,
-                       concurrency: int) -> tuple[float, list[float], dict[int | str, int]]:
+                       concurrency: int, client_kind: str = "aiohttp",
+                       ) -> tuple[float, list[float], dict[int | str, int]]:
     """Send ``bodies`` from ``concurrency`` connections as fast as answered.
     Returns (wall seconds, latencies ms, status counts)."""
     queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -107,15 +157,13 @@ async def _closed_loop(url: str, token: str, bodies: list[Any], path: str,
         queue.put_nowait(b)
     lat: list[float] = []
     codes: dict[int | str, int] = {}
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60,
-                                 headers={"Authorization": f"Bearer {token}"}) as client:
+    async with _Client(client_kind, url, token, concurrency) as client:
 
         async def one() -> None:
             while not queue.empty():
                 b = queue.get_nowait()
                 t0 = time.perf_counter()
-                code = await _post(client, path, b)
+                code = await client.post(path, b)
                 lat.append((time.perf_counter() - t0) * 1000)
                 codes[code] = codes.get(code, 0) + 1
 
@@ -124,7 +172,8 @@ async def _closed_loop(url: str, token: str, bodies: list[Any], path: str,
         return time.perf_counter() - start, lat, codes
 
 
-async def _open_loop(url: str, token: str, rate: float, seconds: float
+async def _open_loop(url: str, token: str, rate: float, seconds: float,
+                     client_kind: str = "aiohttp",
                      ) -> tuple[list[float], dict[int | str, int], float]:
     """POST one escalation every 1/rate s for ``seconds``; latency from the scheduled send
     time. Returns (latencies ms, status counts, achieved rate)."""
@@ -135,16 +184,14 @@ async def _open_loop(url: str, token: str, rate: float, seconds: float
     # and its latency still counts from its scheduled time (a slow server shows as latency,
     # not as a slower client); it also keeps httpx's pool queue short.
     gate = asyncio.Semaphore(IN_FLIGHT)
-    limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60,
-                                 headers={"Authorization": f"Bearer {token}"}) as client:
+    async with _Client(client_kind, url, token, IN_FLIGHT) as client:
 
         async def one(at: float, body: dict[str, str]) -> None:
             delay = at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             async with gate:
-                code = await _post(client, "/v1/escalations", body)
+                code = await client.post("/v1/escalations", body)
             lat.append((time.perf_counter() - at) * 1000)
             codes[code] = codes.get(code, 0) + 1
 
@@ -193,8 +240,13 @@ def _stats(lat: list[float]) -> dict[str, float | None]:
 
 def run(tgt: Target, *, batches: int, batch_size: int, batch_concurrency: int,
         single_n: int, concurrency: int, rate: float, seconds: float,
-        workers: int) -> dict[str, Any]:
-    """Run the three measurements (see the module docstring). Returns the figures."""
+        workers: int, client: str = "aiohttp") -> dict[str, Any]:
+    """Run the three measurements (see the module docstring) with the ``client`` HTTP
+    client (one of :data:`CLIENTS`). Returns the figures.
+
+    Raises:
+        ValueError: an unknown client (from the first request phase).
+    """
     import signal
 
     from escalation.adapters.token_store import PostgresTokenStore
@@ -214,17 +266,21 @@ def run(tgt: Target, *, batches: int, batch_size: int, batch_concurrency: int,
     url, proc = _start(tgt, ns, workers)
     try:
         warm = [_item() for _ in range(200)]
-        asyncio.run(_closed_loop(url, token, warm, "/v1/escalations", 8))
+        asyncio.run(_closed_loop(url, token, warm, "/v1/escalations", 8, client))
         batch_bodies = [{"items": [_item() for _ in range(batch_size)]} for _ in range(batches)]
         cpu = [_tree_cpu_s(proc.pid)]
-        b_wall, b_lat, b_codes = asyncio.run(
-            _closed_loop(url, token, batch_bodies, "/v1/escalations/batch", batch_concurrency))
+        b_wall, b_lat, b_codes = asyncio.run(_closed_loop(
+            url, token, batch_bodies, "/v1/escalations/batch", batch_concurrency, client))
         cpu.append(_tree_cpu_s(proc.pid))
         singles = [_item() for _ in range(single_n)]
+        own = time.process_time()
         s_wall, s_lat, s_codes = asyncio.run(
-            _closed_loop(url, token, singles, "/v1/escalations", concurrency))
+            _closed_loop(url, token, singles, "/v1/escalations", concurrency, client))
+        own_single = time.process_time() - own
         cpu.append(_tree_cpu_s(proc.pid))
-        r_lat, r_codes, achieved = asyncio.run(_open_loop(url, token, rate, seconds))
+        own = time.process_time()
+        r_lat, r_codes, achieved = asyncio.run(_open_loop(url, token, rate, seconds, client))
+        own_rate = time.process_time() - own
         cpu.append(_tree_cpu_s(proc.pid))
     finally:
         proc.terminate()
@@ -247,7 +303,7 @@ def run(tgt: Target, *, batches: int, batch_size: int, batch_concurrency: int,
     ledger_ok = answered <= rows <= sent  # every answered request recorded, nothing extra
     return {
         "scenario": "api", "load": load(), "load_before": load_before,
-        "cpus": os.cpu_count(), "uvicorn_workers": workers,
+        "cpus": os.cpu_count(), "uvicorn_workers": workers, "client": client,
         "batch": {"requests": batches, "size": batch_size, "concurrency": batch_concurrency,
                   "seconds": round(b_wall, 3), "escalations_per_s": round(batch_rate, 1),
                   "request_ms": _stats(b_lat), "status": b_codes,
@@ -258,11 +314,14 @@ def run(tgt: Target, *, batches: int, batch_size: int, batch_concurrency: int,
                    "seconds": round(s_wall, 3), "requests_per_s": round(single_rate, 1),
                    "request_ms": _stats(s_lat), "status": s_codes,
                    "server_cpu_ms_per_request": round((cpu[2] - cpu[1]) * 1000 / single_n, 3),
+                   "client_cpu_ms_per_request": round(own_single * 1000 / single_n, 3),
                    "target_per_s": 1_000, "met": single_rate >= 1_000},
         "fixed_rate": {"rate_per_s": rate, "achieved_per_s": round(achieved, 1),
                        "seconds": seconds, "latency_ms": r_stats, "status": r_codes,
                        "server_cpu_ms_per_request": round(
                            (cpu[3] - cpu[2]) * 1000 / max(1, int(rate * seconds)), 3),
+                       "client_cpu_ms_per_request": round(
+                           own_rate * 1000 / max(1, int(rate * seconds)), 3),
                        "target_p99_ms": 25,
                        "met": r_stats["p99"] is not None and r_stats["p99"] <= 25},
         "ledger": {"sent": sent, "answered_2xx": answered, "enqueued_rows": rows,

@@ -269,6 +269,9 @@ def api_cmd(
     rate: Annotated[float, typer.Option(help="Fixed request rate for latency (req/s).")] = 300,
     seconds: Annotated[float, typer.Option(help="Duration of the fixed-rate run (s).")] = 20,
     workers: Annotated[int, typer.Option(help="uvicorn worker processes.")] = 2,
+    client: Annotated[str, typer.Option(
+        help="HTTP client: aiohttp (C parser, ~0.2 ms CPU/request) or httpx (pure Python, "
+             "several ms CPU/request).")] = "aiohttp",
     database_url: DbOpt = None,
     json_only: JsonOpt = False,
 ) -> None:
@@ -285,10 +288,12 @@ def api_cmd(
             raise InvalidInput(f"{name} must be at least 1, got {value}")
     if not 0 < rate <= 100_000 or not 0 < seconds <= 3600:
         raise InvalidInput("--rate must be in (0, 100000] and --seconds in (0, 3600]")
+    if client not in api.CLIENTS:
+        raise InvalidInput(f"--client must be one of {', '.join(api.CLIENTS)}, got {client!r}")
     result = _run(database_url, lambda t: api.run(
         t, batches=batches, batch_size=batch_size, batch_concurrency=batch_concurrency,
         single_n=single_n, concurrency=concurrency, rate=rate, seconds=seconds,
-        workers=workers))
+        workers=workers, client=client))
     b, s, f = result["batch"], result["single"], result["fixed_rate"]
     rows = [
         {"figure": "batch create", "value": f"{fmt(b['escalations_per_s'])} esc/s",
@@ -299,10 +304,13 @@ def api_cmd(
          "target": "<= 25 ms", "met": f["met"]},
     ]
     report(result, rows,
-           f"{workers} uvicorn workers: batch {fmt(b['escalations_per_s'])} esc/s "
+           f"{workers} uvicorn workers, {client} client: batch "
+           f"{fmt(b['escalations_per_s'])} esc/s "
            f"({b['size']}/request, {b['concurrency']} concurrent); single "
            f"{fmt(s['requests_per_s'])} req/s ({s['concurrency']} concurrent, p50/p99 "
-           f"{fmt(s['request_ms']['p50'])}/{fmt(s['request_ms']['p99'])} ms); at "
+           f"{fmt(s['request_ms']['p50'])}/{fmt(s['request_ms']['p99'])} ms; server/client "
+           f"CPU {fmt(s['server_cpu_ms_per_request'])}/{fmt(s['client_cpu_ms_per_request'])} "
+           f"ms/request); at "
            f"{rate:g}/s (achieved {fmt(f['achieved_per_s'])}) p50/p99/max "
            f"{fmt(f['latency_ms']['p50'])}/{fmt(f['latency_ms']['p99'])}/"
            f"{fmt(f['latency_ms']['max'])} ms; "

@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 import sqlalchemy as sa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from escalation.adapters.audit_store import PostgresAuditStore
@@ -114,6 +114,9 @@ def test_batch_with_one_bad_item_writes_nothing(service, engine, bad, at):
     ["", "/cancel", "/pause", "/resume", "/audit"]), source=st.text(min_size=1, max_size=12))
 def test_dispute_routes_refuse_bad_or_unknown_ids(api_server, admin, engine, seg, action,
                                                   source):
+    # "." and ".." are dot segments: the client removes them (RFC 3986 5.2.4), so the
+    # request goes to another route (GET /v1/escalations: 405), not to a dispute route
+    assume(seg not in (".", "..") and source not in (".", ".."))
     before = _rows_by(engine, list(api_server.names.values()))
     method = "GET" if action in ("", "/audit") else "POST"
     for path in (f"/v1/escalations/{quote(seg, safe='')}{action}",
@@ -174,6 +177,11 @@ def test_any_authorization_header_but_a_token_is_401(api_server, header):
         r = httpx.get(api_server.url + "/readyz", headers={"Authorization": header})
     except (httpx.InvalidURL, UnicodeEncodeError, httpx.LocalProtocolError):
         return  # not a header value HTTP can carry
+    # a control character is not a field value (RFC 9110 5.5): uvicorn's C parser
+    # (httptools) refuses the request itself with a plain 400 before the app sees it
+    if r.status_code == 400 and any((ord(c) < 32 and c != "\t") or ord(c) == 127
+                                    for c in header):
+        return
     _check_problem(r, 401)
 
 

@@ -154,4 +154,5 @@ def test_api_bench_sends_real_requests_and_the_ledger_holds_each_one(
     assert data["ledger"]["sent"] == data["ledger"]["enqueued_rows"] == 200 + 100 + 40 + 20
     lat = data["fixed_rate"]["latency_ms"]
     assert _number(lat["p50"]) and lat["p50"] <= lat["p99"] <= lat["max"]
-    assert summary.startswith("SUMMARY api: 2 uvicorn workers") and "ledger PASS" in summary
+    assert summary.startswith("SUMMARY api: 2 uvicorn workers, aiohttp client")
+    assert "ledger PASS" in summary

@@ -41,9 +41,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         core = build(s, actor="api")
         app.state.core = core
         app.state.tokens = TokenCache(PostgresTokenStore(core.engine), s.api_token_cache_s)
+        from escalation.entrypoints.api.batching import CreateBatcher
+
+        app.state.batcher = CreateBatcher(core)
         try:
             yield
         finally:
+            app.state.batcher.close()
             core.close()
 
     app = FastAPI(

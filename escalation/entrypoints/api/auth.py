@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from escalation.domain.access import Permission, TokenInfo, allowed
@@ -36,17 +37,26 @@ class TokenCache:
         self._lock = threading.Lock()
         self._seen: dict[str, tuple[float, TokenInfo | None]] = {}
 
+    def cached(self, secret: str) -> TokenInfo | Literal[False] | None:
+        """From memory only: the active token for ``secret``, None (known bad), or False
+        (not remembered, or remembered too long ago: call :meth:`check`)."""
+        if self._ttl_s <= 0:
+            return False
+        with self._lock:
+            hit = self._seen.get(secret)
+        if hit is None or time.monotonic() - hit[0] >= self._ttl_s:
+            return False
+        info = hit[1]
+        return info if info is not None and info.state(datetime.now(UTC)) == "active" else None
+
     def check(self, secret: str) -> TokenInfo | None:
-        """The active token for ``secret`` (see ``tokens.authenticate``), or None."""
+        """The active token for ``secret`` (see ``tokens.authenticate``), or None.
+        Reads PostgreSQL unless remembered (blocking: call it from a thread)."""
+        hit = self.cached(secret)
+        if hit is not False:
+            return hit
         now_mono = time.monotonic()
-        now = datetime.now(UTC)
-        if self._ttl_s > 0:
-            with self._lock:
-                hit = self._seen.get(secret)
-            if hit is not None and now_mono - hit[0] < self._ttl_s:
-                info = hit[1]
-                return info if info is not None and info.state(now) == "active" else None
-        info = authenticate(self._store, secret, now)
+        info = authenticate(self._store, secret, datetime.now(UTC))
         if self._ttl_s > 0:
             with self._lock:
                 if len(self._seen) > 10_000:
@@ -55,14 +65,14 @@ class TokenCache:
         return info
 
 
-def require(permission: Permission) -> Callable[..., TokenInfo]:
+def require(permission: Permission) -> Callable[..., Awaitable[TokenInfo]]:
     """A dependency: the request's token, which must hold ``permission``.
 
     Raises:
         ApiProblem 401: no/unknown/expired/revoked token. ApiProblem 403: wrong role.
     """
 
-    def dependency(
+    async def dependency(
         request: Request,
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> TokenInfo:
@@ -70,7 +80,11 @@ def require(permission: Permission) -> Callable[..., TokenInfo]:
             raise ApiProblem(401, "missing bearer token (Authorization: Bearer <token>)",
                              _CHALLENGE)
         cache: TokenCache = request.app.state.tokens
-        info = cache.check(creds.credentials)
+        # a remembered token is checked on the event loop; otherwise PostgreSQL is read in
+        # the thread pool
+        hit = cache.cached(creds.credentials)
+        info = (await run_in_threadpool(cache.check, creds.credentials) if hit is False
+                else hit)
         if info is None:
             raise ApiProblem(401, "invalid, expired or revoked token", _CHALLENGE)
         if not allowed(info.role, permission):

@@ -11,12 +11,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Request, Response
 
 from escalation.bootstrap import App
 from escalation.domain.errors import NotFound
 from escalation.domain.escalation import Escalation, Status
 from escalation.entrypoints.api.auth import StatusReader, Writer
+from escalation.entrypoints.api.batching import CreateBatcher
 from escalation.entrypoints.api.deps import Core, Dispute, path_parameters
 from escalation.entrypoints.api.models import (
     BatchIn,
@@ -31,7 +32,7 @@ from escalation.entrypoints.api.models import (
 )
 from escalation.entrypoints.cli_common import parse_time
 from escalation.service_layer.disputes import resolve_dispute
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many, enqueue_on_breach
+from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many
 
 router = APIRouter(prefix="/v1", tags=["escalations"])
 DISPUTE_PATHS = ("/escalations/{dispute_id}", "/sources/{source}/escalations/{external_id}")
@@ -66,12 +67,15 @@ def _deadline_state(esc: Escalation, at: datetime, now: datetime,
     return "open" if now < at else "overdue"
 
 
-def render(core: App, esc: Escalation, **extra: Any) -> EscalationOut:
-    """The response body of one escalation, with every deadline's state at Redis TIME."""
+def render(core: App, esc: Escalation, now: datetime | None = None,
+           **extra: Any) -> EscalationOut:
+    """The response body of one escalation, with every deadline's state at Redis TIME
+    (``now``, when the caller has just read it; else read here)."""
     closed_at = None
     if esc.deadlines and esc.status in (Status.TERMINAL, Status.CANCELLED):
         closed_at = core.store.trail(esc.dispute_id)[-1].decided_at
-    now = core.scheduler.time() if esc.deadlines else None
+    if esc.deadlines and now is None:
+        now = core.scheduler.time()
     deadlines = [
         DeadlineOut(name=n, at=at, state=_deadline_state(esc, at, now, closed_at))  # type: ignore[arg-type]
         for n, at in esc.deadlines
@@ -95,16 +99,19 @@ def _hook(core: App) -> Callable[..., None]:
 @router.post("/escalations", status_code=201, response_model=EscalationOut,
              responses={200: {"model": EscalationOut, "description": "Already there"},
                         **ERRORS})
-def create(body: EscalationIn, core: Core, token: Writer, response: Response) -> EscalationOut:
+async def create(body: EscalationIn, request: Request, token: Writer) -> Response:
     """Schedule one escalation (idempotent per dispute: 201 created, 200 already there)."""
-    res = enqueue_on_breach(
-        to_request(body), scheduler=core.scheduler, store=core.store, ladders=core.ladders,
-        calendars=core.calendars, default_ladder=core.settings.default_ladder,
-        actor=token.name, on_scheduled=_hook(core),
-    )
-    if not res.created:
-        response.status_code = 200
-    return render(core, res.escalation.with_changes(status=res.status), created=res.created)
+    # written together with the other single creates in flight in this worker process
+    # (batching.CreateBatcher: one transaction for them all), each answered on its own; the
+    # body is serialized here (response_model still documents it)
+    core: App = request.app.state.core
+    batcher: CreateBatcher = request.app.state.batcher
+    done = await batcher.submit(to_request(body), token.name)
+    res = done.result
+    out = render(core, res.escalation.with_changes(status=res.status), done.now,
+                 created=res.created)
+    return Response(out.model_dump_json(), status_code=201 if res.created else 200,
+                    media_type="application/json")
 
 
 @router.post("/escalations/batch", response_model=BatchOut, responses=ERRORS)
