@@ -29,6 +29,11 @@
 -- Stats counters: applied, stale_apply, not_owner, missing. Every op is validated before the
 -- first write; re-sending the call yields "stale_seq" for ops already applied.
 --
+-- Writes to the shard's shared keys (ZREM ready, ZADD / ZREM pending, HDEL prio) are collected
+-- and sent as one multi-member command per kind at the end (or before an op whose id repeats
+-- an earlier op's, so a repeated id sees its predecessor's writes): per applied op only
+-- HGET seq, GET lock, DEL payload (+ lock), HSET payload and XADD remain (docs/performance.md).
+--
 -- KEYS[1]      pending ZSET (score = due time, epoch milliseconds)
 -- KEYS[2]      review STREAM
 -- KEYS[3]      stats HASH
@@ -38,28 +43,38 @@
 --              pending also ZREMs ready, so a member is in at most one of them)
 -- KEYS[n*2+5]  prio HASH (member -> weight; HDEL on remove)
 -- ARGV[1]      review stream approximate MAXLEN, integer 1..100000000
--- ARGV[1+i]    op i as a JSON object of strings / string arrays:
---                id      dispute id (ZSET member), 1..100 bytes
---                action  "reschedule" | "remove" | "park"
---                token   fencing token, decimal integer string, or "" (owner-less repair)
---                seq     sequence number recorded in PostgreSQL, decimal integer string
---                due_ms  due time, integer epoch milliseconds string (required for reschedule)
---                fields  [f1, v1, ...] payload fields (required, non-empty, for reschedule/park)
---                notify  [f1, v1, ...] review stream entry fields, or [] for none
---                create  "1" = restore mode (may create a missing payload), else "0"
+-- ARGV[2..]    the ops, one after the other, each a flat run of strings starting at ARGV[p]
+--              (p = 2 for op 1, then p + 8 + nf + nn for the next op):
+--                ARGV[p]        id      dispute id (ZSET member), 1..100 bytes
+--                ARGV[p+1]      action  "reschedule" | "remove" | "park"
+--                ARGV[p+2]      token   fencing token, decimal integer string, or "" (owner-less
+--                                       repair)
+--                ARGV[p+3]      seq     sequence number recorded in PostgreSQL, decimal integer
+--                ARGV[p+4]      due_ms  due time, integer epoch milliseconds (required for
+--                                       reschedule; otherwise any string)
+--                ARGV[p+5]      create  "1" = restore mode (may create a missing payload), else "0"
+--                ARGV[p+6]      nf      number of payload field entries that follow (even,
+--                                       0..64; at least 2 for reschedule/park)
+--                ARGV[p+7..]    f1, v1, ... payload fields (nf strings; names non-empty)
+--                ARGV[p+7+nf]   nn      number of review stream entry strings that follow
+--                                       (even, 0..64; 0 = no notification)
+--                ARGV[p+8+nf..] n1, v1, ... review stream entry fields (nn strings)
 -- Returns:     array of n outcome strings: "applied" | "stale_seq" | "not_owner" | "missing"
 -- Errors:      "EINVAL apply: <reason>" (nothing written)
 
 local function fail(msg) return redis.error_reply('EINVAL apply: ' .. msg) end
 local function is_int(s) return type(s) == 'string' and string.match(s, '^%d+$') ~= nil and #s <= 16 end
-local function is_pairs(t, allow_empty)
-  if type(t) ~= 'table' then return false end
-  local len = #t
-  if len % 2 ~= 0 or len > 64 or (len == 0 and not allow_empty) then return false end
-  for j = 1, len do
-    if type(t[j]) ~= 'string' or (j % 2 == 1 and #t[j] == 0) then return false end
+-- the count at ARGV[at] of a run of field/value strings starting at ARGV[at + 1]: the count,
+-- or nil when it is not an even integer 0..64, the run overflows ARGV or a name is empty
+local function run_len(at, allow_empty)
+  local c = ARGV[at]
+  if not is_int(c) then return nil end
+  c = tonumber(c)
+  if c % 2 ~= 0 or c > 64 or (c == 0 and not allow_empty) or at + c > #ARGV then return nil end
+  for j = at + 1, at + c, 2 do
+    if #ARGV[j] == 0 then return nil end
   end
-  return true
+  return c
 end
 local ACTIONS = {reschedule = true, remove = true, park = true}
 
@@ -67,40 +82,74 @@ local maxlen = ARGV[1]
 if not is_int(maxlen) or tonumber(maxlen) < 1 or tonumber(maxlen) > 100000000 then
   return fail('review MAXLEN must be an integer 1..100000000')
 end
-local n = #ARGV - 1
-if #KEYS ~= 5 + 2 * n then return fail('expected ' .. (5 + 2 * n) .. ' KEYS, got ' .. #KEYS) end
-local READY, PRIO = KEYS[4 + 2 * n], KEYS[5 + 2 * n]
-local function scheduled(id)
-  return redis.call('ZSCORE', KEYS[1], id) ~= false or redis.call('ZSCORE', READY, id) ~= false
-end
 local ops = {}
-for i = 1, n do
-  local ok, op = pcall(cjson.decode, ARGV[1 + i])
-  if not ok or type(op) ~= 'table' then return fail('op ' .. i .. ' is not JSON') end
+local p = 2
+while p <= #ARGV do
+  local i = #ops + 1
+  if p + 7 > #ARGV then return fail('op ' .. i .. ' is truncated') end
+  local op = {id = ARGV[p], action = ARGV[p + 1], token = ARGV[p + 2], seq = ARGV[p + 3],
+              due_ms = ARGV[p + 4], create = ARGV[p + 5]}
   local id = op.id
-  if type(id) ~= 'string' or #id == 0 or #id > 100 then return fail('op ' .. i .. ': bad id') end
-  if string.sub(KEYS[2 + 2 * i], -#id) ~= id or string.sub(KEYS[3 + 2 * i], -#id) ~= id then
-    return fail('op ' .. i .. ': KEYS do not belong to ' .. id)
-  end
+  if #id == 0 or #id > 100 then return fail('op ' .. i .. ': bad id') end
   if not ACTIONS[op.action] then return fail('op ' .. i .. ': bad action') end
   if op.token ~= '' and not is_int(op.token) then return fail('op ' .. i .. ': bad token') end
   if not is_int(op.seq) then return fail('op ' .. i .. ': bad seq') end
   if op.action == 'reschedule' and not is_int(op.due_ms) then return fail('op ' .. i .. ': bad due_ms') end
-  if op.action ~= 'remove' and not is_pairs(op.fields, false) then return fail('op ' .. i .. ': bad fields') end
-  if not is_pairs(op.notify, true) then return fail('op ' .. i .. ': bad notify') end
   if op.create ~= '0' and op.create ~= '1' then return fail('op ' .. i .. ': bad create flag') end
-  op.pkey, op.lkey = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
+  local nf = run_len(p + 6, op.action == 'remove')
+  if nf == nil then return fail('op ' .. i .. ': bad fields') end
+  local nn = run_len(p + 7 + nf, true)
+  if nn == nil then return fail('op ' .. i .. ': bad notify') end
+  op.f1, op.f2 = p + 7, p + 6 + nf
+  op.n1, op.n2 = p + 8 + nf, p + 7 + nf + nn
   ops[i] = op
+  p = p + 8 + nf + nn
+end
+local n = #ops
+if #KEYS ~= 5 + 2 * n then return fail('expected ' .. (5 + 2 * n) .. ' KEYS, got ' .. #KEYS) end
+for i = 1, n do
+  local op = ops[i]
+  local id = op.id
+  if string.sub(KEYS[2 + 2 * i], -#id) ~= id or string.sub(KEYS[3 + 2 * i], -#id) ~= id then
+    return fail('op ' .. i .. ': KEYS do not belong to ' .. id)
+  end
+  op.pkey, op.lkey = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
+end
+local READY, PRIO = KEYS[4 + 2 * n], KEYS[5 + 2 * n]
+local function scheduled(id)
+  return redis.call('ZSCORE', KEYS[1], id) ~= false or redis.call('ZSCORE', READY, id) ~= false
+end
+
+-- collected writes to the shared keys: ids to ZREM from ready / pending, HDEL from prio, and
+-- score, id pairs to ZADD to pending
+local zrem_ready, zrem_pending, hdel_prio, zadd_pending = {}, {}, {}, {}
+local collected = {}  -- ids with a collected write
+local CHUNK = 1000
+local function flush()
+  for from = 1, #zrem_ready, CHUNK do
+    redis.call('ZREM', READY, unpack(zrem_ready, from, math.min(from + CHUNK - 1, #zrem_ready)))
+  end
+  for from = 1, #zrem_pending, CHUNK do
+    redis.call('ZREM', KEYS[1], unpack(zrem_pending, from, math.min(from + CHUNK - 1, #zrem_pending)))
+  end
+  for from = 1, #hdel_prio, CHUNK do
+    redis.call('HDEL', PRIO, unpack(hdel_prio, from, math.min(from + CHUNK - 1, #hdel_prio)))
+  end
+  for from = 1, #zadd_pending, 2 * CHUNK do
+    redis.call('ZADD', KEYS[1], unpack(zadd_pending, from, math.min(from + 2 * CHUNK - 1, #zadd_pending)))
+  end
+  zrem_ready, zrem_pending, hdel_prio, zadd_pending, collected = {}, {}, {}, {}, {}
 end
 
 local function write_payload(op)
   redis.call('DEL', op.pkey)
-  redis.call('HSET', op.pkey, unpack(op.fields))
+  redis.call('HSET', op.pkey, unpack(ARGV, op.f1, op.f2))
 end
 
 local result = {}
 local counts = {applied = 0, stale_seq = 0, not_owner = 0, missing = 0}
 for i, op in ipairs(ops) do
+  if collected[op.id] then flush() end
   local pseq = redis.call('HGET', op.pkey, 'seq')
   if pseq ~= false and tonumber(pseq) == nil then pseq = '0' end  -- corrupt seq: behind everything
   local lockval = redis.call('GET', op.lkey)
@@ -144,33 +193,38 @@ for i, op in ipairs(ops) do
   elseif restore and lockval then
     out = 'not_owner'
   else
-    redis.call('ZREM', READY, op.id)
-    if op.action == 'reschedule' then
-      write_payload(op)
-      redis.call('ZADD', KEYS[1], op.due_ms, op.id)
-    elseif op.action == 'remove' then
-      redis.call('ZREM', KEYS[1], op.id)
-      redis.call('HDEL', PRIO, op.id)
-      redis.call('DEL', op.pkey)
+    local owned = op.token ~= ''
+    collected[op.id] = true
+    zrem_ready[#zrem_ready + 1] = op.id
+    if op.action == 'remove' then
+      zrem_pending[#zrem_pending + 1] = op.id
+      hdel_prio[#hdel_prio + 1] = op.id
+      if owned then redis.call('DEL', op.pkey, op.lkey) else redis.call('DEL', op.pkey) end
     else
-      redis.call('ZREM', KEYS[1], op.id)
-      write_payload(op)
+      if op.action == 'reschedule' then
+        zadd_pending[#zadd_pending + 1] = op.due_ms
+        zadd_pending[#zadd_pending + 1] = op.id
+      else
+        zrem_pending[#zrem_pending + 1] = op.id
+      end
+      if owned then redis.call('DEL', op.pkey, op.lkey) else redis.call('DEL', op.pkey) end
+      redis.call('HSET', op.pkey, unpack(ARGV, op.f1, op.f2))
     end
-    if #op.notify > 0 then
+    if op.n2 >= op.n1 then
       local nseq = nil
-      for j = 1, #op.notify, 2 do
-        if op.notify[j] == 'seq' then nseq = tonumber(op.notify[j + 1]) end
+      for j = op.n1, op.n2, 2 do
+        if ARGV[j] == 'seq' then nseq = tonumber(ARGV[j + 1]) end
       end
       if nseq == nil or tonumber(pseq) < nseq then
-        redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', unpack(op.notify))
+        redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', unpack(ARGV, op.n1, op.n2))
       end
     end
-    if op.token ~= '' then redis.call('DEL', op.lkey) end
     out = 'applied'
   end
   counts[out] = counts[out] + 1
   result[i] = out
 end
+flush()
 local STAT = {applied = 'applied', stale_seq = 'stale_apply', not_owner = 'not_owner', missing = 'missing'}
 for k, v in pairs(counts) do
   if v > 0 then redis.call('HINCRBY', KEYS[3], STAT[k], v) end
