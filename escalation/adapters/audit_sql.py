@@ -64,25 +64,27 @@ COPY_COLUMNS = tuple(c.name for c in escalation_audit.columns if c.name != "reco
 COPY_SQL = f"COPY escalation_audit ({', '.join(COPY_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 
 
+# PostgreSQL type names psycopg dumps ledger values as (binary COPY), by SQLAlchemy column
+# type, most specific first (BigInteger is an Integer, DateTime only with a time zone).
+_COPY_TYPE_NAMES: tuple[tuple[type[Any], str], ...] = (
+    (pg.UUID, "uuid"), (pg.JSONB, "jsonb"), (pg.BYTEA, "bytea"), (sa.BigInteger, "int8"),
+    (sa.Integer, "int4"), (sa.Numeric, "numeric"), (sa.DateTime, "timestamptz"),
+    (sa.Text, "text"),
+)
+
+
 def _copy_type(column: sa.Column[Any]) -> str:
-    """The PostgreSQL type name psycopg dumps a ledger column's values as (binary COPY)."""
+    """The PostgreSQL type name psycopg dumps a ledger column's values as (binary COPY).
+
+    Raises:
+        TypeError: a column type without a mapping (or a timestamp without time zone).
+    """
     kind = column.type
-    if isinstance(kind, pg.UUID):
-        return "uuid"
-    if isinstance(kind, pg.JSONB):
-        return "jsonb"
-    if isinstance(kind, pg.BYTEA):
-        return "bytea"
-    if isinstance(kind, sa.BigInteger):
-        return "int8"
-    if isinstance(kind, sa.Integer):
-        return "int4"
-    if isinstance(kind, sa.Numeric):
-        return "numeric"
-    if isinstance(kind, sa.DateTime) and kind.timezone:
-        return "timestamptz"
-    if isinstance(kind, sa.Text):
-        return "text"
+    for cls, name in _COPY_TYPE_NAMES:
+        if isinstance(kind, cls):
+            if name == "timestamptz" and not getattr(kind, "timezone", False):
+                break
+            return name
     raise TypeError(f"no binary COPY type for ledger column {column.name}: {kind!r}")
 
 
