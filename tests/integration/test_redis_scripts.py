@@ -183,6 +183,23 @@ def test_claim_hands_out_consecutive_fencing_tokens_in_candidate_order(
     assert int(redis_client.hget(k.stats, "claimed") or 0) == 5
 
 
+def test_claim_with_a_corrupt_fence_counter_writes_nothing(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """The fence counter is read before the first write: a value that is not an integer
+    refuses the claim with nothing moved or locked."""
+    sched = RedisScheduler(redis_client, namespace=namespace)
+    esc = make_esc(timedelta(seconds=-5))
+    sched.enqueue(esc)
+    k = Keys(namespace, 0)
+    redis_client.set(k.fence, "12abc")
+    with pytest.raises(redis.ResponseError, match="EINVAL claim: fence"):
+        sched.claim(10, 30_000, "w1")
+    assert redis_client.zscore(k.pending, str(esc.dispute_id)) is not None
+    assert redis_client.zcard(k.ready) == 0
+    assert redis_client.exists(k.lock(str(esc.dispute_id))) == 0
+
+
 def test_cancel_refuses_keys_of_another_dispute(redis_client: redis.Redis, namespace: str) -> None:
     sched = RedisScheduler(redis_client, namespace=namespace)
     esc = make_esc(timedelta(minutes=5))

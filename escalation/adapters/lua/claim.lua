@@ -11,10 +11,10 @@
 --     not in head                    -> a better member was promoted: skip, more = 1
 --     no payload HASH                -> STUCK_MEMBER: ZREM ready, HDEL prio, report it,
 --                                       stats "stuck" += 1
---     lock held                      -> LOCK_CONTENTION: skip (stays in ready), contended += 1
---     otherwise                      -> token = the next fencing token (one INCRBY fence per call:
---                                       consecutive tokens in candidate order, as one INCR per
---                                       member would give); SET lock "<token>:<worker>" PX lease;
+--     lock held (SET NX refused)     -> LOCK_CONTENTION: skip (stays in ready), contended += 1
+--     otherwise                      -> token = the next fencing token (fence + 1, + 2, ... in
+--                                       candidate order, as one INCR per member would give; one
+--                                       INCRBY fence per call); SET lock "<token>:<worker>" PX lease;
 --                                       ZREM ready; ZADD pending (now + lease) (visibility
 --                                       timeout); return the payload. stats "claimed" += 1
 --   more = 1 also when head holds members that were not candidates (the caller reads again).
@@ -23,7 +23,7 @@
 -- nothing twice (claimed members are locked and back in pending, in the future).
 --
 -- KEYS[1]      pending ZSET (score = due time, epoch milliseconds)
--- KEYS[2]      fence STRING (fencing-token counter, INCRBY)
+-- KEYS[2]      fence STRING (fencing-token counter: GET, then INCRBY by the number claimed)
 -- KEYS[3]      stats HASH
 -- KEYS[4]      ready ZSET (score = due - weight * aging_ms)
 -- KEYS[5]      prio HASH (member -> weight)
@@ -40,7 +40,7 @@
 -- Returns:     {now_ms, next_due_ms (-1 = nothing pending or ready; now when ready is not
 --              empty), contended, more, stuck_ids, items, promoted}
 --              items = array of {id, token, due_ms (before re-scoring), {f1, v1, ...}}
--- Errors:      "EINVAL claim: <reason>" (nothing written)
+-- Errors:      "EINVAL claim: <reason>" (nothing written; also when fence is not an integer)
 
 local function fail(msg) return redis.error_reply('EINVAL claim: ' .. msg) end
 local function is_int(s) return type(s) == 'string' and string.match(s, '^%d+$') ~= nil and #s <= 16 end
@@ -76,6 +76,10 @@ end
 lease, max_items, aging, pmax = tonumber(lease), tonumber(max_items), tonumber(aging), tonumber(pmax)
 skip = tonumber(skip)
 
+local fence = redis.call('GET', KEYS[2]) or '0'
+if not is_int(fence) then return fail('fence counter is not a non-negative integer') end
+local base = tonumber(fence)  -- tokens handed out by this call: base + 1, base + 2, ...
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -83,7 +87,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- weights come from one HMGET, the moves pending -> ready and the claimed members' re-scoring
 -- are one ZADD + one ZREM per chunk of CHUNK members, the fencing tokens one INCRBY (the same
 -- consecutive tokens, in candidate order, that one INCR per member would hand out). Per
--- claimed member only HGETALL payload, EXISTS lock and SET lock remain.
+-- claimed member only HGETALL payload and SET lock NX (which is also the lock check) remain.
 local CHUNK = 500
 
 -- weights (HMGET prio) of ids[from..to]: absent or malformed = 0
@@ -123,7 +127,7 @@ local headlist = redis.call('ZRANGE', KEYS[4], 0, max_items + skip - 1, 'WITHSCO
 for j = 1, #headlist, 2 do head[headlist[j]] = headlist[j + 1] end
 local seen = {}
 local stuck = {}
-local won = {}  -- claimable candidates: {id, candidate index i, score, payload}
+local won = {}  -- claimed candidates: {id, score, payload}; token = base + position
 local contended, more = 0, 0
 for i = 1, n do
   if #won >= max_items then break end
@@ -140,18 +144,17 @@ for i = 1, n do
         redis.call('ZREM', KEYS[4], id)
         redis.call('HDEL', KEYS[5], id)
         stuck[#stuck + 1] = id
-      elseif redis.call('EXISTS', lkey) == 1 then
+      elseif not redis.call('SET', lkey, (base + #won + 1) .. ':' .. worker, 'PX', lease, 'NX') then
         contended = contended + 1
       else
-        won[#won + 1] = {id, i, score, flat}
+        won[#won + 1] = {id, score, flat}
       end
     end
   end
 end
 local items = {}
 if #won > 0 then
-  local last = redis.call('INCRBY', KEYS[2], #won)
-  local first = last - #won
+  redis.call('INCRBY', KEYS[2], #won)
   local ids = {}
   for k = 1, #won do ids[k] = won[k][1] end
   for from = 1, #won, CHUNK do
@@ -160,13 +163,10 @@ if #won > 0 then
     local zargs, members = {}, {}
     for k = from, to do
       local c = won[k]
-      local ci = c[2]
-      local token = first + k
-      redis.call('SET', KEYS[5 + 2 * ci], token .. ':' .. worker, 'PX', lease)
       zargs[#zargs + 1] = now + lease
       zargs[#zargs + 1] = c[1]
       members[#members + 1] = c[1]
-      items[k] = {c[1], token, tostring(tonumber(c[3]) + w[k - from + 1] * aging), c[4]}
+      items[k] = {c[1], base + k, tostring(tonumber(c[2]) + w[k - from + 1] * aging), c[3]}
     end
     redis.call('ZREM', KEYS[4], unpack(members))
     redis.call('ZADD', KEYS[1], unpack(zargs))
