@@ -118,10 +118,17 @@ BULK_UPDATE = sa.text(
 
 def _quote(value: object) -> str:
     """One element of a PostgreSQL array literal: NULL, or a double-quoted escaped string."""
+    kind = type(value)
+    if kind is UUID or kind is int:  # digits, letters and '-': nothing to escape
+        return '"' + str(value) + '"'
+    if kind is datetime and isinstance(value, datetime):  # isoformat: digits and '-:.+T'
+        return '"' + value.isoformat() + '"'
     if value is None:
         return "NULL"
     text = value.isoformat() if isinstance(value, datetime) else str(value)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if '"' in text or "\\" in text:
+        text = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + text + '"'
 
 
 def array_literal(values: Sequence[object]) -> str:
