@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from json.encoder import encode_basestring_ascii as _json_str
 from uuid import UUID
 
 from escalation.adapters.redis_claim import ClaimMixin
@@ -49,6 +50,13 @@ __all__ = [
     "payload_to_escalation",
     "script_source",
 ]
+
+
+def _json_pairs(mapping: Mapping[str, str]) -> str:
+    """``json.dumps([k1, v1, ...])`` of a str -> str mapping, built with the C string
+    encoder (ASCII-escaped, as ``json.dumps`` does by default)."""
+    return "[" + ", ".join(_json_str(str(k)) + ", " + _json_str(str(v))
+                           for k, v in mapping.items()) + "]"
 
 
 class RedisScheduler(ClaimMixin, InspectionMixin):
@@ -186,26 +194,20 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
 
     @staticmethod
     def _encode_op(op: ApplyOp, create: bool) -> list[str]:
-        """One apply.lua op as its flat run of ARGV strings (see the script header: id,
-        action, token, seq, due_ms, create, field count, fields, notify count, notify
-        fields). Flat strings instead of one JSON object per op: no JSON encoding here and
-        no ``cjson.decode`` in Redis (docs/performance.md, "Firing path CPU")."""
+        """One apply.lua op as its 8 ARGV strings (see the script header): id, action, token,
+        seq, due_ms, create flag, then the payload fields and the notification each as a
+        JSON array of strings. Scalars travel as plain arguments (no JSON object to build
+        here or to walk in Redis); the two pair lists travel as one JSON string each, since
+        every extra argument costs the client more (redis-py packs argument by argument)
+        than ``cjson.decode`` of an array costs Redis (docs/performance.md, "Firing path
+        CPU")."""
         esc = op.escalation
         if esc.seq < 0 or (op.token is not None and op.token < 0):
             raise InvalidInput(f"apply for {esc.dispute_id}: seq and token must be >= 0")
         fields = escalation_to_payload(esc)
-        notify = op.notify or {}
-        out = [str(esc.dispute_id), ApplyAction(op.action).value,
-               "" if op.token is None else str(op.token), fields["seq"], fields["due_ms"],
-               "1" if create else "0", str(2 * len(fields))]
-        for key, value in fields.items():
-            out.append(key)
-            out.append(value)
-        out.append(str(2 * len(notify)))
-        for key, value in notify.items():
-            out.append(str(key))
-            out.append(str(value))
-        return out
+        return [str(esc.dispute_id), ApplyAction(op.action).value,
+                "" if op.token is None else str(op.token), fields["seq"], fields["due_ms"],
+                "1" if create else "0", _json_pairs(fields), _json_pairs(op.notify or {})]
 
     # ------------------------------------------------------------------ cancel
     def cancel(self, dispute_id: UUID | str, notify: dict[str, str] | None = None) -> bool:

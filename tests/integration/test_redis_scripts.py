@@ -105,19 +105,20 @@ def test_apply_with_one_bad_op_applies_none(redis_client: redis.Redis, namespace
     sched.enqueue(esc)
     k = Keys(namespace, 0)
     member = str(esc.dispute_id)
-    # flat op: id, action, token, seq, due_ms, create, nf, fields..., nn, notify...
-    good = [member, "remove", "", "9", "1", "0", "0", "2", "event", "removed"]
+    # op: id, action, token, seq, due_ms, create, fields (JSON array), notify (JSON array)
+    good = [member, "remove", "", "9", "1", "0", "[]", '["event", "removed"]']
     other = str(uuid.uuid4())
     script = redis_client.register_script(script_source("apply"))
     op_keys = [k.pending, k.review, k.stats, k.payload(member), k.lock(member)]
     op_keys += [k.payload(other), k.lock(other), k.ready, k.prio]
     bad_ops = (
-        [other, "explode", "", "1", "1", "0", "0", "0"],  # unknown action
-        [other, "remove", "", "1", "1", "0", "0"],  # truncated: no notify count
-        [other, "park", "", "1", "1", "0", "0", "0"],  # park without fields
-        [other, "remove", "", "1", "1", "0", "0", "3", "a", "b", "c"],  # odd notify run
-        [other, "remove", "", "1", "1", "0", "0", "4", "a", "b"],  # run past the end
-        [other, "remove", "", "1", "1", "0", "0", "2", "", "b"],  # empty field name
+        [other, "explode", "", "1", "1", "0", "[]", "[]"],  # unknown action
+        [other, "remove", "", "1", "1", "0", "[]"],  # truncated: 7 strings
+        [other, "park", "", "1", "1", "0", "[]", "[]"],  # park without fields
+        [other, "remove", "", "1", "1", "0", "[]", '["a", "b", "c"]'],  # odd notify
+        [other, "remove", "", "1", "1", "0", "[]", "not json"],  # notify not JSON
+        [other, "remove", "", "1", "1", "0", "[]", '["", "b"]'],  # empty field name
+        [other, "remove", "x", "1", "1", "0", "[]", "[]"],  # token not an integer
     )
     for bad in bad_ops:
         with pytest.raises(redis.ResponseError, match="EINVAL apply"):

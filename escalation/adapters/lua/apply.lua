@@ -43,8 +43,7 @@
 --              pending also ZREMs ready, so a member is in at most one of them)
 -- KEYS[n*2+5]  prio HASH (member -> weight; HDEL on remove)
 -- ARGV[1]      review stream approximate MAXLEN, integer 1..100000000
--- ARGV[2..]    the ops, one after the other, each a flat run of strings starting at ARGV[p]
---              (p = 2 for op 1, then p + 8 + nf + nn for the next op):
+-- ARGV[2..]    the ops, 8 strings each: op i is ARGV[p] .. ARGV[p+7] with p = 8 * i - 6:
 --                ARGV[p]        id      dispute id (ZSET member), 1..100 bytes
 --                ARGV[p+1]      action  "reschedule" | "remove" | "park"
 --                ARGV[p+2]      token   fencing token, decimal integer string, or "" (owner-less
@@ -53,28 +52,25 @@
 --                ARGV[p+4]      due_ms  due time, integer epoch milliseconds (required for
 --                                       reschedule; otherwise any string)
 --                ARGV[p+5]      create  "1" = restore mode (may create a missing payload), else "0"
---                ARGV[p+6]      nf      number of payload field entries that follow (even,
---                                       0..64; at least 2 for reschedule/park)
---                ARGV[p+7..]    f1, v1, ... payload fields (nf strings; names non-empty)
---                ARGV[p+7+nf]   nn      number of review stream entry strings that follow
---                                       (even, 0..64; 0 = no notification)
---                ARGV[p+8+nf..] n1, v1, ... review stream entry fields (nn strings)
+--                ARGV[p+6]      fields  JSON array of strings [f1, v1, ...]: payload fields
+--                                       (required, non-empty, for reschedule/park; names non-empty)
+--                ARGV[p+7]      notify  JSON array of strings [f1, v1, ...]: review stream entry
+--                                       fields, or [] for none
 -- Returns:     array of n outcome strings: "applied" | "stale_seq" | "not_owner" | "missing"
 -- Errors:      "EINVAL apply: <reason>" (nothing written)
 
 local function fail(msg) return redis.error_reply('EINVAL apply: ' .. msg) end
 local function is_int(s) return type(s) == 'string' and string.match(s, '^%d+$') ~= nil and #s <= 16 end
--- the count at ARGV[at] of a run of field/value strings starting at ARGV[at + 1]: the count,
--- or nil when it is not an even integer 0..64, the run overflows ARGV or a name is empty
-local function run_len(at, allow_empty)
-  local c = ARGV[at]
-  if not is_int(c) then return nil end
-  c = tonumber(c)
-  if c % 2 ~= 0 or c > 64 or (c == 0 and not allow_empty) or at + c > #ARGV then return nil end
-  for j = at + 1, at + c, 2 do
-    if #ARGV[j] == 0 then return nil end
+-- a JSON array of strings [f1, v1, ...] with non-empty names, at most 64 entries; else nil
+local function pairs_of(text, allow_empty)
+  local ok, t = pcall(cjson.decode, text)
+  if not ok or type(t) ~= 'table' then return nil end
+  local len = #t
+  if len % 2 ~= 0 or len > 64 or (len == 0 and not allow_empty) then return nil end
+  for j = 1, len do
+    if type(t[j]) ~= 'string' or (j % 2 == 1 and #t[j] == 0) then return nil end
   end
-  return c
+  return t
 end
 local ACTIONS = {reschedule = true, remove = true, park = true}
 
@@ -82,38 +78,30 @@ local maxlen = ARGV[1]
 if not is_int(maxlen) or tonumber(maxlen) < 1 or tonumber(maxlen) > 100000000 then
   return fail('review MAXLEN must be an integer 1..100000000')
 end
+if (#ARGV - 1) % 8 ~= 0 then return fail('ops must be 8 strings each') end
+local n = (#ARGV - 1) / 8
+if #KEYS ~= 5 + 2 * n then return fail('expected ' .. (5 + 2 * n) .. ' KEYS, got ' .. #KEYS) end
 local ops = {}
-local p = 2
-while p <= #ARGV do
-  local i = #ops + 1
-  if p + 7 > #ARGV then return fail('op ' .. i .. ' is truncated') end
+for i = 1, n do
+  local p = 8 * i - 6
   local op = {id = ARGV[p], action = ARGV[p + 1], token = ARGV[p + 2], seq = ARGV[p + 3],
               due_ms = ARGV[p + 4], create = ARGV[p + 5]}
   local id = op.id
   if #id == 0 or #id > 100 then return fail('op ' .. i .. ': bad id') end
+  if string.sub(KEYS[2 + 2 * i], -#id) ~= id or string.sub(KEYS[3 + 2 * i], -#id) ~= id then
+    return fail('op ' .. i .. ': KEYS do not belong to ' .. id)
+  end
   if not ACTIONS[op.action] then return fail('op ' .. i .. ': bad action') end
   if op.token ~= '' and not is_int(op.token) then return fail('op ' .. i .. ': bad token') end
   if not is_int(op.seq) then return fail('op ' .. i .. ': bad seq') end
   if op.action == 'reschedule' and not is_int(op.due_ms) then return fail('op ' .. i .. ': bad due_ms') end
   if op.create ~= '0' and op.create ~= '1' then return fail('op ' .. i .. ': bad create flag') end
-  local nf = run_len(p + 6, op.action == 'remove')
-  if nf == nil then return fail('op ' .. i .. ': bad fields') end
-  local nn = run_len(p + 7 + nf, true)
-  if nn == nil then return fail('op ' .. i .. ': bad notify') end
-  op.f1, op.f2 = p + 7, p + 6 + nf
-  op.n1, op.n2 = p + 8 + nf, p + 7 + nf + nn
-  ops[i] = op
-  p = p + 8 + nf + nn
-end
-local n = #ops
-if #KEYS ~= 5 + 2 * n then return fail('expected ' .. (5 + 2 * n) .. ' KEYS, got ' .. #KEYS) end
-for i = 1, n do
-  local op = ops[i]
-  local id = op.id
-  if string.sub(KEYS[2 + 2 * i], -#id) ~= id or string.sub(KEYS[3 + 2 * i], -#id) ~= id then
-    return fail('op ' .. i .. ': KEYS do not belong to ' .. id)
-  end
+  op.fields = pairs_of(ARGV[p + 6], op.action == 'remove')
+  if op.fields == nil then return fail('op ' .. i .. ': bad fields') end
+  op.notify = pairs_of(ARGV[p + 7], true)
+  if op.notify == nil then return fail('op ' .. i .. ': bad notify') end
   op.pkey, op.lkey = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
+  ops[i] = op
 end
 local READY, PRIO = KEYS[4 + 2 * n], KEYS[5 + 2 * n]
 local function scheduled(id)
@@ -143,7 +131,7 @@ end
 
 local function write_payload(op)
   redis.call('DEL', op.pkey)
-  redis.call('HSET', op.pkey, unpack(ARGV, op.f1, op.f2))
+  redis.call('HSET', op.pkey, unpack(op.fields))
 end
 
 local result = {}
@@ -208,15 +196,15 @@ for i, op in ipairs(ops) do
         zrem_pending[#zrem_pending + 1] = op.id
       end
       if owned then redis.call('DEL', op.pkey, op.lkey) else redis.call('DEL', op.pkey) end
-      redis.call('HSET', op.pkey, unpack(ARGV, op.f1, op.f2))
+      redis.call('HSET', op.pkey, unpack(op.fields))
     end
-    if op.n2 >= op.n1 then
+    if #op.notify > 0 then
       local nseq = nil
-      for j = op.n1, op.n2, 2 do
-        if ARGV[j] == 'seq' then nseq = tonumber(ARGV[j + 1]) end
+      for j = 1, #op.notify, 2 do
+        if op.notify[j] == 'seq' then nseq = tonumber(op.notify[j + 1]) end
       end
       if nseq == nil or tonumber(pseq) < nseq then
-        redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', unpack(ARGV, op.n1, op.n2))
+        redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', unpack(op.notify))
       end
     end
     out = 'applied'
