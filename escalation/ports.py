@@ -341,6 +341,11 @@ class SchedulerInspection(Protocol):
         ``removed`` | ``locked`` | ``ahead`` | ``behind`` | ``absent``."""
         ...
 
+    def notified(self, wanted: Mapping[str, tuple[str, int]], count: int = 1000) -> set[str]:
+        """The idempotency keys among ``wanted`` (dispute id -> (``<dispute>:<seq>``, decided
+        epoch ms)) that already have an entry in their shard's review stream."""
+        ...
+
 
 class DeadLetterQueue(Protocol):
     """The dead-letter set and its scripts (adapter:

@@ -10,6 +10,8 @@ Every process runs with ``--save "" --appendonly no`` and keeps its config, log 
 under ``$ESCALATION_TOPOLOGY_DIR`` (default ``/tmp/escalation-topologies``). Both commands
 are idempotent: ``start`` leaves a healthy running topology alone (and repairs a partly
 started one by restarting it); ``stop`` stops only the processes whose pid files it wrote.
+The Sentinel set is healthy only when its replica is in sync with the primary the sentinels
+name (:func:`sentinel_healthy`; a restarted node is not, until it is demoted and resynced).
 
 Usage (a developer, or ``.ci/run``)::
 
@@ -152,12 +154,28 @@ def restart(port: int) -> None:
     _wait(lambda: _answers(port), 30, f"port {port} to answer again")
 
 
+def replication(port: int) -> dict[str, str]:
+    """``INFO replication`` of ``port`` as a dict (empty when the port does not answer)."""
+    out: dict[str, str] = {}
+    for line in _cli(port, "info", "replication", timeout=3).splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
 def role(port: int) -> str:
     """``master``/``slave`` from ``INFO replication`` (empty when the port does not answer)."""
-    for line in _cli(port, "info", "replication", timeout=3).splitlines():
-        if line.startswith("role:"):
-            return line.split(":", 1)[1].strip()
-    return ""
+    return replication(port).get("role", "")
+
+
+def in_sync_replica_of(replica: int, primary: int) -> bool:
+    """True when ``replica`` replicates ``primary`` with its link up and no full sync in
+    progress: it holds the primary's data, not an empty or stale data set of its own."""
+    info = replication(replica)
+    return (info.get("role") == "slave" and info.get("master_port") == str(primary)
+            and info.get("master_link_status") == "up"
+            and info.get("master_sync_in_progress") == "0")
 
 
 # --------------------------------------------------------------------------- cluster
@@ -220,18 +238,42 @@ def stop_cluster() -> None:
 
 
 def sentinel_healthy() -> bool:
-    """True when primary, replica and three sentinels answer and the sentinels agree on a
-    primary with one replica."""
+    """True when primary, replica and three sentinels answer, the sentinels agree on a
+    primary with one replica, that primary says ``master`` and the other data node is an
+    in-sync replica of it (:func:`in_sync_replica_of`).
+
+    The sentinels' own view is not enough: they list a crashed primary as a replica from the
+    moment of the failover, so when it is restarted (empty: no persistence; or with the stale
+    RDB of its last full sync) it counts as "one replica" at once, although it is a
+    *primary* of its own for the ~10 s until a sentinel demotes it, then a replica in full
+    resync (5 s diskless-sync delay, then the transfer). Promoted in that window -- a failover
+    test started right after the previous one's heal --, it would serve its empty or stale
+    data set as the new primary.
+    """
     if not all(_answers(p) for p in (*SENTINEL_DATA_PORTS, *SENTINEL_PORTS)):
         return False
     reply = _cli(SENTINEL_PORTS[0], "sentinel", "master", SENTINEL_NAME)
-    return "num-other-sentinels\n2" in reply and "num-slaves\n1" in reply
+    if not ("num-other-sentinels\n2" in reply and "num-slaves\n1" in reply):
+        return False
+    try:
+        primary = sentinel_primary_port()
+    except SystemExit:
+        return False
+    if primary not in SENTINEL_DATA_PORTS or role(primary) != "master":
+        return False
+    return all(in_sync_replica_of(p, primary) for p in SENTINEL_DATA_PORTS if p != primary)
 
 
 def start_sentinel() -> None:
     """Start (or keep) primary 7100, replica 7101 and sentinels 26379-26381."""
     if sentinel_healthy():
         return
+    if all(_answers(p) for p in (*SENTINEL_DATA_PORTS, *SENTINEL_PORTS)):
+        try:  # e.g. a restarted primary the sentinels are about to demote and resync
+            _wait(sentinel_healthy, 30, "the sentinel set to settle")
+            return
+        except SystemExit:
+            pass
     stop_sentinel()
     busy = [p for p in (*SENTINEL_DATA_PORTS, *SENTINEL_PORTS) if _answers(p)]
     if busy:
@@ -255,6 +297,21 @@ def sentinel_primary_port() -> int:
         if len(lines) == 2 and lines[1].isdigit():
             return int(lines[1])
     raise SystemExit("topologies: no sentinel names a primary")
+
+
+def sentinel_replica_flags(port: int) -> str:
+    """The sentinels' ``flags`` for the replica on ``port`` (e.g. ``slave``,
+    ``s_down,slave``), or "" when no sentinel lists it."""
+    lines = _cli(SENTINEL_PORTS[0], "sentinel", "replicas", SENTINEL_NAME, timeout=3).splitlines()
+    records: list[dict[str, str]] = [{}]
+    for key, value in zip(lines[::2], lines[1::2], strict=False):
+        if key == "name" and records[-1]:
+            records.append({})
+        records[-1][key] = value
+    for rec in records:
+        if rec.get("port") == str(port):
+            return rec.get("flags", "")
+    return ""
 
 
 def stop_sentinel() -> None:

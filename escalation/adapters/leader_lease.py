@@ -1,11 +1,20 @@
 """The maintenance leader lease on Redis (implements ``escalation.ports.Lease``).
 
-``SET leader <token> NX PX ttl``; the holder renews it with ``leader_renew.lua``
-(compare-and-pexpire) and releases it with compare-and-delete (``release_lock.lua``). The
-holder acts only while ``monotonic() < last successful acquire/renew start + ttl * (1 -
-margin)``: a leader that fails to renew (Redis down, process paused) stops acting *before*
-its lease can expire and another worker takes over. A non-leader spends one Redis command
-(the ``SET NX``) per poll. See ``service_layer.maintenance`` for what the leader does.
+``SET leader <token> NX PX ttl``; the holder renews it with one ``GETEX leader PX ttl``
+(reset the expiry and read the token back: renewed when the token is its own) and releases
+it with compare-and-delete (``release_lock.lua``). The holder acts only while ``monotonic() <
+last successful acquire/renew start + ttl * (1 - margin)``: a leader that fails to renew
+(Redis down, process paused) stops acting *before* its lease can expire and another worker
+takes over. Every poll is one Redis command (``SET NX`` or ``GETEX``), which keeps an idle
+worker's Redis traffic low (docs/performance.md, idle).
+
+Why ``GETEX`` and not a compare-and-pexpire script: a script costs three commands on the
+server (``EVALSHA`` + ``GET`` + ``PEXPIRE``), ``GETEX`` one. The price: a former leader
+whose lease was taken over resets the new holder's expiry once before it learns (from the
+token it reads back) that it lost the lease; that delays a takeover after the *new* holder
+dies by at most one ``ttl``, never lets two processes act (each acts only on its own
+successful renewals), and maintenance occurrences are claimed in PostgreSQL anyway. See
+``service_layer.maintenance`` for what the leader does.
 """
 
 from __future__ import annotations
@@ -56,11 +65,22 @@ class LeaderLease:
         return self.clock() < self._valid_until
 
     def poll(self) -> bool:
-        """One Redis command: renew when leading, else try to acquire. Returns is_leader()."""
+        """Renew when leading (``GETEX``), else try to acquire (``SET NX``). Returns
+        is_leader().
+
+        One Redis command, or two when a leader finds its lease expired and unheld (it then
+        tries ``SET NX`` at once rather than waiting a poll).
+        """
         started = self.clock()
         try:
             if self._valid_until > 0:
-                ok = int(self.rel.run("leader_renew", [self.key], [self.token, self.ttl_ms])) == 1
+                held = self.rel.client.getex(self.key, px=self.ttl_ms)
+                if isinstance(held, bytes):
+                    held = held.decode("utf-8", "replace")
+                ok = held == self.token
+                if held is None:  # expired and nobody took it: take it back now
+                    ok = bool(self.rel.client.set(self.key, self.token, nx=True,
+                                                  px=self.ttl_ms))
             else:
                 ok = bool(self.rel.client.set(self.key, self.token, nx=True, px=self.ttl_ms))
         except (redis.ConnectionError, redis.TimeoutError):

@@ -4,11 +4,11 @@ Two layers:
 
 1. **Leader lease** (the ``Lease`` port; adapter ``adapters.leader_lease.LeaderLease``):
    ``SET leader <token> NX PX ttl``; the holder renews
-   it with ``leader_renew.lua`` (compare-and-pexpire) and releases it with compare-and-delete.
+   it with ``GETEX leader PX ttl`` (renewed when the token read back is its own: one command)
+   and releases it with compare-and-delete.
    The holder acts only while ``monotonic() < last successful acquire/renew start +
    ttl * (1 - margin)``: a leader that fails to renew (Redis down, process paused) stops acting
-   *before* its lease can expire and another worker takes over. A non-leader spends one Redis
-   command (the ``SET NX``) per poll.
+   *before* its lease can expire and another worker takes over. Every poll is one Redis command.
 2. **Per-occurrence compare-and-set in PostgreSQL** (the ``MaintenanceRuns`` port; adapter
    ``adapters.maintenance_runs``, table ``maintenance_runs``, Alembic 0005): a
    job's occurrence is ``floor(now / interval) * interval`` (``now`` = Redis ``TIME``, epoch

@@ -187,7 +187,7 @@ def reconcile(
             members = [m for m, _ in chunk if m not in seen]
             seen.update(members)
             report.checked_members += len(members)
-            _redis_to_db(members, store, redis_side, report, dry_run)
+            _redis_to_db(members, store, redis_side, report, dry_run, scheduler)
             progress("redis", report.checked_members, None)
     return report
 
@@ -230,7 +230,7 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
                  store: PendingSource | None = None) -> None:
     seen = redis_side.inspect([str(e.dispute_id) for e in rows])
     todo: list[tuple[Escalation, DiffKind, str]] = []
-    behind: list[tuple[UUID, int, int]] = []
+    gaps: list[tuple[DiffKind, tuple[UUID, int, int]]] = []  # BEHIND / MISSING: seq ranges
     for esc in rows:
         did = str(esc.dispute_id)
         got = seen[did]
@@ -257,14 +257,15 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
             report.diffs.append(Diff(DiffKind.LOCKED, did, f"{kind.value} left to its worker"))
             continue
         todo.append((esc, kind, detail))
-        if kind is DiffKind.BEHIND and got.payload_seq is not None:
-            behind.append((esc.dispute_id, got.payload_seq, esc.seq))
+        if kind in (DiffKind.BEHIND, DiffKind.MISSING):
+            gaps.append((kind, (esc.dispute_id, got.payload_seq or 0, esc.seq)))
     if dry_run or not todo:
         report.diffs += [Diff(k, str(e.dispute_id), d) for e, k, d in todo]
         return
-    # a decision recorded but never applied (worker killed between record and apply) was
-    # never notified: the repair sends it, at most once (apply.lua's notify seq guard)
-    notes = unapplied_notifications(store, behind) if store is not None else {}
+    # a decision recorded but never applied (worker killed between record and apply, or the
+    # apply lost in a failover) was never notified: the repair sends it, at most once
+    # (apply.lua's notify seq guard)
+    notes = _repair_notes(store, redis_side, gaps)
     try:
         _restore(scheduler, todo, report, notes)
     except ITEM_ERRORS as exc:  # a batch of one that failed
@@ -273,8 +274,75 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
         report.diffs.append(Diff(kind, str(esc.dispute_id), f"{detail}: FAILED: {exc}"))
 
 
+def _repair_notes(store: PendingSource | None, redis_side: SchedulerInspection,
+                  gaps: Sequence[tuple[DiffKind, tuple[UUID, int, int]]],
+                  ) -> dict[UUID, dict[str, str]]:
+    """Entries to send with the BEHIND and MISSING repairs, by dispute id; ``gaps``:
+    (kind, (dispute id, payload seq or 0, PostgreSQL seq))."""
+    if store is None:
+        return {}
+    notes = unapplied_notifications(store, [r for k, r in gaps if k is DiffKind.BEHIND])
+    missing = [r for k, r in gaps if k is DiffKind.MISSING]
+    if missing:
+        notes.update(_lost_notifications(store, redis_side, missing))
+    return notes
+
+
+def _lost_notifications(store: PendingSource, redis_side: SchedulerInspection,
+                        missing: Sequence[tuple[UUID, int, int]]) -> dict[UUID, dict[str, str]]:
+    """Review-stream entries to send with the re-creation of MISSING payloads.
+
+    A payload gone from Redis (a failover to a replica that never had it, or had nothing:
+    promoted mid full resync, or resynced from its crashed primary restarted empty) took the
+    stream entries written after it with it. The latest PROMOTED/TERMINAL decision of each is
+    looked up and sent with the repair unless its idempotency key is still in the stream
+    (a payload deleted on its own): one entry per decision either way.
+    """
+    notes = unapplied_notifications(store, missing)
+    if not notes:
+        return {}
+    present = redis_side.notified({str(did): (n["idempotency_key"], int(n["decided_ms"]))
+                                   for did, n in notes.items()})
+    return {did: n for did, n in notes.items() if n["idempotency_key"] not in present}
+
+
+def _remove_after_lost_apply(
+    done: dict[str, Escalation], scheduler: Scheduler, store: PendingSource,
+    redis_side: SchedulerInspection, report: ReconcileReport,
+) -> set[str]:
+    """Terminal / cancelled members whose payload is behind PostgreSQL with a decision in
+    between (its apply, and so its notification, was lost: worker killed after the record,
+    or a failover): removed by an owner-less apply that sends that decision's entry
+    (seq-guarded: at most once). Returns the members handled here (the others go to
+    ``reconcile_remove.lua``)."""
+    seen = redis_side.inspect(list(done))
+    ranges = [(esc.dispute_id, got.payload_seq, esc.seq) for m, esc in done.items()
+              if (got := seen[m]).payload_seq is not None and not got.locked
+              and got.payload_seq < esc.seq]
+    notes = unapplied_notifications(store, ranges)
+    handled: set[str] = set()
+    for member, esc in done.items():
+        if esc.dispute_id not in notes:
+            continue
+        handled.add(member)
+        status = esc.status.value
+        try:
+            outcome = scheduler.restore([esc], {esc.dispute_id: notes[esc.dispute_id]})[0]
+        except ITEM_ERRORS as exc:
+            report.errors.append((member, f"{DiffKind.TERMINAL_MEMBER.value}: {exc}"))
+            report.diffs.append(Diff(DiffKind.TERMINAL_MEMBER, member,
+                                     f"PostgreSQL: {status}; FAILED: {exc}"))
+            continue
+        report.diffs.append(Diff(
+            DiffKind.TERMINAL_MEMBER, member,
+            f"PostgreSQL: {status}; unapplied decision seq {esc.seq}: {outcome.value}",
+            repaired=outcome is ApplyOutcome.APPLIED))
+    return handled
+
+
 def _redis_to_db(members: list[str], store: PendingSource, redis_side: SchedulerInspection,
-                 report: ReconcileReport, dry_run: bool) -> None:
+                 report: ReconcileReport, dry_run: bool,
+                 scheduler: Scheduler | None = None) -> None:
     ids: dict[str, UUID | None] = {}
     for m in members:
         try:
@@ -282,7 +350,15 @@ def _redis_to_db(members: list[str], store: PendingSource, redis_side: Scheduler
         except EscalationError:
             ids[m] = None
     known = store.get_many([u for u in ids.values() if u is not None])
+    handled: set[str] = set()
+    if not dry_run and scheduler is not None:
+        done = {m: e for m, u in ids.items() if u is not None and (e := known.get(u)) is not None
+                and e.status in (Status.TERMINAL, Status.CANCELLED)}
+        if done:
+            handled = _remove_after_lost_apply(done, scheduler, store, redis_side, report)
     for member, uid in ids.items():
+        if member in handled:
+            continue
         esc = known.get(uid) if uid is not None else None
         if esc is None:
             kind, seq, mode = DiffKind.UNKNOWN_MEMBER, None, "remove"

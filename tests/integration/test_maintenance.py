@@ -102,17 +102,52 @@ def test_leader_that_cannot_renew_stops_acting_before_its_lease_ends(app: Any) -
     assert m.tick() == [] and counter == []
 
 
-def test_renew_is_compare_and_pexpire_and_release_is_compare_and_delete(app: Any) -> None:
+def test_renew_checks_the_token_and_release_is_compare_and_delete(app: Any) -> None:
     rel = reliability_redis(app)
     a = LeaderLease(rel, ttl_ms=5_000)
     assert a.poll()
+    app.redis.pexpire(a.key, 1_000)
+    assert a.poll() and app.redis.pttl(a.key) > 4_000  # renewed: expiry reset to the lease
     app.redis.set(a.key, "someone-else", px=5_000)  # lease lost and taken over
-    assert not a.poll()  # renewal refused: not leader any more
+    assert not a.poll()  # the token read back is not its own: not leader any more
+    assert not a.is_leader()
     assert not a.release()
     assert app.redis.get(a.key) == "someone-else"
     app.redis.delete(a.key)
     b = LeaderLease(rel, ttl_ms=5_000)
     assert b.poll() and b.release() and app.redis.get(b.key) is None
+
+
+def test_every_lease_poll_is_one_redis_command(app: Any) -> None:
+    """Acquire (``SET NX``), renew (``GETEX``) and a failed acquire each send one command:
+    the idle worker's budget (docs/performance.md, idle) counts on it."""
+    rel = reliability_redis(app)
+    sent: list[str] = []
+    real = app.redis.execute_command
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        sent.append(str(args[0]).upper())
+        return real(*args, **kw)
+
+    a, b = LeaderLease(rel, ttl_ms=5_000), LeaderLease(rel, ttl_ms=5_000)
+    app.redis.execute_command = counted
+    try:
+        assert a.poll()
+        assert a.poll()
+        assert not b.poll()
+    finally:
+        app.redis.execute_command = real
+    assert sent == ["SET", "GETEX", "SET"]
+    a.release()
+
+
+def test_a_leader_whose_lease_expired_unheld_takes_it_back_at_once(app: Any) -> None:
+    rel = reliability_redis(app)
+    a = LeaderLease(rel, ttl_ms=5_000)
+    assert a.poll()
+    app.redis.delete(a.key)  # expired, nobody took it
+    assert a.poll() and app.redis.get(a.key) == a.token
+    a.release()
 
 
 def test_migration_0005_creates_maintenance_runs(engine: sa.Engine) -> None:

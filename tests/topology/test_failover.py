@@ -197,6 +197,16 @@ def test_sentinel_primary_killed_mid_drain_nothing_lost_nothing_doubled(
 
     def crash(app: Any) -> tuple[int, Callable[[], bool]]:
         port = topologies.sentinel_primary_port()
+        replica = next(p for p in topologies.SENTINEL_DATA_PORTS if p != port)
+        replica_info = topologies.replication(replica)  # first: the lag is an upper bound
+        primary_info = topologies.replication(port)
+        # the replica must hold the primary's data (not be an empty/stale node in full
+        # resync) for the failover to lose only the last, unreplicated writes
+        assert topologies.in_sync_replica_of(replica, port), f"replica not in sync: {replica_info}"
+        lag = (int(primary_info.get("master_repl_offset", "0"))
+               - int(replica_info.get("slave_repl_offset", "0")))
+        print(f"FAILOVER pre-crash: primary {port}, replica {replica} "
+              f"{replica_info.get('master_link_status')}, lag <= {lag} bytes")
         topologies.crash(port)
 
         def promoted() -> bool:
@@ -215,6 +225,73 @@ def test_sentinel_primary_killed_mid_drain_nothing_lost_nothing_doubled(
     assert figures["failover_s"] < 30
 
 
+@pytest.mark.sentinel
+@pytest.mark.slow
+def test_sentinel_promotes_a_restarted_node_before_its_resync_every_decision_notified_once(
+    own_database_url: str, namespace_keys: list[Any]
+) -> None:
+    """The worst failover: the primary dies while the node restarted after the previous
+    failover is still a primary of its own (no persistence: empty, or the stale RDB of its last
+    full sync), which the sentinels count as their replica and promote. Every key of the
+    namespace is lost; ``reconcile`` re-creates every pending escalation from PostgreSQL and
+    must send the review-stream entry of each decision recorded before the loss (they were
+    lost with the rest); the workers decide the others. Then every decision has exactly one
+    entry (docs/reliability.md "Failover and notifications")."""
+    from escalation.adapters.redis_reliability import ReliabilityRedis
+    from escalation.service_layer.reconcile import reconcile
+
+    n = 3000
+    url = topologies.topology_test_url("sentinel")
+    ns = f"f{uuid.uuid4().hex[:10]}"
+    app = _app(url, own_database_url, ns)
+    namespace_keys.append(app)
+    ids = enqueue(app, due_requests(n, app.scheduler.time()))
+    env = worker_env(url, own_database_url, ns, ESCALATION_SHARDS=str(SHARDS))
+    procs = [spawn(env, f"{ns}-w{i}", batch_size=100) for i in range(2)]
+
+    def promoted_from(old: int) -> int:
+        def done() -> bool:
+            try:
+                new = topologies.sentinel_primary_port()
+            except SystemExit:
+                return False
+            return new != old and topologies.role(new) == "master"
+        assert wait_until(done, 60, 0.1), f"no replica of {old} promoted within 60 s"
+        return topologies.sentinel_primary_port()
+
+    try:
+        assert wait_until(lambda: decided_count(app.engine, ids) >= n // 3, 120, 0.05)
+        first = topologies.sentinel_primary_port()
+        topologies.crash(first)
+        second = promoted_from(first)
+        topologies.restart(first)  # a primary of its own until a sentinel demotes it
+        assert topologies.role(first) == "master"
+        assert wait_until(lambda: "s_down" not in topologies.sentinel_replica_flags(first),
+                          10, 0.1), "the sentinels did not see the restarted node come back"
+        before = decided_count(app.engine, ids)
+        topologies.crash(second)
+        assert promoted_from(second) == first
+        fresh = _app(url, own_database_url, ns)
+        namespace_keys.append(fresh)
+        assert all(fresh.scheduler.payload(d) is None for d in ids)  # every key lost
+        rel = ReliabilityRedis(fresh.redis, ns, SHARDS, aging_ms=fresh.scheduler.aging_ms)
+        repair = reconcile(scheduler=fresh.scheduler, store=fresh.store, redis_side=rel)
+        assert repair.count(repaired=True) == n, repair.as_dict()
+        assert wait_until(lambda: decided_count(app.engine, ids) == n, 120, 0.2)
+        assert wait_until(lambda: settled(fresh, ids), 30, 0.25)
+    finally:
+        codes = stop(procs)
+        _heal_sentinel()
+    assert codes == [0, 0], "\n".join(output(p)[-4000:] for p in procs)
+    again = reconcile(scheduler=fresh.scheduler, store=fresh.store, redis_side=rel)
+    verdict = check(fresh, ids)
+    print(f"FAILOVER empty promotion: decided before the loss {before}, entries {verdict.notes}, "
+          f"reconcile after the loss {repair.as_dict()['differences']}")
+    assert not verdict.problems() and verdict.decided == n, verdict.problems()
+    assert verdict.notes == n
+    assert again.count(repaired=True) == 0 and not again.errors, again.as_dict()
+
+
 def _heal_cluster() -> None:
     """Bring crashed nodes back (they rejoin as replicas) so later tests see 6 healthy nodes."""
     for port in topologies.CLUSTER_PORTS:
@@ -228,4 +305,6 @@ def _heal_sentinel() -> None:
     for port in topologies.SENTINEL_DATA_PORTS:
         if topologies.role(port) == "":
             topologies.restart(port)
+    # healthy = the restarted node demoted by the sentinels AND done with its full resync
+    # (topologies.sentinel_healthy): a test started before that could see it promoted empty
     wait_until(topologies.sentinel_healthy, 60, 0.5)

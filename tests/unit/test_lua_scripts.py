@@ -151,7 +151,7 @@ def _is_key(arg: str, names: set[str]) -> bool:
 
 
 def test_every_lua_file_is_checked() -> None:
-    assert len(SCRIPTS) >= 13
+    assert len(SCRIPTS) >= 12  # every file in adapters/lua (a glob that found none would pass)
     assert {"claim", "apply", "enqueue", "cancel"} <= set(SCRIPTS)
 
 

@@ -6,7 +6,10 @@
 -- Per op, in order:
 --   no payload HASH:
 --     create = "1" and action reschedule/park, lock free -> write payload (+ ZADD if
---                                                         reschedule): "applied"
+--                                                         reschedule), XADD notify when
+--                                                         given: "applied" (reconcile sends
+--                                                         one only after finding no stream
+--                                                         entry with its idempotency key)
 --     create = "1" and lock held                       -> "not_owner" (never touch a held member)
 --     otherwise                                         -> "missing" (cancelled: never brought back)
 --   payload seq >= op seq                                 -> "stale_seq": nothing changes, except
@@ -153,6 +156,9 @@ for i, op in ipairs(ops) do
         if op.action == 'reschedule' then
           redis.call('ZREM', READY, op.id)
           redis.call('ZADD', KEYS[1], op.due_ms, op.id)
+        end
+        if #op.notify > 0 then  -- re-created payload: the caller checked the stream
+          redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', unpack(op.notify))
         end
         out = 'applied'
       end
