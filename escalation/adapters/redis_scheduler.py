@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from json.encoder import encode_basestring_ascii as _json_str
 from uuid import UUID
 
 from escalation.adapters.redis_claim import ClaimMixin
@@ -31,8 +32,6 @@ from escalation.adapters.redis_scheduler_base import (
     SCRIPT_NAMES,
 )
 from escalation.adapters.redis_scripts import (
-    json_pairs,
-    json_str,
     packaged_scripts,
     script_source,
 )
@@ -50,6 +49,13 @@ __all__ = [
     "payload_to_escalation",
     "script_source",
 ]
+
+
+def _json_pairs(mapping: Mapping[str, str]) -> str:
+    """``json.dumps([k1, v1, ...])`` of a str -> str mapping, built with the C string
+    encoder (ASCII-escaped, as ``json.dumps`` does by default)."""
+    return "[" + ", ".join(_json_str(str(k)) + ", " + _json_str(str(v))
+                           for k, v in mapping.items()) + "]"
 
 
 class RedisScheduler(ClaimMixin, InspectionMixin):
@@ -176,36 +182,33 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
             for start in range(0, len(idxs), MAX_BATCH):
                 chunk = idxs[start : start + MAX_BATCH]
                 kargs = [keys.pending, keys.review, keys.stats]
+                argv: list[str | int] = [REVIEW_MAXLEN]
                 for i in chunk:
-                    dispute_id = ops[i].escalation.dispute_id
-                    kargs += [keys.payload(dispute_id), keys.lock(dispute_id)]
+                    member = encoded[i][0]
+                    kargs += [keys.payload(member), keys.lock(member)]
+                    argv += encoded[i]
                 kargs += [keys.ready, keys.prio]  # ready set and weights (ADR 0006)
-                raw = self._run("apply", kargs, [REVIEW_MAXLEN, *(encoded[i] for i in chunk)])
+                raw = self._run("apply", kargs, argv)
                 for i, outcome in zip(chunk, raw, strict=True):
                     results[i] = ApplyOutcome(outcome)
         return results
 
     @staticmethod
-    def _encode_op(op: ApplyOp, create: bool) -> str:
-        """One apply.lua op as a JSON object (see the script header), built by hand: the
-        same object ``json.dumps`` would give (strings escaped by the C encoder), without
-        the generic encoder's per-item overhead (it showed in the drain profile,
-        docs/performance.md)."""
+    def _encode_op(op: ApplyOp, create: bool) -> list[str]:
+        """One apply.lua op as its 8 ARGV strings (see the script header): id, action, token,
+        seq, due_ms, create flag, then the payload fields and the notification each as a
+        JSON array of strings. Scalars travel as plain arguments (no JSON object to build
+        here or to walk in Redis); the two pair lists travel as one JSON string each, since
+        every extra argument costs the client more (redis-py packs argument by argument)
+        than ``cjson.decode`` of an array costs Redis (docs/performance.md, "Firing path
+        CPU")."""
         esc = op.escalation
         if esc.seq < 0 or (op.token is not None and op.token < 0):
             raise InvalidInput(f"apply for {esc.dispute_id}: seq and token must be >= 0")
         fields = escalation_to_payload(esc)
-        token = "" if op.token is None else str(op.token)
-        return "".join((
-            '{"id": ', json_str(str(esc.dispute_id)),
-            ', "action": ', json_str(ApplyAction(op.action).value),
-            ', "token": ', json_str(token),
-            ', "seq": ', json_str(str(esc.seq)),
-            ', "due_ms": ', json_str(fields["due_ms"]),
-            ', "fields": ', json_pairs(fields),
-            ', "notify": ', json_pairs(op.notify or {}),
-            ', "create": ', '"1"' if create else '"0"', "}",
-        ))
+        return [str(esc.dispute_id), ApplyAction(op.action).value,
+                "" if op.token is None else str(op.token), fields["seq"], fields["due_ms"],
+                "1" if create else "0", _json_pairs(fields), _json_pairs(op.notify or {})]
 
     # ------------------------------------------------------------------ cancel
     def cancel(self, dispute_id: UUID | str, notify: dict[str, str] | None = None) -> bool:

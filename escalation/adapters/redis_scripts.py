@@ -8,10 +8,9 @@ client with ``register_script`` (which re-sends a script on NOSCRIPT).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
-from json.encoder import encode_basestring_ascii as _json_str
 from typing import Any
 
 import redis
@@ -24,17 +23,11 @@ __all__ = [
     "ScriptRefused",
     "as_dict",
     "check_range",
-    "json_pairs",
-    "json_str",
     "packaged_scripts",
     "pairs",
     "run_script",
     "script_source",
 ]
-
-json_str = _json_str
-"""``json.dumps`` of one string (the C encoder, ASCII-escaped)."""
-
 
 class ScriptRefused(EscalationError, redis.ResponseError):
     """A Lua script refused its arguments (``EINVAL <script>: <reason>``); nothing written.
@@ -86,12 +79,6 @@ def pairs(mapping: dict[str, str]) -> list[str]:
     for key, value in mapping.items():
         flat += [str(key), str(value)]
     return flat
-
-
-def json_pairs(mapping: Mapping[str, str]) -> str:
-    """``json.dumps(pairs(mapping))``: a JSON array ``[k1, v1, ...]`` of strings."""
-    return "[" + ", ".join(json_str(str(k)) + ", " + json_str(str(v))
-                           for k, v in mapping.items()) + "]"
 
 
 def as_dict(flat: Sequence[str]) -> dict[str, str]:

@@ -257,7 +257,11 @@ def worker(
         help="Listen address of --metrics-port.")] = "127.0.0.1",
 ) -> None:
     """Fire due escalations until SIGTERM/SIGINT (or, with --burst, until nothing is due)."""
-    from escalation.entrypoints.worker import install_early_stop_handlers, run_worker
+    from escalation.entrypoints.worker import (
+        install_early_stop_handlers,
+        run_worker,
+        settle_heap,
+    )
     from escalation.entrypoints.worker_metrics import WorkerMetrics
 
     if metrics_port is not None and not 1 <= metrics_port <= 65535:
@@ -270,6 +274,7 @@ def worker(
     if metrics_port is not None:
         metrics = WorkerMetrics()
         metrics.serve(metrics_port, metrics_addr)
+    settle_heap()  # a worker process: collector tuned for the firing loop
     try:
         totals = run_worker(a, burst=burst, metrics=metrics)
     finally:

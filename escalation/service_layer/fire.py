@@ -22,6 +22,7 @@ from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.decide import Decision, DecisionKind, decide
 from escalation.domain.errors import EscalationError
 from escalation.domain.escalation import Escalation, Status
+from escalation.domain.ladder import Ladder
 from escalation.domain.timeutil import to_ms
 from escalation.ports import (
     ApplyAction,
@@ -185,10 +186,14 @@ def _decide_all(
     ``ops``; poison items are reported (``report.poison``, ``on_poison``); the rest are
     returned, in claim order, for the record step."""
     decided: list[tuple[ClaimedItem, Decision]] = []
+    seen: dict[tuple[str, int], Ladder] = {}  # a batch shares a few pinned ladder versions
     for item in items:
         esc = item.escalation
         try:
-            ladder = ladders.get(esc.ladder, esc.ladder_version)
+            ladder = seen.get((esc.ladder, esc.ladder_version))
+            if ladder is None:
+                ladder = seen[(esc.ladder, esc.ladder_version)] = ladders.get(
+                    esc.ladder, esc.ladder_version)
             decision = decide(esc, ladder, now, calendars)
         except (EscalationError, OverflowError, ValueError) as exc:
             # a rule that cannot be computed for this escalation (e.g. a due time past year

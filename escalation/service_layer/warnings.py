@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from escalation.domain.calendars import CalendarRegistry
@@ -39,6 +40,7 @@ from escalation.domain.errors import (
     NotFound,
 )
 from escalation.domain.escalation import Escalation, Status
+from escalation.domain.ladder import Ladder
 from escalation.domain.sla_timing import (
     active_warning_times,
     calendar_of,
@@ -105,11 +107,15 @@ def warning_members(
     escalations whose ladder/tier/calendar cannot be resolved (they are logged by decide).
     """
     out: list[WarningMember] = []
+    seen: dict[tuple[str, int], Ladder] = {}  # a batch shares a few ladder versions
     for esc in escalations:
         if esc.status is not Status.PENDING:
             continue
         try:
-            ladder = ladders.get(esc.ladder, esc.ladder_version)
+            ladder = seen.get((esc.ladder, esc.ladder_version))
+            if ladder is None:
+                ladder = seen[(esc.ladder, esc.ladder_version)] = ladders.get(
+                    esc.ladder, esc.ladder_version)
             tier = ladder.tier(esc.tier)
             if not tier.warn_at:
                 continue
@@ -137,20 +143,35 @@ def _elapsed_members(esc: Escalation, fractions: tuple[Decimal, ...]) -> list[Wa
     Same instants as :func:`warning_times` for elapsed time: ``entered + int(total * f)`` ms,
     with ``f`` as an exact integer ratio (``total * num // den``; total >= 0 so floor equals
     the truncation of ``int(Decimal(total) * f)``).
+
+    Raises:
+        InvalidInput: a fraction outside (0, 1).
     """
     entered = to_ms(esc.entered_tier_at)
     span_us = (esc.due_at - esc.entered_tier_at) // _US  # the window, exactly
     total = max(0, span_us // 1000)
     out = []
+    for num, den, label in _fraction_plan(fractions):
+        offset = total * num // den
+        if offset * 1000 < span_us:  # the warning falls before the due time
+            out.append(WarningMember(esc.dispute_id, esc.seq, label, entered + offset))
+    return out
+
+
+@lru_cache(maxsize=256)  # one entry per tier's warn_at tuple: a handful
+def _fraction_plan(fractions: tuple[Decimal, ...]) -> tuple[tuple[int, int, str], ...]:
+    """``(numerator, denominator, label)`` of each warning fraction, checked once.
+
+    Raises:
+        InvalidInput: a fraction outside (0, 1) (not cached: raised on every call).
+    """
+    plan = []
     for f in fractions:
         if not Decimal(0) < f < Decimal(1):
             raise InvalidInput(f"warning fraction must be in (0, 1), got {f}")
         num, den = f.as_integer_ratio()
-        offset = total * num // den
-        if offset * 1000 < span_us:  # the warning falls before the due time
-            out.append(WarningMember(esc.dispute_id, esc.seq, fraction_label(f),
-                                     entered + offset))
-    return out
+        plan.append((num, den, fraction_label(f)))
+    return tuple(plan)
 
 
 def resumed_warning_members(

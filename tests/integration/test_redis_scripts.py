@@ -8,7 +8,6 @@ arguments must raise before the first write (Redis has no rollback).
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -26,6 +25,7 @@ from escalation.adapters.redis_scheduler import (
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation
 from escalation.domain.materiality import Materiality
+from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome
 
 
 def make_esc(due_in: timedelta, **changes: object) -> Escalation:
@@ -105,31 +105,100 @@ def test_apply_with_one_bad_op_applies_none(redis_client: redis.Redis, namespace
     sched.enqueue(esc)
     k = Keys(namespace, 0)
     member = str(esc.dispute_id)
-    good = json.dumps(
-        {
-            "id": member,
-            "action": "remove",
-            "token": "",
-            "seq": "9",
-            "due_ms": "1",
-            "fields": [],
-            "notify": ["event", "removed"],
-            "create": "0",
-        }
-    )
+    # op: id, action, token, seq, due_ms, create, fields (JSON array), notify (JSON array)
+    good = [member, "remove", "", "9", "1", "0", "[]", '["event", "removed"]']
     other = str(uuid.uuid4())
     script = redis_client.register_script(script_source("apply"))
     op_keys = [k.pending, k.review, k.stats, k.payload(member), k.lock(member)]
-    op_keys += [k.payload(other), k.lock(other)]
-    for bad in ("not json", json.dumps({"id": other, "action": "explode"})):
+    op_keys += [k.payload(other), k.lock(other), k.ready, k.prio]
+    bad_ops = (
+        [other, "explode", "", "1", "1", "0", "[]", "[]"],  # unknown action
+        [other, "remove", "", "1", "1", "0", "[]"],  # truncated: 7 strings
+        [other, "park", "", "1", "1", "0", "[]", "[]"],  # park without fields
+        [other, "remove", "", "1", "1", "0", "[]", '["a", "b", "c"]'],  # odd notify
+        [other, "remove", "", "1", "1", "0", "[]", "not json"],  # notify not JSON
+        [other, "remove", "", "1", "1", "0", "[]", '["", "b"]'],  # empty field name
+        [other, "remove", "x", "1", "1", "0", "[]", "[]"],  # token not an integer
+    )
+    for bad in bad_ops:
         with pytest.raises(redis.ResponseError, match="EINVAL apply"):
             script(
                 keys=op_keys,
-                args=["1000", good, bad],
+                args=["1000", *good, *bad],
             )
     assert redis_client.zscore(k.pending, member) is not None
     assert sched.payload(member) is not None
     assert redis_client.exists(k.review) == 0
+    # the good op alone is well formed: it applies
+    alone = script(keys=[k.pending, k.review, k.stats, k.payload(member), k.lock(member),
+                         k.ready, k.prio], args=["1000", *good])
+    assert [x.decode() if isinstance(x, bytes) else x for x in alone] == ["applied"]
+    assert redis_client.zscore(k.pending, member) is None
+    assert redis_client.xlen(k.review) == 1
+
+
+# ----------------------------------------------------------------- batched writes
+def test_apply_sees_an_earlier_op_on_the_same_member_in_one_call(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """apply.lua collects the ZSET writes of a call; an op whose member repeats an earlier
+    op's must still see that op's writes (reschedule then remove: gone; park then
+    reschedule: pending at the second due time)."""
+    sched = RedisScheduler(redis_client, namespace=namespace)
+    gone, back = make_esc(timedelta(minutes=5)), make_esc(timedelta(minutes=5))
+    sched.enqueue_many([gone, back])
+    later = gone.due_at + timedelta(hours=1)
+    ops = [
+        ApplyOp(gone.with_changes(seq=2, due_at=later), ApplyAction.RESCHEDULE),
+        ApplyOp(back.with_changes(seq=2), ApplyAction.PARK),
+        ApplyOp(gone.with_changes(seq=3), ApplyAction.REMOVE),
+        ApplyOp(back.with_changes(seq=3, due_at=later), ApplyAction.RESCHEDULE),
+    ]
+    assert sched.apply(ops) == [ApplyOutcome.APPLIED] * 4
+    k = Keys(namespace, 0)
+    assert redis_client.zscore(k.pending, str(gone.dispute_id)) is None
+    assert sched.payload(str(gone.dispute_id)) is None
+    assert redis_client.zscore(k.pending, str(back.dispute_id)) == int(later.timestamp() * 1000)
+    assert sched.payload(str(back.dispute_id))["seq"] == "3"  # type: ignore[index]
+
+
+def test_claim_hands_out_consecutive_fencing_tokens_in_candidate_order(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """One INCRBY per claim call: tokens are consecutive, each lock holds its own token."""
+    sched = RedisScheduler(redis_client, namespace=namespace)
+    escs = [make_esc(timedelta(seconds=-10 + i)) for i in range(5)]
+    sched.enqueue_many(escs)
+    k = Keys(namespace, 0)
+    redis_client.set(k.fence, "41")
+    got = sched.claim(5, 30_000, "w1")
+    tokens = [item.token for item in got.items]
+    assert tokens == [42, 43, 44, 45, 46]
+    assert [item.escalation.dispute_id for item in got.items] == [e.dispute_id for e in escs]
+    for item in got.items:
+        lock = redis_client.get(k.lock(str(item.escalation.dispute_id)))
+        assert lock in (f"{item.token}:w1", f"{item.token}:w1".encode())
+        assert item.score_ms == int(item.escalation.due_at.timestamp() * 1000)
+    assert int(redis_client.get(k.fence) or 0) == 46
+    assert redis_client.zcard(k.ready) == 0
+    assert int(redis_client.hget(k.stats, "claimed") or 0) == 5
+
+
+def test_claim_with_a_corrupt_fence_counter_writes_nothing(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """The fence counter is read before the first write: a value that is not an integer
+    refuses the claim with nothing moved or locked."""
+    sched = RedisScheduler(redis_client, namespace=namespace)
+    esc = make_esc(timedelta(seconds=-5))
+    sched.enqueue(esc)
+    k = Keys(namespace, 0)
+    redis_client.set(k.fence, "12abc")
+    with pytest.raises(redis.ResponseError, match="EINVAL claim: fence"):
+        sched.claim(10, 30_000, "w1")
+    assert redis_client.zscore(k.pending, str(esc.dispute_id)) is not None
+    assert redis_client.zcard(k.ready) == 0
+    assert redis_client.exists(k.lock(str(esc.dispute_id))) == 0
 
 
 def test_cancel_refuses_keys_of_another_dispute(redis_client: redis.Redis, namespace: str) -> None:

@@ -76,3 +76,34 @@ def test_fast_path_refuses_what_the_reference_refuses(bad: Any) -> None:
         canonical_bytes({"actor": bad})
     with pytest.raises(InvalidInput):
         reference_canonical_bytes({"actor": bad})
+
+
+_SPECIAL = [0x7F, 0x80, 0x9F, 0xA0, 0xAD, 0x2028, 0x2029, 0xD7FF, 0xE000, 0xFEFF, 0xFFFD,
+            0xFFFF, 0x10000, 0x1F600, 0x10FFFF]
+
+
+@pytest.mark.parametrize("block", range(0, 0x800, 0x100))
+def test_every_short_code_point_and_the_special_ones_give_the_reference_bytes(
+    block: int,
+) -> None:
+    """Every code point of 1- and 2-byte UTF-8 (control characters, quote, backslash, DEL,
+    C1) and the special ones, alone and inside text, as a value and as a details key."""
+    points = range(block, block + 0x100) if block else [*range(0x100), *_SPECIAL]
+    for cp in points:
+        c = chr(cp)
+        fields = {"event": c, "trace_id": f"a{c}b{c}", "details": {c: [c, {c + "k": c}]}}
+        assert canonical_bytes(fields) == reference_canonical_bytes(fields), hex(cp)
+
+
+def test_values_the_fast_serialiser_refuses_still_give_the_reference_bytes() -> None:
+    """Integers beyond 64 bits take the field-by-field path: same bytes as the reference."""
+    for fields in ({"seq": 2**70}, {"fence_token": -(2**64)}, {"details": {"n": [2**65, -1]}}):
+        assert canonical_bytes(fields) == reference_canonical_bytes(fields)
+
+
+def test_a_lone_surrogate_is_refused_like_the_reference() -> None:
+    fields = {"trace_id": "a\ud800"}
+    with pytest.raises(UnicodeEncodeError):
+        reference_canonical_bytes(fields)
+    with pytest.raises(UnicodeEncodeError):
+        canonical_bytes(fields)

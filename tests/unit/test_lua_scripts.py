@@ -30,8 +30,9 @@ SCRIPTS = sorted(p.stem for p in LUA_DIR.glob("*.lua"))
 # add it with its key positions from the Redis command reference.
 KEY_POSITIONS: dict[str, tuple[int, ...] | str] = {
     "TIME": (),
-    "GET": (1,), "SET": (1,), "DEL": "all", "EXISTS": "all", "INCR": (1,), "PEXPIRE": (1,),
-    "HGET": (1,), "HSET": (1,), "HDEL": (1,), "HGETALL": (1,), "HINCRBY": (1,),
+    "GET": (1,), "SET": (1,), "DEL": "all", "EXISTS": "all", "INCR": (1,), "INCRBY": (1,),
+    "PEXPIRE": (1,),
+    "HGET": (1,), "HMGET": (1,), "HSET": (1,), "HDEL": (1,), "HGETALL": (1,), "HINCRBY": (1,),
     "ZADD": (1,), "ZREM": (1,), "ZSCORE": (1,), "ZRANGE": (1,), "ZRANGEBYSCORE": (1,),
     "ZCARD": (1,),
     "LPUSH": (1,), "LTRIM": (1,),

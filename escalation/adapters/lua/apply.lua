@@ -32,6 +32,11 @@
 -- Stats counters: applied, stale_apply, not_owner, missing. Every op is validated before the
 -- first write; re-sending the call yields "stale_seq" for ops already applied.
 --
+-- Writes to the shard's shared keys (ZREM ready, ZADD / ZREM pending, HDEL prio) are collected
+-- and sent as one multi-member command per kind at the end (or before an op whose id repeats
+-- an earlier op's, so a repeated id sees its predecessor's writes): per applied op only
+-- HGET seq, GET lock, DEL payload (+ lock), HSET payload and XADD remain (docs/performance.md).
+--
 -- KEYS[1]      pending ZSET (score = due time, epoch milliseconds)
 -- KEYS[2]      review STREAM
 -- KEYS[3]      stats HASH
@@ -41,28 +46,34 @@
 --              pending also ZREMs ready, so a member is in at most one of them)
 -- KEYS[n*2+5]  prio HASH (member -> weight; HDEL on remove)
 -- ARGV[1]      review stream approximate MAXLEN, integer 1..100000000
--- ARGV[1+i]    op i as a JSON object of strings / string arrays:
---                id      dispute id (ZSET member), 1..100 bytes
---                action  "reschedule" | "remove" | "park"
---                token   fencing token, decimal integer string, or "" (owner-less repair)
---                seq     sequence number recorded in PostgreSQL, decimal integer string
---                due_ms  due time, integer epoch milliseconds string (required for reschedule)
---                fields  [f1, v1, ...] payload fields (required, non-empty, for reschedule/park)
---                notify  [f1, v1, ...] review stream entry fields, or [] for none
---                create  "1" = restore mode (may create a missing payload), else "0"
+-- ARGV[2..]    the ops, 8 strings each: op i is ARGV[p] .. ARGV[p+7] with p = 8 * i - 6:
+--                ARGV[p]        id      dispute id (ZSET member), 1..100 bytes
+--                ARGV[p+1]      action  "reschedule" | "remove" | "park"
+--                ARGV[p+2]      token   fencing token, decimal integer string, or "" (owner-less
+--                                       repair)
+--                ARGV[p+3]      seq     sequence number recorded in PostgreSQL, decimal integer
+--                ARGV[p+4]      due_ms  due time, integer epoch milliseconds (required for
+--                                       reschedule; otherwise any string)
+--                ARGV[p+5]      create  "1" = restore mode (may create a missing payload), else "0"
+--                ARGV[p+6]      fields  JSON array of strings [f1, v1, ...]: payload fields
+--                                       (required, non-empty, for reschedule/park; names non-empty)
+--                ARGV[p+7]      notify  JSON array of strings [f1, v1, ...]: review stream entry
+--                                       fields, or [] for none
 -- Returns:     array of n outcome strings: "applied" | "stale_seq" | "not_owner" | "missing"
 -- Errors:      "EINVAL apply: <reason>" (nothing written)
 
 local function fail(msg) return redis.error_reply('EINVAL apply: ' .. msg) end
 local function is_int(s) return type(s) == 'string' and string.match(s, '^%d+$') ~= nil and #s <= 16 end
-local function is_pairs(t, allow_empty)
-  if type(t) ~= 'table' then return false end
+-- a JSON array of strings [f1, v1, ...] with non-empty names, at most 64 entries; else nil
+local function pairs_of(text, allow_empty)
+  local ok, t = pcall(cjson.decode, text)
+  if not ok or type(t) ~= 'table' then return nil end
   local len = #t
-  if len % 2 ~= 0 or len > 64 or (len == 0 and not allow_empty) then return false end
+  if len % 2 ~= 0 or len > 64 or (len == 0 and not allow_empty) then return nil end
   for j = 1, len do
-    if type(t[j]) ~= 'string' or (j % 2 == 1 and #t[j] == 0) then return false end
+    if type(t[j]) ~= 'string' or (j % 2 == 1 and #t[j] == 0) then return nil end
   end
-  return true
+  return t
 end
 local ACTIONS = {reschedule = true, remove = true, park = true}
 
@@ -70,18 +81,16 @@ local maxlen = ARGV[1]
 if not is_int(maxlen) or tonumber(maxlen) < 1 or tonumber(maxlen) > 100000000 then
   return fail('review MAXLEN must be an integer 1..100000000')
 end
-local n = #ARGV - 1
+if (#ARGV - 1) % 8 ~= 0 then return fail('ops must be 8 strings each') end
+local n = (#ARGV - 1) / 8
 if #KEYS ~= 5 + 2 * n then return fail('expected ' .. (5 + 2 * n) .. ' KEYS, got ' .. #KEYS) end
-local READY, PRIO = KEYS[4 + 2 * n], KEYS[5 + 2 * n]
-local function scheduled(id)
-  return redis.call('ZSCORE', KEYS[1], id) ~= false or redis.call('ZSCORE', READY, id) ~= false
-end
 local ops = {}
 for i = 1, n do
-  local ok, op = pcall(cjson.decode, ARGV[1 + i])
-  if not ok or type(op) ~= 'table' then return fail('op ' .. i .. ' is not JSON') end
+  local p = 8 * i - 6
+  local op = {id = ARGV[p], action = ARGV[p + 1], token = ARGV[p + 2], seq = ARGV[p + 3],
+              due_ms = ARGV[p + 4], create = ARGV[p + 5]}
   local id = op.id
-  if type(id) ~= 'string' or #id == 0 or #id > 100 then return fail('op ' .. i .. ': bad id') end
+  if #id == 0 or #id > 100 then return fail('op ' .. i .. ': bad id') end
   if string.sub(KEYS[2 + 2 * i], -#id) ~= id or string.sub(KEYS[3 + 2 * i], -#id) ~= id then
     return fail('op ' .. i .. ': KEYS do not belong to ' .. id)
   end
@@ -89,11 +98,38 @@ for i = 1, n do
   if op.token ~= '' and not is_int(op.token) then return fail('op ' .. i .. ': bad token') end
   if not is_int(op.seq) then return fail('op ' .. i .. ': bad seq') end
   if op.action == 'reschedule' and not is_int(op.due_ms) then return fail('op ' .. i .. ': bad due_ms') end
-  if op.action ~= 'remove' and not is_pairs(op.fields, false) then return fail('op ' .. i .. ': bad fields') end
-  if not is_pairs(op.notify, true) then return fail('op ' .. i .. ': bad notify') end
   if op.create ~= '0' and op.create ~= '1' then return fail('op ' .. i .. ': bad create flag') end
+  op.fields = pairs_of(ARGV[p + 6], op.action == 'remove')
+  if op.fields == nil then return fail('op ' .. i .. ': bad fields') end
+  op.notify = pairs_of(ARGV[p + 7], true)
+  if op.notify == nil then return fail('op ' .. i .. ': bad notify') end
   op.pkey, op.lkey = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
   ops[i] = op
+end
+local READY, PRIO = KEYS[4 + 2 * n], KEYS[5 + 2 * n]
+local function scheduled(id)
+  return redis.call('ZSCORE', KEYS[1], id) ~= false or redis.call('ZSCORE', READY, id) ~= false
+end
+
+-- collected writes to the shared keys: ids to ZREM from ready / pending, HDEL from prio, and
+-- score, id pairs to ZADD to pending
+local zrem_ready, zrem_pending, hdel_prio, zadd_pending = {}, {}, {}, {}
+local collected = {}  -- ids with a collected write
+local CHUNK = 1000
+local function flush()
+  for from = 1, #zrem_ready, CHUNK do
+    redis.call('ZREM', READY, unpack(zrem_ready, from, math.min(from + CHUNK - 1, #zrem_ready)))
+  end
+  for from = 1, #zrem_pending, CHUNK do
+    redis.call('ZREM', KEYS[1], unpack(zrem_pending, from, math.min(from + CHUNK - 1, #zrem_pending)))
+  end
+  for from = 1, #hdel_prio, CHUNK do
+    redis.call('HDEL', PRIO, unpack(hdel_prio, from, math.min(from + CHUNK - 1, #hdel_prio)))
+  end
+  for from = 1, #zadd_pending, 2 * CHUNK do
+    redis.call('ZADD', KEYS[1], unpack(zadd_pending, from, math.min(from + 2 * CHUNK - 1, #zadd_pending)))
+  end
+  zrem_ready, zrem_pending, hdel_prio, zadd_pending, collected = {}, {}, {}, {}, {}
 end
 
 local function write_payload(op)
@@ -104,6 +140,7 @@ end
 local result = {}
 local counts = {applied = 0, stale_seq = 0, not_owner = 0, missing = 0}
 for i, op in ipairs(ops) do
+  if collected[op.id] then flush() end
   local pseq = redis.call('HGET', op.pkey, 'seq')
   if pseq ~= false and tonumber(pseq) == nil then pseq = '0' end  -- corrupt seq: behind everything
   local lockval = redis.call('GET', op.lkey)
@@ -150,17 +187,22 @@ for i, op in ipairs(ops) do
   elseif restore and lockval then
     out = 'not_owner'
   else
-    redis.call('ZREM', READY, op.id)
-    if op.action == 'reschedule' then
-      write_payload(op)
-      redis.call('ZADD', KEYS[1], op.due_ms, op.id)
-    elseif op.action == 'remove' then
-      redis.call('ZREM', KEYS[1], op.id)
-      redis.call('HDEL', PRIO, op.id)
-      redis.call('DEL', op.pkey)
+    local owned = op.token ~= ''
+    collected[op.id] = true
+    zrem_ready[#zrem_ready + 1] = op.id
+    if op.action == 'remove' then
+      zrem_pending[#zrem_pending + 1] = op.id
+      hdel_prio[#hdel_prio + 1] = op.id
+      if owned then redis.call('DEL', op.pkey, op.lkey) else redis.call('DEL', op.pkey) end
     else
-      redis.call('ZREM', KEYS[1], op.id)
-      write_payload(op)
+      if op.action == 'reschedule' then
+        zadd_pending[#zadd_pending + 1] = op.due_ms
+        zadd_pending[#zadd_pending + 1] = op.id
+      else
+        zrem_pending[#zrem_pending + 1] = op.id
+      end
+      if owned then redis.call('DEL', op.pkey, op.lkey) else redis.call('DEL', op.pkey) end
+      redis.call('HSET', op.pkey, unpack(op.fields))
     end
     if #op.notify > 0 then
       local nseq = nil
@@ -171,12 +213,12 @@ for i, op in ipairs(ops) do
         redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', unpack(op.notify))
       end
     end
-    if op.token ~= '' then redis.call('DEL', op.lkey) end
     out = 'applied'
   end
   counts[out] = counts[out] + 1
   result[i] = out
 end
+flush()
 local STAT = {applied = 'applied', stale_seq = 'stale_apply', not_owner = 'not_owner', missing = 'missing'}
 for k, v in pairs(counts) do
   if v > 0 then redis.call('HINCRBY', KEYS[3], STAT[k], v) end

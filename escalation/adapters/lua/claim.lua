@@ -11,16 +11,19 @@
 --     not in head                    -> a better member was promoted: skip, more = 1
 --     no payload HASH                -> STUCK_MEMBER: ZREM ready, HDEL prio, report it,
 --                                       stats "stuck" += 1
---     lock held                      -> LOCK_CONTENTION: skip (stays in ready), contended += 1
---     otherwise                      -> token = INCR fence; SET lock "<token>:<worker>" PX lease;
+--     lock held (SET NX refused)     -> LOCK_CONTENTION: skip (stays in ready), contended += 1
+--     otherwise                      -> token = the next fencing token (fence + 1, + 2, ... in
+--                                       candidate order, as one INCR per member would give; one
+--                                       INCRBY fence per call); SET lock "<token>:<worker>" PX lease;
 --                                       ZREM ready; ZADD pending (now + lease) (visibility
 --                                       timeout); return the payload. stats "claimed" += 1
 --   more = 1 also when head holds members that were not candidates (the caller reads again).
+--   A candidate repeated in ARGV is considered once.
 -- Every argument is validated before the first write. Re-sending after a lost reply claims
 -- nothing twice (claimed members are locked and back in pending, in the future).
 --
 -- KEYS[1]      pending ZSET (score = due time, epoch milliseconds)
--- KEYS[2]      fence STRING (fencing-token counter, INCR)
+-- KEYS[2]      fence STRING (fencing-token counter: GET, then INCRBY by the number claimed)
 -- KEYS[3]      stats HASH
 -- KEYS[4]      ready ZSET (score = due - weight * aging_ms)
 -- KEYS[5]      prio HASH (member -> weight)
@@ -37,7 +40,7 @@
 -- Returns:     {now_ms, next_due_ms (-1 = nothing pending or ready; now when ready is not
 --              empty), contended, more, stuck_ids, items, promoted}
 --              items = array of {id, token, due_ms (before re-scoring), {f1, v1, ...}}
--- Errors:      "EINVAL claim: <reason>" (nothing written)
+-- Errors:      "EINVAL claim: <reason>" (nothing written; also when fence is not an integer)
 
 local function fail(msg) return redis.error_reply('EINVAL claim: ' .. msg) end
 local function is_int(s) return type(s) == 'string' and string.match(s, '^%d+$') ~= nil and #s <= 16 end
@@ -73,55 +76,104 @@ end
 lease, max_items, aging, pmax = tonumber(lease), tonumber(max_items), tonumber(aging), tonumber(pmax)
 skip = tonumber(skip)
 
+local fence = redis.call('GET', KEYS[2]) or '0'
+if not is_int(fence) then return fail('fence counter is not a non-negative integer') end
+local base = tonumber(fence)  -- tokens handed out by this call: base + 1, base + 2, ...
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Commands are batched per call, not per member (docs/performance.md, "Firing path CPU"): the
+-- weights come from one HMGET, the moves pending -> ready and the claimed members' re-scoring
+-- are one ZADD + one ZREM per chunk of CHUNK members, the fencing tokens one INCRBY (the same
+-- consecutive tokens, in candidate order, that one INCR per member would hand out). Per
+-- claimed member only HGETALL payload and SET lock NX (which is also the lock check) remain.
+local CHUNK = 500
+
+-- weights (HMGET prio) of ids[from..to]: absent or malformed = 0
+local function weights(ids, from, to)
+  local args = {}
+  for j = from, to do args[#args + 1] = ids[j] end
+  local raw = redis.call('HMGET', KEYS[5], unpack(args))
+  local out = {}
+  for j = 1, #raw do out[j] = tonumber(raw[j] or '0') or 0 end
+  return out
+end
 
 -- step 1: promote due members
 local promoted = 0
 if pmax > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, pmax)
-  for j = 1, #due, 2 do
-    local id, score = due[j], tonumber(due[j + 1])
-    local w = tonumber(redis.call('HGET', KEYS[5], id) or '0') or 0
-    redis.call('ZADD', KEYS[4], score - w * aging, id)
-    redis.call('ZREM', KEYS[1], id)
-    promoted = promoted + 1
+  local ids = {}
+  for j = 1, #due, 2 do ids[#ids + 1] = due[j] end
+  for from = 1, #ids, CHUNK do
+    local to = math.min(from + CHUNK - 1, #ids)
+    local w = weights(ids, from, to)
+    local zargs, members = {}, {}
+    for j = from, to do
+      zargs[#zargs + 1] = tonumber(due[2 * j]) - w[j - from + 1] * aging
+      zargs[#zargs + 1] = ids[j]
+      members[#members + 1] = ids[j]
+    end
+    redis.call('ZADD', KEYS[4], unpack(zargs))
+    redis.call('ZREM', KEYS[1], unpack(members))
+    promoted = promoted + #members
   end
 end
 
--- step 2: claim candidates that are in the head of ready
+-- step 2: claim candidates that are in the head of ready (a repeated candidate is skipped)
 local head = {}
-local headlist = redis.call('ZRANGE', KEYS[4], 0, max_items + skip - 1)
-for _, id in ipairs(headlist) do head[id] = true end
+local headlist = redis.call('ZRANGE', KEYS[4], 0, max_items + skip - 1, 'WITHSCORES')
+for j = 1, #headlist, 2 do head[headlist[j]] = headlist[j + 1] end
 local seen = {}
-local items, stuck = {}, {}
+local stuck = {}
+local won = {}  -- claimed candidates: {id, score, payload}; token = base + position
 local contended, more = 0, 0
 for i = 1, n do
-  if #items >= max_items then break end
+  if #won >= max_items then break end
   local id, pkey, lkey = ARGV[6 + i], KEYS[4 + 2 * i], KEYS[5 + 2 * i]
-  seen[id] = true
-  local score = redis.call('ZSCORE', KEYS[4], id)
-  if score == false then
-    -- taken meanwhile
-  elseif not head[id] then
-    more = 1
-  elseif redis.call('EXISTS', pkey) == 0 then
-    redis.call('ZREM', KEYS[4], id)
-    redis.call('HDEL', KEYS[5], id)
-    stuck[#stuck + 1] = id
-  elseif redis.call('EXISTS', lkey) == 1 then
-    contended = contended + 1
-  else
-    local w = tonumber(redis.call('HGET', KEYS[5], id) or '0') or 0
-    local token = redis.call('INCR', KEYS[2])
-    redis.call('SET', lkey, token .. ':' .. worker, 'PX', lease)
-    redis.call('ZREM', KEYS[4], id)
-    redis.call('ZADD', KEYS[1], now + lease, id)
-    items[#items + 1] = {id, token, tostring(tonumber(score) + w * aging), redis.call('HGETALL', pkey)}
+  if not seen[id] then
+    seen[id] = true
+    local score = head[id]
+    if not score then
+      -- not in the head: taken meanwhile (not in ready at all), or a better member was promoted
+      if redis.call('ZSCORE', KEYS[4], id) ~= false then more = 1 end
+    else
+      local flat = redis.call('HGETALL', pkey)
+      if #flat == 0 then
+        redis.call('ZREM', KEYS[4], id)
+        redis.call('HDEL', KEYS[5], id)
+        stuck[#stuck + 1] = id
+      elseif not redis.call('SET', lkey, (base + #won + 1) .. ':' .. worker, 'PX', lease, 'NX') then
+        contended = contended + 1
+      else
+        won[#won + 1] = {id, score, flat}
+      end
+    end
   end
 end
-for r, id in ipairs(headlist) do
-  if r > skip and not seen[id] then more = 1 break end
+local items = {}
+if #won > 0 then
+  redis.call('INCRBY', KEYS[2], #won)
+  local ids = {}
+  for k = 1, #won do ids[k] = won[k][1] end
+  for from = 1, #won, CHUNK do
+    local to = math.min(from + CHUNK - 1, #won)
+    local w = weights(ids, from, to)
+    local zargs, members = {}, {}
+    for k = from, to do
+      local c = won[k]
+      zargs[#zargs + 1] = now + lease
+      zargs[#zargs + 1] = c[1]
+      members[#members + 1] = c[1]
+      items[k] = {c[1], base + k, tostring(tonumber(c[2]) + w[k - from + 1] * aging), c[3]}
+    end
+    redis.call('ZREM', KEYS[4], unpack(members))
+    redis.call('ZADD', KEYS[1], unpack(zargs))
+  end
+end
+for r = 1, #headlist / 2 do
+  if r > skip and not seen[headlist[2 * r - 1]] then more = 1 break end
 end
 if #items > 0 then redis.call('HINCRBY', KEYS[3], 'claimed', #items) end
 if #stuck > 0 then redis.call('HINCRBY', KEYS[3], 'stuck', #stuck) end
