@@ -132,40 +132,6 @@ def copy_ledger(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
             copy.write_row([Jsonb(row[c]) if c == "details" else row[c] for c in COPY_COLUMNS])
 
 
-# The ledger columns' types for the binary COPY of :func:`copy_ledger_binary`.
-COPY_TYPES: dict[str, str] = {
-    "dispute_id": "uuid", "seq": "int8", "event": "text", "match_decision": "text",
-    "from_tier": "text", "to_tier": "text", "ladder": "text", "ladder_version": "int4",
-    "calendar_version": "text", "materiality": "numeric", "due_at": "timestamptz",
-    "next_due_at": "timestamptz", "regulatory_deadline": "timestamptz",
-    "decided_at": "timestamptz", "actor": "text", "trace_id": "text", "source_hash": "text",
-    "external_id": "text", "fence_token": "int8", "details": "jsonb", "prev_hash": "bytea",
-    "row_hash": "bytea", "chain_created_at": "timestamptz",
-}
-COPY_BINARY_SQL = COPY_SQL + " (FORMAT BINARY)"
-
-
-def copy_ledger_binary(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """:func:`copy_ledger` in PostgreSQL's binary COPY format with the column types fixed
-    up front (:data:`COPY_TYPES`): about 40% less client CPU per row than the text format
-    with per-value dumper lookup (docs/performance.md, ladder migrations). Used by the
-    ladder migration's batches.
-
-    Raises:
-        psycopg.DataError (wrapped by nothing): a value that does not fit its column type
-            (e.g. an int beyond int4); the transaction fails and nothing is written.
-    """
-    driver = conn.connection.driver_connection  # the psycopg 3 Connection
-    if driver is None:  # pragma: no cover - only after the connection was invalidated
-        raise sa.exc.InvalidRequestError("connection has no live driver connection")
-    types = [COPY_TYPES[c] for c in COPY_COLUMNS]
-    cursor = driver.cursor()
-    with cursor, cursor.copy(COPY_BINARY_SQL) as copy:
-        copy.set_types(types)
-        for row in rows:
-            copy.write_row([Jsonb(row[c]) if c == "details" else row[c] for c in COPY_COLUMNS])
-
-
 def unnest_params(moved: Mapping[UUID, Mapping[str, Any]]) -> dict[str, str]:
     """Array-literal parameters of :data:`BULK_UPDATE` (hashes as hex text)."""
     rows = list(moved.values())

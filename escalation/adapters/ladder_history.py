@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql as pg
 
 from escalation.adapters.audit_rows import chained_row, escalation_from_state, utc, utc_opt
 from escalation.adapters.audit_sql import array_literal as _array_literal
-from escalation.adapters.audit_sql import copy_ledger_binary as _copy_ledger
+from escalation.adapters.audit_sql import copy_ledger as _copy_ledger
 from escalation.adapters.tables import escalation_state, ladder_history, ladder_release
 from escalation.domain.errors import ConflictError, NotFound
 from escalation.domain.escalation import Escalation, Status

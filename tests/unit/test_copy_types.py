@@ -1,6 +1,6 @@
 """The binary COPY of ledger rows names each column's PostgreSQL type up front
-(``audit_sql.COPY_TYPES``): a wrong or missing type would fail every ladder migration batch,
-so the mapping is checked against the table definition here."""
+(``audit_sql.COPY_TYPES``, derived from the SQLAlchemy column types): a wrong or missing type
+would fail every recorded batch, so the mapping is checked against the compiled DDL here."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ _SQL_TO_COPY = {
 
 
 def test_copy_types_name_every_copied_column_with_its_table_type() -> None:
-    assert list(COPY_TYPES) == list(COPY_COLUMNS)
-    for name in COPY_COLUMNS:
+    assert len(COPY_TYPES) == len(COPY_COLUMNS)
+    for name, copy_type in zip(COPY_COLUMNS, COPY_TYPES, strict=True):
         sql = escalation_audit.c[name].type.compile(dialect=pg.dialect())
-        assert COPY_TYPES[name] == _SQL_TO_COPY[sql], name
+        assert copy_type == _SQL_TO_COPY[sql], name
