@@ -99,7 +99,8 @@ class PostgresAuditStore(AuditQueries):
         existed (:mod:`escalation.adapters.audit_enqueue`).
 
         Returns one ``(recorded, state)`` per input, in input order; a dispute repeated in
-        the batch is recorded once (its later occurrences return ``False``).
+        the batch is recorded once, from its first occurrence (its later occurrences return
+        ``False`` and the state that first occurrence recorded).
         ``calendar_versions`` (optional): dispute id -> version of the calendar its due
         time was counted in, recorded in the ENQUEUED row's ``calendar_version``.
         ``details`` (optional): dispute id -> extra keys of the ENQUEUED row's ``details``.
@@ -321,16 +322,21 @@ def _states_of(conn: sa.Connection, ids: Sequence[UUID]) -> dict[UUID, Escalatio
 def _enqueue_results(
     escalations: Sequence[Escalation], inserted: set[UUID], existing: Mapping[UUID, Escalation]
 ) -> list[tuple[bool, Escalation]]:
-    """``(recorded now, state)`` per input; only a dispute's first occurrence is recorded."""
+    """``(recorded now, state)`` per input; only a dispute's first occurrence is recorded,
+    and its later occurrences are answered with the state that first one recorded."""
     out: list[tuple[bool, Escalation]] = []
-    seen: set[UUID] = set()
+    now_recorded: dict[UUID, Escalation] = {}
     for esc in escalations:
         d = esc.dispute_id
-        if d in inserted and d not in seen:
-            out.append((True, _recorded(esc)))
+        if d in inserted:
+            state = now_recorded.get(d)
+            if state is None:
+                now_recorded[d] = state = _recorded(esc)
+                out.append((True, state))
+            else:
+                out.append((False, state))
         else:
             out.append((False, existing.get(d) or esc.with_changes(seq=1)))
-        seen.add(d)
     return out
 
 

@@ -331,20 +331,56 @@ def record_batches(
 def _record_one(
     part: Sequence[BuiltEnqueue], store: AuditLog, actor: str, now: datetime,
 ) -> tuple[list[EnqueueResult], list[Escalation]]:
-    """Record one batch in PostgreSQL: (its results, the pending escalations to schedule)."""
-    chunk = [b.escalation for b in part]
-    versions = {b.escalation.dispute_id: b.calendar_version for b in part}
-    details = {b.escalation.dispute_id: b.details for b in part}
+    """Record one batch in PostgreSQL: (its results, the pending escalations to schedule).
+
+    A dispute repeated within ``part`` is recorded (and scheduled) from its first occurrence
+    only; every later occurrence is answered like a replay: ``created=False`` with the state
+    PostgreSQL holds (see :func:`enqueue_many`)."""
+    unique, where = _first_occurrences(part)
+    chunk = [b.escalation for b in unique]
+    versions = {b.escalation.dispute_id: b.calendar_version for b in unique}
+    details = {b.escalation.dispute_id: b.details for b in unique}
     recorded = store.record_enqueue_many(chunk, actor, now, versions, details)
-    results: list[EnqueueResult] = []
+    firsts: list[EnqueueResult] = []
     to_schedule: list[Escalation] = []
     for created, state in recorded:
         got = store.get(state.dispute_id) if not created else (state, Status.PENDING)
         status = got[1] if got else Status.PENDING
         if status is Status.PENDING:
             to_schedule.append(state)
-        results.append(EnqueueResult(created, state, status))
+        firsts.append(EnqueueResult(created, state, status))
+    if where is None:
+        return firsts, to_schedule
+    results: list[EnqueueResult] = []
+    answered: set[int] = set()
+    for k in where:
+        first = firsts[k]
+        if k in answered:  # a later occurrence: the recorded state, not its own values
+            results.append(EnqueueResult(False, first.escalation, first.status))
+        else:
+            results.append(first)
+            answered.add(k)
     return results, to_schedule
+
+
+def _first_occurrences(
+    part: Sequence[BuiltEnqueue],
+) -> tuple[Sequence[BuiltEnqueue], list[int] | None]:
+    """``(first occurrence of each dispute in input order, index into it per input)``; the
+    index list is None when no dispute repeats (the common case: ``part`` as is)."""
+    index: dict[object, int] = {}
+    for b in part:
+        index.setdefault(b.escalation.dispute_id, len(index))
+    if len(index) == len(part):
+        return part, None
+    unique: list[BuiltEnqueue] = []
+    where: list[int] = []
+    for b in part:
+        k = index[b.escalation.dispute_id]
+        if k == len(unique):
+            unique.append(b)
+        where.append(k)
+    return unique, where
 
 
 def _schedule(scheduler: Scheduler, escalations: list[Escalation],
@@ -368,6 +404,15 @@ def enqueue_many(
     now: datetime | None = None,
 ) -> list[EnqueueResult]:
     """Validate every request first (nothing is written if one is bad), then record and schedule.
+
+    Returns one :class:`EnqueueResult` per request, in request order. Idempotent per dispute:
+    a dispute that already has an escalation is answered ``created=False`` with the state
+    PostgreSQL holds (and its status). The same holds within one call: when a dispute appears
+    more than once in ``requests``, its first occurrence is the one recorded and scheduled,
+    and every later occurrence is answered like a replay -- ``created=False`` with the state
+    actually recorded (the first occurrence's trace id, due time, ...), never with its own
+    unrecorded values, whether its content is identical or not. The ledger gets one ENQUEUED
+    row per dispute.
 
     ``on_scheduled`` (optional) receives each chunk of escalations newly written to Redis
     (used to schedule pre-breach warnings, ``service_layer.warnings``). ``now`` (aware; default

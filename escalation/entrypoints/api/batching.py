@@ -219,9 +219,10 @@ class CreateBatcher:
 def _take(queue: list[_Pending], most: int) -> tuple[list[_Pending], list[_Pending]]:
     """``(batch, rest)``: up to ``most`` queued requests in order, at most one per dispute.
 
-    A later request for a dispute already in the batch waits for the next batch, so it is
-    answered from the recorded state (``enqueue_many`` answers a dispute repeated within
-    one call with the repeat's own, unrecorded values: another trace id, another due time).
+    A later request for a dispute already in the batch waits for the next batch: each
+    single create is then its own replay of what the earlier one recorded (``enqueue_many``
+    would answer a repeat within one call from the recorded state too; keeping them apart
+    also keeps one request's validation error from being shared by another's write).
     """
     batch: list[_Pending] = []
     rest: list[_Pending] = []

@@ -1,0 +1,129 @@
+"""A dispute repeated within one ``enqueue_many`` call, on real Redis and PostgreSQL.
+
+The first occurrence is recorded and scheduled; every later occurrence is answered like a
+replay (``created=False``) with the state actually recorded, never with its own unrecorded
+values; the ledger holds one ENQUEUED row per dispute, whose provenance is the recorded
+occurrence's.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from escalation.adapters.redis_payload import payload_to_escalation
+from escalation.domain.escalation import Status
+from escalation.service_layer.enqueue import (
+    EnqueueRequest,
+    EnqueueResult,
+    build_many,
+    enqueue_many,
+    record_built,
+)
+
+DUE = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3650)
+
+
+def req(did: uuid.UUID, **over: Any) -> EnqueueRequest:
+    fields: dict[str, Any] = {"dispute_id": did, "materiality": "125.50",
+                              "source_hash": did.hex, "tier": "standard", "due_at": DUE}
+    fields.update(over)
+    return EnqueueRequest(**fields)
+
+
+def run(app: Any, requests: list[EnqueueRequest]) -> list[EnqueueResult]:
+    return enqueue_many(requests, scheduler=app.scheduler, store=app.store,
+                        ladders=app.ladders, calendars=app.calendars,
+                        default_ladder="dispute_review", actor="svc")
+
+
+def enqueued_rows(app: Any, did: uuid.UUID) -> list[Any]:
+    return [r for r in app.store.trail(did) if r.event == "ENQUEUED"]
+
+
+def assert_answers_match_the_record(app: Any, results: list[EnqueueResult]) -> None:
+    """Every answer is the state PostgreSQL holds and Redis scheduled, with its status."""
+    for res in results:
+        did = res.escalation.dispute_id
+        got = app.store.get(did)
+        assert got is not None
+        assert res.escalation == got[0]
+        assert res.status is got[1]
+        [row] = enqueued_rows(app, did)
+        assert (row.trace_id, row.due_at) == (got[0].trace_id, got[0].due_at)
+        assert row.details["institution"]["timezone"] == got[0].institution_tz
+        fields = app.scheduler.payload(did)
+        assert fields is not None
+        assert payload_to_escalation(did, fields) == got[0].with_changes(status=Status.PENDING)
+        assert app.store.verify(did) == []
+
+
+def test_identical_repeats_are_answered_like_a_replay(app):
+    did = uuid.uuid4()
+    # identical bodies without a trace id: each request would otherwise get its own
+    results = run(app, [req(did), req(did), req(did)])
+    assert [r.created for r in results] == [True, False, False]
+    assert {r.status for r in results} == {Status.PENDING}
+    assert len({r.escalation.trace_id for r in results}) == 1
+    assert_answers_match_the_record(app, results)
+    replay = run(app, [req(did)])
+    assert replay[0].created is False and replay[0].escalation == results[0].escalation
+
+
+def test_a_repeat_with_different_content_gets_the_first_occurrences_record(app):
+    did = uuid.uuid4()
+    first = req(did, trace_id="first", timezone="America/New_York")
+    later = req(did, trace_id="later", due_at=DUE + timedelta(days=2),
+                timezone="Europe/London", materiality="9.99")
+    results = run(app, [first, later])
+    assert [r.created for r in results] == [True, False]
+    assert [r.escalation.trace_id for r in results] == ["first", "first"]
+    assert [r.escalation.due_at for r in results] == [DUE, DUE]
+    assert results[1].escalation.institution_tz == "America/New_York"
+    assert str(results[1].escalation.materiality.amount) == "125.50"
+    assert_answers_match_the_record(app, results)
+
+
+def test_repeats_mixed_with_other_and_existing_disputes(app):
+    a, b, c, old = (uuid.uuid4() for _ in range(4))
+    [before] = run(app, [req(old, trace_id="old")])
+    batch = [req(a, trace_id="a1"), req(b, trace_id="b1"), req(old, trace_id="old2"),
+             req(a, trace_id="a2", due_at=DUE + timedelta(hours=1)), req(c),
+             req(b, trace_id="b2"), req(old, trace_id="old3"), req(a, trace_id="a3")]
+    results = run(app, batch)
+    assert [r.created for r in results] == [True, True, False, False, True, False, False,
+                                            False]
+    assert [r.escalation.dispute_id for r in results] == [x.dispute_id for x in batch]
+    assert [r.escalation.trace_id for r in results] == [
+        "a1", "b1", "old", "a1", results[4].escalation.trace_id, "b1", "old", "a1"]
+    assert results[2].escalation == before.escalation
+    assert_answers_match_the_record(app, results)
+    for did in (a, b, c, old):
+        assert len(enqueued_rows(app, did)) == 1
+
+
+def test_a_repeat_in_a_later_chunk_is_answered_from_the_record(app):
+    """Chunks are separate transactions: the repeat in the second one is a plain replay."""
+    a, b, c = (uuid.uuid4() for _ in range(3))
+    now = app.scheduler.time()
+    built = build_many([req(a, trace_id="a1"), req(b), req(c), req(a, trace_id="a2")],
+                       ladders=app.ladders, calendars=app.calendars,
+                       default_ladder="dispute_review", now=now)
+    results = record_built(built, scheduler=app.scheduler, store=app.store, actor="svc",
+                           now=now, chunk_size=2)
+    assert [r.created for r in results] == [True, True, True, False]
+    assert results[3].escalation.trace_id == "a1"
+    assert_answers_match_the_record(app, results)
+
+
+def test_the_store_answers_a_repeat_with_what_its_first_occurrence_recorded(app):
+    """``record_enqueue_many`` called directly (below the service layer) keeps the rule."""
+    did = uuid.uuid4()
+    now = app.scheduler.time()
+    built = build_many([req(did, trace_id="x"), req(did, trace_id="y")],
+                       ladders=app.ladders, calendars=app.calendars,
+                       default_ladder="dispute_review", now=now)
+    out = app.store.record_enqueue_many([b.escalation for b in built], "svc", now)
+    assert [created for created, _ in out] == [True, False]
+    assert out[0][1] == out[1][1] == app.store.get(did)[0]
