@@ -95,9 +95,10 @@ class LeaderLease:
         """Compare-and-delete: True if this token held the lease."""
         self._valid_until = 0.0
         try:
-            return int(self.rel.run("release_lock", [self.key], [self.token])) == 1
+            reply = self.rel.run("release_lock", [self.key], [self.token])
         except (redis.ConnectionError, redis.TimeoutError):
             return False
+        return isinstance(reply, int) and reply == 1  # anything else: not released
 
     def now_ms(self) -> int:
         """Redis time, epoch milliseconds (the clock of maintenance occurrences): ``TIME``,

@@ -14,7 +14,9 @@ import os
 import random
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -34,8 +36,10 @@ MAX_BACKOFF_S = 30.0
 BURST_MAX_FAILURES = 5  # --burst gives up after this many consecutive outages (~15 s)
 
 
-class _Shutdown(Exception):
-    """Raised from the signal handler to break out of a blocking wait."""
+class _Shutdown(BaseException):
+    """Raised from the signal handler to break out of a blocking wait (only while the
+    worker waits: see :func:`_install_stop_handlers`). A BaseException, so that no
+    ``except Exception`` on the way (a maintenance job's, a retry loop's) swallows it."""
 
 
 @dataclass
@@ -209,7 +213,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
                 decision_events=str(settings.log_level).upper() == "DEBUG")
     # Wired first, then the handlers and at once the try: a stop signal right after
     # "worker.started" (which is what the demo waits for) ends the loop cleanly (exit 0).
-    state = {"stop": _EARLY_STOP["signum"] is not None, "in_batch": False}
+    state = {"stop": _EARLY_STOP["signum"] is not None, "in_batch": False, "waiting": False}
     old = _install_stop_handlers(state, app.actor)
     try:
         log.info("worker.started", worker_id=app.actor, batch_size=settings.batch_size,
@@ -230,7 +234,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
                     continue  # backlog, or something moved: look again before sleeping
                 if step == "drained":
                     break
-                _idle_wait(ctx, report, now_ms, rng)
+                _waiting(state, partial(_idle_wait, ctx, report, now_ms, rng))
                 failures = 0
             except _OUTAGES as exc:
                 failures += 1
@@ -240,12 +244,14 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
                     raise  # a drain-and-exit run gives up; the CLI prints one error line
                 if state["stop"]:
                     break
-                time.sleep(delay)
+                _waiting(state, partial(time.sleep, delay))
                 continue
             finally:
                 state["in_batch"] = False
     except _Shutdown:
-        pass
+        # the wait's command was cut off mid-reply: drop the pooled connections so that
+        # the lease release below cannot read that stale reply as its own
+        _drop_connections(app)
     finally:
         maint.lease.release()  # hand the maintenance lease over at once
         _restore_handlers(old)
@@ -323,15 +329,41 @@ def _idle_wait(ctx: _Pass, report: BatchReport, now_ms: int, rng: random.Random)
         idle.woke = ctx.app.scheduler.wait_for_wake(wait)
 
 
+def _waiting(state: dict[str, bool], wait: Callable[[], None]) -> None:
+    """Run ``wait`` (the idle wait or an outage back-off) as the one place a stop signal
+    may interrupt (``state["waiting"]``); a signal that came just before it skips it."""
+    state["waiting"] = True
+    try:
+        if not state["stop"]:
+            wait()
+    finally:
+        state["waiting"] = False
+
+
+def _drop_connections(app: App) -> None:
+    """Disconnect ``app.redis``'s pooled connections (best effort; a cluster client has no
+    single pool and reconnects per node by itself)."""
+    pool = getattr(app.redis, "connection_pool", None)
+    if pool is not None:
+        try:
+            pool.disconnect()
+        except Exception:  # shutting down: nothing left to protect
+            log.debug("worker.disconnect_failed", worker_id=app.actor)
+
+
 def _install_stop_handlers(state: dict[str, bool], actor: str) -> dict[int, Any]:
-    """Handle SIGTERM/SIGINT for :func:`run_worker`: set ``state["stop"]``, and interrupt a
-    wait (raise ``_Shutdown``) unless a batch is in flight (``state["in_batch"]``), which
-    then finishes first. Returns the previous handlers for :func:`_restore_handlers`."""
+    """Handle SIGTERM/SIGINT for :func:`run_worker`: set ``state["stop"]``, and interrupt
+    the worker only while it waits (``state["waiting"]``: the idle wait, an outage back-off)
+    by raising ``_Shutdown``. Anywhere else (a batch, a maintenance job, a Redis or
+    PostgreSQL call) the flag alone stops the loop when that work is done: an exception
+    raised in the middle of a client call could leave a reply unread on a pooled
+    connection, which the next command would then take for its own. Returns the previous
+    handlers for :func:`_restore_handlers`."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         state["stop"] = True
         log.info("worker.stopping", signal=signal.Signals(signum).name, worker_id=actor)
-        if not state["in_batch"]:
+        if state.get("waiting"):
             raise _Shutdown
 
     return {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
