@@ -124,6 +124,12 @@ class Scheduler(Protocol):
         a decision's entry, sent only if no apply moved the payload past its seq."""
         ...
 
+    def notified(self, wanted: Mapping[str, tuple[str, int]], count: int = 1000) -> set[str]:
+        """The idempotency keys among ``wanted`` (dispute id -> (``<dispute>:<seq>``, decided
+        epoch ms)) that already have an entry in their shard's review stream (read only by
+        the STUCK_MEMBER repair, as reconcile's ``SchedulerInspection.notified``)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class WarningMember:

@@ -145,6 +145,8 @@ class FakeScheduler:
             if lock is not None:
                 return ApplyOutcome.NOT_OWNER
             self._write(op)
+            if op.notify:  # re-created payload: the caller checked the stream (apply.lua)
+                self.review.append(dict(op.notify))
             return ApplyOutcome.APPLIED
         if payload.seq >= esc.seq:
             out = ApplyOutcome.STALE_SEQ
@@ -177,6 +179,10 @@ class FakeScheduler:
             self.scores[member] = to_ms(op.escalation.due_at)
         else:
             self.scores.pop(member, None)
+
+    def notified(self, wanted: Mapping[str, tuple[str, int]], count: int = 1000) -> set[str]:
+        keys = {key for key, _ in wanted.values()}
+        return {e["idempotency_key"] for e in self.review if e.get("idempotency_key") in keys}
 
     def cancel(self, dispute_id: UUID, notify: dict[str, str] | None = None) -> bool:
         member = str(dispute_id)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import cast
 from uuid import UUID
 
 import redis
 
 from escalation.adapters.redis_client import is_cluster
-from escalation.adapters.redis_keys import Keys
+from escalation.adapters.redis_keys import Keys, shard_of
 from escalation.adapters.redis_scheduler_base import (
     _WAKE_GRACE_S,
     MAX_BATCH,
@@ -28,6 +28,55 @@ from escalation.adapters.redis_scheduler_base import (
 from escalation.adapters.redis_scripts import check_range
 from escalation.adapters.redis_wake import cluster_blpop_any
 from escalation.domain.errors import InvalidInput
+
+NOTIFIED_SLACK_MS = 300_000
+"""How far before a decision :func:`review_notified` starts reading a review stream
+(5 minutes, epoch ms): the clock of a promoted replica may be behind the old primary's."""
+
+
+def review_notified(client: redis.Redis, namespace: str, shards: int,
+                    wanted: Mapping[str, tuple[str, int]], count: int = 1000) -> set[str]:
+    """Which of the wanted notifications already have an entry in their review stream.
+
+    The one reader behind ``ReliabilityRedis.notified`` (reconcile) and
+    ``RedisScheduler.notified`` (the worker's STUCK_MEMBER repair): both repairs of a missing
+    payload send the latest decision's entry only when this finds none
+    (docs/reliability.md "Failover and notifications").
+
+    Args:
+        client: ``redis.Redis`` with ``decode_responses=True``.
+        namespace / shards: the scheduler's.
+        wanted: dispute id -> (idempotency key ``<dispute>:<seq>``, decided epoch ms).
+        count: XRANGE page size.
+
+    Returns:
+        the idempotency keys found. Each shard's stream is read (XRANGE, pages of ``count``)
+        from its earliest wanted decision minus :data:`NOTIFIED_SLACK_MS`: an entry is XADDed
+        after its decision (the apply follows the record; its id is the Redis TIME of that
+        apply), so an entry older than that cannot be one of them; the slack covers a
+        promoted replica whose clock is behind the old primary's.
+    """
+    by_shard: dict[int, tuple[set[str], int]] = {}
+    for did, (key, decided_ms) in wanted.items():
+        shard = shard_of(did, shards)
+        keys, since = by_shard.get(shard, (set(), decided_ms))
+        keys.add(key)
+        by_shard[shard] = (keys, min(since, decided_ms))
+    found: set[str] = set()
+    for shard, (keys, since) in by_shard.items():
+        stream = Keys(namespace, shard).review
+        start = str(max(since - NOTIFIED_SLACK_MS, 0))
+        while True:
+            page = cast(list[tuple[str, dict[str, str] | None]],
+                        client.xrange(stream, start, "+", count=count))
+            for _entry_id, fields in page:
+                got = (fields or {}).get("idempotency_key")
+                if got is not None and got in keys:
+                    found.add(got)
+            if len(page) < count:
+                break
+            start = "(" + str(page[-1][0])
+    return found
 
 
 class InspectionMixin(SchedulerBase):
@@ -176,6 +225,12 @@ class InspectionMixin(SchedulerBase):
             dict[str, str], self._client.hgetall(self.keys_for(dispute_id).payload(dispute_id))
         )
         return fields or None
+
+    def notified(self, wanted: Mapping[str, tuple[str, int]], count: int = 1000) -> set[str]:
+        """The idempotency keys among ``wanted`` (dispute id -> (``<dispute>:<seq>``, decided
+        epoch ms)) that already have an entry in their shard's review stream
+        (:func:`review_notified`; read by the worker's STUCK_MEMBER repair only)."""
+        return review_notified(self._client, self.namespace, self.shards, wanted, count)
 
     def pending_members(self, shard: int) -> Iterator[tuple[str, int]]:
         """ZSCAN of one shard's pending and ready ZSETs: ``(dispute id, due epoch ms)`` (for

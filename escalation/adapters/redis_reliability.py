@@ -14,6 +14,7 @@ from typing import Any, cast
 import redis
 from redis.commands.core import Script
 
+from escalation.adapters.redis_inspection import NOTIFIED_SLACK_MS, review_notified
 from escalation.adapters.redis_keys import Keys, shard_of
 from escalation.adapters.redis_scheduler import DEFAULT_AGING_MS, script_source
 from escalation.adapters.redis_scripts import run_script
@@ -29,11 +30,7 @@ RELIABILITY_SCRIPTS: tuple[str, ...] = (
     "release_lock",
 )
 
-NOTIFIED_SLACK_MS = 300_000
-"""How far before a decision :meth:`ReliabilityRedis.notified` starts reading a review stream
-(5 minutes, epoch ms): the clock of a promoted replica may be behind the old primary's."""
-
-__all__ = ["DEAD_DECISION", "DEAD_NOTIFY", "MemberState", "ReliabilityRedis"]
+__all__ = ["DEAD_DECISION", "DEAD_NOTIFY", "NOTIFIED_SLACK_MS", "MemberState", "ReliabilityRedis"]
 
 
 class ReliabilityRedis:
@@ -110,40 +107,18 @@ class ReliabilityRedis:
         return out
 
     def notified(self, wanted: Mapping[str, tuple[str, int]], count: int = 1000) -> set[str]:
-        """Which of the wanted notifications already have an entry in their review stream.
+        """Which of the wanted notifications already have an entry in their review stream:
+        :func:`~escalation.adapters.redis_inspection.review_notified` (the scheduler's
+        ``notified`` reads the same way; the worker's STUCK_MEMBER repair calls that one).
 
         Args:
             wanted: dispute id -> (idempotency key ``<dispute>:<seq>``, decided epoch ms).
             count: XRANGE page size.
 
         Returns:
-            the idempotency keys found. Each shard's stream is read (XRANGE, pages of
-            ``count``) from its earliest wanted decision minus :data:`NOTIFIED_SLACK_MS`: an
-            entry is XADDed after its decision (the apply follows the record; its id is the
-            Redis TIME of that apply), so an entry older than that cannot be one of them; the
-            slack covers a promoted replica whose clock is behind the old primary's.
+            the idempotency keys found.
         """
-        by_shard: dict[int, tuple[set[str], int]] = {}
-        for did, (key, decided_ms) in wanted.items():
-            shard = shard_of(did, self.shards)
-            keys, since = by_shard.get(shard, (set(), decided_ms))
-            keys.add(key)
-            by_shard[shard] = (keys, min(since, decided_ms))
-        found: set[str] = set()
-        for shard, (keys, since) in by_shard.items():
-            stream = Keys(self.namespace, shard).review
-            start = str(max(since - NOTIFIED_SLACK_MS, 0))
-            while True:
-                page = cast(list[tuple[str, dict[str, str] | None]],
-                            self.client.xrange(stream, start, "+", count=count))
-                for _entry_id, fields in page:
-                    got = (fields or {}).get("idempotency_key")
-                    if got is not None and got in keys:
-                        found.add(got)
-                if len(page) < count:
-                    break
-                start = "(" + str(page[-1][0])
-        return found
+        return review_notified(self.client, self.namespace, self.shards, wanted, count)
 
     def scan_members(self, keys: Keys, count: int = 1000) -> list[list[tuple[str, int]]]:
         """The scheduled members of one shard in chunks of about ``count``: ``(member, due

@@ -12,7 +12,7 @@ Audit before apply, never the reverse.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -129,9 +129,9 @@ def fire_due(
     report.lease_expired = sum(1 for it in claim.items if it.score_ms > to_ms(it.escalation.due_at))
     hook("after_claim")
 
-    for member in claim.stuck:
-        _repair_stuck(member, scheduler, store, worker_id, claim.now, sink)
-        report.stuck += 1
+    if claim.stuck:  # rare: a member without payload
+        _repair_stuck(claim.stuck, scheduler, store, worker_id, claim.now, sink)
+        report.stuck += len(claim.stuck)
     if not claim.items:
         return report
 
@@ -343,26 +343,79 @@ def unapplied_notifications(
             for did, row in store.unapplied_decisions(todo).items()}
 
 
+class NotifiedSource(Protocol):
+    """The review-stream read :func:`lost_notifications` needs (``Scheduler.notified`` for
+    the worker, ``SchedulerInspection.notified`` for reconcile: the same stream read)."""
+
+    def notified(self, wanted: Mapping[str, tuple[str, int]], count: int = 1000) -> set[str]:
+        """The idempotency keys among ``wanted`` (dispute id -> (key, decided epoch ms))
+        that already have an entry in their shard's review stream."""
+        ...
+
+
+def lost_notifications(store: UnappliedSource, stream: NotifiedSource,
+                       missing: Sequence[tuple[UUID, int, int]]) -> dict[UUID, dict[str, str]]:
+    """Review-stream entries to send with the re-creation of MISSING payloads, by dispute id.
+
+    The one rule of both repairs of a payload gone from Redis -- reconcile (MISSING) and the
+    worker's STUCK_MEMBER repair: a payload lost (a failover to a replica that never had it,
+    or had nothing: promoted mid full resync, or resynced from its crashed primary restarted
+    empty) may have taken the stream entries written after it with it. The latest
+    PROMOTED/TERMINAL decision of each is looked up and sent with the repair unless its
+    idempotency key is still in the stream (a payload deleted on its own): one entry per
+    decision either way. Whichever repair re-creates the payload first sends it (apply.lua's
+    restore mode writes the entry only when it creates the payload); the other finds the
+    payload and sends nothing (its own entry, if any, is refused by the notify seq guard).
+
+    Args:
+        missing: (dispute id, 0, recorded seq) per payload to re-create.
+
+    Returns:
+        dispute id -> entry, for the escalations with a decision whose entry is not in the
+        stream.
+    """
+    notes = unapplied_notifications(store, missing)
+    if not notes:
+        return {}
+    present = stream.notified({str(did): (n["idempotency_key"], int(n["decided_ms"]))
+                               for did, n in notes.items()})
+    return {did: n for did, n in notes.items() if n["idempotency_key"] not in present}
+
+
 def _repair_stuck(
-    member: str, scheduler: Scheduler, store: AuditLog, worker_id: str, now: datetime,
-    sink: EventSink,
+    members: Sequence[str], scheduler: Scheduler, store: AuditLog, worker_id: str,
+    now: datetime, sink: EventSink,
 ) -> None:
-    """A ZSET member without payload (seed: STUCK_MEMBER): record it, restore from PostgreSQL."""
+    """ZSET members without payload (STUCK_MEMBER; claim.lua removed them from the ZSETs):
+    record each on its chain, restore the pending ones from PostgreSQL with the entry of
+    their latest decision unless the review stream still holds it (:func:`lost_notifications`,
+    reconcile's MISSING rule). Runs only when a claim reports stuck members."""
     from escalation.domain.escalation import parse_dispute_id
 
-    try:
-        dispute_id = parse_dispute_id(member)
-    except EscalationError:
+    found: list[tuple[str, UUID, Escalation | None]] = []
+    todo: list[Escalation] = []
+    for member in members:
+        try:
+            dispute_id = parse_dispute_id(member)
+        except EscalationError:
+            sink("escalation.stuck_member", dispute_id=member, match_decision="STUCK_MEMBER",
+                 trace_id="", source_hash="", repaired=False, worker_id=worker_id,
+                 level="warning")
+            continue
+        state = store.record_stuck(dispute_id, worker_id, now)
+        found.append((member, dispute_id, state))
+        if state is not None:
+            got = store.get(dispute_id)
+            if got is not None and got[1] is Status.PENDING:
+                todo.append(got[0])
+    repaired: set[UUID] = set()
+    if todo:
+        notes = lost_notifications(store, scheduler,
+                                   [(e.dispute_id, 0, e.seq) for e in todo])
+        scheduler.restore(todo, notes or None)
+        repaired = {e.dispute_id for e in todo}
+    for member, dispute_id, state in found:
         sink("escalation.stuck_member", dispute_id=member, match_decision="STUCK_MEMBER",
-             trace_id="", source_hash="", repaired=False, worker_id=worker_id, level="warning")
-        return
-    state = store.record_stuck(dispute_id, worker_id, now)
-    repaired = False
-    if state is not None:
-        got = store.get(dispute_id)
-        if got is not None and got[1] is Status.PENDING:
-            scheduler.restore([got[0]])
-            repaired = True
-    sink("escalation.stuck_member", dispute_id=member, match_decision="STUCK_MEMBER",
-         trace_id=state.trace_id if state else "", source_hash=state.source_hash if state else "",
-         repaired=repaired, worker_id=worker_id, level="warning")
+             trace_id=state.trace_id if state else "",
+             source_hash=state.source_hash if state else "",
+             repaired=dispute_id in repaired, worker_id=worker_id, level="warning")

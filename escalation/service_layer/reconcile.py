@@ -45,7 +45,7 @@ from escalation.domain.errors import EscalationError
 from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.domain.timeutil import to_ms
 from escalation.ports import ApplyOutcome, LedgerRow, Scheduler, SchedulerInspection
-from escalation.service_layer.fire import unapplied_notifications
+from escalation.service_layer.fire import lost_notifications, unapplied_notifications
 from escalation.service_layer.progress import Progress, no_progress
 
 PAGE = 1000
@@ -284,26 +284,8 @@ def _repair_notes(store: PendingSource | None, redis_side: SchedulerInspection,
     notes = unapplied_notifications(store, [r for k, r in gaps if k is DiffKind.BEHIND])
     missing = [r for k, r in gaps if k is DiffKind.MISSING]
     if missing:
-        notes.update(_lost_notifications(store, redis_side, missing))
+        notes.update(lost_notifications(store, redis_side, missing))
     return notes
-
-
-def _lost_notifications(store: PendingSource, redis_side: SchedulerInspection,
-                        missing: Sequence[tuple[UUID, int, int]]) -> dict[UUID, dict[str, str]]:
-    """Review-stream entries to send with the re-creation of MISSING payloads.
-
-    A payload gone from Redis (a failover to a replica that never had it, or had nothing:
-    promoted mid full resync, or resynced from its crashed primary restarted empty) took the
-    stream entries written after it with it. The latest PROMOTED/TERMINAL decision of each is
-    looked up and sent with the repair unless its idempotency key is still in the stream
-    (a payload deleted on its own): one entry per decision either way.
-    """
-    notes = unapplied_notifications(store, missing)
-    if not notes:
-        return {}
-    present = redis_side.notified({str(did): (n["idempotency_key"], int(n["decided_ms"]))
-                                   for did, n in notes.items()})
-    return {did: n for did, n in notes.items() if n["idempotency_key"] not in present}
 
 
 def _remove_after_lost_apply(

@@ -152,3 +152,116 @@ def test_payload_lost_but_stream_entry_kept_is_not_notified_twice(own_app: Any) 
     report = _reconcile(own_app)
     assert report.count(repaired=True) == len(ids)
     _assert_each_decision_notified_once(own_app, ids)
+
+
+def _lose_payloads_and_entries(app: Any, ids: list[Any]) -> None:
+    """Decide ``ids``, then lose the decisions' writes *and* the payloads, keeping the ZSET
+    members (due again): a member without payload whose latest decision has no entry."""
+    before = _notes(app)
+    replica = _snapshot(app)  # members due, payloads at seq 1, no entry of theirs
+    _fire_all(app)
+    assert _notes(app) - before == _decisions(app, ids)
+    _rollback(app, replica)
+    for did in ids:
+        app.redis.delete(app.scheduler.keys_for(did).payload(did))
+    assert _notes(app) == before
+    assert all(app.scheduler.payload(d) is None for d in ids)
+
+
+class _Hooked:
+    """A scheduler or reliability adapter whose ``notified`` runs ``then`` right after its
+    stream read: the other repair runs between this one's read and its restore."""
+
+    def __init__(self, inner: Any, then: Any) -> None:
+        self._inner, self._then, self.calls = inner, then, 0
+
+    def notified(self, wanted: Any, count: int = 1000) -> set[str]:
+        found: set[str] = self._inner.notified(wanted, count)
+        self.calls += 1
+        if self.calls == 1:
+            self._then()
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _fire_with(app: Any, scheduler: Any) -> Any:
+    return fire_due(scheduler=scheduler, store=app.store, ladders=app.ladders,
+                    calendars=app.calendars, batch_size=100, lease_ms=5000, worker_id="w")
+
+
+def test_worker_repair_of_member_without_payload_sends_the_lost_entry(own_app: Any) -> None:
+    ids = enqueue(own_app, due_requests(20, own_app.scheduler.time()))
+    _lose_payloads_and_entries(own_app, ids)
+    report = _fire_with(own_app, own_app.scheduler)  # the worker meets them first
+    assert (report.stuck, report.claimed) == (len(ids), 0)
+    assert all(own_app.scheduler.payload(d) is not None for d in ids)
+    assert all("STUCK_MEMBER" in [r.event for r in own_app.store.trail(d)] for d in ids)
+    _assert_each_decision_notified_once(own_app, ids)  # + reconcile and workers after it
+
+
+def test_worker_repair_does_not_resend_an_entry_the_stream_still_holds(own_app: Any) -> None:
+    ids = enqueue(own_app, due_requests(20, own_app.scheduler.time()))
+    replica = _snapshot(own_app)
+    _fire_all(own_app)
+    kept = {k: v for k, v in _snapshot(own_app).items() if b":review" in k}
+    assert kept
+    _rollback(own_app, {**replica, **kept})  # members due, payloads lost below; entries kept
+    for did in ids:
+        own_app.redis.delete(own_app.scheduler.keys_for(did).payload(did))
+    assert _fire_with(own_app, own_app.scheduler).stuck == len(ids)
+    _assert_each_decision_notified_once(own_app, ids)
+
+
+def test_reconcile_reads_the_stream_then_the_worker_repairs_then_reconcile_restores(
+    own_app: Any,
+) -> None:
+    """Reconcile found the payloads MISSING and no entry; the worker repairs them before
+    reconcile's restore lands: one entry each (today's worker sent none, and reconcile's
+    restore then found the payloads already back)."""
+    ids = enqueue(own_app, due_requests(20, own_app.scheduler.time()))
+    _lose_payloads_and_entries(own_app, ids)
+    stuck: list[int] = []
+    side = _Hooked(reliability_redis(own_app),
+                   lambda: stuck.append(_fire_with(own_app, own_app.scheduler).stuck))
+    report = reconcile(scheduler=own_app.scheduler, store=own_app.store, redis_side=side)
+    assert not report.errors, report.as_dict()
+    assert side.calls >= 1 and stuck == [len(ids)]
+    _assert_each_decision_notified_once(own_app, ids)
+
+
+def test_worker_reads_the_stream_then_reconcile_repairs_then_the_worker_restores(
+    own_app: Any,
+) -> None:
+    """The converse interleaving: the worker found no entry, reconcile re-creates payloads
+    and entries, then the worker's restore lands (its entry refused by the seq guard)."""
+    ids = enqueue(own_app, due_requests(20, own_app.scheduler.time()))
+    _lose_payloads_and_entries(own_app, ids)
+    sched = _Hooked(own_app.scheduler, lambda: _reconcile(own_app))
+    assert _fire_with(own_app, sched).stuck == len(ids)
+    assert sched.calls == 1
+    _assert_each_decision_notified_once(own_app, ids)
+
+
+def test_worker_repair_then_reconcile_and_reconcile_then_worker_one_entry(own_app: Any) -> None:
+    """Sequential, both orders: worker first (then reconcile finds nothing to send), and
+    reconcile first on a member the worker had already claimed as stuck (then the worker's
+    repair finds the entry in the stream)."""
+    first = enqueue(own_app, due_requests(10, own_app.scheduler.time()))
+    _lose_payloads_and_entries(own_app, first)
+    assert _fire_with(own_app, own_app.scheduler).stuck == len(first)
+    _reconcile(own_app)
+    _assert_each_decision_notified_once(own_app, first)
+
+    second = enqueue(own_app, due_requests(10, own_app.scheduler.time()))
+    _lose_payloads_and_entries(own_app, second)
+    claim = own_app.scheduler.claim(100, 5000, "w")  # the worker's claim: stuck members
+    assert sorted(claim.stuck) == sorted(str(d) for d in second)
+    _reconcile(own_app)  # re-creates payloads with their entries
+    sched = _Hooked(own_app.scheduler, lambda: None)
+    from escalation.service_layer.fire import _repair_stuck
+    _repair_stuck(claim.stuck, sched, own_app.store, "w", claim.now,
+                  lambda event, **kw: None)
+    assert sched.calls == 1
+    _assert_each_decision_notified_once(own_app, first + second)

@@ -227,6 +227,24 @@ def test_stuck_member_is_recorded_and_restored_from_the_projection() -> None:
     assert [f["repaired"] for f in stuck] == [True]
 
 
+def test_stuck_member_repair_sends_its_lost_decision_entry_once() -> None:
+    w = World()
+    esc = w.enqueue()
+    member = str(esc.dispute_id)
+    w.fire()  # PROMOTED at seq 2, its entry sent
+    kept = w.scheduler.review
+    w.scheduler.review = []  # payload and entry lost, member left and due
+    del w.scheduler.payloads[member]
+    w.scheduler.scores[member] = to_ms(T0)
+    assert w.fire().stuck == 1
+    assert w.scheduler.review == kept  # the same entry, once
+    assert w.scheduler.payloads[member].seq == 3
+    del w.scheduler.payloads[member]  # payload lost again, entry kept: nothing re-sent
+    w.scheduler.scores[member] = to_ms(T0)
+    assert w.fire().stuck == 1
+    assert w.scheduler.review == kept
+
+
 def test_stuck_member_unknown_to_postgres_or_not_a_uuid_is_reported_unrepaired() -> None:
     w = World()
     w.scheduler.scores["not-a-uuid"] = to_ms(T0)
