@@ -514,7 +514,7 @@ def test_a_long_name_payload_is_removed_by_apply_and_cancelled_by_seq(
     assert redis_client.zscore(keys(sched, kept).pending, str(kept.dispute_id)) is None
 
 
-def test_restore_over_nothing_writes_short_names(
+def test_an_enqueue_after_a_long_name_payload_was_cancelled_writes_short_names(
     sched: RedisScheduler, redis_client: redis.Redis
 ) -> None:
     esc = make_esc(timedelta(minutes=30), seq=3)
