@@ -1,23 +1,39 @@
 """The one mapping between an ``Escalation`` and its Redis payload HASH (both directions).
 
-The payload is kept compact because every pending escalation holds one (memory matters):
+The payload is kept compact because every pending escalation holds one (memory matters).
+Field names are one letter where the name is read only here: in a small HASH (listpack
+encoding) every field name is stored in every payload, so the long names of earlier
+versions were about a quarter of a payload's bytes (docs/performance.md, "Memory per pending
+escalation"). ``seq`` and ``due_ms`` keep their names because Lua scripts
+(``apply.lua``, ``cancel.lua``, ``reconcile_remove.lua``) and the reliability sweep read them
+by name.
 
-=============== ==================================================== =================
-field           value                                                 example
-=============== ==================================================== =================
-tier            current tier id                                       ``senior``
-ladder          ``"<ladder name>@<pinned version>"``                  ``default@1``
-seq             sequence number of the last ledger row (integer)      ``3``
-due_ms          breach time, epoch **milliseconds** UTC                ``1767225600000``
-entered_ms      time the tier was entered, epoch ms UTC                ``1767139200000``
-materiality     Decimal string, two fractional digits                 ``1250.00``
-source_hash     lower-case hex digest of the source record            ``a1b2c3``
-trace_id        correlation id                                        ``7f0c...``
-external_id     only when set: the source system's non-UUID id        ``CFPB-123``
-deadline_ms     only when set: regulatory deadline, epoch ms UTC       ``1767744000000``
-deadlines       only when set: every deadline, ``name=ms`` joined by   ``a=1767744000000,b=...``
-                ``,`` (ladders with several deadlines)
-=============== ==================================================== =================
+====== ============ ================================================ =======================
+field  earlier name value                                            example
+====== ============ ================================================ =======================
+t      tier         current tier id                                  ``senior``
+l      ladder       ``"<ladder name>@<pinned version>"``             ``default@1``
+seq    seq          sequence number of the last ledger row (integer) ``3``
+due_ms due_ms       breach time, epoch **milliseconds** UTC          ``1767225600000``
+e      entered_ms   time the tier was entered, epoch ms UTC          ``1767139200000``
+m      materiality  Decimal string, two fractional digits            ``1250.00``
+h      source_hash  lower-case hex digest of the source record       ``a1b2c3``
+r      trace_id     correlation id                                   ``7f0c...``
+x      external_id  only when set: the source system's non-UUID id   ``CFPB-123``
+d      deadline_ms  only when set: regulatory deadline, epoch ms UTC ``1767744000000``
+ds     deadlines    only when set: every deadline, ``name=ms``       ``a=1767744000000,...``
+                    joined by ``,`` (ladders with several deadlines)
+z      tz           only when set: the institution's IANA time zone  ``America/New_York``
+c      cal          only when set: the institution's calendar        ``us_federal``
+====== ============ ================================================ =======================
+
+Backward compatible reading: :func:`payload_to_escalation` also accepts a payload written by
+an earlier version (the long names, ``LEGACY_NAMES``), so escalations pending in Redis across
+an upgrade still decode, claim and fire; their next write (``apply.lua`` DELs and re-HSETs the
+whole payload; enqueue and restore write through :func:`escalation_to_payload`) stores the
+short names. Every write stores a whole payload (``enqueue.lua`` writes only where no payload
+exists, ``apply.lua`` DELs first), so a payload is in one format or the other: one holding the
+short ``t`` field is read by the short names only, any other by the long names.
 
 The dispute id is not stored in the hash: it is the key suffix and the ZSET member.
 """
@@ -33,61 +49,92 @@ from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.domain.materiality import Materiality
 from escalation.domain.timeutil import from_ms, to_ms
 
-REQUIRED_FIELDS: tuple[str, ...] = (
-    "tier",
-    "ladder",
-    "seq",
-    "due_ms",
-    "entered_ms",
-    "materiality",
-    "source_hash",
-    "trace_id",
-)
-OPTIONAL_FIELDS: tuple[str, ...] = ("external_id", "deadline_ms", "deadlines", "tz", "cal")
+REQUIRED_FIELDS: tuple[str, ...] = ("t", "l", "seq", "due_ms", "e", "m", "h", "r")
+OPTIONAL_FIELDS: tuple[str, ...] = ("x", "d", "ds", "z", "c")
 PAYLOAD_FIELDS: tuple[str, ...] = REQUIRED_FIELDS + OPTIONAL_FIELDS
-_REQUIRED = frozenset(REQUIRED_FIELDS)
+
+#: Short (current) field name -> the long name an earlier version wrote. Read-only: nothing
+#: writes the long names any more.
+LEGACY_NAMES: Mapping[str, str] = {
+    "t": "tier",
+    "l": "ladder",
+    "seq": "seq",
+    "due_ms": "due_ms",
+    "e": "entered_ms",
+    "m": "materiality",
+    "h": "source_hash",
+    "r": "trace_id",
+    "x": "external_id",
+    "d": "deadline_ms",
+    "ds": "deadlines",
+    "z": "tz",
+    "c": "cal",
+}
 
 
 def escalation_to_payload(esc: Escalation) -> dict[str, str]:
     """The payload HASH fields of ``esc`` (all values strings; times in epoch ms UTC).
 
-    ``external_id`` / ``deadline_ms`` appear only when set. ``status`` is not stored: a payload
-    with a ZSET member is pending, one without (after ``apply`` PARK) is paused.
+    Optional fields (``x``, ``d``, ``ds``, ``z``, ``c``) appear only when set. ``status`` is not
+    stored: a payload with a ZSET member is pending, one without (after ``apply`` PARK) is
+    paused.
     """
     fields = {
-        "tier": esc.tier,
-        "ladder": esc.ladder_key,
+        "t": esc.tier,
+        "l": esc.ladder_key,
         "seq": str(int(esc.seq)),
         "due_ms": str(to_ms(esc.due_at)),
-        "entered_ms": str(to_ms(esc.entered_tier_at)),
-        "materiality": str(esc.materiality),
-        "source_hash": esc.source_hash,
-        "trace_id": esc.trace_id,
+        "e": str(to_ms(esc.entered_tier_at)),
+        "m": str(esc.materiality),
+        "h": esc.source_hash,
+        "r": esc.trace_id,
     }
     if esc.external_id is not None:
-        fields["external_id"] = esc.external_id
+        fields["x"] = esc.external_id
     if esc.regulatory_deadline is not None:
-        fields["deadline_ms"] = str(to_ms(esc.regulatory_deadline))
+        fields["d"] = str(to_ms(esc.regulatory_deadline))
     if esc.deadlines:
-        fields["deadlines"] = ",".join(f"{n}={to_ms(at)}" for n, at in esc.deadlines)
+        fields["ds"] = ",".join(f"{n}={to_ms(at)}" for n, at in esc.deadlines)
     if esc.institution_tz is not None:
-        fields["tz"] = esc.institution_tz
+        fields["z"] = esc.institution_tz
     if esc.institution_calendar is not None:
-        fields["cal"] = esc.institution_calendar
+        fields["c"] = esc.institution_calendar
     return fields
+
+
+def normalize_payload(fields: Mapping[str, str]) -> Mapping[str, str]:
+    """``fields`` keyed by the current (short) names, whichever format wrote them.
+
+    A payload holding ``t`` is in the current format and is returned as it is (no copy: the
+    claim path decodes every claimed payload); any other is taken for the earlier format and
+    its known long names (``LEGACY_NAMES``) are mapped to the short ones, unknown fields
+    dropped. Never raises; missing fields stay missing.
+    """
+    if "t" in fields:
+        return fields
+    return {
+        short: fields[long]
+        for short, long in LEGACY_NAMES.items()
+        if long in fields
+    }
 
 
 def _int_field(fields: Mapping[str, str], name: str) -> int:
     try:
         return int(fields[name])
     except (KeyError, ValueError):
-        raise InvalidInput(f"payload field {name!r} missing or not an integer") from None
+        raise InvalidInput(
+            f"payload field {name!r} ({LEGACY_NAMES[name]}) missing or not an integer"
+        ) from None
 
 
 def payload_to_escalation(
     dispute_id: UUID | str, fields: Mapping[str, str], status: Status = Status.PENDING
 ) -> Escalation:
     """Rebuild an ``Escalation`` from its payload HASH (inverse of ``escalation_to_payload``).
+
+    Reads the current short field names and, for payloads written by an earlier version, the
+    long names (see the module docstring).
 
     Args:
         dispute_id: the member / key suffix (UUID or its string).
@@ -97,37 +144,35 @@ def payload_to_escalation(
     Raises:
         InvalidInput: a required field is missing or malformed.
     """
-    if not _REQUIRED.issubset(fields.keys()):
-        missing = [name for name in REQUIRED_FIELDS if name not in fields]
+    f = normalize_payload(fields)
+    missing = [LEGACY_NAMES[name] for name in REQUIRED_FIELDS if name not in f]
+    if missing:
         raise InvalidInput(f"payload of {dispute_id} lacks fields {missing}")
-    name, sep, version = fields["ladder"].rpartition("@")
+    name, sep, version = f["l"].rpartition("@")
     if not sep or not name or not version.isdigit():
-        raise InvalidInput(f"payload ladder {fields['ladder']!r} is not '<name>@<version>'")
-    deadline = fields.get("deadline_ms")
+        raise InvalidInput(f"payload ladder {f['l']!r} is not '<name>@<version>'")
     return Escalation(
         dispute_id=parse_dispute_id(dispute_id),
-        tier=fields["tier"],
-        due_at=from_ms(_int_field(fields, "due_ms")),
-        materiality=Materiality.parse(fields["materiality"]),
-        source_hash=fields["source_hash"],
+        tier=f["t"],
+        due_at=from_ms(_int_field(f, "due_ms")),
+        materiality=Materiality.parse(f["m"]),
+        source_hash=f["h"],
         ladder=name,
         ladder_version=int(version),
-        seq=_int_field(fields, "seq"),
-        entered_tier_at=from_ms(_int_field(fields, "entered_ms")),
-        trace_id=fields["trace_id"],
-        external_id=fields.get("external_id"),
-        regulatory_deadline=None
-        if deadline is None
-        else from_ms(_int_field(fields, "deadline_ms")),
+        seq=_int_field(f, "seq"),
+        entered_tier_at=from_ms(_int_field(f, "e")),
+        trace_id=f["r"],
+        external_id=f.get("x"),
+        regulatory_deadline=None if "d" not in f else from_ms(_int_field(f, "d")),
         status=status,
-        deadlines=_deadlines(fields.get("deadlines")),
-        institution_tz=fields.get("tz"),
-        institution_calendar=fields.get("cal"),
+        deadlines=_deadlines(f.get("ds")),
+        institution_tz=f.get("z"),
+        institution_calendar=f.get("c"),
     )
 
 
 def _deadlines(text: str | None) -> tuple[tuple[str, datetime], ...]:
-    """Parse the ``deadlines`` field (``name=ms,name=ms``). Raises InvalidInput if malformed."""
+    """Parse the ``ds`` field (``name=ms,name=ms``). Raises InvalidInput if malformed."""
     if not text:
         return ()
     out: list[tuple[str, datetime]] = []

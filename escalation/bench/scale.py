@@ -9,8 +9,9 @@ Method, per size S (default 10k, 100k, 1M), each on a fresh namespace:
 2. ``rounds`` claims of ``claim_batch`` members (``RedisScheduler.claim``, client-side wall
    time of the whole call: window read + claim.lua + payload parsing): p50 / mean ms.
 3. Baseline: the same S ids as bare ZSET members (same score layout) plus one HASH of 5
-   fields (tier, ladder, seq, due_ms, source_hash: the values of the real payload) per
-   member, under a key of the same length; measured the same way.
+   fields (tier, ladder, seq, due_ms, source_hash: these long names, whatever the payload's
+   own field names, with the values of the real payload) per member, under a key of the same
+   length; measured the same way.
 
 Figures: ``claim_ms`` per size, ``claim_ratio`` = p50 at the largest size / p50 at the
 smallest, ``bytes_per_pending``, ``bare_bytes``, ``memory_ratio`` = the two divided.
@@ -27,6 +28,7 @@ from datetime import timedelta
 from typing import Any
 
 from escalation.adapters.redis_keys import Keys
+from escalation.adapters.redis_payload import LEGACY_NAMES
 from escalation.adapters.redis_scheduler import escalation_to_payload
 from escalation.bench.common import Target, load, new_namespace, percentile
 from escalation.domain.escalation import Escalation
@@ -120,7 +122,10 @@ def _bare(tgt: Target, client: Any, ids: list[str], payload: dict[str, str]) -> 
     ns = new_namespace()
     tgt.namespaces.append(ns)
     keys = Keys(ns, 0)
-    values = {f: payload[f] for f in BARE_FIELDS}
+    # The baseline keeps its long field names (the reference stays the same across payload
+    # formats); the values are the real payload's.
+    by_long = {LEGACY_NAMES[short]: value for short, value in payload.items()}
+    values = {f: by_long[f] for f in BARE_FIELDS}
     mem0 = _used_memory(client)
     base = int(payload["due_ms"])
     for start in range(0, len(ids), CHUNK):

@@ -17,7 +17,7 @@ def test_non_utf8_bytes_in_a_payload_do_not_crash_the_worker(
     now = app.scheduler.time()
     bad, *good = enqueue(app, due_requests(5, now))
     raw = redis.Redis.from_url(redis_url)  # bytes client: write an invalid UTF-8 byte
-    raw.hset(app.scheduler.keys_for(bad).payload(bad), "tier", b"\xffsenior")
+    raw.hset(app.scheduler.keys_for(bad).payload(bad), "t", b"\xffsenior")
     res = run_cli(cli_env, "worker", "--burst")
     assert res.returncode == 0, res.stderr[-1500:]
     assert "Traceback" not in res.stderr

@@ -6,6 +6,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from escalation.adapters.redis_payload import LEGACY_NAMES, PAYLOAD_FIELDS, payload_to_escalation
 from escalation.domain.decide import decide
 from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome, RecordStatus
 from escalation.service_layer.cancel import cancel
@@ -33,12 +34,38 @@ def test_due_escalations_are_promoted_once_and_recorded_before_apply(app: Any) -
         state, status = app.store.get(did)
         assert state.tier == "senior" and state.seq == 2 and status.value == "pending"
         payload = app.scheduler.payload(did)
-        assert payload["tier"] == "senior" and int(payload["seq"]) == 2
+        assert payload["t"] == "senior" and int(payload["seq"]) == 2
     # the next tier's window (48 h) is in the future: nothing more to fire
     again = fire(app)
     assert again.claimed == 0 and again.recorded == 0
     assert all(len(app.store.trail(d)) == 2 for d in ids)
 
+
+
+def test_payloads_written_with_the_long_field_names_fire_once_and_are_rewritten_short(
+    app: Any,
+) -> None:
+    """An upgraded deployment finds payloads written by the earlier version (long field
+    names) pending in Redis: they are claimed, recorded and applied like any other, and the
+    apply's rewrite stores the short names."""
+    now = app.scheduler.time()
+    ids = enqueue(app, due_requests(6, now))
+    for did in ids:
+        key = app.scheduler.keys_for(did).payload(did)
+        short = app.scheduler.payload(did)
+        app.redis.delete(key)
+        app.redis.hset(key, mapping={LEGACY_NAMES[k]: v for k, v in short.items()})
+        assert "materiality" in app.redis.hkeys(key) and "m" not in app.redis.hkeys(key)
+    report = fire(app)
+    assert report.claimed == 6 and report.recorded == 6 and report.applied == 6
+    for did in ids:
+        assert events(app, did) == ["ENQUEUED", "PROMOTED_TO_SENIOR"]
+        state, _status = app.store.get(did)
+        payload = app.scheduler.payload(did)
+        assert set(payload) <= set(PAYLOAD_FIELDS), payload
+        assert payload["t"] == "senior" and int(payload["seq"]) == state.seq == 2
+        assert payload_to_escalation(did, payload).tier == "senior"
+    assert fire(app).claimed == 0
 
 def test_future_escalation_is_not_fired(app: Any) -> None:
     now = app.scheduler.time()
@@ -101,7 +128,7 @@ def test_stale_worker_can_neither_record_nor_apply_after_its_lease_expired(app: 
     bogus = item.escalation.with_changes(seq=item.escalation.seq + 5, tier="compliance")
     [applied] = app.scheduler.apply([ApplyOp(bogus, ApplyAction.REMOVE, item.token)])
     assert applied is ApplyOutcome.NOT_OWNER
-    assert app.scheduler.payload(did)["tier"] == "senior"
+    assert app.scheduler.payload(did)["t"] == "senior"
     assert events(app, did) == ["ENQUEUED", "PROMOTED_TO_SENIOR"]
 
 

@@ -146,7 +146,7 @@ def test_apply_10k_while_three_worker_processes_fire_loses_nothing_and_never_dou
     pipe = app.redis.pipeline(transaction=False)
     for did in ids:
         keys = app.scheduler.keys_for(did)
-        pipe.hmget(keys.payload(did), "ladder", "seq")
+        pipe.hmget(keys.payload(did), "l", "seq")  # ladder field, seq
         pipe.zscore(keys.pending, str(did))
     replies = pipe.execute()
     for i, did in enumerate(ids):

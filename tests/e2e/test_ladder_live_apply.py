@@ -107,7 +107,7 @@ def _assert_redis_agrees(env: MigEnv, ids: list[Any]) -> None:
         part = ids[lo:lo + CHUNK]
         pipe = env.app.redis.pipeline(transaction=False)
         for did in part:
-            pipe.hmget(env.app.scheduler.keys_for(did).payload(did), "ladder", "seq")
+            pipe.hmget(env.app.scheduler.keys_for(did).payload(did), "l", "seq")  # ladder field
         for did, (ladder_field, seq) in zip(part, pipe.execute(), strict=True):
             state = states[did]
             assert state.status.value == "pending" and state.ladder_version == 2, did

@@ -130,9 +130,9 @@ class MigEnv:
             return [dict(r) for r in conn.execute(stmt).mappings()]
 
     def pinned_in_redis(self, did: uuid.UUID) -> str | None:
-        """The ``ladder`` field of the Redis payload (``name@version``)."""
+        """The ladder field (``l``) of the Redis payload (``name@version``)."""
         payload = self.app.scheduler.payload(did)
-        return None if payload is None else payload["ladder"]
+        return None if payload is None else payload["l"]
 
 
 def hours(n: float) -> timedelta:

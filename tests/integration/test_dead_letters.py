@@ -28,7 +28,7 @@ def _fire(app: Any, dl: DeadLetters, lease_ms: int = 1) -> Any:
 
 def _poison(app: Any, did: Any) -> None:
     keys = app.scheduler.keys_for(did)
-    app.redis.hset(keys.payload(did), "ladder", "dispute_review@99")  # version missing
+    app.redis.hset(keys.payload(did), "l", "dispute_review@99")  # ladder version missing
 
 
 def test_one_poison_member_among_100_good_ones_is_dead_lettered_after_bounded_attempts(

@@ -20,6 +20,7 @@ from structlog.testing import capture_logs
 
 from escalation.adapters.redis_client import make_redis
 from escalation.adapters.redis_keys import Keys
+from escalation.adapters.redis_payload import payload_to_escalation
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.domain.errors import ConflictError, InvalidInput
 from escalation.domain.escalation import Escalation, Status
@@ -132,14 +133,14 @@ def test_enqueue_is_idempotent_and_changes_nothing_the_second_time(
     later = esc.with_changes(due_at=esc.due_at + timedelta(days=1), tier="senior", seq=7)
     assert sched.enqueue(later) is False
     assert sched.payload(esc.dispute_id) == {
-        "tier": "standard",
-        "ladder": "default@1",
+        "t": "standard",
+        "l": "default@1",
         "seq": "1",
         "due_ms": str(to_ms(esc.due_at)),
-        "entered_ms": str(to_ms(esc.entered_tier_at)),
-        "materiality": "1250.00",
-        "source_hash": "a1b2c3",
-        "trace_id": esc.trace_id,
+        "e": str(to_ms(esc.entered_tier_at)),
+        "m": "1250.00",
+        "h": "a1b2c3",
+        "r": esc.trace_id,
     }
     score = redis_client.zscore(keys(sched, esc).pending, str(esc.dispute_id))
     assert score is not None and int(score) == to_ms(esc.due_at)
@@ -354,7 +355,7 @@ def test_reschedule_writes_payload_scores_due_and_releases_lock(
     assert redis_client.exists(k.lock(esc.dispute_id)) == 0
     fields = sched.payload(esc.dispute_id)
     assert fields is not None
-    assert (fields["tier"], fields["seq"], fields["external_id"]) == ("senior", "2", "CFPB-1")
+    assert (fields["t"], fields["seq"], fields["x"]) == ("senior", "2", "CFPB-1")
     ((_, entry),) = redis_client.xrange(k.review)
     assert entry == notify
 
@@ -421,6 +422,109 @@ def test_cancel_while_worker_holds_lock_makes_its_apply_missing(
     assert sched.payload(esc.dispute_id) is None
     assert redis_client.xlen(k.review) == 0
     assert sched.cancel(esc.dispute_id) is False
+
+
+# ----------------------------------------------------------------- long-name (earlier) payloads
+def legacy_payload(esc: Escalation, **extra: str) -> dict[str, str]:
+    """The payload HASH as the version before the short field names wrote it (long names)."""
+    fields = {
+        "tier": esc.tier,
+        "ladder": esc.ladder_key,
+        "seq": str(esc.seq),
+        "due_ms": str(to_ms(esc.due_at)),
+        "entered_ms": str(to_ms(esc.entered_tier_at)),
+        "materiality": str(esc.materiality),
+        "source_hash": esc.source_hash,
+        "trace_id": esc.trace_id,
+    }
+    return {**fields, **extra}
+
+
+def write_legacy(redis_client: redis.Redis, sched: RedisScheduler, esc: Escalation,
+                 **extra: str) -> str:
+    """Replace ``esc``'s payload with its long-name form, raw (DEL + HSET); returns the key."""
+    key = keys(sched, esc).payload(esc.dispute_id)
+    redis_client.delete(key)
+    redis_client.hset(key, mapping=legacy_payload(esc, **extra))
+    return key
+
+
+LONG_NAMES = {"tier", "ladder", "entered_ms", "materiality", "source_hash", "trace_id",
+              "external_id", "deadline_ms", "deadlines", "tz", "cal"}
+
+
+def test_a_long_name_payload_is_claimed_applied_and_rewritten_with_short_names(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    esc = make_esc(-timedelta(minutes=1)).with_changes(
+        external_id="CFPB-77", regulatory_deadline=datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC),
+        institution_tz="America/New_York", institution_calendar="us_federal")
+    sched.enqueue(esc)
+    key = write_legacy(redis_client, sched, esc, external_id="CFPB-77",
+                       deadline_ms=str(to_ms(esc.regulatory_deadline)),  # type: ignore[arg-type]
+                       tz="America/New_York", cal="us_federal")
+    assert LONG_NAMES & set(redis_client.hkeys(key))
+    [item] = sched.claim(10, LEASE_MS, "worker-a").items
+    assert item.escalation == esc  # every field decoded from the long names
+    # a stale seq is still refused by apply.lua (it reads ``seq``, a name both formats share)
+    stale = promoted(esc).with_changes(seq=1)
+    assert sched.apply([ApplyOp(stale, ApplyAction.RESCHEDULE)]) == [ApplyOutcome.STALE_SEQ]
+    nxt = promoted(esc)
+    assert sched.apply([ApplyOp(nxt, ApplyAction.RESCHEDULE, item.token)]) == [
+        ApplyOutcome.APPLIED
+    ]
+    fields = sched.payload(esc.dispute_id)
+    assert fields is not None
+    assert not LONG_NAMES & fields.keys(), fields  # the rewrite holds the short names only
+    assert fields["t"] == "senior" and fields["seq"] == "2" and fields["x"] == "CFPB-77"
+    decoded = payload_to_escalation(str(esc.dispute_id), fields)
+    assert to_ms(decoded.due_at) == to_ms(nxt.due_at)  # the payload keeps milliseconds
+    assert decoded.with_changes(due_at=nxt.due_at) == nxt
+    score = redis_client.zscore(keys(sched, esc).pending, str(esc.dispute_id))
+    assert score is not None and int(score) == to_ms(nxt.due_at)
+
+
+def test_a_long_name_payload_is_removed_by_apply_and_cancelled_by_seq(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    done, kept = make_esc(-timedelta(minutes=2)), make_esc(timedelta(hours=1))
+    sched.enqueue_many([done, kept])
+    write_legacy(redis_client, sched, done)
+    kept_key = write_legacy(redis_client, sched, kept)
+    [item] = sched.claim(10, LEASE_MS, "worker-a").items
+    assert item.escalation == done
+    final = done.with_changes(seq=2, status=Status.TERMINAL)
+    assert sched.apply([ApplyOp(final, ApplyAction.REMOVE, item.token)]) == [
+        ApplyOutcome.APPLIED
+    ]
+    assert sched.payload(done.dispute_id) is None
+    assert payload_to_escalation(str(kept.dispute_id), redis_client.hgetall(kept_key)) == kept
+    # a worker whose record turned out stale hands the member back at the payload's due_ms
+    redis_client.zadd(keys(sched, kept).pending, {str(kept.dispute_id): 0})
+    [again] = sched.claim(10, LEASE_MS, "worker-b").items
+    assert again.escalation == kept
+    assert sched.apply([ApplyOp(kept, ApplyAction.RESCHEDULE, again.token)]) == [
+        ApplyOutcome.STALE_SEQ
+    ]
+    assert set(redis_client.hkeys(kept_key)) >= {"tier", "materiality"}  # not rewritten
+    score = redis_client.zscore(keys(sched, kept).pending, str(kept.dispute_id))
+    assert score is not None and int(score) == to_ms(kept.due_at)
+    assert sched.cancel(kept.dispute_id) is True
+    assert redis_client.exists(kept_key) == 0
+    assert redis_client.zscore(keys(sched, kept).pending, str(kept.dispute_id)) is None
+
+
+def test_an_enqueue_after_a_long_name_payload_was_cancelled_writes_short_names(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    esc = make_esc(timedelta(minutes=30), seq=3)
+    sched.enqueue(esc)
+    write_legacy(redis_client, sched, esc)
+    assert sched.cancel(esc.dispute_id) is True
+    sched.enqueue(esc)  # a later enqueue (or restore) writes through escalation_to_payload
+    fields = sched.payload(esc.dispute_id)
+    assert fields is not None and not LONG_NAMES & fields.keys()
+    assert payload_to_escalation(str(esc.dispute_id), fields) == esc
 
 
 # ----------------------------------------------------------------- restore
@@ -581,7 +685,7 @@ def test_corrupt_payload_is_logged_and_does_not_cost_the_batch(
 ) -> None:
     bad, good = make_esc(-timedelta(minutes=2)), make_esc(-timedelta(minutes=1))
     sched.enqueue_many([bad, good])
-    redis_client.hset(keys(sched, bad).payload(bad.dispute_id), "materiality", "lots")
+    redis_client.hset(keys(sched, bad).payload(bad.dispute_id), "m", "lots")
     with capture_logs() as logs:
         result = sched.claim(10, LEASE_MS, "worker-a")
     assert [i.escalation.dispute_id for i in result.items] == [good.dispute_id]
