@@ -8,6 +8,7 @@ what the passage of ``lease_ms`` does) so the tests do not depend on timing.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -663,13 +664,25 @@ def test_concurrent_workers_never_claim_the_same_member_twice(
     escs = [make_esc(-timedelta(seconds=i + 1)) for i in range(3000)]
     sched.enqueue_many(escs)
 
+    # all four connect first and start claiming together, in batches small enough (25) that
+    # the backlog takes many rounds: otherwise the first thread to connect could claim all
+    # 3,000 before the last one started (seen once claim.lua got faster)
+    start = threading.Barrier(4)
+
     def drain(worker: str) -> list[uuid.UUID]:
         client = make_redis(redis_url)
         own = RedisScheduler(client, namespace=namespace, shards=sched.shards)
         got: list[uuid.UUID] = []
-        for _ in range(50):
-            items = own.claim(200, LEASE_MS, worker).items
-            got += [i.escalation.dispute_id for i in items]
+        start.wait(timeout=30)
+        for _ in range(1000):
+            result = own.claim(25, LEASE_MS, worker)
+            got += [i.escalation.dispute_id for i in result.items]
+            # a claim whose window the others took meanwhile comes back empty while members
+            # are still due (next_due_ms = now: a worker loops again at once); stop only
+            # when nothing is due any more
+            if not result.items and (result.next_due_ms is None
+                                     or result.next_due_ms > to_ms(result.now)):
+                break
         client.close()
         return got
 
