@@ -258,7 +258,11 @@ def build(
     client = make_redis(urls.redis_url, **redis_io_options(urls.redis_url, settings.io_timeout_s))
     engine = make_engine(urls.database_url, io_timeout_s=settings.io_timeout_s)
 
+    clock: list[int] = []  # Redis TIME (epoch ms) read by the last successful probe
+
     def probe() -> None:
+        # every start-up network call sits in here, so a connection reset anywhere in
+        # start-up is retried (a call after the probe would end the process instead)
         client.ping()
         if durable_redis:
             from escalation.adapters.redis_policy import refuse_evicting_redis
@@ -269,6 +273,8 @@ def build(
         if check_schema:
             ensure_schema(engine, urls)
             check_namespace(engine, settings.namespace)
+        seconds, micros = client.time()
+        clock[:] = [int(seconds) * 1000 + int(micros) // 1000]
 
     try:
         retry_startup(probe, settings.startup_timeout_s)
@@ -276,9 +282,8 @@ def build(
         client.close()
         engine.dispose()
         raise
-    seconds, micros = client.time()
     ladders = released_ladders(LadderHistoryStore(engine), settings.ladders_dir,
-                               from_ms(int(seconds) * 1000 + int(micros) // 1000))
+                               from_ms(clock[0]))
     # materiality weights are written at enqueue; claim.lua ages them (docs/sla.md)
     scheduler = RedisScheduler(
         client, namespace=settings.namespace, shards=settings.shards,
