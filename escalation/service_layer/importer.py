@@ -27,8 +27,9 @@ import pickle
 import tempfile
 import tomllib
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, fields, replace
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -38,18 +39,29 @@ from escalation.domain.business_calendar import institution_defaults
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import (
+    MAX_EXTERNAL_ID_LEN,
     Escalation,
+    Status,
     check_source_hash,
     check_text,
     parse_dispute_id,
 )
+from escalation.domain.ladder import Ladder
 from escalation.domain.materiality import Materiality
 from escalation.domain.wall_time import parse_wall_time, zone
-from escalation.ports import AuditLog, LadderSource, Scheduler
+from escalation.ports import (
+    AuditLog,
+    EncodedScheduler,
+    LadderSource,
+    RowTemplate,
+    Scheduler,
+    StagedEnqueueLog,
+)
 from escalation.service_layer.enqueue import (
     BuiltEnqueue,
     EnqueueRequest,
     OnScheduled,
+    _schedule,
     build_one,
     record_batches,
 )
@@ -181,22 +193,49 @@ one and the caller passes none (the deployment default's default)."""
 
 def _parse_time(value: str, tz: ZoneInfo, column: str) -> datetime | date:
     """A cell by the wall-time rule: a date-only value stays a local ``date`` (enqueue reads
-    it in the escalation's zone), a naive time is resolved in ``tz``, an aware one kept."""
-    instant, date_only = parse_wall_time(value, tz, column)
-    if date_only:
-        return date.fromisoformat(value.strip())
-    return instant
+    it in the escalation's zone), a naive time is resolved in ``tz``, an aware one kept.
+
+    Memoised per (value, zone, column) (an import's rows share a few hundred dates); only
+    values that parse are remembered, so a bad one raises its InvalidInput every time.
+    """
+    key = (value, tz, column)
+    got = _TIME_CACHE.get(key)
+    if got is None:
+        instant, date_only = parse_wall_time(value, tz, column)
+        got = date.fromisoformat(value.strip()) if date_only else instant
+        if len(_TIME_CACHE) >= _CACHE_MAX:
+            _TIME_CACHE.clear()
+        _TIME_CACHE[key] = got
+    return got
+
+
+_CACHE_MAX = 16_384
+_TIME_CACHE: dict[tuple[str, ZoneInfo, str], datetime | date] = {}
+_MONEY_OK: set[str] = set()
+"""Materiality texts already parsed without error (pure: ``Materiality.parse``)."""
+
+
+def _check_money(money: str) -> None:
+    """``Materiality.parse(money)`` for its errors, remembering the texts that passed.
+    Raises InvalidInput."""
+    if money not in _MONEY_OK:
+        Materiality.parse(money)
+        if len(_MONEY_OK) >= _CACHE_MAX:
+            _MONEY_OK.clear()
+        _MONEY_OK.add(money)
 
 
 def stable_dispute_id(raw: str, source: str) -> tuple[uuid.UUID, str | None]:
     """(UUID, external id): a UUID string is used as is; anything else -> UUID5(source:raw)."""
-    try:
-        return parse_dispute_id(raw), None
-    except InvalidInput:
-        text = raw.strip()
-        if not text:
-            raise InvalidInput("dispute id: empty") from None
-        return uuid.uuid5(ID_NAMESPACE, f"{source}:{text}"), text
+    text = raw.strip()
+    if len(text) >= 32:  # shorter text cannot hold a UUID's 32 hex digits: skip the attempt
+        try:
+            return parse_dispute_id(raw), None
+        except InvalidInput:
+            pass
+    if not text:
+        raise InvalidInput("dispute id: empty")
+    return uuid.uuid5(ID_NAMESPACE, f"{source}:{text}"), text
 
 
 def _lines(stream: TextIO) -> Iterator[tuple[int, str]]:
@@ -260,7 +299,7 @@ def _row_request(layout: CsvLayout, raw: str) -> EnqueueRequest:
         check_text(row[column], column)
     did, external = stable_dispute_id(row[m.dispute_id], m.external_source)
     money = _cell(row, m.materiality) or m.default_materiality
-    Materiality.parse(money)
+    _check_money(money)
     source_hash = check_source_hash(
         _cell(row, m.source_hash) or hashlib.sha256(raw.rstrip("\r\n").encode()).hexdigest()
     )
@@ -448,6 +487,30 @@ class SpillFile:
         if len(self._chunk) >= SPILL_CHUNK:
             self._flush()
 
+    def add_row(self, row: object) -> None:
+        """Append one rendered row (:class:`RowEncoder`), read back by :meth:`raw_batches`."""
+        self._chunk.append(row)  # type: ignore[arg-type]
+        self.rows += 1
+        if len(self._chunk) >= SPILL_CHUNK:
+            self._flush()
+
+    def raw_batches(self, size: int) -> Iterator[list[Any]]:
+        """Every row given to :meth:`add_row`, in order, in lists of at most ``size``."""
+        self._flush()
+        self._file.seek(0)
+        batch: list[Any] = []
+        while True:
+            try:
+                chunk: list[Any] = pickle.load(self._file)  # noqa: S301 - our own file
+            except EOFError:
+                break
+            batch += chunk
+            if len(batch) >= size:
+                yield batch[:size]
+                batch = batch[size:]
+        if batch:
+            yield batch
+
     def _flush(self) -> None:
         if self._chunk:
             pickle.dump(self._chunk, self._file, protocol=pickle.HIGHEST_PROTOCOL)
@@ -478,12 +541,145 @@ class SpillFile:
         self._file.close()
 
 
+EncodedRow = tuple[str, str, Any, "tuple[object, ...] | None"]
+"""One row as the bulk path writes it: (dispute id as a canonical UUID string, its staging
+COPY line, its rendered Redis enqueue, and the field values of its recorded escalation when
+an ``on_scheduled`` hook needs the escalation back, else None)."""
+
+_SHAPE_CACHE_MAX = 4_096
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What every row of one request shape shares: the templates of its two writes and the
+    recorded prototype (for the field values an ``on_scheduled`` hook needs)."""
+
+    line: RowTemplate
+    payload: RowTemplate
+    recorded: Escalation
+
+
+class RowEncoder:
+    """Pass 1's per-row build for the bulk path: each request is validated and rendered into
+    the final values pass 2 writes (the staging COPY line with the ENQUEUED row's hash and
+    the Redis enqueue arguments), so pass 2 only streams.
+
+    A request's *shape* is everything but its dispute id, external id, source hash and trace
+    id (materiality, tier, opening or due time, anchor, zone, calendar, attributes). The
+    build (``build_one``: ladder, calendars, deadlines, due time, provenance) depends only on
+    the shape, so it runs once per shape (at most :data:`_SHAPE_CACHE_MAX` remembered), and
+    its error, if any, is the error of every row of that shape. The per-row checks of
+    ``Escalation.new`` (external id text and length) run on every row, after the shape's, as
+    they do in ``build_one``. A CFPB file has a few hundred shapes (one per opening day).
+    """
+
+    def __init__(self, store: StagedEnqueueLog, scheduler: EncodedScheduler, ladder: Ladder,
+                 calendars: CalendarRegistry, now: datetime, actor: str,
+                 keep_escalations: bool = False) -> None:
+        """``now``: the import's decision instant (aware); ``keep_escalations``: also carry
+        each row's recorded field values (an ``on_scheduled`` hook needs the escalations)."""
+        self._store = store
+        self._scheduler = scheduler
+        self._ladder = ladder
+        self._calendars = calendars
+        self._now = now
+        self._actor = actor
+        self._keep = keep_escalations
+        self._shapes: dict[tuple[object, ...], _Shape | str] = {}
+
+    def encode(self, req: EnqueueRequest) -> EncodedRow:
+        """Validate ``req`` exactly as ``build_one`` does and render its writes.
+
+        Raises:
+            InvalidInput: the message ``build_one`` would raise for ``req``.
+        """
+        attrs = req.attributes
+        key = (req.materiality, req.tier, req.due_at, req.opened_at, req.ladder,
+               req.anchor_at, req.timezone, req.calendar,
+               None if attrs is None else tuple(attrs.items()))
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shape(req)
+            if len(self._shapes) >= _SHAPE_CACHE_MAX:
+                self._shapes.clear()
+            self._shapes[key] = shape
+        if isinstance(shape, str):
+            raise InvalidInput(shape)
+        ext = req.external_id
+        if ext is not None:
+            check_text(ext, "external id")
+            if len(ext) > MAX_EXTERNAL_ID_LEN:
+                raise InvalidInput(
+                    f"external id longer than {MAX_EXTERNAL_ID_LEN} characters")
+        did = str(req.dispute_id)
+        source_hash = req.source_hash
+        assert isinstance(source_hash, str)  # noqa: S101 - checked by _row_request
+        trace = req.trace_id or uuid.uuid4().hex
+        line = shape.line.render(did, ext, source_hash, trace)
+        payload = shape.payload.render(did, ext, source_hash, trace)
+        values = None
+        if self._keep:
+            values = _recorded_values(shape.recorded, req.dispute_id, ext, source_hash, trace)
+        return did, line, payload, values
+
+    def _shape(self, req: EnqueueRequest) -> _Shape | str:
+        """The templates of ``req``'s shape, or the message of the error its build raises
+        (built with no external id: its per-row checks are :meth:`encode`'s)."""
+        try:
+            built = build_one(replace(req, external_id=None, trace_id=req.trace_id or "0"),
+                              self._ladder, self._calendars, self._now)
+        except InvalidInput as exc:
+            return str(exc)
+        esc = built.escalation
+        recorded = replace(esc, seq=1)
+        line = self._store.enqueued_line_template(esc, self._actor, self._now,
+                                                  built.calendar_version, built.details)
+        return _Shape(line, self._scheduler.payload_template(recorded), recorded)
+
+
+def _recorded_values(proto: Escalation, dispute_id: object, external_id: str | None,
+                     source_hash: str, trace_id: str) -> tuple[object, ...]:
+    """The field values (``Escalation`` order, materiality as its Decimal) of ``proto`` with
+    these per-row values: what :func:`_escalation_of` turns back into the escalation."""
+    values = [getattr(proto, f) for f in _ESC_FIELDS]
+    values[_MONEY] = proto.materiality.amount
+    values[_ID] = dispute_id
+    values[_EXT] = external_id
+    values[_HASH] = source_hash
+    values[_TRACE] = trace_id
+    return tuple(values)
+
+
+def _escalation_of(values: tuple[object, ...]) -> Escalation:
+    """The escalation of :func:`_recorded_values` (already validated: no checks)."""
+    fields_ = list(values)
+    fields_[_MONEY] = Materiality(fields_[_MONEY])  # type: ignore[arg-type]
+    return Escalation(*fields_)  # type: ignore[arg-type]
+
+
+_ID = _ESC_FIELDS.index("dispute_id")
+_EXT = _ESC_FIELDS.index("external_id")
+_HASH = _ESC_FIELDS.index("source_hash")
+_TRACE = _ESC_FIELDS.index("trace_id")
+
+
+def bulk_ports(target: ImportTarget) -> tuple[StagedEnqueueLog, EncodedScheduler] | None:
+    """The target's store and scheduler when both offer the bulk path, else None (the rows
+    then go through ``build_one`` and ``record_batches``)."""
+    store, scheduler = target.store, target.scheduler
+    if isinstance(store, StagedEnqueueLog) and isinstance(scheduler, EncodedScheduler):
+        return store, scheduler
+    return None
+
+
 def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget,
                   now: datetime, progress: Progress = no_progress,
-                  spill: SpillFile | None = None) -> ImportResult:
+                  spill: SpillFile | None = None,
+                  encoder: RowEncoder | None = None) -> ImportResult:
     """Pass 1: every row parsed and built at ``now``; returns the row count and bad rows.
 
-    ``spill`` (optional) receives every good row as built (pass 2 writes those).
+    ``spill`` (optional) receives every good row as built (pass 2 writes those); with an
+    ``encoder``, as rendered by it (:meth:`SpillFile.add_row`), else as built.
 
     Raises:
         InvalidInput: the header does not fit the mapping. LadderError: unknown ladder.
@@ -498,9 +694,14 @@ def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarge
                 if isinstance(item, str):
                     raise InvalidInput(item)
                 seen.check(item, lineno)
-                built = build_one(item, ladder, target.calendars, now)
-                if spill is not None:
-                    spill.add(built)
+                if encoder is not None:
+                    row = encoder.encode(item)
+                    if spill is not None:
+                        spill.add_row(row)
+                else:
+                    built = build_one(item, ladder, target.calendars, now)
+                    if spill is not None:
+                        spill.add(built)
             except InvalidInput as exc:
                 result.errors.append((lineno, str(exc)))
             if result.rows % PROGRESS_EVERY == 0:
@@ -529,9 +730,86 @@ def write_pass(spill: SpillFile, target: ImportTarget, now: datetime, result: Im
     result.written = True
 
 
+def write_encoded_pass(spill: SpillFile, store: StagedEnqueueLog, scheduler: EncodedScheduler,
+                       target: ImportTarget, result: ImportResult,
+                       progress: Progress = no_progress, batch_size: int = IMPORT_BATCH) -> None:
+    """Pass 2 of the bulk path: the rows pass 1 rendered (``spill``, :class:`RowEncoder`),
+    ``batch_size`` per transaction, with the order and overlap of ``record_batches``: each
+    batch is recorded in PostgreSQL (one COPY + one INSERT ... SELECT) before its new
+    disputes are scheduled in Redis, and that Redis step runs in one helper thread while the
+    next batch is recorded. A dispute PostgreSQL already knew is answered as ``enqueue``
+    answers it: counted as existing and, when still pending, its recorded state re-scheduled
+    (a no-op unless its Redis entry was lost).
+
+    Updates ``result.created`` / ``result.existing`` and sets ``result.written``.
+    """
+    done = 0
+    pending: Future[None] | None = None
+    pool: ThreadPoolExecutor | None = None
+    hook = target.on_scheduled
+    try:
+        batches = spill.raw_batches(batch_size)
+        current = next(batches, None)
+        while current is not None:
+            created = store.record_staged([r[1] for r in current], target.actor)
+            new = [r for r in current if r[0] in created]
+            old = [r for r in current if r[0] not in created] if len(new) < len(current) else []
+            result.created += len(new)
+            result.existing += len(old)
+            following = next(batches, None)
+            if pending is not None:
+                pending.result()
+                pending = None
+            if old:  # rare (a re-import): their recorded states, as record_batches does
+                _schedule_existing(old, scheduler, target)
+            if new and following is None:
+                _schedule_encoded(scheduler, new, hook)
+            elif new:
+                if pool is None:
+                    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="import-redis")
+                pending = pool.submit(_schedule_encoded, scheduler, new, hook)
+            done += len(current)
+            progress("write", done, spill.rows)
+            current = following
+    finally:
+        if pending is not None:
+            pending.result()
+        if pool is not None:
+            pool.shutdown(wait=True)
+    progress("write", done, spill.rows)
+    result.written = True
+
+
+def _schedule_encoded(scheduler: EncodedScheduler, rows: Sequence[EncodedRow],
+                      hook: OnScheduled | None) -> None:
+    """Enqueue rendered rows in Redis; pass the newly scheduled ones to ``hook``."""
+    flags = scheduler.enqueue_encoded([r[2] for r in rows])
+    if hook is not None:
+        hook([_escalation_of(r[3]) for r, new in zip(rows, flags, strict=True)
+              if new and r[3] is not None])
+
+
+def _schedule_existing(rows: Sequence[EncodedRow], scheduler: EncodedScheduler,
+                       target: ImportTarget) -> None:
+    """Re-schedule the disputes of ``rows`` PostgreSQL already held, from their recorded
+    state, when they are still pending (``record_batches``' answer to a replay)."""
+    states: list[Escalation] = []
+    orphans: list[EncodedRow] = []
+    for r in rows:
+        got = target.store.get(uuid.UUID(r[0]))
+        if got is None:  # not possible while projection rows are never deleted
+            orphans.append(r)
+        elif got[1] is Status.PENDING:
+            states.append(got[0])
+    if states:
+        _schedule(target.scheduler, states, target.on_scheduled)
+    if orphans:
+        _schedule_encoded(scheduler, orphans, target.on_scheduled)
+
+
 def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, *,
                skip_invalid: bool = False, progress: Progress = no_progress,
-               batch_size: int = IMPORT_BATCH) -> ImportResult:
+               batch_size: int = IMPORT_BATCH, bulk: bool = True) -> ImportResult:
     """Validate the whole CSV, then (if allowed) write it in batches; constant memory.
 
     Nothing is written when a row is bad and not ``skip_invalid``, or when no row is good.
@@ -544,11 +822,20 @@ def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, 
     """
     now = target.scheduler.time()
     spill = SpillFile()
+    ports = bulk_ports(target) if bulk else None
+    encoder = None
+    if ports is not None:
+        ladder = target.ladders.latest(mapping.ladder or target.default_ladder)
+        encoder = RowEncoder(ports[0], ports[1], ladder, target.calendars, now, target.actor,
+                             keep_escalations=target.on_scheduled is not None)
     try:
-        result = validate_pass(open_csv, mapping, target, now, progress, spill)
+        result = validate_pass(open_csv, mapping, target, now, progress, spill, encoder)
         if result.errors and (not skip_invalid or len(result.errors) == result.rows):
             return result
-        write_pass(spill, target, now, result, progress, batch_size)
+        if ports is not None:
+            write_encoded_pass(spill, ports[0], ports[1], target, result, progress, batch_size)
+        else:
+            write_pass(spill, target, now, result, progress, batch_size)
     finally:
         spill.close()
     return result
