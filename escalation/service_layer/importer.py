@@ -56,6 +56,8 @@ from escalation.ports import (
     RowTemplate,
     Scheduler,
     StagedEnqueueLog,
+    WarningMember,
+    WarningQueue,
 )
 from escalation.service_layer.enqueue import (
     BuiltEnqueue,
@@ -66,6 +68,7 @@ from escalation.service_layer.enqueue import (
     record_batches,
 )
 from escalation.service_layer.progress import Progress, no_progress
+from escalation.service_layer.warnings import schedule_warnings, warning_members
 
 ID_NAMESPACE = uuid.UUID("5b0f6f3e-52c5-4bb9-9a3c-0b6a4e1f7d21")  # escalation import ids
 
@@ -420,8 +423,11 @@ class ImportResult:
 class ImportTarget:
     """Where and how rows are written (the ports and the ladder/calendar context).
 
-    ``on_scheduled``: as for ``enqueue_many`` (the CLI passes the warnings hook, so imported
-    escalations get their pre-breach warnings like enqueued ones).
+    ``on_scheduled``: as for ``enqueue_many``. ``warnings``: the pre-breach warnings queue
+    (the CLI passes it, so imported escalations get their warnings like enqueued ones): each
+    newly scheduled escalation's warnings are scheduled there exactly as the
+    ``bootstrap.schedule_for`` hook schedules them (``warnings.schedule_warnings``); the bulk
+    path computes them once per request shape instead of once per row.
     """
 
     scheduler: Scheduler
@@ -431,6 +437,23 @@ class ImportTarget:
     default_ladder: str
     actor: str
     on_scheduled: OnScheduled | None = None
+    warnings: WarningQueue | None = None
+
+    def hook(self) -> OnScheduled | None:
+        """``on_scheduled`` and the warnings of :attr:`warnings` as one hook (the general
+        path's), or None when neither is set."""
+        hook, queue = self.on_scheduled, self.warnings
+        if queue is None:
+            return hook
+        ladders, calendars = self.ladders, self.calendars
+
+        def both(escalations: Sequence[Escalation]) -> None:
+            if hook is not None:
+                hook(escalations)
+            schedule_warnings(escalations, warnings=queue, ladders=ladders,
+                              calendars=calendars)
+
+        return both
 
     def default_timezone(self, mapping: ColumnMapping) -> str:
         """The institution zone of rows that name none (:func:`default_timezone`)."""
@@ -541,10 +564,12 @@ class SpillFile:
         self._file.close()
 
 
-EncodedRow = tuple[str, str, Any, "tuple[object, ...] | None"]
+EncodedRow = tuple[str, str, Any, "tuple[object, ...] | None",
+                   "tuple[tuple[str, int], ...] | None"]
 """One row as the bulk path writes it: (dispute id as a canonical UUID string, its staging
-COPY line, its rendered Redis enqueue, and the field values of its recorded escalation when
-an ``on_scheduled`` hook needs the escalation back, else None)."""
+COPY line, its rendered Redis enqueue, the field values of its recorded escalation when an
+``on_scheduled`` hook needs the escalation back (else None), and its pre-breach warnings as
+(fraction label, due epoch ms) pairs when a warnings queue is given (else None))."""
 
 _SHAPE_CACHE_MAX = 4_096
 
@@ -557,6 +582,7 @@ class _Shape:
     line: RowTemplate
     payload: RowTemplate
     recorded: Escalation
+    warnings: tuple[tuple[str, int], ...] | None
 
 
 class RowEncoder:
@@ -575,9 +601,13 @@ class RowEncoder:
 
     def __init__(self, store: StagedEnqueueLog, scheduler: EncodedScheduler, ladder: Ladder,
                  calendars: CalendarRegistry, now: datetime, actor: str,
-                 keep_escalations: bool = False) -> None:
+                 keep_escalations: bool = False, warnings_of: LadderSource | None = None,
+                 ) -> None:
         """``now``: the import's decision instant (aware); ``keep_escalations``: also carry
-        each row's recorded field values (an ``on_scheduled`` hook needs the escalations)."""
+        each row's recorded field values (an ``on_scheduled`` hook needs the escalations);
+        ``warnings_of``: also carry each row's pre-breach warnings (``warning_members`` of
+        its shape, with the ladder versions of this source)."""
+        self._warnings_of = warnings_of
         self._store = store
         self._scheduler = scheduler
         self._ladder = ladder
@@ -620,7 +650,7 @@ class RowEncoder:
         values = None
         if self._keep:
             values = _recorded_values(shape.recorded, req.dispute_id, ext, source_hash, trace)
-        return did, line, payload, values
+        return did, line, payload, values, shape.warnings
 
     def _shape(self, req: EnqueueRequest) -> _Shape | str:
         """The templates of ``req``'s shape, or the message of the error its build raises
@@ -634,7 +664,11 @@ class RowEncoder:
         recorded = replace(esc, seq=1)
         line = self._store.enqueued_line_template(esc, self._actor, self._now,
                                                   built.calendar_version, built.details)
-        return _Shape(line, self._scheduler.payload_template(recorded), recorded)
+        points = None
+        if self._warnings_of is not None:  # they depend on the shape only, not the dispute
+            points = tuple((m.fraction, m.due_ms) for m in warning_members(
+                [recorded], self._warnings_of, self._calendars))
+        return _Shape(line, self._scheduler.payload_template(recorded), recorded, points)
 
 
 def _recorded_values(proto: Escalation, dispute_id: object, external_id: str | None,
@@ -720,7 +754,7 @@ def write_pass(spill: SpillFile, target: ImportTarget, now: datetime, result: Im
     done = 0
     for res in record_batches(spill.batches(batch_size), scheduler=target.scheduler,
                               store=target.store, actor=target.actor, now=now,
-                              on_scheduled=target.on_scheduled):
+                              on_scheduled=target.hook()):
         created = sum(1 for r in res if r.created)
         result.created += created
         result.existing += len(res) - created
@@ -746,7 +780,7 @@ def write_encoded_pass(spill: SpillFile, store: StagedEnqueueLog, scheduler: Enc
     done = 0
     pending: Future[None] | None = None
     pool: ThreadPoolExecutor | None = None
-    hook = target.on_scheduled
+    hook = _BulkHook(target.on_scheduled, target.warnings)
     try:
         batches = spill.raw_batches(batch_size)
         current = next(batches, None)
@@ -761,7 +795,7 @@ def write_encoded_pass(spill: SpillFile, store: StagedEnqueueLog, scheduler: Enc
                 pending.result()
                 pending = None
             if old:  # rare (a re-import): their recorded states, as record_batches does
-                _schedule_existing(old, scheduler, target)
+                _schedule_existing(old, scheduler, target, hook)
             if new and following is None:
                 _schedule_encoded(scheduler, new, hook)
             elif new:
@@ -780,17 +814,35 @@ def write_encoded_pass(spill: SpillFile, store: StagedEnqueueLog, scheduler: Enc
     result.written = True
 
 
+@dataclass(frozen=True, slots=True)
+class _BulkHook:
+    """What the bulk path does with newly scheduled rows: the ``on_scheduled`` hook (with
+    the escalations rebuilt from the values pass 1 kept) and the warnings pass 1 rendered."""
+
+    on_scheduled: OnScheduled | None
+    warnings: WarningQueue | None
+
+    def __call__(self, rows: Sequence[EncodedRow]) -> None:
+        """Hand ``rows`` (newly scheduled) to the hook, then schedule their warnings."""
+        if self.on_scheduled is not None:
+            self.on_scheduled([_escalation_of(r[3]) for r in rows if r[3] is not None])
+        if self.warnings is not None:
+            members = [WarningMember(uuid.UUID(r[0]), 1, label, ms)
+                       for r in rows if r[4] for label, ms in r[4]]
+            if members:
+                self.warnings.schedule(members)
+
+
 def _schedule_encoded(scheduler: EncodedScheduler, rows: Sequence[EncodedRow],
-                      hook: OnScheduled | None) -> None:
+                      hook: _BulkHook) -> None:
     """Enqueue rendered rows in Redis; pass the newly scheduled ones to ``hook``."""
     flags = scheduler.enqueue_encoded([r[2] for r in rows])
-    if hook is not None:
-        hook([_escalation_of(r[3]) for r, new in zip(rows, flags, strict=True)
-              if new and r[3] is not None])
+    if hook.on_scheduled is not None or hook.warnings is not None:
+        hook([r for r, new in zip(rows, flags, strict=True) if new])
 
 
 def _schedule_existing(rows: Sequence[EncodedRow], scheduler: EncodedScheduler,
-                       target: ImportTarget) -> None:
+                       target: ImportTarget, hook: _BulkHook) -> None:
     """Re-schedule the disputes of ``rows`` PostgreSQL already held, from their recorded
     state, when they are still pending (``record_batches``' answer to a replay)."""
     states: list[Escalation] = []
@@ -802,9 +854,9 @@ def _schedule_existing(rows: Sequence[EncodedRow], scheduler: EncodedScheduler,
         elif got[1] is Status.PENDING:
             states.append(got[0])
     if states:
-        _schedule(target.scheduler, states, target.on_scheduled)
+        _schedule(target.scheduler, states, target.hook())
     if orphans:
-        _schedule_encoded(scheduler, orphans, target.on_scheduled)
+        _schedule_encoded(scheduler, orphans, hook)
 
 
 def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, *,
@@ -827,7 +879,8 @@ def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, 
     if ports is not None:
         ladder = target.ladders.latest(mapping.ladder or target.default_ladder)
         encoder = RowEncoder(ports[0], ports[1], ladder, target.calendars, now, target.actor,
-                             keep_escalations=target.on_scheduled is not None)
+                             keep_escalations=target.on_scheduled is not None,
+                             warnings_of=None if target.warnings is None else target.ladders)
     try:
         result = validate_pass(open_csv, mapping, target, now, progress, spill, encoder)
         if result.errors and (not skip_invalid or len(result.errors) == result.rows):

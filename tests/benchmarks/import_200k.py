@@ -39,7 +39,7 @@ import redis
 import sqlalchemy as sa
 
 from escalation.adapters import db
-from escalation.bootstrap import build, schedule_for
+from escalation.bootstrap import build, warnings_for
 from escalation.service_layer.importer import ColumnMapping, ImportTarget, import_csv
 from escalation.settings import get_settings
 
@@ -103,8 +103,8 @@ def busy_cpu_s() -> float:
 
 def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int,
         warnings: bool = False, bulk: bool = True) -> None:
-    """Generate the CSV, import it, print the figures. ``warnings``: pass the pre-breach
-    warnings hook as ``escalation import`` does (``on_scheduled``); ``bulk`` False: the
+    """Generate the CSV, import it, print the figures. ``warnings``: schedule the pre-breach
+    warnings as ``escalation import`` does (``ImportTarget.warnings``); ``bulk`` False: the
     general per-row path (``import_csv(bulk=False)``)."""
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,7 +118,7 @@ def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int,
             target = ImportTarget(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
                                   calendars=app.calendars,
                                   default_ladder=settings.default_ladder, actor=app.actor,
-                                  on_scheduled=schedule_for(app) if warnings else None)
+                                  warnings=warnings_for(app) if warnings else None)
             rss_before = peak_rss_mib()
             cpu0 = time.process_time()
             busy0 = busy_cpu_s()
@@ -140,7 +140,7 @@ def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int,
         raise SystemExit(f"import failed: {res.errors[:5]}")
     print(f"source: {'CFPB sample rows, repeated' if CFPB.is_file() else 'synthetic'}; "
           f"{rows:,} rows, {size_mib:.1f} MiB CSV, batch {batch_size}"
-          f"{', warnings hook' if warnings else ''}{'' if bulk else ', general path'}")
+          f"{', with warnings' if warnings else ''}{'' if bulk else ', general path'}")
     print(f"import: {res.created:,} created in {took:.1f} s = {res.created / took:,.0f} rows/s")
     print(f"peak RSS: {peak_rss_mib():.0f} MiB (before import {rss_before:.0f} MiB)")
     print(f"import process CPU: {cpu:.1f} s = {cpu / rows * 1e6:.0f} us per row")
@@ -159,7 +159,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--batch-size", type=int, default=5_000)
     ap.add_argument("--warnings", action="store_true",
-                    help="pass the pre-breach warnings hook, as `escalation import` does")
+                    help="schedule pre-breach warnings, as `escalation import` does")
     ap.add_argument("--general", action="store_true",
                     help="the general per-row path (import_csv(bulk=False)), for comparison")
     ap.add_argument("--admin-url", default=os.environ.get(

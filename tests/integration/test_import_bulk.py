@@ -84,14 +84,18 @@ def second_app(settings: Any, scratch: sa.Engine, redis_url: str) -> Iterator[An
 
 
 def _import(app: Any, path: Path, monkeypatch: pytest.MonkeyPatch, *, bulk: bool,
-            hook: bool = True, batch_size: int = 7, **kw: Any) -> ImportResult:
-    """Import at a fixed instant with deterministic trace ids (so hashes are comparable)."""
+            warn: str = "queue", batch_size: int = 7, **kw: Any) -> ImportResult:
+    """Import at a fixed instant with deterministic trace ids (so hashes are comparable).
+    ``warn``: the warnings through the queue (as the CLI passes them), the ``schedule_for``
+    hook (as the CLI passed them before), or ``"none"``."""
     counter = itertools.count(1)
     monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=next(counter), version=4))
     monkeypatch.setattr(app.scheduler, "time", lambda: NOW)
     target = ImportTarget(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
                           calendars=app.calendars, default_ladder=app.settings.default_ladder,
-                          actor="test-import", on_scheduled=schedule_for(app) if hook else None)
+                          actor="test-import",
+                          on_scheduled=schedule_for(app) if warn == "hook" else None,
+                          warnings=warnings_for(app) if warn == "queue" else None)
     try:
         return import_csv(_opener(path), MAPPING, target, bulk=bulk, batch_size=batch_size,
                           **kw)
@@ -136,15 +140,16 @@ def _ids(path: Path) -> list[uuid.UUID]:
                 for row in csv.DictReader(fh)]
 
 
+@pytest.mark.parametrize("warn", ["queue", "hook"])
 def test_bulk_path_writes_what_the_general_path_writes(
-    app: Any, second_app: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    app: Any, second_app: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warn: str
 ) -> None:
     source = f"s{uuid.uuid4().hex[:8]}"
     path = _write(tmp_path, "many.csv", _rows(source))
     assert bulk_ports(ImportTarget(app.scheduler, app.store, app.ladders, app.calendars,
                                    "dispute_review", "t")) is not None
-    general = _import(second_app, path, monkeypatch, bulk=False)
-    fast = _import(app, path, monkeypatch, bulk=True)
+    general = _import(second_app, path, monkeypatch, bulk=False, warn="hook")
+    fast = _import(app, path, monkeypatch, bulk=True, warn=warn)
     assert general.errors == [] and fast.errors == []
     assert (fast.rows, fast.created, fast.existing) == (general.rows, general.created, 0)
     assert fast.created == 120
@@ -158,7 +163,7 @@ def test_bulk_path_writes_what_the_general_path_writes(
     assert got["warnings"] == want["warnings"] and any(got["warnings"].values())
 
     # A re-import: nothing created, every dispute counted as existing, nothing changed.
-    again = _import(app, path, monkeypatch, bulk=True)
+    again = _import(app, path, monkeypatch, bulk=True, warn=warn)
     assert (again.created, again.existing) == (0, 120)
     assert _written(app, ids) == got
 
