@@ -168,6 +168,10 @@ class WarningQueue(Protocol):
         """Add each member at its due time unless present. Returns how many were new."""
         ...
 
+    def schedule_members(self, members: Sequence[tuple[str, int]]) -> int:
+        """:meth:`schedule` of ``(WarningMember.member, due_ms)`` pairs."""
+        ...
+
     def claim(self, max_items: int) -> tuple[datetime, list[WarningMember]]:
         """Take up to ``max_items`` (1..1000) due warnings, each handed out once.
 

@@ -56,7 +56,6 @@ from escalation.ports import (
     RowTemplate,
     Scheduler,
     StagedEnqueueLog,
-    WarningMember,
     WarningQueue,
 )
 from escalation.service_layer.enqueue import (
@@ -568,8 +567,9 @@ EncodedRow = tuple[str, str, Any, "tuple[object, ...] | None",
                    "tuple[tuple[str, int], ...] | None"]
 """One row as the bulk path writes it: (dispute id as a canonical UUID string, its staging
 COPY line, its rendered Redis enqueue, the field values of its recorded escalation when an
-``on_scheduled`` hook needs the escalation back (else None), and its pre-breach warnings as
-(fraction label, due epoch ms) pairs when a warnings queue is given (else None))."""
+``on_scheduled`` hook needs the escalation back (else None), and its pre-breach warnings
+when a warnings queue is given (else None) as (member text after the dispute id, i.e.
+``":<seq>:<fraction>"``, due epoch ms) pairs)."""
 
 _SHAPE_CACHE_MAX = 4_096
 
@@ -666,8 +666,9 @@ class RowEncoder:
                                                   built.calendar_version, built.details)
         points = None
         if self._warnings_of is not None:  # they depend on the shape only, not the dispute
-            points = tuple((m.fraction, m.due_ms) for m in warning_members(
-                [recorded], self._warnings_of, self._calendars))
+            points = tuple((m.member[len(str(m.dispute_id)):], m.due_ms)
+                           for m in warning_members([recorded], self._warnings_of,
+                                                    self._calendars))
         return _Shape(line, self._scheduler.payload_template(recorded), recorded, points)
 
 
@@ -826,11 +827,10 @@ class _BulkHook:
         """Hand ``rows`` (newly scheduled) to the hook, then schedule their warnings."""
         if self.on_scheduled is not None:
             self.on_scheduled([_escalation_of(r[3]) for r in rows if r[3] is not None])
-        if self.warnings is not None:
-            members = [WarningMember(uuid.UUID(r[0]), 1, label, ms)
-                       for r in rows if r[4] for label, ms in r[4]]
+        if self.warnings is not None:  # WarningMember(id, seq, fraction, ms).member, ms
+            members = [(r[0] + tail, ms) for r in rows if r[4] for tail, ms in r[4]]
             if members:
-                self.warnings.schedule(members)
+                self.warnings.schedule_members(members)
 
 
 def _schedule_encoded(scheduler: EncodedScheduler, rows: Sequence[EncodedRow],
