@@ -290,6 +290,10 @@ class RowTemplate(Protocol):
     ok: bool
     """True when the template renders rows itself (else each row takes the general path)."""
 
+    def prepare(self) -> None:
+        """Build the template (worth it for a shape seen more than once); sets ``ok``."""
+        ...
+
     def render(self, dispute_id: str, external_id: str | None, source_hash: str,
                trace_id: str) -> Any:
         """The rendered row (picklable; the matching ``record``/``enqueue`` method's input)."""

@@ -298,12 +298,18 @@ class EnqueuedLineTemplate:
     def __init__(self, proto: Escalation, actor: str, decided_at: datetime,
                  calendar_version: str | None, extra: Mapping[str, object] | None) -> None:
         """``proto``: a validated pending escalation; the other arguments as for
-        :func:`stage_line`."""
+        :func:`stage_line`. Until :meth:`prepare` has run, rows are rendered by
+        :func:`stage_line` itself (a shape seen once pays nothing for the template)."""
         self._proto = proto
         self._args = (actor, decided_at, calendar_version, extra)
         self._canon: list[str] = []
         self._line: list[str] = []
         self.ok = False
+
+    def prepare(self) -> None:
+        """Cut the template out (about five :func:`stage_line` renderings); sets ``ok``."""
+        proto = self._proto
+        actor, decided_at, calendar_version, extra = self._args
         marked = Escalation(
             dispute_id=_SENTINEL_ID, tier=proto.tier, due_at=proto.due_at,
             materiality=proto.materiality, source_hash=_SENTINEL_HASH, ladder=proto.ladder,

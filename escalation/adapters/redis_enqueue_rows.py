@@ -30,7 +30,21 @@ class PayloadTemplate:
     def __init__(self, proto: Escalation, namespace: str, shards: int,
                  weight: str | None) -> None:
         """``proto``: a pending escalation (its state as recorded: seq 1 for an import);
-        ``weight``: its stored priority weight (None = not stored)."""
+        ``weight``: its stored priority weight (None = not stored). Until :meth:`prepare`
+        has run, rows are rendered through ``escalation_to_payload`` itself."""
+        self._shards = shards
+        self._prefix = [Keys(namespace, n).payload_prefix for n in range(max(shards, 1))]
+        self._weight = weight
+        self._proto = proto
+        self._before: list[str] = []
+        self._after: list[str] = []
+        self._count = 0
+        self._due = ""
+        self.ok = False
+
+    def prepare(self) -> None:
+        """Render the template's fixed parts once and check them; sets ``ok``."""
+        proto = self._proto
         fields = escalation_to_payload(proto)
         names = list(fields)
         h = names.index("h")
@@ -39,10 +53,6 @@ class PayloadTemplate:
         self._after = [v for k in after for v in (k, fields[k])]
         self._count = len(names) - (1 if "x" in fields else 0)
         self._due = fields["due_ms"]
-        self._shards = shards
-        self._prefix = [Keys(namespace, n).payload_prefix for n in range(max(shards, 1))]
-        self._weight = weight
-        self._proto = proto
         did = str(proto.dispute_id)
         self.ok = True  # render() fills the template itself while it is checked
         self.ok = all(

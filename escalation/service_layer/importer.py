@@ -211,7 +211,7 @@ def _parse_time(value: str, tz: ZoneInfo, column: str) -> datetime | date:
     return got
 
 
-_CACHE_MAX = 16_384
+_CACHE_MAX = 4_096
 _TIME_CACHE: dict[tuple[str, ZoneInfo, str], datetime | date] = {}
 _MONEY_OK: set[str] = set()
 """Materiality texts already parsed without error (pure: ``Materiality.parse``)."""
@@ -571,18 +571,21 @@ COPY line, its rendered Redis enqueue, the field values of its recorded escalati
 when a warnings queue is given (else None) as (member text after the dispute id, i.e.
 ``":<seq>:<fraction>"``, due epoch ms) pairs)."""
 
-_SHAPE_CACHE_MAX = 4_096
+_SHAPE_CACHE_MAX = 512
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Shape:
-    """What every row of one request shape shares: the templates of its two writes and the
-    recorded prototype (for the field values an ``on_scheduled`` hook needs)."""
+    """What every row of one request shape shares: the templates of its two writes, the
+    recorded prototype (for the field values an ``on_scheduled`` hook needs), its warnings,
+    and whether the templates were prepared (on the shape's second row: a shape seen once,
+    e.g. every row of a file of distinct timestamps, is rendered the general way)."""
 
     line: RowTemplate
     payload: RowTemplate
     recorded: Escalation
     warnings: tuple[tuple[str, int], ...] | None
+    prepared: bool = False
 
 
 class RowEncoder:
@@ -633,6 +636,10 @@ class RowEncoder:
             if len(self._shapes) >= _SHAPE_CACHE_MAX:
                 self._shapes.clear()
             self._shapes[key] = shape
+        elif isinstance(shape, _Shape) and not shape.prepared:
+            shape.line.prepare()
+            shape.payload.prepare()
+            shape.prepared = True
         if isinstance(shape, str):
             raise InvalidInput(shape)
         ext = req.external_id
@@ -787,14 +794,17 @@ def write_encoded_pass(spill: SpillFile, store: StagedEnqueueLog, scheduler: Enc
         current = next(batches, None)
         while current is not None:
             created = store.record_staged([r[1] for r in current], target.actor)
-            new = [r for r in current if r[0] in created]
+            # the COPY lines are written: drop them now (a batch of lines is several MB)
+            new = [(r[0], "", r[2], r[3], r[4]) for r in current if r[0] in created]
             old = [r for r in current if r[0] not in created] if len(new) < len(current) else []
+            n_rows = len(current)
+            current = []
             result.created += len(new)
             result.existing += len(old)
-            following = next(batches, None)
-            if pending is not None:
+            if pending is not None:  # before reading the next batch: two batches in memory
                 pending.result()
                 pending = None
+            following = next(batches, None)
             if old:  # rare (a re-import): their recorded states, as record_batches does
                 _schedule_existing(old, scheduler, target, hook)
             if new and following is None:
@@ -803,7 +813,7 @@ def write_encoded_pass(spill: SpillFile, store: StagedEnqueueLog, scheduler: Enc
                 if pool is None:
                     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="import-redis")
                 pending = pool.submit(_schedule_encoded, scheduler, new, hook)
-            done += len(current)
+            done += n_rows
             progress("write", done, spill.rows)
             current = following
     finally:

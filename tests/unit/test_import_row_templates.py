@@ -52,7 +52,9 @@ def test_line_template_renders_stage_line_byte_for_byte(
     proto: Escalation, actor: str, decided_at: datetime, version: str | None,
     extra: dict[str, Any] | None, rows: list[tuple[uuid.UUID, str | None, str, str]],
 ) -> None:
+    raw = EnqueuedLineTemplate(proto, actor, decided_at, version, extra)  # never prepared
     template = EnqueuedLineTemplate(proto, actor, decided_at, version, extra)
+    template.prepare()
     for did, ext, source_hash, trace in rows:
         esc = _row(proto, did, ext, source_hash, trace)
         try:
@@ -62,7 +64,7 @@ def test_line_template_renders_stage_line_byte_for_byte(
                 template.render(str(did), ext, source_hash, trace)
             continue
         line = template.render(str(did), ext, source_hash, trace)
-        assert line == want
+        assert line == want == raw.render(str(did), ext, source_hash, trace)
         ledger = enqueue_rows(esc, actor, decided_at, version, extra)["ledger"]
         digest = hashlib.sha256(GENESIS + reference_canonical_bytes(ledger)).hexdigest()
         assert line.endswith("\\\\x" + digest + "\n")
@@ -75,6 +77,8 @@ def test_line_template_is_used_for_plain_details(proto: Escalation,
     """A row of the plain shape is rendered by the template, not the fallback."""
     template = EnqueuedLineTemplate(proto, "import", datetime(2026, 1, 1, tzinfo=UTC), "v",
                                     extra)
+    assert not template.ok
+    template.prepare()
     assert template.ok
 
 
@@ -98,13 +102,16 @@ def test_payload_template_renders_enqueue_many_arguments(
 ) -> None:
     recorded = _row(proto, proto.dispute_id, proto.external_id, proto.source_hash,
                     proto.trace_id)
+    raw = PayloadTemplate(recorded, "ns", shards, weight)  # never prepared
     template = PayloadTemplate(recorded, "ns", shards, weight)
-    assert template.ok
+    template.prepare()
+    assert template.ok and not raw.ok
     for did, ext, source_hash, trace in rows:
         esc = _row(recorded, did, ext, source_hash, trace)
         shard, key, argv = _enqueue_many_argv(esc, "ns", shards)
-        assert template.render(str(did), ext, source_hash, trace) == (shard, key, argv,
-                                                                       weight)
+        want = (shard, key, argv, weight)
+        assert template.render(str(did), ext, source_hash, trace) == want
+        assert raw.render(str(did), ext, source_hash, trace) == want
 
 
 class _Store:
