@@ -12,10 +12,13 @@ a file with any bad row imports nothing unless ``skip_invalid``.
 :func:`import_csv` reads the file once in constant memory (docs/performance.md, "CSV
 import"; ADR 0008): pass 1 parses and validates every row (against the ladders and calendars,
 at one Redis TIME instant), keeps only the dispute ids seen (duplicate check) and the bad
-rows, and spills each good row as built to an anonymous temporary file; pass 2, only when
-pass 1 allows writing, reads the built rows back and records + schedules them in batches
-(ledger rows by ``COPY``). Pass 2 writes exactly what pass 1 validated, so it cannot meet an
-error pass 1 did not report.
+rows, and spills each good row to an anonymous temporary file; pass 2, only when pass 1
+allows writing, reads the rows back and records + schedules them in batches (ledger rows by
+``COPY``). Pass 2 writes exactly what pass 1 validated, so it cannot meet an error pass 1 did
+not report. With the PostgreSQL and Redis adapters (the bulk path, :class:`RowEncoder`),
+pass 1 builds each request *shape* once and spills every row rendered as the bytes pass 2
+writes (staging COPY line with the ENQUEUED hash, Redis enqueue arguments, warning members);
+otherwise it spills each row as built and pass 2 records it through ``record_batches``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from datetime import date, datetime
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo
@@ -498,6 +502,8 @@ class SpillFile:
         self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
         self._chunk: list[SpillRow] = []
         self.rows = 0
+        self.rendered = False
+        """True when the rows were added rendered (:meth:`add_row`), else built."""
 
     def add(self, built: BuiltEnqueue) -> None:
         """Append one built row."""
@@ -626,10 +632,7 @@ class RowEncoder:
         Raises:
             InvalidInput: the message ``build_one`` would raise for ``req``.
         """
-        attrs = req.attributes
-        key = (req.materiality, req.tier, req.due_at, req.opened_at, req.ladder,
-               req.anchor_at, req.timezone, req.calendar,
-               None if attrs is None else tuple(attrs.items()))
+        key = self.shape_key(req)
         shape = self._shapes.get(key)
         if shape is None:
             shape = self._shape(req)
@@ -658,6 +661,14 @@ class RowEncoder:
         if self._keep:
             values = _recorded_values(shape.recorded, req.dispute_id, ext, source_hash, trace)
         return did, line, payload, values, shape.warnings
+
+    @staticmethod
+    def shape_key(req: EnqueueRequest) -> tuple[object, ...]:
+        """Everything of ``req`` its build depends on (all but the per-row values)."""
+        attrs = req.attributes
+        return (req.materiality, req.tier, req.due_at, req.opened_at, req.ladder,
+                req.anchor_at, req.timezone, req.calendar,
+                None if attrs is None else tuple(attrs.items()))
 
     def _shape(self, req: EnqueueRequest) -> _Shape | str:
         """The templates of ``req``'s shape, or the message of the error its build raises
@@ -714,6 +725,19 @@ def bulk_ports(target: ImportTarget) -> tuple[StagedEnqueueLog, EncodedScheduler
     return None
 
 
+SHAPE_SAMPLE = 1_000
+"""Rows at the start of a file whose shapes decide between the bulk and general path."""
+
+
+def shapes_repeat(head: Sequence[ParsedRow]) -> bool:
+    """True when the good rows of ``head`` have at most half as many distinct shapes as rows
+    (a CFPB file: a few dozen per thousand rows) or there are none: the bulk path's
+    templates then pay. A file of distinct shapes (e.g. per-second opening times) takes the
+    general path, which renders each row once instead of building a template for it."""
+    keys = [RowEncoder.shape_key(req) for _, req in head if not isinstance(req, str)]
+    return len(set(keys)) * 2 <= len(keys) or not keys
+
+
 def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget,
                   now: datetime, progress: Progress = no_progress,
                   spill: SpillFile | None = None,
@@ -721,7 +745,9 @@ def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarge
     """Pass 1: every row parsed and built at ``now``; returns the row count and bad rows.
 
     ``spill`` (optional) receives every good row as built (pass 2 writes those); with an
-    ``encoder``, as rendered by it (:meth:`SpillFile.add_row`), else as built.
+    ``encoder``, as rendered by it (:meth:`SpillFile.add_row`), else as built. The encoder
+    is used only when the first :data:`SHAPE_SAMPLE` rows repeat their shapes
+    (:func:`shapes_repeat`); ``spill.rendered`` says which way the rows were spilled.
 
     Raises:
         InvalidInput: the header does not fit the mapping. LadderError: unknown ladder.
@@ -730,7 +756,16 @@ def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarge
     result = ImportResult()
     seen = DuplicateIds()
     with open_csv() as stream:
-        for lineno, item in iter_requests(stream, mapping, target.default_timezone(mapping)):
+        items: Iterator[ParsedRow] = iter_requests(stream, mapping,
+                                                   target.default_timezone(mapping))
+        if encoder is not None:  # templates pay only when shapes repeat: look at the start
+            head = list(islice(items, SHAPE_SAMPLE))
+            if not shapes_repeat(head):
+                encoder = None
+            items = chain(head, items)
+        if spill is not None:
+            spill.rendered = encoder is not None
+        for lineno, item in items:
             result.rows += 1
             try:
                 if isinstance(item, str):
@@ -875,8 +910,12 @@ def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, 
     """Validate the whole CSV, then (if allowed) write it in batches; constant memory.
 
     Nothing is written when a row is bad and not ``skip_invalid``, or when no row is good.
-    Memory: one spill chunk and one batch of built rows plus about 100 B per row for the
-    duplicate check; the built rows wait in a temporary file (about 220 B per CFPB-shaped row).
+    ``bulk`` (default): take the bulk path when the target's store and scheduler offer it
+    (:func:`bulk_ports`); False = the general path (``build_one`` + ``record_batches``),
+    which writes the same rows.
+    Memory: one spill chunk, two batches of rows and at most 512 request shapes, plus about
+    100 B per row for the duplicate check; the rows wait in a temporary file (about 800 B
+    per CFPB-shaped row on the bulk path, about 220 B built).
 
     Raises:
         InvalidInput: the header does not fit the mapping. LadderError: unknown ladder.
@@ -895,7 +934,7 @@ def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, 
         result = validate_pass(open_csv, mapping, target, now, progress, spill, encoder)
         if result.errors and (not skip_invalid or len(result.errors) == result.rows):
             return result
-        if ports is not None:
+        if ports is not None and spill.rendered:
             write_encoded_pass(spill, ports[0], ports[1], target, result, progress, batch_size)
         else:
             write_pass(spill, target, now, result, progress, batch_size)

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from escalation.adapters.redis_keys import Keys
 from escalation.bootstrap import build, schedule_for, warnings_for
+from escalation.service_layer import importer
 from escalation.service_layer.importer import (
     ColumnMapping,
     ImportResult,
@@ -33,21 +34,23 @@ NOW = datetime(2026, 11, 30, 15, 0, 0, 123000, tzinfo=UTC)
 HEADER = "id,opened,amount,tier,cycle,tz"
 
 
-def _rows(source: str) -> list[str]:
-    """Many shapes (dates, times, amounts, tiers, zones, attributes), UUID and external
-    ids (with quotes, a backslash, non-ASCII), repeated shapes."""
+def _rows(source: str, repeat: int = 3) -> list[str]:
+    """Many shapes (dates, times, amounts, tiers, zones, attributes), each on ``repeat``
+    rows in a row (its first row, its second, later ones: the three ways the bulk path
+    renders), UUID and external ids (with quotes, a backslash, non-ASCII)."""
     rows = []
     for i in range(120):
-        day = f"2026-{9 + i % 3:02d}-{1 + i % 27:02d}"
-        opened = day if i % 4 else f"{day}T{i % 24:02d}:15:00"  # date-only or naive time
-        amount = ["0.00", "15.50", "250000", ""][i % 4]
-        tier = ["", "standard"][i % 2]
-        tz = ["", "America/Chicago", "Europe/Berlin"][i % 3]
+        k = i // repeat
+        day = f"2026-{9 + k % 3:02d}-{1 + k % 27:02d}"
+        opened = day if k % 4 else f"{day}T{k % 24:02d}:15:00"  # date-only or naive time
+        amount = ["0.00", "15.50", "250000", ""][k % 4]
+        tier = ["", "standard"][k % 2]
+        tz = ["", "America/Chicago", "Europe/Berlin"][k % 3]
         ident = (str(uuid.uuid5(uuid.NAMESPACE_URL, f"{source}{i}")) if i % 5 == 0
                  else f"{source}-{i}")
         if i % 7 == 3:
             ident = f'"{source} ""q"" \\ é {i}"'
-        rows.append(f"{ident},{opened},{amount},{tier},{1 + i % 28},{tz}")
+        rows.append(f"{ident},{opened},{amount},{tier},{1 + k % 28},{tz}")
     return rows
 
 
@@ -84,7 +87,8 @@ def second_app(settings: Any, scratch: sa.Engine, redis_url: str) -> Iterator[An
 
 
 def _import(app: Any, path: Path, monkeypatch: pytest.MonkeyPatch, *, bulk: bool,
-            warn: str = "queue", batch_size: int = 7, **kw: Any) -> ImportResult:
+            warn: str = "queue", batch_size: int = 7, expect: str | None = None,
+            **kw: Any) -> ImportResult:
     """Import at a fixed instant with deterministic trace ids (so hashes are comparable).
     ``warn``: the warnings through the queue (as the CLI passes them), the ``schedule_for``
     hook (as the CLI passed them before), or ``"none"``."""
@@ -96,11 +100,20 @@ def _import(app: Any, path: Path, monkeypatch: pytest.MonkeyPatch, *, bulk: bool
                           actor="test-import",
                           on_scheduled=schedule_for(app) if warn == "hook" else None,
                           warnings=warnings_for(app) if warn == "queue" else None)
+    paths: list[str] = []
+    for name in ("write_pass", "write_encoded_pass"):
+        real = getattr(importer, name)
+        monkeypatch.setattr(importer, name,
+                            lambda *a, _real=real, _name=name, **k: (paths.append(_name),
+                                                                     _real(*a, **k))[1])
     try:
-        return import_csv(_opener(path), MAPPING, target, bulk=bulk, batch_size=batch_size,
-                          **kw)
+        res = import_csv(_opener(path), MAPPING, target, bulk=bulk, batch_size=batch_size,
+                         **kw)
     finally:
         monkeypatch.undo()
+    if paths:  # the path the rows took, for the tests to check
+        assert paths == [expect or ("write_encoded_pass" if bulk else "write_pass")]
+    return res
 
 
 LEDGER = sa.text(
@@ -197,3 +210,15 @@ def test_bulk_path_reports_the_same_bad_rows_and_writes_nothing(
     fast = _import(app, path, monkeypatch, bulk=True, skip_invalid=True)
     assert fast.errors == general.errors
     assert (fast.created, fast.existing) == (general.created, general.existing) == (115, 0)
+
+
+def test_a_file_of_distinct_shapes_takes_the_general_path_and_writes_the_same(
+    app: Any, second_app: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = f"s{uuid.uuid4().hex[:8]}"
+    path = _write(tmp_path, "distinct.csv", _rows(source, repeat=1))
+    general = _import(second_app, path, monkeypatch, bulk=False)
+    fast = _import(app, path, monkeypatch, bulk=True, expect="write_pass")
+    assert (fast.created, general.created) == (120, 120)
+    ids = _ids(path)
+    assert _written(app, ids) == _written(second_app, ids)
