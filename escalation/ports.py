@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
 from escalation.domain.access import Role, TokenInfo
@@ -168,6 +168,10 @@ class WarningQueue(Protocol):
         """Add each member at its due time unless present. Returns how many were new."""
         ...
 
+    def schedule_members(self, members: Sequence[tuple[str, int]]) -> int:
+        """:meth:`schedule` of ``(WarningMember.member, due_ms)`` pairs."""
+        ...
+
     def claim(self, max_items: int) -> tuple[datetime, list[WarningMember]]:
         """Take up to ``max_items`` (1..1000) due warnings, each handed out once.
 
@@ -276,6 +280,52 @@ class AuditLog(Protocol):
         self, ranges: Sequence[tuple[UUID, int, int]]
     ) -> dict[UUID, LedgerRow]:
         """Latest PROMOTED/TERMINAL row with after < seq <= upto per (dispute, after, upto)."""
+        ...
+
+
+class RowTemplate(Protocol):
+    """Renders the write of one escalation that differs from a prototype only in its
+    dispute id (canonical UUID string), external id, source hash and trace id."""
+
+    ok: bool
+    """True when the template renders rows itself (else each row takes the general path)."""
+
+    def prepare(self) -> None:
+        """Build the template (worth it for a shape seen more than once); sets ``ok``."""
+        ...
+
+    def render(self, dispute_id: str, external_id: str | None, source_hash: str,
+               trace_id: str) -> Any:
+        """The rendered row (picklable; the matching ``record``/``enqueue`` method's input)."""
+        ...
+
+
+@runtime_checkable
+class StagedEnqueueLog(Protocol):
+    """The bulk ENQUEUED write of the CSV import (adapter: ``AuditStore``)."""
+
+    def enqueued_line_template(
+        self, proto: Escalation, actor: str, decided_at: datetime,
+        calendar_version: str | None, details: Mapping[str, object] | None,
+    ) -> RowTemplate:
+        """The template of ``proto``'s ENQUEUED row (as ``record_enqueue_many`` writes it)."""
+        ...
+
+    def record_staged(self, lines: Sequence[str], actor: str) -> set[str]:
+        """Record rendered rows in one transaction; the dispute ids recorded now."""
+        ...
+
+
+@runtime_checkable
+class EncodedScheduler(Protocol):
+    """The bulk Redis enqueue of the CSV import (adapter: ``RedisScheduler``)."""
+
+    def payload_template(self, proto: Escalation) -> RowTemplate:
+        """The template of ``proto``'s enqueue (as ``enqueue_many`` writes it)."""
+        ...
+
+    def enqueue_encoded(self, items: Sequence[Any]) -> list[bool]:
+        """``enqueue_many`` of rendered rows; False where already scheduled."""
         ...
 
 

@@ -255,3 +255,148 @@ def insert_staged(conn: sa.Connection, lines: Sequence[str], actor: str) -> set[
         cur.execute(INSERT_FROM_STAGE,
                     {"status": Status.PENDING.value, "actor": actor})
         return {row[0] for row in cur.fetchall()}
+
+
+# ---------------------------------------------------------------------- row templates
+# Sentinels standing for the per-row values while a template is cut out of the reference
+# rendering; a template is only used when each occurs exactly once and the template renders
+# the prototype row byte for byte as :func:`stage_line` does.
+_SENTINEL_ID = UUID("00000000-5e17-4e15-8000-0000000d1d00")
+_SENTINEL_EXT = "Xq7SENTINELEXTERNALq7X"
+_SENTINEL_HASH = "abcdef0123456789fedcba9876543210deadbeef"
+_SENTINEL_TRACE = "Xq7SENTINELTRACEq7X"
+
+
+def _cut(text: str, marks: Sequence[str]) -> list[str] | None:
+    """``text`` split at each of ``marks`` (in order, each exactly once), or None."""
+    pieces: list[str] = []
+    rest = text
+    for mark in marks:
+        if text.count(mark) != 1:
+            return None
+        head, sep, rest = rest.partition(mark)
+        if not sep:
+            return None
+        pieces.append(head)
+    pieces.append(rest)
+    return pieces
+
+
+class EnqueuedLineTemplate:
+    """The staging COPY line (:func:`stage_line`) of every escalation that differs from a
+    prototype only in its dispute id, external id, source hash and trace id: the rest of
+    the line and of the hashed canonical bytes is rendered once, so a row costs a few string
+    joins and one SHA-256 (about 3 us instead of about 16 us).
+
+    Byte identity: the constant parts are cut out of :func:`stage_line`'s own rendering of
+    the prototype with sentinel values, and :meth:`render` of the prototype's real values is
+    checked against :func:`stage_line` when the template is made; a prototype whose row does
+    not fit (details outside plain JSON, a sentinel colliding with another value) gets
+    ``ok = False`` and every row is then rendered by :func:`stage_line` itself.
+    """
+
+    def __init__(self, proto: Escalation, actor: str, decided_at: datetime,
+                 calendar_version: str | None, extra: Mapping[str, object] | None) -> None:
+        """``proto``: a validated pending escalation; the other arguments as for
+        :func:`stage_line`. Until :meth:`prepare` has run, rows are rendered by
+        :func:`stage_line` itself (a shape seen once pays nothing for the template)."""
+        self._proto = proto
+        self._args = (actor, decided_at, calendar_version, extra)
+        self._canon: list[str] = []
+        self._line: list[str] = []
+        self.ok = False
+
+    def prepare(self) -> None:
+        """Cut the template out (about five :func:`stage_line` renderings); sets ``ok``."""
+        proto = self._proto
+        actor, decided_at, calendar_version, extra = self._args
+        marked = Escalation(
+            dispute_id=_SENTINEL_ID, tier=proto.tier, due_at=proto.due_at,
+            materiality=proto.materiality, source_hash=_SENTINEL_HASH, ladder=proto.ladder,
+            ladder_version=proto.ladder_version, seq=proto.seq,
+            entered_tier_at=proto.entered_tier_at, trace_id=_SENTINEL_TRACE,
+            external_id=_SENTINEL_EXT, regulatory_deadline=proto.regulatory_deadline,
+            status=proto.status, deadlines=proto.deadlines, institution_tz=proto.institution_tz,
+            institution_calendar=proto.institution_calendar)
+        canonical, details_json = _canonical(marked, actor, decided_at, calendar_version,
+                                             enqueued_details(marked, extra))
+        if details_json is None:  # the general encoder's shape: no template
+            return
+        line, digest = stage_line(marked, actor, decided_at, calendar_version, extra)
+        canon = _cut(canonical.decode("utf-8"), (
+            str(_SENTINEL_ID), encode_basestring(_SENTINEL_EXT),
+            encode_basestring(_SENTINEL_HASH), encode_basestring(_SENTINEL_TRACE)))
+        cut = _cut(line, (str(_SENTINEL_ID), _SENTINEL_EXT, _SENTINEL_HASH, _SENTINEL_TRACE,
+                          digest.hex()))
+        if canon is None or cut is None:
+            return
+        self._canon, self._line = canon, cut
+        did = str(proto.dispute_id)
+        self.ok = all(
+            self._fill(did, ext, proto.source_hash, proto.trace_id)
+            == self._reference(did, ext, proto.source_hash, proto.trace_id)
+            for ext in (proto.external_id, None, "x\t\\y\"z\u00e9"))
+
+    def _reference(self, dispute_id: str, external_id: str | None, source_hash: str,
+                   trace_id: str) -> str:
+        """:func:`stage_line` of the prototype with the given per-row values."""
+        p = self._proto
+        esc = Escalation(
+            dispute_id=UUID(dispute_id), tier=p.tier, due_at=p.due_at,
+            materiality=p.materiality, source_hash=source_hash, ladder=p.ladder,
+            ladder_version=p.ladder_version, seq=p.seq, entered_tier_at=p.entered_tier_at,
+            trace_id=trace_id, external_id=external_id,
+            regulatory_deadline=p.regulatory_deadline, status=p.status,
+            deadlines=p.deadlines, institution_tz=p.institution_tz,
+            institution_calendar=p.institution_calendar)
+        actor, decided_at, calendar_version, extra = self._args
+        return stage_line(esc, actor, decided_at, calendar_version, extra)[0]
+
+    def render(self, dispute_id: str, external_id: str | None, source_hash: str,
+               trace_id: str) -> str:
+        """The COPY line (with its newline) of the prototype with these per-row values.
+
+        ``dispute_id``: the canonical UUID string (``str(UUID)``); ``source_hash``: lower
+        hex (as validated); ``trace_id``: 1-64 characters without control characters.
+        """
+        if not self.ok:
+            return self._reference(dispute_id, external_id, source_hash, trace_id)
+        return self._fill(dispute_id, external_id, source_hash, trace_id)
+
+    def _fill(self, dispute_id: str, external_id: str | None, source_hash: str,
+              trace_id: str) -> str:
+        """The template filled in (no check)."""
+        c = self._canon
+        ln = self._line
+        if external_id is None:
+            ext_json, ext_copy = "null", "\\N"
+        else:
+            ext_json, ext_copy = encode_basestring(external_id), _copy_text(external_id)
+        hash_json = encode_basestring(source_hash)
+        trace_json = encode_basestring(trace_id)
+        canonical = "".join((c[0], dispute_id, c[1], ext_json, c[2], hash_json, c[3],
+                             trace_json, c[4]))
+        digest = hashlib.sha256(_GENESIS + canonical.encode("utf-8")).hexdigest()
+        return "".join((ln[0], dispute_id, ln[1], ext_copy, ln[2], _copy_text(source_hash),
+                        ln[3], _copy_text(trace_id), ln[4], digest, ln[5]))
+
+
+_GENESIS = audit_hash.GENESIS
+
+INSERT_FROM_STAGE_TEXT_IDS = INSERT_FROM_STAGE.replace(
+    "RETURNING dispute_id\n", "RETURNING dispute_id::text\n")
+
+
+def insert_staged_ids(conn: sa.Connection, block: str, actor: str) -> set[str]:
+    """:func:`insert_staged` of a block of COPY lines already joined; returns the dispute ids
+    inserted now as canonical UUID strings (no UUID objects are built)."""
+    driver = conn.connection.driver_connection
+    if driver is None:  # pragma: no cover - only after the connection was invalidated
+        raise sa.exc.InvalidRequestError("connection has no live driver connection")
+    with driver.cursor() as cur:
+        cur.execute(CREATE_STAGE)
+        with cur.copy(COPY_STAGE) as copy:
+            copy.write(block)
+        cur.execute(INSERT_FROM_STAGE_TEXT_IDS,
+                    {"status": Status.PENDING.value, "actor": actor})
+        return {row[0] for row in cur.fetchall()}

@@ -23,7 +23,12 @@ from uuid import UUID
 import sqlalchemy as sa
 from psycopg.errors import UniqueViolation
 
-from escalation.adapters.audit_enqueue import insert_staged, stage_line
+from escalation.adapters.audit_enqueue import (
+    EnqueuedLineTemplate,
+    insert_staged,
+    insert_staged_ids,
+    stage_line,
+)
 from escalation.adapters.audit_queries import AuditQueries
 from escalation.adapters.audit_rows import escalation_from_state
 from escalation.adapters.audit_sql import (
@@ -117,6 +122,31 @@ class PostgresAuditStore(AuditQueries):
             others = [d for d in firsts if d not in inserted]
             existing = _states_of(conn, others) if others else {}
         return _enqueue_results(escalations, inserted, existing)
+
+    def enqueued_line_template(
+        self, proto: Escalation, actor: str, decided_at: datetime,
+        calendar_version: str | None, details: Mapping[str, object] | None,
+    ) -> EnqueuedLineTemplate:
+        """The staging-line template (:class:`EnqueuedLineTemplate`) of ``proto``'s ENQUEUED
+        row, for :meth:`record_staged` (the CSV import's bulk path).
+
+        Raises:
+            InvalidInput: ``proto`` is not pending, or ``decided_at`` is naive.
+        """
+        if proto.status is not Status.PENDING:
+            raise InvalidInput(f"only a pending escalation can be enqueued ({proto.status})")
+        return EnqueuedLineTemplate(proto, actor, require_aware(decided_at, "decided_at"),
+                                    calendar_version, details)
+
+    def record_staged(self, lines: Sequence[str], actor: str) -> set[str]:
+        """:meth:`record_enqueue_many` of rows already rendered as staging lines (by
+        :meth:`enqueued_line_template`; at most one line per dispute), in one transaction:
+        returns the dispute ids (canonical UUID strings) recorded now; the others already
+        had a projection row and are left as they are."""
+        if not lines:
+            return set()
+        with self._engine.begin() as conn:
+            return insert_staged_ids(conn, "".join(lines), actor)
 
     # ------------------------------------------------------------------ decisions
     def record_decisions(

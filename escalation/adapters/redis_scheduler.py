@@ -18,6 +18,7 @@ from json.encoder import encode_basestring_ascii as _json_str
 from uuid import UUID
 
 from escalation.adapters.redis_claim import ClaimMixin
+from escalation.adapters.redis_enqueue_rows import EncodedPayload, PayloadTemplate
 from escalation.adapters.redis_inspection import InspectionMixin
 from escalation.adapters.redis_keys import Keys
 from escalation.adapters.redis_payload import (
@@ -107,6 +108,54 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
                     for item in fields.items():  # the values are str already
                         argv += item
                 self._write_weights(keys, [escs[i] for i in chunk])
+                raw = self._run("enqueue", kargs, argv)
+                for i, flag in zip(chunk, raw, strict=True):
+                    results[i] = int(flag) == 1
+        return results
+
+    def payload_template(self, proto: Escalation) -> PayloadTemplate:
+        """A :class:`PayloadTemplate` of ``proto`` (pending) for :meth:`enqueue_encoded`.
+
+        Raises:
+            ConflictError / InvalidInput: as :meth:`enqueue_many` for ``proto``.
+        """
+        if proto.status is not Status.PENDING:
+            raise ConflictError(f"cannot enqueue {proto.dispute_id}: status {proto.status}")
+        if proto.seq < 0:
+            raise InvalidInput(f"seq of {proto.dispute_id} must be >= 0")
+        weight = None
+        if self.priority is not None:
+            w = self.priority(proto.ladder_key, str(proto.materiality))
+            weight = str(w) if w > 0 else None
+        return PayloadTemplate(proto, self.namespace, self.shards, weight)
+
+    def enqueue_encoded(self, items: Sequence[EncodedPayload]) -> list[bool]:
+        """:meth:`enqueue_many` of rows rendered by :meth:`PayloadTemplate.render`: the same
+        script calls with the same keys and arguments (one per shard per 500 items, the
+        priority weights first), without building an ``Escalation`` per row.
+
+        Returns:
+            one bool per input, in input order (False: a payload already existed).
+        """
+        results: list[bool] = [False] * len(items)
+        by_shard: dict[int, list[int]] = {}
+        for i, item in enumerate(items):
+            by_shard.setdefault(item[0], []).append(i)
+        for shard, idxs in by_shard.items():
+            keys = Keys(self.namespace, shard)
+            for start in range(0, len(idxs), MAX_BATCH):
+                chunk = idxs[start : start + MAX_BATCH]
+                kargs: list[str] = [keys.pending, keys.wake, keys.stats]
+                argv: list[str | int] = []
+                heavy: dict[str | bytes, str | bytes] = {}
+                for i in chunk:
+                    _, key, args, weight = items[i]
+                    kargs.append(key)
+                    argv += args
+                    if weight is not None:
+                        heavy[args[0]] = weight
+                if heavy:
+                    self._client.hset(keys.prio, mapping=heavy)  # type: ignore[arg-type]
                 raw = self._run("enqueue", kargs, argv)
                 for i, flag in zip(chunk, raw, strict=True):
                     results[i] = int(flag) == 1

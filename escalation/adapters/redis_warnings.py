@@ -61,13 +61,18 @@ class RedisWarnings:
         the worker claimed (then the worker's cached time is not later than it) or was
         added after, and its own ``schedule`` pushed the marker.
         """
+        return self.schedule_members([(m.member, m.due_ms) for m in members])
+
+    def schedule_members(self, members: Sequence[tuple[str, int]]) -> int:
+        """:meth:`schedule` of members already rendered as ``(member text, due epoch ms)``
+        (``WarningMember.member`` and ``due_ms``: the CSV import renders them per row from
+        the warnings of the row's shape). Returns how many were new."""
         if not members:
             return 0
         by_shard: dict[int, dict[str, int]] = {}
-        for m in members:
-            member = m.member  # starts with str(dispute_id): no second UUID.__str__
+        for member, due_ms in members:
             shard = shard_of(member.partition(":")[0], self.shards)
-            by_shard.setdefault(shard, {})[member] = m.due_ms
+            by_shard.setdefault(shard, {})[member] = due_ms
         shards = sorted(by_shard)
         pipe = self._client.pipeline(transaction=False)
         for shard in shards:  # one multi-member ZADD NX per shard, then its first member

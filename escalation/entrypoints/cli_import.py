@@ -48,7 +48,7 @@ def import_csv(
     Every row is validated first; a file with any bad row imports nothing unless
     --skip-invalid.
     """
-    from escalation.bootstrap import schedule_for
+    from escalation.bootstrap import warnings_for
     from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.importer import ImportTarget, import_csv
 
@@ -63,7 +63,7 @@ def import_csv(
     a = _app(actor="import", strict_ladders=True, durable_redis=True)
     target = ImportTarget(scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                           calendars=a.calendars, default_ladder=a.settings.default_ladder,
-                          actor=a.actor, on_scheduled=schedule_for(a))  # pre-breach warnings
+                          actor=a.actor, warnings=warnings_for(a))  # pre-breach warnings
     try:
         with cli_progress("import") as progress:
             res = import_csv(lambda: csv_path.open(newline="", encoding="utf-8-sig"), cmap, target,

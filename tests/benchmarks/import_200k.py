@@ -13,6 +13,7 @@ Not a timed test. Method:
   (pass 1 validates every row, pass 2 records + schedules in batches); no workers run.
 
     python tests/benchmarks/import_200k.py [--rows 200000] [--batch-size 5000]
+        [--warnings] [--general]
         [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
         [--redis-url redis://127.0.0.1:6379/9]
 
@@ -38,7 +39,7 @@ import redis
 import sqlalchemy as sa
 
 from escalation.adapters import db
-from escalation.bootstrap import build
+from escalation.bootstrap import build, warnings_for
 from escalation.service_layer.importer import ColumnMapping, ImportTarget, import_csv
 from escalation.settings import get_settings
 
@@ -93,8 +94,18 @@ def unlink_namespace(redis_url: str, namespace: str) -> int:
     return deleted
 
 
-def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int) -> None:
-    """Generate the CSV, import it, print the figures."""
+def busy_cpu_s() -> float:
+    """CPU time the whole machine has been busy (user + nice + system + irq + softirq), s."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        parts = fh.readline().split()
+    return sum(int(parts[i]) for i in (1, 2, 3, 6, 7)) / os.sysconf("SC_CLK_TCK")
+
+
+def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int,
+        warnings: bool = False, bulk: bool = True) -> None:
+    """Generate the CSV, import it, print the figures. ``warnings``: schedule the pre-breach
+    warnings as ``escalation import`` does (``ImportTarget.warnings``); ``bulk`` False: the
+    general per-row path (``import_csv(bulk=False)``)."""
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "import.csv"
@@ -106,9 +117,11 @@ def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int) ->
         try:
             target = ImportTarget(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
                                   calendars=app.calendars,
-                                  default_ladder=settings.default_ladder, actor=app.actor)
+                                  default_ladder=settings.default_ladder, actor=app.actor,
+                                  warnings=warnings_for(app) if warnings else None)
             rss_before = peak_rss_mib()
             cpu0 = time.process_time()
+            busy0 = busy_cpu_s()
             t0 = time.perf_counter()
             marks: dict[str, float] = {}
 
@@ -117,18 +130,22 @@ def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int) ->
                     marks["validated"] = time.perf_counter()
 
             res = import_csv(lambda: path.open(newline="", encoding="utf-8"), mapping, target,
-                             batch_size=batch_size, progress=progress)
+                             batch_size=batch_size, progress=progress, bulk=bulk)
             took = time.perf_counter() - t0
             cpu = time.process_time() - cpu0
+            busy = busy_cpu_s() - busy0
         finally:
             app.close()
     if not res.written or res.errors:
         raise SystemExit(f"import failed: {res.errors[:5]}")
     print(f"source: {'CFPB sample rows, repeated' if CFPB.is_file() else 'synthetic'}; "
-          f"{rows:,} rows, {size_mib:.1f} MiB CSV, batch {batch_size}")
+          f"{rows:,} rows, {size_mib:.1f} MiB CSV, batch {batch_size}"
+          f"{', with warnings' if warnings else ''}{'' if bulk else ', general path'}")
     print(f"import: {res.created:,} created in {took:.1f} s = {res.created / took:,.0f} rows/s")
     print(f"peak RSS: {peak_rss_mib():.0f} MiB (before import {rss_before:.0f} MiB)")
     print(f"import process CPU: {cpu:.1f} s = {cpu / rows * 1e6:.0f} us per row")
+    print(f"whole machine busy during the import: {busy:.1f} s = {busy / rows * 1e6:.0f} us "
+          f"per row (import + PostgreSQL + Redis + anything else running)")
     if "validated" in marks:
         print(f"pass 1 (parse, validate, build) {marks['validated'] - t0:.1f} s, pass 2 "
               f"(write) {t0 + took - marks['validated']:.1f} s wall")
@@ -141,6 +158,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--batch-size", type=int, default=5_000)
+    ap.add_argument("--warnings", action="store_true",
+                    help="schedule pre-breach warnings, as `escalation import` does")
+    ap.add_argument("--general", action="store_true",
+                    help="the general per-row path (import_csv(bulk=False)), for comparison")
     ap.add_argument("--admin-url", default=os.environ.get(
         "ESCALATION_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
     ap.add_argument("--redis-url", default=os.environ.get(
@@ -157,7 +178,8 @@ def main() -> None:
     url = sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     try:
         db.upgrade_to_head(url)
-        run(url, args.redis_url, namespace, args.rows, args.batch_size)
+        run(url, args.redis_url, namespace, args.rows, args.batch_size,
+            warnings=args.warnings, bulk=not args.general)
     finally:
         print(f"cleanup: unlinked {unlink_namespace(args.redis_url, namespace)} Redis keys; "
               f"dropping {name}")
