@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from json.encoder import encode_basestring_ascii as _json_str
 from uuid import UUID
 
+import orjson
+
 from escalation.adapters.redis_claim import ClaimMixin
 from escalation.adapters.redis_inspection import InspectionMixin
 from escalation.adapters.redis_keys import Keys
@@ -51,11 +53,26 @@ __all__ = [
 ]
 
 
-def _json_pairs(mapping: Mapping[str, str]) -> str:
-    """``json.dumps([k1, v1, ...])`` of a str -> str mapping, built with the C string
-    encoder (ASCII-escaped, as ``json.dumps`` does by default)."""
-    return "[" + ", ".join(_json_str(str(k)) + ", " + _json_str(str(v))
-                           for k, v in mapping.items()) + "]"
+def _json_pairs(mapping: Mapping[str, str]) -> bytes | str:
+    """The JSON array ``[k1, v1, ...]`` of a str -> str mapping, for apply.lua's
+    ``cjson.decode``.
+
+    orjson writes UTF-8 (no ``\\u`` escapes) in about a quarter of the time of the
+    ASCII-escaping encoder; both decode to the same byte strings in Redis (cjson turns the
+    escapes into UTF-8). What orjson refuses (a lone surrogate, a non-str value) takes the
+    ASCII-escaping form, as before.
+    """
+    flat: list[str] = []
+    for kv in mapping.items():
+        flat += kv
+    try:
+        return orjson.dumps(flat)
+    except (orjson.JSONEncodeError, TypeError):
+        return "[" + ", ".join(_json_str(str(k)) + ", " + _json_str(str(v))
+                               for k, v in mapping.items()) + "]"
+
+
+_NO_PAIRS = b"[]"
 
 
 class RedisScheduler(ClaimMixin, InspectionMixin):
@@ -182,9 +199,9 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
             for start in range(0, len(idxs), MAX_BATCH):
                 chunk = idxs[start : start + MAX_BATCH]
                 kargs = [keys.pending, keys.review, keys.stats]
-                argv: list[str | int] = [REVIEW_MAXLEN]
+                argv: list[str | bytes | int] = [REVIEW_MAXLEN]
                 for i in chunk:
-                    member = encoded[i][0]
+                    member = str(encoded[i][0])  # the dispute id (str already)
                     kargs += [keys.payload(member), keys.lock(member)]
                     argv += encoded[i]
                 kargs += [keys.ready, keys.prio]  # ready set and weights (ADR 0006)
@@ -194,7 +211,7 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         return results
 
     @staticmethod
-    def _encode_op(op: ApplyOp, create: bool) -> list[str]:
+    def _encode_op(op: ApplyOp, create: bool) -> list[str | bytes]:
         """One apply.lua op as its 8 ARGV strings (see the script header): id, action, token,
         seq, due_ms, create flag, then the payload fields and the notification each as a
         JSON array of strings. Scalars travel as plain arguments (no JSON object to build
@@ -208,7 +225,8 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         fields = escalation_to_payload(esc)
         return [str(esc.dispute_id), ApplyAction(op.action).value,
                 "" if op.token is None else str(op.token), fields["seq"], fields["due_ms"],
-                "1" if create else "0", _json_pairs(fields), _json_pairs(op.notify or {})]
+                "1" if create else "0", _json_pairs(fields),
+                _json_pairs(op.notify) if op.notify else _NO_PAIRS]
 
     # ------------------------------------------------------------------ cancel
     def cancel(self, dispute_id: UUID | str, notify: dict[str, str] | None = None) -> bool:

@@ -96,7 +96,7 @@ class SchedulerBase:
         """``Keys`` of every shard, shard 0 first."""
         return [Keys(self.namespace, s) for s in range(self.shards)]
 
-    def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[str | bytes | int]) -> Any:
         return run_script(self._scripts[name], keys, args)
 
     # ------------------------------------------------------------------ clock
