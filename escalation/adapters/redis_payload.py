@@ -103,6 +103,25 @@ def escalation_to_payload(esc: Escalation) -> dict[str, str]:
     return fields
 
 
+def payload_pairs(esc: Escalation) -> list[str]:
+    """:func:`escalation_to_payload` as the flat list ``[f1, v1, f2, v2, ...]``, same fields
+    in the same order (apply.lua's argument form, built without the intermediate dict)."""
+    flat = ["t", esc.tier, "l", f"{esc.ladder}@{esc.ladder_version}", "seq", str(int(esc.seq)),
+            "due_ms", str(to_ms(esc.due_at)), "e", str(to_ms(esc.entered_tier_at)),
+            "m", str(esc.materiality), "h", esc.source_hash, "r", esc.trace_id]
+    if esc.external_id is not None:
+        flat += ("x", esc.external_id)
+    if esc.regulatory_deadline is not None:
+        flat += ("d", str(to_ms(esc.regulatory_deadline)))
+    if esc.deadlines:
+        flat += ("ds", ",".join(f"{n}={to_ms(at)}" for n, at in esc.deadlines))
+    if esc.institution_tz is not None:
+        flat += ("z", esc.institution_tz)
+    if esc.institution_calendar is not None:
+        flat += ("c", esc.institution_calendar)
+    return flat
+
+
 def normalize_payload(fields: Mapping[str, str]) -> Mapping[str, str]:
     """``fields`` keyed by the current (short) names, whichever format wrote them.
 

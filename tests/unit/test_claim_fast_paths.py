@@ -144,3 +144,25 @@ def test_json_pairs_writes_utf8_not_escapes() -> None:
     got = _json_pairs({"r": "caf\u00e9 \U0001f600"})
     assert isinstance(got, bytes)
     assert got == '["r","caf\u00e9 \U0001f600"]'.encode()
+
+
+@pytest.mark.parametrize("make", [full_esc, bare_esc])
+def test_payload_pairs_is_the_payload_flattened(make: object) -> None:
+    from escalation.adapters.redis_payload import payload_pairs
+
+    esc = make()  # type: ignore[operator]
+    assert payload_pairs(esc) == flat(escalation_to_payload(esc))
+
+
+@settings(max_examples=100, deadline=None)
+@given(seq=st.integers(0, 10**9), ms=st.integers(0, 2**40))
+def test_encode_op_sends_the_payload_seq_and_due_ms(seq: int, ms: int) -> None:
+    from escalation.adapters.redis_scheduler import RedisScheduler
+    from escalation.ports import ApplyAction, ApplyOp
+
+    esc = full_esc().with_changes(seq=seq, due_at=T0 + timedelta(milliseconds=ms))
+    enc = RedisScheduler._encode_op(ApplyOp(esc, ApplyAction.RESCHEDULE, 7, {"a": "b"}), True)
+    fields = escalation_to_payload(esc)
+    assert enc[:6] == [str(esc.dispute_id), "reschedule", "7", fields["seq"], fields["due_ms"],
+                       "1"]
+    assert json.loads(enc[6]) == flat(fields) and json.loads(enc[7]) == ["a", "b"]
