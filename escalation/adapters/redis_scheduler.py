@@ -25,6 +25,7 @@ from escalation.adapters.redis_keys import Keys
 from escalation.adapters.redis_payload import (
     PAYLOAD_FIELDS,
     escalation_to_payload,
+    payload_pairs,
     payload_to_escalation,
 )
 from escalation.adapters.redis_scheduler_base import (
@@ -39,7 +40,7 @@ from escalation.adapters.redis_scripts import (
 )
 from escalation.domain.errors import ConflictError, InvalidInput
 from escalation.domain.escalation import Escalation, Status
-from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome
+from escalation.ports import MAX_OP_WARNINGS, ApplyAction, ApplyOp, ApplyOutcome
 
 __all__ = [
     "DEFAULT_AGING_MS",
@@ -153,7 +154,9 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         payload and ZADDs at due; REMOVE = ZREM + DEL (never ZADD); PARK = ZREM, payload kept
         with the new seq. ``op.notify`` is XADDed to the review stream (MAXLEN ~100 000) and
         the lock released if ``op.token`` owns it. Ops with ``token=None`` are owner-less
-        repairs, guarded by seq only.
+        repairs, guarded by seq only. ``op.warnings`` of an APPLIED op are added to the
+        shard's warnings ZSET in the same script call (ZADD NX, wake marker when one becomes
+        the earliest: what ``RedisWarnings.schedule`` does), at most 16 per op.
 
         Returns:
             one outcome per op, in input order.
@@ -205,6 +208,11 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
                     kargs += [keys.payload(member), keys.lock(member)]
                     argv += encoded[i]
                 kargs += [keys.ready, keys.prio]  # ready set and weights (ADR 0006)
+                warns = [[pos, w.member, w.due_ms]
+                         for pos, i in enumerate(chunk, 1) for w in ops[i].warnings]
+                if warns:  # scheduled by the script for the applied ops (apply.lua header)
+                    kargs += [keys.warnings, keys.wake]
+                    argv.append(orjson.dumps(warns))
                 raw = self._run("apply", kargs, argv)
                 for i, outcome in zip(chunk, raw, strict=True):
                     results[i] = ApplyOutcome(outcome)
@@ -222,10 +230,17 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         esc = op.escalation
         if esc.seq < 0 or (op.token is not None and op.token < 0):
             raise InvalidInput(f"apply for {esc.dispute_id}: seq and token must be >= 0")
-        fields = escalation_to_payload(esc)
+        if len(op.warnings) > MAX_OP_WARNINGS:
+            raise InvalidInput(f"apply for {esc.dispute_id}: more than {MAX_OP_WARNINGS} "
+                               "warnings")
+        flat = payload_pairs(esc)  # seq and due_ms are its 6th and 8th strings
+        try:
+            fields: bytes | str = orjson.dumps(flat)
+        except (orjson.JSONEncodeError, TypeError):
+            fields = _json_pairs(dict(zip(flat[0::2], flat[1::2], strict=True)))
         return [str(esc.dispute_id), ApplyAction(op.action).value,
-                "" if op.token is None else str(op.token), fields["seq"], fields["due_ms"],
-                "1" if create else "0", _json_pairs(fields),
+                "" if op.token is None else str(op.token), flat[5], flat[7],
+                "1" if create else "0", fields,
                 _json_pairs(op.notify) if op.notify else _NO_PAIRS]
 
     # ------------------------------------------------------------------ cancel
