@@ -208,7 +208,8 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
                     kargs += [keys.payload(member), keys.lock(member)]
                     argv += encoded[i]
                 kargs += [keys.ready, keys.prio]  # ready set and weights (ADR 0006)
-                warns = [[pos, w.member, w.due_ms]
+                # [op position, "<seq>:<fraction>", ms]: the script prefixes the op's id
+                warns = [[pos, f"{w.seq}:{w.fraction}", w.due_ms]
                          for pos, i in enumerate(chunk, 1) for w in ops[i].warnings]
                 if warns:  # scheduled by the script for the applied ops (apply.lua header)
                     kargs += [keys.warnings, keys.wake]
@@ -230,9 +231,10 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         esc = op.escalation
         if esc.seq < 0 or (op.token is not None and op.token < 0):
             raise InvalidInput(f"apply for {esc.dispute_id}: seq and token must be >= 0")
-        if len(op.warnings) > MAX_OP_WARNINGS:
-            raise InvalidInput(f"apply for {esc.dispute_id}: more than {MAX_OP_WARNINGS} "
-                               "warnings")
+        if op.warnings and (len(op.warnings) > MAX_OP_WARNINGS or any(
+                w.dispute_id != esc.dispute_id for w in op.warnings)):
+            raise InvalidInput(f"apply for {esc.dispute_id}: at most {MAX_OP_WARNINGS} "
+                               "warnings, all of this dispute")
         flat = payload_pairs(esc)  # seq and due_ms are its 6th and 8th strings
         try:
             fields: bytes | str = orjson.dumps(flat)

@@ -62,10 +62,11 @@
 --                ARGV[p+7]      notify  JSON array of strings [f1, v1, ...]: review stream entry
 --                                       fields, or [] for none
 -- ARGV[8n+2]   optional (present when #ARGV = 8n + 2): the pre-breach warnings of the ops,
---              a JSON array of [op index (1..n), member, score (epoch ms)] triples, at most
---              16 per op. After all ops ran, the warnings of the ops whose outcome is
---              "applied" are added with one ZADD NX to KEYS[n*2+6] (an existing member keeps
---              its score); when that added any and the ZSET's first member is one of them,
+--              a JSON array of [op index i (1..n), suffix "<seq>:<fraction>", score (integer
+--              epoch ms)] triples, at most 16 per op; the warning's member is
+--              "<id of op i>:<suffix>" (RedisWarnings' member form). After all ops ran, the
+--              warnings of the ops whose outcome is "applied" are added with one ZADD NX to
+--              KEYS[n*2+6] (an existing member keeps its score); when that added any and the ZSET's first member is one of them,
 --              the wake LIST KEYS[n*2+7] gets one "1" (LPUSH + LTRIM to one element), as
 --              RedisWarnings.schedule does, so a worker caching a later warning time wakes.
 -- Returns:     array of n outcome strings: "applied" | "stale_seq" | "not_owner" | "missing"
@@ -104,7 +105,7 @@ if with_warnings then
     if type(w) ~= 'table' or type(w[1]) ~= 'number' or w[1] < 1 or w[1] > n or w[1] % 1 ~= 0
         or type(w[2]) ~= 'string' or #w[2] == 0 or type(w[3]) ~= 'number' or w[3] < 0
         or w[3] % 1 ~= 0 or w[3] > 9007199254740992 then
-      return fail('warning ' .. j .. ': expected [op index, member, score]')
+      return fail('warning ' .. j .. ': expected [op index, member suffix, score]')
     end
   end
   warns = t
@@ -249,9 +250,10 @@ if #warns > 0 then
   for j = 1, #warns do
     local w = warns[j]
     if result[w[1]] == 'applied' then
+      local member = ops[w[1]].id .. ':' .. w[2]
       zargs[#zargs + 1] = string.format('%d', w[3])
-      zargs[#zargs + 1] = w[2]
-      mine[w[2]] = true
+      zargs[#zargs + 1] = member
+      mine[member] = true
     end
   end
   if #zargs > 0 then
