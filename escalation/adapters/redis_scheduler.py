@@ -208,9 +208,11 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
                     kargs += [keys.payload(member), keys.lock(member)]
                     argv += encoded[i]
                 kargs += [keys.ready, keys.prio]  # ready set and weights (ADR 0006)
-                # [op position, "<seq>:<fraction>", ms]: the script prefixes the op's id
-                warns = [[pos, f"{w.seq}:{w.fraction}", w.due_ms]
-                         for pos, i in enumerate(chunk, 1) for w in ops[i].warnings]
+                # op position, "<seq>:<fraction>", ms: the script prefixes the op's id
+                warns: list[int | str] = []
+                for pos, i in enumerate(chunk, 1):
+                    for w in ops[i].warnings:
+                        warns += (pos, f"{w.seq}:{w.fraction}", w.due_ms)
                 if warns:  # scheduled by the script for the applied ops (apply.lua header)
                     kargs += [keys.warnings, keys.wake]
                     argv.append(orjson.dumps(warns))

@@ -143,9 +143,9 @@ def test_a_malformed_warnings_argument_is_refused_before_any_write(
                                    False)
     kargs = [keys.pending, keys.review, keys.stats, keys.payload(member), keys.lock(member),
              keys.ready, keys.prio, keys.warnings, keys.wake]
-    for bad in ('[[2, "1:0.5", 5]]', '[[1, "", 5]]', '[[1, "1:0.5", 1.5]]',
-                '[[1, "1:0.5", -1]]', "{", '[[1, 5, 5]]',
-                "[" + ",".join(['[1, "1:0.5", 5]'] * 17) + "]"):
+    for bad in ('[2, "1:0.5", 5]', '[1, "", 5]', '[1, "1:0.5", 1.5]', '[1, "1:0.5", -1]',
+                "{", '[1, 5, 5]', '[1, "1:0.5"]', '[[1, "1:0.5", 5]]',
+                "[" + ",".join(['1, "1:0.5", 5'] * 17) + "]"):
         with pytest.raises(ScriptRefused):
             sched._run("apply", kargs, ["100", *op, bad])
     assert sched.payload(esc.dispute_id)["seq"] == "1"  # nothing written

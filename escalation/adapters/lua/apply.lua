@@ -62,8 +62,8 @@
 --                ARGV[p+7]      notify  JSON array of strings [f1, v1, ...]: review stream entry
 --                                       fields, or [] for none
 -- ARGV[8n+2]   optional (present when #ARGV = 8n + 2): the pre-breach warnings of the ops,
---              a JSON array of [op index i (1..n), suffix "<seq>:<fraction>", score (integer
---              epoch ms)] triples, at most 16 per op; the warning's member is
+--              one flat JSON array of triples: op index i (1..n), suffix "<seq>:<fraction>",
+--              score (integer epoch ms), at most 16 triples per op; the warning's member is
 --              "<id of op i>:<suffix>" (RedisWarnings' member form). After all ops ran, the
 --              warnings of the ops whose outcome is "applied" are added with one ZADD NX to
 --              KEYS[n*2+6] (an existing member keeps its score); when that added any and the ZSET's first member is one of them,
@@ -99,13 +99,13 @@ if #KEYS ~= nkeys then return fail('expected ' .. nkeys .. ' KEYS, got ' .. #KEY
 local warns = {}
 if with_warnings then
   local ok, t = pcall(cjson.decode, ARGV[#ARGV])
-  if not ok or type(t) ~= 'table' or #t > 16 * n then return fail('bad warnings') end
-  for j = 1, #t do
-    local w = t[j]
-    if type(w) ~= 'table' or type(w[1]) ~= 'number' or w[1] < 1 or w[1] > n or w[1] % 1 ~= 0
-        or type(w[2]) ~= 'string' or #w[2] == 0 or type(w[3]) ~= 'number' or w[3] < 0
-        or w[3] % 1 ~= 0 or w[3] > 9007199254740992 then
-      return fail('warning ' .. j .. ': expected [op index, member suffix, score]')
+  if not ok or type(t) ~= 'table' or #t % 3 ~= 0 or #t > 48 * n then return fail('bad warnings') end
+  for j = 1, #t, 3 do
+    local pos, suffix, ms = t[j], t[j + 1], t[j + 2]
+    if type(pos) ~= 'number' or pos < 1 or pos > n or pos % 1 ~= 0
+        or type(suffix) ~= 'string' or #suffix == 0 or type(ms) ~= 'number' or ms < 0
+        or ms % 1 ~= 0 or ms > 9007199254740992 then
+      return fail('warning ' .. ((j + 2) / 3) .. ': expected op index, member suffix, score')
     end
   end
   warns = t
@@ -247,11 +247,11 @@ end
 flush()
 if #warns > 0 then
   local zargs, mine = {}, {}
-  for j = 1, #warns do
-    local w = warns[j]
-    if result[w[1]] == 'applied' then
-      local member = ops[w[1]].id .. ':' .. w[2]
-      zargs[#zargs + 1] = string.format('%d', w[3])
+  for j = 1, #warns, 3 do
+    local pos = warns[j]
+    if result[pos] == 'applied' then
+      local member = ops[pos].id .. ':' .. warns[j + 1]
+      zargs[#zargs + 1] = warns[j + 2]
       zargs[#zargs + 1] = member
       mine[member] = true
     end
