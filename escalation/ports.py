@@ -62,6 +62,10 @@ class ApplyAction(StrEnum):
     PARK = "park"  # paused: ZREM, keep payload with the recorded seq
 
 
+MAX_OP_WARNINGS = 16
+"""Most pre-breach warnings one :class:`ApplyOp` may carry (``ApplyOp.warnings``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ApplyOp:
     """One member's apply instruction, guarded by ``seq`` and (if given) the fencing token.
@@ -72,12 +76,17 @@ class ApplyOp:
         action: reschedule / remove / park.
         token: fencing token from the claim, or None for an owner-less repair (reconcile).
         notify: fields for the review stream entry (None = no notification).
+        warnings: pre-breach warnings of the tier this op enters, added to the shard's
+            warnings ZSET (ZADD NX) in the same script call, only when the op is APPLIED
+            (what ``WarningQueue.schedule`` does after an apply; empty = none); at most
+            :data:`MAX_OP_WARNINGS`.
     """
 
     escalation: Escalation
     action: ApplyAction
     token: int | None = None
     notify: dict[str, str] | None = None
+    warnings: tuple[WarningMember, ...] = ()
 
 
 class ApplyOutcome(StrEnum):

@@ -7,6 +7,7 @@ appends): this module only knows how rows reach PostgreSQL. Also used by
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -62,6 +63,8 @@ def _copy_type(column: sa.Column[Any]) -> str:
 # Binary COPY: each value goes out in PostgreSQL's binary form (psycopg's C dumpers), which
 # costs less to format here and to parse in the server than text (docs/performance.md).
 COPY_TYPES = tuple(_copy_type(escalation_audit.c[name]) for name in COPY_COLUMNS)
+_COPY_VALUES = operator.itemgetter(*COPY_COLUMNS)  # a ledger row dict -> its COPY values
+_DETAILS = COPY_COLUMNS.index("details")  # the one column wrapped (Jsonb) before dumping
 
 # One statement updates every recorded dispute of a batch (no per-row round trips). The
 # arrays travel as PostgreSQL array literals in single text parameters (built by
@@ -129,7 +132,8 @@ def copy_ledger(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     with cursor, cursor.copy(COPY_SQL) as copy:
         copy.set_types(COPY_TYPES)
         for row in rows:
-            copy.write_row([Jsonb(row[c]) if c == "details" else row[c] for c in COPY_COLUMNS])
+            values = _COPY_VALUES(row)  # one C call for the ~20 columns
+            copy.write_row((*values[:_DETAILS], Jsonb(values[_DETAILS]), *values[_DETAILS + 1:]))
 
 
 def unnest_params(moved: Mapping[UUID, Mapping[str, Any]]) -> dict[str, str]:

@@ -15,7 +15,7 @@ from typing import Any, cast
 import structlog
 
 from escalation.adapters.redis_keys import Keys
-from escalation.adapters.redis_payload import payload_to_escalation
+from escalation.adapters.redis_payload import claimed_payload_to_escalation
 from escalation.adapters.redis_scheduler_base import (
     CLOCK_SLACK_MS,
     MAX_BATCH,
@@ -24,7 +24,7 @@ from escalation.adapters.redis_scheduler_base import (
     PROMOTE_MAX,
     SchedulerBase,
 )
-from escalation.adapters.redis_scripts import as_dict, check_range
+from escalation.adapters.redis_scripts import check_range
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import from_ms
 from escalation.ports import ClaimedItem, ClaimResult
@@ -179,7 +179,7 @@ class ClaimMixin(SchedulerBase):
     def _parse_items(items: Sequence[Any], result: _ShardClaim) -> None:
         for member, token, score, flat in items:
             try:
-                esc = payload_to_escalation(member, as_dict(flat))
+                esc = claimed_payload_to_escalation(member, flat)
             except InvalidInput as exc:
                 # Left locked and re-scored: it comes due again after the lease; reconcile
                 # (restore from PostgreSQL) is the repair. One bad payload must not cost

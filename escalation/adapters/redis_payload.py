@@ -40,14 +40,15 @@ The dispute id is not stored in the hash: it is the key suffix and the ZSET memb
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
 from uuid import UUID
 
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.domain.materiality import Materiality
-from escalation.domain.timeutil import from_ms, to_ms
+from escalation.domain.timeutil import EPOCH, from_ms, to_ms
 
 REQUIRED_FIELDS: tuple[str, ...] = ("t", "l", "seq", "due_ms", "e", "m", "h", "r")
 OPTIONAL_FIELDS: tuple[str, ...] = ("x", "d", "ds", "z", "c")
@@ -100,6 +101,25 @@ def escalation_to_payload(esc: Escalation) -> dict[str, str]:
     if esc.institution_calendar is not None:
         fields["c"] = esc.institution_calendar
     return fields
+
+
+def payload_pairs(esc: Escalation) -> list[str]:
+    """:func:`escalation_to_payload` as the flat list ``[f1, v1, f2, v2, ...]``, same fields
+    in the same order (apply.lua's argument form, built without the intermediate dict)."""
+    flat = ["t", esc.tier, "l", f"{esc.ladder}@{esc.ladder_version}", "seq", str(int(esc.seq)),
+            "due_ms", str(to_ms(esc.due_at)), "e", str(to_ms(esc.entered_tier_at)),
+            "m", str(esc.materiality), "h", esc.source_hash, "r", esc.trace_id]
+    if esc.external_id is not None:
+        flat += ("x", esc.external_id)
+    if esc.regulatory_deadline is not None:
+        flat += ("d", str(to_ms(esc.regulatory_deadline)))
+    if esc.deadlines:
+        flat += ("ds", ",".join(f"{n}={to_ms(at)}" for n, at in esc.deadlines))
+    if esc.institution_tz is not None:
+        flat += ("z", esc.institution_tz)
+    if esc.institution_calendar is not None:
+        flat += ("c", esc.institution_calendar)
+    return flat
 
 
 def normalize_payload(fields: Mapping[str, str]) -> Mapping[str, str]:
@@ -182,3 +202,78 @@ def _deadlines(text: str | None) -> tuple[tuple[str, datetime], ...]:
             raise InvalidInput(f"payload deadlines {text!r} is not 'name=ms,...'")
         out.append((name, from_ms(int(ms))))
     return tuple(out)
+
+
+_CURRENT_NAMES = frozenset(PAYLOAD_FIELDS)
+_MS = timedelta(milliseconds=1)
+
+
+def claimed_payload_to_escalation(member: str, flat: Sequence[str]) -> Escalation:
+    """:func:`payload_to_escalation` for a payload claim.lua just returned, as its flat
+    ``HGETALL`` reply ``[f1, v1, ...]``: the same ``Escalation`` (status pending), cheaper.
+
+    The payload was written by this code (``escalation_to_payload`` through enqueue.lua /
+    apply.lua), so a payload in the current format whose values have exactly the forms that
+    function writes (digits for the times and ``seq``, a two-decimal amount, ``name@digits``
+    ladder, no unknown field) is taken as it is, without the text checks of
+    ``Materiality.parse``. Anything else -- a payload of an earlier version (long names), a
+    field of an unexpected form -- goes through :func:`payload_to_escalation`, which
+    validates and raises as before.
+
+    Raises:
+        InvalidInput: as :func:`payload_to_escalation` (a missing or malformed field).
+    """
+    n = len(flat)
+    f = dict(zip(flat[0:n - 1:2], flat[1:n:2], strict=True)) if n % 2 == 0 else None
+    if f is None or not _CURRENT_NAMES.issuperset(f):
+        return payload_to_escalation(member, f if f is not None else _pairs_of(flat))
+    try:
+        tier, ladder_key, seq, due, entered, amount, source_hash, trace_id = (
+            f["t"], f["l"], f["seq"], f["due_ms"], f["e"], f["m"], f["h"], f["r"])
+    except KeyError:
+        return payload_to_escalation(member, f)  # raises: a required field is missing
+    name, _, version = ladder_key.rpartition("@")
+    if not (name and _digits(version) and _digits(seq) and _digits(due)
+            and _digits(entered) and 3 < len(amount) <= 18 and amount[-3] == "."
+            and _digits(amount[:-3]) and _digits(amount[-2:])
+            and isinstance(member, str) and len(member) == 36
+            and (len(f) == 8 or _optional_plain(f))):
+        return payload_to_escalation(member, f)
+    deadline = f.get("d")
+    return Escalation(
+        dispute_id=parse_dispute_id(member),
+        tier=tier,
+        due_at=EPOCH + int(due) * _MS,
+        materiality=Materiality(Decimal(amount)),
+        source_hash=source_hash,
+        ladder=name,
+        ladder_version=int(version),
+        seq=int(seq),
+        entered_tier_at=EPOCH + int(entered) * _MS,
+        trace_id=trace_id,
+        external_id=f.get("x"),
+        regulatory_deadline=None if deadline is None else EPOCH + int(deadline) * _MS,
+        status=Status.PENDING,
+        deadlines=_deadlines(f.get("ds")),
+        institution_tz=f.get("z"),
+        institution_calendar=f.get("c"),
+    )
+
+
+def _optional_plain(f: Mapping[str, str]) -> bool:
+    """True when the optional ``d`` field, if present, is plain digits (``ds`` is checked by
+    ``_deadlines``, which raises)."""
+    d = f.get("d")
+    return d is None or _digits(d)
+
+
+def _digits(text: str) -> bool:
+    """True when ``text`` is non-empty ASCII digits (``str.isdigit`` alone admits other
+    scripts' digits and superscripts)."""
+    return text.isascii() and text.isdigit()
+
+
+def _pairs_of(flat: Sequence[str]) -> dict[str, str]:
+    """``{f1: v1, ...}`` of a flat reply; a trailing odd element is ignored."""
+    even = len(flat) // 2 * 2
+    return dict(zip(flat[0:even:2], flat[1:even:2], strict=True))

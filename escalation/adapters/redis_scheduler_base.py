@@ -96,7 +96,7 @@ class SchedulerBase:
         """``Keys`` of every shard, shard 0 first."""
         return [Keys(self.namespace, s) for s in range(self.shards)]
 
-    def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[str | bytes | int]) -> Any:
         return run_script(self._scripts[name], keys, args)
 
     # ------------------------------------------------------------------ clock
@@ -131,6 +131,9 @@ class SchedulerBase:
         return clock[0] + int((mono - clock[1]) * 1000)
 
     def _by_shard(self, ids: Sequence[UUID | str]) -> dict[int, list[int]]:
+        """Indexes of ``ids`` grouped by shard (one shard: no id is hashed or formatted)."""
+        if self.shards <= 1:
+            return {0: list(range(len(ids)))} if ids else {}
         groups: dict[int, list[int]] = defaultdict(list)
         for i, dispute_id in enumerate(ids):
             groups[shard_of(str(dispute_id), self.shards)].append(i)

@@ -36,7 +36,7 @@ class ScriptRefused(EscalationError, redis.ResponseError):
     one item) and a ``redis.ResponseError`` (what callers of the adapters caught before)."""
 
 
-def run_script(script: Script, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+def run_script(script: Script, keys: Sequence[str], args: Sequence[str | bytes | int]) -> Any:
     """Call a registered script. Raises :class:`ScriptRefused` for a script's error reply;
     connection errors propagate as redis-py raises them."""
     try:

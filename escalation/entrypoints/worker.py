@@ -28,7 +28,7 @@ from escalation.entrypoints.worker_metrics import WorkerMetrics
 from escalation.logs import get_logger
 from escalation.service_layer.fire import BatchReport, fire_due
 from escalation.service_layer.maintenance import poll_safely as poll_maintenance
-from escalation.service_layer.warnings import fire_warnings
+from escalation.service_layer.warnings import fire_warnings, warning_members
 
 log = get_logger("escalation.worker")
 
@@ -209,6 +209,8 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
     idle = _IdleState(maint_every_s=maintenance_every_s(maint.lease.ttl_ms, maint.lease.margin))
     idle.maint_next = time.monotonic() + idle.maint_every_s
     ctx = _Pass(app=app, crashpoint=hook, warn_adapter=warn_adapter, warn_schedule=warn_schedule,
+                warn_members=partial(warning_members, ladders=app.ladders,
+                                     calendars=app.calendars),
                 dead=dead, idle=idle, metrics=metrics,
                 decision_events=str(settings.log_level).upper() == "DEBUG")
     # Wired first, then the handlers and at once the try: a stop signal right after
@@ -267,6 +269,7 @@ class _Pass:
     crashpoint: Any
     warn_adapter: Any
     warn_schedule: Any
+    warn_members: Any  # escalations -> their pre-breach warnings (sent with the apply call)
     dead: Any
     idle: _IdleState
     metrics: WorkerMetrics | None = None
@@ -287,6 +290,7 @@ def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
         lease_ms=settings.lease_ms, worker_id=app.actor,
         emit=_emit if metrics is None else metrics.sink(_emit, started),
         crashpoint=ctx.crashpoint, on_scheduled=ctx.warn_schedule,
+        warning_members=ctx.warn_members,  # scheduled by the apply script itself
         on_poison=ctx.dead.on_decision_failed,  # poison -> dead letter (docs/reliability.md)
         # the per-decision events feed the DEBUG log and the metrics (lag histogram)
         decision_events=ctx.decision_events or metrics is not None,

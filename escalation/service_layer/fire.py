@@ -25,6 +25,7 @@ from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder
 from escalation.domain.timeutil import to_ms
 from escalation.ports import (
+    MAX_OP_WARNINGS,
     ApplyAction,
     ApplyOp,
     ApplyOutcome,
@@ -35,6 +36,7 @@ from escalation.ports import (
     RecordOutcome,
     RecordStatus,
     Scheduler,
+    WarningMember,
 )
 
 EventSink = Callable[..., None]
@@ -100,6 +102,7 @@ def fire_due(
     on_poison: Callable[[ClaimedItem, str], object] | None = None,
     on_scheduled: Callable[[list[Escalation]], None] | None = None,
     decision_events: bool = True,
+    warning_members: Callable[[Sequence[Escalation]], list[WarningMember]] | None = None,
 ) -> BatchReport:
     """Fire one batch. Returns a :class:`BatchReport`.
 
@@ -114,6 +117,12 @@ def fire_due(
     ``decision_events=False`` (the worker at any level above DEBUG) skips building the
     per-decision DEBUG events (promoted / terminal / stale_claim) altogether: their fields
     are never formatted on the firing path; warnings (unknown member) are always emitted.
+    ``on_scheduled(escalations)`` receives the escalations that entered a new tier (applied
+    RESCHEDULE ops with a notification) to schedule their pre-breach warnings. With
+    ``warning_members(escalations) -> members`` as well, those warnings travel inside the
+    apply call instead (``ApplyOp.warnings``: the apply script adds them for the ops it
+    applies, no round trip of their own); only an escalation with more than
+    ``MAX_OP_WARNINGS`` warnings still goes to ``on_scheduled``.
 
     Raises:
         Database or Redis connection errors propagate (the caller backs off); claimed members
@@ -145,13 +154,18 @@ def fire_due(
                                          events=decision_events)
     if stale_ops:
         _attach_unapplied_notifications(ops, stale_ops, claim.items, store)
+    folded = _attach_warnings(ops, warning_members) if warning_members is not None else None
     results = scheduler.apply(ops) if ops else []
     hook("after_apply")
     _count_results(results, report)
     if on_scheduled is not None:  # pre-breach warnings of the newly entered tiers
-        on_scheduled([op.escalation for op, res in zip(ops, results, strict=True)
-                      if res is ApplyOutcome.APPLIED and op.notify
-                      and op.action is ApplyAction.RESCHEDULE])
+        entered = [op.escalation for op, res in zip(ops, results, strict=True)
+                   if res is ApplyOutcome.APPLIED and op.notify
+                   and op.action is ApplyAction.RESCHEDULE]
+        if folded is not None:  # scheduled by the apply call, but for the rare overflow
+            entered = [e for e in entered if e.dispute_id not in folded]
+        if entered or folded is None:
+            on_scheduled(entered)
     # Host clock (epoch ms) right after the apply call: apply lag = applied_ms - due (bench).
     applied_ms = time.time_ns() // 1_000_000
     for event, fields in logs:  # per decision: DEBUG (the ledger is the record)
@@ -269,6 +283,37 @@ def _ops_from_outcomes(
                 "source_hash": esc.source_hash, "match_decision": "ALREADY_DECIDED",
                 "claimed_seq": esc.seq, "recorded_seq": state.seq}))
     return logs, stale_ops
+
+
+def _attach_warnings(
+    ops: list[ApplyOp],
+    members_of: Callable[[Sequence[Escalation]], list[WarningMember]],
+) -> set[UUID]:
+    """Put the pre-breach warnings of each op entering a new tier (RESCHEDULE with a
+    notification: the ops ``on_scheduled`` would be called with once applied) into the op
+    (``ApplyOp.warnings``), so the apply call schedules them for the ops it applies.
+
+    Returns:
+        the dispute ids whose warnings travel with their op (all of them but those with
+        more than ``MAX_OP_WARNINGS`` warnings, which the caller schedules itself).
+    """
+    idx = [i for i, op in enumerate(ops) if op.notify and op.action is ApplyAction.RESCHEDULE]
+    if not idx:
+        return set()
+    by_id: dict[UUID, list[WarningMember]] = {}
+    for m in members_of([ops[i].escalation for i in idx]):
+        by_id.setdefault(m.dispute_id, []).append(m)
+    folded: set[UUID] = set()
+    for i in idx:
+        op = ops[i]
+        did = op.escalation.dispute_id
+        mine = by_id.get(did, [])
+        if len(mine) > MAX_OP_WARNINGS:
+            continue
+        folded.add(did)
+        if mine:
+            ops[i] = ApplyOp(op.escalation, op.action, op.token, op.notify, tuple(mine))
+    return folded
 
 
 def _count_results(results: list[ApplyOutcome], report: BatchReport) -> None:

@@ -110,3 +110,20 @@ def test_a_stop_signal_right_after_worker_started_ends_the_worker_cleanly(
     totals = run_worker(app)
     assert totals.batches == 0  # stopped before the first batch
     assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
+
+
+def test_burst_worker_schedules_the_new_tiers_warnings_with_the_apply_call(app: Any) -> None:
+    """The worker sends each promoted escalation's pre-breach warnings inside the apply
+    call (``fire_due(warning_members=...)``): the warnings ZSET holds exactly the members
+    ``warning_members`` gives for the recorded states (senior: 0.50 and 0.75)."""
+    from escalation.bootstrap import warnings_for
+    from escalation.service_layer.warnings import warning_members
+
+    ids = enqueue(app, due_requests(4, app.scheduler.time()))
+    totals = run_worker(app, burst=True)
+    assert totals.recorded == 4
+    states = [app.store.get(i)[0] for i in ids]
+    expected = {m.member: m.due_ms for m in warning_members(states, app.ladders, app.calendars)}
+    assert len(expected) == 8
+    got = {m: ms for i in ids for m, ms in warnings_for(app).pending(i)}
+    assert got == expected

@@ -361,6 +361,34 @@ def test_reschedule_writes_payload_scores_due_and_releases_lock(
     assert entry == notify
 
 
+def test_apply_stores_non_ascii_payload_and_notification_bytes_unchanged(
+    sched: RedisScheduler, redis_client: redis.Redis
+) -> None:
+    """apply.lua's pair lists travel as UTF-8 JSON (orjson): payload and stream entry hold
+    exactly the UTF-8 bytes of the values (what the ASCII-escaped JSON gave after cjson), and
+    the claim decodes them back (trusted decode)."""
+    esc = make_esc(-timedelta(minutes=1))
+    sched.enqueue(esc)
+    item = sched.claim(10, LEASE_MS, "worker-a").items[0]
+    odd = "caf\u00e9 \u2028 \U0001f600 \"q\" \\ /"
+    nxt = promoted(esc).with_changes(external_id=odd, trace_id="tr-\u00e9",
+                                     due_at=esc.due_at - timedelta(seconds=1))
+    notify = {"dispute_id": str(esc.dispute_id), "from_tier": odd, "trace_id": "tr-\u00e9"}
+    assert sched.apply([ApplyOp(nxt, ApplyAction.RESCHEDULE, item.token, notify)]) == [
+        ApplyOutcome.APPLIED]
+    k = keys(sched, esc)
+    raw = redis.Redis(connection_pool=redis.ConnectionPool(
+        **{**redis_client.connection_pool.connection_kwargs, "decode_responses": False}))
+    try:
+        assert raw.hget(k.payload(esc.dispute_id), "x") == odd.encode()
+        ((_, entry),) = raw.xrange(k.review)
+        assert entry == {key.encode(): value.encode() for key, value in notify.items()}
+    finally:
+        raw.close()
+    again = sched.claim(10, LEASE_MS, "worker-a").items
+    assert [i.escalation for i in again] == [nxt]
+
+
 def test_repeated_apply_is_a_no_op(sched: RedisScheduler, redis_client: redis.Redis) -> None:
     esc = make_esc(-timedelta(minutes=1))
     sched.enqueue(esc)

@@ -45,6 +45,8 @@
 -- KEYS[n*2+4]  ready ZSET (ADR 0006: due members waiting for a claim; every write to
 --              pending also ZREMs ready, so a member is in at most one of them)
 -- KEYS[n*2+5]  prio HASH (member -> weight; HDEL on remove)
+-- KEYS[n*2+6]  warnings ZSET (only with the warnings argument below)
+-- KEYS[n*2+7]  wake LIST (only with the warnings argument below)
 -- ARGV[1]      review stream approximate MAXLEN, integer 1..100000000
 -- ARGV[2..]    the ops, 8 strings each: op i is ARGV[p] .. ARGV[p+7] with p = 8 * i - 6:
 --                ARGV[p]        id      dispute id (ZSET member), 1..100 bytes
@@ -59,6 +61,14 @@
 --                                       (required, non-empty, for reschedule/park; names non-empty)
 --                ARGV[p+7]      notify  JSON array of strings [f1, v1, ...]: review stream entry
 --                                       fields, or [] for none
+-- ARGV[8n+2]   optional (present when #ARGV = 8n + 2): the pre-breach warnings of the ops,
+--              one flat JSON array of triples: op index i (1..n), suffix "<seq>:<fraction>",
+--              score (integer epoch ms), at most 16 triples per op; the warning's member is
+--              "<id of op i>:<suffix>" (RedisWarnings' member form). After all ops ran, the
+--              warnings of the ops whose outcome is "applied" are added with one ZADD NX to
+--              KEYS[n*2+6] (an existing member keeps its score); when that added any and the ZSET's first member is one of them,
+--              the wake LIST KEYS[n*2+7] gets one "1" (LPUSH + LTRIM to one element), as
+--              RedisWarnings.schedule does, so a worker caching a later warning time wakes.
 -- Returns:     array of n outcome strings: "applied" | "stale_seq" | "not_owner" | "missing"
 -- Errors:      "EINVAL apply: <reason>" (nothing written)
 
@@ -81,9 +91,25 @@ local maxlen = ARGV[1]
 if not is_int(maxlen) or tonumber(maxlen) < 1 or tonumber(maxlen) > 100000000 then
   return fail('review MAXLEN must be an integer 1..100000000')
 end
-if (#ARGV - 1) % 8 ~= 0 then return fail('ops must be 8 strings each') end
-local n = (#ARGV - 1) / 8
-if #KEYS ~= 5 + 2 * n then return fail('expected ' .. (5 + 2 * n) .. ' KEYS, got ' .. #KEYS) end
+local with_warnings = (#ARGV - 1) % 8 == 1
+if (#ARGV - 1) % 8 ~= 0 and not with_warnings then return fail('ops must be 8 strings each') end
+local n = math.floor((#ARGV - 1) / 8)
+local nkeys = 5 + 2 * n + (with_warnings and 2 or 0)
+if #KEYS ~= nkeys then return fail('expected ' .. nkeys .. ' KEYS, got ' .. #KEYS) end
+local warns = {}
+if with_warnings then
+  local ok, t = pcall(cjson.decode, ARGV[#ARGV])
+  if not ok or type(t) ~= 'table' or #t % 3 ~= 0 or #t > 48 * n then return fail('bad warnings') end
+  for j = 1, #t, 3 do
+    local pos, suffix, ms = t[j], t[j + 1], t[j + 2]
+    if type(pos) ~= 'number' or pos < 1 or pos > n or pos % 1 ~= 0
+        or type(suffix) ~= 'string' or #suffix == 0 or type(ms) ~= 'number' or ms < 0
+        or ms % 1 ~= 0 or ms > 9007199254740992 then
+      return fail('warning ' .. ((j + 2) / 3) .. ': expected op index, member suffix, score')
+    end
+  end
+  warns = t
+end
 local ops = {}
 for i = 1, n do
   local p = 8 * i - 6
@@ -219,6 +245,32 @@ for i, op in ipairs(ops) do
   result[i] = out
 end
 flush()
+if #warns > 0 then
+  local zargs, mine = {}, {}
+  for j = 1, #warns, 3 do
+    local pos = warns[j]
+    if result[pos] == 'applied' then
+      local member = ops[pos].id .. ':' .. warns[j + 1]
+      zargs[#zargs + 1] = warns[j + 2]
+      zargs[#zargs + 1] = member
+      mine[member] = true
+    end
+  end
+  if #zargs > 0 then
+    local wkey, wake = KEYS[6 + 2 * n], KEYS[7 + 2 * n]
+    local added = 0
+    for from = 1, #zargs, 2 * CHUNK do
+      added = added + redis.call('ZADD', wkey, 'NX', unpack(zargs, from, math.min(from + 2 * CHUNK - 1, #zargs)))
+    end
+    if added > 0 then
+      local first = redis.call('ZRANGE', wkey, 0, 0)
+      if first[1] and mine[first[1]] then
+        redis.call('LPUSH', wake, '1')
+        redis.call('LTRIM', wake, 0, 0)
+      end
+    end
+  end
+end
 local STAT = {applied = 'applied', stale_seq = 'stale_apply', not_owner = 'not_owner', missing = 'missing'}
 for k, v in pairs(counts) do
   if v > 0 then redis.call('HINCRBY', KEYS[3], STAT[k], v) end
