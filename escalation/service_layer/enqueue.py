@@ -282,6 +282,47 @@ def record_built(
     return results
 
 
+class BatchBehind:
+    """Runs one step (the Redis write of a batch) in one helper thread, one batch behind the
+    caller (which records the next batch in PostgreSQL meanwhile), so the two servers'
+    waits overlap: at most one step is in flight.
+
+    Use: :meth:`wait` before starting the next step, :meth:`run` to start it (the last
+    batch's step runs in the caller's thread), :meth:`close` in a ``finally``. The step's
+    error is raised by :meth:`wait` or :meth:`close`.
+    """
+
+    def __init__(self, thread_name: str) -> None:
+        """``thread_name``: prefix of the helper thread's name (made on first use)."""
+        self._name = thread_name
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future[None] | None = None
+
+    def wait(self) -> None:
+        """Wait for the step in flight, if any; raises its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def run(self, step: Callable[..., None], *args: object, last: bool) -> None:
+        """Start ``step(*args)``: in the helper thread, or here and now when ``last``.
+        Call :meth:`wait` first (one step in flight at most)."""
+        if last:
+            step(*args)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._name)
+        self._pending = self._pool.submit(step, *args)
+
+    def close(self) -> None:
+        """Wait for the step in flight (raising its error) and end the helper thread."""
+        try:
+            self.wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+
+
 def record_batches(
     batches: Iterable[Sequence[BuiltEnqueue]],
     *,
@@ -303,29 +344,19 @@ def record_batches(
     """
     it = iter(batches)
     current = next(it, None)
-    pending: Future[None] | None = None
-    pool: ThreadPoolExecutor | None = None
+    behind = BatchBehind("enqueue-redis")
     try:
         while current is not None:
             results, to_schedule = _record_one(current, store, actor, now)
             following = next(it, None)
-            if pending is not None:
-                pending.result()
-                pending = None
-            if to_schedule and following is None:
-                _schedule(scheduler, to_schedule, on_scheduled)
-            elif to_schedule:
-                if pool is None:
-                    pool = ThreadPoolExecutor(max_workers=1,
-                                              thread_name_prefix="enqueue-redis")
-                pending = pool.submit(_schedule, scheduler, to_schedule, on_scheduled)
+            behind.wait()
+            if to_schedule:
+                behind.run(schedule, scheduler, to_schedule, on_scheduled,
+                           last=following is None)
             yield results
             current = following
     finally:
-        if pending is not None:
-            pending.result()
-        if pool is not None:
-            pool.shutdown(wait=True)
+        behind.close()
 
 
 def _record_one(
@@ -383,7 +414,7 @@ def _first_occurrences(
     return unique, where
 
 
-def _schedule(scheduler: Scheduler, escalations: list[Escalation],
+def schedule(scheduler: Scheduler, escalations: list[Escalation],
               on_scheduled: OnScheduled | None) -> None:
     """Write ``escalations`` to Redis; pass the newly scheduled ones to ``on_scheduled``."""
     flags = scheduler.enqueue_many(escalations)

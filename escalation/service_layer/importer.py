@@ -31,7 +31,6 @@ import tempfile
 import tomllib
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from datetime import date, datetime
 from itertools import chain, islice
@@ -63,12 +62,13 @@ from escalation.ports import (
     WarningQueue,
 )
 from escalation.service_layer.enqueue import (
+    BatchBehind,
     BuiltEnqueue,
     EnqueueRequest,
     OnScheduled,
-    _schedule,
     build_one,
     record_batches,
+    schedule,
 )
 from escalation.service_layer.progress import Progress, no_progress
 from escalation.service_layer.warnings import schedule_warnings, warning_members
@@ -821,8 +821,7 @@ def write_encoded_pass(spill: SpillFile, store: StagedEnqueueLog, scheduler: Enc
     Updates ``result.created`` / ``result.existing`` and sets ``result.written``.
     """
     done = 0
-    pending: Future[None] | None = None
-    pool: ThreadPoolExecutor | None = None
+    behind = BatchBehind("import-redis")
     hook = _BulkHook(target.on_scheduled, target.warnings)
     try:
         batches = spill.raw_batches(batch_size)
@@ -836,26 +835,17 @@ def write_encoded_pass(spill: SpillFile, store: StagedEnqueueLog, scheduler: Enc
             current = []
             result.created += len(new)
             result.existing += len(old)
-            if pending is not None:  # before reading the next batch: two batches in memory
-                pending.result()
-                pending = None
+            behind.wait()  # before reading the next batch: two batches in memory
             following = next(batches, None)
             if old:  # rare (a re-import): their recorded states, as record_batches does
                 _schedule_existing(old, scheduler, target, hook)
-            if new and following is None:
-                _schedule_encoded(scheduler, new, hook)
-            elif new:
-                if pool is None:
-                    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="import-redis")
-                pending = pool.submit(_schedule_encoded, scheduler, new, hook)
+            if new:
+                behind.run(_schedule_encoded, scheduler, new, hook, last=following is None)
             done += n_rows
             progress("write", done, spill.rows)
             current = following
     finally:
-        if pending is not None:
-            pending.result()
-        if pool is not None:
-            pool.shutdown(wait=True)
+        behind.close()
     progress("write", done, spill.rows)
     result.written = True
 
@@ -899,7 +889,7 @@ def _schedule_existing(rows: Sequence[EncodedRow], scheduler: EncodedScheduler,
         elif got[1] is Status.PENDING:
             states.append(got[0])
     if states:
-        _schedule(target.scheduler, states, target.hook())
+        schedule(target.scheduler, states, target.hook())
     if orphans:
         _schedule_encoded(scheduler, orphans, hook)
 
