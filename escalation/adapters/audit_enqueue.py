@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from json.encoder import encode_basestring
@@ -310,14 +311,8 @@ class EnqueuedLineTemplate:
         """Cut the template out (about five :func:`stage_line` renderings); sets ``ok``."""
         proto = self._proto
         actor, decided_at, calendar_version, extra = self._args
-        marked = Escalation(
-            dispute_id=_SENTINEL_ID, tier=proto.tier, due_at=proto.due_at,
-            materiality=proto.materiality, source_hash=_SENTINEL_HASH, ladder=proto.ladder,
-            ladder_version=proto.ladder_version, seq=proto.seq,
-            entered_tier_at=proto.entered_tier_at, trace_id=_SENTINEL_TRACE,
-            external_id=_SENTINEL_EXT, regulatory_deadline=proto.regulatory_deadline,
-            status=proto.status, deadlines=proto.deadlines, institution_tz=proto.institution_tz,
-            institution_calendar=proto.institution_calendar)
+        marked = replace(proto, dispute_id=_SENTINEL_ID, source_hash=_SENTINEL_HASH,
+                         trace_id=_SENTINEL_TRACE, external_id=_SENTINEL_EXT)
         canonical, details_json = _canonical(marked, actor, decided_at, calendar_version,
                                              enqueued_details(marked, extra))
         if details_json is None:  # the general encoder's shape: no template
@@ -340,15 +335,8 @@ class EnqueuedLineTemplate:
     def _reference(self, dispute_id: str, external_id: str | None, source_hash: str,
                    trace_id: str) -> str:
         """:func:`stage_line` of the prototype with the given per-row values."""
-        p = self._proto
-        esc = Escalation(
-            dispute_id=UUID(dispute_id), tier=p.tier, due_at=p.due_at,
-            materiality=p.materiality, source_hash=source_hash, ladder=p.ladder,
-            ladder_version=p.ladder_version, seq=p.seq, entered_tier_at=p.entered_tier_at,
-            trace_id=trace_id, external_id=external_id,
-            regulatory_deadline=p.regulatory_deadline, status=p.status,
-            deadlines=p.deadlines, institution_tz=p.institution_tz,
-            institution_calendar=p.institution_calendar)
+        esc = replace(self._proto, dispute_id=UUID(dispute_id), external_id=external_id,
+                      source_hash=source_hash, trace_id=trace_id)
         actor, decided_at, calendar_version, extra = self._args
         return stage_line(esc, actor, decided_at, calendar_version, extra)[0]
 
