@@ -524,20 +524,24 @@ class SpillFile:
 
     def raw_batches(self, size: int) -> Iterator[list[Any]]:
         """Every row given to :meth:`add_row`, in order, in lists of at most ``size``."""
-        self._flush()
-        self._file.seek(0)
         batch: list[Any] = []
-        while True:
-            try:
-                chunk: list[Any] = pickle.load(self._file)  # noqa: S301 - our own file
-            except EOFError:
-                break
+        for chunk in self._chunks():
             batch += chunk
-            if len(batch) >= size:
+            while len(batch) >= size:
                 yield batch[:size]
                 batch = batch[size:]
         if batch:
             yield batch
+
+    def _chunks(self) -> Iterator[list[Any]]:
+        """The pickled chunks written so far, from the start of the file."""
+        self._flush()
+        self._file.seek(0)
+        while True:
+            try:
+                yield pickle.load(self._file)  # noqa: S301 - our own file
+            except EOFError:
+                return
 
     def _flush(self) -> None:
         if self._chunk:
@@ -546,14 +550,9 @@ class SpillFile:
 
     def batches(self, size: int) -> Iterator[list[BuiltEnqueue]]:
         """Every row added, in order, in lists of at most ``size``."""
-        self._flush()
-        self._file.seek(0)
         batch: list[BuiltEnqueue] = []
-        while True:
-            try:
-                chunk: list[SpillRow] = pickle.load(self._file)  # noqa: S301 - our own file
-            except EOFError:
-                break
+        chunk: list[SpillRow]
+        for chunk in self._chunks():
             for values, details, version in chunk:
                 fields_ = list(values)
                 fields_[_MONEY] = Materiality(fields_[_MONEY])  # type: ignore[arg-type]

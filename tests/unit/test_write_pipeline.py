@@ -1,4 +1,5 @@
-"""BatchBehind: one step in flight in a helper thread, the last inline, errors raised."""
+"""The write pipeline's parts: BatchBehind (one step in flight, the last inline, errors
+raised) and the import spill's batches (in order, never longer than the batch size)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,20 @@ def test_an_error_of_the_step_in_flight_is_raised_by_wait_and_by_close() -> None
     behind.run(boom, last=False)
     with pytest.raises(RuntimeError, match="redis down"):
         behind.close()
+
+
+@pytest.mark.parametrize("size", [1, 300, 999, 1000, 2500])
+def test_spill_raw_batches_never_exceed_the_batch_size(size: int) -> None:
+    """Rows come back in order, every list at most ``size`` long, also when ``size`` is
+    smaller than a spill chunk (1,000 rows)."""
+    from escalation.service_layer.importer import SpillFile
+
+    spill = SpillFile()
+    try:
+        for n in range(3_456):
+            spill.add_row((str(n), "line", None, None, None))
+        got = list(spill.raw_batches(size))
+    finally:
+        spill.close()
+    assert all(0 < len(b) <= size for b in got)
+    assert [r[0] for b in got for r in b] == [str(n) for n in range(3_456)]
