@@ -172,6 +172,9 @@ class WarningQueue(Protocol):
 
     next_due_ms: int | None
     """Earliest warning left after the last :meth:`claim` (epoch ms), None = none."""
+    namespace: str
+    """Key namespace of the queue (the scheduler's, see ``EncodedScheduler``)."""
+    shards: int
 
     def schedule(self, members: Sequence[WarningMember]) -> int:
         """Add each member at its due time unless present. Returns how many were new."""
@@ -333,8 +336,18 @@ class EncodedScheduler(Protocol):
         """The template of ``proto``'s enqueue (as ``enqueue_many`` writes it)."""
         ...
 
-    def enqueue_encoded(self, items: Sequence[Any]) -> list[bool]:
-        """``enqueue_many`` of rendered rows; False where already scheduled."""
+    namespace: str
+    """Key namespace: the warnings it writes are those of a warnings queue of the same
+    namespace and shards."""
+    shards: int
+
+    def enqueue_encoded(self, items: Sequence[Any],
+                        warnings: Sequence[tuple[tuple[str, int], ...] | None] | None = None,
+                        ) -> list[bool]:
+        """``enqueue_many`` of rendered rows; False where already scheduled. ``warnings``
+        (one entry per row, or None): the pre-breach warnings of each row as
+        ``(member suffix after the dispute id, due epoch ms)`` pairs, scheduled in the same
+        call for the rows it newly schedules."""
         ...
 
 

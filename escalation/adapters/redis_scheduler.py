@@ -55,6 +55,37 @@ __all__ = [
 ]
 
 
+WarningPoints = tuple[tuple[str, int], ...]
+"""Pre-breach warnings of one escalation as ``(member suffix after the dispute id, due epoch
+ms)`` pairs: ``WarningMember(id, seq, fraction, ms)`` is ``f"{id}{suffix}"`` at ``ms``."""
+
+
+def _warnings_table(entries: Sequence[WarningPoints | None]) -> tuple[bytes | str, bytes | str]:
+    """enqueue.lua's ARGV[1] and ARGV[2] for one call's items: each distinct warnings tuple
+    once (its suffixes without the leading ``:``, times as decimal strings) and one 1-based
+    reference per item (0 = none); ``("", "")`` when no item has warnings.
+
+    Raises:
+        InvalidInput: a suffix that does not start with ``:``.
+    """
+    index: dict[WarningPoints, int] = {}
+    refs: list[int] = []
+    for entry in entries:
+        if not entry:
+            refs.append(0)
+            continue
+        ref = index.get(entry)
+        if ref is None:
+            if not all(suffix.startswith(":") for suffix, _ in entry):
+                raise InvalidInput(f"warning member suffixes must start with ':', got {entry}")
+            ref = index[entry] = len(index) + 1
+        refs.append(ref)
+    if not index:
+        return "", ""
+    table = [[part for suffix, ms in entry for part in (suffix[1:], str(ms))] for entry in index]
+    return orjson.dumps(table), orjson.dumps(refs)
+
+
 def _json_pairs(mapping: Mapping[str, str]) -> bytes | str:
     """The JSON array ``[k1, v1, ...]`` of a str -> str mapping, for apply.lua's
     ``cjson.decode``.
@@ -116,8 +147,8 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
             keys = Keys(self.namespace, shard)
             for start in range(0, len(idxs), MAX_BATCH):
                 chunk = idxs[start : start + MAX_BATCH]
-                kargs: list[str] = [keys.pending, keys.wake, keys.stats]
-                argv: list[str | int] = []
+                kargs: list[str] = [keys.pending, keys.wake, keys.stats, keys.warnings]
+                argv: list[str | int] = ["", ""]  # no warnings (enqueue.lua header)
                 for i in chunk:
                     esc = escs[i]
                     fields = escalation_to_payload(esc)
@@ -147,14 +178,30 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
             weight = str(w) if w > 0 else None
         return PayloadTemplate(proto, self.namespace, self.shards, weight)
 
-    def enqueue_encoded(self, items: Sequence[EncodedPayload]) -> list[bool]:
+    def enqueue_encoded(self, items: Sequence[EncodedPayload],
+                        warnings: Sequence[WarningPoints | None] | None = None) -> list[bool]:
         """:meth:`enqueue_many` of rows rendered by :meth:`PayloadTemplate.render`: the same
         script calls with the same keys and arguments (one per shard per 500 items, the
         priority weights first), without building an ``Escalation`` per row.
 
+        ``warnings`` (optional, one entry per item): the item's pre-breach warnings as
+        ``(member suffix after "<id>", due epoch ms)`` pairs (``":<seq>:<fraction>"``, at most
+        16), or None. The enqueue script adds them, for the items it newly schedules only, to
+        the warnings ZSET of this scheduler's namespace and shard, in the same call: what
+        ``RedisWarnings(client, namespace, shards).schedule`` would add, wake marker included.
+        Items of one request shape pass the same tuple: it is sent once per call.
+
         Returns:
             one bool per input, in input order (False: a payload already existed).
+
+        Raises:
+            InvalidInput: ``warnings`` not one entry per item, or an entry with more than 16
+                warnings (raised before anything is written).
         """
+        if warnings is not None and len(warnings) != len(items):
+            raise InvalidInput(f"warnings: {len(warnings)} entries for {len(items)} items")
+        if warnings is not None and any(w and len(w) > MAX_OP_WARNINGS for w in warnings):
+            raise InvalidInput(f"at most {MAX_OP_WARNINGS} warnings per item")
         results: list[bool] = [False] * len(items)
         by_shard: dict[int, list[int]] = {}
         for i, item in enumerate(items):
@@ -163,8 +210,10 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
             keys = Keys(self.namespace, shard)
             for start in range(0, len(idxs), MAX_BATCH):
                 chunk = idxs[start : start + MAX_BATCH]
-                kargs: list[str] = [keys.pending, keys.wake, keys.stats]
-                argv: list[str | int] = []
+                kargs: list[str] = [keys.pending, keys.wake, keys.stats, keys.warnings]
+                argv: list[str | bytes | int] = ["", ""]
+                if warnings is not None:
+                    argv[0], argv[1] = _warnings_table([warnings[i] for i in chunk])
                 heavy: dict[str | bytes, str | bytes] = {}
                 for i in chunk:
                     _, key, args, weight = items[i]

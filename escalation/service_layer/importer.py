@@ -821,7 +821,11 @@ def write_encoded_pass(spill: SpillFile, store: StagedEnqueueLog, scheduler: Enc
     """
     done = 0
     behind = BatchBehind("import-redis")
-    hook = _BulkHook(target.on_scheduled, target.warnings)
+    queue = target.warnings
+    # the scheduler's own enqueue call writes the warnings when they land in this queue
+    fold = queue is not None and (queue.namespace, queue.shards) == (scheduler.namespace,
+                                                                      scheduler.shards)
+    hook = _BulkHook(target.on_scheduled, None if fold else queue, fold)
     try:
         batches = spill.raw_batches(batch_size)
         current = next(batches, None)
@@ -852,10 +856,13 @@ def write_encoded_pass(spill: SpillFile, store: StagedEnqueueLog, scheduler: Enc
 @dataclass(frozen=True, slots=True)
 class _BulkHook:
     """What the bulk path does with newly scheduled rows: the ``on_scheduled`` hook (with
-    the escalations rebuilt from the values pass 1 kept) and the warnings pass 1 rendered."""
+    the escalations rebuilt from the values pass 1 kept) and the warnings pass 1 rendered,
+    either written by the enqueue call itself (``folded``: the queue is the scheduler's
+    namespace and shards) or afterwards through ``warnings``."""
 
     on_scheduled: OnScheduled | None
     warnings: WarningQueue | None
+    folded: bool = False
 
     def __call__(self, rows: Sequence[EncodedRow]) -> None:
         """Hand ``rows`` (newly scheduled) to the hook, then schedule their warnings."""
@@ -869,8 +876,10 @@ class _BulkHook:
 
 def _schedule_encoded(scheduler: EncodedScheduler, rows: Sequence[EncodedRow],
                       hook: _BulkHook) -> None:
-    """Enqueue rendered rows in Redis; pass the newly scheduled ones to ``hook``."""
-    flags = scheduler.enqueue_encoded([r[2] for r in rows])
+    """Enqueue rendered rows in Redis (with their warnings when ``hook.folded``); pass the
+    newly scheduled ones to ``hook``."""
+    flags = scheduler.enqueue_encoded([r[2] for r in rows],
+                                      [r[4] for r in rows] if hook.folded else None)
     if hook.on_scheduled is not None or hook.warnings is not None:
         hook([r for r, new in zip(rows, flags, strict=True) if new])
 

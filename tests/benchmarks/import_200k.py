@@ -101,6 +101,30 @@ def busy_cpu_s() -> float:
     return sum(int(parts[i]) for i in (1, 2, 3, 6, 7)) / os.sysconf("SC_CLK_TCK")
 
 
+def redis_cpu_s(client: redis.Redis) -> float:
+    """CPU seconds (user + system) the Redis server has used so far (INFO cpu)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def backend_cpu_s(engine: sa.Engine) -> float:
+    """CPU seconds (user + system, /proc) the PostgreSQL backends of this database have used
+    since they started: the import's pool connections (this query checks one of them out),
+    all opened by this run."""
+    with engine.connect() as conn:
+        pids = conn.execute(sa.text(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        ).scalars().all()
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:  # ended meanwhile, or PostgreSQL runs on another host
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int,
         warnings: bool = False, bulk: bool = True) -> None:
     """Generate the CSV, import it, print the figures. ``warnings``: schedule the pre-breach
@@ -120,6 +144,7 @@ def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int,
                                   default_ladder=settings.default_ladder, actor=app.actor,
                                   warnings=warnings_for(app) if warnings else None)
             rss_before = peak_rss_mib()
+            redis0 = redis_cpu_s(app.redis)
             cpu0 = time.process_time()
             busy0 = busy_cpu_s()
             t0 = time.perf_counter()
@@ -128,12 +153,17 @@ def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int,
             def progress(phase: str, _done: int, total: int | None) -> None:
                 if phase == "validate" and total is not None:  # pass 1 has ended
                     marks["validated"] = time.perf_counter()
+                    marks["validated_cpu"] = time.process_time()
 
             res = import_csv(lambda: path.open(newline="", encoding="utf-8"), mapping, target,
                              batch_size=batch_size, progress=progress, bulk=bulk)
             took = time.perf_counter() - t0
             cpu = time.process_time() - cpu0
             busy = busy_cpu_s() - busy0
+            redis_cpu = redis_cpu_s(app.redis) - redis0
+            pg_cpu = backend_cpu_s(app.engine)
+            warned = sum(int(app.redis.zcard(k.warnings))
+                         for k in app.scheduler.shard_keys())
         finally:
             app.close()
     if not res.written or res.errors:
@@ -146,9 +176,13 @@ def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int,
     print(f"import process CPU: {cpu:.1f} s = {cpu / rows * 1e6:.0f} us per row")
     print(f"whole machine busy during the import: {busy:.1f} s = {busy / rows * 1e6:.0f} us "
           f"per row (import + PostgreSQL + Redis + anything else running)")
+    print(f"redis-server CPU during the import: {redis_cpu:.1f} s; PostgreSQL backends: "
+          f"{pg_cpu:.1f} s; warnings scheduled: {warned:,}")
     if "validated" in marks:
         print(f"pass 1 (parse, validate, build) {marks['validated'] - t0:.1f} s, pass 2 "
-              f"(write) {t0 + took - marks['validated']:.1f} s wall")
+              f"(write) {t0 + took - marks['validated']:.1f} s wall; import process CPU "
+              f"pass 1 {marks['validated_cpu'] - cpu0:.1f} s, pass 2 "
+              f"{cpu0 + cpu - marks['validated_cpu']:.1f} s")
     print(f"SUMMARY import: {rows:,} rows {res.created / took:,.0f} rows/s, peak RSS "
           f"{peak_rss_mib():.0f} MiB | load {load} on {os.cpu_count()} CPUs")
 

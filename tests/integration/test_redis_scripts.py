@@ -57,7 +57,8 @@ def test_enqueue_with_a_bad_item_writes_nothing(redis_client: redis.Redis, names
     good, bad = str(uuid.uuid4()), str(uuid.uuid4())
     argv = [good, "1000", "1", "tier", "standard", bad, "soon", "1", "tier", "standard"]
     with pytest.raises(redis.ResponseError, match="EINVAL enqueue"):
-        script(keys=[k.pending, k.wake, k.stats, k.payload(good), k.payload(bad)], args=argv)
+        script(keys=[k.pending, k.wake, k.stats, k.warnings, k.payload(good), k.payload(bad)],
+               args=["", "", *argv])
     assert redis_client.zcard(k.pending) == 0
     assert redis_client.exists(k.payload(good), k.payload(bad), k.wake, k.stats) == 0
 
@@ -70,8 +71,8 @@ def test_enqueue_refuses_keys_that_do_not_match_the_member(
     member = str(uuid.uuid4())
     with pytest.raises(redis.ResponseError, match="payload key"):
         script(
-            keys=[k.pending, k.wake, k.stats, k.payload("other")],
-            args=[member, "1000", "1", "tier", "x"],
+            keys=[k.pending, k.wake, k.stats, k.warnings, k.payload("other")],
+            args=["", "", member, "1000", "1", "tier", "x"],
         )
     assert redis_client.zcard(k.pending) == 0
 
