@@ -9,7 +9,6 @@ two writes).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from escalation.domain.sla_timing import (
 from escalation.domain.timeutil import require_aware
 from escalation.domain.wall_time import start_of_local_day, zone
 from escalation.ports import AuditLog, LadderSource, Scheduler
+from escalation.service_layer import trace_ids
 
 ENQUEUE_CHUNK = 1_000
 """Escalations per transaction + Redis enqueue round of :func:`enqueue_many` (the API batch
@@ -194,7 +194,7 @@ def build_with_provenance(
         source_hash=req.source_hash,
         ladder=ladder,
         entered_tier_at=entered,
-        trace_id=req.trace_id or uuid.uuid4().hex,
+        trace_id=req.trace_id or trace_ids.new_trace_id(),
         external_id=req.external_id,
         regulatory_deadline=deadline,
         deadlines=deadlines,

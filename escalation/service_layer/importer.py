@@ -61,6 +61,7 @@ from escalation.ports import (
     StagedEnqueueLog,
     WarningQueue,
 )
+from escalation.service_layer import trace_ids
 from escalation.service_layer.enqueue import (
     BatchBehind,
     BuiltEnqueue,
@@ -185,11 +186,18 @@ class ImportPlan:
 @dataclass(frozen=True, slots=True)
 class CsvLayout:
     """A checked header: its column names, the mapping and the institution zone of rows
-    without a zone cell (its name: it is stored on each escalation)."""
+    without a zone cell (its name: it is stored on each escalation), and where each mapped
+    column's cell is."""
 
     header: list[str]
     mapping: ColumnMapping
     zone_name: str
+    index: dict[str, int] = field(default_factory=dict)
+    """Column name -> position of its cell (the last column of that name, as a row dict
+    built by ``zip`` would hold)."""
+    checked: tuple[tuple[str, int], ...] = ()
+    """The mapped columns (``mapping.columns()`` order) with their positions: the cells
+    checked for control characters."""
 
 
 DEFAULT_TIMEZONE = "America/New_York"
@@ -241,7 +249,20 @@ def stable_dispute_id(raw: str, source: str) -> tuple[uuid.UUID, str | None]:
             pass
     if not text:
         raise InvalidInput("dispute id: empty")
-    return uuid.uuid5(ID_NAMESPACE, f"{source}:{text}"), text
+    return _uuid5(f"{source}:{text}"), text
+
+
+_NAMESPACE_BYTES = ID_NAMESPACE.bytes
+
+
+def _uuid5(name: str) -> uuid.UUID:
+    """``uuid.uuid5(ID_NAMESPACE, name)`` without its intermediate objects (RFC 9562,
+    section 5.5: the first 16 bytes of SHA-1(namespace + UTF-8 name), version 5 and the RFC
+    variant set in place). Raises UnicodeEncodeError as ``uuid5`` does (a lone surrogate)."""
+    raw = bytearray(hashlib.sha1(_NAMESPACE_BYTES + name.encode("utf-8")).digest()[:16])  # noqa: S324 - the RFC's hash
+    raw[6] = (raw[6] & 0x0F) | 0x50
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    return uuid.UUID(bytes=bytes(raw))
 
 
 def _lines(stream: TextIO) -> Iterator[tuple[int, str]]:
@@ -280,12 +301,14 @@ def _layout(
         raise InvalidInput(f"CSV header lacks mapped column(s): {', '.join(missing)}")
     if bool(mapping.opened_at) == bool(mapping.due_at):
         raise InvalidInput("map exactly one of opened_at or due_at to a column")
-    return CsvLayout(header, mapping, zone_name)
+    index = {name: i for i, name in enumerate(header)}
+    return CsvLayout(header, mapping, zone_name, index,
+                     tuple((c, index[c]) for c in mapping.columns()))
 
 
-def _cell(row: dict[str, str], column: str) -> str:
+def _cell(cells: list[str], layout: CsvLayout, column: str) -> str:
     """The stripped value of ``column`` ("" when the column is not mapped or empty)."""
-    return (row.get(column) or "").strip() if column else ""
+    return cells[layout.index[column]].strip() if column else ""
 
 
 def _row_request(layout: CsvLayout, raw: str) -> EnqueueRequest:
@@ -300,36 +323,39 @@ def _row_request(layout: CsvLayout, raw: str) -> EnqueueRequest:
     cells = next(csv.reader(io.StringIO(raw)))
     if len(cells) != len(layout.header):
         raise InvalidInput(f"expected {len(layout.header)} fields, found {len(cells)}")
-    row = dict(zip(layout.header, cells, strict=True))
-    for column in m.columns():  # mapped cells only: unmapped free text may hold anything
-        check_text(row[column], column)
-    did, external = stable_dispute_id(row[m.dispute_id], m.external_source)
-    money = _cell(row, m.materiality) or m.default_materiality
+    for column, i in layout.checked:  # mapped cells only: unmapped free text may hold anything
+        check_text(cells[i], column)
+    did, external = stable_dispute_id(cells[layout.index[m.dispute_id]], m.external_source)
+    money = _cell(cells, layout, m.materiality) or m.default_materiality
     _check_money(money)
     source_hash = check_source_hash(
-        _cell(row, m.source_hash) or hashlib.sha256(raw.rstrip("\r\n").encode()).hexdigest()
+        _cell(cells, layout, m.source_hash)
+        or hashlib.sha256(raw.rstrip("\r\n").encode()).hexdigest()
     )
-    zone_name = _cell(row, m.timezone_column) or layout.zone_name
+    zone_name = _cell(cells, layout, m.timezone_column) or layout.zone_name
     tz = zone(zone_name)
     time_column = m.opened_at or m.due_at
-    when = _parse_time(row[time_column], tz, time_column)
-    anchor = _parse_time(row[m.anchor_at], tz, m.anchor_at) if m.anchor_at else None
-    attributes = _attributes(row, m)
+    when = _parse_time(cells[layout.index[time_column]], tz, time_column)
+    anchor = (_parse_time(cells[layout.index[m.anchor_at]], tz, m.anchor_at)
+              if m.anchor_at else None)
+    attributes = _attributes(cells, layout)
     return EnqueueRequest(
         dispute_id=did, materiality=money, source_hash=source_hash,
-        tier=_cell(row, m.tier) or m.default_tier,
+        tier=_cell(cells, layout, m.tier) or m.default_tier,
         opened_at=when if m.opened_at else None, due_at=when if m.due_at else None,
         ladder=m.ladder, external_id=external, anchor_at=anchor,
-        timezone=zone_name, calendar=_cell(row, m.calendar_column) or m.calendar or None,
+        timezone=zone_name,
+        calendar=_cell(cells, layout, m.calendar_column) or m.calendar or None,
         attributes=attributes or None,
     )
 
 
-def _attributes(row: dict[str, str], m: ColumnMapping) -> dict[str, object]:
+def _attributes(cells: list[str], layout: CsvLayout) -> dict[str, object]:
     """The row's dispute attributes: the mapping's defaults, overridden by non-empty cells."""
+    m = layout.mapping
     attributes: dict[str, object] = dict(m.default_attributes)
     for name, column in m.attribute_columns.items():
-        cell = _cell(row, column)
+        cell = _cell(cells, layout, column)
         if cell:
             attributes[name] = cell
     return attributes
@@ -653,7 +679,7 @@ class RowEncoder:
         did = str(req.dispute_id)
         source_hash = req.source_hash
         assert isinstance(source_hash, str)  # noqa: S101 - checked by _row_request
-        trace = req.trace_id or uuid.uuid4().hex
+        trace = req.trace_id or trace_ids.new_trace_id()
         line = shape.line.render(did, ext, source_hash, trace)
         payload = shape.payload.render(did, ext, source_hash, trace)
         values = None

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from escalation.adapters.redis_keys import Keys
 from escalation.bootstrap import build, schedule_for, warnings_for
-from escalation.service_layer import importer
+from escalation.service_layer import importer, trace_ids
 from escalation.service_layer.importer import (
     ColumnMapping,
     ImportResult,
@@ -93,7 +93,8 @@ def _import(app: Any, path: Path, monkeypatch: pytest.MonkeyPatch, *, bulk: bool
     ``warn``: the warnings through the queue (as the CLI passes them), the ``schedule_for``
     hook (as the CLI passed them before), or ``"none"``."""
     counter = itertools.count(1)
-    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=next(counter), version=4))
+    monkeypatch.setattr(trace_ids, "new_trace_id",
+                        lambda: uuid.UUID(int=next(counter), version=4).hex)
     monkeypatch.setattr(app.scheduler, "time", lambda: NOW)
     target = ImportTarget(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
                           calendars=app.calendars, default_ladder=app.settings.default_ladder,
