@@ -10,6 +10,8 @@ database URL reaches ``migrations/env.py`` through ``Config.attributes["database
 from __future__ import annotations
 
 import math
+import os
+import weakref
 
 import sqlalchemy as sa
 from alembic import command
@@ -80,7 +82,7 @@ def make_engine(url: str, pool_size: int = 5, io_timeout_s: float | None = None,
             tcp_user_timeout=int(io_timeout_s * 2000),
         )
         extra["pool_timeout"] = max(5.0, io_timeout_s * 2)
-    return sa.create_engine(
+    engine = sa.create_engine(
         normalize_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
@@ -88,6 +90,24 @@ def make_engine(url: str, pool_size: int = 5, io_timeout_s: float | None = None,
         connect_args=connect_args,
         **extra,
     )
+    _ENGINES.add(engine)
+    return engine
+
+
+_ENGINES: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+"""Every engine :func:`make_engine` made that is still alive."""
+
+
+def _fresh_pools_in_child() -> None:
+    """In a forked child, give every engine a new, empty pool without closing the parent's
+    connections (SQLAlchemy's ``dispose(close=False)``, its documented answer to
+    ``os.fork``): a child that queries opens connections of its own instead of writing on
+    sockets its parent is using (the CSV import's two-process pass 1)."""
+    for engine in list(_ENGINES):
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_fresh_pools_in_child)
 
 
 def alembic_config(url: str | None = None) -> Config:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import os
 import pickle
 import tempfile
 import tomllib
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import date, datetime
 from itertools import chain, islice
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 from zoneinfo import ZoneInfo
 
 from escalation.domain.business_calendar import institution_defaults
@@ -394,11 +395,16 @@ class DuplicateIds:
     def __init__(self) -> None:
         self._first: dict[bytes, int] = {}
 
+    def first_line(self, key: bytes, lineno: int) -> int:
+        """The first line that held the id ``key`` (its 16 bytes): ``lineno`` when none did
+        before (then recorded)."""
+        return self._first.setdefault(key, lineno)
+
     def check(self, req: EnqueueRequest, lineno: int) -> None:
         """Record ``req``'s id at ``lineno``. Raises InvalidInput if an earlier line had it."""
         did = req.dispute_id
         assert isinstance(did, uuid.UUID)  # noqa: S101 - built by _row_request
-        first = self._first.setdefault(did.bytes, lineno)
+        first = self.first_line(did.bytes, lineno)
         if first != lineno:
             shown = req.external_id if req.external_id is not None else str(did)
             raise InvalidInput(f"dispute id {shown!r} already on line {first}")
@@ -766,13 +772,17 @@ def shapes_repeat(head: Sequence[ParsedRow]) -> bool:
 def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget,
                   now: datetime, progress: Progress = no_progress,
                   spill: SpillFile | None = None,
-                  encoder: RowEncoder | None = None) -> ImportResult:
+                  encoder: RowEncoder | None = None,
+                  defer_large: bool = False) -> ImportResult | None:
     """Pass 1: every row parsed and built at ``now``; returns the row count and bad rows.
 
     ``spill`` (optional) receives every good row as built (pass 2 writes those); with an
     ``encoder``, as rendered by it (:meth:`SpillFile.add_row`), else as built. The encoder
     is used only when the first :data:`SHAPE_SAMPLE` rows repeat their shapes
     (:func:`shapes_repeat`); ``spill.rendered`` says which way the rows were spilled.
+    ``defer_large``: return None, having read only those first rows, when the encoder is
+    used and the file has at least :data:`SHAPE_SAMPLE` rows (the caller then runs the
+    two-process pass 1, ``import_parallel``).
 
     Raises:
         InvalidInput: the header does not fit the mapping. LadderError: unknown ladder.
@@ -787,6 +797,8 @@ def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarge
             head = list(islice(items, SHAPE_SAMPLE))
             if not shapes_repeat(head):
                 encoder = None
+            elif defer_large and len(head) >= SHAPE_SAMPLE:
+                return None
             items = chain(head, items)
         if spill is not None:
             spill.rendered = encoder is not None
@@ -832,7 +844,18 @@ def write_pass(spill: SpillFile, target: ImportTarget, now: datetime, result: Im
     result.written = True
 
 
-def write_encoded_pass(spill: SpillFile, store: StagedEnqueueLog, scheduler: EncodedScheduler,
+class RenderedRows(Protocol):
+    """Where pass 1 of the bulk path left its rendered rows: :class:`SpillFile` (one
+    process) or ``import_parallel.ChunkSpill`` (two)."""
+
+    rows: int
+
+    def raw_batches(self, size: int) -> Iterator[list[Any]]:
+        """The rendered rows pass 2 writes, in file order, in lists of at most ``size``."""
+        ...
+
+
+def write_encoded_pass(spill: RenderedRows, store: StagedEnqueueLog, scheduler: EncodedScheduler,
                        target: ImportTarget, result: ImportResult,
                        progress: Progress = no_progress, batch_size: int = IMPORT_BATCH) -> None:
     """Pass 2 of the bulk path: the rows pass 1 rendered (``spill``, :class:`RowEncoder`),
@@ -930,13 +953,18 @@ def _schedule_existing(rows: Sequence[EncodedRow], scheduler: EncodedScheduler,
 
 def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, *,
                skip_invalid: bool = False, progress: Progress = no_progress,
-               batch_size: int = IMPORT_BATCH, bulk: bool = True) -> ImportResult:
+               batch_size: int = IMPORT_BATCH, bulk: bool = True,
+               processes: int | None = None) -> ImportResult:
     """Validate the whole CSV, then (if allowed) write it in batches; constant memory.
 
     Nothing is written when a row is bad and not ``skip_invalid``, or when no row is good.
     ``bulk`` (default): take the bulk path when the target's store and scheduler offer it
     (:func:`bulk_ports`); False = the general path (``build_one`` + ``record_batches``),
     which writes the same rows.
+    ``processes``: 2 runs pass 1 of the bulk path in this process and a forked child
+    (``import_parallel``; the same rows and errors), 1 in this process only; None (default):
+    2 where ``os.fork`` exists and there are at least two CPUs. Files of fewer than
+    :data:`SHAPE_SAMPLE` rows always use one process.
     Memory: one spill chunk, two batches of rows and at most 512 request shapes, plus about
     100 B per row for the duplicate check; the rows wait in a temporary file (about 800 B
     per CFPB-shaped row on the bulk path, about 220 B built).
@@ -944,9 +972,9 @@ def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, 
     Raises:
         InvalidInput: the header does not fit the mapping. LadderError: unknown ladder.
         OSError / UnicodeDecodeError: from ``open_csv`` or reading.
+        RuntimeError: the pass 1 child process ended without its results.
     """
     now = target.scheduler.time()
-    spill = SpillFile()
     ports = bulk_ports(target) if bulk else None
     encoder = None
     if ports is not None:
@@ -954,8 +982,16 @@ def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, 
         encoder = RowEncoder(ports[0], ports[1], ladder, target.calendars, now, target.actor,
                              keep_escalations=target.on_scheduled is not None,
                              warnings_of=None if target.warnings is None else target.ladders)
+    if processes is None:
+        processes = 2 if hasattr(os, "fork") and (os.cpu_count() or 1) >= 2 else 1
+    spill = SpillFile()
     try:
-        result = validate_pass(open_csv, mapping, target, now, progress, spill, encoder)
+        result = validate_pass(open_csv, mapping, target, now, progress, spill, encoder,
+                               defer_large=ports is not None and processes >= 2)
+        if result is None:  # a large file of repeating shapes: pass 1 in two processes
+            assert ports is not None and encoder is not None  # noqa: S101 - defer_large
+            return _import_two_processes(open_csv, mapping, target, ports, encoder,
+                                         skip_invalid, progress, batch_size)
         if result.errors and (not skip_invalid or len(result.errors) == result.rows):
             return result
         if ports is not None and spill.rendered:
@@ -964,4 +1000,23 @@ def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, 
             write_pass(spill, target, now, result, progress, batch_size)
     finally:
         spill.close()
+    return result
+
+
+def _import_two_processes(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget,
+                          ports: tuple[StagedEnqueueLog, EncodedScheduler],
+                          encoder: RowEncoder, skip_invalid: bool, progress: Progress,
+                          batch_size: int) -> ImportResult:
+    """:func:`import_csv` of the bulk path with pass 1 in two processes (``import_parallel``)."""
+    from escalation.service_layer import import_parallel  # it imports this module
+
+    chunks = import_parallel.ChunkSpill()
+    try:
+        result = import_parallel.parallel_validate_pass(
+            open_csv, mapping, target.default_timezone(mapping), encoder, chunks, progress)
+        if result.errors and (not skip_invalid or len(result.errors) == result.rows):
+            return result
+        write_encoded_pass(chunks, ports[0], ports[1], target, result, progress, batch_size)
+    finally:
+        chunks.close()
     return result
