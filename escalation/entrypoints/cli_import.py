@@ -41,6 +41,11 @@ def import_csv(
     external_source: Annotated[str | None, typer.Option(help="Namespace of ids.")] = None,
     ladder: Annotated[str | None, typer.Option(help="Ladder name.")] = None,
     skip_invalid: Annotated[bool, typer.Option(help="Import good rows, list bad.")] = False,
+    processes: Annotated[int | None, typer.Option(
+        min=1, max=2,
+        help="Processes for pass 1 (parse and validate) of a large file: 2 is faster on a "
+             "machine with two or more CPUs and holds about 55 MB more memory; default: 2 "
+             "there, else 1.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Load disputes from a CSV (e.g. the CFPB complaint database) and schedule them.
@@ -67,7 +72,7 @@ def import_csv(
     try:
         with cli_progress("import") as progress:
             res = import_csv(lambda: csv_path.open(newline="", encoding="utf-8-sig"), cmap, target,
-                             skip_invalid=skip_invalid, progress=progress)
+                             skip_invalid=skip_invalid, progress=progress, processes=processes)
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{csv_path}: cannot read: {exc}") from None
     finally:

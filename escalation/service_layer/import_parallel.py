@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import gc
 import os
 import pickle
 import signal
@@ -163,15 +164,25 @@ def parallel_validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, default_ti
             without its results.
     """
     receive, send = Pipe(duplex=False)
-    pid = os.fork()
+    # Objects that exist now are left out of the garbage collector's passes until the pass
+    # ends, so the child's collections do not write into (and so copy) every page of the
+    # heap it shares with this process (gc.freeze's documented use before fork).
+    gc.freeze()
+    try:
+        pid = os.fork()
+    except BaseException:
+        gc.unfreeze()
+        raise
     if pid == 0:  # pragma: no cover - the child's coverage is not collected
         receive.close()
         _child(open_csv, mapping, default_timezone, encoder, spill.files[1], send)
+    gc.unfreeze()
     send.close()
     try:
         result = _merge(open_csv, mapping, default_timezone, encoder, spill, receive, progress)
     except BaseException:
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
         raise
     finally:
         receive.close()
