@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import gc
 import os
 import pickle
 import signal
@@ -164,19 +163,10 @@ def parallel_validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, default_ti
             without its results.
     """
     receive, send = Pipe(duplex=False)
-    # Objects that exist now are left out of the garbage collector's passes until the pass
-    # ends, so the child's collections do not write into (and so copy) every page of the
-    # heap it shares with this process (gc.freeze's documented use before fork).
-    gc.freeze()
-    try:
-        pid = os.fork()
-    except BaseException:
-        gc.unfreeze()
-        raise
+    pid = os.fork()
     if pid == 0:  # pragma: no cover - the child's coverage is not collected
         receive.close()
         _child(open_csv, mapping, default_timezone, encoder, spill.files[1], send)
-    gc.unfreeze()
     send.close()
     try:
         result = _merge(open_csv, mapping, default_timezone, encoder, spill, receive, progress)
