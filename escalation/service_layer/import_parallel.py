@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import gc
 import os
 import pickle
 import signal
@@ -163,20 +164,30 @@ def parallel_validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, default_ti
             without its results.
     """
     receive, send = Pipe(duplex=False)
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child's coverage is not collected
-        receive.close()
-        _child(open_csv, mapping, default_timezone, encoder, spill.files[1], send)
-    send.close()
+    # While the child lives, the objects that exist at the fork are left out of the garbage
+    # collector's passes in both processes (gc.freeze, its documented use before a fork): a
+    # full collection writes into every tracked object, which would give each process its
+    # own copy of every page they share (measured: the child's private memory grew from 12
+    # to 50 MiB at this process's first full collection).
+    gc.freeze()
     try:
-        result = _merge(open_csv, mapping, default_timezone, encoder, spill, receive, progress)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        raise
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's coverage is not collected
+            receive.close()
+            _child(open_csv, mapping, default_timezone, encoder, spill.files[1], send)
+        send.close()
+        try:
+            result = _merge(open_csv, mapping, default_timezone, encoder, spill, receive,
+                            progress)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            raise
+        finally:
+            receive.close()
+            os.waitpid(pid, 0)
     finally:
-        receive.close()
-        os.waitpid(pid, 0)
+        gc.unfreeze()
     return result
 
 
