@@ -169,6 +169,7 @@ def parallel_validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, default_ti
     # full collection writes into every tracked object, which would give each process its
     # own copy of every page they share (measured: the child's private memory grew from 12
     # to 50 MiB at this process's first full collection).
+    frozen_before = gc.get_freeze_count()  # a caller's own frozen objects stay frozen
     gc.freeze()
     try:
         pid = os.fork()
@@ -187,7 +188,8 @@ def parallel_validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, default_ti
             receive.close()
             os.waitpid(pid, 0)
     finally:
-        gc.unfreeze()
+        if frozen_before == 0:
+            gc.unfreeze()
     return result
 
 
