@@ -162,52 +162,20 @@ def canonical_bytes(fields: Mapping[str, Any]) -> bytes:
         InvalidInput: a value that has no canonical form (naive datetime, float, ...).
         UnicodeEncodeError: a string holding a lone surrogate (as the reference does).
     """
-    values = list(map(fields.get, _SORTED_FIELDS))
-    shape = tuple(map(type, values))
-    todo = _TO_CONVERT.get(shape)
-    if todo is None:
-        todo = tuple((i, _FORM_OF.get(kind, _fast_form)) for i, kind in enumerate(shape)
-                     if kind not in _AS_IS)
-        if len(_TO_CONVERT) < _MAX_SHAPES:
-            _TO_CONVERT[shape] = todo
-    for i, form_of in todo:  # the fields whose canonical form differs from the value
-        value = values[i]
-        form = form_of(value)
-        values[i] = _canonical_value(value, _SORTED_FIELDS[i]) if form is _SLOW else form
+    get = fields.get
+    doc: dict[str, Any] = {}
+    for name in _SORTED_FIELDS:
+        value = get(name)
+        kind = type(value)
+        if kind is str or kind is int or value is None:  # most fields: already canonical
+            doc[name] = value
+            continue
+        form = _fast_form(value)
+        doc[name] = _canonical_value(value, name) if form is _SLOW else form
     try:
-        return orjson.dumps(dict(zip(_SORTED_FIELDS, values, strict=True)),
-                            option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:
         return _canonical_text(fields).encode("utf-8")
-
-
-_AS_IS = frozenset({str, int, bool, type(None), UUID})
-"""Exact types whose values orjson writes as their canonical JSON (``UUID``: the quoted
-lower-case hyphenated ``str(UUID)``; an ``int`` beyond 64 bits makes orjson raise, and the
-fallback handles it)."""
-_TO_CONVERT: dict[tuple[type, ...], tuple[tuple[int, Callable[[Any], Any]], ...]] = {}
-"""Per row shape (the exact type of each hashed field, in sorted-name order): the index of
-each field to convert and its :data:`_FORM_OF` function. A few shapes cover the ledger."""
-
-
-def _datetime_form(value: datetime) -> Any:
-    return _SLOW if value.utcoffset() is None else _iso_utc(value)
-
-
-def _decimal_form(value: Decimal) -> Any:
-    return format(value, "f") if value.is_finite() else _SLOW
-
-
-def _dict_form(value: dict[Any, Any]) -> Any:
-    return _SLOW if value else {}
-
-
-_FORM_OF: dict[type, Callable[[Any], Any]] = {
-    datetime: _datetime_form, Decimal: _decimal_form, dict: _dict_form,
-}
-""":func:`_fast_form` per exact type (same results, without its chain of type tests);
-:data:`_SLOW` sends the value through :func:`_canonical_value`."""
-_MAX_SHAPES = 256
 
 
 _SORTED_FIELDS: tuple[str, ...] = tuple(sorted(HASHED_FIELDS))
