@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from itertools import chain
 from json.encoder import encode_basestring_ascii as _json_str
 from uuid import UUID
 
@@ -65,8 +64,11 @@ def _json_pairs(mapping: Mapping[str, str]) -> bytes | str:
     escapes into UTF-8). What orjson refuses (a lone surrogate, a non-str value) takes the
     ASCII-escaping form, as before.
     """
+    flat: list[str] = []
+    for kv in mapping.items():
+        flat += kv
     try:
-        return orjson.dumps(list(chain.from_iterable(mapping.items())))
+        return orjson.dumps(flat)
     except (orjson.JSONEncodeError, TypeError):
         return "[" + ", ".join(_json_str(str(k)) + ", " + _json_str(str(v))
                                for k, v in mapping.items()) + "]"
@@ -280,19 +282,16 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         esc = op.escalation
         if esc.seq < 0 or (op.token is not None and op.token < 0):
             raise InvalidInput(f"apply for {esc.dispute_id}: seq and token must be >= 0")
-        if op.warnings:
-            did = esc.dispute_id  # the worker's warnings carry this very UUID object
-            if len(op.warnings) > MAX_OP_WARNINGS or any(
-                    w.dispute_id is not did and w.dispute_id != did for w in op.warnings):
-                raise InvalidInput(f"apply for {esc.dispute_id}: at most {MAX_OP_WARNINGS} "
-                                   "warnings, all of this dispute")
+        if op.warnings and (len(op.warnings) > MAX_OP_WARNINGS or any(
+                w.dispute_id != esc.dispute_id for w in op.warnings)):
+            raise InvalidInput(f"apply for {esc.dispute_id}: at most {MAX_OP_WARNINGS} "
+                               "warnings, all of this dispute")
         flat = payload_pairs(esc)  # seq and due_ms are its 6th and 8th strings
         try:
             fields: bytes | str = orjson.dumps(flat)
         except (orjson.JSONEncodeError, TypeError):
             fields = _json_pairs(dict(zip(flat[0::2], flat[1::2], strict=True)))
-        action = op.action if type(op.action) is ApplyAction else ApplyAction(op.action)
-        return [str(esc.dispute_id), action.value,
+        return [str(esc.dispute_id), ApplyAction(op.action).value,
                 "" if op.token is None else str(op.token), flat[5], flat[7],
                 "1" if create else "0", fields,
                 _json_pairs(op.notify) if op.notify else _NO_PAIRS]
