@@ -240,6 +240,17 @@ def append_handle(log: IO[bytes]) -> IO[bytes]:
     return open(f"/proc/self/fd/{log.fileno()}", "ab")
 
 
+def same_tree(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the directory holding this process's ``escalation`` package first on
+    ``PYTHONPATH``: the workers run the code of the bench that measures them (an A/B run
+    with ``PYTHONPATH=<base tree>`` measures the base's workers)."""
+    import escalation
+
+    root = str(Path(escalation.__file__).resolve().parent.parent)
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    return {**env, "PYTHONPATH": os.pathsep.join([root, *rest])}
+
+
 @dataclass
 class WorkerProc:
     """A ``python -m escalation worker`` subprocess logging JSON to a temporary file."""
@@ -250,12 +261,15 @@ class WorkerProc:
 
     @classmethod
     def start(cls, env: dict[str, str], worker_id: str) -> WorkerProc:
-        """Start one worker (output to a temp file, so a full pipe never blocks it)."""
+        """Start one worker (output to a temp file, so a full pipe never blocks it) on the
+        same source tree as this process (:func:`same_tree`)."""
         log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
         with append_handle(log) as out:
+            # -P: the working directory stays off sys.path (-m puts it first, ahead of
+            # PYTHONPATH), so a bench started inside another checkout does not run its code
             proc = subprocess.Popen(
-                [sys.executable, "-m", "escalation", "worker"],
-                env=env, stdout=out, stderr=subprocess.STDOUT,
+                [sys.executable, "-P", "-m", "escalation", "worker"],
+                env=same_tree(env), stdout=out, stderr=subprocess.STDOUT,
             )
         return cls(proc, log, worker_id)
 

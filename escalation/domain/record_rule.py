@@ -7,13 +7,17 @@ means PostgreSQL already holds a newer decision (or none at all), and the worker
 that state instead of its own. This module is that rule, pure and typed; the PostgreSQL
 adapter (``adapters.audit_store``) and the in-memory fake of the tests both call it under
 their own locking.
+
+The rule's values are immutable named tuples rather than frozen dataclasses: four of them
+are built per recorded decision on the firing path, and a named tuple costs about a third
+of a frozen dataclass's ``__init__`` (docs/performance.md, "Firing path CPU (sixth pass)").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import NamedTuple
 
 from escalation.domain.decide import Decision, DecisionKind
 from escalation.domain.errors import InvalidInput
@@ -30,8 +34,7 @@ class RecordStatus(StrEnum):
     CLOSED = "closed"  # projection terminal/cancelled: remove from Redis
 
 
-@dataclass(frozen=True, slots=True)
-class ProjectionHead:
+class ProjectionHead(NamedTuple):
     """What the rule reads of a dispute's locked projection row.
 
     Attributes:
@@ -49,8 +52,7 @@ class ProjectionHead:
     regulatory_deadline: datetime | None
 
 
-@dataclass(frozen=True, slots=True)
-class RecordRequest:
+class RecordRequest(NamedTuple):
     """One decision to record.
 
     Attributes:
@@ -64,8 +66,7 @@ class RecordRequest:
     decision: Decision
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerEntry:
+class LedgerEntry(NamedTuple):
     """The ledger row to append (the columns the rule decides; the chain adds the rest).
 
     ``seq`` is ``last_seq + 1``; ``due_at`` is the window that ended, ``next_due_at`` the
@@ -83,8 +84,7 @@ class LedgerEntry:
     calendar_version: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class RecordPlan:
+class RecordPlan(NamedTuple):
     """The rule's typed outcome for one :class:`RecordRequest`.
 
     Attributes:
