@@ -7,7 +7,7 @@ in-memory fakes of these ports (never of Redis itself).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -321,6 +321,10 @@ class StagedEnqueueLog(Protocol):
         calendar_version: str | None, details: Mapping[str, object] | None,
     ) -> RowTemplate:
         """The template of ``proto``'s ENQUEUED row (as ``record_enqueue_many`` writes it)."""
+        ...
+
+    def get_many(self, dispute_ids: Iterable[UUID]) -> dict[UUID, Escalation]:
+        """Recorded states by dispute id, in one read (unknown ids absent)."""
         ...
 
     def record_staged(self, lines: Sequence[str], actor: str) -> set[str]:

@@ -17,8 +17,10 @@ from rich.console import Console
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
 
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, soft_wrap=True)
+# emoji=False: rich would turn ":100:" in "file.csv:100: ..." (and any ":name:" in user data,
+# an id, a CSV cell) into an emoji; what the CLI prints is data and line numbers
+out = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
+err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 def parse_time(value: str | None, name: str) -> datetime | None:

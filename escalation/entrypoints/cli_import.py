@@ -64,14 +64,19 @@ def import_csv(
         external_source=external_source, ladder=ladder,
     )
     if not csv_path.is_file():
-        raise InvalidInput(f"{csv_path}: cannot read: no such file")
+        why = ("no such file" if not csv_path.exists()
+               else "a directory" if csv_path.is_dir()
+               else "not a regular file (the import reads the file twice: save it first)")
+        raise InvalidInput(f"{csv_path}: cannot read: {why}")
     a = _app(actor="import", strict_ladders=True, durable_redis=True)
     target = ImportTarget(scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                           calendars=a.calendars, default_ladder=a.settings.default_ladder,
                           actor=a.actor, warnings=warnings_for(a))  # pre-breach warnings
     try:
         with cli_progress("import") as progress:
-            res = import_csv(lambda: csv_path.open(newline="", encoding="utf-8-sig"), cmap, target,
+            # surrogateescape: a byte that is not UTF-8 fails its own row, with its line
+            res = import_csv(lambda: csv_path.open(newline="", encoding="utf-8-sig",
+                                                   errors="surrogateescape"), cmap, target,
                              skip_invalid=skip_invalid, progress=progress, processes=processes)
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{csv_path}: cannot read: {exc}") from None
@@ -81,20 +86,26 @@ def import_csv(
 
 
 def _report_import(csv_path: Path, res: Any, *, skip_invalid: bool, as_json: bool) -> None:
-    """Bad rows (first 50) on stderr, then the summary line (exit 2 when nothing written)."""
+    """Bad rows (first 50) on stderr, then the summary line (exit 2 when nothing written).
+
+    ``--json``: one JSON object on stdout, written or not, with every bad row as
+    ``{"line", "message"}`` in ``errors`` (``imported`` false when nothing was written)."""
     for line, msg in res.errors[:50]:
         err.print(f"{csv_path}:{line}: {msg}", markup=False, highlight=False)
     if len(res.errors) > 50:
-        err.print(f"... and {len(res.errors) - 50} more bad rows")
+        err.print(f"... and {len(res.errors) - 50} more bad rows"
+                  + ("" if as_json else " (--json lists them all)"))
+    summary = {"imported": res.written, "rows": res.rows, "created": res.created,
+               "already_enqueued": res.existing, "skipped_invalid":
+               len(res.errors) if res.written else 0,
+               "errors": [{"line": line, "message": msg} for line, msg in res.errors]}
+    if as_json:
+        sys.stdout.write(json.dumps(summary) + "\n")
     if not res.written:
         err.print(f"error: {len(res.errors)} bad row(s); nothing imported"
                   + ("" if skip_invalid else " (fix them or pass --skip-invalid)"))
         raise typer.Exit(2)
-    summary = {"rows": res.rows, "created": res.created, "already_enqueued": res.existing,
-               "skipped_invalid": len(res.errors)}
-    if as_json:
-        sys.stdout.write(json.dumps(summary) + "\n")
-    else:
+    if not as_json:
         out.print(f"imported {csv_path}: {res.created} enqueued, {res.existing} already "
                   f"enqueued, {len(res.errors)} skipped as invalid ({res.rows} rows)",
                   markup=False, highlight=False)

@@ -51,7 +51,7 @@ def cli_progress(label: str, console: Console | None = None) -> Iterator[Progres
 
     ``console`` defaults to stderr (so stdout stays clean for ``--json`` and pipes).
     """
-    target = console or Console(stderr=True)
+    target = console or Console(stderr=True, emoji=False)
     if not target.is_terminal:
         yield no_progress
         return

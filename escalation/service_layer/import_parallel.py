@@ -49,6 +49,7 @@ from escalation.service_layer.importer import (
     _layout,
     _lines,
     _row_request,
+    row_error,
 )
 from escalation.service_layer.progress import Progress, no_progress
 
@@ -70,17 +71,17 @@ class ChunkResult:
 
 
 def _chunks(stream: TextIO, mapping: ColumnMapping, default_timezone: str
-            ) -> Iterator[tuple[int, CsvLayout, list[tuple[int, str]]]]:
+            ) -> Iterator[tuple[int, CsvLayout, list[tuple[int, str, int]]]]:
     """The file's non-blank records as (chunk index, layout, records) in chunks of
     :data:`CHUNK`. Raises InvalidInput for a header that does not fit the mapping."""
     records = _lines(stream)
     layout = _layout(records, mapping, default_timezone)
-    chunk: list[tuple[int, str]] = []
+    chunk: list[tuple[int, str, int]] = []
     index = 0
-    for lineno, raw in records:
+    for lineno, raw, count in records:
         if not raw.strip():
             continue
-        chunk.append((lineno, raw))
+        chunk.append((lineno, raw, count))
         if len(chunk) >= CHUNK:
             yield index, layout, chunk
             index, chunk = index + 1, []
@@ -88,16 +89,16 @@ def _chunks(stream: TextIO, mapping: ColumnMapping, default_timezone: str
         yield index, layout, chunk
 
 
-def _encode_chunk(layout: CsvLayout, records: list[tuple[int, str]], encoder: RowEncoder,
-                  out: IO[bytes]) -> ChunkResult:
+def _encode_chunk(layout: CsvLayout, records: list[tuple[int, str, int]],
+                  encoder: RowEncoder, out: IO[bytes]) -> ChunkResult:
     """Parse and render one chunk; its rendered rows go to ``out`` as one pickled list."""
     result = ChunkResult(records=len(records))
     rendered: list[EncodedRow] = []
-    for lineno, raw in records:
+    for lineno, raw, count in records:
         try:
             req = _row_request(layout, raw)
         except (InvalidInput, csv.Error) as exc:
-            result.outcomes.append((lineno, None, "", str(exc), -1))
+            result.outcomes.append((lineno, None, "", row_error(exc, lineno, count), -1))
             continue
         did = req.dispute_id
         assert isinstance(did, uuid.UUID)  # noqa: S101 - built by _row_request

@@ -24,6 +24,7 @@ otherwise it spills each row as built and pass 2 records it through ``record_bat
 from __future__ import annotations
 
 import csv
+import difflib
 import hashlib
 import io
 import os
@@ -266,22 +267,55 @@ def _uuid5(name: str) -> uuid.UUID:
     return uuid.UUID(bytes=bytes(raw))
 
 
-def _lines(stream: TextIO) -> Iterator[tuple[int, str]]:
-    """Physical records with their starting line numbers (quoted newlines kept together)."""
-    buf, start = "", 0
+MAX_RECORD_CHARS = 4 * 1024 * 1024
+"""A record still inside a quoted field after this many characters ends there (and fails
+as a bad row): an unclosed quote cannot swallow the rest of a file into one record."""
+
+
+def _quoted_after(line: str, quoted: bool) -> bool:
+    """Whether a quoted field is still open at the end of ``line``, given whether one was
+    open at its start, by the rules of Python's ``csv`` module with its default dialect
+    (RFC 4180 quoting, non-strict): a quote opens a quoted field only at the start of a
+    field; inside one, ``""`` is a quote character and a lone ``"`` closes it; a quote
+    anywhere else is an ordinary character."""
+    i = line.find('"')
+    while i != -1:
+        if quoted:
+            if line.startswith('"', i + 1):  # "" inside a quoted field
+                i = line.find('"', i + 2)
+                continue
+            quoted = False
+        elif i == 0 or line[i - 1] == ",":  # at the start of a field: opens
+            quoted = True
+        i = line.find('"', i + 1)
+    return quoted
+
+
+def _lines(stream: TextIO) -> Iterator[tuple[int, str, int]]:
+    """Records with their starting line numbers and physical line counts: a quoted field
+    keeps its newlines inside its record, as Python's ``csv`` reads them
+    (:func:`_quoted_after`); a record past :data:`MAX_RECORD_CHARS` inside a quoted field
+    ends there."""
+    parts: list[str] = []
+    size, start, quoted = 0, 0, False
     for lineno, line in enumerate(stream, start=1):
-        if not buf:
+        if not parts and '"' not in line:
+            yield lineno, line, 1  # the common case: one physical line, no quote
+            continue
+        if not parts:
             start = lineno
-        buf += line
-        if buf.count('"') % 2 == 0:
-            yield start, buf
-            buf = ""
-    if buf:
-        yield start, buf
+        parts.append(line)
+        size += len(line)
+        quoted = _quoted_after(line, quoted)
+        if not quoted or size > MAX_RECORD_CHARS:
+            yield start, "".join(parts), len(parts)
+            parts, size, quoted = [], 0, False
+    if parts:
+        yield start, "".join(parts), len(parts)
 
 
 def _layout(
-    records: Iterator[tuple[int, str]], mapping: ColumnMapping, default_timezone: str
+    records: Iterator[tuple[int, str, int]], mapping: ColumnMapping, default_timezone: str
 ) -> CsvLayout:
     """Read and check the header record against ``mapping``; rows without a zone cell count
     in ``mapping.timezone``, else ``default_timezone``.
@@ -293,13 +327,23 @@ def _layout(
     zone_name = mapping.timezone or default_timezone
     zone(zone_name)
     try:
-        _, header_line = next(records)
+        _, header_line, _ = next(records)
     except StopIteration:
         raise InvalidInput("empty CSV file (no header)") from None
     header = next(csv.reader(io.StringIO(header_line)))
     missing = [c for c in mapping.columns() if c not in header]
     if missing:
-        raise InvalidInput(f"CSV header lacks mapped column(s): {', '.join(missing)}")
+        hints = [f"{c!r} (did you mean {close[0]!r}?)" if close else repr(c)
+                 for c in missing for close in [difflib.get_close_matches(c, header, 1, 0.8)]]
+        raise InvalidInput(f"CSV header lacks mapped column(s): {', '.join(hints)}; "
+                           f"the header has {len(header)} columns: "
+                           f"{', '.join(repr(h) for h in header[:20])}"
+                           + (", ..." if len(header) > 20 else ""))
+    twice = sorted({c for c in mapping.columns() if header.count(c) > 1})
+    if twice:
+        where = {c: ", ".join(str(i + 1) for i, h in enumerate(header) if h == c) for c in twice}
+        raise InvalidInput("CSV header names mapped column(s) more than once: "
+                           + "; ".join(f"{c!r} (columns {where[c]})" for c in twice))
     if bool(mapping.opened_at) == bool(mapping.due_at):
         raise InvalidInput("map exactly one of opened_at or due_at to a column")
     index = {name: i for i, name in enumerate(header)}
@@ -321,6 +365,8 @@ def _row_request(layout: CsvLayout, raw: str) -> EnqueueRequest:
         csv.Error: the record is not valid CSV.
     """
     m = layout.mapping
+    if not raw.isascii():
+        _check_utf8(raw)
     cells = next(csv.reader(io.StringIO(raw)))
     if len(cells) != len(layout.header):
         raise InvalidInput(f"expected {len(layout.header)} fields, found {len(cells)}")
@@ -349,6 +395,23 @@ def _row_request(layout: CsvLayout, raw: str) -> EnqueueRequest:
         calendar=_cell(cells, layout, m.calendar_column) or m.calendar or None,
         attributes=attributes or None,
     )
+
+
+def _check_utf8(raw: str) -> None:
+    """Refuse a record holding bytes that are not UTF-8: a stream opened with
+    ``errors="surrogateescape"`` (the CLI's) carries each such byte as a lone surrogate, so
+    the row is reported with its line instead of the whole file failing at the decoder.
+
+    Raises:
+        InvalidInput: names the first such byte and its character position in the record.
+    """
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = raw[exc.start]
+        byte = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else repr(bad)
+        raise InvalidInput(f"not valid UTF-8: {byte} at character {exc.start + 1} of the "
+                           "record (save the file as UTF-8)") from None
 
 
 def _attributes(cells: list[str], layout: CsvLayout) -> dict[str, object]:
@@ -380,13 +443,21 @@ def iter_requests(
     """
     records = _lines(stream)
     layout = _layout(records, mapping, default_timezone)
-    for lineno, raw in records:
+    for lineno, raw, count in records:
         if not raw.strip():
             continue
         try:
             yield lineno, _row_request(layout, raw)
         except (InvalidInput, csv.Error) as exc:
-            yield lineno, str(exc)
+            yield lineno, row_error(exc, lineno, count)
+
+
+def row_error(exc: Exception, lineno: int, count: int) -> str:
+    """The message of a bad record: ``exc``'s, and for a record of several physical lines
+    (a quoted field with newlines, or a quote never closed) the lines it spans."""
+    if count == 1:
+        return str(exc)
+    return f"{exc} (the record spans lines {lineno}-{lineno + count - 1}: a quoted field)"
 
 
 class DuplicateIds:
@@ -890,7 +961,7 @@ def write_encoded_pass(spill: RenderedRows, store: StagedEnqueueLog, scheduler: 
             behind.wait()  # before reading the next batch: two batches in memory
             following = next(batches, None)
             if old:  # rare (a re-import): their recorded states, as record_batches does
-                _schedule_existing(old, scheduler, target, hook)
+                _schedule_existing(old, store, scheduler, target, hook)
             if new:
                 behind.run(_schedule_encoded, scheduler, new, hook, last=following is None)
             done += n_rows
@@ -933,18 +1004,22 @@ def _schedule_encoded(scheduler: EncodedScheduler, rows: Sequence[EncodedRow],
         hook([r for r, new in zip(rows, flags, strict=True) if new])
 
 
-def _schedule_existing(rows: Sequence[EncodedRow], scheduler: EncodedScheduler,
-                       target: ImportTarget, hook: _BulkHook) -> None:
+def _schedule_existing(rows: Sequence[EncodedRow], store: StagedEnqueueLog,
+                       scheduler: EncodedScheduler, target: ImportTarget,
+                       hook: _BulkHook) -> None:
     """Re-schedule the disputes of ``rows`` PostgreSQL already held, from their recorded
-    state, when they are still pending (``record_batches``' answer to a replay)."""
+    state (read in one query per batch), when they are still pending (``record_batches``'
+    answer to a replay)."""
+    ids = [uuid.UUID(r[0]) for r in rows]
+    recorded = store.get_many(ids)
     states: list[Escalation] = []
     orphans: list[EncodedRow] = []
-    for r in rows:
-        got = target.store.get(uuid.UUID(r[0]))
-        if got is None:  # not possible while projection rows are never deleted
+    for did, r in zip(ids, rows, strict=True):
+        esc = recorded.get(did)
+        if esc is None:  # not possible while projection rows are never deleted
             orphans.append(r)
-        elif got[1] is Status.PENDING:
-            states.append(got[0])
+        elif esc.status is Status.PENDING:
+            states.append(esc)
     if states:
         schedule(target.scheduler, states, target.hook())
     if orphans:

@@ -4,16 +4,21 @@ two same-named columns), and only mapped cells are checked for control character
 
 from __future__ import annotations
 
+import csv
 import io
 import uuid
+from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from escalation.domain.errors import InvalidInput
+from escalation.service_layer import importer
 from escalation.service_layer.importer import (
     ID_NAMESPACE,
     ColumnMapping,
+    _lines,
     _uuid5,
     iter_requests,
     stable_dispute_id,
@@ -50,12 +55,30 @@ def _parse(text: str, mapping: ColumnMapping = MAPPING) -> list[tuple[int, objec
     return list(iter_requests(io.StringIO(text), mapping, "America/New_York"))
 
 
-def test_the_last_of_two_same_named_columns_is_read() -> None:
-    [(line, req)] = _parse("id,opened,cycle,id\nfirst,2026-01-05,3,second\n")
-    assert line == 2
-    assert not isinstance(req, str)
-    assert req.external_id == "second"
+def test_a_mapped_column_named_twice_in_the_header_is_refused() -> None:
+    with pytest.raises(InvalidInput, match=r"more than once: 'id' \(columns 1, 4\)"):
+        _parse("id,opened,cycle,id\nfirst,2026-01-05,3,second\n")
+    # an unmapped column named twice is harmless
+    [(line, req)] = _parse("id,opened,cycle,x,x\nfirst,2026-01-05,3,a,b\n")
+    assert not isinstance(req, str) and req.external_id == "first"
     assert req.attributes == {"cycle_closing_day": "3"}
+
+
+def test_a_missing_column_is_named_with_the_header_and_a_close_match() -> None:
+    with pytest.raises(InvalidInput, match=r"'opened' \(did you mean 'opened '\?\).*has 3 "):
+        _parse("id,opened ,cycle\nfirst,2026-01-05,3\n")
+
+
+def test_bytes_that_are_not_utf8_fail_their_row_only() -> None:
+    raw = b"id,opened,note\na,2026-01-05,caf\xe9\nb,2026-01-05,ok\n"
+    text = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", errors="surrogateescape",
+                            newline="")
+    rows = list(iter_requests(text, ColumnMapping(dispute_id="id", opened_at="opened",
+                                                  default_tier="standard"),
+                              "America/New_York"))
+    assert rows[0][0] == 2 and rows[0][1] == ("not valid UTF-8: byte 0xe9 at character 17 "
+                                             "of the record (save the file as UTF-8)")
+    assert not isinstance(rows[1][1], str)
 
 
 def test_control_characters_are_refused_in_mapped_cells_only() -> None:
@@ -66,3 +89,47 @@ def test_control_characters_are_refused_in_mapped_cells_only() -> None:
     assert not isinstance(rows[0][1], str)  # unmapped free text may hold a tab
     assert rows[1][0] == 3
     assert isinstance(rows[1][1], str) and rows[1][1].startswith("id: control character")
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.text(alphabet='a,"\n\r', max_size=60))
+def test_records_split_where_the_csv_module_splits_them(text: str) -> None:
+    """Each record ``_lines`` yields is exactly one row of Python's ``csv`` reading the
+    whole text (a stray quote swallows only what ``csv`` itself would swallow)."""
+    try:
+        whole = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error:  # the csv module refuses the text itself: nothing to compare
+        assume(False)
+    split = []
+    lines = 0
+    for start, raw, count in _lines(io.StringIO(text, newline="")):
+        assert start == lines + 1
+        lines += count
+        rows = list(csv.reader(io.StringIO(raw)))
+        assert len(rows) <= 1, (raw, rows)
+        split += rows
+    assert split == whole
+
+
+def test_a_stray_quote_swallows_one_line_not_the_rest_of_the_file() -> None:
+    text = ("id,opened,note\n"
+            "m1,2023-08-25,ok\n"
+            'm2,2023-08-25,"oops\n'
+            'm3,2023-08-25,"fine, really"\n'
+            "m4,2023-08-25,ok\n"
+            "m5,2023-08-25,ok\n")
+    rows = _parse(text, ColumnMapping(dispute_id="id", opened_at="opened",
+                                      default_tier="standard"))
+    assert [line for line, _ in rows] == [2, 3, 5, 6]
+    bad = rows[1][1]
+    assert isinstance(bad, str) and "the record spans lines 3-4" in bad
+    assert [r.external_id for _, r in rows if not isinstance(r, str)] == ["m1", "m4", "m5"]
+
+
+def test_an_unclosed_quote_ends_its_record_at_the_size_cap(monkeypatch: Any) -> None:
+    monkeypatch.setattr(importer, "MAX_RECORD_CHARS", 100)
+    text = 'id,opened,note\nm1,2023-08-25,"never closed\n' + "m2,2023-08-25,ok\n" * 20
+    records = list(_lines(io.StringIO(text)))
+    assert records[1][0] == 2 and records[1][2] > 1  # the bad record spans several lines
+    assert sum(r[2] for r in records) == 22  # every line is in exactly one record
+    assert len(records) > 3  # the lines after the cap are records of their own
