@@ -49,6 +49,7 @@ from escalation.service_layer.importer import (
     _layout,
     _lines,
     _row_request,
+    rebatch,
     row_error,
 )
 from escalation.service_layer.progress import Progress, no_progress
@@ -132,18 +133,14 @@ class ChunkSpill:
         for f in self.files:
             f.flush()
             f.seek(0)
-        batch: list[Any] = []
+        return rebatch(self._chunks(), size)
+
+    def _chunks(self) -> Iterator[list[Any]]:
+        """Each chunk's rendered rows, in file order, without the left-out ones."""
         for index in range(self.chunks):
             rows = pickle.load(self.files[index % 2])  # noqa: S301 - our own file
             drop = self.dropped.get(index)
-            if drop:
-                rows = [r for i, r in enumerate(rows) if i not in drop]
-            batch += rows
-            while len(batch) >= size:
-                yield batch[:size]
-                batch = batch[size:]
-        if batch:
-            yield batch
+            yield [r for i, r in enumerate(rows) if i not in drop] if drop else rows
 
     def close(self) -> None:
         """Delete both files."""

@@ -32,7 +32,7 @@ import pickle
 import tempfile
 import tomllib
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import date, datetime
 from itertools import chain, islice
@@ -593,6 +593,19 @@ frozen dataclasses), its details and its calendar version. Nothing is validated 
 reading: the values are the ones pass 1 validated, written and read by this process."""
 
 
+def rebatch(chunks: Iterable[list[Any]], size: int) -> Iterator[list[Any]]:
+    """The rows of ``chunks``, in order, in lists of ``size`` (the last may be shorter),
+    whatever the chunks' own sizes."""
+    batch: list[Any] = []
+    for chunk in chunks:
+        batch += chunk
+        while len(batch) >= size:
+            yield batch[:size]
+            batch = batch[size:]
+    if batch:
+        yield batch
+
+
 class SpillFile:
     """Pass 1's built rows, pickled in chunks to an anonymous temporary file (deleted on
     close), so pass 2 writes them without parsing and building every row a second time.
@@ -627,14 +640,7 @@ class SpillFile:
 
     def raw_batches(self, size: int) -> Iterator[list[Any]]:
         """Every row given to :meth:`add_row`, in order, in lists of at most ``size``."""
-        batch: list[Any] = []
-        for chunk in self._chunks():
-            batch += chunk
-            while len(batch) >= size:
-                yield batch[:size]
-                batch = batch[size:]
-        if batch:
-            yield batch
+        return rebatch(self._chunks(), size)
 
     def _chunks(self) -> Iterator[list[Any]]:
         """The pickled chunks written so far, from the start of the file."""

@@ -9,17 +9,15 @@ import csv
 import io
 import itertools
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 import pytest
-import redis
 import sqlalchemy as sa
 
 from escalation.adapters.redis_keys import Keys
-from escalation.bootstrap import build, schedule_for, warnings_for
+from escalation.bootstrap import schedule_for, warnings_for
 from escalation.service_layer import importer, trace_ids
 from escalation.service_layer.importer import (
     ColumnMapping,
@@ -69,21 +67,6 @@ def _opener(path: Path) -> Any:
     def open_() -> TextIO:
         return io.open(path, newline="", encoding="utf-8")  # noqa: UP020
     return open_
-
-
-@pytest.fixture()
-def second_app(settings: Any, scratch: sa.Engine, redis_url: str) -> Iterator[Any]:
-    """An App on a database and namespace of its own (the general path's run)."""
-    ns = f"t{uuid.uuid4().hex[:12]}"
-    other = settings.model_copy(update={
-        "database_url": scratch.url.render_as_string(hide_password=False), "namespace": ns})
-    app = build(other, actor="test-worker")
-    yield app
-    app.close()
-    client = redis.Redis.from_url(redis_url)
-    for key in client.scan_iter(match=f"*{{{ns}:*", count=1000):
-        client.delete(key)
-    client.close()
 
 
 def _import(app: Any, path: Path, monkeypatch: pytest.MonkeyPatch, *, bulk: bool,

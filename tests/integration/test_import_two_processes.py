@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 import sqlalchemy as sa
 
-from escalation.bootstrap import build, warnings_for
+from escalation.bootstrap import warnings_for
 from escalation.service_layer import import_parallel
 from escalation.service_layer.importer import (
     ColumnMapping,
@@ -54,21 +52,6 @@ def _write(tmp_path: Path, name: str, rows: list[str]) -> Path:
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """250-record chunks: a 1,200-row file is chunks 0-4, three here and two in the child."""
     monkeypatch.setattr(import_parallel, "CHUNK", 250)
-
-
-@pytest.fixture()
-def second_app(settings: Any, scratch: sa.Engine, redis_url: str) -> Iterator[Any]:
-    """An App on a database and namespace of its own (the one-process run)."""
-    ns = f"t{uuid.uuid4().hex[:12]}"
-    other = settings.model_copy(update={
-        "database_url": scratch.url.render_as_string(hide_password=False), "namespace": ns})
-    app = build(other, actor="test-worker")
-    yield app
-    app.close()
-    client = redis.Redis.from_url(redis_url)
-    for key in client.scan_iter(match=f"*{{{ns}:*", count=1000):
-        client.delete(key)
-    client.close()
 
 
 NOW = datetime(2026, 11, 30, 15, 0, 0, 123000, tzinfo=UTC)
