@@ -193,8 +193,9 @@ def parallel_validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, default_ti
 
 def _child(open_csv: OpenCsv, mapping: ColumnMapping, default_timezone: str,
            encoder: RowEncoder, out: IO[bytes], send: Connection) -> None:
-    """The child: render the odd chunks, send each chunk's outcomes, then ``("done", n)``;
-    an exception is sent as ``("error", exc)``. Never returns."""
+    """The child: render the odd chunks, send each chunk's outcomes as ``("chunk", index,
+    ChunkResult)``, then ``("done", None, None)``; an exception is sent as ``("error", None,
+    exc)``. Never returns (``os._exit``: 0, or 1 after an exception)."""
     code = 0
     try:
         with open_csv() as stream:
