@@ -533,7 +533,9 @@ class ImportTarget:
     (the CLI passes it, so imported escalations get their warnings like enqueued ones): each
     newly scheduled escalation's warnings are scheduled there exactly as the
     ``bootstrap.schedule_for`` hook schedules them (``warnings.schedule_warnings``); the bulk
-    path computes them once per request shape instead of once per row.
+    path computes them once per request shape instead of once per row and, when the queue
+    has the scheduler's namespace and shards, lets the enqueue script write them in the
+    same call (``EncodedScheduler.enqueue_encoded``).
     """
 
     scheduler: Scheduler
