@@ -193,7 +193,10 @@ def _check_regulatory_fit(
         by_date = {v.window.unit for v in reg.variants} | {reg.window.unit} <= {
             WindowUnit.CALENDAR_DAYS, WindowUnit.BUSINESS_DAYS}
         tz = zone_of(reg.window, calendars)
-        cache: dict[tuple[object, int], datetime] = {}
+        # Anchors only move forward, so the cache holds the current date's deadlines only
+        # (a cache of every date held ~18 MiB at peak for a billing-cycle deadline).
+        cache: dict[int, datetime] = {}
+        cached_day: object = None
         anchor = ANCHOR_FROM
         while anchor < ANCHOR_FROM + ANCHOR_SPAN:
             end = anchor
@@ -201,12 +204,15 @@ def _check_regulatory_fit(
                 end = window_end(end, tier.window, calendars)
             with_buffer = buffer_cal.add(end, reg.buffer, reg.window.unit) if reg.buffer else end
             day = anchor.astimezone(tz).date() if by_date else anchor
+            if day != cached_day:
+                cache.clear()
+                cached_day = day
             for i, attrs in enumerate(variants):
-                deadline = cache.get((day, i)) if by_date else None
+                deadline = cache.get(i) if by_date else None
                 if deadline is None:
                     deadline = reg.deadline(anchor, calendars, attrs)
                     if by_date:
-                        cache[(day, i)] = deadline
+                        cache[i] = deadline
                 over = with_buffer - deadline
                 if over > timedelta(0) and (worst is None or over > worst[0]):
                     worst = (over, anchor, end, deadline, attrs)

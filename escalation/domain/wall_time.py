@@ -19,6 +19,7 @@ times"):
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -41,6 +42,9 @@ def zone(name: str) -> ZoneInfo:
                            "America/New_York)") from None
 
 
+# Pure, and called with the same few wall times over and over (a day's close, midnight): the
+# ladder check resolves ~10^5 of them, mostly repeats.
+@functools.lru_cache(maxsize=256)
 def resolve_wall(wall: datetime, tz: ZoneInfo) -> datetime:
     """Aware UTC instant of the naive local wall time ``wall`` in ``tz``.
 
