@@ -89,7 +89,9 @@ def _report_import(csv_path: Path, res: Any, *, skip_invalid: bool, as_json: boo
     """Bad rows (first 50) on stderr, then the summary line (exit 2 when nothing written).
 
     ``--json``: one JSON object on stdout, written or not, with every bad row as
-    ``{"line", "message"}`` in ``errors`` (``imported`` false when nothing was written)."""
+    ``{"line", "message"}`` in ``errors`` (``imported`` false when nothing was written) and
+    the ids of re-imported rows that differ from their recorded escalation in
+    ``changed_since_recorded`` (a warning on stderr either way)."""
     for line, msg in res.errors[:50]:
         err.print(f"{csv_path}:{line}: {msg}", markup=False, highlight=False)
     if len(res.errors) > 50:
@@ -98,16 +100,27 @@ def _report_import(csv_path: Path, res: Any, *, skip_invalid: bool, as_json: boo
     summary = {"imported": res.written, "rows": res.rows, "created": res.created,
                "already_enqueued": res.existing, "skipped_invalid":
                len(res.errors) if res.written else 0,
-               "errors": [{"line": line, "message": msg} for line, msg in res.errors]}
+               "errors": [{"line": line, "message": msg} for line, msg in res.errors],
+               "changed_since_recorded": res.changed}
     if as_json:
         sys.stdout.write(json.dumps(summary) + "\n")
     if not res.written:
         err.print(f"error: {len(res.errors)} bad row(s); nothing imported"
                   + ("" if skip_invalid else " (fix them or pass --skip-invalid)"))
         raise typer.Exit(2)
+    if res.changed:
+        # the ledger is append-only: a recorded escalation is never rewritten by a re-import
+        shown = ", ".join(res.changed[:10]) + (
+            f" and {len(res.changed) - 10} more" if len(res.changed) > 10 else "")
+        err.print(f"warning: {len(res.changed)} row(s) differ from the escalation recorded "
+                  f"for their dispute (the row changed since it was first imported); the "
+                  f"recorded escalation stands and these rows were not applied: {shown}"
+                  + ("" if as_json else " (--json lists them all)"),
+                  markup=False, highlight=False)
     if not as_json:
+        changed = f" ({len(res.changed)} of them changed, not applied)" if res.changed else ""
         out.print(f"imported {csv_path}: {res.created} enqueued, {res.existing} already "
-                  f"enqueued, {len(res.errors)} skipped as invalid ({res.rows} rows)",
+                  f"enqueued{changed}, {len(res.errors)} skipped as invalid ({res.rows} rows)",
                   markup=False, highlight=False)
 
 

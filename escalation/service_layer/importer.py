@@ -32,6 +32,7 @@ import pickle
 import tempfile
 import tomllib
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import date, datetime
@@ -516,6 +517,11 @@ class ImportResult:
         created / existing: disputes newly scheduled / already known (0 when not written).
         errors: every bad row as (1-based line, message), in file order.
         written: False when nothing was written (bad rows without ``skip_invalid``).
+        changed: of the ``existing`` rows, those whose source hash differs from the one
+            recorded for their dispute (the row changed since it was first imported), as
+            the id the file gives (external id, else the dispute UUID), in file order. The
+            ledger is append-only: the recorded escalation stands and the row is not
+            applied; the caller reports them.
     """
 
     rows: int = 0
@@ -523,6 +529,7 @@ class ImportResult:
     existing: int = 0
     errors: list[tuple[int, str]] = field(default_factory=list)
     written: bool = False
+    changed: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -680,12 +687,13 @@ class SpillFile:
 
 
 EncodedRow = tuple[str, str, Any, "tuple[object, ...] | None",
-                   "tuple[tuple[str, int], ...] | None"]
+                   "tuple[tuple[str, int], ...] | None", str, "str | None"]
 """One row as the bulk path writes it: (dispute id as a canonical UUID string, its staging
 COPY line, its rendered Redis enqueue, the field values of its recorded escalation when an
-``on_scheduled`` hook needs the escalation back (else None), and its pre-breach warnings
+``on_scheduled`` hook needs the escalation back (else None), its pre-breach warnings
 when a warnings queue is given (else None) as (member text after the dispute id, i.e.
-``":<seq>:<fraction>"``, due epoch ms) pairs)."""
+``":<seq>:<fraction>"``, due epoch ms) pairs, its source hash and its external id (the
+objects the line and the enqueue hold already, so a pickled spill stores them once))."""
 
 _SHAPE_CACHE_MAX = 512
 
@@ -770,7 +778,7 @@ class RowEncoder:
         values = None
         if self._keep:
             values = _recorded_values(shape.recorded, req.dispute_id, ext, source_hash, trace)
-        return did, line, payload, values, shape.warnings
+        return did, line, payload, values, shape.warnings, source_hash, ext
 
     @staticmethod
     def shape_key(req: EnqueueRequest) -> tuple[object, ...]:
@@ -911,12 +919,25 @@ def write_pass(spill: SpillFile, target: ImportTarget, now: datetime, result: Im
     Updates ``result.created`` / ``result.existing`` and sets ``result.written``.
     """
     done = 0
-    for res in record_batches(spill.batches(batch_size), scheduler=target.scheduler,
+    sent: deque[list[BuiltEnqueue]] = deque()  # batches handed to record_batches, in order
+
+    def batches() -> Iterator[list[BuiltEnqueue]]:
+        for batch in spill.batches(batch_size):
+            sent.append(batch)
+            yield batch
+
+    for res in record_batches(batches(), scheduler=target.scheduler,
                               store=target.store, actor=target.actor, now=now,
                               on_scheduled=target.hook()):
         created = sum(1 for r in res if r.created)
         result.created += created
         result.existing += len(res) - created
+        built = sent.popleft()  # the batch these results answer
+        if created < len(res):
+            result.changed += [_shown(b.escalation.external_id, b.escalation.dispute_id)
+                               for b, r in zip(built, res, strict=True)
+                               if not r.created
+                               and r.escalation.source_hash != b.escalation.source_hash]
         done += len(res)
         progress("write", done, spill.rows)
     progress("write", done, spill.rows)
@@ -960,7 +981,8 @@ def write_encoded_pass(spill: RenderedRows, store: StagedEnqueueLog, scheduler: 
         while current is not None:
             created = store.record_staged([r[1] for r in current], target.actor)
             # the COPY lines are written: drop them now (a batch of lines is several MB)
-            new = [(r[0], "", r[2], r[3], r[4]) for r in current if r[0] in created]
+            new = [(r[0], "", r[2], r[3], r[4], r[5], r[6]) for r in current
+                   if r[0] in created]
             old = [r for r in current if r[0] not in created] if len(new) < len(current) else []
             n_rows = len(current)
             current = []
@@ -969,7 +991,7 @@ def write_encoded_pass(spill: RenderedRows, store: StagedEnqueueLog, scheduler: 
             behind.wait()  # before reading the next batch: two batches in memory
             following = next(batches, None)
             if old:  # rare (a re-import): their recorded states, as record_batches does
-                _schedule_existing(old, store, scheduler, target, hook)
+                result.changed += _schedule_existing(old, store, scheduler, target, hook)
             if new:
                 behind.run(_schedule_encoded, scheduler, new, hook, last=following is None)
             done += n_rows
@@ -1014,24 +1036,35 @@ def _schedule_encoded(scheduler: EncodedScheduler, rows: Sequence[EncodedRow],
 
 def _schedule_existing(rows: Sequence[EncodedRow], store: StagedEnqueueLog,
                        scheduler: EncodedScheduler, target: ImportTarget,
-                       hook: _BulkHook) -> None:
+                       hook: _BulkHook) -> list[str]:
     """Re-schedule the disputes of ``rows`` PostgreSQL already held, from their recorded
     state (read in one query per batch), when they are still pending (``record_batches``'
-    answer to a replay)."""
+    answer to a replay). Returns the rows whose source hash differs from the recorded one,
+    as the id the file gives (:attr:`ImportResult.changed`)."""
     ids = [uuid.UUID(r[0]) for r in rows]
     recorded = store.get_many(ids)
     states: list[Escalation] = []
     orphans: list[EncodedRow] = []
+    changed: list[str] = []
     for did, r in zip(ids, rows, strict=True):
         esc = recorded.get(did)
         if esc is None:  # not possible while projection rows are never deleted
             orphans.append(r)
-        elif esc.status is Status.PENDING:
+            continue
+        if r[5] != esc.source_hash:
+            changed.append(_shown(r[6], did))
+        if esc.status is Status.PENDING:
             states.append(esc)
     if states:
         schedule(target.scheduler, states, target.hook())
     if orphans:
         _schedule_encoded(scheduler, orphans, hook)
+    return changed
+
+
+def _shown(external_id: str | None, dispute_id: object) -> str:
+    """A row's id as its file gives it: the external id, else the dispute UUID."""
+    return external_id if external_id is not None else str(dispute_id)
 
 
 def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, *,

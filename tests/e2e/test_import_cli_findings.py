@@ -97,3 +97,32 @@ def test_a_stray_quote_costs_its_row_not_the_rest_of_the_file(
     assert res.returncode == 0, res.stderr
     assert f"{csv_file}:11: " in res.stderr and "spans lines 11-12" in res.stderr
     assert "48 enqueued" in res.stdout and "1 skipped as invalid" in res.stdout, res.stdout
+
+
+def test_a_reimported_row_that_changed_is_named_and_not_applied(
+    app: Any, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    source = f"c{uuid.uuid4().hex[:8]}"
+    rows = _rows(30, source)
+    csv_file = tmp_path / "c.csv"
+    csv_file.write_text("id,opened,note\n" + "\n".join(rows) + "\n")
+    assert run_cli(cli_env, *_args(csv_file)).returncode == 0
+    rows[7] = rows[7].replace("2026-01-05", "2026-01-02")  # the date was wrong: fixed
+    csv_file.write_text("id,opened,note\n" + "\n".join(rows) + "\n")
+
+    res = run_cli(cli_env, *_args(csv_file))
+    assert res.returncode == 0, res.stderr
+    assert "0 enqueued, 30 already enqueued (1 of them changed, not applied)" in res.stdout
+    assert "warning: 1 row(s) differ from the escalation recorded" in res.stderr
+    assert res.stderr.rstrip().endswith(f"{source}-7 (--json lists them all)"), res.stderr
+
+    res = run_cli(cli_env, *_args(csv_file), "--json")
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert report["changed_since_recorded"] == [f"{source}-7"]
+    # the recorded escalation stands: its due time is still the first import's
+    res = run_cli(cli_env, "audit", "show", f"{source}-7", "--json")
+    assert res.returncode == 0, res.stderr
+    ledger = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+    assert [row["event"] for row in ledger] == ["ENQUEUED"]
+    assert "2026-01-06" in ledger[0]["due_at"]  # 2026-01-05 + the standard tier's 24 h

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from escalation.adapters.redis_keys import Keys
 from escalation.bootstrap import schedule_for, warnings_for
-from escalation.service_layer import importer, trace_ids
+from escalation.service_layer import import_parallel, importer, trace_ids
 from escalation.service_layer.importer import (
     ColumnMapping,
     ImportResult,
@@ -206,3 +206,55 @@ def test_a_file_of_distinct_shapes_takes_the_general_path_and_writes_the_same(
     assert (fast.created, general.created) == (120, 120)
     ids = _ids(path)
     assert _written(app, ids) == _written(second_app, ids)
+
+
+@pytest.mark.parametrize(("bulk", "repeat", "copies", "processes"), [
+    (True, 3, 1, 1),      # the bulk path, one process
+    (True, 3, 10, 2),     # the bulk path, pass 1 in two processes (1,200 rows)
+    (False, 3, 1, 1),     # the general path
+    (True, 1, 1, 1),      # distinct shapes: the bulk path hands over to the general one
+], ids=["bulk", "bulk-2-processes", "general", "distinct-shapes"])
+def test_a_reimported_row_that_changed_is_reported_and_not_applied(
+    app: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bulk: bool, repeat: int,
+    copies: int, processes: int
+) -> None:
+    rows: list[str] = []
+    for _ in range(copies):
+        rows += _rows(f"s{uuid.uuid4().hex[:8]}", repeat=repeat)
+    path = _write(tmp_path, "first.csv", rows)
+    first = _import(app, path, monkeypatch, bulk=bulk, processes=processes,
+                    expect=None if repeat > 1 or not bulk else "write_pass")
+    assert (first.created, first.changed) == (len(rows), [])
+    ids = _ids(path)
+    before = _written(app, ids)
+
+    # Three rows change, in file order: row 5 (a UUID id) an earlier date, row 10 (a quoted
+    # external id) its billing cycle, the last row its amount.
+    def edit(row: str, column: int, value: str) -> str:
+        cells = next(csv.reader([row]))
+        assert cells[column] != value
+        cells[column] = value
+        out = io.StringIO()
+        csv.writer(out, lineterminator="").writerow(cells)
+        return out.getvalue()
+
+    changed = list(rows)
+    changed[5] = edit(rows[5], 1, "2025-12-01")
+    changed[10] = edit(rows[10], 4, "28" if next(csv.reader([rows[10]]))[4] != "28" else "27")
+    changed[-1] = edit(rows[-1], 2, "99.99")
+    path2 = _write(tmp_path, "second.csv", changed)
+    passes: list[int] = []
+    real_pass = import_parallel.parallel_validate_pass
+    monkeypatch.setattr(import_parallel, "parallel_validate_pass",
+                        lambda *a, **k: (passes.append(1), real_pass(*a, **k))[1])
+    again = _import(app, path2, monkeypatch, bulk=bulk, processes=processes,
+                    expect=None if repeat > 1 or not bulk else "write_pass")
+    assert passes == ([1] if processes == 2 else [])
+    assert (again.created, again.existing) == (0, len(rows))
+
+    def shown(row: str) -> str:
+        cell = next(csv.reader([row]))[0]
+        return str(uuid.UUID(cell)) if cell.count("-") == 4 and len(cell) == 36 else cell
+
+    assert again.changed == [shown(changed[5]), shown(changed[10]), shown(changed[-1])]
+    assert _written(app, ids) == before  # the recorded escalations stand, untouched

@@ -154,9 +154,10 @@ def test_row_encoder_raises_what_build_one_raises_per_row() -> None:
         except InvalidInput as exc:
             want = str(exc)
         if want is None:
-            did, line, payload, values, warned = encoder.encode(req)
+            did, line, payload, values, warned, source_hash, ext = encoder.encode(req)
             assert did == str(req.dispute_id) and line.startswith(did)
             assert values is None and warned is None
+            assert (source_hash, ext) == (req.source_hash, req.external_id)
             assert payload[2][0] == did
         else:
             with pytest.raises(InvalidInput) as got:
