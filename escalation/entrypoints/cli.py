@@ -258,23 +258,34 @@ def worker(
 ) -> None:
     """Fire due escalations until SIGTERM/SIGINT (or, with --burst, until nothing is due)."""
     from escalation.entrypoints.worker import (
+        StoppedDuringStartup,
         install_early_stop_handlers,
         run_worker,
         settle_heap,
+        startup_finished,
     )
     from escalation.entrypoints.worker_metrics import WorkerMetrics
 
     if metrics_port is not None and not 1 <= metrics_port <= 65535:
         raise InvalidInput(f"--metrics-port must be 1-65535, got {metrics_port}")
     install_early_stop_handlers()
-    a = _app(strict_ladders=True, durable_redis=True, batch_size=batch_size,
-             poll_interval_s=poll_interval_s, lock_ttl_s=lock_ttl_s,
-             jitter=jitter, worker_id=worker_id)
-    metrics = None
-    if metrics_port is not None:
-        metrics = WorkerMetrics()
-        metrics.serve(metrics_port, metrics_addr)
-    settle_heap()  # a worker process: collector tuned for the firing loop
+    a = None
+    try:
+        a = _app(strict_ladders=True, durable_redis=True, batch_size=batch_size,
+                 poll_interval_s=poll_interval_s, lock_ttl_s=lock_ttl_s,
+                 jitter=jitter, worker_id=worker_id)
+        metrics = None
+        if metrics_port is not None:
+            metrics = WorkerMetrics()
+            metrics.serve(metrics_port, metrics_addr)
+        settle_heap()  # a worker process: collector tuned for the firing loop
+        startup_finished()
+    except StoppedDuringStartup as stop:
+        startup_finished()
+        stop.log()
+        if a is not None:
+            a.close()
+        raise typer.Exit(0) from None
     try:
         totals = run_worker(a, burst=burst, metrics=metrics)
     finally:

@@ -167,22 +167,44 @@ def crashpoint_from_env() -> Any:
     return hook
 
 
-_EARLY_STOP: dict[str, int | None] = {"signum": None}
+_EARLY_STOP: dict[str, int | None] = {"signum": None, "abort": 0}
+
+
+class StoppedDuringStartup(BaseException):
+    """A stop signal (SIGTERM/SIGINT) came while the worker was still starting (connecting,
+    start-up retries, the schema and ladder checks): nothing was claimed yet, so start-up is
+    abandoned at once and the process exits 0. A BaseException, like KeyboardInterrupt, so
+    that no retry loop takes it for a failure to retry. ``args[0]``: the signal's name."""
+
+    def log(self) -> None:
+        """Log ``worker.stopped_during_startup`` with the signal's name."""
+        log.info("worker.stopped_during_startup", signal=self.args[0])
 
 
 def install_early_stop_handlers() -> None:
     """Catch SIGTERM/SIGINT from process start until :func:`run_worker` takes over.
 
-    Start-up (imports, connecting, the schema check) takes a moment; a stop signal in that
-    window is remembered and honoured by ``run_worker`` (clean exit 0) instead of killing the
-    process with the default action.
+    A stop signal while start-up runs raises :class:`StoppedDuringStartup` where the process
+    is (a connect or a start-up retry wait included: an orchestrator's stop is not held up
+    by ``startup_timeout_s``); the ``worker`` command exits 0. Once
+    :func:`startup_finished` has been called, a signal is only remembered, and
+    ``run_worker`` honours it before its first claim.
     """
 
     def early(signum: int, frame: FrameType | None) -> None:
         _EARLY_STOP["signum"] = signum
+        if _EARLY_STOP["abort"]:
+            _EARLY_STOP["abort"] = 0  # raised once: clean-up code runs undisturbed
+            raise StoppedDuringStartup(signal.Signals(signum).name)
 
+    _EARLY_STOP["abort"] = 1
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, early)
+
+
+def startup_finished() -> None:
+    """From now on an early stop signal is remembered for ``run_worker``, not raised."""
+    _EARLY_STOP["abort"] = 0
 
 
 #: Outages retried with backoff: PostgreSQL away, Redis away (incl. a Cluster or Sentinel

@@ -116,3 +116,37 @@ def test_burst_worker_drains_what_is_due_and_exits(app: Any, cli_env: dict[str, 
     assert proc.wait(timeout=60) == 0
     total, once, dup = ledger_stats(app, ids)
     assert once == 120 and dup == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_during_startup_retries_exits_zero_at_once(
+    cli_env: dict[str, str], sig: signal.Signals
+) -> None:
+    # A Redis that is not there: start-up retries for ESCALATION_STARTUP_TIMEOUT_S (60 s
+    # here). An orchestrator's stop must not wait for that: nothing is claimed yet.
+    import socket
+
+    with socket.socket() as s:  # a free loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(cli_env, ESCALATION_REDIS_URL=f"redis://127.0.0.1:{port}/9",
+               ESCALATION_STARTUP_TIMEOUT_S="60")
+    proc = start_worker(env, "--poll-interval-s", "1")
+    try:
+        deadline = time.monotonic() + 60
+        while "startup.retry" not in worker_output(proc) and time.monotonic() < deadline:
+            assert proc.poll() is None, worker_output(proc)
+            time.sleep(0.05)
+        assert "startup.retry" in worker_output(proc), worker_output(proc)
+        proc.send_signal(sig)
+        sent = time.monotonic()
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = worker_output(proc)
+    assert proc.returncode == 0, out
+    assert time.monotonic() - sent < 20
+    assert "worker.stopped_during_startup" in out and sig.name in out, out
+    assert "worker.started" not in out and "Traceback" not in out, out
