@@ -101,7 +101,7 @@ def _report_import(csv_path: Path, res: Any, *, skip_invalid: bool, as_json: boo
                "already_enqueued": res.existing, "skipped_invalid":
                len(res.errors) if res.written else 0,
                "errors": [{"line": line, "message": msg} for line, msg in res.errors],
-               "changed_since_recorded": res.changed}
+               "changed_since_recorded": res.changed, "rescheduled": res.rescheduled}
     if as_json:
         sys.stdout.write(json.dumps(summary) + "\n")
     if not res.written:
@@ -118,7 +118,10 @@ def _report_import(csv_path: Path, res: Any, *, skip_invalid: bool, as_json: boo
                   + ("" if as_json else " (--json lists them all)"),
                   markup=False, highlight=False)
     if not as_json:
-        changed = f" ({len(res.changed)} of them changed, not applied)" if res.changed else ""
+        notes = ([f"{res.rescheduled} of them re-scheduled: their Redis entry was missing"]
+                 if res.rescheduled else [])
+        notes += [f"{len(res.changed)} of them changed, not applied"] if res.changed else []
+        changed = f" ({'; '.join(notes)})" if notes else ""
         out.print(f"imported {csv_path}: {res.created} enqueued, {res.existing} already "
                   f"enqueued{changed}, {len(res.errors)} skipped as invalid ({res.rows} rows)",
                   markup=False, highlight=False)

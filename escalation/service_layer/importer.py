@@ -522,6 +522,9 @@ class ImportResult:
             the id the file gives (external id, else the dispute UUID), in file order. The
             ledger is append-only: the recorded escalation stands and the row is not
             applied; the caller reports them.
+        rescheduled: of the ``existing`` rows, those still pending whose Redis entry was
+            missing and that were scheduled again from their recorded state (the last
+            batches of an interrupted import, or a Redis that lost data).
     """
 
     rows: int = 0
@@ -530,6 +533,7 @@ class ImportResult:
     errors: list[tuple[int, str]] = field(default_factory=list)
     written: bool = False
     changed: list[str] = field(default_factory=list)
+    rescheduled: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -926,9 +930,10 @@ def write_pass(spill: SpillFile, target: ImportTarget, now: datetime, result: Im
             sent.append(batch)
             yield batch
 
+    counting = _CountingHook(target.hook())
     for res in record_batches(batches(), scheduler=target.scheduler,
                               store=target.store, actor=target.actor, now=now,
-                              on_scheduled=target.hook()):
+                              on_scheduled=counting):
         created = sum(1 for r in res if r.created)
         result.created += created
         result.existing += len(res) - created
@@ -941,7 +946,26 @@ def write_pass(spill: SpillFile, target: ImportTarget, now: datetime, result: Im
         done += len(res)
         progress("write", done, spill.rows)
     progress("write", done, spill.rows)
+    # every Redis step has ended: what was newly scheduled beyond the rows created now was
+    # a recorded (existing) escalation whose Redis entry had gone
+    result.rescheduled += max(0, counting.count - result.created)
     result.written = True
+
+
+class _CountingHook:
+    """An ``on_scheduled`` hook that counts the escalations it is handed (the newly
+    scheduled ones) and passes them on to ``inner`` (if any). Called from one thread at a
+    time (``BatchBehind`` keeps one step in flight)."""
+
+    def __init__(self, inner: OnScheduled | None) -> None:
+        self.inner = inner
+        self.count = 0
+
+    def __call__(self, escalations: Sequence[Escalation]) -> None:
+        """Count ``escalations``, then hand them to the inner hook."""
+        self.count += len(escalations)
+        if self.inner is not None:
+            self.inner(escalations)
 
 
 class RenderedRows(Protocol):
@@ -991,7 +1015,9 @@ def write_encoded_pass(spill: RenderedRows, store: StagedEnqueueLog, scheduler: 
             behind.wait()  # before reading the next batch: two batches in memory
             following = next(batches, None)
             if old:  # rare (a re-import): their recorded states, as record_batches does
-                result.changed += _schedule_existing(old, store, scheduler, target, hook)
+                changed, rescheduled = _schedule_existing(old, store, scheduler, target, hook)
+                result.changed += changed
+                result.rescheduled += rescheduled
             if new:
                 behind.run(_schedule_encoded, scheduler, new, hook, last=following is None)
             done += n_rows
@@ -1036,11 +1062,12 @@ def _schedule_encoded(scheduler: EncodedScheduler, rows: Sequence[EncodedRow],
 
 def _schedule_existing(rows: Sequence[EncodedRow], store: StagedEnqueueLog,
                        scheduler: EncodedScheduler, target: ImportTarget,
-                       hook: _BulkHook) -> list[str]:
+                       hook: _BulkHook) -> tuple[list[str], int]:
     """Re-schedule the disputes of ``rows`` PostgreSQL already held, from their recorded
     state (read in one query per batch), when they are still pending (``record_batches``'
     answer to a replay). Returns the rows whose source hash differs from the recorded one,
-    as the id the file gives (:attr:`ImportResult.changed`)."""
+    as the id the file gives (:attr:`ImportResult.changed`), and how many were newly
+    scheduled (:attr:`ImportResult.rescheduled`)."""
     ids = [uuid.UUID(r[0]) for r in rows]
     recorded = store.get_many(ids)
     states: list[Escalation] = []
@@ -1055,11 +1082,12 @@ def _schedule_existing(rows: Sequence[EncodedRow], store: StagedEnqueueLog,
             changed.append(_shown(r[6], did))
         if esc.status is Status.PENDING:
             states.append(esc)
+    counting = _CountingHook(target.hook())
     if states:
-        schedule(target.scheduler, states, target.hook())
+        schedule(target.scheduler, states, counting)
     if orphans:
         _schedule_encoded(scheduler, orphans, hook)
-    return changed
+    return changed, counting.count
 
 
 def _shown(external_id: str | None, dispute_id: object) -> str:

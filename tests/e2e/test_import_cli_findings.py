@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from escalation.service_layer.importer import stable_dispute_id
 from tests.helpers import run_cli
 
 
@@ -109,10 +110,16 @@ def test_a_reimported_row_that_changed_is_named_and_not_applied(
     assert run_cli(cli_env, *_args(csv_file)).returncode == 0
     rows[7] = rows[7].replace("2026-01-05", "2026-01-02")  # the date was wrong: fixed
     csv_file.write_text("id,opened,note\n" + "\n".join(rows) + "\n")
+    lost = stable_dispute_id(f"{source}-3", "external")[0]  # as an interrupted import leaves it
+    keys = app.scheduler.keys_for(lost)
+    assert app.redis.delete(keys.payload(lost)) == 1
+    assert app.redis.zrem(keys.pending, str(lost)) == 1
 
     res = run_cli(cli_env, *_args(csv_file))
     assert res.returncode == 0, res.stderr
-    assert "0 enqueued, 30 already enqueued (1 of them changed, not applied)" in res.stdout
+    assert ("0 enqueued, 30 already enqueued (1 of them re-scheduled: their Redis entry was "
+            "missing; 1 of them changed, not applied)") in res.stdout
+    assert app.redis.zscore(keys.pending, str(lost)) is not None
     assert "warning: 1 row(s) differ from the escalation recorded" in res.stderr
     assert res.stderr.rstrip().endswith(f"{source}-7 (--json lists them all)"), res.stderr
 
@@ -120,6 +127,7 @@ def test_a_reimported_row_that_changed_is_named_and_not_applied(
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
     assert report["changed_since_recorded"] == [f"{source}-7"]
+    assert report["rescheduled"] == 0  # scheduled again by the run before
     # the recorded escalation stands: its due time is still the first import's
     res = run_cli(cli_env, "audit", "show", f"{source}-7", "--json")
     assert res.returncode == 0, res.stderr

@@ -258,3 +258,34 @@ def test_a_reimported_row_that_changed_is_reported_and_not_applied(
 
     assert again.changed == [shown(changed[5]), shown(changed[10]), shown(changed[-1])]
     assert _written(app, ids) == before  # the recorded escalations stand, untouched
+
+
+@pytest.mark.parametrize(("bulk", "repeat"), [(True, 3), (False, 3), (True, 1)],
+                         ids=["bulk", "general", "distinct-shapes"])
+def test_a_reimport_reschedules_what_redis_lost_and_counts_it(
+    app: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bulk: bool, repeat: int
+) -> None:
+    # As an import interrupted between its PostgreSQL and Redis steps leaves it: recorded,
+    # not scheduled. The re-run schedules them again and says how many.
+    path = _write(tmp_path, "lost.csv", _rows(f"s{uuid.uuid4().hex[:8]}", repeat=repeat))
+    expect = None if repeat > 1 or not bulk else "write_pass"
+    first = _import(app, path, monkeypatch, bulk=bulk, expect=expect)
+    assert (first.created, first.rescheduled) == (120, 0)
+    ids = _ids(path)
+    before = _written(app, ids)
+    lost = ids[7:12] + ids[100:103]
+    for did in lost:
+        keys: Keys = app.scheduler.keys_for(did)
+        app.redis.delete(keys.payload(did))
+        app.redis.zrem(keys.pending, str(did))
+    assert all(app.redis.zscore(app.scheduler.keys_for(d).pending, str(d)) is None for d in lost)
+
+    again = _import(app, path, monkeypatch, bulk=bulk, expect=expect)
+    assert (again.created, again.existing, again.rescheduled) == (0, 120, len(lost))
+    assert again.changed == []
+    after = _written(app, ids)
+    assert after["payloads"] == before["payloads"] and after["scores"] == before["scores"]
+    assert after["ledger"] == before["ledger"]  # nothing new recorded
+
+    third = _import(app, path, monkeypatch, bulk=bulk, expect=expect)
+    assert (third.existing, third.rescheduled) == (120, 0)
