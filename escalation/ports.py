@@ -288,6 +288,10 @@ class AuditLog(Protocol):
         """Current projection state and status, or None."""
         ...
 
+    def get_many(self, dispute_ids: Iterable[UUID]) -> dict[UUID, Escalation]:
+        """Current projection states by dispute id, in one read (unknown ids absent)."""
+        ...
+
     def unapplied_decisions(
         self, ranges: Sequence[tuple[UUID, int, int]]
     ) -> dict[UUID, LedgerRow]:

@@ -11,7 +11,7 @@ by branch in milliseconds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -312,6 +312,9 @@ class FakeAuditLog:
     def get(self, dispute_id: UUID) -> tuple[Escalation, Status] | None:
         state = self.states.get(dispute_id)
         return None if state is None else (state, state.status)
+
+    def get_many(self, dispute_ids: Iterable[UUID]) -> dict[UUID, Escalation]:
+        return {d: self.states[d] for d in dispute_ids if d in self.states}
 
     def unapplied_decisions(
         self, ranges: Sequence[tuple[UUID, int, int]]

@@ -374,9 +374,11 @@ def _record_one(
     recorded = store.record_enqueue_many(chunk, actor, now, versions, details)
     firsts: list[EnqueueResult] = []
     to_schedule: list[Escalation] = []
+    replays = [state.dispute_id for created, state in recorded if not created]
+    held = store.get_many(replays) if replays else {}  # one read for the batch's replays
     for created, state in recorded:
-        got = store.get(state.dispute_id) if not created else (state, Status.PENDING)
-        status = got[1] if got else Status.PENDING
+        got = None if created else held.get(state.dispute_id)
+        status = got.status if got is not None else Status.PENDING
         if status is Status.PENDING:
             to_schedule.append(state)
         firsts.append(EnqueueResult(created, state, status))

@@ -127,3 +127,32 @@ def test_the_store_answers_a_repeat_with_what_its_first_occurrence_recorded(app)
     out = app.store.record_enqueue_many([b.escalation for b in built], "svc", now)
     assert [created for created, _ in out] == [True, False]
     assert out[0][1] == out[1][1] == app.store.get(did)[0]
+
+
+def test_a_replayed_batch_reads_the_recorded_states_in_one_query(app: Any) -> None:
+    import sqlalchemy as sa
+
+    ids = [uuid.uuid4() for _ in range(60)]
+    first = run(app, [req(d) for d in ids[:40]])
+    assert all(r.created for r in first)
+    cancelled = ids[3]
+    app.store.record_cancel(cancelled, "svc", datetime.now(UTC), "resolved")
+
+    statements: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    sa.event.listen(app.engine, "before_cursor_execute", count)
+    try:
+        again = run(app, [req(d) for d in ids])  # 40 replays (one cancelled) and 20 new
+    finally:
+        sa.event.remove(app.engine, "before_cursor_execute", count)
+    assert [r.created for r in again] == [False] * 40 + [True] * 20
+    assert again[3].status is Status.CANCELLED
+    assert all(r.status is Status.PENDING for i, r in enumerate(again) if i != 3)
+    assert_answers_match_the_record(app, [r for i, r in enumerate(again) if i != 3])
+    # the states of the 40 replays come from one SELECT, not one per replay
+    reads = [s for s in statements if s.lstrip().upper().startswith("SELECT")
+             and "escalation_state" in s]
+    assert len(reads) <= 3, reads
