@@ -107,6 +107,14 @@ def _json_pairs(mapping: Mapping[str, str]) -> bytes | str:
 
 _NO_PAIRS = b"[]"
 
+_OUTCOMES: dict[str, ApplyOutcome] = {
+    "a": ApplyOutcome.APPLIED,
+    "s": ApplyOutcome.STALE_SEQ,
+    "o": ApplyOutcome.NOT_OWNER,
+    "m": ApplyOutcome.MISSING,
+}
+"""apply.lua's outcome codes (its reply holds one character per op)."""
+
 
 class RedisScheduler(ClaimMixin, InspectionMixin):
     """Scheduler port on Redis: pending ZSET + payload HASH + lock per escalation, N shards.
@@ -314,9 +322,11 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
                 if warns:  # scheduled by the script for the applied ops (apply.lua header)
                     kargs += [keys.warnings, keys.wake]
                     argv.append(orjson.dumps(warns))
-                raw = self._run("apply", kargs, argv)
-                for i, outcome in zip(chunk, raw, strict=True):
-                    results[i] = ApplyOutcome(outcome)
+                codes = self._run("apply", kargs, argv)  # one character per op
+                if isinstance(codes, bytes):
+                    codes = codes.decode()
+                for i, code in zip(chunk, codes, strict=True):
+                    results[i] = _OUTCOMES[code]
         return results
 
     @staticmethod

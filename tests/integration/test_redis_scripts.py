@@ -133,7 +133,7 @@ def test_apply_with_one_bad_op_applies_none(redis_client: redis.Redis, namespace
     # the good op alone is well formed: it applies
     alone = script(keys=[k.pending, k.review, k.stats, k.payload(member), k.lock(member),
                          k.ready, k.prio], args=["1000", *good])
-    assert [x.decode() if isinstance(x, bytes) else x for x in alone] == ["applied"]
+    assert alone in ("a", b"a")  # one outcome character per op: applied
     assert redis_client.zscore(k.pending, member) is None
     assert redis_client.xlen(k.review) == 1
 

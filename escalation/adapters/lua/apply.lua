@@ -69,22 +69,14 @@
 --              KEYS[n*2+6] (an existing member keeps its score); when that added any and the ZSET's first member is one of them,
 --              the wake LIST KEYS[n*2+7] gets one "1" (LPUSH + LTRIM to one element), as
 --              RedisWarnings.schedule does, so a worker caching a later warning time wakes.
--- Returns:     array of n outcome strings: "applied" | "stale_seq" | "not_owner" | "missing"
+-- Returns:     one string of n characters, the outcome of op i at position i:
+--              "a" applied, "s" stale_seq, "o" not_owner, "m" missing
 -- Errors:      "EINVAL apply: <reason>" (nothing written)
 
 local function fail(msg) return redis.error_reply('EINVAL apply: ' .. msg) end
-local function is_int(s) return type(s) == 'string' and string.match(s, '^%d+$') ~= nil and #s <= 16 end
--- a JSON array of strings [f1, v1, ...] with non-empty names, at most 64 entries; else nil
-local function pairs_of(text, allow_empty)
-  local ok, t = pcall(cjson.decode, text)
-  if not ok or type(t) ~= 'table' then return nil end
-  local len = #t
-  if len % 2 ~= 0 or len > 64 or (len == 0 and not allow_empty) then return nil end
-  for j = 1, len do
-    if type(t[j]) ~= 'string' or (j % 2 == 1 and #t[j] == 0) then return nil end
-  end
-  return t
-end
+local find, tonumber, type, pcall, decode = string.find, tonumber, type, pcall, cjson.decode
+-- a decimal integer string of at most 16 digits
+local function is_int(s) return type(s) == 'string' and #s <= 16 and find(s, '^%d+$') ~= nil end
 local ACTIONS = {reschedule = true, remove = true, park = true}
 
 local maxlen = ARGV[1]
@@ -98,7 +90,7 @@ local nkeys = 5 + 2 * n + (with_warnings and 2 or 0)
 if #KEYS ~= nkeys then return fail('expected ' .. nkeys .. ' KEYS, got ' .. #KEYS) end
 local warns = {}
 if with_warnings then
-  local ok, t = pcall(cjson.decode, ARGV[#ARGV])
+  local ok, t = pcall(decode, ARGV[#ARGV])
   if not ok or type(t) ~= 'table' or #t % 3 ~= 0 or #t > 48 * n then return fail('bad warnings') end
   for j = 1, #t, 3 do
     local pos, suffix, ms = t[j], t[j + 1], t[j + 2]
@@ -110,31 +102,53 @@ if with_warnings then
   end
   warns = t
 end
-local ops = {}
+-- validate every op before the first write. Op i is ARGV[8 * i - 6 .. 8 * i + 1]; its decoded
+-- payload fields go to fields[i], its review entry to notify[i] (both JSON arrays of strings
+-- [f1, v1, ...], names non-empty, at most 64 entries) and the value of the entry's "seq"
+-- field, as a number, to nseq[i] (none, or not a number: no seq guard)
+local fields, notify, nseq = {}, {}, {}
 for i = 1, n do
   local p = 8 * i - 6
-  local op = {id = ARGV[p], action = ARGV[p + 1], token = ARGV[p + 2], seq = ARGV[p + 3],
-              due_ms = ARGV[p + 4], create = ARGV[p + 5]}
-  local id = op.id
-  if #id == 0 or #id > 100 then return fail('op ' .. i .. ': bad id') end
-  if string.sub(KEYS[2 + 2 * i], -#id) ~= id or string.sub(KEYS[3 + 2 * i], -#id) ~= id then
+  local id, action, token = ARGV[p], ARGV[p + 1], ARGV[p + 2]
+  local lid = #id
+  if lid == 0 or lid > 100 then return fail('op ' .. i .. ': bad id') end
+  if string.sub(KEYS[2 + 2 * i], -lid) ~= id or string.sub(KEYS[3 + 2 * i], -lid) ~= id then
     return fail('op ' .. i .. ': KEYS do not belong to ' .. id)
   end
-  if not ACTIONS[op.action] then return fail('op ' .. i .. ': bad action') end
-  if op.token ~= '' and not is_int(op.token) then return fail('op ' .. i .. ': bad token') end
-  if not is_int(op.seq) then return fail('op ' .. i .. ': bad seq') end
-  if op.action == 'reschedule' and not is_int(op.due_ms) then return fail('op ' .. i .. ': bad due_ms') end
-  if op.create ~= '0' and op.create ~= '1' then return fail('op ' .. i .. ': bad create flag') end
-  op.fields = pairs_of(ARGV[p + 6], op.action == 'remove')
-  if op.fields == nil then return fail('op ' .. i .. ': bad fields') end
-  op.notify = pairs_of(ARGV[p + 7], true)
-  if op.notify == nil then return fail('op ' .. i .. ': bad notify') end
-  op.pkey, op.lkey = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
-  ops[i] = op
+  if not ACTIONS[action] then return fail('op ' .. i .. ': bad action') end
+  if token ~= '' and not is_int(token) then return fail('op ' .. i .. ': bad token') end
+  if not is_int(ARGV[p + 3]) then return fail('op ' .. i .. ': bad seq') end
+  if action == 'reschedule' and not is_int(ARGV[p + 4]) then return fail('op ' .. i .. ': bad due_ms') end
+  local create = ARGV[p + 5]
+  if create ~= '0' and create ~= '1' then return fail('op ' .. i .. ': bad create flag') end
+  local ok, t = pcall(decode, ARGV[p + 6])
+  local len = ok and type(t) == 'table' and #t or -1
+  if len < 0 or len % 2 ~= 0 or len > 64 or (len == 0 and action ~= 'remove') then
+    return fail('op ' .. i .. ': bad fields')
+  end
+  for j = 1, len, 2 do
+    local name, value = t[j], t[j + 1]
+    if type(name) ~= 'string' or name == '' or type(value) ~= 'string' then
+      return fail('op ' .. i .. ': bad fields')
+    end
+  end
+  fields[i] = t
+  ok, t = pcall(decode, ARGV[p + 7])
+  len = ok and type(t) == 'table' and #t or -1
+  if len < 0 or len % 2 ~= 0 or len > 64 then return fail('op ' .. i .. ': bad notify') end
+  for j = 1, len, 2 do
+    local name, value = t[j], t[j + 1]
+    if type(name) ~= 'string' or name == '' or type(value) ~= 'string' then
+      return fail('op ' .. i .. ': bad notify')
+    end
+    if name == 'seq' then nseq[i] = tonumber(value) end
+  end
+  notify[i] = t
 end
+local PENDING, REVIEW = KEYS[1], KEYS[2]
 local READY, PRIO = KEYS[4 + 2 * n], KEYS[5 + 2 * n]
 local function scheduled(id)
-  return redis.call('ZSCORE', KEYS[1], id) ~= false or redis.call('ZSCORE', READY, id) ~= false
+  return redis.call('ZSCORE', PENDING, id) ~= false or redis.call('ZSCORE', READY, id) ~= false
 end
 
 -- collected writes to the shared keys: ids to ZREM from ready / pending, HDEL from prio, and
@@ -147,101 +161,100 @@ local function flush()
     redis.call('ZREM', READY, unpack(zrem_ready, from, math.min(from + CHUNK - 1, #zrem_ready)))
   end
   for from = 1, #zrem_pending, CHUNK do
-    redis.call('ZREM', KEYS[1], unpack(zrem_pending, from, math.min(from + CHUNK - 1, #zrem_pending)))
+    redis.call('ZREM', PENDING, unpack(zrem_pending, from, math.min(from + CHUNK - 1, #zrem_pending)))
   end
   for from = 1, #hdel_prio, CHUNK do
     redis.call('HDEL', PRIO, unpack(hdel_prio, from, math.min(from + CHUNK - 1, #hdel_prio)))
   end
   for from = 1, #zadd_pending, 2 * CHUNK do
-    redis.call('ZADD', KEYS[1], unpack(zadd_pending, from, math.min(from + 2 * CHUNK - 1, #zadd_pending)))
+    redis.call('ZADD', PENDING, unpack(zadd_pending, from, math.min(from + 2 * CHUNK - 1, #zadd_pending)))
   end
   zrem_ready, zrem_pending, hdel_prio, zadd_pending, collected = {}, {}, {}, {}, {}
 end
 
-local function write_payload(op)
-  redis.call('DEL', op.pkey)
-  redis.call('HSET', op.pkey, unpack(op.fields))
-end
-
 local result = {}
-local counts = {applied = 0, stale_seq = 0, not_owner = 0, missing = 0}
-for i, op in ipairs(ops) do
-  if collected[op.id] then flush() end
-  local pseq = redis.call('HGET', op.pkey, 'seq')
+local applied, stale, not_owner, missing = 0, 0, 0, 0
+for i = 1, n do
+  local p = 8 * i - 6
+  local id, action, token, seq, due_ms = ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4]
+  local pkey, lkey = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
+  local note = notify[i]
+  if collected[id] then flush() end
+  local pseq = redis.call('HGET', pkey, 'seq')
   if pseq ~= false and tonumber(pseq) == nil then pseq = '0' end  -- corrupt seq: behind everything
-  local lockval = redis.call('GET', op.lkey)
+  local lockval = redis.call('GET', lkey)
   local locktok = lockval and string.match(lockval, '^(%d+):') or nil
-  local restore = op.create == '1'
+  local restore = ARGV[p + 5] == '1'
   local out
   if pseq == false then
-    if restore and op.action ~= 'remove' then
+    if restore and action ~= 'remove' then
       if lockval then
-        out = 'not_owner'
+        out = 'o'
       else
-        write_payload(op)
-        if op.action == 'reschedule' then
-          redis.call('ZREM', READY, op.id)
-          redis.call('ZADD', KEYS[1], op.due_ms, op.id)
+        redis.call('DEL', pkey)
+        redis.call('HSET', pkey, unpack(fields[i]))
+        if action == 'reschedule' then
+          redis.call('ZREM', READY, id)
+          redis.call('ZADD', PENDING, due_ms, id)
         end
-        if #op.notify > 0 then  -- re-created payload: the caller checked the stream
-          redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', unpack(op.notify))
+        if #note > 0 then  -- re-created payload: the caller checked the stream
+          redis.call('XADD', REVIEW, 'MAXLEN', '~', maxlen, '*', unpack(note))
         end
-        out = 'applied'
+        out = 'a'
       end
     else
-      out = 'missing'
+      out = 'm'
     end
-  elseif tonumber(pseq) >= tonumber(op.seq) then
-    out = 'stale_seq'
-    if restore and not lockval and op.action == 'reschedule' and tonumber(pseq) == tonumber(op.seq)
-        and not scheduled(op.id) then
-      redis.call('ZADD', KEYS[1], op.due_ms, op.id)
-      out = 'applied'
+  elseif tonumber(pseq) >= tonumber(seq) then
+    out = 's'
+    if restore and not lockval and action == 'reschedule' and tonumber(pseq) == tonumber(seq)
+        and not scheduled(id) then
+      redis.call('ZADD', PENDING, due_ms, id)
+      out = 'a'
     end
-    if op.token ~= '' and locktok == op.token then
-      if op.action == 'reschedule' and tonumber(pseq) == tonumber(op.seq) then
-        local due = redis.call('HGET', op.pkey, 'due_ms')
-        if due and scheduled(op.id) then
-          redis.call('ZREM', READY, op.id)
-          redis.call('ZADD', KEYS[1], due, op.id)
+    if token ~= '' and locktok == token then
+      if action == 'reschedule' and tonumber(pseq) == tonumber(seq) then
+        local due = redis.call('HGET', pkey, 'due_ms')
+        if due and scheduled(id) then
+          redis.call('ZREM', READY, id)
+          redis.call('ZADD', PENDING, due, id)
         end
       end
-      redis.call('DEL', op.lkey)
+      redis.call('DEL', lkey)
     end
-  elseif op.token ~= '' and locktok ~= op.token then
-    out = 'not_owner'
+  elseif token ~= '' and locktok ~= token then
+    out = 'o'
   elseif restore and lockval then
-    out = 'not_owner'
+    out = 'o'
   else
-    local owned = op.token ~= ''
-    collected[op.id] = true
-    zrem_ready[#zrem_ready + 1] = op.id
-    if op.action == 'remove' then
-      zrem_pending[#zrem_pending + 1] = op.id
-      hdel_prio[#hdel_prio + 1] = op.id
-      if owned then redis.call('DEL', op.pkey, op.lkey) else redis.call('DEL', op.pkey) end
+    collected[id] = true
+    zrem_ready[#zrem_ready + 1] = id
+    if action == 'remove' then
+      zrem_pending[#zrem_pending + 1] = id
+      hdel_prio[#hdel_prio + 1] = id
+      if token ~= '' then redis.call('DEL', pkey, lkey) else redis.call('DEL', pkey) end
     else
-      if op.action == 'reschedule' then
-        zadd_pending[#zadd_pending + 1] = op.due_ms
-        zadd_pending[#zadd_pending + 1] = op.id
+      if action == 'reschedule' then
+        zadd_pending[#zadd_pending + 1] = due_ms
+        zadd_pending[#zadd_pending + 1] = id
       else
-        zrem_pending[#zrem_pending + 1] = op.id
+        zrem_pending[#zrem_pending + 1] = id
       end
-      if owned then redis.call('DEL', op.pkey, op.lkey) else redis.call('DEL', op.pkey) end
-      redis.call('HSET', op.pkey, unpack(op.fields))
+      if token ~= '' then redis.call('DEL', pkey, lkey) else redis.call('DEL', pkey) end
+      redis.call('HSET', pkey, unpack(fields[i]))
     end
-    if #op.notify > 0 then
-      local nseq = nil
-      for j = 1, #op.notify, 2 do
-        if op.notify[j] == 'seq' then nseq = tonumber(op.notify[j + 1]) end
-      end
-      if nseq == nil or tonumber(pseq) < nseq then
-        redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', unpack(op.notify))
+    if #note > 0 then
+      local s = nseq[i]
+      if s == nil or tonumber(pseq) < s then
+        redis.call('XADD', REVIEW, 'MAXLEN', '~', maxlen, '*', unpack(note))
       end
     end
-    out = 'applied'
+    out = 'a'
   end
-  counts[out] = counts[out] + 1
+  if out == 'a' then applied = applied + 1
+  elseif out == 's' then stale = stale + 1
+  elseif out == 'o' then not_owner = not_owner + 1
+  else missing = missing + 1 end
   result[i] = out
 end
 flush()
@@ -249,8 +262,8 @@ if #warns > 0 then
   local zargs, mine = {}, {}
   for j = 1, #warns, 3 do
     local pos = warns[j]
-    if result[pos] == 'applied' then
-      local member = ops[pos].id .. ':' .. warns[j + 1]
+    if result[pos] == 'a' then
+      local member = ARGV[8 * pos - 6] .. ':' .. warns[j + 1]
       zargs[#zargs + 1] = warns[j + 2]
       zargs[#zargs + 1] = member
       mine[member] = true
@@ -271,8 +284,8 @@ if #warns > 0 then
     end
   end
 end
-local STAT = {applied = 'applied', stale_seq = 'stale_apply', not_owner = 'not_owner', missing = 'missing'}
-for k, v in pairs(counts) do
-  if v > 0 then redis.call('HINCRBY', KEYS[3], STAT[k], v) end
-end
-return result
+if applied > 0 then redis.call('HINCRBY', KEYS[3], 'applied', applied) end
+if stale > 0 then redis.call('HINCRBY', KEYS[3], 'stale_apply', stale) end
+if not_owner > 0 then redis.call('HINCRBY', KEYS[3], 'not_owner', not_owner) end
+if missing > 0 then redis.call('HINCRBY', KEYS[3], 'missing', missing) end
+return table.concat(result)
