@@ -92,7 +92,12 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- fencing tokens one INCRBY (the same consecutive tokens, in candidate order, that one INCR
 -- per member would hand out). Per claimed member only HGETALL payload and SET lock NX (which
 -- is also the lock check) remain; no Lua table is built per member beyond the reply's.
+-- Numbers passed to redis.call are formatted with "%.17g" per argument, and `..` formats with
+-- "%.14g": the per-member arguments are strings formatted once per call (lease, visibility
+-- deadline) or as integers (the lock's token).
 local CHUNK = 500
+local format = string.format
+local lease_text, until_text = format('%d', lease), format('%.0f', now + lease)
 local has_prio = redis.call('EXISTS', KEYS[5]) == 1
 
 -- weights (HMGET prio) of ids[from..to] (every step-th entry of ids from from): absent or
@@ -151,7 +156,7 @@ for i = 1, n do
         redis.call('HDEL', KEYS[5], id)
         stuck[#stuck + 1] = id
         prefix = false
-      elseif not redis.call('SET', KEYS[5 + 2 * i], (base + nwon + 1) .. ':' .. worker, 'PX', lease, 'NX') then
+      elseif not redis.call('SET', KEYS[5 + 2 * i], format('%d', base + nwon + 1) .. ':' .. worker, 'PX', lease_text, 'NX') then
         contended = contended + 1
       else
         nwon = nwon + 1
@@ -168,7 +173,6 @@ if nwon > 0 then
   if prefix then
     redis.call('ZREMRANGEBYRANK', KEYS[4], 0, nwon - 1)
   end
-  local until_ms = now + lease
   for from = 1, nwon, CHUNK do
     local to = math.min(from + CHUNK - 1, nwon)
     local w = has_prio and weights(won_id, from, to, 1) or nil
@@ -176,7 +180,7 @@ if nwon > 0 then
     for k = from, to do
       local id, due = won_id[k], won_score[k]
       if w then due = tostring(tonumber(due) + w[k - from + 1] * aging) end
-      zargs[#zargs + 1] = until_ms
+      zargs[#zargs + 1] = until_text
       zargs[#zargs + 1] = id
       local at = 4 * k - 3
       items[at], items[at + 1], items[at + 2], items[at + 3] = id, base + k, due, won_flat[k]
