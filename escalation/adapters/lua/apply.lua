@@ -181,7 +181,8 @@ for i = 1, n do
   local note = notify[i]
   if collected[id] then flush() end
   local pseq = redis.call('HGET', pkey, 'seq')
-  if pseq ~= false and tonumber(pseq) == nil then pseq = '0' end  -- corrupt seq: behind everything
+  local pnum, snum = pseq and tonumber(pseq), tonumber(seq)  -- each parsed once
+  if pseq ~= false and pnum == nil then pseq, pnum = '0', 0 end  -- corrupt seq: behind everything
   local lockval = redis.call('GET', lkey)
   local locktok = lockval and string.match(lockval, '^(%d+):') or nil
   local restore = ARGV[p + 5] == '1'
@@ -205,15 +206,15 @@ for i = 1, n do
     else
       out = 'm'
     end
-  elseif tonumber(pseq) >= tonumber(seq) then
+  elseif pnum >= snum then
     out = 's'
-    if restore and not lockval and action == 'reschedule' and tonumber(pseq) == tonumber(seq)
+    if restore and not lockval and action == 'reschedule' and pnum == snum
         and not scheduled(id) then
       redis.call('ZADD', PENDING, due_ms, id)
       out = 'a'
     end
     if token ~= '' and locktok == token then
-      if action == 'reschedule' and tonumber(pseq) == tonumber(seq) then
+      if action == 'reschedule' and pnum == snum then
         local due = redis.call('HGET', pkey, 'due_ms')
         if due and scheduled(id) then
           redis.call('ZREM', READY, id)
@@ -245,7 +246,7 @@ for i = 1, n do
     end
     if #note > 0 then
       local s = nseq[i]
-      if s == nil or tonumber(pseq) < s then
+      if s == nil or pnum < s then
         redis.call('XADD', REVIEW, 'MAXLEN', '~', maxlen, '*', unpack(note))
       end
     end
