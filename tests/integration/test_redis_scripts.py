@@ -247,3 +247,74 @@ def test_payload_without_required_field_is_refused() -> None:
     del fields["seq"]
     with pytest.raises(InvalidInput, match="seq"):
         payload_to_escalation(uuid.uuid4(), fields)
+
+
+def test_claim_reports_the_due_time_with_and_without_weights(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """claim.lua scores ready by due - weight * aging and reports the due time back: with a
+    prio HASH (weights read, one weighted and one absent member) and without one (no
+    weights read at all)."""
+    sched = RedisScheduler(redis_client, namespace=namespace)
+    k = Keys(namespace, 0)
+    escs = [make_esc(timedelta(seconds=-30 + i)) for i in range(3)]
+    sched.enqueue_many(escs)
+    redis_client.hset(k.prio, str(escs[2].dispute_id), "2")
+    got = sched.claim(10, 30_000, "w1")
+    assert got.items[0].escalation.dispute_id == escs[2].dispute_id  # weighted first
+    assert {i.escalation.dispute_id: i.score_ms for i in got.items} == {
+        e.dispute_id: int(e.due_at.timestamp() * 1000) for e in escs}
+    other = f"{namespace}:plain"  # keys "{<namespace>:plain:0}...": cleaned up too
+    plain = RedisScheduler(redis_client, namespace=other)
+    more = [make_esc(timedelta(seconds=-30 + i)) for i in range(3)]
+    plain.enqueue_many(more)
+    assert redis_client.exists(Keys(other, 0).prio) == 0
+    items = plain.claim(10, 30_000, "w1").items
+    assert [(i.escalation.dispute_id, i.score_ms) for i in items] == [
+        (e.dispute_id, int(e.due_at.timestamp() * 1000)) for e in more]
+
+
+def test_claim_promotes_at_most_promote_max_due_members_earliest_first(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """The promoted members leave pending by rank: exactly the promote_max earliest due ones
+    move to ready; later due and future members stay in pending with their scores."""
+    sched = RedisScheduler(redis_client, namespace=namespace)
+    k = Keys(namespace, 0)
+    due = [make_esc(timedelta(seconds=-50 + i)) for i in range(5)]
+    future = [make_esc(timedelta(minutes=5 + i)) for i in range(3)]
+    sched.enqueue_many(due + future)
+    before = dict(redis_client.zrange(k.pending, 0, -1, withscores=True))
+    script = redis_client.register_script(script_source("claim"))
+    # promote_max 2, no candidates: only the promotion step runs
+    script(keys=[k.pending, k.fence, k.stats, k.ready, k.prio],
+           args=["30000", "w1", "10", "60000", "2", "0"])
+    moved = [str(e.dispute_id) for e in due[:2]]
+    assert dict(redis_client.zrange(k.ready, 0, -1, withscores=True)) == {
+        m: before[m] for m in moved}
+    assert dict(redis_client.zrange(k.pending, 0, -1, withscores=True)) == {
+        m: s for m, s in before.items() if m not in moved}
+    script(keys=[k.pending, k.fence, k.stats, k.ready, k.prio],
+           args=["30000", "w1", "10", "60000", "100", "0"])
+    assert redis_client.zcard(k.ready) == 5
+    assert sorted(redis_client.zrange(k.pending, 0, -1)) == sorted(
+        str(e.dispute_id) for e in future)
+
+
+def test_claim_around_a_locked_head_member_leaves_it_in_ready(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """A locked member at the top of ready is skipped (contended) and stays in ready; the
+    members claimed after it leave ready (not by rank: they are not the head's first)."""
+    sched = RedisScheduler(redis_client, namespace=namespace)
+    k = Keys(namespace, 0)
+    escs = [make_esc(timedelta(seconds=-30 + i)) for i in range(4)]
+    sched.enqueue_many(escs)
+    first = str(escs[0].dispute_id)
+    redis_client.set(k.lock(first), "999:other", px=30_000)
+    got = sched.claim(3, 30_000, "w1")
+    assert [i.escalation.dispute_id for i in got.items] == [e.dispute_id for e in escs[1:]]
+    assert got.contended >= 1
+    assert redis_client.zrange(k.ready, 0, -1) == [first]
+    assert sorted(redis_client.zrange(k.pending, 0, -1)) == sorted(
+        str(e.dispute_id) for e in escs[1:])
