@@ -106,33 +106,35 @@ def test_apply_with_one_bad_op_applies_none(redis_client: redis.Redis, namespace
     sched.enqueue(esc)
     k = Keys(namespace, 0)
     member = str(esc.dispute_id)
-    # op: id, action, token, seq, due_ms, create, fields (JSON array), notify (JSON array)
-    good = [member, "remove", "", "9", "1", "0", "[]", '["event", "removed"]']
+    # op: id, action, token, seq, due_ms, create; its fields and notify lists go to ARGV[2]
+    good = [member, "remove", "", "9", "1", "0"]
+    good_lists = '[], ["event", "removed"]'
     other = str(uuid.uuid4())
     script = redis_client.register_script(script_source("apply"))
     op_keys = [k.pending, k.review, k.stats, k.payload(member), k.lock(member)]
     op_keys += [k.payload(other), k.lock(other), k.ready, k.prio]
-    bad_ops = (
-        [other, "explode", "", "1", "1", "0", "[]", "[]"],  # unknown action
-        [other, "remove", "", "1", "1", "0", "[]"],  # truncated: 7 strings
-        [other, "park", "", "1", "1", "0", "[]", "[]"],  # park without fields
-        [other, "remove", "", "1", "1", "0", "[]", '["a", "b", "c"]'],  # odd notify
-        [other, "remove", "", "1", "1", "0", "[]", "not json"],  # notify not JSON
-        [other, "remove", "", "1", "1", "0", "[]", '["", "b"]'],  # empty field name
-        [other, "remove", "x", "1", "1", "0", "[]", "[]"],  # token not an integer
+    bad_ops = (  # the other op and its two lists
+        ([other, "explode", "", "1", "1", "0"], "[], []"),  # unknown action
+        ([other, "remove", "", "1", "1"], "[], []"),  # truncated: 5 strings
+        ([other, "park", "", "1", "1", "0"], "[], []"),  # park without fields
+        ([other, "remove", "", "1", "1", "0"], '[], ["a", "b", "c"]'),  # odd notify
+        ([other, "remove", "", "1", "1", "0"], '[], "not a list"'),  # notify not an array
+        ([other, "remove", "", "1", "1", "0"], '[], ["", "b"]'),  # empty field name
+        ([other, "remove", "", "1", "1", "0"], '[], ["a", 5]'),  # a value not a string
+        ([other, "remove", "x", "1", "1", "0"], "[], []"),  # token not an integer
+        ([other, "remove", "", "1", "1", "0"], "[]"),  # the other op's lists missing
     )
-    for bad in bad_ops:
+    for bad, lists in bad_ops:
         with pytest.raises(redis.ResponseError, match="EINVAL apply"):
-            script(
-                keys=op_keys,
-                args=["1000", *good, *bad],
-            )
+            script(keys=op_keys, args=["1000", f"[{good_lists}, {lists}]", *good, *bad])
+    with pytest.raises(redis.ResponseError, match="EINVAL apply"):  # not JSON at all
+        script(keys=op_keys, args=["1000", "not json", *good, *good])
     assert redis_client.zscore(k.pending, member) is not None
     assert sched.payload(member) is not None
     assert redis_client.exists(k.review) == 0
     # the good op alone is well formed: it applies
     alone = script(keys=[k.pending, k.review, k.stats, k.payload(member), k.lock(member),
-                         k.ready, k.prio], args=["1000", *good])
+                         k.ready, k.prio], args=["1000", f"[{good_lists}]", *good])
     assert alone in ("a", b"a")  # one outcome character per op: applied
     assert redis_client.zscore(k.pending, member) is None
     assert redis_client.xlen(k.review) == 1

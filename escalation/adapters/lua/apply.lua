@@ -48,7 +48,13 @@
 -- KEYS[n*2+6]  warnings ZSET (only with the warnings argument below)
 -- KEYS[n*2+7]  wake LIST (only with the warnings argument below)
 -- ARGV[1]      review stream approximate MAXLEN, integer 1..100000000
--- ARGV[2..]    the ops, 8 strings each: op i is ARGV[p] .. ARGV[p+7] with p = 8 * i - 6:
+-- ARGV[2]      the ops' pair lists, one JSON array of 2n arrays of strings: fields of op 1,
+--              notify of op 1, fields of op 2, ... (one cjson.decode per call):
+--                fields  [f1, v1, ...]: payload fields (required, non-empty, for
+--                        reschedule/park; names non-empty; at most 64 strings)
+--                notify  [f1, v1, ...]: review stream entry fields, or [] for none (names
+--                        non-empty; at most 64 strings)
+-- ARGV[3..]    the ops, 6 strings each: op i is ARGV[p] .. ARGV[p+5] with p = 6 * i - 3:
 --                ARGV[p]        id      dispute id (ZSET member), 1..100 bytes
 --                ARGV[p+1]      action  "reschedule" | "remove" | "park"
 --                ARGV[p+2]      token   fencing token, decimal integer string, or "" (owner-less
@@ -57,11 +63,7 @@
 --                ARGV[p+4]      due_ms  due time, integer epoch milliseconds (required for
 --                                       reschedule; otherwise any string)
 --                ARGV[p+5]      create  "1" = restore mode (may create a missing payload), else "0"
---                ARGV[p+6]      fields  JSON array of strings [f1, v1, ...]: payload fields
---                                       (required, non-empty, for reschedule/park; names non-empty)
---                ARGV[p+7]      notify  JSON array of strings [f1, v1, ...]: review stream entry
---                                       fields, or [] for none
--- ARGV[8n+2]   optional (present when #ARGV = 8n + 2): the pre-breach warnings of the ops,
+-- ARGV[6n+3]   optional (present when #ARGV = 6n + 3): the pre-breach warnings of the ops,
 --              one flat JSON array of triples: op index i (1..n), suffix "<seq>:<fraction>",
 --              score (integer epoch ms), at most 16 triples per op; the warning's member is
 --              "<id of op i>:<suffix>" (RedisWarnings' member form). After all ops ran, the
@@ -83,9 +85,10 @@ local maxlen = ARGV[1]
 if not is_int(maxlen) or tonumber(maxlen) < 1 or tonumber(maxlen) > 100000000 then
   return fail('review MAXLEN must be an integer 1..100000000')
 end
-local with_warnings = (#ARGV - 1) % 8 == 1
-if (#ARGV - 1) % 8 ~= 0 and not with_warnings then return fail('ops must be 8 strings each') end
-local n = math.floor((#ARGV - 1) / 8)
+if #ARGV < 2 then return fail('missing the pair lists') end
+local with_warnings = (#ARGV - 2) % 6 == 1
+if (#ARGV - 2) % 6 ~= 0 and not with_warnings then return fail('ops must be 6 strings each') end
+local n = math.floor((#ARGV - 2) / 6)
 local nkeys = 5 + 2 * n + (with_warnings and 2 or 0)
 if #KEYS ~= nkeys then return fail('expected ' .. nkeys .. ' KEYS, got ' .. #KEYS) end
 local warns = {}
@@ -102,13 +105,17 @@ if with_warnings then
   end
   warns = t
 end
--- validate every op before the first write. Op i is ARGV[8 * i - 6 .. 8 * i + 1]; its decoded
--- payload fields go to fields[i], its review entry to notify[i] (both JSON arrays of strings
--- [f1, v1, ...], names non-empty, at most 64 entries) and the value of the entry's "seq"
--- field, as a number, to nseq[i] (none, or not a number: no seq guard)
+local okl, lists = pcall(decode, ARGV[2])
+if not okl or type(lists) ~= 'table' or #lists ~= 2 * n then
+  return fail('pair lists must be a JSON array of ' .. (2 * n) .. ' arrays')
+end
+-- validate every op before the first write. Op i is ARGV[6 * i - 3 .. 6 * i + 2]; its payload
+-- fields are lists[2i - 1] (kept as fields[i]), its review entry lists[2i] (notify[i]), and the
+-- value of the entry's "seq" field, as a number, goes to nseq[i] (none, or not a number: no
+-- seq guard)
 local fields, notify, nseq = {}, {}, {}
 for i = 1, n do
-  local p = 8 * i - 6
+  local p = 6 * i - 3
   local id, action, token = ARGV[p], ARGV[p + 1], ARGV[p + 2]
   local lid = #id
   if lid == 0 or lid > 100 then return fail('op ' .. i .. ': bad id') end
@@ -121,8 +128,8 @@ for i = 1, n do
   if action == 'reschedule' and not is_int(ARGV[p + 4]) then return fail('op ' .. i .. ': bad due_ms') end
   local create = ARGV[p + 5]
   if create ~= '0' and create ~= '1' then return fail('op ' .. i .. ': bad create flag') end
-  local ok, t = pcall(decode, ARGV[p + 6])
-  local len = ok and type(t) == 'table' and #t or -1
+  local t = lists[2 * i - 1]
+  local len = type(t) == 'table' and #t or -1
   if len < 0 or len % 2 ~= 0 or len > 64 or (len == 0 and action ~= 'remove') then
     return fail('op ' .. i .. ': bad fields')
   end
@@ -133,8 +140,8 @@ for i = 1, n do
     end
   end
   fields[i] = t
-  ok, t = pcall(decode, ARGV[p + 7])
-  len = ok and type(t) == 'table' and #t or -1
+  t = lists[2 * i]
+  len = type(t) == 'table' and #t or -1
   if len < 0 or len % 2 ~= 0 or len > 64 then return fail('op ' .. i .. ': bad notify') end
   for j = 1, len, 2 do
     local name, value = t[j], t[j + 1]
@@ -175,7 +182,7 @@ end
 local result = {}
 local applied, stale, not_owner, missing = 0, 0, 0, 0
 for i = 1, n do
-  local p = 8 * i - 6
+  local p = 6 * i - 3
   local id, action, token, seq, due_ms = ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4]
   local pkey, lkey = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
   local note = notify[i]
@@ -264,7 +271,7 @@ if #warns > 0 then
   for j = 1, #warns, 3 do
     local pos = warns[j]
     if result[pos] == 'a' then
-      local member = ARGV[8 * pos - 6] .. ':' .. warns[j + 1]
+      local member = ARGV[6 * pos - 3] .. ':' .. warns[j + 1]
       zargs[#zargs + 1] = warns[j + 2]
       zargs[#zargs + 1] = member
       mine[member] = true
