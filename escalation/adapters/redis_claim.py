@@ -144,7 +144,7 @@ class ClaimMixin(SchedulerBase):
             result.contended += int(contended)
             result.stuck += [str(s) for s in stuck]
             self._parse_items(items, result)
-            need -= len(items)
+            need -= len(items) // 4
             offset += int(contended)
             if need <= 0 or (not int(more) and not int(contended)):
                 break
@@ -177,7 +177,10 @@ class ClaimMixin(SchedulerBase):
 
     @staticmethod
     def _parse_items(items: Sequence[Any], result: _ShardClaim) -> None:
-        for member, token, score, flat in items:
+        """claim.lua's flat items (id, token, due_ms, payload per claimed member) into
+        ``result.items``; a payload that does not decode is logged and left out."""
+        for at in range(0, len(items) - 3, 4):
+            member, token, score, flat = items[at], items[at + 1], items[at + 2], items[at + 3]
             try:
                 esc = claimed_payload_to_escalation(member, flat)
             except InvalidInput as exc:

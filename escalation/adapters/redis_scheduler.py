@@ -86,26 +86,50 @@ def _warnings_table(entries: Sequence[WarningPoints | None]) -> tuple[bytes | st
     return orjson.dumps(table), orjson.dumps(refs)
 
 
-def _json_pairs(mapping: Mapping[str, str]) -> bytes | str:
-    """The JSON array ``[k1, v1, ...]`` of a str -> str mapping, for apply.lua's
-    ``cjson.decode``.
+def _json_strings(flat: Sequence[str]) -> bytes | str:
+    """The JSON array of the strings ``flat``, for apply.lua's ``cjson.decode``.
 
     orjson writes UTF-8 (no ``\\u`` escapes) in about a quarter of the time of the
     ASCII-escaping encoder; both decode to the same byte strings in Redis (cjson turns the
-    escapes into UTF-8). What orjson refuses (a lone surrogate, a non-str value) takes the
-    ASCII-escaping form, as before.
+    escapes into UTF-8). What orjson refuses (a lone surrogate, a value it cannot serialise)
+    takes the ASCII-escaping form of each element's ``str``.
     """
-    flat: list[str] = []
-    for kv in mapping.items():
-        flat += kv
     try:
         return orjson.dumps(flat)
     except (orjson.JSONEncodeError, TypeError):
-        return "[" + ", ".join(_json_str(str(k)) + ", " + _json_str(str(v))
-                               for k, v in mapping.items()) + "]"
+        return "[" + ", ".join(_json_str(str(x)) for x in flat) + "]"
 
 
-_NO_PAIRS = b"[]"
+def _json_pairs(mapping: Mapping[str, str]) -> bytes | str:
+    """The JSON array ``[k1, v1, ...]`` of a str -> str mapping (:func:`_json_strings`)."""
+    flat: list[str] = []
+    for kv in mapping.items():
+        flat += kv
+    return _json_strings(flat)
+
+
+def _json_lists(lists: Sequence[Sequence[str]]) -> bytes | str:
+    """apply.lua's ARGV[2]: the JSON array of the ops' string lists, in one ``cjson.decode``
+    per call. Each list is encoded as :func:`_json_strings` encodes it alone (one orjson
+    call for the whole array when orjson takes every list)."""
+    try:
+        return orjson.dumps(lists)
+    except (orjson.JSONEncodeError, TypeError):
+        parts = [_json_strings(x) for x in lists]
+        return "[" + ",".join(p.decode() if isinstance(p, bytes) else p for p in parts) + "]"
+
+
+EncodedOp = tuple[list[str], list[str], list[str]]
+"""One apply.lua op: its 6 ARGV strings (id, action, token, seq, due_ms, create flag), its
+payload fields ``[f1, v1, ...]`` and its review-stream entry ``[f1, v1, ...]`` (empty: none)."""
+
+_OUTCOMES: dict[str, ApplyOutcome] = {
+    "a": ApplyOutcome.APPLIED,
+    "s": ApplyOutcome.STALE_SEQ,
+    "o": ApplyOutcome.NOT_OWNER,
+    "m": ApplyOutcome.MISSING,
+}
+"""apply.lua's outcome codes (its reply holds one character per op)."""
 
 
 class RedisScheduler(ClaimMixin, InspectionMixin):
@@ -300,11 +324,15 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
             for start in range(0, len(idxs), MAX_BATCH):
                 chunk = idxs[start : start + MAX_BATCH]
                 kargs = [keys.pending, keys.review, keys.stats]
-                argv: list[str | bytes | int] = [REVIEW_MAXLEN]
+                argv: list[str | bytes | int] = [REVIEW_MAXLEN, ""]
+                lists: list[list[str]] = []
                 for i in chunk:
-                    member = str(encoded[i][0])  # the dispute id (str already)
+                    scalars, fields, notify = encoded[i]
+                    member = scalars[0]  # the dispute id
                     kargs += [keys.payload(member), keys.lock(member)]
-                    argv += encoded[i]
+                    argv += scalars
+                    lists += (fields, notify)
+                argv[1] = _json_lists(lists)  # every op's pair lists, one JSON array
                 kargs += [keys.ready, keys.prio]  # ready set and weights (ADR 0006)
                 # op position, "<seq>:<fraction>", ms: the script prefixes the op's id
                 warns: list[int | str] = []
@@ -314,20 +342,27 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
                 if warns:  # scheduled by the script for the applied ops (apply.lua header)
                     kargs += [keys.warnings, keys.wake]
                     argv.append(orjson.dumps(warns))
-                raw = self._run("apply", kargs, argv)
-                for i, outcome in zip(chunk, raw, strict=True):
-                    results[i] = ApplyOutcome(outcome)
+                codes = self._run("apply", kargs, argv)  # one character per op
+                if isinstance(codes, bytes):
+                    codes = codes.decode()
+                for i, code in zip(chunk, codes, strict=True):
+                    results[i] = _OUTCOMES[code]
         return results
 
     @staticmethod
-    def _encode_op(op: ApplyOp, create: bool) -> list[str | bytes]:
-        """One apply.lua op as its 8 ARGV strings (see the script header): id, action, token,
-        seq, due_ms, create flag, then the payload fields and the notification each as a
-        JSON array of strings. Scalars travel as plain arguments (no JSON object to build
-        here or to walk in Redis); the two pair lists travel as one JSON string each, since
-        every extra argument costs the client more (redis-py packs argument by argument)
-        than ``cjson.decode`` of an array costs Redis (docs/performance.md, "Firing path
-        CPU")."""
+    def _encode_op(op: ApplyOp, create: bool) -> EncodedOp:
+        """One apply.lua op (see the script header): its 6 ARGV strings id, action, token,
+        seq, due_ms, create flag, then its payload fields and its review-stream entry as flat
+        ``[f1, v1, ...]`` lists. ``_apply`` sends the lists of all ops of a call as one JSON
+        array (one ``cjson.decode`` per call in Redis): the scalars travel as plain
+        arguments, the pairs as JSON, since every extra argument costs the client more
+        (redis-py packs argument by argument) than decoding costs Redis (docs/performance.md,
+        "Firing path CPU" fourth and seventh passes).
+
+        Raises:
+            InvalidInput: negative seq or token, more than ``MAX_OP_WARNINGS`` warnings or a
+                warning of another dispute.
+        """
         esc = op.escalation
         if esc.seq < 0 or (op.token is not None and op.token < 0):
             raise InvalidInput(f"apply for {esc.dispute_id}: seq and token must be >= 0")
@@ -336,14 +371,13 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
             raise InvalidInput(f"apply for {esc.dispute_id}: at most {MAX_OP_WARNINGS} "
                                "warnings, all of this dispute")
         flat = payload_pairs(esc)  # seq and due_ms are its 6th and 8th strings
-        try:
-            fields: bytes | str = orjson.dumps(flat)
-        except (orjson.JSONEncodeError, TypeError):
-            fields = _json_pairs(dict(zip(flat[0::2], flat[1::2], strict=True)))
-        return [str(esc.dispute_id), ApplyAction(op.action).value,
-                "" if op.token is None else str(op.token), flat[5], flat[7],
-                "1" if create else "0", fields,
-                _json_pairs(op.notify) if op.notify else _NO_PAIRS]
+        notify: list[str] = []
+        if op.notify:
+            for kv in op.notify.items():
+                notify += kv
+        return ([str(esc.dispute_id), ApplyAction(op.action).value,
+                 "" if op.token is None else str(op.token), flat[5], flat[7],
+                 "1" if create else "0"], flat, notify)
 
     # ------------------------------------------------------------------ cancel
     def cancel(self, dispute_id: UUID | str, notify: dict[str, str] | None = None) -> bool:

@@ -18,6 +18,7 @@ from decimal import Decimal
 from functools import partial
 from typing import Any
 
+import orjson
 import pytest
 import redis
 
@@ -139,15 +140,16 @@ def test_a_malformed_warnings_argument_is_refused_before_any_write(
     item = sched.claim(10, LEASE_MS, "w").items[0]
     keys = sched.keys_for(esc.dispute_id)
     member = str(esc.dispute_id)
-    op = RedisScheduler._encode_op(ApplyOp(promoted(esc), ApplyAction.RESCHEDULE, item.token),
-                                   False)
+    scalars, fields, notify = RedisScheduler._encode_op(
+        ApplyOp(promoted(esc), ApplyAction.RESCHEDULE, item.token), False)
+    lists = orjson.dumps([fields, notify])
     kargs = [keys.pending, keys.review, keys.stats, keys.payload(member), keys.lock(member),
              keys.ready, keys.prio, keys.warnings, keys.wake]
     for bad in ('[2, "1:0.5", 5]', '[1, "", 5]', '[1, "1:0.5", 1.5]', '[1, "1:0.5", -1]',
                 "{", '[1, 5, 5]', '[1, "1:0.5"]', '[[1, "1:0.5", 5]]',
                 "[" + ",".join(['1, "1:0.5", 5'] * 17) + "]"):
         with pytest.raises(ScriptRefused):
-            sched._run("apply", kargs, ["100", *op, bad])
+            sched._run("apply", kargs, ["100", lists, *scalars, bad])
     assert sched.payload(esc.dispute_id)["seq"] == "1"  # nothing written
     assert zset(redis_client, sched, esc) == {}
     with pytest.raises(InvalidInput):

@@ -106,34 +106,36 @@ def test_apply_with_one_bad_op_applies_none(redis_client: redis.Redis, namespace
     sched.enqueue(esc)
     k = Keys(namespace, 0)
     member = str(esc.dispute_id)
-    # op: id, action, token, seq, due_ms, create, fields (JSON array), notify (JSON array)
-    good = [member, "remove", "", "9", "1", "0", "[]", '["event", "removed"]']
+    # op: id, action, token, seq, due_ms, create; its fields and notify lists go to ARGV[2]
+    good = [member, "remove", "", "9", "1", "0"]
+    good_lists = '[], ["event", "removed"]'
     other = str(uuid.uuid4())
     script = redis_client.register_script(script_source("apply"))
     op_keys = [k.pending, k.review, k.stats, k.payload(member), k.lock(member)]
     op_keys += [k.payload(other), k.lock(other), k.ready, k.prio]
-    bad_ops = (
-        [other, "explode", "", "1", "1", "0", "[]", "[]"],  # unknown action
-        [other, "remove", "", "1", "1", "0", "[]"],  # truncated: 7 strings
-        [other, "park", "", "1", "1", "0", "[]", "[]"],  # park without fields
-        [other, "remove", "", "1", "1", "0", "[]", '["a", "b", "c"]'],  # odd notify
-        [other, "remove", "", "1", "1", "0", "[]", "not json"],  # notify not JSON
-        [other, "remove", "", "1", "1", "0", "[]", '["", "b"]'],  # empty field name
-        [other, "remove", "x", "1", "1", "0", "[]", "[]"],  # token not an integer
+    bad_ops = (  # the other op and its two lists
+        ([other, "explode", "", "1", "1", "0"], "[], []"),  # unknown action
+        ([other, "remove", "", "1", "1"], "[], []"),  # truncated: 5 strings
+        ([other, "park", "", "1", "1", "0"], "[], []"),  # park without fields
+        ([other, "remove", "", "1", "1", "0"], '[], ["a", "b", "c"]'),  # odd notify
+        ([other, "remove", "", "1", "1", "0"], '[], "not a list"'),  # notify not an array
+        ([other, "remove", "", "1", "1", "0"], '[], ["", "b"]'),  # empty field name
+        ([other, "remove", "", "1", "1", "0"], '[], ["a", 5]'),  # a value not a string
+        ([other, "remove", "x", "1", "1", "0"], "[], []"),  # token not an integer
+        ([other, "remove", "", "1", "1", "0"], "[]"),  # the other op's lists missing
     )
-    for bad in bad_ops:
+    for bad, lists in bad_ops:
         with pytest.raises(redis.ResponseError, match="EINVAL apply"):
-            script(
-                keys=op_keys,
-                args=["1000", *good, *bad],
-            )
+            script(keys=op_keys, args=["1000", f"[{good_lists}, {lists}]", *good, *bad])
+    with pytest.raises(redis.ResponseError, match="EINVAL apply"):  # not JSON at all
+        script(keys=op_keys, args=["1000", "not json", *good, *good])
     assert redis_client.zscore(k.pending, member) is not None
     assert sched.payload(member) is not None
     assert redis_client.exists(k.review) == 0
     # the good op alone is well formed: it applies
     alone = script(keys=[k.pending, k.review, k.stats, k.payload(member), k.lock(member),
-                         k.ready, k.prio], args=["1000", *good])
-    assert [x.decode() if isinstance(x, bytes) else x for x in alone] == ["applied"]
+                         k.ready, k.prio], args=["1000", f"[{good_lists}]", *good])
+    assert alone in ("a", b"a")  # one outcome character per op: applied
     assert redis_client.zscore(k.pending, member) is None
     assert redis_client.xlen(k.review) == 1
 
@@ -247,3 +249,74 @@ def test_payload_without_required_field_is_refused() -> None:
     del fields["seq"]
     with pytest.raises(InvalidInput, match="seq"):
         payload_to_escalation(uuid.uuid4(), fields)
+
+
+def test_claim_reports_the_due_time_with_and_without_weights(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """claim.lua scores ready by due - weight * aging and reports the due time back: with a
+    prio HASH (weights read, one weighted and one absent member) and without one (no
+    weights read at all)."""
+    sched = RedisScheduler(redis_client, namespace=namespace)
+    k = Keys(namespace, 0)
+    escs = [make_esc(timedelta(seconds=-30 + i)) for i in range(3)]
+    sched.enqueue_many(escs)
+    redis_client.hset(k.prio, str(escs[2].dispute_id), "2")
+    got = sched.claim(10, 30_000, "w1")
+    assert got.items[0].escalation.dispute_id == escs[2].dispute_id  # weighted first
+    assert {i.escalation.dispute_id: i.score_ms for i in got.items} == {
+        e.dispute_id: int(e.due_at.timestamp() * 1000) for e in escs}
+    other = f"{namespace}:plain"  # keys "{<namespace>:plain:0}...": cleaned up too
+    plain = RedisScheduler(redis_client, namespace=other)
+    more = [make_esc(timedelta(seconds=-30 + i)) for i in range(3)]
+    plain.enqueue_many(more)
+    assert redis_client.exists(Keys(other, 0).prio) == 0
+    items = plain.claim(10, 30_000, "w1").items
+    assert [(i.escalation.dispute_id, i.score_ms) for i in items] == [
+        (e.dispute_id, int(e.due_at.timestamp() * 1000)) for e in more]
+
+
+def test_claim_promotes_at_most_promote_max_due_members_earliest_first(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """The promoted members leave pending by rank: exactly the promote_max earliest due ones
+    move to ready; later due and future members stay in pending with their scores."""
+    sched = RedisScheduler(redis_client, namespace=namespace)
+    k = Keys(namespace, 0)
+    due = [make_esc(timedelta(seconds=-50 + i)) for i in range(5)]
+    future = [make_esc(timedelta(minutes=5 + i)) for i in range(3)]
+    sched.enqueue_many(due + future)
+    before = dict(redis_client.zrange(k.pending, 0, -1, withscores=True))
+    script = redis_client.register_script(script_source("claim"))
+    # promote_max 2, no candidates: only the promotion step runs
+    script(keys=[k.pending, k.fence, k.stats, k.ready, k.prio],
+           args=["30000", "w1", "10", "60000", "2", "0"])
+    moved = [str(e.dispute_id) for e in due[:2]]
+    assert dict(redis_client.zrange(k.ready, 0, -1, withscores=True)) == {
+        m: before[m] for m in moved}
+    assert dict(redis_client.zrange(k.pending, 0, -1, withscores=True)) == {
+        m: s for m, s in before.items() if m not in moved}
+    script(keys=[k.pending, k.fence, k.stats, k.ready, k.prio],
+           args=["30000", "w1", "10", "60000", "100", "0"])
+    assert redis_client.zcard(k.ready) == 5
+    assert sorted(redis_client.zrange(k.pending, 0, -1)) == sorted(
+        str(e.dispute_id) for e in future)
+
+
+def test_claim_around_a_locked_head_member_leaves_it_in_ready(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """A locked member at the top of ready is skipped (contended) and stays in ready; the
+    members claimed after it leave ready (not by rank: they are not the head's first)."""
+    sched = RedisScheduler(redis_client, namespace=namespace)
+    k = Keys(namespace, 0)
+    escs = [make_esc(timedelta(seconds=-30 + i)) for i in range(4)]
+    sched.enqueue_many(escs)
+    first = str(escs[0].dispute_id)
+    redis_client.set(k.lock(first), "999:other", px=30_000)
+    got = sched.claim(3, 30_000, "w1")
+    assert [i.escalation.dispute_id for i in got.items] == [e.dispute_id for e in escs[1:]]
+    assert got.contended >= 1
+    assert redis_client.zrange(k.ready, 0, -1) == [first]
+    assert sorted(redis_client.zrange(k.pending, 0, -1)) == sorted(
+        str(e.dispute_id) for e in escs[1:])

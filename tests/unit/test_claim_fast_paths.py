@@ -4,7 +4,8 @@
   ``payload_to_escalation`` on every payload this code writes, on payloads of the earlier
   long-name format, and refuses (InvalidInput) exactly what the general decode refuses;
 * ``_json_pairs`` (apply.lua's pair lists, orjson) decodes to the same strings as the
-  ASCII-escaping encoder it replaced, and falls back to it for what orjson refuses.
+  ASCII-escaping encoder it replaced, and falls back to it for what orjson refuses;
+  ``_json_lists`` (all lists of a call in one array) encodes each list as it would alone.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from escalation.adapters.redis_payload import (
     escalation_to_payload,
     payload_to_escalation,
 )
-from escalation.adapters.redis_scheduler import _json_pairs
+from escalation.adapters.redis_scheduler import _json_lists, _json_pairs
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation
 from escalation.domain.materiality import Materiality
@@ -138,6 +139,19 @@ def test_json_pairs_falls_back_for_a_lone_surrogate() -> None:
     assert got == _ascii_pairs(mapping)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.text(max_size=12), max_size=6), max_size=6))
+def test_json_lists_decode_to_the_lists(lists: list[list[str]]) -> None:
+    assert json.loads(_json_lists(lists)) == lists
+
+
+def test_json_lists_falls_back_per_list_for_a_lone_surrogate() -> None:
+    lists = [["t", "x"], ["r", "a\ud800b"], []]
+    got = _json_lists(lists)
+    assert isinstance(got, str)
+    assert got == '[["t","x"],' + _ascii_pairs({"r": "a\ud800b"}) + ",[]]"
+
+
 def test_json_pairs_writes_utf8_not_escapes() -> None:
     """Redis stores the same bytes either way (cjson turns escapes into UTF-8); orjson
     sends them as they are."""
@@ -161,8 +175,9 @@ def test_encode_op_sends_the_payload_seq_and_due_ms(seq: int, ms: int) -> None:
     from escalation.ports import ApplyAction, ApplyOp
 
     esc = full_esc().with_changes(seq=seq, due_at=T0 + timedelta(milliseconds=ms))
-    enc = RedisScheduler._encode_op(ApplyOp(esc, ApplyAction.RESCHEDULE, 7, {"a": "b"}), True)
+    scalars, pairs, notify = RedisScheduler._encode_op(
+        ApplyOp(esc, ApplyAction.RESCHEDULE, 7, {"a": "b"}), True)
     fields = escalation_to_payload(esc)
-    assert enc[:6] == [str(esc.dispute_id), "reschedule", "7", fields["seq"], fields["due_ms"],
+    assert scalars == [str(esc.dispute_id), "reschedule", "7", fields["seq"], fields["due_ms"],
                        "1"]
-    assert json.loads(enc[6]) == flat(fields) and json.loads(enc[7]) == ["a", "b"]
+    assert pairs == flat(fields) and notify == ["a", "b"]

@@ -34,7 +34,7 @@ KEY_POSITIONS: dict[str, tuple[int, ...] | str] = {
     "PEXPIRE": (1,),
     "HGET": (1,), "HMGET": (1,), "HSET": (1,), "HDEL": (1,), "HGETALL": (1,), "HINCRBY": (1,),
     "ZADD": (1,), "ZREM": (1,), "ZSCORE": (1,), "ZRANGE": (1,), "ZRANGEBYSCORE": (1,),
-    "ZCARD": (1,),
+    "ZCARD": (1,), "ZREMRANGEBYRANK": (1,),
     "LPUSH": (1,), "LTRIM": (1,),
     "XADD": (1,), "XACK": (1,),
 }

@@ -130,8 +130,8 @@ def test_encode_op_accepts_warnings_of_an_equal_id_and_refuses_another() -> None
            for did in (esc.dispute_id, same)]
     encoded = [RedisScheduler._encode_op(op, False) for op in ops]
     assert encoded[0] == encoded[1]
-    assert encoded[0][:6] == [str(esc.dispute_id), "reschedule", "1", "2",
-                              encoded[0][4], "0"]
+    assert encoded[0][0] == [str(esc.dispute_id), "reschedule", "1", "2",
+                             encoded[0][0][4], "0"]
     with pytest.raises(InvalidInput):
         RedisScheduler._encode_op(ApplyOp(esc, ApplyAction.RESCHEDULE, 1, None,
                                           (WarningMember(uuid.uuid4(), 2, "0.50", 5),)), False)

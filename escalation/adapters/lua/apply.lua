@@ -48,7 +48,13 @@
 -- KEYS[n*2+6]  warnings ZSET (only with the warnings argument below)
 -- KEYS[n*2+7]  wake LIST (only with the warnings argument below)
 -- ARGV[1]      review stream approximate MAXLEN, integer 1..100000000
--- ARGV[2..]    the ops, 8 strings each: op i is ARGV[p] .. ARGV[p+7] with p = 8 * i - 6:
+-- ARGV[2]      the ops' pair lists, one JSON array of 2n arrays of strings: fields of op 1,
+--              notify of op 1, fields of op 2, ... (one cjson.decode per call):
+--                fields  [f1, v1, ...]: payload fields (required, non-empty, for
+--                        reschedule/park; names non-empty; at most 64 strings)
+--                notify  [f1, v1, ...]: review stream entry fields, or [] for none (names
+--                        non-empty; at most 64 strings)
+-- ARGV[3..]    the ops, 6 strings each: op i is ARGV[p] .. ARGV[p+5] with p = 6 * i - 3:
 --                ARGV[p]        id      dispute id (ZSET member), 1..100 bytes
 --                ARGV[p+1]      action  "reschedule" | "remove" | "park"
 --                ARGV[p+2]      token   fencing token, decimal integer string, or "" (owner-less
@@ -57,11 +63,7 @@
 --                ARGV[p+4]      due_ms  due time, integer epoch milliseconds (required for
 --                                       reschedule; otherwise any string)
 --                ARGV[p+5]      create  "1" = restore mode (may create a missing payload), else "0"
---                ARGV[p+6]      fields  JSON array of strings [f1, v1, ...]: payload fields
---                                       (required, non-empty, for reschedule/park; names non-empty)
---                ARGV[p+7]      notify  JSON array of strings [f1, v1, ...]: review stream entry
---                                       fields, or [] for none
--- ARGV[8n+2]   optional (present when #ARGV = 8n + 2): the pre-breach warnings of the ops,
+-- ARGV[6n+3]   optional (present when #ARGV = 6n + 3): the pre-breach warnings of the ops,
 --              one flat JSON array of triples: op index i (1..n), suffix "<seq>:<fraction>",
 --              score (integer epoch ms), at most 16 triples per op; the warning's member is
 --              "<id of op i>:<suffix>" (RedisWarnings' member form). After all ops ran, the
@@ -69,36 +71,29 @@
 --              KEYS[n*2+6] (an existing member keeps its score); when that added any and the ZSET's first member is one of them,
 --              the wake LIST KEYS[n*2+7] gets one "1" (LPUSH + LTRIM to one element), as
 --              RedisWarnings.schedule does, so a worker caching a later warning time wakes.
--- Returns:     array of n outcome strings: "applied" | "stale_seq" | "not_owner" | "missing"
+-- Returns:     one string of n characters, the outcome of op i at position i:
+--              "a" applied, "s" stale_seq, "o" not_owner, "m" missing
 -- Errors:      "EINVAL apply: <reason>" (nothing written)
 
 local function fail(msg) return redis.error_reply('EINVAL apply: ' .. msg) end
-local function is_int(s) return type(s) == 'string' and string.match(s, '^%d+$') ~= nil and #s <= 16 end
--- a JSON array of strings [f1, v1, ...] with non-empty names, at most 64 entries; else nil
-local function pairs_of(text, allow_empty)
-  local ok, t = pcall(cjson.decode, text)
-  if not ok or type(t) ~= 'table' then return nil end
-  local len = #t
-  if len % 2 ~= 0 or len > 64 or (len == 0 and not allow_empty) then return nil end
-  for j = 1, len do
-    if type(t[j]) ~= 'string' or (j % 2 == 1 and #t[j] == 0) then return nil end
-  end
-  return t
-end
+local find, tonumber, type, pcall, decode = string.find, tonumber, type, pcall, cjson.decode
+-- a decimal integer string of at most 16 digits
+local function is_int(s) return type(s) == 'string' and #s <= 16 and find(s, '^%d+$') ~= nil end
 local ACTIONS = {reschedule = true, remove = true, park = true}
 
 local maxlen = ARGV[1]
 if not is_int(maxlen) or tonumber(maxlen) < 1 or tonumber(maxlen) > 100000000 then
   return fail('review MAXLEN must be an integer 1..100000000')
 end
-local with_warnings = (#ARGV - 1) % 8 == 1
-if (#ARGV - 1) % 8 ~= 0 and not with_warnings then return fail('ops must be 8 strings each') end
-local n = math.floor((#ARGV - 1) / 8)
+if #ARGV < 2 then return fail('missing the pair lists') end
+local with_warnings = (#ARGV - 2) % 6 == 1
+if (#ARGV - 2) % 6 ~= 0 and not with_warnings then return fail('ops must be 6 strings each') end
+local n = math.floor((#ARGV - 2) / 6)
 local nkeys = 5 + 2 * n + (with_warnings and 2 or 0)
 if #KEYS ~= nkeys then return fail('expected ' .. nkeys .. ' KEYS, got ' .. #KEYS) end
 local warns = {}
 if with_warnings then
-  local ok, t = pcall(cjson.decode, ARGV[#ARGV])
+  local ok, t = pcall(decode, ARGV[#ARGV])
   if not ok or type(t) ~= 'table' or #t % 3 ~= 0 or #t > 48 * n then return fail('bad warnings') end
   for j = 1, #t, 3 do
     local pos, suffix, ms = t[j], t[j + 1], t[j + 2]
@@ -110,31 +105,57 @@ if with_warnings then
   end
   warns = t
 end
-local ops = {}
+local okl, lists = pcall(decode, ARGV[2])
+if not okl or type(lists) ~= 'table' or #lists ~= 2 * n then
+  return fail('pair lists must be a JSON array of ' .. (2 * n) .. ' arrays')
+end
+-- validate every op before the first write. Op i is ARGV[6 * i - 3 .. 6 * i + 2]; its payload
+-- fields are lists[2i - 1] (kept as fields[i]), its review entry lists[2i] (notify[i]), and the
+-- value of the entry's "seq" field, as a number, goes to nseq[i] (none, or not a number: no
+-- seq guard)
+local fields, notify, nseq = {}, {}, {}
 for i = 1, n do
-  local p = 8 * i - 6
-  local op = {id = ARGV[p], action = ARGV[p + 1], token = ARGV[p + 2], seq = ARGV[p + 3],
-              due_ms = ARGV[p + 4], create = ARGV[p + 5]}
-  local id = op.id
-  if #id == 0 or #id > 100 then return fail('op ' .. i .. ': bad id') end
-  if string.sub(KEYS[2 + 2 * i], -#id) ~= id or string.sub(KEYS[3 + 2 * i], -#id) ~= id then
+  local p = 6 * i - 3
+  local id, action, token = ARGV[p], ARGV[p + 1], ARGV[p + 2]
+  local lid = #id
+  if lid == 0 or lid > 100 then return fail('op ' .. i .. ': bad id') end
+  if string.sub(KEYS[2 + 2 * i], -lid) ~= id or string.sub(KEYS[3 + 2 * i], -lid) ~= id then
     return fail('op ' .. i .. ': KEYS do not belong to ' .. id)
   end
-  if not ACTIONS[op.action] then return fail('op ' .. i .. ': bad action') end
-  if op.token ~= '' and not is_int(op.token) then return fail('op ' .. i .. ': bad token') end
-  if not is_int(op.seq) then return fail('op ' .. i .. ': bad seq') end
-  if op.action == 'reschedule' and not is_int(op.due_ms) then return fail('op ' .. i .. ': bad due_ms') end
-  if op.create ~= '0' and op.create ~= '1' then return fail('op ' .. i .. ': bad create flag') end
-  op.fields = pairs_of(ARGV[p + 6], op.action == 'remove')
-  if op.fields == nil then return fail('op ' .. i .. ': bad fields') end
-  op.notify = pairs_of(ARGV[p + 7], true)
-  if op.notify == nil then return fail('op ' .. i .. ': bad notify') end
-  op.pkey, op.lkey = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
-  ops[i] = op
+  if not ACTIONS[action] then return fail('op ' .. i .. ': bad action') end
+  if token ~= '' and not is_int(token) then return fail('op ' .. i .. ': bad token') end
+  if not is_int(ARGV[p + 3]) then return fail('op ' .. i .. ': bad seq') end
+  if action == 'reschedule' and not is_int(ARGV[p + 4]) then return fail('op ' .. i .. ': bad due_ms') end
+  local create = ARGV[p + 5]
+  if create ~= '0' and create ~= '1' then return fail('op ' .. i .. ': bad create flag') end
+  local t = lists[2 * i - 1]
+  local len = type(t) == 'table' and #t or -1
+  if len < 0 or len % 2 ~= 0 or len > 64 or (len == 0 and action ~= 'remove') then
+    return fail('op ' .. i .. ': bad fields')
+  end
+  for j = 1, len, 2 do
+    local name, value = t[j], t[j + 1]
+    if type(name) ~= 'string' or name == '' or type(value) ~= 'string' then
+      return fail('op ' .. i .. ': bad fields')
+    end
+  end
+  fields[i] = t
+  t = lists[2 * i]
+  len = type(t) == 'table' and #t or -1
+  if len < 0 or len % 2 ~= 0 or len > 64 then return fail('op ' .. i .. ': bad notify') end
+  for j = 1, len, 2 do
+    local name, value = t[j], t[j + 1]
+    if type(name) ~= 'string' or name == '' or type(value) ~= 'string' then
+      return fail('op ' .. i .. ': bad notify')
+    end
+    if name == 'seq' then nseq[i] = tonumber(value) end
+  end
+  notify[i] = t
 end
+local PENDING, REVIEW = KEYS[1], KEYS[2]
 local READY, PRIO = KEYS[4 + 2 * n], KEYS[5 + 2 * n]
 local function scheduled(id)
-  return redis.call('ZSCORE', KEYS[1], id) ~= false or redis.call('ZSCORE', READY, id) ~= false
+  return redis.call('ZSCORE', PENDING, id) ~= false or redis.call('ZSCORE', READY, id) ~= false
 end
 
 -- collected writes to the shared keys: ids to ZREM from ready / pending, HDEL from prio, and
@@ -147,101 +168,101 @@ local function flush()
     redis.call('ZREM', READY, unpack(zrem_ready, from, math.min(from + CHUNK - 1, #zrem_ready)))
   end
   for from = 1, #zrem_pending, CHUNK do
-    redis.call('ZREM', KEYS[1], unpack(zrem_pending, from, math.min(from + CHUNK - 1, #zrem_pending)))
+    redis.call('ZREM', PENDING, unpack(zrem_pending, from, math.min(from + CHUNK - 1, #zrem_pending)))
   end
   for from = 1, #hdel_prio, CHUNK do
     redis.call('HDEL', PRIO, unpack(hdel_prio, from, math.min(from + CHUNK - 1, #hdel_prio)))
   end
   for from = 1, #zadd_pending, 2 * CHUNK do
-    redis.call('ZADD', KEYS[1], unpack(zadd_pending, from, math.min(from + 2 * CHUNK - 1, #zadd_pending)))
+    redis.call('ZADD', PENDING, unpack(zadd_pending, from, math.min(from + 2 * CHUNK - 1, #zadd_pending)))
   end
   zrem_ready, zrem_pending, hdel_prio, zadd_pending, collected = {}, {}, {}, {}, {}
 end
 
-local function write_payload(op)
-  redis.call('DEL', op.pkey)
-  redis.call('HSET', op.pkey, unpack(op.fields))
-end
-
 local result = {}
-local counts = {applied = 0, stale_seq = 0, not_owner = 0, missing = 0}
-for i, op in ipairs(ops) do
-  if collected[op.id] then flush() end
-  local pseq = redis.call('HGET', op.pkey, 'seq')
-  if pseq ~= false and tonumber(pseq) == nil then pseq = '0' end  -- corrupt seq: behind everything
-  local lockval = redis.call('GET', op.lkey)
+local applied, stale, not_owner, missing = 0, 0, 0, 0
+for i = 1, n do
+  local p = 6 * i - 3
+  local id, action, token, seq, due_ms = ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4]
+  local pkey, lkey = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
+  local note = notify[i]
+  if collected[id] then flush() end
+  local pseq = redis.call('HGET', pkey, 'seq')
+  local pnum, snum = pseq and tonumber(pseq), tonumber(seq)  -- each parsed once
+  if pseq ~= false and pnum == nil then pseq, pnum = '0', 0 end  -- corrupt seq: behind everything
+  local lockval = redis.call('GET', lkey)
   local locktok = lockval and string.match(lockval, '^(%d+):') or nil
-  local restore = op.create == '1'
+  local restore = ARGV[p + 5] == '1'
   local out
   if pseq == false then
-    if restore and op.action ~= 'remove' then
+    if restore and action ~= 'remove' then
       if lockval then
-        out = 'not_owner'
+        out = 'o'
       else
-        write_payload(op)
-        if op.action == 'reschedule' then
-          redis.call('ZREM', READY, op.id)
-          redis.call('ZADD', KEYS[1], op.due_ms, op.id)
+        redis.call('DEL', pkey)
+        redis.call('HSET', pkey, unpack(fields[i]))
+        if action == 'reschedule' then
+          redis.call('ZREM', READY, id)
+          redis.call('ZADD', PENDING, due_ms, id)
         end
-        if #op.notify > 0 then  -- re-created payload: the caller checked the stream
-          redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', unpack(op.notify))
+        if #note > 0 then  -- re-created payload: the caller checked the stream
+          redis.call('XADD', REVIEW, 'MAXLEN', '~', maxlen, '*', unpack(note))
         end
-        out = 'applied'
+        out = 'a'
       end
     else
-      out = 'missing'
+      out = 'm'
     end
-  elseif tonumber(pseq) >= tonumber(op.seq) then
-    out = 'stale_seq'
-    if restore and not lockval and op.action == 'reschedule' and tonumber(pseq) == tonumber(op.seq)
-        and not scheduled(op.id) then
-      redis.call('ZADD', KEYS[1], op.due_ms, op.id)
-      out = 'applied'
+  elseif pnum >= snum then
+    out = 's'
+    if restore and not lockval and action == 'reschedule' and pnum == snum
+        and not scheduled(id) then
+      redis.call('ZADD', PENDING, due_ms, id)
+      out = 'a'
     end
-    if op.token ~= '' and locktok == op.token then
-      if op.action == 'reschedule' and tonumber(pseq) == tonumber(op.seq) then
-        local due = redis.call('HGET', op.pkey, 'due_ms')
-        if due and scheduled(op.id) then
-          redis.call('ZREM', READY, op.id)
-          redis.call('ZADD', KEYS[1], due, op.id)
+    if token ~= '' and locktok == token then
+      if action == 'reschedule' and pnum == snum then
+        local due = redis.call('HGET', pkey, 'due_ms')
+        if due and scheduled(id) then
+          redis.call('ZREM', READY, id)
+          redis.call('ZADD', PENDING, due, id)
         end
       end
-      redis.call('DEL', op.lkey)
+      redis.call('DEL', lkey)
     end
-  elseif op.token ~= '' and locktok ~= op.token then
-    out = 'not_owner'
+  elseif token ~= '' and locktok ~= token then
+    out = 'o'
   elseif restore and lockval then
-    out = 'not_owner'
+    out = 'o'
   else
-    local owned = op.token ~= ''
-    collected[op.id] = true
-    zrem_ready[#zrem_ready + 1] = op.id
-    if op.action == 'remove' then
-      zrem_pending[#zrem_pending + 1] = op.id
-      hdel_prio[#hdel_prio + 1] = op.id
-      if owned then redis.call('DEL', op.pkey, op.lkey) else redis.call('DEL', op.pkey) end
+    collected[id] = true
+    zrem_ready[#zrem_ready + 1] = id
+    if action == 'remove' then
+      zrem_pending[#zrem_pending + 1] = id
+      hdel_prio[#hdel_prio + 1] = id
+      if token ~= '' then redis.call('DEL', pkey, lkey) else redis.call('DEL', pkey) end
     else
-      if op.action == 'reschedule' then
-        zadd_pending[#zadd_pending + 1] = op.due_ms
-        zadd_pending[#zadd_pending + 1] = op.id
+      if action == 'reschedule' then
+        zadd_pending[#zadd_pending + 1] = due_ms
+        zadd_pending[#zadd_pending + 1] = id
       else
-        zrem_pending[#zrem_pending + 1] = op.id
+        zrem_pending[#zrem_pending + 1] = id
       end
-      if owned then redis.call('DEL', op.pkey, op.lkey) else redis.call('DEL', op.pkey) end
-      redis.call('HSET', op.pkey, unpack(op.fields))
+      if token ~= '' then redis.call('DEL', pkey, lkey) else redis.call('DEL', pkey) end
+      redis.call('HSET', pkey, unpack(fields[i]))
     end
-    if #op.notify > 0 then
-      local nseq = nil
-      for j = 1, #op.notify, 2 do
-        if op.notify[j] == 'seq' then nseq = tonumber(op.notify[j + 1]) end
-      end
-      if nseq == nil or tonumber(pseq) < nseq then
-        redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', unpack(op.notify))
+    if #note > 0 then
+      local s = nseq[i]
+      if s == nil or pnum < s then
+        redis.call('XADD', REVIEW, 'MAXLEN', '~', maxlen, '*', unpack(note))
       end
     end
-    out = 'applied'
+    out = 'a'
   end
-  counts[out] = counts[out] + 1
+  if out == 'a' then applied = applied + 1
+  elseif out == 's' then stale = stale + 1
+  elseif out == 'o' then not_owner = not_owner + 1
+  else missing = missing + 1 end
   result[i] = out
 end
 flush()
@@ -249,8 +270,8 @@ if #warns > 0 then
   local zargs, mine = {}, {}
   for j = 1, #warns, 3 do
     local pos = warns[j]
-    if result[pos] == 'applied' then
-      local member = ops[pos].id .. ':' .. warns[j + 1]
+    if result[pos] == 'a' then
+      local member = ARGV[6 * pos - 3] .. ':' .. warns[j + 1]
       zargs[#zargs + 1] = warns[j + 2]
       zargs[#zargs + 1] = member
       mine[member] = true
@@ -271,8 +292,8 @@ if #warns > 0 then
     end
   end
 end
-local STAT = {applied = 'applied', stale_seq = 'stale_apply', not_owner = 'not_owner', missing = 'missing'}
-for k, v in pairs(counts) do
-  if v > 0 then redis.call('HINCRBY', KEYS[3], STAT[k], v) end
-end
-return result
+if applied > 0 then redis.call('HINCRBY', KEYS[3], 'applied', applied) end
+if stale > 0 then redis.call('HINCRBY', KEYS[3], 'stale_apply', stale) end
+if not_owner > 0 then redis.call('HINCRBY', KEYS[3], 'not_owner', not_owner) end
+if missing > 0 then redis.call('HINCRBY', KEYS[3], 'missing', missing) end
+return table.concat(result)

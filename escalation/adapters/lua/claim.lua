@@ -39,7 +39,8 @@
 -- ARGV[6+i]    candidate i: dispute id (ready member), at most 1000 candidates
 -- Returns:     {now_ms, next_due_ms (-1 = nothing pending or ready; now when ready is not
 --              empty), contended, more, stuck_ids, items, promoted}
---              items = array of {id, token, due_ms (before re-scoring), {f1, v1, ...}}
+--              items = flat array, 4 entries per claimed member in claim order:
+--                id, token, due_ms (before re-scoring), {f1, v1, ...} (the payload)
 -- Errors:      "EINVAL claim: <reason>" (nothing written; also when fence is not an integer)
 
 local function fail(msg) return redis.error_reply('EINVAL claim: ' .. msg) end
@@ -84,41 +85,49 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- Commands are batched per call, not per member (docs/performance.md, "Firing path CPU"): the
--- weights come from one HMGET, the moves pending -> ready and the claimed members' re-scoring
--- are one ZADD + one ZREM per chunk of CHUNK members, the fencing tokens one INCRBY (the same
--- consecutive tokens, in candidate order, that one INCR per member would hand out). Per
--- claimed member only HGETALL payload and SET lock NX (which is also the lock check) remain.
+-- weights come from one HMGET (none when the prio HASH does not exist: every weight is 0),
+-- the moves pending -> ready are one ZADD per chunk of CHUNK members + one ZREMRANGEBYRANK
+-- (the members read are the lowest-ranked of pending), the claimed members' re-scoring one
+-- ZREM (or ZREMRANGEBYRANK when they are the head's first members) + one ZADD per chunk, the
+-- fencing tokens one INCRBY (the same consecutive tokens, in candidate order, that one INCR
+-- per member would hand out). Per claimed member only HGETALL payload and SET lock NX (which
+-- is also the lock check) remain; no Lua table is built per member beyond the reply's.
+-- Numbers passed to redis.call are formatted with "%.17g" per argument, and `..` formats with
+-- "%.14g": the per-member arguments are strings formatted once per call (lease, visibility
+-- deadline) or as integers (the lock's token).
 local CHUNK = 500
+local format = string.format
+local lease_text, until_text = format('%d', lease), format('%.0f', now + lease)
+local has_prio = redis.call('EXISTS', KEYS[5]) == 1
 
--- weights (HMGET prio) of ids[from..to]: absent or malformed = 0
-local function weights(ids, from, to)
+-- weights (HMGET prio) of ids[from..to] (every step-th entry of ids from from): absent or
+-- malformed = 0
+local function weights(ids, from, to, step)
   local args = {}
-  for j = from, to do args[#args + 1] = ids[j] end
+  for j = from, to, step do args[#args + 1] = ids[j] end
   local raw = redis.call('HMGET', KEYS[5], unpack(args))
   local out = {}
   for j = 1, #raw do out[j] = tonumber(raw[j] or '0') or 0 end
   return out
 end
 
--- step 1: promote due members
+-- step 1: promote due members. due = {id1, score1, id2, score2, ...}, swapped in place to
+-- ZADD's {score1, id1, ...}, the scores lowered by weight * aging when prio exists
 local promoted = 0
 if pmax > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, pmax)
-  local ids = {}
-  for j = 1, #due, 2 do ids[#ids + 1] = due[j] end
-  for from = 1, #ids, CHUNK do
-    local to = math.min(from + CHUNK - 1, #ids)
-    local w = weights(ids, from, to)
-    local zargs, members = {}, {}
-    for j = from, to do
-      zargs[#zargs + 1] = tonumber(due[2 * j]) - w[j - from + 1] * aging
-      zargs[#zargs + 1] = ids[j]
-      members[#members + 1] = ids[j]
+  promoted = #due / 2
+  for from = 1, #due, 2 * CHUNK do
+    local to = math.min(from + 2 * CHUNK - 1, #due)
+    local w = has_prio and weights(due, from, to, 2) or nil
+    for j = from, to, 2 do
+      local id, score = due[j], due[j + 1]
+      if w then score = tonumber(score) - w[(j - from) / 2 + 1] * aging end
+      due[j], due[j + 1] = score, id
     end
-    redis.call('ZADD', KEYS[4], unpack(zargs))
-    redis.call('ZREM', KEYS[1], unpack(members))
-    promoted = promoted + #members
+    redis.call('ZADD', KEYS[4], unpack(due, from, to))
   end
+  if promoted > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, promoted - 1) end
 end
 
 -- step 2: claim candidates that are in the head of ready (a repeated candidate is skipped)
@@ -127,11 +136,13 @@ local headlist = redis.call('ZRANGE', KEYS[4], 0, max_items + skip - 1, 'WITHSCO
 for j = 1, #headlist, 2 do head[headlist[j]] = headlist[j + 1] end
 local seen = {}
 local stuck = {}
-local won = {}  -- claimed candidates: {id, score, payload}; token = base + position
+-- claimed candidates, in order: id, ready score, payload; token = base + position
+local won_id, won_score, won_flat = {}, {}, {}
+local nwon, prefix = 0, true  -- prefix: the claimed members are the head's first ones
 local contended, more = 0, 0
 for i = 1, n do
-  if #won >= max_items then break end
-  local id, pkey, lkey = ARGV[6 + i], KEYS[4 + 2 * i], KEYS[5 + 2 * i]
+  if nwon >= max_items then break end
+  local id = ARGV[6 + i]
   if not seen[id] then
     seen[id] = true
     local score = head[id]
@@ -139,43 +150,49 @@ for i = 1, n do
       -- not in the head: taken meanwhile (not in ready at all), or a better member was promoted
       if redis.call('ZSCORE', KEYS[4], id) ~= false then more = 1 end
     else
-      local flat = redis.call('HGETALL', pkey)
+      local flat = redis.call('HGETALL', KEYS[4 + 2 * i])
       if #flat == 0 then
         redis.call('ZREM', KEYS[4], id)
         redis.call('HDEL', KEYS[5], id)
         stuck[#stuck + 1] = id
-      elseif not redis.call('SET', lkey, (base + #won + 1) .. ':' .. worker, 'PX', lease, 'NX') then
+        prefix = false
+      elseif not redis.call('SET', KEYS[5 + 2 * i], format('%d', base + nwon + 1) .. ':' .. worker, 'PX', lease_text, 'NX') then
         contended = contended + 1
       else
-        won[#won + 1] = {id, score, flat}
+        nwon = nwon + 1
+        won_id[nwon], won_score[nwon], won_flat[nwon] = id, score, flat
+        if prefix and headlist[2 * nwon - 1] ~= id then prefix = false end
       end
     end
   end
 end
+-- items: {id, token, due_ms, payload} per claimed member, flat
 local items = {}
-if #won > 0 then
-  redis.call('INCRBY', KEYS[2], #won)
-  local ids = {}
-  for k = 1, #won do ids[k] = won[k][1] end
-  for from = 1, #won, CHUNK do
-    local to = math.min(from + CHUNK - 1, #won)
-    local w = weights(ids, from, to)
-    local zargs, members = {}, {}
+if nwon > 0 then
+  redis.call('INCRBY', KEYS[2], nwon)
+  if prefix then
+    redis.call('ZREMRANGEBYRANK', KEYS[4], 0, nwon - 1)
+  end
+  for from = 1, nwon, CHUNK do
+    local to = math.min(from + CHUNK - 1, nwon)
+    local w = has_prio and weights(won_id, from, to, 1) or nil
+    local zargs = {}
     for k = from, to do
-      local c = won[k]
-      zargs[#zargs + 1] = now + lease
-      zargs[#zargs + 1] = c[1]
-      members[#members + 1] = c[1]
-      items[k] = {c[1], base + k, tostring(tonumber(c[2]) + w[k - from + 1] * aging), c[3]}
+      local id, due = won_id[k], won_score[k]
+      if w then due = tostring(tonumber(due) + w[k - from + 1] * aging) end
+      zargs[#zargs + 1] = until_text
+      zargs[#zargs + 1] = id
+      local at = 4 * k - 3
+      items[at], items[at + 1], items[at + 2], items[at + 3] = id, base + k, due, won_flat[k]
     end
-    redis.call('ZREM', KEYS[4], unpack(members))
+    if not prefix then redis.call('ZREM', KEYS[4], unpack(won_id, from, to)) end
     redis.call('ZADD', KEYS[1], unpack(zargs))
   end
 end
 for r = 1, #headlist / 2 do
   if r > skip and not seen[headlist[2 * r - 1]] then more = 1 break end
 end
-if #items > 0 then redis.call('HINCRBY', KEYS[3], 'claimed', #items) end
+if nwon > 0 then redis.call('HINCRBY', KEYS[3], 'claimed', nwon) end
 if #stuck > 0 then redis.call('HINCRBY', KEYS[3], 'stuck', #stuck) end
 if contended > 0 then redis.call('HINCRBY', KEYS[3], 'lock_contended', contended) end
 local next_due = -1
