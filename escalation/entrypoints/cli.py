@@ -291,8 +291,10 @@ def worker(
     finally:
         a.close()
     if burst:
+        failed = (f", {totals.poison} could not be decided (retried later or dead-lettered: "
+                  f"`escalation dead list`)" if totals.poison else "")
         err.print(f"burst done: {totals.claimed} claimed, {totals.recorded} recorded, "
-                  f"{totals.stale} already decided, {totals.stuck} stuck repaired")
+                  f"{totals.stale} already decided, {totals.stuck} stuck repaired{failed}")
 
 
 def main() -> None:

@@ -139,11 +139,32 @@ def dead_show(member: Annotated[str, typer.Argument(help="Dead-letter member.")]
 
 
 @dead_app.command("retry")
-def dead_retry(member: Annotated[str, typer.Argument(help="Dead-letter member.")]) -> None:
-    """Schedule a dead letter again, due now."""
+def dead_retry(
+    member: Annotated[str | None, typer.Argument(help="Dead-letter member.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every dead letter (see --kind, "
+                                       "--match) instead of one member.")] = False,
+    kind: Annotated[str | None, typer.Option(
+        help="With --all: decision (poison escalations) or notify (notifications).")] = None,
+    match: Annotated[str | None, typer.Option(
+        help="With --all: only records containing this text (e.g. a ladder file name).")]
+        = None,
+) -> None:
+    """Schedule a dead letter again, due now (--all: every one that matches)."""
+    if (member is None) == (not all_):
+        raise InvalidInput("give one dead-letter MEMBER or --all (not both)")
+    if not all_ and (kind is not None or match is not None):
+        raise InvalidInput("--kind and --match go with --all")
     a = _app()
     try:
-        out.print(_dead(a).retry(member))
+        if member is not None:
+            out.print(_dead(a).retry(member))
+            return
+        outcomes = _dead(a).retry_all(kind=kind, match=match)
+        total = sum(outcomes.values())
+        detail = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+        out.print(f"dead retry --all: {total} dead letter(s)" + (f": {detail}" if detail
+                                                                else ""),
+                  markup=False, highlight=False)
     finally:
         a.close()
 

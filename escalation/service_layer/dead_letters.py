@@ -115,6 +115,37 @@ class DeadLetters:
                                        json.dumps(record))
         raise InvalidInput(f"unknown dead letter kind: {member!r}")
 
+    def retry_all(self, *, kind: str | None = None, match: str | None = None,
+                  limit: int = 1_000_000) -> dict[str, int]:
+        """:meth:`retry` every dead letter (oldest first, at most ``limit``) of ``kind``
+        (``"decision"``: poison escalations, ``"notify"``: undeliverable notifications,
+        None: both) whose record contains ``match`` (a plain substring of its JSON, e.g. the
+        ladder file's name from the reason; None: all). For the aftermath of one cause (a
+        broken released ladder file restored, a webhook fixed).
+
+        Returns:
+            ``{outcome: count}`` of the retry script's outcomes (``"requeued"`` ...).
+
+        Raises:
+            InvalidInput: ``kind`` is not decision, notify or None.
+        """
+        prefixes = {"decision": (DEAD_DECISION,), "notify": (DEAD_NOTIFY,),
+                    None: (DEAD_DECISION, DEAD_NOTIFY)}
+        if kind not in prefixes:
+            raise InvalidInput(f"kind must be decision or notify, got {kind!r}")
+        outcomes: dict[str, int] = {}
+        for member, _, record in self.rel.dead_list(limit):  # a snapshot: retries remove
+            if not member.startswith(prefixes[kind]):
+                continue
+            if match is not None and match not in json.dumps(record, ensure_ascii=False):
+                continue
+            try:
+                outcome = self.retry(member)
+            except NotFound:  # retried or purged by someone else meanwhile
+                outcome = "gone"
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        return outcomes
+
     def purge(self, member: str, *, confirm: bool, reason: str = "") -> bool:
         """Remove a dead letter for good; leave a PURGED ledger row on the dispute's chain.
 

@@ -2,7 +2,8 @@
 (docs/architecture.md, "Known failure symptoms and how each is prevented or detected").
 
 Each check returns a :class:`Check` (``ok``, what was measured, what to do). Checks:
-DOUBLE_ESCALATION, CLOCK_SKEW, STUCK_MEMBER, LOCK_CONTENTION, ZSET_DRIFT, MAXMEMORY_POLICY.
+DOUBLE_ESCALATION, CLOCK_SKEW, STUCK_MEMBER, LOCK_CONTENTION, ZSET_DRIFT, DEAD_LETTERS,
+MAXMEMORY_POLICY.
 A check that cannot be measured (e.g. ``INFO`` and ``CONFIG`` disabled) is reported with
 status ``unknown`` (not ``ok``, and not a failure: the exit code ignores it).
 """
@@ -151,6 +152,20 @@ def _contention(stats: Mapping[str, int | None]) -> Check:
                  "or lower batch_size; high contention: fewer workers or more shards")
 
 
+def _dead_letters(rel: DoctorRedis) -> Check:
+    """Dead letters waiting for an operator: an escalation there is pending in PostgreSQL
+    but fires no more (its SLA clock runs on), a notification there was never delivered."""
+    letters = rel.dead_list(100_000)
+    decisions = sum(1 for m, _, _ in letters if m.startswith(DEAD_DECISION))
+    notes = len(letters) - decisions
+    ok = not letters
+    return Check("DEAD_LETTERS", ok,
+                 f"dead-lettered escalations {decisions}, undelivered notifications {notes}",
+                 "" if ok else "`escalation dead list` shows each one's reason; fix the cause "
+                 "(e.g. restore a released ladder file, the webhook), then `escalation dead "
+                 "retry --all [--kind decision|notify] [--match TEXT]`, or `dead purge` one")
+
+
 def _drift(store: DoctorStore, rel: DoctorRedis) -> Check:
     counts = store.counts()["by_status"]
     pg_pending = int(counts.get(Status.PENDING.value, 0))
@@ -207,8 +222,8 @@ def run_checks(deps: DoctorDeps, *, host_ms: Callable[[], int] | None = None,
     clock = host_ms or (lambda: time.time_ns() // 1_000_000)
     return [_double(deps.store), _skew(deps.probe, clock, max_skew_ms),
             _stuck(deps.redis_side), _contention(deps.scheduler_stats()),
-            _drift(deps.store, deps.redis_side), _maxmemory(deps.probe),
-            _ladder_files(deps.ladder_problems())]
+            _drift(deps.store, deps.redis_side), _dead_letters(deps.redis_side),
+            _maxmemory(deps.probe), _ladder_files(deps.ladder_problems())]
 
 
 def _ladder_files(errors: list[str]) -> Check:

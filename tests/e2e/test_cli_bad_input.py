@@ -161,3 +161,23 @@ def test_a_csv_saved_by_a_spreadsheet_with_a_utf8_bom_imports(
     from escalation.domain.escalation import parse_dispute_id
 
     assert app.store.get(parse_dispute_id(did)) is not None
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((), "give one dead-letter MEMBER or --all"),
+    (("dead:decision:x", "--all"), "give one dead-letter MEMBER or --all"),
+    (("dead:decision:x", "--kind", "decision"), "--kind and --match go with --all"),
+    (("--all", "--kind", "decisions"), "kind must be decision or notify"),
+])
+def test_dead_retry_takes_one_member_or_all(
+    cli_env: dict[str, str], args: tuple[str, ...], message: str
+) -> None:
+    res = run_cli(cli_env, "dead", "retry", *args)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert message in res.stderr and "Traceback" not in res.stderr
+
+
+def test_dead_retry_all_with_nothing_dead_says_so(cli_env: dict[str, str]) -> None:
+    res = run_cli(cli_env, "dead", "retry", "--all", "--match", "no-such-ladder.v9.toml")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "dead retry --all: 0 dead letter(s)"

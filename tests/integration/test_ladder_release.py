@@ -17,6 +17,7 @@ from escalation.adapters.ladder_files import check_ladder_dir_with_history as ch
 from escalation.bootstrap import build, run_doctor
 from escalation.domain.errors import (
     RELEASE_BROKEN,
+    InvalidInput,
     LadderError,
     LadderMigrationError,
     LadderReleaseError,
@@ -159,3 +160,38 @@ def test_an_edited_released_file_is_reported_refused_and_dead_letters_at_once(
     assert _fire(env, dead).poison == 1
     [letter] = dead.list()
     assert letter["dispute_id"] == str(did) and "edited after release" in letter["reason"]
+
+
+def test_restoring_an_edited_release_then_retry_all_fires_what_was_dead_lettered(
+    env: MigEnv, dir_app: Any,
+) -> None:
+    v2 = env.add("inserted")
+    ids = env.enqueue("standard", due_at=env.app.scheduler.time() - timedelta(seconds=1))
+    ids += env.enqueue("standard", due_at=env.app.scheduler.time() - timedelta(seconds=1))
+    released = v2.read_text()
+    v2.write_text(released.replace("amount = 24,", "amount = 12,", 1))
+    dead = _dead(env)
+    assert _fire(env, dead).poison == 2
+    assert sorted(d["dispute_id"] for d in dead.list()) == sorted(str(i) for i in ids)
+    [c] = [c for c in run_doctor(dir_app) if c.name == "DEAD_LETTERS"]
+    assert not c.ok and "dead-lettered escalations 2" in c.detail and "retry --all" in c.advice
+
+    v2.write_text(released)  # the file restored: the release is intact again
+    assert dead.retry_all(kind="notify") == {}  # no notification dead letters here
+    assert dead.retry_all(kind="decision", match="no such text") == {}
+    assert dead.retry_all(kind="decision", match=v2.name) == {"requeued": 2}
+    assert dead.list() == []
+    [c] = [c for c in run_doctor(dir_app) if c.name == "DEAD_LETTERS"]
+    assert c.ok, c
+    # the DEAD_LETTERED rows moved the recorded seq on: the first pass re-applies the recorded
+    # state (stale), the next one promotes
+    recorded = poison = 0
+    for _ in range(3):
+        report = fire_due(scheduler=env.app.scheduler, store=env.app.store,
+                          ladders=env.catalog, calendars=env.app.calendars, batch_size=50,
+                          lease_ms=30_000, worker_id="w", on_poison=dead.on_decision_failed)
+        recorded, poison = recorded + report.recorded, poison + report.poison
+    assert (recorded, poison) == (2, 0)
+    assert all(env.state(i).tier != "standard" for i in ids)
+    with pytest.raises(InvalidInput):
+        dead.retry_all(kind="decisions")
