@@ -388,6 +388,12 @@ def audit_search(
     An unknown --decision (neither a ledger event nor a recorded decision) and --from after
     --to are refused (exit 2) with the known names listed.
     """
+    from escalation.service_layer.disputes import dispute_arg
+
+    if source is not None and dispute is None:
+        raise InvalidInput("--source needs --dispute (the external id)")
+    if dispute is not None:
+        dispute = str(dispute_arg(dispute, source))
     if deadlines or deadline is not None:
         _search_deadlines(dispute, deadline, as_json)
         return
@@ -397,12 +403,6 @@ def audit_search(
         export_value,
         search,
     )
-    from escalation.service_layer.disputes import dispute_arg
-
-    if source is not None and dispute is None:
-        raise InvalidInput("--source needs --dispute (the external id)")
-    if dispute is not None:
-        dispute = str(dispute_arg(dispute, source))
     flt = _filter(dispute=dispute, tier=tier, decision=decision, since=since, until=until,
                   actor=actor, ladder=ladder, ladder_version=ladder_version)
     from escalation.adapters.audit_search import PostgresLedgerSearch

@@ -139,6 +139,29 @@ def test_audit_search_answers_per_dispute_and_per_deadline(app: Any,
     assert res.returncode == 2 and "no deadline 'nope'" in res.stderr
 
 
+def test_audit_search_deadlines_takes_the_external_id_with_source(
+    app: Any, cli_env: dict[str, str]
+) -> None:
+    import json
+
+    from escalation.service_layer.importer import stable_dispute_id
+
+    ext = f"CFPB-{uuid.uuid4().hex[:8]}"
+    did, _ = stable_dispute_id(ext, "cfpb")  # what an import of that Complaint ID records
+    enqueue_on_breach(
+        _req(did, ladder="cfpb_complaint_response", external_id=ext,
+             opened_at=datetime(2026, 1, 5, 15, tzinfo=UTC)),
+        scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
+        default_ladder="dispute_review", actor="t")
+    for extra in (("--deadlines",), ("--deadline", "company_response")):
+        res = run_cli(cli_env, "audit", "search", "--dispute", ext, "--source", "cfpb",
+                      *extra, "--json")
+        assert res.returncode == 0, res.stderr[-2000:]
+        rows = [json.loads(ln) for ln in res.stdout.splitlines()]
+        assert rows and {r["deadline"] for r in rows} <= {"company_response", "final_response"}
+        assert all(r["dispute_id"] == str(did) for r in rows)
+
+
 def test_every_row_names_its_calendar_terminal_and_cancelled_included(app: Any) -> None:
     from escalation.service_layer.cancel import cancel
 
