@@ -277,7 +277,13 @@ def worker(
         metrics = None
         if metrics_port is not None:
             metrics = WorkerMetrics()
-            metrics.serve(metrics_port, metrics_addr)
+            try:
+                metrics.serve(metrics_port, metrics_addr)
+            except OSError as exc:  # in use, not an address of this host, no permission
+                a.close()
+                raise InvalidInput(
+                    f"--metrics-port {metrics_port} / --metrics-addr {metrics_addr}: cannot "
+                    f"listen there: {exc.strerror or exc}") from None
         settle_heap()  # a worker process: collector tuned for the firing loop
         startup_finished()
     except StoppedDuringStartup as stop:

@@ -181,3 +181,17 @@ def test_dead_retry_all_with_nothing_dead_says_so(cli_env: dict[str, str]) -> No
     res = run_cli(cli_env, "dead", "retry", "--all", "--match", "no-such-ladder.v9.toml")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "dead retry --all: 0 dead letter(s)"
+
+
+def test_a_metrics_port_in_use_names_the_flag(cli_env: dict[str, str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = run_cli(cli_env, "worker", "--burst", "--metrics-port", str(port))
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert lines == [f"error: --metrics-port {port} / --metrics-addr 127.0.0.1: cannot listen "
+                     f"there: Address already in use"], res.stderr
