@@ -84,6 +84,12 @@ def notify(
                            "--discard to acknowledge notifications without delivering them")
     key = _webhook_key() if webhook_url else b""
     a = _app()
+    if tier is not None:  # a review queue exists per tier of a released ladder
+        known = sorted({t for ladder in a.ladders.all() for t in ladder.tier_ids})
+        if tier not in known:
+            a.close()
+            raise InvalidInput(f"--tier: unknown tier {tier!r}; the released ladders' tiers "
+                               f"are {', '.join(known)}")
     url = webhook_url
     if not url:
         get_logger(__name__).warning(

@@ -195,3 +195,11 @@ def test_a_metrics_port_in_use_names_the_flag(cli_env: dict[str, str]) -> None:
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
     assert lines == [f"error: --metrics-port {port} / --metrics-addr 127.0.0.1: cannot listen "
                      f"there: Address already in use"], res.stderr
+
+
+def test_notify_refuses_a_tier_no_released_ladder_has(cli_env: dict[str, str]) -> None:
+    res = run_cli(cli_env, "notify", "--burst", "--discard", "--tier", "nosuch")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "error: --tier: unknown tier 'nosuch'" in res.stderr and "senior" in res.stderr
+    res = run_cli(cli_env, "notify", "--burst", "--discard", "--tier", "senior")
+    assert res.returncode == 0, res.stderr
