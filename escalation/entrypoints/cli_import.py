@@ -113,8 +113,9 @@ def _report_import(csv_path: Path, res: Any, *, skip_invalid: bool, as_json: boo
         shown = ", ".join(res.changed[:10]) + (
             f" and {len(res.changed) - 10} more" if len(res.changed) > 10 else "")
         err.print(f"warning: {len(res.changed)} row(s) differ from the escalation recorded "
-                  f"for their dispute (the row changed since it was first imported); the "
-                  f"recorded escalation stands and these rows were not applied: {shown}"
+                  f"for their dispute (their source hash, of the row's text: changed data, or "
+                  f"only quoting or spacing, since the first import); the recorded escalation "
+                  f"stands and these rows were not applied: {shown}"
                   + ("" if as_json else " (--json lists them all)"),
                   markup=False, highlight=False)
     if not as_json:

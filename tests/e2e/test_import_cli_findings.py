@@ -120,7 +120,8 @@ def test_a_reimported_row_that_changed_is_named_and_not_applied(
     assert ("0 enqueued, 30 already enqueued (1 of them re-scheduled: their Redis entry was "
             "missing; 1 of them changed, not applied)") in res.stdout
     assert app.redis.zscore(keys.pending, str(lost)) is not None
-    assert "warning: 1 row(s) differ from the escalation recorded" in res.stderr
+    assert "warning: 1 row(s) differ from the escalation recorded for their dispute (their " \
+           "source hash, of the row's text" in res.stderr
     assert res.stderr.rstrip().endswith(f"{source}-7 (--json lists them all)"), res.stderr
 
     res = run_cli(cli_env, *_args(csv_file), "--json")
