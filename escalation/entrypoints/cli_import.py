@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -72,17 +73,82 @@ def import_csv(
     target = ImportTarget(scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                           calendars=a.calendars, default_ladder=a.settings.default_ladder,
                           actor=a.actor, warnings=warnings_for(a))  # pre-breach warnings
+    seen = _WriteProgress()
+    previous = {s: signal.signal(s, seen.on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         with cli_progress("import") as progress:
             # surrogateescape: a byte that is not UTF-8 fails its own row, with its line
             res = import_csv(lambda: csv_path.open(newline="", encoding="utf-8-sig",
                                                    errors="surrogateescape"), cmap, target,
-                             skip_invalid=skip_invalid, progress=progress, processes=processes)
+                             skip_invalid=skip_invalid, progress=seen.wrap(progress),
+                             processes=processes)
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{csv_path}: cannot read: {exc}") from None
+    except _Interrupted as stop:
+        err.print(seen.aftermath(csv_path, stop), markup=False, highlight=False)
+        raise typer.Exit(128 + stop.signum) from None
+    except BaseException as exc:  # a server lost while writing, a second Ctrl-C
+        if seen.writing:
+            err.print(seen.aftermath(csv_path, exc), markup=False, highlight=False)
+        raise
     finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         a.close()
     _report_import(csv_path, res, skip_invalid=skip_invalid, as_json=as_json)
+
+
+class _Interrupted(BaseException):
+    """SIGINT/SIGTERM during an import, raised at the next progress call: between two batches
+    of pass 2 (the batch in flight finishes first), or between two chunks of pass 1."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _WriteProgress:
+    """Remembers how far pass 2 got (rows recorded in PostgreSQL), stops the import at its
+    next progress call after SIGINT/SIGTERM (a second signal interrupts at once), and words
+    what an interrupted or failed import left."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.total: int | None = None
+        self.writing = False
+        self.signum: int | None = None
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        """Signal handler: note the stop; the second one raises KeyboardInterrupt here."""
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def wrap(self, inner: Any) -> Any:
+        """A progress callback that notes pass 2's counts, calls ``inner``, and raises
+        :class:`_Interrupted` once a stop signal came."""
+        def progress(phase: str, done: int, total: int | None) -> None:
+            if phase == "write":
+                self.writing, self.written, self.total = True, done, total
+            inner(phase, done, total)
+            finished = phase == "write" and total is not None and done >= total
+            if self.signum is not None and not finished:
+                raise _Interrupted(self.signum)
+        return progress
+
+    def aftermath(self, csv_path: Path, exc: BaseException) -> str:
+        """One line: what the interruption (or failure) left, and what to run."""
+        of = f" of {self.total}" if self.total is not None else ""
+        if isinstance(exc, _Interrupted):
+            if not self.writing:
+                return f"{csv_path}: import interrupted before anything was written"
+            return (f"{csv_path}: import interrupted between two batches: {self.written}{of} "
+                    f"rows recorded and scheduled; run the same import again to write the "
+                    f"rest")
+        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        return (f"{csv_path}: import {what} while writing: {self.written}{of} rows recorded "
+                f"and confirmed, perhaps a batch more; run the same import again: it "
+                f"schedules what was recorded but not yet scheduled, and writes the rest")
 
 
 def _report_import(csv_path: Path, res: Any, *, skip_invalid: bool, as_json: bool) -> None:

@@ -923,6 +923,7 @@ def write_pass(spill: SpillFile, target: ImportTarget, now: datetime, result: Im
     Updates ``result.created`` / ``result.existing`` and sets ``result.written``.
     """
     done = 0
+    progress("write", 0, spill.rows)  # pass 2 begins: from here on rows may be recorded
     sent: deque[list[BuiltEnqueue]] = deque()  # batches handed to record_batches, in order
 
     def batches() -> Iterator[list[BuiltEnqueue]]:
@@ -993,6 +994,7 @@ def write_encoded_pass(spill: RenderedRows, store: StagedEnqueueLog, scheduler: 
     Updates ``result.created`` / ``result.existing`` and sets ``result.written``.
     """
     done = 0
+    progress("write", 0, spill.rows)  # pass 2 begins: from here on rows may be recorded
     behind = BatchBehind("import-redis")
     queue = target.warnings
     # the scheduler's own enqueue call writes the warnings when they land in this queue

@@ -135,3 +135,54 @@ def test_a_reimported_row_that_changed_is_named_and_not_applied(
     ledger = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
     assert [row["event"] for row in ledger] == ["ENQUEUED"]
     assert "2026-01-06" in ledger[0]["due_at"]  # 2026-01-05 + the standard tier's 24 h
+
+
+def test_an_import_stopped_while_writing_says_what_it_left_and_the_rerun_finishes(
+    app: Any, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import sqlalchemy as sa
+
+    source = f"t{uuid.uuid4().hex[:8]}"
+    n = 120_000
+    csv_file = tmp_path / "big.csv"
+    csv_file.write_text("id,opened,note\n" + "\n".join(_rows(n, source)) + "\n")
+    count = sa.text("SELECT count(*) FROM escalation_state WHERE external_id LIKE :p")
+    proc = subprocess.Popen([sys.executable, "-m", "escalation", *_args(csv_file)],
+                            env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            with app.engine.connect() as conn:
+                if conn.execute(count, {"p": f"{source}-%"}).scalar_one() > 0:
+                    break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the import ended before it could be stopped"
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    line = next(ln for ln in stderr.splitlines() if "import interrupted" in ln)
+    assert line.startswith(f"{csv_file}: import interrupted between two batches: "), stderr
+    assert line.endswith(f" of {n} rows recorded and scheduled; run the same import again to "
+                         "write the rest"), stderr
+    confirmed = int(line.split("batches: ")[1].split(" of ")[0])
+    assert "Traceback" not in stderr
+    with app.engine.connect() as conn:
+        recorded = conn.execute(count, {"p": f"{source}-%"}).scalar_one()
+    assert 0 < recorded < n and recorded == confirmed  # stopped at a batch boundary
+
+    res = run_cli(cli_env, *_args(csv_file), "--json")
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert report["created"] + report["already_enqueued"] == n
+    assert report["already_enqueued"] == recorded
+    assert report["rescheduled"] == 0  # the stopped run had scheduled all it recorded
