@@ -238,8 +238,9 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
             err.print(f"nothing due to fire: the {len(ids)} disputes were already enqueued "
                       "and decided by an earlier run (use a fresh ESCALATION_HOME or --count)")
             workers = 0
+        walk_note = "" if walk is None else f"; {len(lines) - 1} + 1 that walks the whole ladder"
         err.print(f"enqueued {res.created} (already there: {res.existing}, invalid: "
-                  f"{len(res.errors)}); starting {workers} workers")
+                  f"{len(res.errors)}{walk_note}); starting {workers} workers")
         env = dict(os.environ, ESCALATION_REDIS_URL=urls.redis_url,
                    ESCALATION_DATABASE_URL=urls.database_url, ESCALATION_LOG_FORMAT="json")
         log_dir = settings.home / "demo-logs"

@@ -72,6 +72,9 @@ def test_burst_worker_at_info_writes_one_line_per_batch_not_per_decision(
 def test_demo_runs_the_main_job_on_the_configured_servers(cli_env: dict[str, str]) -> None:
     res = run_cli(cli_env, "demo", "--count", "60", timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
+    # 60 generated + the walkthrough dispute, said as such
+    assert "enqueued 61 (already there: 0, invalid: 0; 60 + 1 that walks the whole ladder)" \
+        in res.stderr, res.stderr[-2000:]
     assert "duplicate decisions in the ledger │     0" in res.stdout
     assert "still due (not decided)           │     0" in res.stdout
     assert "TERMINAL_ESCALATION" in res.stdout and "audit trail of" in res.stdout
