@@ -132,8 +132,13 @@ def baseline_releases(history: LadderHistory, files: LadderFiles,
         vs, {k: c for k, c in applied.items() if k[0] == name})] for name, vs in by_name.items()}
     rows = history.baseline({n: v for n, v in todo.items() if v}, released_by=BASELINE_ACTOR,
                             reason=BASELINE_REASON, released_at=now)
-    for row in rows:
-        log.info("ladder.released", ladder=row.ladder, version=row.version,
-                 checksum=row.checksum, actor=row.released_by, reason=row.reason, trace_id="",
-                 source_hash=row.checksum, match_decision="LADDER_BASELINE")
+    for row in rows:  # each on record in ladder_release; one line each at DEBUG
+        log.debug("ladder.released", ladder=row.ladder, version=row.version,
+                  checksum=row.checksum, actor=row.released_by, reason=row.reason, trace_id="",
+                  source_hash=row.checksum, match_decision="LADDER_BASELINE")
+    if rows:
+        log.info("ladder.baseline_released", count=len(rows),
+                 versions=[f"{r.ladder}@{r.version}" for r in rows], actor=BASELINE_ACTOR,
+                 reason=BASELINE_REASON, trace_id="", source_hash="",
+                 match_decision="LADDER_BASELINE")
     return rows

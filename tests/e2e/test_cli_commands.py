@@ -88,3 +88,22 @@ def test_worker_refuses_a_database_not_at_the_alembic_head(
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.dispose()
+
+
+def test_the_first_command_on_a_new_database_logs_the_ladder_baseline_in_one_line(
+    cli_env: dict[str, str], server_urls: tuple[str, str]
+) -> None:
+    from tests.conftest import scratch_database
+
+    with scratch_database(server_urls[1], "escalation_first") as url:
+        env = dict(cli_env, ESCALATION_DATABASE_URL=url,
+                   ESCALATION_NAMESPACE=f"first{uuid.uuid4().hex[:8]}")
+        first = run_cli(env, "status")
+        assert first.returncode == 0, first.stderr
+        events = [json.loads(ln) for ln in first.stderr.splitlines() if ln.startswith("{")]
+        ladder_events = [e for e in events if e["event"].startswith("ladder.")]
+        assert [e["event"] for e in ladder_events] == ["ladder.baseline_released"]
+        assert ladder_events[0]["count"] == len(ladder_events[0]["versions"]) >= 5
+        assert "dispute_review@1" in ladder_events[0]["versions"]
+        again = run_cli(env, "status")
+        assert again.returncode == 0 and "ladder." not in again.stderr
