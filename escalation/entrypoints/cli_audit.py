@@ -61,7 +61,7 @@ def audit_show(
 ) -> None:
     """One dispute's audit trail, oldest first."""
     from escalation.domain.escalation import parse_dispute_id
-    from escalation.entrypoints.render import trail_table
+    from escalation.entrypoints.render import FULL_TRAIL_WIDTH, compact_trail_table, trail_table
 
     a = _app(actor="cli")
     try:
@@ -88,7 +88,13 @@ def audit_show(
         for r in rows:
             sys.stdout.write(json.dumps(asdict(r), default=str) + "\n")
         return
-    out.print(trail_table(rows))
+    if out.width >= FULL_TRAIL_WIDTH:
+        out.print(trail_table(rows))
+        return
+    out.print(compact_trail_table(rows))
+    out.print(f"(the full table -- ladder, deadlines, calendar, hashes -- needs "
+              f"{FULL_TRAIL_WIDTH} columns, this output has {out.width}: widen it, set "
+              f"COLUMNS, or use --json)", markup=False, highlight=False)
 
 
 # --------------------------------------------------------------------------- verify

@@ -8,6 +8,7 @@ imports them and assembles their typer apps with ``add_typer`` (dependencies run
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import date, datetime
 from typing import Any
@@ -17,9 +18,19 @@ from rich.console import Console
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
 
+
 # emoji=False: rich would turn ":100:" in "file.csv:100: ..." (and any ":name:" in user data,
 # an id, a CSV cell) into an emoji; what the CLI prints is data and line numbers
-out = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
+def _out_width() -> int | None:
+    """Width of stdout's tables: ``$COLUMNS`` when set, else the terminal's, else 200 (a pipe
+    or a file: wide enough for every table, e.g. ``audit show``'s full trail)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return None if sys.stdout.isatty() else 200
+
+
+out = Console(width=_out_width(), emoji=False)
 err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 

@@ -10,15 +10,25 @@ from rich.table import Table
 
 from escalation.ports import LedgerRow
 
+FULL_TRAIL_WIDTH = 160
+"""Columns :func:`trail_table` needs to show every column uncut (instants, seq, decision)."""
+
 
 def trail_table(rows: Sequence[LedgerRow]) -> Table:
     """An audit trail as a table: seq, decision, tiers, due, decided (Redis TIME), actor."""
     first = rows[0]
     table = Table(title=f"audit trail of {first.dispute_id}"
                   + (f" (external id {first.external_id})" if first.external_id else ""))
+    # seq and the instants are never cut (a narrow terminal folds the long text columns
+    # instead: the calendar version, the ladder, the actor)
+    widths = {"seq": 3, "match_decision": 22, "due (UTC)": 19, "next due (UTC)": 19,
+              "deadline (UTC)": 19, "decided (Redis TIME)": 23, "hash": 10}
     for col in ("seq", "match_decision", "tiers", "ladder", "due (UTC)", "next due (UTC)",
                 "deadline (UTC)", "calendar", "decided (Redis TIME)", "actor", "hash"):
-        table.add_column(col, no_wrap=True)
+        if col in widths:
+            table.add_column(col, no_wrap=True, min_width=widths[col])
+        else:  # tiers, ladder, calendar, actor
+            table.add_column(col, overflow="fold", min_width=10)
     for r in rows:
         tiers = " -> ".join(t for t in (r.from_tier, r.to_tier) if t)
         table.add_row(

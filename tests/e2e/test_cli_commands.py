@@ -107,3 +107,24 @@ def test_the_first_command_on_a_new_database_logs_the_ladder_baseline_in_one_lin
         assert "dispute_review@1" in ladder_events[0]["versions"]
         again = run_cli(env, "status")
         assert again.returncode == 0 and "ladder." not in again.stderr
+
+
+def test_audit_show_keeps_seq_and_instants_whole_at_any_width(
+    app: Any, cli_env: dict[str, str]
+) -> None:
+    did = str(uuid.uuid4())
+    due = (app.scheduler.time() + timedelta(hours=1)).replace(microsecond=0)
+    res = run_cli(cli_env, "enqueue", "--dispute-id", did, "--source-hash", HASH,
+                  "--materiality", "10.00", "--due-at", due.isoformat())
+    assert res.returncode == 0, res.stderr
+    shown_due = due.strftime("%Y-%m-%d %H:%M:%S")
+    wide = run_cli(dict(cli_env, COLUMNS="220"), "audit", "show", did)
+    assert wide.returncode == 0, wide.stderr
+    assert "…" not in wide.stdout and shown_due in wide.stdout
+    assert "calendar" in wide.stdout and "decided (Redis TIME)" in wide.stdout
+    assert re.search(r"│ 1 +│ ENQUEUED", wide.stdout), wide.stdout
+    narrow = run_cli(dict(cli_env, COLUMNS="100"), "audit", "show", did)
+    assert narrow.returncode == 0, narrow.stderr
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 100
+    assert "ENQUEUED" in narrow.stdout and due.strftime("%m-%d %H:%M:%S") in narrow.stdout
+    assert "needs 160 columns, this output has 100" in narrow.stdout
