@@ -132,7 +132,14 @@ def baseline_releases(history: LadderHistory, files: LadderFiles,
         vs, {k: c for k, c in applied.items() if k[0] == name})] for name, vs in by_name.items()}
     rows = history.baseline({n: v for n, v in todo.items() if v}, released_by=BASELINE_ACTOR,
                             reason=BASELINE_REASON, released_at=now)
-    for row in rows:  # each on record in ladder_release; one line each at DEBUG
+    _log_baseline(rows)
+    return rows
+
+
+def _log_baseline(rows: list[ReleaseRow]) -> None:
+    """One INFO line for a baseline release; each version (on record in ``ladder_release``)
+    on a DEBUG line of its own."""
+    for row in rows:
         log.debug("ladder.released", ladder=row.ladder, version=row.version,
                   checksum=row.checksum, actor=row.released_by, reason=row.reason, trace_id="",
                   source_hash=row.checksum, match_decision="LADDER_BASELINE")
@@ -141,4 +148,3 @@ def baseline_releases(history: LadderHistory, files: LadderFiles,
                  versions=[f"{r.ladder}@{r.version}" for r in rows], actor=BASELINE_ACTOR,
                  reason=BASELINE_REASON, trace_id="", source_hash="",
                  match_decision="LADDER_BASELINE")
-    return rows
