@@ -91,13 +91,12 @@ def test_worker_refuses_a_database_not_at_the_alembic_head(
 
 
 def test_the_first_command_on_a_new_database_logs_the_ladder_baseline_in_one_line(
-    cli_env: dict[str, str], server_urls: tuple[str, str]
+    cli_env: dict[str, str], server_urls: tuple[str, str], redis_client: Any
 ) -> None:
     from tests.conftest import scratch_database
 
     with scratch_database(server_urls[1], "escalation_first") as url:
-        env = dict(cli_env, ESCALATION_DATABASE_URL=url,
-                   ESCALATION_NAMESPACE=f"first{uuid.uuid4().hex[:8]}")
+        env = dict(cli_env, ESCALATION_DATABASE_URL=url)  # the test's namespace: cleaned up
         first = run_cli(env, "status")
         assert first.returncode == 0, first.stderr
         events = [json.loads(ln) for ln in first.stderr.splitlines() if ln.startswith("{")]
