@@ -105,7 +105,11 @@ class DeadLetters:
         Raises:
             NotFound: no such dead letter.
         """
-        item = self.show(member)
+        return self._requeue(member, self.show(member))
+
+    def _requeue(self, member: str, item: dict[str, Any]) -> str:
+        """The retry script for ``member`` whose record is ``item``: "requeued", "absent"
+        (no longer dead-lettered), "no_payload". Raises InvalidInput for an unknown kind."""
         if member.startswith(DEAD_DECISION):
             return self.rel.retry_dead(member, "decision", member[len(DEAD_DECISION):], "")
         if member.startswith(DEAD_NOTIFY):
@@ -117,7 +121,7 @@ class DeadLetters:
 
     def retry_all(self, *, kind: str | None = None, match: str | None = None,
                   limit: int = 1_000_000) -> dict[str, int]:
-        """:meth:`retry` every dead letter (oldest first, at most ``limit``) of ``kind``
+        """Retry every dead letter (oldest first, at most ``limit``) of ``kind``
         (``"decision"``: poison escalations, ``"notify"``: undeliverable notifications,
         None: both) whose record contains ``match`` (a plain substring of its JSON, e.g. the
         ladder file's name from the reason; None: all). For the aftermath of one cause (a
@@ -139,10 +143,9 @@ class DeadLetters:
                 continue
             if match is not None and match not in json.dumps(record, ensure_ascii=False):
                 continue
-            try:
-                outcome = self.retry(member)
-            except NotFound:  # retried or purged by someone else meanwhile
-                outcome = "gone"
+            # the record read with the list: no second read per member (the script answers
+            # "absent" for one retried or purged meanwhile)
+            outcome = self._requeue(member, record)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
         return outcomes
 

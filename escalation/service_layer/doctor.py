@@ -152,13 +152,13 @@ def _contention(stats: Mapping[str, int | None]) -> Check:
                  "or lower batch_size; high contention: fewer workers or more shards")
 
 
-def _dead_letters(rel: DoctorRedis) -> Check:
-    """Dead letters waiting for an operator: an escalation there is pending in PostgreSQL
-    but fires no more (its SLA clock runs on), a notification there was never delivered."""
-    letters = rel.dead_list(100_000)
-    decisions = sum(1 for m, _, _ in letters if m.startswith(DEAD_DECISION))
-    notes = len(letters) - decisions
-    ok = not letters
+def _dead_letters(members: list[str]) -> Check:
+    """Dead letters waiting for an operator (``members``): an escalation there is pending in
+    PostgreSQL but fires no more (its SLA clock runs on), a notification there was never
+    delivered."""
+    decisions = sum(1 for m in members if m.startswith(DEAD_DECISION))
+    notes = len(members) - decisions
+    ok = not members
     return Check("DEAD_LETTERS", ok,
                  f"dead-lettered escalations {decisions}, undelivered notifications {notes}",
                  "" if ok else "`escalation dead list` shows each one's reason; fix the cause "
@@ -166,7 +166,7 @@ def _dead_letters(rel: DoctorRedis) -> Check:
                  "retry --all [--kind decision|notify] [--match TEXT]`, or `dead purge` one")
 
 
-def _drift(store: DoctorStore, rel: DoctorRedis) -> Check:
+def _drift(store: DoctorStore, rel: DoctorRedis, dead_members: list[str]) -> Check:
     counts = store.counts()["by_status"]
     pg_pending = int(counts.get(Status.PENDING.value, 0))
     zset = 0
@@ -188,7 +188,7 @@ def _drift(store: DoctorStore, rel: DoctorRedis) -> Check:
                 esc = known.get(uid)
                 if esc is None or esc.status is not Status.PENDING:
                     bad.append(m)
-    dead = sum(1 for m, _, _ in rel.dead_list(100_000) if m.startswith(DEAD_DECISION))
+    dead = sum(1 for m in dead_members if m.startswith(DEAD_DECISION))
     ok = not bad and zset + dead == pg_pending
     return Check("ZSET_DRIFT", ok,
                  f"PostgreSQL pending {pg_pending}, Redis ZSET {zset} (of which ready "
@@ -220,9 +220,10 @@ def run_checks(deps: DoctorDeps, *, host_ms: Callable[[], int] | None = None,
         max_skew_ms: largest tolerated clock difference.
     """
     clock = host_ms or (lambda: time.time_ns() // 1_000_000)
+    dead = [m for m, _, _ in deps.redis_side.dead_list(100_000)]  # read once, for two checks
     return [_double(deps.store), _skew(deps.probe, clock, max_skew_ms),
             _stuck(deps.redis_side), _contention(deps.scheduler_stats()),
-            _drift(deps.store, deps.redis_side), _dead_letters(deps.redis_side),
+            _drift(deps.store, deps.redis_side, dead), _dead_letters(dead),
             _maxmemory(deps.probe), _ladder_files(deps.ladder_problems())]
 
 

@@ -181,13 +181,10 @@ def tree_memory_kib(root: int) -> tuple[int, int]:
     return pss, rss
 
 
-MAPPING_TOML = {
-    "Complaint ID": '[columns]\ndispute_id = "Complaint ID"\nopened_at = "Date sent to company"\n'
-                    '[defaults]\ntier = "standard"\nmateriality = "0.00"\n'
-                    'external_source = "cfpb"\n',
-    "dispute_id": '[columns]\ndispute_id = "dispute_id"\nopened_at = "opened_at"\n'
-                  'materiality = "amount"\n[defaults]\ntier = "standard"\n',
-}
+# The mapping a user passes: the shipped example for CFPB rows, else the synthetic columns.
+CFPB_MAPPING = Path(__file__).resolve().parents[2] / "docs" / "examples" / "cfpb_mapping.toml"
+SYNTHETIC_MAPPING = ('[columns]\ndispute_id = "dispute_id"\nopened_at = "opened_at"\n'
+                     'materiality = "amount"\n[defaults]\ntier = "standard"\n')
 
 
 def run_cli(url: str, redis_url: str, namespace: str, rows: int, warm: bool = True) -> None:
@@ -200,7 +197,10 @@ def run_cli(url: str, redis_url: str, namespace: str, rows: int, warm: bool = Tr
     with tempfile.TemporaryDirectory() as tmp:
         path, mapping_path = Path(tmp) / "import.csv", Path(tmp) / "mapping.toml"
         mapping = write_csv(path, rows)
-        mapping_path.write_text(MAPPING_TOML[mapping.dispute_id], encoding="utf-8")
+        if mapping.dispute_id == "Complaint ID":
+            mapping_path = CFPB_MAPPING
+        else:
+            mapping_path.write_text(SYNTHETIC_MAPPING, encoding="utf-8")
         env = {**os.environ, "ESCALATION_DATABASE_URL": url, "ESCALATION_REDIS_URL": redis_url,
                "ESCALATION_NAMESPACE": namespace, "ESCALATION_LOG_FORMAT": "json"}
         if warm:  # the first command on the database releases the shipped ladders, once
