@@ -23,9 +23,11 @@ from escalation.domain.escalation import Escalation, Status, check_text
 from escalation.domain.ladder import Ladder
 from escalation.domain.ladder_plan import Blocked, PlanItem
 from escalation.domain.record_rule import RecordStatus as RecordStatus  # noqa: PLC0414 -- re-export
+from escalation.domain.values import fast_init
 
 
 # --------------------------------------------------------------------------- scheduler
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ClaimedItem:
     """One member taken by ``claim``: its fencing token and payload (seq = last applied)."""
@@ -66,6 +68,7 @@ MAX_OP_WARNINGS = 16
 """Most pre-breach warnings one :class:`ApplyOp` may carry (``ApplyOp.warnings``)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ApplyOp:
     """One member's apply instruction, guarded by ``seq`` and (if given) the fencing token.
@@ -140,6 +143,7 @@ class Scheduler(Protocol):
         ...
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class WarningMember:
     """One scheduled pre-breach warning: dispute, tier-entry seq, fraction text, due (epoch ms).
@@ -204,6 +208,7 @@ class LadderSource(Protocol):
 
 
 # --------------------------------------------------------------------------- audit log
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RecordOutcome:
     """Result of recording one decision: the state PostgreSQL now holds for the dispute."""

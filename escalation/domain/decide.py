@@ -26,6 +26,7 @@ from escalation.domain.sla_timing import (
     tier_window,
 )
 from escalation.domain.timeutil import require_aware
+from escalation.domain.values import fast_init
 
 TERMINAL_ESCALATION = "TERMINAL_ESCALATION"
 NOT_DUE = "NOT_DUE"
@@ -39,6 +40,7 @@ class DecisionKind(StrEnum):
     NOT_DUE = "not_due"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The outcome of :func:`decide`.

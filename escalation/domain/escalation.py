@@ -18,6 +18,7 @@ from escalation.domain.errors import InvalidInput
 from escalation.domain.ladder import Ladder
 from escalation.domain.materiality import Materiality
 from escalation.domain.timeutil import require_aware
+from escalation.domain.values import fast_init
 
 MAX_SOURCE_HASH_LEN = 128  # SHA-512 hex; SHA-256 hex is 64
 MAX_EXTERNAL_ID_LEN = 200
@@ -117,6 +118,7 @@ def check_source_hash(value: object) -> str:
     return value.lower()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Escalation:
     """One dispute's escalation state.

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from escalation.domain.errors import InvalidInput
+from escalation.domain.values import fast_init
 
 CENT = Decimal("0.01")
 MAX_INTEGER_DIGITS = 15  # numeric(18,2) in PostgreSQL leaves 16; we keep one in reserve
 _PLAIN_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 
+@fast_init
 @dataclass(frozen=True, order=True, slots=True)
 class Materiality:
     """A non-negative amount in the dispute's currency, in whole cents.
