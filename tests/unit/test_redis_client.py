@@ -52,3 +52,43 @@ def test_password_is_not_echoed_in_errors() -> None:
     with pytest.raises(ConfigError) as err:
         parse_topology("redis+cluster://:hunter2@h:x/")
     assert "hunter2" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- packer
+_ARGS: list[tuple[object, ...]] = [
+    ("EVALSHA", "a" * 40, 2, "k:{s0}:1", "k:{s0}:2", "ünï", "", "0", 12, -7, 2**63 - 1),
+    ("SET", b"\x00\xff raw", bytearray(b"ba"), memoryview(b"mv")),
+    ("HSET", "h", "f", 2.5, "g", 1e20, "e", 0.1),
+    ("CLIENT SETNAME", "w-1"),
+    (b"CONFIG GET", b"maxmemory"),
+    ("XADD", "s", "*", "a" * 100_000, "b"),
+]
+
+
+@pytest.mark.parametrize("args", _ARGS, ids=lambda a: str(a[0]))
+def test_direct_packer_sends_the_bytes_redis_py_sends(args: tuple[object, ...]) -> None:
+    from redis.connection import HiredisRespSerializer
+
+    from escalation.adapters.redis_client import DirectPacker
+
+    assert b"".join(DirectPacker().pack(*args)) == b"".join(
+        HiredisRespSerializer().pack(*args))
+
+
+@pytest.mark.parametrize("bad", [None, True, object(), [1]], ids=repr)
+def test_direct_packer_refuses_what_redis_py_refuses(bad: object) -> None:
+    import redis
+
+    from escalation.adapters.redis_client import DirectPacker
+
+    with pytest.raises(redis.DataError):
+        DirectPacker().pack("SET", "k", bad)
+
+
+def test_one_server_and_sentinel_clients_get_the_direct_packer() -> None:
+    from escalation.adapters.redis_client import DirectPacker, make_redis
+
+    client = make_redis("redis://127.0.0.1:1/3")  # no connection is made here
+    conn = client.connection_pool.make_connection()
+    assert isinstance(conn._command_packer, DirectPacker)
+    client.close()
