@@ -56,6 +56,8 @@ def resolve_dispute(
     if source is None or external_id is None:
         raise InvalidInput("source and external_id go together: give both")
     check_source(source)
+    if not external_id.strip():
+        raise InvalidInput("external id must not be empty (or only spaces)")
     if len(external_id) > MAX_EXTERNAL_ID_LEN:
         raise InvalidInput(f"external id longer than {MAX_EXTERNAL_ID_LEN} characters")
     did, text = stable_dispute_id(external_id, source)

@@ -30,3 +30,25 @@ def test_a_ladder_version_beyond_an_integer_is_422(compliance: httpx.Client) -> 
     r = compliance.get("/v1/audit", params={"ladder_version": "99999999999999999999"})
     assert r.status_code == 422, (r.status_code, r.text)
     assert r.headers["content-type"] == "application/problem+json"
+
+
+def test_an_empty_external_id_is_named(service: httpx.Client) -> None:
+    for ext in ("", "   "):
+        r = service.post("/v1/escalations",
+                         json=body(dispute_id=None, source="cfpb", external_id=ext))
+        assert r.status_code == 422, (ext, r.status_code, r.text)
+        problem = r.json()
+        assert [e["field"] for e in problem["errors"]] == ["external_id"], problem
+        assert "external id must not be empty" in problem["detail"]
+
+
+def test_a_body_that_is_not_json_names_the_body_and_where_it_broke(
+    service: httpx.Client,
+) -> None:
+    for raw in (b'{"dispute_id": ', b"not json", b'{"a": 1,}'):
+        r = service.post("/v1/escalations", content=raw,
+                         headers={"content-type": "application/json"})
+        assert r.status_code == 422, (raw, r.status_code, r.text)
+        problem = r.json()
+        assert [e["field"] for e in problem["errors"]] == ["body"], problem
+        assert problem["detail"].startswith("body: the body is not valid JSON at character ")

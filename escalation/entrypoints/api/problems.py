@@ -21,7 +21,7 @@ Redis/PostgreSQL unreachable, schema    503     ``/problems/unavailable``
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -133,6 +133,18 @@ def _loc(loc: Sequence[int | str]) -> str:
     return out or "body"
 
 
+def _validation_error(e: Mapping[str, Any]) -> dict[str, str]:
+    """``{"field", "message"}`` of one schema error. A body that is not JSON names the
+    ``body`` (pydantic's location is the character offset) and where parsing stopped."""
+    loc = e.get("loc", ())
+    if e.get("type") == "json_invalid":
+        at = next((p for p in reversed(loc) if isinstance(p, int)), None)
+        why = (e.get("ctx") or {}).get("error") or e.get("msg", "")
+        where = f" at character {at}" if at is not None else ""
+        return {"field": "body", "message": f"the body is not valid JSON{where}: {why}"}
+    return {"field": _loc(loc), "message": str(e.get("msg", ""))}
+
+
 def status_of(exc: EscalationError) -> int:
     """HTTP status of a domain error (see the module table)."""
     if isinstance(exc, InvalidInput):
@@ -159,8 +171,7 @@ def install(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)  # noqa: S101
-        errors = [{"field": _loc(e.get("loc", ())), "message": str(e.get("msg", ""))}
-                  for e in exc.errors()]
+        errors = [_validation_error(e) for e in exc.errors()]
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
         return problem(422, detail or "invalid request", request.url.path, errors=errors)
 
