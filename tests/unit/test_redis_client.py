@@ -75,7 +75,8 @@ def test_direct_packer_sends_the_bytes_redis_py_sends(args: tuple[object, ...]) 
         HiredisRespSerializer().pack(*args))
 
 
-@pytest.mark.parametrize("bad", [None, True, object(), [1]], ids=repr)
+@pytest.mark.parametrize("bad", [None, True, object(), [1]],
+                         ids=["None", "bool", "object", "list"])
 def test_direct_packer_refuses_what_redis_py_refuses(bad: object) -> None:
     import redis
 
