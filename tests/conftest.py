@@ -50,6 +50,16 @@ def server_urls() -> tuple[str, str]:
     return r or er, d or ed
 
 
+def pytest_configure(config: Any) -> None:
+    """pytest-xdist workers run with ``COLUMNS=80`` and ``LINES=24`` in their environment,
+    which the CLI subprocesses the tests start would inherit (and wrap their lines at 80
+    columns: a long tmp path then splits a message a test reads). The tests run the CLI as
+    a pipe does, with no terminal size set."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
+
+
 TOPOLOGIES = ("server", "cluster", "sentinel")
 #: shards the ``settings``/``sched`` fixtures use per topology: more than one on a cluster so
 #: that every path that visits shards crosses slots (and nodes)

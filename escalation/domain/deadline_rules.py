@@ -94,8 +94,18 @@ def check_attributes(
     """Validate the attributes a ladder needs; returns them normalised (bool / int).
 
     Raises:
-        InvalidInput: one line naming the first missing or malformed attribute.
+        InvalidInput: one line naming every attribute the ladder does not use (a typo, or
+            one meant for another ladder: it would be dropped, and a deadline silently
+            computed without it), else every missing one, else the first malformed one.
     """
+    unknown = sorted(set(attributes) - set(needs))
+    if unknown:
+        uses = ", ".join(needs) if needs else "none"
+        raise InvalidInput(f"unknown dispute attribute(s) {', '.join(map(repr, unknown))}: "
+                           f"this ladder's deadlines use {uses}")
+    missing = [n for n in needs if attributes.get(n) is None or attributes.get(n) == ""]
+    if len(missing) > 1:
+        raise InvalidInput("missing dispute attributes " + ", ".join(map(repr, missing)))
     out: dict[str, object] = {}
     for name in needs:
         if name == BILLING_CYCLE_ATTRIBUTE:

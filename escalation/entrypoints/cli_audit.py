@@ -45,6 +45,17 @@ def _engine() -> Iterator[sa.Engine]:
         engine.dispose()
 
 
+def _has_rows(engine: Any, dispute_id: Any) -> bool:
+    """True when the ledger holds at least one row of ``dispute_id``."""
+    import sqlalchemy as sa
+
+    from escalation.adapters.tables import escalation_audit as t
+
+    with engine.connect() as conn:
+        return conn.execute(sa.select(sa.literal(1)).where(t.c.dispute_id == dispute_id)
+                            .limit(1)).first() is not None
+
+
 def _uuid(value: str | None) -> Any:
     if value is None:
         return None
@@ -126,8 +137,12 @@ def audit_verify(
     bad_signature = None
     if dig is not None and public_key is not None:
         bad_signature = verify_signature(dig, load_public_key(public_key))
+    did = _uuid(dispute)
     with _engine() as engine, cli_progress("audit verify") as progress:
-        report = verify(PostgresCheckpoints(engine), _uuid(dispute), dig, progress=progress)
+        if did is not None and not _has_rows(engine, did):
+            # nothing to verify is not "intact": a mistyped id must not read as a pass
+            raise NotFound(f"no audit rows for dispute {did}")
+        report = verify(PostgresCheckpoints(engine), did, dig, progress=progress)
     if bad_signature is not None:
         report.checkpoint_errors.insert(0, f"{digest}: {bad_signature}")
     if as_json:

@@ -30,7 +30,9 @@ def _out_width() -> int | None:
     return None if sys.stdout.isatty() else 200
 
 
-out = Console(width=_out_width(), emoji=False)
+# soft_wrap: a message line (a path, an id, a summary) is never cut at the width; a terminal
+# wraps it, a pipe gets it whole. Tables are laid out to the width either way.
+out = Console(width=_out_width(), soft_wrap=True, emoji=False)
 err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
@@ -60,7 +62,8 @@ def parse_time_or_date(value: str | None, name: str) -> datetime | date | None:
 
 
 def parse_attributes(values: list[str] | None) -> dict[str, object] | None:
-    """``["name=value", ...]`` -> ``{name: value}``. Raises InvalidInput on a missing ``=``."""
+    """``["name=value", ...]`` -> ``{name: value}``. Raises InvalidInput on a missing ``=`` or
+    a name given twice (the last one would silently win)."""
     if not values:
         return None
     out: dict[str, object] = {}
@@ -68,6 +71,8 @@ def parse_attributes(values: list[str] | None) -> dict[str, object] | None:
         key, sep, val = item.partition("=")
         if not sep or not key.strip():
             raise InvalidInput(f"--attribute: expected name=value, got {item!r}")
+        if key.strip() in out:
+            raise InvalidInput(f"--attribute {key.strip()} given twice: give each once")
         out[key.strip()] = val.strip()
     return out
 

@@ -119,16 +119,19 @@ def _day_start(day: date, tz_name: str) -> datetime:
     return start_of_local_day(day, zone(tz_name))
 
 
-def _not_future(entered: datetime, now: datetime) -> datetime:
-    """``entered`` unless it lies more than :data:`OPENED_AT_MAX_SKEW` past ``now``.
-    Raises InvalidInput."""
-    if entered > require_aware(now, "now") + OPENED_AT_MAX_SKEW:
+def _not_future(at: datetime, now: datetime, name: str = "opened_at") -> datetime:
+    """``at`` unless it lies more than :data:`OPENED_AT_MAX_SKEW` past ``now``: a dispute
+    cannot enter its tier, nor its notice arrive (``notice_at``, the anchor of the regulatory
+    deadlines), after the moment it is enqueued. Raises InvalidInput naming ``name``."""
+    if at > require_aware(now, "now") + OPENED_AT_MAX_SKEW:
+        what = ("a notice cannot be received" if name == "notice_at"
+                else "a dispute cannot enter its tier")
         raise InvalidInput(
-            f"opened_at {entered.isoformat()} is in the future (now "
-            f"{now.isoformat(timespec='seconds')}); a dispute cannot enter its tier later "
+            f"{name} {at.isoformat()} is in the future (now "
+            f"{now.isoformat(timespec='seconds')}); {what} later "
             f"than now + {int(OPENED_AT_MAX_SKEW.total_seconds() // 60)} min of clock skew"
         )
-    return entered
+    return at
 
 
 def build_escalation(
@@ -139,7 +142,8 @@ def build_escalation(
     Raises:
         InvalidInput: both or neither of due_at/opened_at, naive datetimes, bad money/ids,
             unknown zone/calendar, a dispute attribute the ladder needs is missing,
-            ``opened_at`` later than ``now`` + :data:`OPENED_AT_MAX_SKEW`.
+            ``opened_at`` or ``notice_at`` (``anchor_at``) later than ``now`` +
+            :data:`OPENED_AT_MAX_SKEW`.
         UnknownTier: ``req.tier`` not in ``ladder``.
     """
     return build_with_provenance(req, ladder, calendars, now)[0]
@@ -172,8 +176,8 @@ def build_with_provenance(
     deadline = None
     deadlines: tuple[tuple[str, datetime], ...] = ()
     if ladder.deadlines:  # deadlines from the anchor; the due time is capped by the tier's ones
-        anchor = entered if req.anchor_at is None else _instant(req.anchor_at, tz_name,
-                                                                "anchor_at")
+        anchor = entered if req.anchor_at is None else _not_future(
+            _instant(req.anchor_at, tz_name, "notice_at"), now, "notice_at")
         resolved = resolve_deadlines(ladder, anchor, scoped, attributes)
         deadlines = tuple((r.name, r.at) for r in resolved)
         sources = {r.name: r.source for r in resolved}

@@ -150,6 +150,16 @@ def _remaining_from_trail(store: PauseStore, did: UUID) -> tuple[int, int | None
     raise ConflictError(f"dispute {did} has no PAUSED ledger row")  # pragma: no cover
 
 
+def paused_remaining(store: PauseStore, did: UUID) -> tuple[int, str | None]:
+    """(remaining ms, basis ``open``/``elapsed`` or None) of a paused escalation, as its last
+    PAUSED ledger row recorded them. Raises ConflictError if it has no PAUSED row."""
+    for row in reversed(store.trail(did)):
+        if row.event == "PAUSED":
+            basis = row.details.get("basis")
+            return int(row.details.get("remaining_ms", 0)), None if basis is None else str(basis)
+    raise ConflictError(f"dispute {did} has no PAUSED ledger row")
+
+
 TIER_ENTRY_EVENTS = frozenset({"ENQUEUED", "PROMOTED", "LADDER_MIGRATED"})
 
 

@@ -131,17 +131,24 @@ def test_cancel_pause_resume_by_both_addresses(api_server, service, engine):
     assert paused.status_code == 200, paused.text
     assert paused.json()["status"] == "paused"
     assert paused.json()["remaining_ms"] > 0
+    assert paused.json()["due_at"] is None  # the clock is stopped: no breach time
+    seen = service.get(f"/v1/escalations/{did}").json()  # a later read says the same
+    assert (seen["status"], seen["due_at"]) == ("paused", None)
+    assert seen["remaining_ms"] == paused.json()["remaining_ms"]
+    assert seen["basis"] == paused.json()["basis"]
     again = service.post(f"/v1/escalations/{did}/pause")
     assert again.status_code == 409
     assert again.json()["type"] == "/problems/conflict"
     resumed = service.post(f"/v1/escalations/{did}/resume")
     assert resumed.status_code == 200, resumed.text
     assert resumed.json()["status"] == "pending"
+    assert resumed.json()["due_at"] is not None
     assert service.post(f"/v1/escalations/{did}/resume").status_code == 409
     cancelled = service.post(f"/v1/sources/acme/escalations/{ext}/cancel",
                              json={"reason": "resolved in favour"})
     assert cancelled.status_code == 200
     assert cancelled.json()["status"] == "cancelled"
+    assert cancelled.json()["due_at"] is None
     replay = service.post(f"/v1/escalations/{did}/cancel")
     assert replay.status_code == 200
     assert replay.json()["seq"] == cancelled.json()["seq"]

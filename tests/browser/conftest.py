@@ -101,10 +101,27 @@ class Console:
 
 
 @pytest.fixture(scope="module")
-def console(redis_url: str, database_url: str, engine: sa.Engine) -> Iterator[Console]:
+def console_database(server_urls: tuple[str, str]) -> Iterator[tuple[str, sa.Engine]]:
+    """(URL, engine) of a database of the console's own: its pages list the whole ledger (the
+    first page of at-risk deadlines, the overview's counts), which other test files sharing
+    the session database would crowd with their own rows."""
+    from escalation.adapters.db import make_engine
+    from tests.conftest import scratch_database
+
+    with scratch_database(server_urls[1], "escalation_console") as url:
+        eng = make_engine(url)
+        try:
+            yield url, eng
+        finally:
+            eng.dispose()
+
+
+@pytest.fixture(scope="module")
+def console(redis_url: str, console_database: tuple[str, sa.Engine]) -> Iterator[Console]:
     """The server, tokens per role and the disputes created for the run."""
     import redis
 
+    database_url, engine = console_database
     namespace = f"t{uuid.uuid4().hex[:12]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
     env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=database_url,

@@ -87,3 +87,28 @@ def test_cli_verify_without_a_checkpoint_says_there_is_none_yet(scratch, cli_env
     assert "none matches" not in res.stdout
     assert _cli(cli_env, url, "audit", "checkpoint").returncode == 0
     assert "last checkpoint 1 matches" in _cli(cli_env, url, "audit", "verify").stdout
+
+
+def test_cli_verify_of_a_dispute_with_no_rows_is_not_a_pass(scratch, cli_env) -> None:
+    import uuid
+
+    from escalation.adapters.audit_store import PostgresAuditStore as Store
+
+    url = scratch.url.render_as_string(hide_password=False)
+    esc = Store(scratch).record_enqueue(make_escalation(), "svc", T0)[1]
+    known = _cli(cli_env, url, "audit", "verify", "--dispute", str(esc.dispute_id))
+    assert known.returncode == 0 and "ok: chains intact" in known.stdout, known.stderr
+    stranger = uuid.uuid4()
+    res = _cli(cli_env, url, "audit", "verify", "--dispute", str(stranger))
+    assert res.returncode != 0 and "ok:" not in res.stdout
+    assert f"no audit rows for dispute {stranger}" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_api_maps_a_broken_released_ladder_file_to_503_not_422() -> None:
+    from escalation.domain.errors import RELEASE_BROKEN, LadderError, LadderReleaseError
+    from escalation.entrypoints.api.problems import status_of
+
+    assert status_of(LadderReleaseError(f"{RELEASE_BROKEN}: reg_e@3 is missing")) == 503
+    assert status_of(LadderError("ladder file x: bad field")) == 422
+    assert status_of(InvalidInput("due_at must be timezone-aware")) == 422

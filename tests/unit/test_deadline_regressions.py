@@ -207,3 +207,56 @@ def test_date_only_is_the_start_of_the_local_day() -> None:
     assert parse_wall_time("2026-03-08", NY, "x") == (datetime(2026, 3, 8, 5, 0, tzinfo=UTC),
                                                       True)
     assert parse_wall_time("2026-03-08", LA, "x")[0] == datetime(2026, 3, 8, 8, 0, tzinfo=UTC)
+
+
+# ------------------------------------------------------------ newcomer: inputs that moved deadlines
+_REG_E_ATTRS = {"new_account": "false", "point_of_sale": "false", "foreign_initiated": "false"}
+
+
+def test_a_future_notice_is_refused_like_a_future_opening() -> None:
+    # A notice dated after the moment it is recorded (a year typo) would move every
+    # regulatory deadline out with it; up to 5 minutes of clock skew is tolerated.
+    from datetime import timedelta
+
+    ladder = CATALOG.latest("reg_e_error_resolution")
+    with pytest.raises(InvalidInput, match=r"^notice_at .* is in the future"):
+        build_with_provenance(
+            _req(ladder=ladder.name, due_at=NOW + timedelta(days=1),
+                 anchor_at=NOW + timedelta(days=365), attributes=_REG_E_ATTRS),
+            ladder, CALS, NOW)
+    esc, _ = build_with_provenance(
+        _req(ladder=ladder.name, due_at=NOW + timedelta(days=1),
+             anchor_at=NOW + timedelta(minutes=4), attributes=_REG_E_ATTRS), ladder, CALS, NOW)
+    assert esc.deadlines  # within the skew: counted from the notice
+
+
+def test_an_attribute_the_ladder_does_not_use_is_refused_naming_the_ones_it_does() -> None:
+    ladder = CATALOG.latest("reg_e_error_resolution")
+    with pytest.raises(InvalidInput, match=r"unknown dispute attribute\(s\) 'bogus'.*"
+                                           r"foreign_initiated, new_account, point_of_sale"):
+        build_with_provenance(
+            _req(ladder=ladder.name, opened_at=datetime(2026, 3, 5, 12, tzinfo=UTC),
+                 attributes={**_REG_E_ATTRS, "bogus": "1"}), ladder, CALS, NOW)
+    cfpb = CATALOG.latest("cfpb_complaint_response")
+    with pytest.raises(InvalidInput, match="this ladder's deadlines use none"):
+        build_with_provenance(
+            _req(ladder=cfpb.name, opened_at=datetime(2026, 3, 5, 12, tzinfo=UTC),
+                 attributes={"new_account": "false"}), cfpb, CALS, NOW)
+
+
+def test_every_missing_attribute_is_named_at_once() -> None:
+    ladder = CATALOG.latest("reg_e_error_resolution")
+    with pytest.raises(InvalidInput) as err:
+        build_with_provenance(
+            _req(ladder=ladder.name, opened_at=datetime(2026, 3, 5, 12, tzinfo=UTC)),
+            ladder, CALS, NOW)
+    assert str(err.value) == ("missing dispute attributes 'foreign_initiated', "
+                              "'new_account', 'point_of_sale'")
+
+
+def test_an_attribute_given_twice_on_the_command_line_is_refused() -> None:
+    from escalation.entrypoints.cli_common import parse_attributes
+
+    assert parse_attributes(["a=1", " b = x "]) == {"a": "1", "b": "x"}
+    with pytest.raises(InvalidInput, match="--attribute foreign_initiated given twice"):
+        parse_attributes(["foreign_initiated=false", "foreign_initiated=true"])

@@ -113,7 +113,10 @@ class EscalationOut(BaseModel):
     ladder: str
     ladder_version: int
     seq: int
-    due_at: datetime
+    due_at: datetime | None = Field(
+        description="Breach time of the current tier while pending; null when paused (the "
+                    "SLA clock is stopped: remaining_ms is what is left), terminal or "
+                    "cancelled.")
     entered_tier_at: datetime
     materiality: str
     regulatory_deadline: datetime | None

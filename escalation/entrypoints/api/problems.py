@@ -12,7 +12,13 @@ request body/query fails its schema     422     ``/problems/invalid-input``
 missing, bad, expired, revoked token    401     ``/problems/unauthorized``
 token's role lacks the permission       403     ``/problems/forbidden``
 Redis/PostgreSQL unreachable, schema    503     ``/problems/unavailable``
+not at head, a released ladder file
+missing or edited (``LadderReleaseError``)
 ======================================  ======  ===========================
+
+A released ladder file that is missing or edited is the deployment's fault, not the
+request's: 503 (retry once the file is restored), never 422 (which a client may treat as
+"drop this dispute").
 
 422 documents carry ``errors: [{"field": ..., "message": ...}]`` naming each bad field
 (``items[3].due_at`` for the 4th item of a batch).
@@ -33,6 +39,7 @@ from escalation.domain.errors import (
     ConflictError,
     EscalationError,
     InvalidInput,
+    LadderReleaseError,
     NotFound,
     SchemaNotAtHead,
 )
@@ -147,6 +154,8 @@ def _validation_error(e: Mapping[str, Any]) -> dict[str, str]:
 
 def status_of(exc: EscalationError) -> int:
     """HTTP status of a domain error (see the module table)."""
+    if isinstance(exc, LadderReleaseError):
+        return 503  # the server's ladder files, not the request
     if isinstance(exc, InvalidInput):
         return 422
     if isinstance(exc, NotFound):

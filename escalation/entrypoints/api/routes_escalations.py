@@ -83,7 +83,8 @@ def render(core: App, esc: Escalation, now: datetime | None = None,
     return EscalationOut(
         dispute_id=str(esc.dispute_id), external_id=esc.external_id, status=esc.status.value,
         tier=esc.tier, ladder=esc.ladder, ladder_version=esc.ladder_version, seq=esc.seq,
-        due_at=esc.due_at, entered_tier_at=esc.entered_tier_at,
+        due_at=esc.due_at if esc.status is Status.PENDING else None,
+        entered_tier_at=esc.entered_tier_at,
         materiality=format(esc.materiality.amount, "f"),
         regulatory_deadline=esc.regulatory_deadline, deadlines=deadlines,
         trace_id=esc.trace_id, **extra,
@@ -145,6 +146,11 @@ def get_one(did: Dispute, core: Core, token: StatusReader) -> EscalationOut:
     got = core.store.get(did)
     if got is None:
         raise NotFound(f"no escalation recorded for dispute {did}")
+    if got[0].status is Status.PAUSED:  # what is left of the window, as the pause said
+        from escalation.service_layer.pause import paused_remaining
+
+        left, basis = paused_remaining(core.store, did)
+        return render(core, got[0], remaining_ms=left, basis=basis)
     return render(core, got[0])
 
 
