@@ -64,10 +64,12 @@ def enqueue(
     source_hash: Annotated[str, typer.Option(help="Hex digest of the source record.")],
     materiality: Annotated[str, typer.Option(help="Disputed amount, e.g. 1250.00.")] = "0.00",
     tier: Annotated[str | None, typer.Option(help="Current tier id (default: first).")] = None,
-    due_at: Annotated[str | None, typer.Option(help="Breach time, ISO-8601 with offset.")] = None,
-    opened_at: Annotated[
-        str | None, typer.Option(help="Tier entry time, ISO-8601 with offset.")
-    ] = None,
+    due_at: Annotated[str | None, typer.Option(
+        help="Breach time, ISO-8601 with offset, or a date: the START of that local day in "
+             "the institution's zone (a time without offset is refused).")] = None,
+    opened_at: Annotated[str | None, typer.Option(
+        help="Tier entry time, ISO-8601 with offset, or a date (the start of that local "
+             "day in the institution's zone).")] = None,
     ladder: Annotated[str | None, typer.Option(help="Ladder name.")] = None,
     external_id: Annotated[str | None, typer.Option(help="Source system id.")] = None,
     trace_id: Annotated[str | None, typer.Option(help="Correlation id.")] = None,
