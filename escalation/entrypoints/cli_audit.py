@@ -45,6 +45,15 @@ def _engine() -> Iterator[sa.Engine]:
         engine.dispose()
 
 
+def _ladder_decisions() -> set[str]:
+    """The decisions the ladder files of ``ESCALATION_LADDERS_DIR`` can record (a search for
+    one no dispute has reached yet finds no rows, instead of being refused)."""
+    from escalation.adapters.ladder_files import LadderCatalog
+    from escalation.service_layer.audit_export import ladder_decisions
+
+    return ladder_decisions(LadderCatalog.from_dir(_settings().ladders_dir, strict=False).all())
+
+
 def _has_rows(engine: Any, dispute_id: Any) -> bool:
     """True when the ledger holds at least one row of ``dispute_id``."""
     import sqlalchemy as sa
@@ -430,7 +439,7 @@ def audit_search(
 
     with _engine() as engine:
         ledger = PostgresLedgerSearch(engine)
-        check_decision(ledger, flt.decision)
+        check_decision(ledger, flt.decision, _ladder_decisions())
         rows = search(ledger, flt, limit)
     if as_json:
         for r in rows:

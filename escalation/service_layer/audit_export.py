@@ -20,7 +20,7 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -29,7 +29,9 @@ from typing import IO, Any, Literal
 from uuid import UUID
 
 from escalation.domain.csv_cells import neutralise_cell, restore_cell
+from escalation.domain.decide import TERMINAL_ESCALATION
 from escalation.domain.errors import InvalidInput
+from escalation.domain.ladder import Ladder
 from escalation.ports import AuditFilter as AuditFilter  # noqa: PLC0414 -- re-export
 from escalation.ports import LedgerRow, LedgerSearch
 
@@ -68,21 +70,34 @@ _TIMES = frozenset(
 )
 
 
-def known_decisions(ledger: LedgerSearch) -> list[str]:
-    """Names ``--decision`` accepts, sorted: every ledger event (``tables.LEDGER_EVENTS``)
-    and every ``match_decision`` recorded so far (e.g. ``PROMOTED_TO_SENIOR``)."""
-    return sorted(set(ledger.ledger_events()) | set(ledger.recorded_decisions()))
+def ladder_decisions(ladders: Iterable[Ladder]) -> set[str]:
+    """Every ``match_decision`` the ladder versions can record, whether or not one was
+    recorded yet: ``PROMOTED_TO_<TIER>`` for each tier (``Tier.decision_name``) and
+    ``TERMINAL_ESCALATION``."""
+    names = {t.decision_name for ladder in ladders for t in ladder.tiers}
+    return names | {TERMINAL_ESCALATION}
 
 
-def check_decision(ledger: LedgerSearch, decision: str | None) -> None:
-    """Refuse a ``--decision`` that is neither a ledger event nor a recorded decision.
+def known_decisions(ledger: LedgerSearch, producible: Collection[str] = ()) -> list[str]:
+    """Names ``--decision`` accepts, sorted: every ledger event (``tables.LEDGER_EVENTS``),
+    every ``match_decision`` recorded so far, and ``producible`` (:func:`ladder_decisions`
+    of the deployment's ladders: a search for a decision no dispute has reached yet is a
+    search with no rows, not an error)."""
+    return sorted(set(ledger.ledger_events()) | set(ledger.recorded_decisions())
+                  | set(producible))
+
+
+def check_decision(ledger: LedgerSearch, decision: str | None,
+                   producible: Collection[str] = ()) -> None:
+    """Refuse a ``--decision`` that is neither a ledger event, a recorded decision, nor one
+    of ``producible``.
 
     Raises:
         InvalidInput: unknown name; the message lists the known ones.
     """
-    if decision is None or decision in ledger.ledger_events():
+    if decision is None or decision in ledger.ledger_events() or decision in producible:
         return
-    known = known_decisions(ledger)
+    known = known_decisions(ledger, producible)
     if decision not in known:
         raise InvalidInput(
             f"unknown decision/event {decision!r}; known: {', '.join(known)}"

@@ -112,3 +112,24 @@ def test_api_maps_a_broken_released_ladder_file_to_503_not_422() -> None:
     assert status_of(LadderReleaseError(f"{RELEASE_BROKEN}: reg_e@3 is missing")) == 503
     assert status_of(LadderError("ladder file x: bad field")) == 422
     assert status_of(InvalidInput("due_at must be timezone-aware")) == 422
+
+
+def test_a_decision_the_ladders_can_record_is_searchable_before_any_dispute_reached_it(
+    scratch, cli_env
+) -> None:
+    from escalation.adapters.ladder_files import LadderCatalog
+    from escalation.resources import shipped_ladders_dir
+    from escalation.service_layer.audit_export import ladder_decisions
+
+    url = scratch.url.render_as_string(hide_password=False)
+    _promoted_chain(scratch)  # one PROMOTED_TO_SENIOR in the ledger, nothing further
+    producible = ladder_decisions(LadderCatalog.from_dir(shipped_ladders_dir()).all())
+    assert {"PROMOTED_TO_COMPLIANCE", "TERMINAL_ESCALATION"} <= producible
+    assert "PROMOTED_TO_COMPLIANCE" not in known_decisions(PostgresLedgerSearch(scratch))
+    check_decision(PostgresLedgerSearch(scratch), "PROMOTED_TO_COMPLIANCE", producible)
+    res = _cli(cli_env, url, "audit", "search", "--decision", "PROMOTED_TO_COMPLIANCE",
+               "--json")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == ""  # no rows: nobody reached compliance yet
+    typo = _cli(cli_env, url, "audit", "search", "--decision", "PROMOTED_TO_COMPLIANSE")
+    assert typo.returncode == 2 and "PROMOTED_TO_COMPLIANCE" in typo.stderr  # listed as known

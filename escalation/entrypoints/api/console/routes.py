@@ -467,7 +467,11 @@ def _ledger(request: Request) -> Any:
 
 
 def _audit_filter(request: Request) -> Any:
-    from escalation.service_layer.audit_export import AuditFilter, check_decision
+    from escalation.service_layer.audit_export import (
+        AuditFilter,
+        check_decision,
+        ladder_decisions,
+    )
     from escalation.service_layer.disputes import resolve_dispute
 
     zone = _zone(request)
@@ -487,7 +491,8 @@ def _audit_filter(request: Request) -> Any:
                       since=parse_instant(p["from"], "from", zone),
                       until=parse_instant(p["to"], "to", zone, end=True),
                       actor=p["actor"], ladder=p["ladder"], ladder_version=version)
-    check_decision(_ledger(request), flt.decision)
+    check_decision(_ledger(request), flt.decision,
+                   ladder_decisions(_core(request).ladders.all()))
     return flt
 
 
@@ -495,12 +500,12 @@ def _audit_filter(request: Request) -> Any:
 def audit(request: Request) -> HTMLResponse:
     """Audit search (the filters of ``escalation audit search``), cursor pages."""
     _user(request)
-    from escalation.service_layer.audit_export import known_decisions
+    from escalation.service_layer.audit_export import known_decisions, ladder_decisions
     from escalation.service_layer.audit_page import search_page
 
     ledger = _ledger(request)
     values = {f: request.query_params.get(f, "") for f in AUDIT_FIELDS}
-    decisions = known_decisions(ledger)
+    decisions = known_decisions(ledger, ladder_decisions(_core(request).ladders.all()))
     try:
         flt = _audit_filter(request)
         rows, nxt = search_page(ledger, flt, PAGE_SIZE, _param(request, "cursor"))
