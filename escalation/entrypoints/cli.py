@@ -109,13 +109,16 @@ def enqueue(
     finally:
         a.close()
     e = res.escalation
+    # an existing escalation is never rewritten by enqueue: say so when the request differs
+    changed = not res.created and str(source_hash).strip().lower() != e.source_hash
     info = {"created": res.created, "dispute_id": str(e.dispute_id), "tier": e.tier,
             "due_at": e.due_at.isoformat(), "ladder": e.ladder_key, "seq": e.seq,
             "status": res.status.value,
             "regulatory_deadline": (e.regulatory_deadline.isoformat()
                                     if e.regulatory_deadline else None),
             "deadlines": {n: at.isoformat() for n, at in e.deadlines},
-            "institution": {"timezone": e.institution_tz, "calendar": e.institution_calendar}}
+            "institution": {"timezone": e.institution_tz, "calendar": e.institution_calendar},
+            "source_hash_differs": changed}
     if as_json:
         _print_json(info)
     elif res.created:
@@ -123,6 +126,11 @@ def enqueue(
     else:
         out.print(f"already enqueued {e.dispute_id} (status {res.status.value}, seq {e.seq}):"
                   " nothing changed")
+        if changed:
+            err.print(f"note: this request's source hash differs from the recorded one "
+                      f"({e.source_hash[:12]}...): enqueue never rewrites an escalation; "
+                      "cancel it and enqueue again if the dispute itself changed",
+                      markup=False, highlight=False)
 
 
 @app.command()

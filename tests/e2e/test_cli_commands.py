@@ -29,6 +29,15 @@ def test_enqueue_twice_says_nothing_changed_and_audit_show_lists_the_trail(
     assert json.loads(first.stdout)["created"] is True
     second = run_cli(cli_env, *args[:-1])
     assert second.returncode == 0 and "nothing changed" in second.stdout
+    assert "source hash differs" not in second.stderr
+    # the same dispute with another source record: still not rewritten, but said
+    other = run_cli(cli_env, *[("ef" * 32) if a == HASH else a for a in args])
+    assert other.returncode == 0, other.stderr
+    assert json.loads(other.stdout)["source_hash_differs"] is True
+    assert json.loads(other.stdout)["created"] is False
+    other_text = run_cli(cli_env, *[("ef" * 32) if a == HASH else a for a in args[:-1]])
+    assert "nothing changed" in other_text.stdout
+    assert f"source hash differs from the recorded one ({HASH[:12]}...)" in other_text.stderr
     shown = run_cli(cli_env, "audit", "show", did, "--json")
     rows = [json.loads(line) for line in shown.stdout.splitlines()]
     assert [r["match_decision"] for r in rows] == ["ENQUEUED"]
