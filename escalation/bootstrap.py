@@ -364,12 +364,22 @@ def dead_letters_for(app: App) -> DeadLetters:
                        actor=app.actor)
 
 
-def maintenance_jobs(app: App, rel: ReliabilityRedis) -> list[Job]:
-    """reconcile (5 min), dead-letter alerts (1 min), ledger partition upkeep (1 h)."""
+def maintenance_jobs(app: App, rel: ReliabilityRedis,
+                     stop_check: Callable[[], None] | None = None) -> list[Job]:
+    """reconcile (5 min), dead-letter alerts (1 min), ledger partition upkeep (1 h).
+
+    ``stop_check()`` is called by reconcile between its pages (no client call in flight
+    there); it may raise to end a long reconcile early when the worker is asked to stop
+    (the next leader's run repairs the rest: every repair is idempotent)."""
     from escalation.adapters.partitions import ensure_partitions
 
+    def between_pages(phase: str, done: int, total: int | None) -> None:
+        if stop_check is not None:
+            stop_check()
+
     def do_reconcile() -> dict[str, Any]:
-        rep = reconcile(scheduler=app.scheduler, store=app.store, redis_side=rel)
+        rep = reconcile(scheduler=app.scheduler, store=app.store, redis_side=rel,
+                        progress=between_pages)
         return {"checked_db": rep.checked_db, "repaired": rep.count(repaired=True),
                 "differences": rep.count()}
 
@@ -383,14 +393,16 @@ def maintenance_jobs(app: App, rel: ReliabilityRedis) -> list[Job]:
             Job("partitions", 3600, partitions)]
 
 
-def maintenance_for(app: App, *, ttl_ms: int | None = None) -> Maintenance:
-    """The worker's Maintenance: lease = 3 x lease_ms (>= 15 s), the default jobs."""
+def maintenance_for(app: App, *, ttl_ms: int | None = None,
+                    stop_check: Callable[[], None] | None = None) -> Maintenance:
+    """The worker's Maintenance: lease = 3 x lease_ms (>= 15 s), the default jobs
+    (``stop_check``: see :func:`maintenance_jobs`)."""
     rel = reliability_for(app)
     ttl = ttl_ms or max(15_000, 3 * int(app.settings.lease_ms))
     return Maintenance(runs=PostgresMaintenanceRuns(app.engine),
                        lease=LeaderLease(rel, ttl_ms=ttl,
                                          redis_ms=app.scheduler.estimated_now_ms),
-                       jobs=maintenance_jobs(app, rel),
+                       jobs=maintenance_jobs(app, rel, stop_check),
                        actor=app.actor)
 
 

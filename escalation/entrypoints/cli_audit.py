@@ -114,7 +114,8 @@ def audit_show(
     out.print(compact_trail_table(rows))
     out.print(f"(the full table -- ladder, deadlines, calendar, hashes -- needs "
               f"{FULL_TRAIL_WIDTH} columns, this output has {out.width}: widen it, set "
-              f"COLUMNS, or use --json)", markup=False, highlight=False)
+              f"COLUMNS, or use --json)", markup=False, highlight=False,
+              soft_wrap=False)  # a note beside a table fits the table's width
 
 
 # --------------------------------------------------------------------------- verify

@@ -249,7 +249,9 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
     failures = 0
     hook = crashpoint_from_env()
     warn_adapter, warn_schedule = warnings_for(app), schedule_for(app)  # pre-breach warnings
-    maint, dead = maintenance_for(app), dead_letters_for(app)  # maintenance, dead letters
+    state = {"stop": _EARLY_STOP["signum"] is not None, "in_batch": False, "waiting": False}
+    maint = maintenance_for(app, stop_check=partial(_stop_between_pages, state))
+    dead = dead_letters_for(app)  # the poison hook: dead letters
     idle = _IdleState(maint_every_s=maintenance_every_s(maint.lease.ttl_ms, maint.lease.margin))
     idle.maint_next = time.monotonic() + idle.maint_every_s
     ctx = _Pass(app=app, crashpoint=hook, warn_adapter=warn_adapter, warn_schedule=warn_schedule,
@@ -259,7 +261,6 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
                 decision_events=str(settings.log_level).upper() == "DEBUG")
     # Wired first, then the handlers and at once the try: a stop signal right after
     # "worker.started" (which is what the demo waits for) ends the loop cleanly (exit 0).
-    state = {"stop": _EARLY_STOP["signum"] is not None, "in_batch": False, "waiting": False}
     old = _install_stop_handlers(state, app.actor)
     try:
         log.info("worker.started", worker_id=app.actor, batch_size=settings.batch_size,
@@ -298,6 +299,9 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
         # the wait's command was cut off mid-reply: drop the pooled connections so that
         # the lease release below cannot read that stale reply as its own
         _drop_connections(app)
+    except MaintenanceStopped:
+        log.info("worker.maintenance_cut_short", worker_id=app.actor,
+                 reason="stop requested during reconcile; the next run repairs the rest")
     finally:
         maint.lease.release()  # hand the maintenance lease over at once
         _restore_handlers(old)
@@ -376,6 +380,20 @@ def _idle_wait(ctx: _Pass, report: BatchReport, now_ms: int, rng: random.Random)
                          _earliest(report.next_due_ms, idle.warn_next_ms), rng)
     if wait > 0:
         idle.woke = ctx.app.scheduler.wait_for_wake(wait)
+
+
+class MaintenanceStopped(BaseException):
+    """Raised between two reconcile pages when a stop was asked for (no client call is in
+    flight there, unlike :class:`_Shutdown`): a long reconcile over a large ledger does not
+    hold a stopping worker for minutes. A BaseException so no job's ``except Exception``
+    swallows it."""
+
+
+def _stop_between_pages(state: dict[str, bool]) -> None:
+    """The maintenance's stop check: raise :class:`MaintenanceStopped` once a stop signal
+    has set ``state["stop"]``."""
+    if state["stop"]:
+        raise MaintenanceStopped
 
 
 def _waiting(state: dict[str, bool], wait: Callable[[], None]) -> None:

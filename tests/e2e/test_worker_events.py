@@ -16,8 +16,23 @@ from tests.e2e.helpers import due_requests, enqueue
 from tests.helpers import run_cli
 
 
+@pytest.fixture()
+def debug_logging() -> Any:
+    """structlog at DEBUG for one test, as the worker's own configure_logging sets it: an
+    earlier test in this process may have configured INFO, whose filtering bound logger
+    drops DEBUG events before ``capture_logs()`` sees them."""
+    import logging
+
+    import structlog
+
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    yield
+    structlog.configure(**saved)
+
+
 def test_burst_worker_logs_one_promoted_event_per_decision_with_the_seed_fields(
-    app: Any, monkeypatch: pytest.MonkeyPatch,
+    app: Any, monkeypatch: pytest.MonkeyPatch, debug_logging: Any,
 ) -> None:
     # the per-decision events are built only when the worker logs at DEBUG (or serves
     # metrics): above DEBUG the firing path does not format them at all

@@ -194,3 +194,34 @@ def test_a_tick_reads_the_clock_once_and_the_worker_lease_sends_no_time(app: Any
         del app.redis.time
     assert sent == []
     assert readings == sorted(readings) and abs(readings[0] - rel.now_ms()) < 5_000
+
+
+def test_a_stop_asked_during_reconcile_ends_it_between_pages(app: Any) -> None:
+    """A worker's reconcile over a large ledger stops at the next page once a stop signal
+    set the flag (instead of holding the stopping worker for minutes); without a stop it
+    runs to the end."""
+    from datetime import timedelta
+
+    import pytest
+
+    from escalation.bootstrap import maintenance_jobs, reliability_for
+    from escalation.entrypoints.worker import MaintenanceStopped, _stop_between_pages
+    from tests.e2e.helpers import due_requests, enqueue
+
+    enqueue(app, due_requests(3, app.scheduler.time() + timedelta(hours=1)))
+    state = {"stop": False, "in_batch": False, "waiting": False}
+    calls: list[bool] = []
+
+    def check() -> None:
+        calls.append(state["stop"])
+        _stop_between_pages(state)
+
+    (reconcile_job,) = [j for j in maintenance_jobs(app, reliability_for(app), check)
+                        if j.name == "reconcile"]
+    done = reconcile_job.fn()
+    assert done["checked_db"] >= 3 and calls and not any(calls)  # checked, never stopped
+    state["stop"] = True
+    calls.clear()
+    with pytest.raises(MaintenanceStopped):
+        reconcile_job.fn()
+    assert calls == [True]  # at the first page boundary
