@@ -11,7 +11,8 @@ docs/ladder-migrations.md).
   would demote a pending escalation is blocked: a migration never takes authority away from
   a case under review);
 * the due time follows the target file's ``[migration]`` policy (:class:`DuePlan`):
-  ``keep``, or recomputed from the time the escalation entered its tier; a recomputed due
+  ``keep``, or recomputed from the time the escalation entered its tier where its tier's
+  window changed (same tier, same window for its materiality: kept); a recomputed due
   time earlier than the current one becomes ``min(current, max(recomputed, now + grace))``
   (never a burst of retroactive breaches when a window is shortened).
 
@@ -35,6 +36,7 @@ from escalation.domain.calendars import CalendarRegistry, SlaWindow, window_end
 from escalation.domain.errors import LadderMigrationError, UnknownTier
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import DUE_FROM_TIER_ENTRY, Ladder
+from escalation.domain.sla_timing import tier_window
 
 
 class DueRule(StrEnum):
@@ -292,7 +294,8 @@ def plan_escalation(
         to_tier=new.id,
         old_next=None if old_next is None else old_next.id,
         new_next=None if new_next is None else new_next.id,
-        due=_due_plan(esc, target, new.id, esc.calendars(calendars)),
+        due=_due_plan(esc, target, new.id, esc.calendars(calendars),
+                      window_changed=_window_changed(esc, pinned, target, new.id)),
         deadline=_deadline_detail(esc, target, new.id, esc.calendars(calendars)),
     )
 
@@ -318,11 +321,25 @@ def _deadline_detail(
             "at": esc.regulatory_deadline.isoformat(), "capped": capped}
 
 
-def _due_plan(esc: Escalation, target: Ladder, tier: str, calendars: CalendarRegistry) -> DuePlan:
+def _window_changed(esc: Escalation, pinned: Ladder, target: Ladder, tier: str) -> bool:
+    """True unless the escalation stays in the same tier and that tier's SLA window for its
+    materiality (band factor applied) is the same in both versions."""
+    if tier != esc.tier:
+        return True
+    amount = esc.materiality.amount
+    return tier_window(pinned, esc.tier, amount) != tier_window(target, tier, amount)
+
+
+def _due_plan(esc: Escalation, target: Ladder, tier: str, calendars: CalendarRegistry,
+              *, window_changed: bool = True) -> DuePlan:
+    """The due rule of a migrated escalation. ``recompute_due = "from_tier_entry"`` applies
+    only where the escalation's window changed: an unchanged window keeps its due time, which
+    may carry what recomputing from the tier entry would lose (time spent paused, an explicit
+    ``due_at`` given at enqueue)."""
     if esc.status is not Status.PENDING:
         return DuePlan(DueRule.KEEP, None)
     policy = target.migration
-    if policy.recompute_due != DUE_FROM_TIER_ENTRY:
+    if policy.recompute_due != DUE_FROM_TIER_ENTRY or not window_changed:
         return DuePlan(DueRule.KEEP, esc.due_at)
     recomputed = window_end(esc.entered_tier_at, target.tier(tier).window, calendars)
     if esc.regulatory_deadline is not None:

@@ -66,6 +66,23 @@ def test_lengthened_window_recomputes_from_tier_entry_and_keep_policy_keeps_due(
     assert isinstance(kept, PlanItem) and kept.due.resolve(T0, CAL) == T0 + timedelta(hours=24)
 
 
+def test_recompute_leaves_a_tier_whose_window_did_not_change_alone() -> None:
+    # Only senior's window changes (48 h -> 36 h). A standard escalation paused for a day
+    # (or given an explicit due time at enqueue) keeps its due time: recomputing it from
+    # the tier entry would lose the paused day. The senior one is recomputed (floored).
+    v2 = _v2(_tier("standard", 10, 24), _tier("senior", 20, 36), _tier("compliance", 30, 72),
+             recompute=True)
+    versions = {1: V1, 2: v2}
+    paused_a_day = _esc("standard", T0 - timedelta(hours=20), T0 + timedelta(hours=28))
+    item = plan_escalation(paused_a_day, versions, v2, CAL)
+    assert isinstance(item, PlanItem) and item.due.rule is DueRule.KEEP
+    assert item.due.resolve(T0, CAL) == T0 + timedelta(hours=28)
+    senior = _esc("senior", T0 - timedelta(hours=10), T0 + timedelta(hours=38))
+    moved = plan_escalation(senior, versions, v2, CAL)
+    assert isinstance(moved, PlanItem) and moved.due.rule is DueRule.FLOOR
+    assert moved.due.resolve(T0, CAL) == T0 + timedelta(hours=26)  # entry + 36 h
+
+
 def test_map_that_would_demote_is_blocked_and_unmapped_removal_is_blocked() -> None:
     swapped = _v2(_tier("standard", 10, 24), _tier("compliance", 20, 72), _tier("senior", 30, 48))
     esc = _esc("compliance", T0, T0 + timedelta(hours=1))
