@@ -315,7 +315,8 @@ def _deadline_detail(
         return None
     capped = False
     if target.migration.recompute_due == DUE_FROM_TIER_ENTRY:
-        end = window_end(esc.entered_tier_at, target.tier(tier).window, calendars)
+        end = window_end(esc.entered_tier_at,
+                         tier_window(target, tier, esc.materiality.amount), calendars)
         capped = end > esc.regulatory_deadline
     return {"name": rule.name, "citation": rule.source,
             "at": esc.regulatory_deadline.isoformat(), "capped": capped}
@@ -341,7 +342,8 @@ def _due_plan(esc: Escalation, target: Ladder, tier: str, calendars: CalendarReg
     policy = target.migration
     if policy.recompute_due != DUE_FROM_TIER_ENTRY or not window_changed:
         return DuePlan(DueRule.KEEP, esc.due_at)
-    recomputed = window_end(esc.entered_tier_at, target.tier(tier).window, calendars)
+    window = tier_window(target, tier, esc.materiality.amount)  # its band's factor, as decide
+    recomputed = window_end(esc.entered_tier_at, window, calendars)
     if esc.regulatory_deadline is not None:
         recomputed = min(recomputed, esc.regulatory_deadline)
     if recomputed >= esc.due_at:

@@ -83,6 +83,25 @@ def test_recompute_leaves_a_tier_whose_window_did_not_change_alone() -> None:
     assert moved.due.resolve(T0, CAL) == T0 + timedelta(hours=26)  # entry + 36 h
 
 
+def test_a_recomputed_due_applies_the_materiality_band_as_decide_does() -> None:
+    # v2 lengthens standard to 48 h; a band halves the windows of disputes >= 1,000.00:
+    # a large dispute's recomputed due is entry + 24 h, as decide would count its window.
+    from decimal import Decimal
+
+    from escalation.domain.ladder import MaterialityBand
+
+    tiers = (_tier("standard", 10, 48), _tier("senior", 20, 48), _tier("compliance", 30, 72))
+    band = MaterialityBand("large", Decimal("1000.00"), None, Decimal("0.5"))
+    v1 = replace(V1, bands=(band,))
+    v2 = replace(_v2(*tiers, recompute=True), bands=(band,))
+    large = Escalation.new(dispute_id=uuid.uuid4(), tier="standard", due_at=T0 + timedelta(hours=6),
+                           materiality="5000.00", source_hash="ab", ladder=v1,
+                           entered_tier_at=T0 - timedelta(hours=6), trace_id="t")
+    item = plan_escalation(large.with_changes(seq=3), {1: v1, 2: v2}, v2, CAL)
+    assert isinstance(item, PlanItem) and item.due.rule is DueRule.RECOMPUTED
+    assert item.due.resolve(T0, CAL) == T0 + timedelta(hours=18)  # entry + 48 h x 0.5
+
+
 def test_map_that_would_demote_is_blocked_and_unmapped_removal_is_blocked() -> None:
     swapped = _v2(_tier("standard", 10, 24), _tier("compliance", 20, 72), _tier("senior", 30, 48))
     esc = _esc("compliance", T0, T0 + timedelta(hours=1))
