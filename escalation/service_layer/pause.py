@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry
@@ -140,24 +141,27 @@ def pause(
     raise ConflictError(f"dispute {did}: state kept changing; pause not recorded, try again")
 
 
-def _remaining_from_trail(store: PauseStore, did: UUID) -> tuple[int, int | None]:
-    """(remaining ms, consumed ms or None) recorded by the last PAUSED row."""
+def _last_paused(store: PauseStore, did: UUID) -> dict[str, Any]:
+    """The ``details`` of the dispute's last PAUSED ledger row. Raises ConflictError if none."""
     for row in reversed(store.trail(did)):
         if row.event == "PAUSED":
-            consumed = row.details.get("consumed_ms")
-            return (int(row.details.get("remaining_ms", 0)),
-                    None if consumed is None else int(consumed))
-    raise ConflictError(f"dispute {did} has no PAUSED ledger row")  # pragma: no cover
+            return dict(row.details)
+    raise ConflictError(f"dispute {did} has no PAUSED ledger row")
+
+
+def _remaining_from_trail(store: PauseStore, did: UUID) -> tuple[int, int | None]:
+    """(remaining ms, consumed ms or None) recorded by the last PAUSED row."""
+    details = _last_paused(store, did)
+    consumed = details.get("consumed_ms")
+    return int(details.get("remaining_ms", 0)), None if consumed is None else int(consumed)
 
 
 def paused_remaining(store: PauseStore, did: UUID) -> tuple[int, str | None]:
     """(remaining ms, basis ``open``/``elapsed`` or None) of a paused escalation, as its last
     PAUSED ledger row recorded them. Raises ConflictError if it has no PAUSED row."""
-    for row in reversed(store.trail(did)):
-        if row.event == "PAUSED":
-            basis = row.details.get("basis")
-            return int(row.details.get("remaining_ms", 0)), None if basis is None else str(basis)
-    raise ConflictError(f"dispute {did} has no PAUSED ledger row")
+    details = _last_paused(store, did)
+    basis = details.get("basis")
+    return int(details.get("remaining_ms", 0)), None if basis is None else str(basis)
 
 
 TIER_ENTRY_EVENTS = frozenset({"ENQUEUED", "PROMOTED", "LADDER_MIGRATED"})
