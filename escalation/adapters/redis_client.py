@@ -30,7 +30,6 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import HiredisRespSerializer
 from redis.sentinel import Sentinel
-from redis.utils import HIREDIS_AVAILABLE
 
 from escalation.domain.errors import ConfigError
 
@@ -85,8 +84,9 @@ class DirectPacker(HiredisRespSerializer):
         """``[RESP bytes of the command]``. Raises ``redis.DataError`` for an argument
         neither hiredis nor redis-py can send."""
         first = args[0]
-        if isinstance(first, str | bytes) and (" " in first if isinstance(first, str)
-                                               else b" " in first):
+        spaced = " " in first if isinstance(first, str) else (
+            isinstance(first, bytes) and b" " in first)
+        if spaced:  # "CLIENT SETNAME": redis-py splits the name
             return cast(list[bytes], super().pack(*args))
         try:
             return [hiredis.pack_command(args)]
@@ -180,7 +180,7 @@ def make_redis(url: str, **options: Any) -> redis.Redis:
     """
     opts = {**DEFAULT_OPTIONS, **options}
     topo = parse_topology(url)
-    if topo.kind != "cluster" and HIREDIS_AVAILABLE:
+    if topo.kind != "cluster":
         opts.setdefault("command_packer", DirectPacker())
     if topo.kind == "server":
         return redis.Redis.from_url(url, **opts)

@@ -54,17 +54,6 @@ def _ladder_decisions() -> set[str]:
     return ladder_decisions(LadderCatalog.from_dir(_settings().ladders_dir, strict=False).all())
 
 
-def _has_rows(engine: Any, dispute_id: Any) -> bool:
-    """True when the ledger holds at least one row of ``dispute_id``."""
-    import sqlalchemy as sa
-
-    from escalation.adapters.tables import escalation_audit as t
-
-    with engine.connect() as conn:
-        return conn.execute(sa.select(sa.literal(1)).where(t.c.dispute_id == dispute_id)
-                            .limit(1)).first() is not None
-
-
 def _uuid(value: str | None) -> Any:
     if value is None:
         return None
@@ -134,6 +123,7 @@ def audit_verify(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Recompute hash chains, projection heads and checkpoints; exit 1 on the first break."""
+    from escalation.adapters.audit_store import PostgresAuditStore
     from escalation.adapters.checkpoints import PostgresCheckpoints
     from escalation.adapters.signing import load_public_key, verify_signature
     from escalation.entrypoints.progress import cli_progress
@@ -149,7 +139,7 @@ def audit_verify(
         bad_signature = verify_signature(dig, load_public_key(public_key))
     did = _uuid(dispute)
     with _engine() as engine, cli_progress("audit verify") as progress:
-        if did is not None and not _has_rows(engine, did):
+        if did is not None and PostgresAuditStore(engine).get(did) is None:
             # nothing to verify is not "intact": a mistyped id must not read as a pass
             raise NotFound(f"no audit rows for dispute {did}")
         report = verify(PostgresCheckpoints(engine), did, dig, progress=progress)
