@@ -7,12 +7,18 @@
 //     adds n jobs (addBulk, chunks of 1,000) all due at <due-ms> (epoch ms, host clock:
 //     delay = due - Date.now() per chunk), removeOnComplete/removeOnFail true; prints
 //     {"produced": n, "done_ms": ...} and exits.
-//   node bullmq_side.mjs worker <redis-url> <prefix> <queue> <concurrency> <out.json>
-//     one Worker (empty processor) with that concurrency; prints {"ready": true} once
-//     connected; records Date.now() - due at every 'completed' event (after BullMQ moved
-//     the job to finished); on SIGTERM closes the worker and writes {"lags": [...],
-//     "last_ms": ..., "count": ...} to <out.json>.
+//   node bullmq_side.mjs worker <redis-url> <prefix> <queue> <concurrency> <out.json> [job]
+//     one Worker with that concurrency; prints {"ready": true} once connected; records
+//     Date.now() - due at every 'completed' event (after BullMQ moved the job to
+//     finished); on SIGTERM closes the worker and writes {"lags": [...], "last_ms": ...,
+//     "count": ..., "failed": ..., "first_error": ...} to <out.json>.
+//     job = "empty" (default): an empty processor.
+//     job = "escalate": the processor does what a product escalation's apply does, the way
+//     a BullMQ user would build it: it adds the job to the next tier's queue ("<queue>-senior",
+//     delayed by a 24 h SLA window, jobId = "d<i>-2" as the idempotency key) and appends a
+//     review-stream entry (XADD "<prefix>:<queue>:review", dispute + idempotency key).
 import { Queue, Worker } from 'bullmq';
+import { Redis } from 'ioredis';
 import { writeFileSync } from 'node:fs';
 
 const [mode, redisUrl, prefix, queueName, ...rest] = process.argv.slice(2);
@@ -46,9 +52,31 @@ if (mode === 'produce') {
 } else if (mode === 'worker') {
   const concurrency = Number(rest[0]);
   const out = rest[1];
+  const job = rest[2] || 'empty';
   const lags = [];
   let last = 0;
-  const worker = new Worker(queueName, async () => null, { connection, prefix, concurrency });
+  let processor = async () => null;
+  if (job === 'escalate') {
+    const next = new Queue(`${queueName}-senior`, { connection, prefix });
+    const client = new Redis(connection);
+    const stream = `${prefix}:${queueName}:review`;
+    processor = async (j) => {
+      const key = `d${j.data.i}-2`;
+      await next.add('escalate', { ...j.data, tier: 'senior' },
+        { delay: 86400000, jobId: key, removeOnComplete: true, removeOnFail: true });
+      await client.xadd(stream, '*', 'dispute', String(j.data.i), 'idempotency_key', key);
+    };
+  } else if (job !== 'empty') {
+    console.error(`unknown job ${job}`);
+    process.exit(2);
+  }
+  const worker = new Worker(queueName, processor, { connection, prefix, concurrency });
+  let failed = 0;
+  let firstError = null;
+  worker.on('failed', (j, err) => {
+    failed += 1;
+    if (firstError === null) firstError = String(err && err.message);
+  });
   worker.on('completed', (job) => {
     const t = Date.now();
     lags.push(t - job.data.due);
@@ -58,7 +86,9 @@ if (mode === 'produce') {
   console.log(JSON.stringify({ ready: true }));
   process.on('SIGTERM', async () => {
     await worker.close();
-    writeFileSync(out, JSON.stringify({ lags, last_ms: last, count: lags.length }));
+    writeFileSync(out, JSON.stringify({
+      lags, last_ms: last, count: lags.length, failed, first_error: firstError,
+    }));
     process.exit(0);
   });
 } else {

@@ -9,9 +9,11 @@ Method (docs/performance.md, "Side by side with BullMQ"):
 * BullMQ: ``npm install bullmq ioredis`` into a scratch directory at run time (nothing of BullMQ is
   kept in the repository), then ``node bullmq_side.mjs`` (this package's script): one
   producer adds N jobs all due at one instant D (``addBulk`` with delays; D = now + 3 s +
-  1 ms per job unless ``--lead-s``,
-  ``removeOnComplete``), W worker processes with an empty processor (``--concurrency``
-  each) complete them; lag = host time at the ``completed`` event - D.
+  1 ms per job unless ``--lead-s``, ``removeOnComplete``), W worker processes
+  (``--concurrency`` each) complete them with an empty processor, or with ``--bullmq-job
+  escalate`` one that moves each job to the next tier's delayed queue and appends a
+  review-stream entry, as an escalation's apply does; lag = host time at the
+  ``completed`` event - D.
 * Product: W ``escalation worker`` processes (batch ``--batch-size``, log level INFO as in
   production: no per-decision log line), N escalations enqueued through the service layer
   due at D; done when the ``applied`` counter reaches N (polled every 5 ms) and then the
@@ -201,9 +203,10 @@ def _node(workdir: Path, *args: str) -> list[str]:
 
 
 def _start_bullmq_workers(workdir: Path, url: str, prefix: str, queue: str,
-                          concurrency: int, outs: list[Path]) -> list[subprocess.Popen[bytes]]:
+                          concurrency: int, outs: list[Path],
+                          job: str = "empty") -> list[subprocess.Popen[bytes]]:
     procs = [subprocess.Popen(  # noqa: S603 - our script, fixed argv
-        _node(workdir, "worker", url, prefix, queue, str(concurrency), str(out)),
+        _node(workdir, "worker", url, prefix, queue, str(concurrency), str(out), job),
         cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for out in outs]
     for p in procs:
         line = p.stdout.readline() if p.stdout else b""
@@ -232,6 +235,9 @@ def _collect(procs: list[subprocess.Popen[bytes]], outs: list[Path]) -> tuple[
         p.send_signal(signal.SIGTERM)
         p.wait(30)
         data = json.loads(out.read_text())
+        if data.get("failed"):
+            raise RuntimeError(f"compare: {data['failed']} BullMQ job(s) failed, first: "
+                               f"{data.get('first_error')}")
         lags.extend(float(x) for x in data["lags"])
         if data["count"]:
             last = max(last or 0, int(data["last_ms"]))
@@ -239,8 +245,14 @@ def _collect(procs: list[subprocess.Popen[bytes]], outs: list[Path]) -> tuple[
 
 
 def bullmq_round(workdir: Path, redis_srv: PrivateRedis, n: int, workers: int,
-                 concurrency: int, lead_s: float, timeout_s: float) -> dict[str, Any]:
+                 concurrency: int, lead_s: float, timeout_s: float,
+                 job: str = "empty") -> dict[str, Any]:
     """One BullMQ drain of ``n`` jobs due at one instant with ``workers`` node processes.
+
+    ``job``: ``"empty"`` (an empty processor) or ``"escalate"`` (the processor adds the job
+    to the next tier's delayed queue and appends a review-stream entry, as a product
+    escalation's apply does; see ``bullmq_side.mjs``). The drain is over when the first
+    queue is empty; the next tier's delayed jobs stay until the round's keys are deleted.
 
     Raises:
         RuntimeError: a worker or the producer failed; TimeoutError: not drained in time.
@@ -251,7 +263,8 @@ def bullmq_round(workdir: Path, redis_srv: PrivateRedis, n: int, workers: int,
     outs = [workdir / f"{prefix}-w{i}.json" for i in range(workers)]
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        procs = _start_bullmq_workers(workdir, redis_srv.url, prefix, queue, concurrency, outs)
+        procs = _start_bullmq_workers(workdir, redis_srv.url, prefix, queue, concurrency, outs,
+                                      job)
         start_load = load()
         sec, usec = client.time()
         due_ms = int(sec) * 1000 + int(usec) // 1000 + int(lead_s * 1000)
@@ -274,7 +287,10 @@ def bullmq_round(workdir: Path, redis_srv: PrivateRedis, n: int, workers: int,
         redis_cpu = after.get(redis_srv.proc.pid, 0.0) - before.get(redis_srv.proc.pid, 0.0)
         result = _summary(n, due_ms, lags, last, worker_cpu + redis_cpu,
                           {"workers": worker_cpu, "redis": redis_cpu})
-        result.update({"system": "bullmq", "completed": len(lags),
+        if job == "escalate":
+            result["next_tier_jobs"] = int(client.zcard(f"{prefix}:{queue}-senior:delayed"))
+            result["review_entries"] = int(client.xlen(f"{prefix}:{queue}:review"))
+        result.update({"system": "bullmq", "job": job, "completed": len(lags),
                        "on_time_start": done_ms < due_ms, "load": start_load})
         return result
     finally:
@@ -392,8 +408,10 @@ def _ledger_lags(engine: sa.Engine, namespace: str, due_ms: int) -> tuple[list[f
 
 def run(tgt: Target, redis_srv: PrivateRedis, workdir: Path, n: int, workers: int,
         rounds: int, batch_size: int, concurrency: int,
-        lead_s: float | None = None) -> dict[str, Any]:
+        lead_s: float | None = None, bullmq_job: str = "empty") -> dict[str, Any]:
     """Interleaved rounds of both systems; returns every round and the median ratio.
+
+    ``bullmq_job``: what BullMQ's processor does (:func:`bullmq_round`'s ``job``).
 
     Returns:
         ``{"scenario": "compare", "bullmq_version", "n", "workers", "rounds": [{"escalation":
@@ -410,7 +428,8 @@ def run(tgt: Target, redis_srv: PrivateRedis, workdir: Path, n: int, workers: in
                 got[system] = product_round(tgt, n, workers, batch_size, lead_s, timeout)
             else:
                 got[system] = bullmq_round(workdir, redis_srv, n, workers, concurrency,
-                                           lead_s if lead_s is not None else 5.0, timeout)
+                                           lead_s if lead_s is not None else 5.0, timeout,
+                                           bullmq_job)
         p, b = got["escalation"]["rate_per_s"], got["bullmq"]["rate_per_s"]
         got["ratio"] = round(p / b, 3) if p and b else None
         got["order"] = list(order)
@@ -430,6 +449,7 @@ def run(tgt: Target, redis_srv: PrivateRedis, workdir: Path, n: int, workers: in
     }
     return {"scenario": "compare", "bullmq_version": bullmq_version(workdir), "n": n,
             "workers": workers, "batch_size": batch_size, "concurrency": concurrency,
+            "bullmq_job": bullmq_job,
             "rounds": out_rounds, "median": median,
             "ok": all(r["escalation"]["ledger_ok"] for r in out_rounds), "load": load()}
 

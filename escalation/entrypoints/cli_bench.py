@@ -211,6 +211,10 @@ def compare_cmd(
     lead_s: Annotated[float | None, typer.Option(
         help="Seconds between now and the due instant (default: product 2 + 1.5x the "
              "measured enqueue time, BullMQ 3 + 1 ms per job).")] = None,
+    bullmq_job: Annotated[str, typer.Option(
+        help="BullMQ processor: 'empty' (no work) or 'escalate' (adds the job to the next "
+             "tier's delayed queue and a review-stream entry, as an escalation does).")
+    ] = "empty",
     database_url: DbOpt = None,
     json_only: JsonOpt = False,
 ) -> None:
@@ -223,6 +227,8 @@ def compare_cmd(
         raise InvalidInput("--batch-size: 1-500 (settings.batch_size range)")
     if n < 1 or workers < 1 or rounds < 1 or concurrency < 1:
         raise InvalidInput("--n, --workers, --rounds and --concurrency must be positive")
+    if bullmq_job not in ("empty", "escalate"):
+        raise InvalidInput(f"--bullmq-job: 'empty' or 'escalate', not {bullmq_job!r}")
     with compare.bullmq_dir(bullmq_version) as workdir:
         srv = compare.PrivateRedis.start()
         try:
@@ -232,7 +238,7 @@ def compare_cmd(
             configure_logging("console", "WARNING")
             with target(database_url, redis_url=srv.url) as tgt:
                 result = compare.run(tgt, srv, workdir, n, workers, rounds, batch_size,
-                                     concurrency, lead_s)
+                                     concurrency, lead_s, bullmq_job)
         finally:
             srv.stop()
     rows = []
@@ -253,7 +259,7 @@ def compare_cmd(
         f"ratio {r['ratio']}" for i, r in enumerate(result["rounds"], 1))
     med = result["median"]
     report(result, rows, f"N={n} W={workers} B={batch_size} bullmq {result['bullmq_version']} "
-           f"c={concurrency}: {parts}; median ratio {med['ratio']} "
+           f"c={concurrency} job={bullmq_job}: {parts}; median ratio {med['ratio']} "
            f"ledger {'PASS' if result['ok'] else 'FAIL'}", json_only=json_only)
     if not result["ok"]:
         raise typer.Exit(1)

@@ -98,6 +98,31 @@ def test_compare_runs_both_systems_and_measures_cpu(
     assert summary.startswith("SUMMARY compare: N=200 W=2") and "ledger PASS" in summary
 
 
+@pytest.mark.skipif(shutil.which("node") is None or shutil.which("npm") is None
+                    or shutil.which("redis-server") is None,
+                    reason="compare needs node, npm (BullMQ from the npm registry) and "
+                           "redis-server")
+def test_compare_escalate_job_moves_every_bullmq_job_to_the_next_tier(
+    cli_env: dict[str, str], database_url: str
+) -> None:
+    """The 'escalate' BullMQ processor does the work of an escalation's apply: every job
+    lands in the next tier's delayed queue once and leaves one review-stream entry."""
+    data, summary = _bench(cli_env, "compare", "--n", "150", "--rounds", "1",
+                           "--batch-size", "100", "--concurrency", "20", "--lead-s", "4",
+                           "--bullmq-job", "escalate", "--database-url", database_url)
+    assert data["ok"] is True and data["bullmq_job"] == "escalate"
+    bull = data["rounds"][0]["bullmq"]
+    assert bull["job"] == "escalate" and bull["completed"] == 150
+    assert bull["next_tier_jobs"] == 150 and bull["review_entries"] == 150
+    assert "job=escalate" in summary
+
+
+def test_compare_refuses_an_unknown_bullmq_job(cli_env: dict[str, str]) -> None:
+    proc = run_cli(cli_env, "bench", "compare", "--bullmq-job", "sleep")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--bullmq-job" in proc.stdout + proc.stderr
+
+
 def test_enqueue_reports_all_four_apis(cli_env: dict[str, str], database_url: str) -> None:
     data, _ = _bench(cli_env, "enqueue", "--n", "200", "--n-single", "20", "--batch", "100",
                      "--database-url", database_url)
