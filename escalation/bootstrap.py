@@ -194,33 +194,44 @@ def _transient(exc: BaseException) -> bool:
     return True
 
 
+RETRY_LOG_EVERY_S = 5.0
+"""At most one ``startup.retry`` line per this many seconds (monotonic) of one outage."""
+
+
 def retry_startup(probe: Callable[[], None], timeout_s: float,
-                  sleep: Callable[[float], None] = time.sleep) -> None:
+                  sleep: Callable[[float], None] = time.sleep,
+                  clock: Callable[[], float] = time.monotonic) -> None:
     """Run ``probe`` until it succeeds, retrying transient network errors for ``timeout_s``.
 
     Backoff between attempts: 0.2 s doubling to at most 2 s, times U(0.5, 1.0) (jittered so
     workers started together do not retry in step). Non-network errors (bad config, schema
-    behind, evicting Redis) are raised at once.
+    behind, evicting Redis) are raised at once. The first failed attempt logs a
+    ``startup.retry`` WARNING, then at most one every :data:`RETRY_LOG_EVERY_S` seconds
+    (``attempt`` counts every attempt): a 30 s outage is 6-7 lines, not one per attempt.
 
     Raises:
         the last transient error once ``timeout_s`` seconds (monotonic) have passed; the CLI
         prints it as one ``error: cannot reach ...`` line (exit 1).
     """
-    deadline = time.monotonic() + timeout_s
+    deadline = clock() + timeout_s
     delay = 0.2
     attempt = 0
+    logged_at: float | None = None
     while True:
         attempt += 1
         try:
             probe()
             return
         except TRANSIENT_STARTUP_ERRORS as exc:
-            left = deadline - time.monotonic()
+            now = clock()
+            left = deadline - now
             if left <= 0 or not _transient(exc):
                 raise
             pause = min(left, delay * random.uniform(0.5, 1.0))
-            _log.warning("startup.retry", attempt=attempt, error=str(exc)[:200],
-                         sleep_s=round(pause, 2), gives_up_in_s=round(left, 1))
+            if logged_at is None or now - logged_at >= RETRY_LOG_EVERY_S:
+                logged_at = now
+                _log.warning("startup.retry", attempt=attempt, error=str(exc)[:200],
+                             sleep_s=round(pause, 2), gives_up_in_s=round(left, 1))
             sleep(pause)
             delay = min(2.0, delay * 2)
 
