@@ -47,6 +47,14 @@ class LadderMigrationError(EscalationError):
     """A ladder migration that cannot be planned or applied (drift, demotion, missing map)."""
 
 
+class LadderNotReleased(LadderMigrationError):
+    """``ladder plan``/``apply`` asked for a ladder or version that is not released (unknown
+    ladder, no file, an invalid file, or a valid file nobody released): the caller's
+    mistake, nothing is planned or written (exit code 2)."""
+
+    exit_code = 2
+
+
 class ConfigError(InvalidInput):
     """A configuration value out of its documented range (the message names it and the range)."""
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from escalation.domain.errors import LadderError
+from escalation.domain.errors import LadderError, NotFound
 from escalation.entrypoints.cli_common import _app, _settings, err, out
 
 ladder_app = typer.Typer(help="Ladder files and ladder migrations.", no_args_is_help=True)
@@ -281,8 +281,11 @@ def ladder_history(ladder: LadderOpt = None, as_json: JsonOpt = False) -> None:
         store = LadderHistoryStore(a.engine)
         rows = store.history(ladder)
         releases = list(store.releases(ladder).values())
+        known = sorted(set(a.ladders.on_disk().names()) | {k[0] for k in store.releases()})
     finally:
         a.close()
+    if ladder is not None and not rows and not releases and ladder not in known:
+        raise NotFound(f"unknown ladder {ladder!r} (ladders: {', '.join(known) or 'none'})")
     if as_json:
         out.print_json(json.dumps({"releases": [_asdict(r) for r in releases],
                                    "runs": [_asdict(r) for r in rows]}, default=str))

@@ -34,7 +34,12 @@ from typing import TypeVar, cast
 from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry
-from escalation.domain.errors import LadderError, LadderMigrationError, UnknownPlanHash
+from escalation.domain.errors import (
+    LadderError,
+    LadderMigrationError,
+    LadderNotReleased,
+    UnknownPlanHash,
+)
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder
 from escalation.domain.ladder_check import check_ladders
@@ -95,9 +100,13 @@ def _change(
 
 def _require_released(files: LadderFiles, released: Mapping[tuple[str, int], str],
                       name: str, version: int) -> None:
-    """Raise LadderMigrationError naming why ``name@version`` is not a released version."""
+    """Raise :class:`LadderNotReleased` naming why ``name@version`` is not a released version
+    (an unknown ladder is named as such, with the ladders that exist)."""
     if (name, version) in released:
         return
+    known = sorted({ld.name for ld in files.all()} | {k[0] for k in released})
+    if name not in known and not any(f"{name}.v" in e for e in files.errors):
+        raise LadderNotReleased(f"unknown ladder {name!r} (ladders: {', '.join(known) or 'none'})")
     target = files.find(name, version)
     if target is not None:
         chain = [ld for ld in files.all() if ld.name == name and ld.version <= version]
@@ -106,7 +115,7 @@ def _require_released(files: LadderFiles, released: Mapping[tuple[str, int], str
     else:
         bad = [e for e in files.errors if f"{name}.v{version}.toml" in e]
         state = f"is invalid ({' | '.join(bad)})" if bad else "has no file"
-    raise LadderMigrationError(
+    raise LadderNotReleased(
         f"ladder {name!r} version {version} {state}; plan and apply only migrate to a "
         f"released version (`escalation ladder check`, then `escalation ladder release "
         f"--ladder {name} --version {version}`)")

@@ -42,7 +42,15 @@ def test_release_plan_apply_history_round_trip(cli_env: dict[str, str], tmp_path
     mig.add("inserted", release=False)
     env = {**cli_env, "ESCALATION_LADDERS_DIR": str(mig.dir)}
     unreleased = _cli(env, "plan", "--ladder", mig.name, "--to", "2")
-    assert unreleased.returncode == 1 and "version 2 is not released" in unreleased.stderr
+    # a version nobody released is the caller's mistake: exit 2, nothing planned
+    assert unreleased.returncode == 2 and "version 2 is not released" in unreleased.stderr
+    for cmd in (("plan",), ("apply", "--plan-hash", "0" * 64)):
+        missing = _cli(env, *cmd, "--ladder", mig.name, "--to", "9")
+        assert missing.returncode == 2 and "version 9 has no file" in missing.stderr
+        unknown = _cli(env, *cmd, "--ladder", "no_such_ladder", "--to", "2")
+        assert unknown.returncode == 2, unknown.stderr
+        assert "unknown ladder 'no_such_ladder' (ladders: " in unknown.stderr
+        assert mig.name in unknown.stderr
     rel = _cli(env, "release", "--ladder", mig.name, "--version", "2", "--reason", "CHG-7")
     assert rel.returncode == 0, rel.stderr
     assert f"{mig.name}@2 released" in rel.stdout and "reason: CHG-7" in rel.stdout
@@ -75,3 +83,6 @@ def test_release_plan_apply_history_round_trip(cli_env: dict[str, str], tmp_path
     assert [(r["version"], r["reason"]) for r in hist["releases"]] == [
         (1, "first use: every version that passes `ladder check` released as baseline"),
         (2, "CHG-7")]
+    nope = _cli(env, "history", "--ladder", "no_such_ladder")
+    assert nope.returncode == 2 and "unknown ladder 'no_such_ladder'" in nope.stderr
+    assert nope.stdout == ""
