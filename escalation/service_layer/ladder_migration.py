@@ -98,15 +98,21 @@ def _change(
     return versions, versions[to_version]
 
 
+def _require_known(files: LadderFiles, released: Mapping[tuple[str, int], str],
+                   name: str) -> None:
+    """Raise :class:`LadderNotReleased` for a ladder name no file and no release has."""
+    known = sorted({ld.name for ld in files.all()} | {k[0] for k in released})
+    if name not in known and not any(f"{name}.v" in e for e in files.errors):
+        raise LadderNotReleased(f"unknown ladder {name!r} (ladders: {', '.join(known) or 'none'})")
+
+
 def _require_released(files: LadderFiles, released: Mapping[tuple[str, int], str],
                       name: str, version: int) -> None:
     """Raise :class:`LadderNotReleased` naming why ``name@version`` is not a released version
     (an unknown ladder is named as such, with the ladders that exist)."""
     if (name, version) in released:
         return
-    known = sorted({ld.name for ld in files.all()} | {k[0] for k in released})
-    if name not in known and not any(f"{name}.v" in e for e in files.errors):
-        raise LadderNotReleased(f"unknown ladder {name!r} (ladders: {', '.join(known) or 'none'})")
+    _require_known(files, released, name)
     target = files.find(name, version)
     if target is not None:
         chain = [ld for ld in files.all() if ld.name == name and ld.version <= version]
