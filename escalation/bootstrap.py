@@ -41,7 +41,7 @@ from escalation.adapters.ladder_history import LadderHistoryStore
 from escalation.adapters.leader_lease import LeaderLease
 from escalation.adapters.maintenance_runs import PostgresMaintenanceRuns
 from escalation.adapters.probes import ServerProbe
-from escalation.adapters.redis_client import OUTAGE_ERRORS, make_redis
+from escalation.adapters.redis_client import OUTAGE_ERRORS, make_redis, ping_checked
 from escalation.adapters.redis_layout import check_shard_count
 from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.adapters.redis_scheduler import RedisScheduler
@@ -273,8 +273,9 @@ def build(
 
     def probe() -> None:
         # every start-up network call sits in here, so a connection reset anywhere in
-        # start-up is retried (a call after the probe would end the process instead)
-        client.ping()
+        # start-up is retried (a call after the probe would end the process instead); a
+        # server that refuses the URL's login or DB index is a ConfigError, not retried
+        ping_checked(client, urls.redis_url)
         if durable_redis:
             from escalation.adapters.redis_policy import refuse_evicting_redis
 

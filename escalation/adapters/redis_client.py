@@ -118,6 +118,28 @@ def _hosts(netloc: str, url: str) -> tuple[tuple[str, int], ...]:
     return tuple(hosts)
 
 
+def ping_checked(client: Any, url: str) -> None:
+    """``PING`` through ``client`` (built for ``url``), telling a refusal of the URL's own
+    settings from an outage.
+
+    Raises:
+        ConfigError: the server answered but refused the login (wrong password or user) or a
+            connection setting (a DB index the server does not have: 0-15 by default); not
+            worth retrying, the URL must change.
+        redis.ConnectionError / redis.TimeoutError: the server could not be reached (the
+            caller retries those).
+    """
+    try:
+        client.ping()
+    except redis.exceptions.AuthenticationError as exc:
+        raise ConfigError(f"Redis at {_safe(url)} refused the login: {exc} (check the user "
+                          "and password in ESCALATION_REDIS_URL)") from None
+    except redis.exceptions.ResponseError as exc:
+        raise ConfigError(f"Redis at {_safe(url)} refused the connection: {exc} (check "
+                          "ESCALATION_REDIS_URL, e.g. its DB index: a server has 16 by "
+                          "default, 0-15)") from None
+
+
 def _safe(url: str) -> str:
     """The URL without its password (for error messages)."""
     scheme, _, rest = url.partition("://")

@@ -51,6 +51,20 @@ def test_bad_server_urls_are_one_line_errors(cli_env: dict[str, str]) -> None:
     assert "Traceback" not in res.stderr
 
 
+def test_a_redis_db_index_the_server_lacks_is_a_config_error_not_a_traceback(
+    cli_env: dict[str, str]
+) -> None:
+    url = cli_env["ESCALATION_REDIS_URL"]
+    if not url.startswith("redis://"):
+        pytest.skip("a DB index is a one-server URL setting")
+    bad = url.rsplit("/", 1)[0] + "/99"  # redis-server has 16 databases by default
+    for cmd in (("status",), ("doctor",)):
+        res = run_cli(dict(cli_env, ESCALATION_REDIS_URL=bad), *cmd)
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert "Traceback" not in res.stderr and "startup.retry" not in res.stderr
+        assert "DB index is out of range" in res.stderr and "/99" in res.stderr
+
+
 def test_one_invalid_unreleased_ladder_file_is_reported_and_changes_nothing_workers_do(
     app: Any, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
