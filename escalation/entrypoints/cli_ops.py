@@ -125,7 +125,8 @@ def notify(
 
 
 @dead_app.command("list")
-def dead_list(limit: Annotated[int, typer.Option(help="At most this many.")] = 100) -> None:
+def dead_list(limit: Annotated[int, typer.Option(help="At most this many (1-10000).")] = 100,
+              ) -> None:
     """List dead letters, oldest first (JSON)."""
     a = _app()
     try:

@@ -43,6 +43,8 @@ from escalation.ports import (
 from escalation.service_layer.notify import ledger_dead_letter
 
 DEFAULT_MAX_DECISION_ATTEMPTS = 5
+MAX_LIST = 10_000
+"""The most dead letters one :meth:`DeadLetters.list` call returns."""
 
 
 class DeadLetters:
@@ -89,7 +91,15 @@ class DeadLetters:
 
     # ------------------------------------------------------------------ admin
     def list(self, limit: int = 100) -> list[dict[str, Any]]:
-        """Dead letters, oldest first: ``{"member", "dead_ms", **record}``."""
+        """At most ``limit`` (1-10,000) dead letters, oldest first: ``{"member", "dead_ms",
+        **record}``.
+
+        Raises:
+            InvalidInput: ``limit`` outside 1-10,000 (0 would print an empty list that reads
+                as "no dead letters").
+        """
+        if not 1 <= limit <= MAX_LIST:
+            raise InvalidInput(f"limit must be 1-{MAX_LIST:,}, got {limit}")
         return [{"member": m, "dead_ms": ms, **rec} for m, ms, rec in self.rel.dead_list(limit)]
 
     def show(self, member: str) -> dict[str, Any]:

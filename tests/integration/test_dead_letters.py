@@ -52,6 +52,10 @@ def test_one_poison_member_among_100_good_ones_is_dead_lettered_after_bounded_at
     assert not app.redis.exists(keys.lock(poison))
     (item,) = dl.list()
     assert item["member"] == f"decision:{poison}" and item["attempts"] == 3
+    assert dl.list(limit=1) == [item] and dl.list(limit=10_000) == [item]
+    for bad in (0, -1, 10_001):  # 0 would read as "no dead letters", -1 as "all"
+        with pytest.raises(InvalidInput, match="limit must be 1-10,000"):
+            dl.list(limit=bad)
     assert "99" in item["reason"]
     trail = app.store.trail(poison)
     assert trail[-1].event == "DEAD_LETTERED"
