@@ -266,7 +266,11 @@ def worker(
     metrics_addr: Annotated[str, typer.Option(
         help="Listen address of --metrics-port.")] = "127.0.0.1",
 ) -> None:
-    """Fire due escalations until SIGTERM/SIGINT (or, with --burst, until nothing is due)."""
+    """Fire due escalations until SIGTERM/SIGINT (or, with --burst, until nothing is due).
+
+    With --burst the exit code is 1 when any escalation could not be decided (it is retried
+    later or dead-lettered: `escalation dead list`), else 0.
+    """
     from escalation.entrypoints.worker import (
         StoppedDuringStartup,
         install_early_stop_handlers,
@@ -311,6 +315,8 @@ def worker(
                   f"`escalation dead list`)" if totals.poison else "")
         err.print(f"burst done: {totals.claimed} claimed, {totals.recorded} recorded, "
                   f"{totals.stale} already decided, {totals.stuck} stuck repaired{failed}")
+        if totals.poison:  # a cron job or CI step must see that the drain is not complete
+            raise typer.Exit(1)
 
 
 def main() -> None:

@@ -69,7 +69,8 @@ def notify(
     Needs --webhook-url (or ESCALATION_WEBHOOK_URL); without one it refuses to run unless
     --discard says to acknowledge notifications without delivering them. Shows progress on
     a terminal; on exit prints one summary line: delivered / acknowledged without delivery /
-    retried / dead-lettered.
+    retried / dead-lettered. With --burst it exits 1 when any delivery failed (retried or
+    dead-lettered), else 0.
     """
     from escalation.adapters.webhook import post_notification
     from escalation.entrypoints.progress import cli_progress
@@ -122,6 +123,8 @@ def notify(
         if not url:
             line += " (no webhook configured)"
         out.print(line, markup=False, highlight=False)
+    if burst and (total.deferred or total.dead):  # something was not delivered: a cron
+        raise typer.Exit(1)                        # job or CI step must see it
 
 
 @dead_app.command("list")

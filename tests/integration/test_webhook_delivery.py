@@ -145,3 +145,26 @@ def test_notify_with_a_webhook_but_no_secret_is_refused_in_one_line(
     assert res.returncode == 2
     assert "ESCALATION_WEBHOOK_SECRET must be set" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("status", "code", "counts"), [
+    (200, 0, "delivered 1, acknowledged without delivery 0, retried 0"),
+    (503, 1, "delivered 0, acknowledged without delivery 0, retried 1"),
+])
+def test_notify_burst_exits_1_when_a_delivery_failed(
+    app: Any, cli_env: dict[str, str], status: int, code: int, counts: str
+) -> None:
+    """A cron job running `notify --burst` must see that a notification was not delivered."""
+    enqueue(app, due_requests(1, app.scheduler.time()))
+    fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+             calendars=app.calendars, batch_size=10, lease_ms=30_000, worker_id="w")
+    hook = Server(status)
+    try:
+        res = subprocess.run([sys.executable, "-m", "escalation", "notify", "--burst",
+                              "--webhook-url", hook.url],
+                             env=dict(cli_env, ESCALATION_WEBHOOK_SECRET="s3cret"),
+                             capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        hook.close()
+    assert res.returncode == code, res.stdout + res.stderr[-1500:]
+    assert counts in res.stdout and len(hook.requests) == 1
