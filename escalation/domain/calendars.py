@@ -89,10 +89,15 @@ class Calendar(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class AlwaysOpenCalendar:
-    """A 24x7 calendar in UTC: business units count like calendar units."""
+    """A 24x7 calendar in UTC: business units count like calendar units.
+
+    ``version`` (recorded as a ledger row's ``calendar_version``) names the calendar, the
+    zone and the rule version, in the form every other calendar uses
+    (``<calendar>@<zone>:<version>``), so a row says which calendar counted its due time.
+    """
 
     id: str = "utc"
-    version: str = "1"
+    version: str = "utc@UTC:1"
 
     def add(self, start: datetime, amount: int, unit: WindowUnit) -> datetime:
         """Add the window in elapsed time (UTC has no DST). Raises InvalidInput if naive."""

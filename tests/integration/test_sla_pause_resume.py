@@ -49,7 +49,7 @@ def test_pause_takes_member_off_schedule_and_records_remaining(app: Any) -> None
     assert [r.event for r in rows] == ["ENQUEUED", "PAUSED"]
     assert rows[-1].details["remaining_ms"] == res.remaining_ms
     assert rows[-1].details["reason"] == "waiting for cardholder"
-    assert rows[-1].calendar_version == "1"
+    assert rows[-1].calendar_version == "utc@UTC:1"  # names the calendar and zone
 
 
 def test_resume_reschedules_at_now_plus_remaining(app: Any) -> None:
