@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from escalation.entrypoints.cli_common import _print_json, _settings, out
+from escalation.entrypoints.cli_common import _print_json, _settings, err, out
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -123,5 +123,11 @@ def serve(
         from escalation.bootstrap import resolve_urls
 
         resolve_urls(s)  # start the embedded servers once, before the workers fork
+    # uvicorn runs at WARNING (no access log): say once where the API listens; a port that
+    # is taken is still reported by uvicorn as an error right after this line
+    shown = f"[{host}]" if ":" in host else host
+    err.print(f"escalation serve: http://{shown}:{port} (API under /v1, console at /console, "
+              f"health /healthz; {workers} worker process(es)); Ctrl-C or SIGTERM stops it",
+              markup=False, highlight=False)
     uvicorn.run("escalation.entrypoints.api.app:factory", factory=True, host=host, port=port,
                 workers=workers, log_level="warning", access_log=False)
