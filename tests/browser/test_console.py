@@ -204,3 +204,15 @@ def test_bad_filter_values_are_a_422_page_not_a_server_error(console):
         r = httpx.get(console.url + path, cookies=cookies)
         assert r.status_code == 422, (path, r.status_code, r.text[:300])
         assert "text/html" in r.headers["content-type"], path
+
+
+def test_a_console_address_with_a_trailing_slash_goes_to_the_page(page, console):
+    for typed, target in (("/console/", "/console"), ("/console/audit/", "/console/audit"),
+                          ("/console/audit/?tier=senior", "/console/audit?tier=senior"),
+                          ("/console/disputes/abc//", "/console/disputes/abc")):
+        r = httpx.get(console.url + typed, follow_redirects=False)
+        assert r.status_code == 308, (typed, r.status_code)
+        assert r.headers["location"] == target, typed
+    assert httpx.get(console.url + "/v1/audit/").status_code == 404  # the API stays exact
+    page.goto(console.url + "/console/")  # a person typing it lands on the sign-in page
+    assert page.url.startswith(console.url + "/console/login")

@@ -593,3 +593,17 @@ def sla(request: Request) -> HTMLResponse:
                   buckets=[b for b, _u in charts.BUCKETS], dist_rows=dist_rows,
                   met_missed=[(lad, t, *per_tier[(lad, t)]) for lad, t in order],
                   asdict=asdict)
+
+
+# --------------------------------------------------------------------------- trailing slash
+# The API app matches paths exactly (redirect_slashes=False: an API client gets the route
+# it asked for, or 404). A person types /console/ or /console/audit/ too: the console sends
+# them to the page without the slash, query kept. Registered last, so no page matches first.
+@router.get("/", include_in_schema=False)
+@router.get("/{page:path}/", include_in_schema=False)
+def without_trailing_slash(request: Request, page: str = "") -> RedirectResponse:
+    """308 to the same console address without its trailing slash(es)."""
+    target = "/console" + ("/" + page.strip("/") if page.strip("/") else "")
+    if request.url.query:
+        target += "?" + request.url.query
+    return RedirectResponse(target, 308, headers=_headers())
