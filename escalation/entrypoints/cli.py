@@ -110,7 +110,8 @@ def enqueue(
         a.close()
     e = res.escalation
     # an existing escalation is never rewritten by enqueue: say so when the request differs
-    changed = not res.created and str(source_hash).strip().lower() != e.source_hash
+    # (the service layer's flag, which the API's create responses report too)
+    changed = res.source_hash_differs
     info = {"created": res.created, "dispute_id": str(e.dispute_id), "tier": e.tier,
             "due_at": e.due_at.isoformat(), "ladder": e.ladder_key, "seq": e.seq,
             "status": res.status.value,

@@ -62,8 +62,29 @@ def test_create_is_idempotent_and_records_the_token_name_as_actor(api_server, se
     assert again.status_code == 200
     assert again.json()["created"] is False
     assert again.json()["seq"] == first.json()["seq"] == 1
+    assert first.json()["source_hash_differs"] is again.json()["source_hash_differs"] is False
     trail = _store(engine).trail(uuid.UUID(b["dispute_id"]))
     assert [(r.event, r.actor) for r in trail] == [("ENQUEUED", api_server.names["service"])]
+
+
+def test_a_replay_with_another_source_hash_says_it_changed_nothing(service, engine):
+    ext = f"H-{uuid.uuid4().hex[:8]}"
+    b = body(dispute_id=None, source="cfpb", external_id=ext, source_hash="aa" * 8)
+    assert service.post("/v1/escalations", json=b).status_code == 201
+    for other in (body(dispute_id=None, source="cfpb", external_id=ext, source_hash="bb" * 8),
+                  body(dispute_id=str(resolve_dispute(source="cfpb", external_id=ext)[0]),
+                       source_hash="BB" * 8, materiality="1.00")):
+        r = service.post("/v1/escalations", json=other)
+        assert r.status_code == 200, r.text
+        assert (r.json()["created"], r.json()["source_hash_differs"]) == (False, True)
+        assert r.json()["materiality"] == "125.50"  # the recorded escalation, unchanged
+    # the hash is compared as recorded (lower-case hex): the same digest in capitals is no
+    # difference
+    same = service.post("/v1/escalations", json={**b, "source_hash": "AA" * 8})
+    assert (same.status_code, same.json()["source_hash_differs"]) == (200, False)
+    did = resolve_dispute(source="cfpb", external_id=ext)[0]
+    [row] = _store(engine).trail(did)
+    assert row.source_hash == "aa" * 8
 
 
 def test_get_by_uuid_and_by_source_external_id(api_server, service, admin):

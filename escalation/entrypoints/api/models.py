@@ -104,6 +104,7 @@ class EscalationOut(BaseModel):
         "due_at": "2026-03-03T09:00:00Z", "entered_tier_at": "2026-03-02T09:00:00Z",
         "materiality": "1250.00", "regulatory_deadline": None, "deadlines": [],
         "trace_id": "4b1e0f0c8d2a4f0e9b7c6a5d4e3f2a1b", "created": True,
+        "source_hash_differs": False,
     }]})
 
     dispute_id: str
@@ -123,16 +124,24 @@ class EscalationOut(BaseModel):
     deadlines: list[DeadlineOut]
     trace_id: str
     created: bool | None = Field(None, description="Create only: false = already there.")
+    source_hash_differs: bool | None = Field(
+        None, description="Create only: true = the dispute was already there with another "
+        "source_hash; this request changed nothing (an escalation is never rewritten: cancel "
+        "it and create it again to apply the new content).")
     remaining_ms: int | None = Field(None, description="Pause/resume: SLA window left (ms).")
     basis: str | None = Field(None, description="Pause/resume: 'open' or 'elapsed' time.")
 
 
 class BatchItemOut(BaseModel):
-    """Per item of a batch: the dispute, whether it was created, its status."""
+    """Per item of a batch: the dispute, whether it was created, its status, and whether
+    its source hash differs from the one recorded (then the item changed nothing)."""
 
     dispute_id: str
     created: bool
     status: str
+    source_hash_differs: bool = Field(
+        description="true = the dispute was already there (or earlier in this batch) with "
+        "another source_hash; this item changed nothing.")
 
 
 class BatchOut(BaseModel):
