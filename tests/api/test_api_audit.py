@@ -87,3 +87,14 @@ def test_sla_report_json(compliance, service):
     assert bad.status_code == 422
     assert service.get("/v1/reports/sla", params={"from": "2000-01-01T00:00:00Z",
                                                   "to": "2100-01-01T00:00:00Z"}).status_code == 403
+
+
+def test_query_times_refuse_a_date_alone_as_such(compliance):
+    for path, params in (("/v1/audit", {"from": "2026-11-30"}),
+                         ("/v1/reports/sla", {"from": "2026-11-01T00:00:00Z",
+                                              "to": "2026-11-30"})):
+        r = compliance.get(path, params=params)
+        assert r.status_code == 422, r.text
+        [err] = r.json()["errors"]
+        assert err["field"] == ("from" if path == "/v1/audit" else "to")
+        assert "a date alone ('2026-11-30') is not accepted" in err["message"], err

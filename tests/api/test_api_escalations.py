@@ -144,6 +144,26 @@ def test_bad_input_is_422_naming_the_field_and_writes_nothing(service, engine, c
         assert _store(engine).get(uuid.UUID(b["dispute_id"])) is None
 
 
+@pytest.mark.parametrize("field", ["due_at", "opened_at", "notice_at"])
+def test_a_date_without_time_is_refused_as_such(service, engine, field):
+    b = body()
+    if field == "opened_at":
+        del b["due_at"]  # exactly one of due_at and opened_at
+    b[field] = "2026-11-30"
+    for path, doc_field, sent in (("/v1/escalations", field, b),
+                                  ("/v1/escalations/batch", f"items[1].{field}",
+                                   {"items": [body(), b]})):
+        r = service.post(path, json=sent)
+        assert r.status_code == 422, r.text
+        [err] = r.json()["errors"]
+        assert err["field"] == doc_field
+        # the request's own words, not a naive midnight it never wrote
+        assert "a date alone ('2026-11-30') is not accepted" in err["message"]
+        assert "ISO-8601 time with offset, e.g. 2026-11-30T09:00:00-05:00" in err["message"]
+        assert "naive" not in err["message"]
+    assert _store(engine).get(uuid.UUID(b["dispute_id"])) is None
+
+
 def test_cancel_pause_resume_by_both_addresses(api_server, service, engine):
     ext = f"X-{uuid.uuid4().hex[:6]}"
     did = service.post("/v1/escalations", json=body(dispute_id=None, source="acme",

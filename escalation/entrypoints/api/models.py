@@ -43,11 +43,14 @@ class EscalationIn(_In):
                              "(JSON numbers are refused: money is never a float).")
     tier: str | None = Field(None, description="Current tier id (default: the ladder's "
                              "first, or the materiality band's start tier).")
-    due_at: str | None = Field(None, description="Breach time, ISO-8601 with offset.")
-    opened_at: str | None = Field(None, description="Tier entry time, ISO-8601 with offset; "
-                                  "due = opened_at + the tier's SLA window.")
+    due_at: str | None = Field(None, description="Breach time, ISO-8601 with offset (an "
+                               "instant: a date alone is refused).")
+    opened_at: str | None = Field(None, description="Tier entry time, ISO-8601 with offset "
+                                  "(a date alone is refused); due = opened_at + the tier's "
+                                  "SLA window.")
     notice_at: str | None = Field(None, description="Regulatory anchor event time, ISO-8601 "
-                                  "with offset (default: tier entry).")
+                                  "with offset, a date alone is refused (default: tier "
+                                  "entry).")
     ladder: str | None = Field(None, description="Ladder name (default: the configured one).")
     trace_id: str | None = Field(None, description="Correlation id (1-64 chars).")
     timezone: str | None = Field(None, description="Institution zone of this dispute (IANA; "

@@ -52,10 +52,10 @@ def search(
     external_id: Annotated[str | None, Query(description="The source's dispute id.")] = None,
     tier: Annotated[str | None, Query(description="From or to tier id.")] = None,
     decision: Annotated[str | None, Query(description="Decision or event name.")] = None,
-    since: Annotated[str | None, Query(alias="from", description="decided_at >= (ISO-8601).")]
-    = None,
-    until: Annotated[str | None, Query(alias="to", description="decided_at < (ISO-8601).")]
-    = None,
+    since: Annotated[str | None, Query(
+        alias="from", description="decided_at >= (ISO-8601 with offset).")] = None,
+    until: Annotated[str | None, Query(
+        alias="to", description="decided_at < (ISO-8601 with offset).")] = None,
     actor: Annotated[str | None, Query(description="Actor (worker id or token name).")] = None,
     ladder: Annotated[str | None, Query(description="Ladder name.")] = None,
     ladder_version: Annotated[int | None, Query(description="Ladder version.")] = None,
@@ -116,8 +116,10 @@ def ladder_version(name: str, version: int, core: Core, token: AuditReader) -> d
 @router.get("/reports/sla", responses=ERRORS)
 def sla_report(
     core: Core, token: AuditReader,
-    since: Annotated[str, Query(alias="from", description="Window start (ISO-8601).")],
-    until: Annotated[str, Query(alias="to", description="Window end, exclusive.")],
+    since: Annotated[str, Query(
+        alias="from", description="Window start (ISO-8601 with offset).")],
+    until: Annotated[str, Query(
+        alias="to", description="Window end, exclusive (ISO-8601 with offset).")],
     grace_s: Annotated[int, Query(description="On time = decided within N s of due.")] = 60,
 ) -> dict[str, Any]:
     """SLA compliance per ladder and tier (the CLI's ``report sla``) as JSON."""
