@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from escalation.domain.errors import EscalationError, InvalidInput
+from escalation.domain.errors import EscalationError, InvalidInput, InvalidParameter
 from escalation.entrypoints import (
     cli_api,
     cli_audit,
@@ -28,6 +28,7 @@ from escalation.entrypoints.cli_common import (
     _print_json,
     _settings,
     err,
+    option_name,
     out,
     parse_attributes,
     parse_time_or_date,
@@ -321,6 +322,8 @@ def main() -> None:
 
     try:
         app()
+    except InvalidParameter as exc:  # a service-layer message: name our options (--from)
+        _fail(exc.render(option_name), exc.exit_code)
     except EscalationError as exc:
         _fail(str(exc), exc.exit_code)
     except sqlalchemy.exc.DataError as exc:

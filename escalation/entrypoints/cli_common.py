@@ -36,6 +36,12 @@ out = Console(width=_out_width(), soft_wrap=True, emoji=False)
 err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
+def option_name(param: str) -> str:
+    """The option of a parameter's plain name, as typer spells it: ``grace_s`` ->
+    ``--grace-s``, ``from`` -> ``--from`` (for ``InvalidParameter.render``)."""
+    return "--" + param.replace("_", "-")
+
+
 def parse_time(value: str | None, name: str) -> datetime | None:
     """ISO-8601 text -> aware datetime (None passes through).
 

@@ -124,15 +124,13 @@ def sla_report(
 ) -> dict[str, Any]:
     """SLA compliance per ladder and tier (the CLI's ``report sla``) as JSON."""
     from escalation.adapters.report_queries import PostgresReports
-    from escalation.domain.errors import InvalidInput
+    from escalation.domain.errors import InvalidParameter
     from escalation.service_layer import sla_report as rep
 
     start, end = parse_time(since, "from"), parse_time(until, "to")
     assert start is not None and end is not None  # noqa: S101 - required parameters
-    if start > end:
-        raise InvalidInput(f"from ({since}) is after to ({until})")
-    if not 0 <= grace_s <= 86_400:
-        raise InvalidInput(f"grace_s must be 0-86400, got {grace_s}")
+    if not 0 <= grace_s <= 86_400:  # (rep.build refuses a window that is not from < to)
+        raise InvalidParameter("{grace_s} must be 0-86400, got {got}", "grace_s", got=grace_s)
     report = rep.build(PostgresReports(core.engine), start, end, grace_s,
                        calendars=core.calendars)
     return {"from": start.isoformat(), "to": end.isoformat(), "grace_s": grace_s,
