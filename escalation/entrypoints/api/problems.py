@@ -5,7 +5,8 @@ Mapping (the same error classes the CLI maps to exit codes):
 ======================================  ======  ===========================
 error                                   status  ``type``
 ======================================  ======  ===========================
-request body/query fails its schema     422     ``/problems/invalid-input``
+request body/query fails its schema,    422     ``/problems/invalid-input``
+or names an undeclared query parameter
 ``InvalidInput`` (domain validation)    422     ``/problems/invalid-input``
 ``NotFound``                            404     ``/problems/not-found``
 ``ConflictError``                       409     ``/problems/conflict``
