@@ -18,7 +18,7 @@ from uuid import UUID
 
 from escalation.domain.access import Role, TokenInfo
 from escalation.domain.decide import Decision
-from escalation.domain.errors import InvalidInput
+from escalation.domain.errors import InvalidInput, InvalidParameter
 from escalation.domain.escalation import Escalation, Status, check_text
 from escalation.domain.ladder import Ladder
 from escalation.domain.ladder_plan import Blocked, PlanItem
@@ -850,16 +850,17 @@ class AuditFilter:
             value = getattr(self, name)
             if value is not None:
                 check_text(value, name)
+        # parameters named by each interface's own spelling (--from / from): InvalidParameter
         if self.ladder_version is not None and not 1 <= self.ladder_version <= 2**31 - 1:
-            raise InvalidInput(f"ladder version must be 1..{2**31 - 1}, got {self.ladder_version}")
+            raise InvalidParameter("{ladder_version} must be 1..{top}, got {got}",
+                                   "ladder_version", top=2**31 - 1, got=self.ladder_version)
         if (
             self.since is not None and self.until is not None
             and self.since.tzinfo is not None and self.until.tzinfo is not None
             and self.since > self.until
         ):
-            raise InvalidInput(
-                f"--from ({self.since.isoformat()}) is after --to ({self.until.isoformat()})"
-            )
+            raise InvalidParameter("{from} ({since}) is after {to} ({until})", "from", "to",
+                                   since=self.since.isoformat(), until=self.until.isoformat())
 
 
 class LedgerSearch(Protocol):

@@ -7,6 +7,8 @@ are operational (exit code 1).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class EscalationError(Exception):
     """Root of every error this package raises on purpose."""
@@ -18,6 +20,32 @@ class InvalidInput(EscalationError, ValueError):
     """Bad input from a caller: naive datetime, float money, bad UUID, ... Nothing is written."""
 
     exit_code = 2
+
+
+class InvalidParameter(InvalidInput):
+    """Bad input about named parameters, whose spelling depends on the interface that took
+    them: ``--from`` on the command line, ``from`` in an API query.
+
+    A layer below the entry points does not know which interface it serves, so it must not
+    write either spelling into its message. It gives a template whose ``{name}`` fields are
+    the parameters (``"{from} ({since}) is after {to} ({until})"``), their plain names
+    (``"from", "to"``) and the other values; each entry point renders the message with its own
+    spelling (:meth:`render`): the CLI ``--from``, the API ``from``. ``str()`` uses the plain
+    names. ``params[0]`` is the parameter the error is about (the API's ``errors[].field``).
+    """
+
+    def __init__(self, template: str, *params: str, **values: object) -> None:
+        self.template = template
+        self.params = params
+        self.values = values
+        super().__init__(self.render())
+
+    def render(self, spell: Callable[[str], str] | None = None) -> str:
+        """The message with each parameter spelled by ``spell`` (default: its plain name)."""
+        if not self.params and not self.values:
+            return self.template  # rebuilt from its message (a copy, a pickle): as is
+        names = {p: spell(p) if spell is not None else p for p in self.params}
+        return self.template.format(**self.values, **names)
 
 
 class UnknownTier(InvalidInput):

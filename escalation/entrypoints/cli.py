@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from escalation.domain.errors import EscalationError, InvalidInput
+from escalation.domain.errors import EscalationError, InvalidInput, InvalidParameter
 from escalation.entrypoints import (
     cli_api,
     cli_audit,
@@ -28,6 +28,7 @@ from escalation.entrypoints.cli_common import (
     _print_json,
     _settings,
     err,
+    option_name,
     out,
     parse_attributes,
     parse_time_or_date,
@@ -110,7 +111,8 @@ def enqueue(
         a.close()
     e = res.escalation
     # an existing escalation is never rewritten by enqueue: say so when the request differs
-    changed = not res.created and str(source_hash).strip().lower() != e.source_hash
+    # (the service layer's flag, which the API's create responses report too)
+    changed = res.source_hash_differs
     info = {"created": res.created, "dispute_id": str(e.dispute_id), "tier": e.tier,
             "due_at": e.due_at.isoformat(), "ladder": e.ladder_key, "seq": e.seq,
             "status": res.status.value,
@@ -326,6 +328,8 @@ def main() -> None:
 
     try:
         app()
+    except InvalidParameter as exc:  # a service-layer message: name our options (--from)
+        _fail(exc.render(option_name), exc.exit_code)
     except EscalationError as exc:
         _fail(str(exc), exc.exit_code)
     except sqlalchemy.exc.DataError as exc:

@@ -36,10 +36,20 @@ out = Console(width=_out_width(), soft_wrap=True, emoji=False)
 err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
+def option_name(param: str) -> str:
+    """The option of a parameter's plain name, as typer spells it: ``grace_s`` ->
+    ``--grace-s``, ``from`` -> ``--from`` (for ``InvalidParameter.render``)."""
+    return "--" + param.replace("_", "-")
+
+
 def parse_time(value: str | None, name: str) -> datetime | None:
     """ISO-8601 text -> aware datetime (None passes through).
 
-    Raises InvalidInput, naming the option ``name``, for unparseable or naive values.
+    Raises InvalidInput, naming the option or field ``name``, for unparseable or naive
+    values. A date alone (``2026-11-30``) is refused as such: ``fromisoformat`` reads it as
+    naive midnight, and "must be timezone-aware (got naive 2026-11-30T00:00:00)" would blame
+    a time the caller never wrote. Where a date is meaningful (``enqueue``'s times: the start
+    of that local day) the caller uses :func:`parse_time_or_date` instead.
     """
     if value is None:
         return None
@@ -47,17 +57,35 @@ def parse_time(value: str | None, name: str) -> datetime | None:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         raise InvalidInput(f"{name}: not an ISO-8601 time: {value!r}") from None
+    if parsed.tzinfo is None and _is_date(value):
+        raise InvalidInput(
+            f"{name}: a date alone ({value!r}) is not accepted: give an instant, an ISO-8601 "
+            f"time with offset, e.g. {parsed.date().isoformat()}T09:00:00-05:00")
     return require_aware(parsed, name)
+
+
+def _is_date(value: str) -> bool:
+    """Whether ``value`` is an ISO-8601 date without a time (``2026-11-30``, ``20261130``)."""
+    try:
+        date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_time_or_date(value: str | None, name: str) -> datetime | date | None:
     """ISO-8601 text -> aware datetime, or a ``date`` for ``YYYY-MM-DD`` (a local date in the
-    escalation's institution zone). Raises InvalidInput for bad or naive date-times."""
+    escalation's institution zone). Raises InvalidInput for bad or naive date-times.
+
+    Every date form :func:`parse_time` calls "a date alone" is a date here (``20261130``
+    too), so that message never reaches a command that takes dates."""
     if value is not None and len(value.strip()) == 10:
         try:
             return date.fromisoformat(value.strip())
         except ValueError:
             raise InvalidInput(f"{name}: not an ISO-8601 date: {value!r}") from None
+    if value is not None and _is_date(value):
+        return date.fromisoformat(value)
     return parse_time(value, name)
 
 

@@ -30,7 +30,7 @@ from uuid import UUID
 
 from escalation.domain.csv_cells import neutralise_cell, restore_cell
 from escalation.domain.decide import TERMINAL_ESCALATION
-from escalation.domain.errors import InvalidInput
+from escalation.domain.errors import InvalidInput, InvalidParameter
 from escalation.domain.ladder import Ladder
 from escalation.ports import AuditFilter as AuditFilter  # noqa: PLC0414 -- re-export
 from escalation.ports import LedgerRow, LedgerSearch
@@ -125,7 +125,7 @@ def search(ledger: LedgerSearch, flt: AuditFilter, limit: int = 100) -> list[Led
         InvalidInput: ``limit`` outside 1-10000 or a naive time.
     """
     if not 1 <= limit <= 10_000:
-        raise InvalidInput(f"limit must be 1-10000, got {limit}")
+        raise InvalidParameter("{limit} must be 1-10000, got {got}", "limit", got=limit)
     return ledger.search(flt, limit)
 
 

@@ -14,7 +14,7 @@ import json
 from datetime import datetime
 from uuid import UUID
 
-from escalation.domain.errors import InvalidInput
+from escalation.domain.errors import InvalidInput, InvalidParameter
 from escalation.domain.escalation import check_instant, parse_dispute_id
 from escalation.ports import AuditFilter, LedgerRow, LedgerSearch
 
@@ -36,7 +36,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, UUID, int]:
             raise ValueError(seq)
         return check_instant(datetime.fromisoformat(at), "cursor"), parse_dispute_id(did), seq
     except (ValueError, TypeError, binascii.Error, InvalidInput, UnicodeDecodeError):
-        raise InvalidInput("cursor is malformed; pass back next_cursor unchanged") from None
+        raise InvalidParameter("{cursor} is malformed; pass back next_cursor unchanged",
+                               "cursor") from None
 
 
 def search_page(
@@ -48,7 +49,8 @@ def search_page(
         InvalidInput: ``limit`` outside 1-1000, a malformed cursor, a naive time.
     """
     if not 1 <= limit <= MAX_LIMIT:
-        raise InvalidInput(f"limit must be 1-{MAX_LIMIT}, got {limit}")
+        raise InvalidParameter("{limit} must be 1-{top}, got {got}", "limit", top=MAX_LIMIT,
+                               got=limit)
     after = decode_cursor(cursor) if cursor is not None else None
     rows = ledger.search(flt, limit + 1, after=after)
     if len(rows) > limit:

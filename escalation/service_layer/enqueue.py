@@ -88,6 +88,19 @@ class EnqueueResult:
     created: bool
     escalation: Escalation
     status: Status
+    requested_source_hash: str | None = None
+    """The source hash this request carried (validated, lower-case); None = not known."""
+
+    @property
+    def source_hash_differs(self) -> bool:
+        """A replay whose request carried another source hash than the one recorded.
+
+        Enqueue never rewrites an existing escalation, so such a request changed nothing:
+        the caller is told (CLI ``enqueue --json`` and the API's create responses report
+        this same flag), since the dispute's source record may have changed meanwhile
+        (cancel and enqueue again to apply it)."""
+        return (not self.created and self.requested_source_hash is not None
+                and self.requested_source_hash != self.escalation.source_hash)
 
 
 def institution_of(
@@ -380,20 +393,22 @@ def _record_one(
     to_schedule: list[Escalation] = []
     replays = [state.dispute_id for created, state in recorded if not created]
     held = store.get_many(replays) if replays else {}  # one read for the batch's replays
-    for created, state in recorded:
+    for b, (created, state) in zip(unique, recorded, strict=True):
         got = None if created else held.get(state.dispute_id)
         status = got.status if got is not None else Status.PENDING
         if status is Status.PENDING:
             to_schedule.append(state)
-        firsts.append(EnqueueResult(created, state, status))
+        firsts.append(EnqueueResult(created, state, status, b.escalation.source_hash))
     if where is None:
         return firsts, to_schedule
     results: list[EnqueueResult] = []
     answered: set[int] = set()
-    for k in where:
+    for b, k in zip(part, where, strict=True):
         first = firsts[k]
         if k in answered:  # a later occurrence: the recorded state, not its own values
-            results.append(EnqueueResult(False, first.escalation, first.status))
+            # (its own source hash, though: the caller is told if it was not applied)
+            results.append(EnqueueResult(False, first.escalation, first.status,
+                                         b.escalation.source_hash))
         else:
             results.append(first)
             answered.add(k)

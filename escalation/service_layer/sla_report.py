@@ -61,7 +61,7 @@ from escalation.domain.business_calendar import (
 )
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.csv_cells import neutralise_cell
-from escalation.domain.errors import InvalidInput
+from escalation.domain.errors import InvalidInput, InvalidParameter
 from escalation.domain.timeutil import require_aware
 from escalation.ports import LedgerReports
 
@@ -208,10 +208,13 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
     since = require_aware(since, "from")
     until = require_aware(until, "to")
     now = until if now is None else require_aware(now, "now")
+    # parameters named by each interface's own spelling (--from / from): InvalidParameter
     if since >= until:
-        raise InvalidInput("--from must be before --to")
+        raise InvalidParameter("{from} ({since}) must be before {to} ({until})", "from", "to",
+                               since=since.isoformat(), until=until.isoformat())
     if grace_s < 0:
-        raise InvalidInput("grace must be >= 0 seconds")
+        raise InvalidParameter("{grace_s} must be >= 0 seconds, got {got}", "grace_s",
+                               got=grace_s)
     figures: dict[tuple[str, str], TierFigures] = {}
     outcomes: list[DeadlineOutcome] = []
 

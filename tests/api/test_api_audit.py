@@ -66,6 +66,40 @@ def test_search_refuses_bad_parameters(compliance, service):
     assert service.get("/v1/audit").status_code == 403
 
 
+def test_every_bad_query_parameter_is_named_by_its_api_name(compliance):
+    """``errors[].field`` is the query parameter at fault, and no message names a CLI flag
+    (``--from``): the API's words are its own parameters'."""
+    late, early = "2026-02-01T00:00:00Z", "2026-01-01T00:00:00Z"
+    cases = [
+        ("/v1/audit", {"from": late, "to": early}, "from",
+         "from (2026-02-01T00:00:00+00:00) is after to (2026-01-01T00:00:00+00:00)"),
+        ("/v1/audit", {"to": "yesterday"}, "to", "not an ISO-8601 time"),
+        ("/v1/audit", {"ladder_version": 0}, "ladder_version", "must be 1.."),
+        ("/v1/audit", {"ladder_version": "x"}, "ladder_version", None),
+        ("/v1/audit", {"limit": 1001}, "limit", "limit must be 1-1000, got 1001"),
+        ("/v1/audit", {"cursor": "x"}, "cursor", "cursor is malformed"),
+        ("/v1/audit", {"tier": "a\x00b"}, "tier", None),
+        ("/v1/audit", {"actor": "a\nb"}, "actor", None),
+        ("/v1/reports/sla", {"from": late, "to": early}, "from",
+         "from (2026-02-01T00:00:00+00:00) must be before to (2026-01-01T00:00:00+00:00)"),
+        ("/v1/reports/sla", {"from": late, "to": late}, "from", "must be before to"),
+        ("/v1/reports/sla", {"from": early, "to": late, "grace_s": -1}, "grace_s",
+         "grace_s must be 0-86400, got -1"),
+        ("/v1/reports/sla", {"from": early, "to": late, "grace_s": 86_401}, "grace_s",
+         "grace_s must be 0-86400"),
+        ("/v1/reports/sla", {"from": early, "to": late, "grace_s": "soon"}, "grace_s", None),
+        ("/v1/reports/sla", {"to": late}, "from", None),
+    ]
+    for path, params, field, message in cases:
+        r = compliance.get(path, params=params)
+        assert r.status_code == 422, (path, params, r.text)
+        doc = r.json()
+        assert [e["field"] for e in doc["errors"]] == [field], (path, params, doc)
+        assert "--" not in doc["detail"], doc
+        if message is not None:
+            assert message in doc["errors"][0]["message"], doc
+
+
 def test_ladders_and_versions(compliance):
     doc = compliance.get("/v1/ladders").json()
     names = {lad["name"]: lad for lad in doc["ladders"]}
@@ -87,3 +121,14 @@ def test_sla_report_json(compliance, service):
     assert bad.status_code == 422
     assert service.get("/v1/reports/sla", params={"from": "2000-01-01T00:00:00Z",
                                                   "to": "2100-01-01T00:00:00Z"}).status_code == 403
+
+
+def test_query_times_refuse_a_date_alone_as_such(compliance):
+    for path, params in (("/v1/audit", {"from": "2026-11-30"}),
+                         ("/v1/reports/sla", {"from": "2026-11-01T00:00:00Z",
+                                              "to": "2026-11-30"})):
+        r = compliance.get(path, params=params)
+        assert r.status_code == 422, r.text
+        [err] = r.json()["errors"]
+        assert err["field"] == ("from" if path == "/v1/audit" else "to")
+        assert "a date alone ('2026-11-30') is not accepted" in err["message"], err

@@ -77,6 +77,9 @@ def test_repeats_mixed_with_other_and_existing_disputes(service, compliance, eng
     assert [r["created"] for r in out["results"]] == [True, True, False, False, True, False,
                                                       False]
     assert (out["created"], out["existing"]) == (3, 4)
+    # body() gives every item its own source hash: only the copy of b carries the same one
+    assert [r["source_hash_differs"] for r in out["results"]] == [False, False, True, True,
+                                                                  False, False, True]
     for item in (old, a, b, c):
         _assert_recorded_once(service, compliance, engine, item["dispute_id"])
     [row] = _enqueued(compliance, a["dispute_id"])

@@ -62,8 +62,29 @@ def test_create_is_idempotent_and_records_the_token_name_as_actor(api_server, se
     assert again.status_code == 200
     assert again.json()["created"] is False
     assert again.json()["seq"] == first.json()["seq"] == 1
+    assert first.json()["source_hash_differs"] is again.json()["source_hash_differs"] is False
     trail = _store(engine).trail(uuid.UUID(b["dispute_id"]))
     assert [(r.event, r.actor) for r in trail] == [("ENQUEUED", api_server.names["service"])]
+
+
+def test_a_replay_with_another_source_hash_says_it_changed_nothing(service, engine):
+    ext = f"H-{uuid.uuid4().hex[:8]}"
+    b = body(dispute_id=None, source="cfpb", external_id=ext, source_hash="aa" * 8)
+    assert service.post("/v1/escalations", json=b).status_code == 201
+    for other in (body(dispute_id=None, source="cfpb", external_id=ext, source_hash="bb" * 8),
+                  body(dispute_id=str(resolve_dispute(source="cfpb", external_id=ext)[0]),
+                       source_hash="BB" * 8, materiality="1.00")):
+        r = service.post("/v1/escalations", json=other)
+        assert r.status_code == 200, r.text
+        assert (r.json()["created"], r.json()["source_hash_differs"]) == (False, True)
+        assert r.json()["materiality"] == "125.50"  # the recorded escalation, unchanged
+    # the hash is compared as recorded (lower-case hex): the same digest in capitals is no
+    # difference
+    same = service.post("/v1/escalations", json={**b, "source_hash": "AA" * 8})
+    assert (same.status_code, same.json()["source_hash_differs"]) == (200, False)
+    did = resolve_dispute(source="cfpb", external_id=ext)[0]
+    [row] = _store(engine).trail(did)
+    assert row.source_hash == "aa" * 8
 
 
 def test_get_by_uuid_and_by_source_external_id(api_server, service, admin):
@@ -121,6 +142,26 @@ def test_bad_input_is_422_naming_the_field_and_writes_nothing(service, engine, c
         assert any(e["field"] == field for e in doc["errors"]), doc
     if b.get("dispute_id") != "not-a-uuid":
         assert _store(engine).get(uuid.UUID(b["dispute_id"])) is None
+
+
+@pytest.mark.parametrize("field", ["due_at", "opened_at", "notice_at"])
+def test_a_date_without_time_is_refused_as_such(service, engine, field):
+    b = body()
+    if field == "opened_at":
+        del b["due_at"]  # exactly one of due_at and opened_at
+    b[field] = "2026-11-30"
+    for path, doc_field, sent in (("/v1/escalations", field, b),
+                                  ("/v1/escalations/batch", f"items[1].{field}",
+                                   {"items": [body(), b]})):
+        r = service.post(path, json=sent)
+        assert r.status_code == 422, r.text
+        [err] = r.json()["errors"]
+        assert err["field"] == doc_field
+        # the request's own words, not a naive midnight it never wrote
+        assert "a date alone ('2026-11-30') is not accepted" in err["message"]
+        assert "ISO-8601 time with offset, e.g. 2026-11-30T09:00:00-05:00" in err["message"]
+        assert "naive" not in err["message"]
+    assert _store(engine).get(uuid.UUID(b["dispute_id"])) is None
 
 
 def test_cancel_pause_resume_by_both_addresses(api_server, service, engine):

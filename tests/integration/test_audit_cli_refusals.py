@@ -46,9 +46,18 @@ def test_unknown_decision_is_refused_and_the_known_names_are_listed(scratch) -> 
         check_decision(PostgresLedgerSearch(engine), "BOGUS")
 
 
-def test_a_reversed_window_is_refused() -> None:
-    with pytest.raises(InvalidInput, match="is after --to"):
+def test_a_reversed_window_is_refused_naming_each_interfaces_parameters() -> None:
+    from escalation.domain.errors import InvalidParameter
+    from escalation.entrypoints.cli_common import option_name
+
+    with pytest.raises(InvalidParameter) as info:
         AuditFilter(since=datetime(2026, 2, 1, tzinfo=UTC), until=datetime(2026, 1, 1, tzinfo=UTC))
+    # the service layer does not know the interface: plain names, rendered by each
+    assert str(info.value) == ("from (2026-02-01T00:00:00+00:00) is after "
+                               "to (2026-01-01T00:00:00+00:00)")
+    assert info.value.render(option_name).startswith("--from (2026-02-01")
+    assert "is after --to (" in info.value.render(option_name)
+    assert info.value.params == ("from", "to")
 
 
 def test_export_to_a_missing_directory_is_refused_before_writing(scratch, tmp_path: Path) -> None:
@@ -69,11 +78,21 @@ def test_cli_refusals_exit_2_with_one_line_and_no_traceback(scratch, cli_env, tm
     rev = _cli(cli_env, url, "audit", "search", "--from", "2026-02-01T00:00:00Z",
                "--to", "2026-01-01T00:00:00Z")
     assert rev.returncode == 2 and "is after --to" in rev.stderr
+    assert "--from (2026-02-01" in rev.stderr
+    sla = _cli(cli_env, url, "report", "sla", "--from", "2026-02-01T00:00:00Z",
+               "--to", "2026-02-01T00:00:00Z")
+    assert sla.returncode == 2, sla.stderr
+    assert "error: --from (2026-02-01T00:00:00+00:00) must be before --to" in sla.stderr
+    grace = _cli(cli_env, url, "report", "sla", "--from", "2026-01-01T00:00:00Z",
+                 "--to", "2026-02-01T00:00:00Z", "--grace-s", "-1")
+    assert grace.returncode == 2 and "--grace-s must be >= 0 seconds" in grace.stderr
+    limit = _cli(cli_env, url, "audit", "search", "--limit", "0")
+    assert limit.returncode == 2 and "--limit must be 1-10000, got 0" in limit.stderr
     missing = tmp_path / "nonexistent" / "dir" / "a.csv"
     exp = _cli(cli_env, url, "audit", "export", "--out", str(missing))
     assert exp.returncode == 2 and "does not exist" in exp.stderr
     assert "nonexistent" in exp.stderr and not missing.parent.exists()
-    for res in (bogus, rev, exp):
+    for res in (bogus, rev, exp, sla, grace, limit):
         assert "Traceback" not in res.stderr
 
 

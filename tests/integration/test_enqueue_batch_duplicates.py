@@ -78,6 +78,7 @@ def test_a_repeat_with_different_content_gets_the_first_occurrences_record(app):
                 timezone="Europe/London", materiality="9.99")
     results = run(app, [first, later])
     assert [r.created for r in results] == [True, False]
+    assert [r.source_hash_differs for r in results] == [False, False]  # same hash, did.hex
     assert [r.escalation.trace_id for r in results] == ["first", "first"]
     assert [r.escalation.due_at for r in results] == [DUE, DUE]
     assert results[1].escalation.institution_tz == "America/New_York"
@@ -156,3 +157,15 @@ def test_a_replayed_batch_reads_the_recorded_states_in_one_query(app: Any) -> No
     reads = [s for s in statements if s.lstrip().upper().startswith("SELECT")
              and "escalation_state" in s]
     assert len(reads) <= 3, reads
+
+
+def test_source_hash_differs_flags_a_replay_that_carried_another_source_hash(app):
+    did, other = uuid.uuid4(), uuid.uuid4()
+    results = run(app, [req(did), req(did, source_hash="AB" * 8), req(did),
+                        req(other, source_hash="CD" * 8)])
+    assert [r.created for r in results] == [True, False, False, True]
+    # the second occurrence was not applied; the hash is compared lower-cased (as recorded)
+    assert [r.source_hash_differs for r in results] == [False, True, False, False]
+    replays = run(app, [req(did, source_hash="ab" * 8), req(did),
+                        req(other, source_hash="cd" * 8)])
+    assert [r.source_hash_differs for r in replays] == [True, False, False]

@@ -19,7 +19,8 @@ DESCRIPTION = """\
 Dispute SLA escalations over HTTP: schedule an escalation when a dispute enters a review
 tier, read its state and deadlines, cancel, pause and resume it, read the audit ledger and
 the SLA report. Every request needs `Authorization: Bearer <token>` (from `escalation token
-create`) except `GET /healthz`. Errors are RFC 9457 `application/problem+json`.
+create`) except `GET /healthz`. Errors are RFC 9457 `application/problem+json`. A query
+parameter a route does not declare is refused (422), never ignored.
 A dispute is addressed by UUID (`/v1/escalations/{dispute_id}`) or by its source system's
 id (`/v1/sources/{source}/escalations/{external_id}`).
 """
@@ -64,12 +65,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ],
     )
     problems.install(app)
-    from escalation.entrypoints.api import metrics, routes_audit, routes_escalations, routes_ops
+    from fastapi import Depends
 
-    app.include_router(routes_escalations.router)
-    app.include_router(routes_audit.router)
-    app.include_router(routes_ops.router)
-    app.include_router(metrics.router)
+    from escalation.entrypoints.api import metrics, routes_audit, routes_escalations, routes_ops
+    from escalation.entrypoints.api.deps import refuse_unknown_query
+
+    # every API route refuses query parameters it does not declare (a misspelt filter must
+    # not widen a result silently); the console below reads its form fields itself
+    for router in (routes_escalations.router, routes_audit.router, routes_ops.router,
+                   metrics.router):
+        app.include_router(router, dependencies=[Depends(refuse_unknown_query)])
     from escalation.entrypoints.api import console
 
     console.install(app)

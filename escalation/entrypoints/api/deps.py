@@ -1,13 +1,19 @@
-"""Shared dependencies: the wired ``bootstrap.App`` and the dispute named by the path."""
+"""Shared dependencies: the wired ``bootstrap.App``, the dispute named by the path, and the
+refusal of query parameters a route does not declare."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import difflib
+import types
+from typing import Annotated, Any, Union, get_args, get_origin
 from uuid import UUID
 
 from fastapi import Depends, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 
 from escalation.bootstrap import App
+from escalation.entrypoints.api.problems import ApiProblem
 from escalation.service_layer.disputes import resolve_dispute
 
 
@@ -52,3 +58,73 @@ def path_parameters(path: str) -> dict[str, Any]:
                    "description": "The source system's dispute id (1-200 characters).",
                    "schema": {"type": "string"}, "example": "2026-0417-0093"}]
     return {"parameters": params}
+
+
+_SEQUENCES = (list, tuple, set, frozenset)
+_declared: dict[int, tuple[tuple[str, ...], frozenset[str]]] = {}
+"""Per route (``id``: routes live as long as the app): its query parameters in declaration
+order, and those of them that take one value only."""
+
+
+def _query_fields(dependant: Dependant) -> list[Any]:
+    """The query parameters of a route's endpoint and of every dependency it uses."""
+    fields = list(dependant.query_params)
+    for sub in dependant.dependencies:
+        fields += _query_fields(sub)
+    return fields
+
+
+def _takes_many(annotation: Any) -> bool:
+    """Whether a parameter's type is a list (``?tag=a&tag=b``), possibly optional."""
+    options = (get_args(annotation)
+               if get_origin(annotation) in (Union, types.UnionType) else (annotation,))
+    return any(get_origin(a) in _SEQUENCES or a in _SEQUENCES for a in options)
+
+
+def _declared_query(route: APIRoute) -> tuple[tuple[str, ...], frozenset[str]]:
+    got = _declared.get(id(route))
+    if got is None:
+        fields = _query_fields(route.dependant)
+        names = tuple(dict.fromkeys(f.alias for f in fields))  # as sent: "from", not "since"
+        single = frozenset(f.alias for f in fields
+                           if not _takes_many(f.field_info.annotation))
+        got = _declared[id(route)] = (names, single)
+    return got
+
+
+def refuse_unknown_query(request: Request) -> None:
+    """Refuse a query parameter the route does not declare, or a one-value parameter given
+    more than once: 422 naming each and listing the accepted ones.
+
+    Without this, FastAPI ignores what it was not told about: ``GET /v1/audit?dispute=<id>``
+    (for ``dispute_id``) answered the whole ledger with 200, and ``?dispute_id=a&dispute_id=b``
+    filtered by ``b`` alone -- the wrong record set, handed over as if it were the one asked
+    for. Added to every API router (``app.create_app``), so a new route is covered without a
+    word; it runs before the token check (like routing: the accepted names are public, they
+    are in docs/openapi.json).
+
+    Raises:
+        ApiProblem (422): ``errors[].field`` is each offending parameter; ``accepted`` lists
+            the route's own.
+    """
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute) or not request.query_params:
+        return
+    accepted, single = _declared_query(route)
+    errors = []
+    for name in dict.fromkeys(request.query_params.keys()):
+        if name not in accepted:
+            near = difflib.get_close_matches(name, accepted, n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            errors.append({"field": name, "message": f"unknown query parameter {name!r}{hint}"})
+        elif name in single and len(request.query_params.getlist(name)) > 1:
+            errors.append({"field": name,
+                           "message": f"query parameter {name!r} given more than once; it "
+                                      "takes one value"})
+    if not errors:
+        return
+    takes = (f"accepts only: {', '.join(accepted)}" if accepted
+             else "accepts no query parameters")
+    detail = "; ".join(e["message"] for e in errors)
+    raise ApiProblem(422, f"{detail}. {request.method} {route.path} {takes}",
+                     errors=errors, accepted=list(accepted))

@@ -43,11 +43,14 @@ class EscalationIn(_In):
                              "(JSON numbers are refused: money is never a float).")
     tier: str | None = Field(None, description="Current tier id (default: the ladder's "
                              "first, or the materiality band's start tier).")
-    due_at: str | None = Field(None, description="Breach time, ISO-8601 with offset.")
-    opened_at: str | None = Field(None, description="Tier entry time, ISO-8601 with offset; "
-                                  "due = opened_at + the tier's SLA window.")
+    due_at: str | None = Field(None, description="Breach time, ISO-8601 with offset (an "
+                               "instant: a date alone is refused).")
+    opened_at: str | None = Field(None, description="Tier entry time, ISO-8601 with offset "
+                                  "(a date alone is refused); due = opened_at + the tier's "
+                                  "SLA window.")
     notice_at: str | None = Field(None, description="Regulatory anchor event time, ISO-8601 "
-                                  "with offset (default: tier entry).")
+                                  "with offset, a date alone is refused (default: tier "
+                                  "entry).")
     ladder: str | None = Field(None, description="Ladder name (default: the configured one).")
     trace_id: str | None = Field(None, description="Correlation id (1-64 chars).")
     timezone: str | None = Field(None, description="Institution zone of this dispute (IANA; "
@@ -104,6 +107,7 @@ class EscalationOut(BaseModel):
         "due_at": "2026-03-03T09:00:00Z", "entered_tier_at": "2026-03-02T09:00:00Z",
         "materiality": "1250.00", "regulatory_deadline": None, "deadlines": [],
         "trace_id": "4b1e0f0c8d2a4f0e9b7c6a5d4e3f2a1b", "created": True,
+        "source_hash_differs": False,
     }]})
 
     dispute_id: str
@@ -123,16 +127,24 @@ class EscalationOut(BaseModel):
     deadlines: list[DeadlineOut]
     trace_id: str
     created: bool | None = Field(None, description="Create only: false = already there.")
+    source_hash_differs: bool | None = Field(
+        None, description="Create only: true = the dispute was already there with another "
+        "source_hash; this request changed nothing (an escalation is never rewritten: cancel "
+        "it and create it again to apply the new content).")
     remaining_ms: int | None = Field(None, description="Pause/resume: SLA window left (ms).")
     basis: str | None = Field(None, description="Pause/resume: 'open' or 'elapsed' time.")
 
 
 class BatchItemOut(BaseModel):
-    """Per item of a batch: the dispute, whether it was created, its status."""
+    """Per item of a batch: the dispute, whether it was created, its status, and whether
+    its source hash differs from the one recorded (then the item changed nothing)."""
 
     dispute_id: str
     created: bool
     status: str
+    source_hash_differs: bool = Field(
+        description="true = the dispute was already there (or earlier in this batch) with "
+        "another source_hash; this item changed nothing.")
 
 
 class BatchOut(BaseModel):

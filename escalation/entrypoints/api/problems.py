@@ -5,7 +5,8 @@ Mapping (the same error classes the CLI maps to exit codes):
 ======================================  ======  ===========================
 error                                   status  ``type``
 ======================================  ======  ===========================
-request body/query fails its schema     422     ``/problems/invalid-input``
+request body/query fails its schema,    422     ``/problems/invalid-input``
+or names an undeclared query parameter
 ``InvalidInput`` (domain validation)    422     ``/problems/invalid-input``
 ``NotFound``                            404     ``/problems/not-found``
 ``ConflictError``                       409     ``/problems/conflict``
@@ -21,7 +22,10 @@ request's: 503 (retry once the file is restored), never 422 (which a client may 
 "drop this dispute").
 
 422 documents carry ``errors: [{"field": ..., "message": ...}]`` naming each bad field
-(``items[3].due_at`` for the 4th item of a batch).
+(``items[3].due_at`` for the 4th item of a batch). An ``InvalidParameter`` names its
+parameters itself (``from``, ``grace_s``); other domain messages are mapped to a field by the
+words they use (:func:`field_of`). Messages name the API's own parameters, never the CLI's
+flags (``from``, not ``--from``): the layers below render nothing interface-specific.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from escalation.domain.errors import (
     ConflictError,
     EscalationError,
     InvalidInput,
+    InvalidParameter,
     LadderReleaseError,
     NotFound,
     SchemaNotAtHead,
@@ -59,7 +64,8 @@ TITLES: dict[int, tuple[str, str]] = {
     503: ("/problems/unavailable", "A backing service is unavailable"),
 }
 
-# Words a domain message uses for a field -> the request field name.
+# Words a domain message uses for a field -> the request field name (for the messages that
+# do not say which parameter they are about: an InvalidParameter names its own).
 _FIELD_WORDS: tuple[tuple[str, str], ...] = (
     ("opened_at", "opened_at"),
     ("due_at", "due_at"),
@@ -76,16 +82,18 @@ _FIELD_WORDS: tuple[tuple[str, str], ...] = (
     ("tier", "tier"),
     ("ladder", "ladder"),
     ("reason", "reason"),
+    ("ladder version", "ladder_version"),
+    ("ladder_version", "ladder_version"),
+    ("grace_s", "grace_s"),
     ("limit", "limit"),
     ("cursor", "cursor"),
-    ("--from", "from"),
-    ("--to", "to"),
     ("from (", "from"),
     ("from must", "from"),
     ("to must", "to"),
     ("from:", "from"),
     ("to:", "to"),
     ("decision", "decision"),
+    ("actor", "actor"),
 )
 _REQUEST_N = re.compile(r"^request (\d+): ")
 
@@ -174,9 +182,12 @@ def install(app: FastAPI) -> None:
         assert isinstance(exc, EscalationError)  # noqa: S101 - registered for this class
         status = status_of(exc)
         extra: dict[str, Any] = {}
+        message = str(exc)  # an InvalidParameter's str() spells parameters as the API does
         if status == 422:
-            extra["errors"] = [{"field": field_of(str(exc)), "message": str(exc)}]
-        return problem(status, str(exc), request.url.path, **extra)
+            field = (exc.params[0] if isinstance(exc, InvalidParameter) and exc.params
+                     else field_of(message))
+            extra["errors"] = [{"field": field, "message": message}]
+        return problem(status, message, request.url.path, **extra)
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)  # noqa: S101

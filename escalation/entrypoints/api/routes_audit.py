@@ -52,10 +52,10 @@ def search(
     external_id: Annotated[str | None, Query(description="The source's dispute id.")] = None,
     tier: Annotated[str | None, Query(description="From or to tier id.")] = None,
     decision: Annotated[str | None, Query(description="Decision or event name.")] = None,
-    since: Annotated[str | None, Query(alias="from", description="decided_at >= (ISO-8601).")]
-    = None,
-    until: Annotated[str | None, Query(alias="to", description="decided_at < (ISO-8601).")]
-    = None,
+    since: Annotated[str | None, Query(
+        alias="from", description="decided_at >= (ISO-8601 with offset).")] = None,
+    until: Annotated[str | None, Query(
+        alias="to", description="decided_at < (ISO-8601 with offset).")] = None,
     actor: Annotated[str | None, Query(description="Actor (worker id or token name).")] = None,
     ladder: Annotated[str | None, Query(description="Ladder name.")] = None,
     ladder_version: Annotated[int | None, Query(description="Ladder version.")] = None,
@@ -116,21 +116,21 @@ def ladder_version(name: str, version: int, core: Core, token: AuditReader) -> d
 @router.get("/reports/sla", responses=ERRORS)
 def sla_report(
     core: Core, token: AuditReader,
-    since: Annotated[str, Query(alias="from", description="Window start (ISO-8601).")],
-    until: Annotated[str, Query(alias="to", description="Window end, exclusive.")],
+    since: Annotated[str, Query(
+        alias="from", description="Window start (ISO-8601 with offset).")],
+    until: Annotated[str, Query(
+        alias="to", description="Window end, exclusive (ISO-8601 with offset).")],
     grace_s: Annotated[int, Query(description="On time = decided within N s of due.")] = 60,
 ) -> dict[str, Any]:
     """SLA compliance per ladder and tier (the CLI's ``report sla``) as JSON."""
     from escalation.adapters.report_queries import PostgresReports
-    from escalation.domain.errors import InvalidInput
+    from escalation.domain.errors import InvalidParameter
     from escalation.service_layer import sla_report as rep
 
     start, end = parse_time(since, "from"), parse_time(until, "to")
     assert start is not None and end is not None  # noqa: S101 - required parameters
-    if start > end:
-        raise InvalidInput(f"from ({since}) is after to ({until})")
-    if not 0 <= grace_s <= 86_400:
-        raise InvalidInput(f"grace_s must be 0-86400, got {grace_s}")
+    if not 0 <= grace_s <= 86_400:  # (rep.build refuses a window that is not from < to)
+        raise InvalidParameter("{grace_s} must be 0-86400, got {got}", "grace_s", got=grace_s)
     report = rep.build(PostgresReports(core.engine), start, end, grace_s,
                        calendars=core.calendars)
     return {"from": start.isoformat(), "to": end.isoformat(), "grace_s": grace_s,

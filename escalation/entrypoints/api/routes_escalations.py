@@ -101,7 +101,8 @@ def _hook(core: App) -> Callable[..., None]:
              responses={200: {"model": EscalationOut, "description": "Already there"},
                         **ERRORS})
 async def create(body: EscalationIn, request: Request, token: Writer) -> Response:
-    """Schedule one escalation (idempotent per dispute: 201 created, 200 already there)."""
+    """Schedule one escalation (idempotent per dispute: 201 created, 200 already there;
+    ``source_hash_differs`` true = it was there with another source hash, nothing changed)."""
     # written together with the other single creates in flight in this worker process
     # (batching.CreateBatcher: one transaction for them all), each answered on its own; the
     # body is serialized here (response_model still documents it)
@@ -110,7 +111,7 @@ async def create(body: EscalationIn, request: Request, token: Writer) -> Respons
     done = await batcher.submit(to_request(body), token.name)
     res = done.result
     out = render(core, res.escalation.with_changes(status=res.status), done.now,
-                 created=res.created)
+                 created=res.created, source_hash_differs=res.source_hash_differs)
     return Response(out.model_dump_json(), status_code=201 if res.created else 200,
                     media_type="application/json")
 
@@ -119,7 +120,8 @@ async def create(body: EscalationIn, request: Request, token: Writer) -> Respons
 def create_batch(body: BatchIn, core: Core, token: Writer) -> BatchOut:
     """Schedule up to 1,000 escalations. Every item is validated first; one bad item -> 422
     naming it (``items[i].field``) and nothing is written. Existing disputes are reported
-    with ``created: false``."""
+    with ``created: false`` (``source_hash_differs`` true = it carried another source hash,
+    which was not applied)."""
     requests = []
     for i, item in enumerate(body.items):
         try:
@@ -136,7 +138,8 @@ def create_batch(body: BatchIn, core: Core, token: Writer) -> BatchOut:
         actor=token.name, on_scheduled=_hook(core),
     )
     items = [BatchItemOut(dispute_id=str(r.escalation.dispute_id), created=r.created,
-                          status=r.status.value) for r in results]
+                          status=r.status.value, source_hash_differs=r.source_hash_differs)
+             for r in results]
     created = sum(1 for r in results if r.created)
     return BatchOut(created=created, existing=len(results) - created, results=items)
 
