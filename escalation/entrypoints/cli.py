@@ -130,8 +130,9 @@ def enqueue(
                   " nothing changed")
         if changed:
             err.print(f"note: this request's source hash differs from the recorded one "
-                      f"({e.source_hash[:12]}...): enqueue never rewrites an escalation; "
-                      "cancel it and enqueue again if the dispute itself changed",
+                      f"({e.source_hash[:12]}...): its content was not applied. A dispute id "
+                      "is escalated once: enqueue never rewrites an escalation and never "
+                      "re-opens a cancelled or terminal one",
                       markup=False, highlight=False)
 
 

@@ -38,6 +38,9 @@ def test_enqueue_twice_says_nothing_changed_and_audit_show_lists_the_trail(
     other_text = run_cli(cli_env, *[("ef" * 32) if a == HASH else a for a in args[:-1]])
     assert "nothing changed" in other_text.stdout
     assert f"source hash differs from the recorded one ({HASH[:12]}...)" in other_text.stderr
+    # the note suggests no path that fails: a cancelled escalation is never re-opened
+    assert "never re-opens a cancelled or terminal one" in other_text.stderr
+    assert "enqueue again" not in other_text.stderr
     shown = run_cli(cli_env, "audit", "show", did, "--json")
     rows = [json.loads(line) for line in shown.stdout.splitlines()]
     assert [r["match_decision"] for r in rows] == ["ENQUEUED"]
@@ -48,6 +51,8 @@ def test_enqueue_twice_says_nothing_changed_and_audit_show_lists_the_trail(
     assert [json.loads(x)["match_decision"] for x in shown.stdout.splitlines()] == [
         "ENQUEUED", "CANCELLED"]
     assert app.scheduler.payload(uuid.UUID(did)) is None
+    again = run_cli(cli_env, *args[:-1])  # as the note says: not re-opened
+    assert again.returncode == 2 and "already has a cancelled escalation" in again.stderr
 
 
 def test_status_reports_pending_due_locked_and_per_tier(
