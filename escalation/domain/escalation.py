@@ -44,6 +44,26 @@ def check_text(value: str, name: str) -> str:
     return value
 
 
+MAX_REASON_CHARS = 500
+"""Longest ``reason`` recorded for a cancel or pause (the API enforces the same bound)."""
+
+
+def check_reason(value: str, name: str = "reason") -> str:
+    """``value`` unchanged when it is a usable ledger reason: single-line text
+    (:func:`check_text`), not blank, at most :data:`MAX_REASON_CHARS` characters.
+
+    Raises:
+        InvalidInput: blank (a cancel or pause recorded without a why is no evidence), too
+            long, or a control character; the message names ``name``.
+    """
+    check_text(value, name)
+    if not value.strip():
+        raise InvalidInput(f"{name} must not be empty: the ledger records it as the why")
+    if len(value) > MAX_REASON_CHARS:
+        raise InvalidInput(f"{name}: at most {MAX_REASON_CHARS} characters, got {len(value)}")
+    return value
+
+
 class Status(StrEnum):
     """Lifecycle of an escalation in the projection."""
 

@@ -8,7 +8,7 @@ then CANCELLED) is notified by that same script, exactly once.
 
 from __future__ import annotations
 
-from escalation.domain.escalation import Escalation, check_text, parse_dispute_id
+from escalation.domain.escalation import Escalation, check_reason, parse_dispute_id
 from escalation.ports import AuditLog, Scheduler
 from escalation.service_layer.fire import unapplied_notifications
 
@@ -19,13 +19,13 @@ def cancel(
     """Cancel one dispute's escalation. Returns the cancelled state.
 
     Raises:
-        InvalidInput: ``dispute_id`` is not a UUID; a control character (NUL, newline...)
-            in ``reason``.
+        InvalidInput: ``dispute_id`` is not a UUID; ``reason`` is blank, longer than 500
+            characters or holds a control character (NUL, newline...).
         NotFound: no escalation for this dispute.
         ConflictError: already terminal or cancelled.
     """
     did = parse_dispute_id(dispute_id)
-    check_text(reason, "reason")
+    check_reason(reason)
     state = store.record_cancel(did, actor, scheduler.time(), reason)
     # A decision recorded just before the cancel may never have been applied (its worker died
     # or lost the race): its notification goes out with the cancel, exactly once -- cancel.lua

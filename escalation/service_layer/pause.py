@@ -25,7 +25,7 @@ from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import ConflictError, NotFound
-from escalation.domain.escalation import Escalation, Status, check_text, parse_dispute_id
+from escalation.domain.escalation import Escalation, Status, check_reason, parse_dispute_id
 from escalation.domain.sla_timing import (
     active_ms_between,
     calendar_of,
@@ -102,14 +102,14 @@ def pause(
         PauseResult with the paused state (status PAUSED, seq + 1) and the remaining window.
 
     Raises:
-        InvalidInput: ``dispute_id`` is not a UUID; a control character (NUL, newline...)
-            in ``reason``.
+        InvalidInput: ``dispute_id`` is not a UUID; ``reason`` is blank, longer than 500
+            characters or holds a control character (NUL, newline...).
         NotFound: no escalation for the dispute.
         ConflictError: already paused ("already paused"), terminal or cancelled, or the seq
             kept moving under concurrent firing (after ``CAS_RETRIES`` attempts).
     """
     did = parse_dispute_id(dispute_id)
-    check_text(reason, "reason")
+    check_reason(reason)
     for _ in range(CAS_RETRIES):
         esc, status = _current(store, did)
         if status is Status.PAUSED:

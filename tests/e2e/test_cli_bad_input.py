@@ -203,3 +203,17 @@ def test_notify_refuses_a_tier_no_released_ladder_has(cli_env: dict[str, str]) -
     assert "error: --tier: unknown tier 'nosuch'" in res.stderr and "senior" in res.stderr
     res = run_cli(cli_env, "notify", "--burst", "--discard", "--tier", "senior")
     assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("cmd", ["cancel", "pause"])
+def test_a_blank_reason_is_refused_and_nothing_is_written(
+    app: Any, cli_env: dict[str, str], cmd: str
+) -> None:
+    from tests.e2e.helpers import due_requests, enqueue
+
+    [did] = enqueue(app, due_requests(1, app.scheduler.time(), past_s=-3600))
+    res = run_cli(cli_env, cmd, str(did), "--reason", " ")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "reason must not be empty" in res.stderr and "Traceback" not in res.stderr
+    assert [r.event for r in app.store.trail(did)] == ["ENQUEUED"]
+    assert app.store.get(did)[1].value == "pending"

@@ -95,3 +95,16 @@ def test_float_materiality_is_refused() -> None:
 def test_bad_trace_id_is_refused(trace: str) -> None:
     with pytest.raises(InvalidInput, match="trace id"):
         _new(trace_id=trace)
+
+
+@pytest.mark.parametrize(("reason", "message"), [
+    ("", "must not be empty"), ("   ", "must not be empty"),
+    ("x" * 501, "at most 500 characters, got 501"), ("why\nnot", "control character"),
+])
+def test_a_ledger_reason_is_refused_blank_overlong_or_multiline(reason: str,
+                                                                message: str) -> None:
+    from escalation.domain.escalation import check_reason
+
+    with pytest.raises(InvalidInput, match=message):
+        check_reason(reason)
+    assert check_reason("x" * 500) == "x" * 500 and check_reason("CHG-7") == "CHG-7"
