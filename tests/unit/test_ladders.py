@@ -340,6 +340,42 @@ def test_lenient_loading_keeps_a_too_long_window_as_an_invalid_file(tmp_path: Pa
         LadderCatalog.from_dir(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ('\n[institution]\ntimezone = "Mars/Base"\n',
+         "institution.timezone: unknown time zone 'Mars/Base'"),
+        ('\n[institution]\ncalendar = "nyse"\n',
+         "institution.calendar: unknown calendar 'nyse' (a base calendar: "
+         "us_federal_reserve, utc)"),
+        ('\n[institution]\ncalendar = "institution"\n',
+         "institution.calendar: unknown calendar 'institution'"),
+        ('\n[migration]\ngrace = { amount = 1, unit = "calendar_hours", calendar = "nyse" }\n',
+         "migration.grace.calendar: unknown calendar 'nyse'"),
+    ],
+)
+@pytest.mark.parametrize("with_deadline", [False, True])
+def test_institution_and_grace_calendars_are_checked_with_their_field(
+    tmp_path: Path, extra: str, expected: str, with_deadline: bool
+) -> None:
+    # with a deadline the fit check counts in the institution calendar: it used to stop the
+    # whole check with a message naming no file; without one nothing checked it at all
+    text = V1 + (REG if with_deadline else "") + extra
+    p = _write(tmp_path, "dispute_review.v1.toml", text)
+    errors = check_ladder_dir(tmp_path)
+    assert len(errors) == 1 and errors[0].startswith(f"{p}: {expected}"), errors
+
+
+def test_tier_windows_chained_past_the_year_9999_are_reported_not_raised() -> None:
+    century = SlaWindow(36600, WindowUnit.CALENDAR_DAYS)
+    tiers = tuple(Tier(f"t{i}", f"T{i}", i, century) for i in range(80))  # 8,000 years
+    lad = Ladder("x", 1, tiers, "t79", source="ladders/x.v1.toml",
+                 regulatory=RegulatoryDeadline("respond", "notice", century))
+    assert check_ladders([lad]) == [
+        "ladders/x.v1.toml: regulatory: the tier windows and buffer chained from the respond "
+        "anchor run past the year 9999"]
+
+
 def test_domain_deadline_refuses_a_negative_or_too_long_buffer() -> None:
     days = SlaWindow(10, WindowUnit.BUSINESS_DAYS)
     assert RegulatoryDeadline("d", "a", days, buffer=26100).buffer == 26100
