@@ -26,7 +26,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from escalation.domain.calendars import SlaWindow, WindowUnit
-from escalation.domain.errors import RELEASE_BROKEN, LadderError, LadderReleaseError
+from escalation.domain.errors import (
+    RELEASE_BROKEN,
+    InvalidInput,
+    LadderError,
+    LadderReleaseError,
+)
 from escalation.domain.ladder import (
     DeadlineVariant,
     Ladder,
@@ -240,56 +245,99 @@ def _regulatory_list(model: LadderFile) -> list[RegulatoryModel]:
     return [reg] if isinstance(reg, RegulatoryModel) else list(reg)
 
 
-def _to_domain(model: LadderFile, label: str, checksum: str) -> Ladder:
+class _Collect:
+    """Builds the domain objects of one file, turning each domain error (``InvalidInput``,
+    e.g. an SLA window longer than about 100 years) into a ``"<file>: <field>: <problem>"``
+    line, so it is reported with the file and the field and collected with the others
+    instead of ending the check with a bare message."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.errors: list[str] = []
+
+    def window(self, where: str, amount: int, unit: WindowUnit, calendar: str) -> SlaWindow:
+        """``SlaWindow(amount, unit, calendar)``; on an error, a placeholder window (the
+        ladder is not built) and the error under ``<where>`` (the amount's field: the unit
+        and calendar are checked by the schema)."""
+        try:
+            return SlaWindow(amount, unit, calendar)
+        except InvalidInput as exc:
+            self.errors.append(f"{self.label}: {where}: {exc}")
+            return SlaWindow(1, unit, calendar)
+
+    def deadline(self, where: str, r: RegulatoryModel) -> RegulatoryDeadline | None:
+        """The domain deadline of ``r`` (at ``where``), or None with its errors noted."""
+        window = self.window(f"{where}.amount", r.amount, r.unit, r.calendar)
+        variants = tuple(
+            DeadlineVariant(tuple(v.when_any), self.window(
+                f"{where}.variants[{j}].amount", v.amount, v.unit or r.unit, r.calendar),
+                v.source)
+            for j, v in enumerate(r.variants)
+        )
+        try:
+            return RegulatoryDeadline(
+                r.name, r.anchor, window, r.buffer, tuple(r.caps), source=r.source,
+                billing_cycles=r.billing_cycles, variants=variants)
+        except InvalidInput as exc:  # the buffer: the other fields are checked above
+            self.errors.append(f"{self.label}: {where}.buffer: {exc}")
+            return None
+
+
+def _to_domain(model: LadderFile, label: str, checksum: str,
+               errors: list[str]) -> tuple[Ladder | None, list[str]]:
+    """The :class:`Ladder` of a schema-valid file whose file checks found ``errors``, or None
+    and those errors followed by every domain error found, each naming the file and the
+    field."""
+    c = _Collect(label)
+    c.errors = list(errors)
     tiers = tuple(
         Tier(
             id=t.id,
             name=t.name,
             rank=t.rank,
-            window=SlaWindow(t.window.amount, t.window.unit, t.window.calendar),
+            window=c.window(f"tiers[{i}].window.amount", t.window.amount, t.window.unit,
+                            t.window.calendar),
             warn_at=tuple(t.warn_at),
         )
-        for t in model.tiers
+        for i, t in enumerate(model.tiers)
     )
-    deadlines = tuple(
-        RegulatoryDeadline(
-            r.name, r.anchor, SlaWindow(r.amount, r.unit, r.calendar), r.buffer, tuple(r.caps),
-            source=r.source, billing_cycles=r.billing_cycles,
-            variants=tuple(
-                DeadlineVariant(tuple(v.when_any),
-                                SlaWindow(v.amount, v.unit or r.unit, r.calendar), v.source)
-                for v in r.variants
-            ),
-        )
-        for r in _regulatory_list(model)
-    )
+    regs = _regulatory_list(model)
+    single = isinstance(model.regulatory, RegulatoryModel)
+    built = [c.deadline("regulatory" if single else f"regulatory[{i}]", r)
+             for i, r in enumerate(regs)]
+    grace = model.migration.grace
+    grace_window = c.window("migration.grace.amount", grace.amount, grace.unit, grace.calendar)
+    if c.errors:
+        return None, c.errors
+    deadlines = tuple(d for d in built if d is not None)
     bands = sorted(model.bands, key=lambda b: Decimal(b.min_amount), reverse=True)
-    return Ladder(
-        name=model.ladder,
-        version=model.version,
-        tiers=tiers,
-        terminal_tier=model.terminal_tier,
-        previous_version=model.previous_version,
-        tier_map=dict(model.tier_map),
-        bands=tuple(
-            MaterialityBand(b.name, Decimal(b.min_amount), b.start_tier, b.window_factor)
-            for b in bands
-        ),
-        regulatory=deadlines[0] if deadlines else None,
-        deadlines=deadlines,
-        checksum=checksum,
-        source=label,
-        institution_timezone=model.institution.timezone,
-        institution_calendar=model.institution.calendar,
-        migration=MigrationPolicy(
-            recompute_due=model.migration.recompute_due,
-            grace=SlaWindow(
-                model.migration.grace.amount,
-                model.migration.grace.unit,
-                model.migration.grace.calendar,
+    try:
+        ladder = Ladder(
+            name=model.ladder,
+            version=model.version,
+            tiers=tiers,
+            terminal_tier=model.terminal_tier,
+            previous_version=model.previous_version,
+            tier_map=dict(model.tier_map),
+            bands=tuple(
+                MaterialityBand(b.name, Decimal(b.min_amount), b.start_tier, b.window_factor)
+                for b in bands
             ),
-        ),
-    )
+            regulatory=deadlines[0] if deadlines else None,
+            deadlines=deadlines,
+            checksum=checksum,
+            source=label,
+            institution_timezone=model.institution.timezone,
+            institution_calendar=model.institution.calendar,
+            migration=MigrationPolicy(recompute_due=model.migration.recompute_due,
+                                      grace=grace_window),
+        )
+    except (InvalidInput, LadderError) as exc:
+        # The file checks above report these first (with their fields); this keeps any
+        # other domain refusal a file error too, never an exception out of `ladder check`.
+        text = str(exc)
+        return None, [text if text.startswith(f"{label}: ") else f"{label}: (file): {text}"]
+    return ladder, []
 
 
 def _parse(path: Path) -> tuple[Ladder | None, list[str]]:
@@ -307,9 +355,7 @@ def _parse(path: Path) -> tuple[Ladder | None, list[str]]:
     except ValidationError as exc:
         return None, [f"{label}: {_loc(e['loc'])}: {e['msg']}" for e in exc.errors()]
     errors = _semantic_errors(label, model, FILE_NAME.match(path.name))
-    if errors:
-        return None, errors
-    return _to_domain(model, label, hashlib.sha256(data).hexdigest()), []
+    return _to_domain(model, label, hashlib.sha256(data).hexdigest(), errors)
 
 
 def load_ladder_file(path: Path) -> Ladder:

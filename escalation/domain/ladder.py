@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit
-from escalation.domain.errors import LadderError, UnknownTier
+from escalation.domain.calendars import MAX_WINDOW, CalendarRegistry, SlaWindow, WindowUnit
+from escalation.domain.errors import InvalidInput, LadderError, UnknownTier
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +104,9 @@ class RegulatoryDeadline:
         anchor: the event that starts the clock, e.g. ``"notice_of_error_received"``.
         window: the deadline as a window from the anchor (amount, unit, calendar). With
             ``billing_cycles`` it is the outer cap ("never later than 90 days").
-        buffer: safety margin in ``window.unit`` / ``window.calendar`` (>= 0): the tier windows
-            must end at least this long before the deadline (``escalation ladder check``).
+        buffer: safety margin in ``window.unit`` / ``window.calendar`` (>= 0, at most
+            ``MAX_WINDOW`` of the unit, as a window): the tier windows must end at least this
+            long before the deadline (``escalation ladder check``).
         caps: ids of the tiers whose due times this deadline caps (a ladder may carry several
             deadlines, e.g. CFPB 15 days for the response tiers, 60 days for the
             terminal one). Empty = every tier.
@@ -115,6 +116,9 @@ class RegulatoryDeadline:
             attribute ``cycle_closing_day``.
         variants: longer (or shorter) windows for disputes with given boolean attributes; the
             first variant whose attribute is true applies (Reg E 1005.11(c)(3)).
+
+    Raises:
+        InvalidInput: a negative, non-integer or longer ``buffer``.
     """
 
     name: str
@@ -125,6 +129,18 @@ class RegulatoryDeadline:
     source: str = ""
     billing_cycles: int = 0
     variants: tuple[DeadlineVariant, ...] = ()
+
+    def __post_init__(self) -> None:
+        # The buffer is counted like a window (in the deadline's unit and calendar), so it
+        # has a window's bound: a longer one is a typo and overflows date arithmetic in
+        # `ladder check` and when a worker caps a due time.
+        buffer, unit = self.buffer, self.window.unit
+        if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 0:
+            raise InvalidInput(f"buffer must be a non-negative integer, got {buffer!r}")
+        limit = MAX_WINDOW[unit]
+        if buffer > limit:
+            raise InvalidInput(f"buffer {buffer} {unit} is longer than about 100 years "
+                               f"(at most {limit})")
 
     def applies_to(self, tier_id: str) -> bool:
         """True when this deadline caps the due time of tier ``tier_id``."""

@@ -4,7 +4,8 @@ Rules, each reported as ``"<file>: <field>: <problem>"``:
 
 * versions of a ladder are contiguous from 1, and ``previous_version`` is ``version - 1``;
 * exactly one terminal tier and it is the last; ranks strictly increasing; windows positive;
-  every window's calendar is known;
+  every window's calendar (the migration grace's included) is known; the ``[institution]``
+  zone exists and its calendar is a known base calendar;
 * every tier of the previous version missing from the new one is mapped in ``tier_map``; a
   map's keys are tiers of the previous version; no map lowers authority (new rank < old);
 * an applied version's checksum is unchanged (a released file is never edited: a change is
@@ -91,6 +92,24 @@ def _check_one(ladder: Ladder, calendars: CalendarRegistry) -> list[str]:
     for i, tier in enumerate(ladder.tiers):
         if tier.window.amount <= 0:
             errors.append(f"{label}: tiers[{i}].window.amount: must be positive")
+    errors.extend(_check_calendars(ladder, calendars))
+    if ladder.deadlines and not errors:
+        for reg in ladder.deadlines:
+            errors.extend(_check_regulatory_fit(ladder, reg, calendars))
+    return errors
+
+
+def _check_calendars(ladder: Ladder, calendars: CalendarRegistry) -> list[str]:
+    """Every calendar the version counts in is known: its windows' (the migration grace's
+    included), and the ``[institution]`` zone exists and its calendar is a base calendar of
+    ``calendars`` (not ``institution`` itself). Checked here, not first when an escalation is
+    enqueued or a deadline counted on the version (each would fail then, or stop this check
+    with a message naming no file)."""
+    from escalation.domain.business_calendar import INSTITUTION
+    from escalation.domain.wall_time import zone
+
+    label, errors = ladder.label, []
+    for i, tier in enumerate(ladder.tiers):
         if tier.window.calendar not in calendars:
             errors.append(
                 f"{label}: tiers[{i}].window.calendar: unknown calendar {tier.window.calendar!r}"
@@ -101,9 +120,19 @@ def _check_one(ladder: Ladder, calendars: CalendarRegistry) -> list[str]:
                 f"{label}: regulatory.{reg.name}.calendar: unknown calendar "
                 f"{reg.window.calendar!r}"
             )
-    if ladder.deadlines and not errors:
-        for reg in ladder.deadlines:
-            errors.extend(_check_regulatory_fit(ladder, reg, calendars))
+    grace = ladder.migration.grace
+    if grace.calendar not in calendars:
+        errors.append(f"{label}: migration.grace.calendar: unknown calendar {grace.calendar!r}")
+    if ladder.institution_timezone is not None:
+        try:
+            zone(ladder.institution_timezone)
+        except InvalidInput as exc:
+            errors.append(f"{label}: institution.timezone: {exc}")
+    cal = ladder.institution_calendar
+    if cal is not None and (cal == INSTITUTION or cal not in calendars):
+        known = ", ".join(sorted(c for c in calendars if c != INSTITUTION))
+        errors.append(f"{label}: institution.calendar: unknown calendar {cal!r} "
+                      f"(a base calendar: {known})")
     return errors
 
 
@@ -219,6 +248,11 @@ def _check_regulatory_fit(
             anchor += ANCHOR_STEP
     except (InvalidInput, KeyError) as exc:
         return [f"{ladder.label}: regulatory: {exc}"]
+    except OverflowError:
+        # each window and buffer is at most about 100 years, but enough of them chained
+        # still runs past what a datetime holds
+        return [f"{ladder.label}: regulatory: the tier windows and buffer chained from the "
+                f"{reg.name} anchor run past the year 9999"]
     if worst is None:
         return []
     _, at, end, deadline, attrs = worst

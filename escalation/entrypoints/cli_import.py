@@ -35,7 +35,10 @@ def import_csv(
     tier_column: Annotated[str | None, typer.Option(help="Tier column.")] = None,
     materiality_column: Annotated[str | None, typer.Option(help="Amount column.")] = None,
     tier: Annotated[str | None, typer.Option(help="Default tier.")] = None,
-    default_materiality: Annotated[str | None, typer.Option(help="Default amount.")] = None,
+    default_materiality: Annotated[str | None, typer.Option(
+        help="Amount of every row when no amount column is mapped (default: 0.00), or of "
+             "the blank cells of the mapped amount column (default: a blank cell is a bad "
+             "row); [defaults] materiality in a mapping file.")] = None,
     timezone: Annotated[str | None, typer.Option(
         help="Institution zone of every row (date-only and naive values are read in it; "
              "default: the ladder version's, else ESCALATION_INSTITUTION_TIMEZONE).")] = None,

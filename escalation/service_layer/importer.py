@@ -89,7 +89,12 @@ class ColumnMapping:
         opened_at: column with the instant the dispute entered its tier (date or ISO time).
         due_at: column with the breach instant (alternative to ``opened_at``).
         tier / materiality / source_hash: optional columns.
-        default_tier / default_materiality: used when the column is absent or empty.
+        default_tier: used when the column is absent or empty.
+        default_materiality: the amount of every row when no materiality column is mapped
+            (None = :data:`NO_AMOUNT`, for files without amounts); with a mapped column,
+            the amount of its blank cells, and None = a blank cell is a bad row (money is
+            never entered silently: an empty amount cell is more often a lost value than a
+            zero, so importing it as 0.00 takes an explicit default).
         anchor_at: column with the regulatory anchor event (default: the tier entry time).
         timezone: IANA zone of the institution for every row (date-only and naive values
             are read in it; stored on each escalation); None = ladder/deployment default.
@@ -108,7 +113,7 @@ class ColumnMapping:
     materiality: str = ""
     source_hash: str = ""
     default_tier: str | None = None
-    default_materiality: str = "0.00"
+    default_materiality: str | None = None
     timezone: str | None = None
     external_source: str = "external"
     ladder: str | None = None
@@ -202,6 +207,10 @@ class CsvLayout:
     """The mapped columns (``mapping.columns()`` order) with their positions: the cells
     checked for control characters."""
 
+
+NO_AMOUNT = "0.00"
+"""The materiality of every row of a mapping that maps no materiality column and sets no
+``default_materiality`` (a file without amounts, e.g. a CFPB complaint export)."""
 
 DEFAULT_TIMEZONE = "America/New_York"
 """The institution zone of :func:`plan_import` when neither the row nor the mapping names
@@ -374,7 +383,7 @@ def _row_request(layout: CsvLayout, raw: str) -> EnqueueRequest:
     for column, i in layout.checked:  # mapped cells only: unmapped free text may hold anything
         check_text(cells[i], column)
     did, external = stable_dispute_id(cells[layout.index[m.dispute_id]], m.external_source)
-    money = _cell(cells, layout, m.materiality) or m.default_materiality
+    money = _row_money(cells, layout)
     _check_money(money)
     source_hash = check_source_hash(
         _cell(cells, layout, m.source_hash)
@@ -396,6 +405,28 @@ def _row_request(layout: CsvLayout, raw: str) -> EnqueueRequest:
         calendar=_cell(cells, layout, m.calendar_column) or m.calendar or None,
         attributes=attributes or None,
     )
+
+
+def _row_money(cells: list[str], layout: CsvLayout) -> str:
+    """The row's materiality text: its cell in the mapped materiality column; a blank cell
+    takes the mapping's explicit ``default_materiality``; no mapped column, the default or
+    :data:`NO_AMOUNT`.
+
+    Raises:
+        InvalidInput: a blank (or whitespace-only) cell in a mapped column and no explicit
+            default: the amount is missing, and money is never entered silently.
+    """
+    m = layout.mapping
+    if not m.materiality:
+        return NO_AMOUNT if m.default_materiality is None else m.default_materiality
+    money = _cell(cells, layout, m.materiality)
+    if money:
+        return money
+    if m.default_materiality is None:
+        raise InvalidInput(f"materiality: empty cell in column {m.materiality!r}; set "
+                           "default_materiality in the mapping to import blanks as that "
+                           "amount")
+    return m.default_materiality
 
 
 def _check_utf8(raw: str) -> None:

@@ -145,6 +145,39 @@ def test_import_with_a_bad_row_imports_nothing_unless_skip_invalid(
     assert_nothing_written(app, ids[2])
 
 
+def test_import_refuses_a_blank_amount_cell_unless_a_default_amount_is_given(
+    app: Any, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    from escalation.domain.escalation import parse_dispute_id
+
+    ids = [str(uuid.uuid4()) for _ in range(3)]
+    csv_file = tmp_path / "d.csv"
+    csv_file.write_text("id,opened,amount\n"
+                        f"{ids[0]},2024-01-02,10.00\n{ids[1]},2024-01-02,\n"
+                        f"{ids[2]},2024-01-02, \n")
+    args = ["import", str(csv_file), "--id-column", "id", "--opened-column", "opened",
+            "--materiality-column", "amount", "--tier", "standard"]
+    res = run_cli(cli_env, *args)
+    assert res.returncode == 2
+    for line in (3, 4):
+        assert (f"{csv_file}:{line}: materiality: empty cell in column 'amount'; set "
+                "default_materiality in the mapping") in res.stderr
+    assert "2 bad row(s); nothing imported" in res.stderr
+    for did in ids:
+        assert_nothing_written(app, did)
+    res = run_cli(cli_env, *args, "--skip-invalid")
+    assert res.returncode == 0, res.stderr
+    assert "1 enqueued" in res.stdout and "2 skipped as invalid" in res.stdout
+    assert_nothing_written(app, ids[1])
+    assert_nothing_written(app, ids[2])
+    res = run_cli(cli_env, *args, "--default-materiality", "25.00")
+    assert res.returncode == 0, res.stderr
+    assert "2 enqueued, 1 already enqueued" in res.stdout
+    for did in ids[1:]:
+        got = app.store.get(parse_dispute_id(did))
+        assert got is not None and got[0].materiality.amount == Decimal("25.00")
+
+
 def test_a_csv_saved_by_a_spreadsheet_with_a_utf8_bom_imports(
     app: Any, cli_env: dict[str, str], tmp_path: Path
 ) -> None:

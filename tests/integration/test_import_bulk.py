@@ -54,7 +54,8 @@ def _rows(source: str, repeat: int = 3) -> list[str]:
 
 MAPPING = ColumnMapping(dispute_id="id", opened_at="opened", materiality="amount",
                         tier="tier", timezone_column="tz", ladder="reg_z_billing_error",
-                        attribute_columns={"cycle_closing_day": "cycle"})
+                        attribute_columns={"cycle_closing_day": "cycle"},
+                        default_materiality="0.00")  # the blank amounts of _rows
 
 
 def _write(tmp_path: Path, name: str, rows: list[str]) -> Path:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import io
 import uuid
+from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
+
+import pytest
 
 from escalation.service_layer.importer import ColumnMapping, ImportTarget, import_csv
 
@@ -79,3 +83,61 @@ def test_reimporting_the_same_file_creates_nothing(app: Any, tmp_path: Path) -> 
     again = import_csv(_Opener(path), MAPPING, _target(app), batch_size=3)
     assert (first.created, first.existing) == (7, 0)
     assert (again.created, again.existing) == (0, 7)
+
+
+BLANK = ("materiality: empty cell in column 'amount'; set default_materiality in the "
+         "mapping to import blanks as that amount")
+
+
+def _nothing_written(app: Any, did: str) -> bool:
+    """Neither a PostgreSQL projection row nor a Redis pending entry or payload for ``did``."""
+    parsed = uuid.UUID(did)
+    keys = app.scheduler.keys_for(parsed)
+    return (app.store.get(parsed) is None and app.scheduler.payload(parsed) is None
+            and app.redis.zscore(keys.pending, did) is None)
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_a_blank_amount_cell_is_refused_unless_the_mapping_sets_a_default(
+    app: Any, tmp_path: Path, bulk: bool
+) -> None:
+    ids = [str(uuid.uuid4()) for _ in range(6)]
+    opened = "2026-11-30T10:00:00+00:00"  # one shape per amount: the bulk path's templates
+    amounts = ["10.00", "", "10.00", '"  "', "10.00", "10.00"]  # lines 3 and 5 blank
+    path = _csv(tmp_path, [(did, opened, amount) for did, amount in zip(ids, amounts,
+                                                                         strict=True)])
+    res = import_csv(_Opener(path), MAPPING, _target(app), bulk=bulk)
+    assert not res.written and res.created == 0
+    assert res.errors == [(3, BLANK), (5, BLANK)]
+    assert all(_nothing_written(app, did) for did in ids)
+
+    res = import_csv(_Opener(path), MAPPING, _target(app), bulk=bulk, skip_invalid=True)
+    assert res.written and res.errors == [(3, BLANK), (5, BLANK)]
+    assert (res.created, res.existing) == (4, 0)
+    assert _nothing_written(app, ids[1]) and _nothing_written(app, ids[3])
+    for did in (ids[0], ids[2], ids[4], ids[5]):
+        got = app.store.get(uuid.UUID(did))
+        assert got is not None and got[0].materiality.amount == Decimal("10.00")
+        assert app.scheduler.payload(uuid.UUID(did)) is not None
+
+    # An explicit default is the amount of the blank cells (the rest stay as imported).
+    explicit = replace(MAPPING, default_materiality="40.00")
+    res = import_csv(_Opener(path), explicit, _target(app), bulk=bulk)
+    assert res.written and res.errors == [] and (res.created, res.existing) == (2, 4)
+    for did in (ids[1], ids[3]):
+        got = app.store.get(uuid.UUID(did))
+        assert got is not None and got[0].materiality.amount == Decimal("40.00")
+        assert app.scheduler.payload(uuid.UUID(did)) is not None
+
+
+def test_without_an_amount_column_every_row_is_imported_at_zero(
+    app: Any, tmp_path: Path
+) -> None:
+    ids = [str(uuid.uuid4()) for _ in range(3)]
+    path = _csv(tmp_path, [(did, "2026-11-30", "") for did in ids])
+    unmapped = replace(MAPPING, materiality="")  # the "amount" column is not read
+    res = import_csv(_Opener(path), unmapped, _target(app))
+    assert res.written and res.errors == [] and res.created == 3
+    for did in ids:
+        got = app.store.get(uuid.UUID(did))
+        assert got is not None and got[0].materiality.amount == Decimal("0.00")

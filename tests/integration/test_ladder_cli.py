@@ -86,3 +86,33 @@ def test_release_plan_apply_history_round_trip(cli_env: dict[str, str], tmp_path
     nope = _cli(env, "history", "--ladder", "no_such_ladder")
     assert nope.returncode == 2 and "unknown ladder 'no_such_ladder'" in nope.stderr
     assert nope.stdout == ""
+
+
+def test_a_window_longer_than_a_century_is_named_listed_and_refused(
+    cli_env: dict[str, str], tmp_path: Path, app: Any
+) -> None:
+    mig = MigEnv.make(app, tmp_path)
+    v2 = mig.add("inserted", release=False)
+    huge = "99999999999999999999"
+    v2.write_text(v2.read_text().replace('amount = 12, unit = "calendar_hours"',
+                                         f'amount = {huge}, unit = "calendar_hours"'))
+    other = mig.dir / f"{mig.name}x.v1.toml"  # a second bad file: both are listed
+    other.write_text((mig.dir / f"{mig.name}.v1.toml").read_text()
+                     .replace(f'ladder = "{mig.name}"', f'ladder = "{mig.name}x"')
+                     .replace("rank = 20", "rank = 5"))
+    window = (f"{v2}: tiers[1].window.amount: SLA window amount {huge} calendar_hours is "
+              "longer than about 100 years (at most 878400)")
+    res = _cli(cli_env, "check", "--dir", str(mig.dir))
+    assert res.returncode == 2, res.stderr
+    assert f"error: {window}\n" in res.stderr
+    assert f"error: {other}: tiers[1].rank: ranks must be strictly increasing" in res.stderr
+    assert "2 problem(s) in 3 ladder file(s)" in res.stderr
+    env = {**cli_env, "ESCALATION_LADDERS_DIR": str(mig.dir)}
+    rel = _cli(env, "release", "--ladder", mig.name, "--version", "2", "--reason", "CHG-8")
+    assert rel.returncode == 2 and window in rel.stderr, rel.stderr
+    plan = _cli(env, "plan", "--ladder", mig.name, "--to", "2")
+    assert plan.returncode == 2 and f"version 2 is invalid ({window}" in plan.stderr, plan.stderr
+    assert "Traceback" not in rel.stderr + plan.stderr
+    # the other commands still start: the invalid file is only not live
+    status = run_cli(env, "status")
+    assert status.returncode == 0, status.stderr

@@ -5,8 +5,10 @@ two same-named columns), and only mapped cells are checked for control character
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -133,3 +135,64 @@ def test_an_unclosed_quote_ends_its_record_at_the_size_cap(monkeypatch: Any) -> 
     assert records[1][0] == 2 and records[1][2] > 1  # the bad record spans several lines
     assert sum(r[2] for r in records) == 22  # every line is in exactly one record
     assert len(records) > 3  # the lines after the cap are records of their own
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+MONEY = ColumnMapping(dispute_id="id", opened_at="opened", materiality="amount",
+                      default_tier="standard")
+BLANK = ("materiality: empty cell in column 'amount'; set default_materiality in the "
+         "mapping to import blanks as that amount")
+
+
+def test_a_blank_or_whitespace_cell_in_a_mapped_materiality_column_is_a_bad_row() -> None:
+    rows = _parse("id,opened,amount\na,2026-01-05,12.50\nb,2026-01-05,\n"
+                  'c,2026-01-05,"   "\nd,2026-01-05,0.00\n', MONEY)
+    assert [(line, item) for line, item in rows if isinstance(item, str)] == [
+        (3, BLANK), (4, BLANK)]
+    assert [r.materiality for _, r in rows if not isinstance(r, str)] == ["12.50", "0.00"]
+
+
+@pytest.mark.parametrize("default", ["0.00", "75.00"])
+def test_an_explicit_default_materiality_is_the_amount_of_blank_cells(default: str) -> None:
+    mapping = dataclasses.replace(MONEY, default_materiality=default)
+    rows = _parse("id,opened,amount\na,2026-01-05,12.50\nb,2026-01-05,\nc,2026-01-05, \n",
+                  mapping)
+    assert [r.materiality for _, r in rows if not isinstance(r, str)] == [
+        "12.50", default, default]
+
+
+def test_without_a_materiality_column_every_row_takes_the_default_or_zero() -> None:
+    text = "id,opened,amount\na,2026-01-05,\nb,2026-01-05,99.00\n"  # "amount" is not mapped
+    rows = _parse(text, ColumnMapping(dispute_id="id", opened_at="opened",
+                                      default_tier="standard"))
+    assert [r.materiality for _, r in rows if not isinstance(r, str)] == ["0.00", "0.00"]
+    rows = _parse(text, ColumnMapping(dispute_id="id", opened_at="opened",
+                                      default_tier="standard", default_materiality="5.00"))
+    assert [r.materiality for _, r in rows if not isinstance(r, str)] == ["5.00", "5.00"]
+
+
+def test_a_mapping_file_default_counts_as_explicit_and_the_shipped_mappings_still_load(
+    tmp_path: Path
+) -> None:
+    mapping = tmp_path / "m.toml"
+    mapping.write_text('[columns]\ndispute_id = "id"\nopened_at = "opened"\n'
+                       'materiality = "amount"\n[defaults]\ntier = "standard"\n')
+    assert ColumnMapping.from_file(mapping).default_materiality is None
+    rows = _parse("id,opened,amount\na,2026-01-05,\n", ColumnMapping.from_file(mapping))
+    assert rows == [(2, BLANK)]
+    assert ColumnMapping.from_file(mapping, default_materiality="1.00").default_materiality \
+        == "1.00"  # the CLI flag
+    with mapping.open("a") as fh:
+        fh.write('materiality = "0.00"\n')
+    rows = _parse("id,opened,amount\na,2026-01-05,\n", ColumnMapping.from_file(mapping))
+    assert [r.materiality for _, r in rows if not isinstance(r, str)] == ["0.00"]
+    # The shipped mappings (files without amounts) map no materiality column: every row
+    # gets their default, as before.
+    shipped = sorted(EXAMPLES.glob("*mapping*.toml"))
+    assert shipped
+    for path in shipped:
+        m = ColumnMapping.from_file(path)
+        assert not m.materiality and m.default_materiality == "0.00", path
+        header = f"{m.dispute_id},{m.opened_at or m.due_at}"
+        rows = _parse(f"{header}\nx1,2026-01-05\n", m)
+        assert [r.materiality for _, r in rows if not isinstance(r, str)] == ["0.00"], path

@@ -14,7 +14,7 @@ from escalation.adapters.ladder_files import (
     render_json_schema,
 )
 from escalation.domain.calendars import SlaWindow, WindowUnit
-from escalation.domain.errors import LadderError
+from escalation.domain.errors import InvalidInput, LadderError
 from escalation.domain.ladder import Ladder, RegulatoryDeadline, Tier
 from escalation.domain.ladder_check import check_ladders
 
@@ -264,3 +264,122 @@ def test_domain_ladder_refuses_non_increasing_ranks() -> None:
     w = SlaWindow(1, WindowUnit.CALENDAR_HOURS)
     with pytest.raises(LadderError, match="ranks must be strictly increasing"):
         Ladder("x", 1, (Tier("a", "A", 2, w), Tier("b", "B", 2, w)), "b")
+
+
+# -- domain refusals while building a ladder from a file --------------------------------------
+
+REG = """
+[regulatory]
+name = "respond"
+anchor = "notice_received"
+amount = 60
+unit = "calendar_days"
+buffer = 1
+variants = [{ when_any = ["new_account"], amount = 90 }]
+"""
+HUGE = "99999999999999999999"
+CENTURY = "is longer than about 100 years"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "problem"),
+    [
+        (lambda t: t.replace("amount = 48", f"amount = {HUGE}"), "tiers[1].window.amount",
+         f"SLA window amount {HUGE} calendar_hours {CENTURY} (at most 878400)"),
+        (lambda t: t.replace("amount = 72", "amount = 878401"), "tiers[2].window.amount",
+         f"SLA window amount 878401 calendar_hours {CENTURY} (at most 878400)"),
+        (lambda t: t + REG.replace("amount = 60", "amount = 36601"), "regulatory.amount",
+         f"SLA window amount 36601 calendar_days {CENTURY} (at most 36600)"),
+        (lambda t: t + REG.replace("amount = 90", f"amount = {HUGE}"),
+         "regulatory.variants[0].amount",
+         f"SLA window amount {HUGE} calendar_days {CENTURY} (at most 36600)"),
+        (lambda t: t + REG.replace("buffer = 1", f"buffer = {HUGE}"), "regulatory.buffer",
+         f"buffer {HUGE} calendar_days {CENTURY} (at most 36600)"),
+        (lambda t: t + "\n[migration]\ngrace = { amount = 36601, unit = \"calendar_days\" }\n",
+         "migration.grace.amount",
+         f"SLA window amount 36601 calendar_days {CENTURY} (at most 36600)"),
+    ],
+)
+def test_a_window_longer_than_a_century_is_a_file_error_naming_the_field(
+    tmp_path: Path, mutate, field: str, problem: str
+) -> None:
+    p = _write(tmp_path, "dispute_review.v1.toml", mutate(V1))
+    with pytest.raises(LadderError) as exc:
+        load_ladder_file(p)
+    assert str(exc.value) == f"{p}: {field}: {problem}"
+    # `ladder check` lists it with the others instead of stopping at it
+    assert check_ladder_dir(tmp_path) == [str(exc.value)]
+
+
+def test_ladder_check_lists_every_problem_with_the_too_long_windows(tmp_path: Path) -> None:
+    bad = _write(tmp_path, "dispute_review.v1.toml",
+                 V1.replace("amount = 24", f"amount = {HUGE}")
+                 .replace("amount = 72", "amount = 36601000")
+                 .replace("rank = 20", "rank = 5"))
+    other = _write(tmp_path, "dispute_review.v2.toml",
+                   V2_HEADER + _tier("standard", 10) + _tier("compliance", 5))
+    assert check_ladder_dir(tmp_path) == [
+        f"{bad}: tiers[1].rank: ranks must be strictly increasing",
+        f"{bad}: tiers[0].window.amount: SLA window amount {HUGE} calendar_hours {CENTURY} "
+        "(at most 878400)",
+        f"{bad}: tiers[2].window.amount: SLA window amount 36601000 calendar_hours {CENTURY} "
+        "(at most 878400)",
+        f"{other}: tiers[1].rank: ranks must be strictly increasing",  # still checked
+    ]
+
+
+def test_lenient_loading_keeps_a_too_long_window_as_an_invalid_file(tmp_path: Path) -> None:
+    bad = _write(tmp_path, "dispute_review.v1.toml",
+                 V1.replace("amount = 24", f"amount = {HUGE}"))
+    _write(tmp_path, "other.v1.toml", V1.replace('"dispute_review"', '"other"'))
+    files = LadderCatalog.from_dir(tmp_path, strict=False)  # status, doctor, workers
+    assert files.names() == ["other"]
+    assert files.errors == [f"{bad}: tiers[0].window.amount: SLA window amount {HUGE} "
+                            f"calendar_hours {CENTURY} (at most 878400)"]
+    with pytest.raises(LadderError, match=r"tiers\[0\]\.window\.amount"):
+        LadderCatalog.from_dir(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ('\n[institution]\ntimezone = "Mars/Base"\n',
+         "institution.timezone: unknown time zone 'Mars/Base'"),
+        ('\n[institution]\ncalendar = "nyse"\n',
+         "institution.calendar: unknown calendar 'nyse' (a base calendar: "
+         "us_federal_reserve, utc)"),
+        ('\n[institution]\ncalendar = "institution"\n',
+         "institution.calendar: unknown calendar 'institution'"),
+        ('\n[migration]\ngrace = { amount = 1, unit = "calendar_hours", calendar = "nyse" }\n',
+         "migration.grace.calendar: unknown calendar 'nyse'"),
+    ],
+)
+@pytest.mark.parametrize("with_deadline", [False, True])
+def test_institution_and_grace_calendars_are_checked_with_their_field(
+    tmp_path: Path, extra: str, expected: str, with_deadline: bool
+) -> None:
+    # with a deadline the fit check counts in the institution calendar: it used to stop the
+    # whole check with a message naming no file; without one nothing checked it at all
+    text = V1 + (REG if with_deadline else "") + extra
+    p = _write(tmp_path, "dispute_review.v1.toml", text)
+    errors = check_ladder_dir(tmp_path)
+    assert len(errors) == 1 and errors[0].startswith(f"{p}: {expected}"), errors
+
+
+def test_tier_windows_chained_past_the_year_9999_are_reported_not_raised() -> None:
+    century = SlaWindow(36600, WindowUnit.CALENDAR_DAYS)
+    tiers = tuple(Tier(f"t{i}", f"T{i}", i, century) for i in range(80))  # 8,000 years
+    lad = Ladder("x", 1, tiers, "t79", source="ladders/x.v1.toml",
+                 regulatory=RegulatoryDeadline("respond", "notice", century))
+    assert check_ladders([lad]) == [
+        "ladders/x.v1.toml: regulatory: the tier windows and buffer chained from the respond "
+        "anchor run past the year 9999"]
+
+
+def test_domain_deadline_refuses_a_negative_or_too_long_buffer() -> None:
+    days = SlaWindow(10, WindowUnit.BUSINESS_DAYS)
+    assert RegulatoryDeadline("d", "a", days, buffer=26100).buffer == 26100
+    with pytest.raises(InvalidInput, match=f"buffer 26101 business_days {CENTURY}"):
+        RegulatoryDeadline("d", "a", days, buffer=26101)
+    with pytest.raises(InvalidInput, match="non-negative integer"):
+        RegulatoryDeadline("d", "a", days, buffer=-1)
