@@ -294,8 +294,17 @@ def build(
         client.close()
         engine.dispose()
         raise
+    try:
+        calendars = load_institution_calendars(
+            settings.calendars_file, settings.institution_calendar, settings.institution_timezone
+        )
+    except BaseException:
+        client.close()
+        engine.dispose()
+        raise
+    # a ladder may count in any calendar of the deployment's calendars file
     ladders = released_ladders(LadderHistoryStore(engine), settings.ladders_dir,
-                               from_ms(clock[0]))
+                               from_ms(clock[0]), calendars)
     # materiality weights are written at enqueue; claim.lua ages them (docs/sla.md)
     scheduler = RedisScheduler(
         client, namespace=settings.namespace, shards=settings.shards,
@@ -310,25 +319,26 @@ def build(
         scheduler=scheduler,
         store=PostgresAuditStore(engine),
         ladders=ladders,
-        calendars=load_institution_calendars(
-            settings.calendars_file, settings.institution_calendar, settings.institution_timezone
-        ),
+        calendars=calendars,
         actor=actor or make_worker_id(settings),
     )
 
 
 def released_ladders(history: LadderHistoryStore, ladders_dir: Path,
-                     now: datetime) -> ReleasedLadders:
+                     now: datetime, calendars: CalendarRegistry | None = None,
+                     ) -> ReleasedLadders:
     """The released ladders of ``ladders_dir``, after a first-use baseline release
-    (``service_layer.ladder_release.baseline_releases``).
+    (``service_layer.ladder_release.baseline_releases``), checked against ``calendars``
+    (the deployment's: built-in plus ``ESCALATION_CALENDARS_FILE``; None = built-in).
 
     Raises:
         LadderError: the directory is missing.
     """
     if not ladders_dir.is_dir():
         raise LadderError(f"{ladders_dir}: (directory): ladder directory not found")
-    baseline_releases(history, LadderCatalog.from_dir(ladders_dir, strict=False), now)
-    return ReleasedLadders(ladders_dir, history.released_checksums)
+    baseline_releases(history, LadderCatalog.from_dir(ladders_dir, strict=False,
+                                                      calendars=calendars), now)
+    return ReleasedLadders(ladders_dir, history.released_checksums, calendars=calendars)
 
 
 # --------------------------------------------------------------------------- use-case wiring

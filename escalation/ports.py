@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
 from escalation.domain.access import Role, TokenInfo
+from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.decide import Decision
 from escalation.domain.errors import InvalidInput, InvalidParameter
 from escalation.domain.escalation import Escalation, Status, check_text
@@ -693,6 +694,12 @@ class LadderFiles(Protocol):
     @property
     def errors(self) -> list[str]:
         """One line per invalid file."""
+        ...
+
+    @property
+    def calendars(self) -> CalendarRegistry | None:
+        """The deployment's calendars the files are checked against (built-in plus the
+        calendars file); None = the built-in ones."""
         ...
 
     def find(self, name: str, version: int) -> Ladder | None:

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from escalation.domain.calendars import SlaWindow, WindowUnit
+from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit
 from escalation.domain.errors import (
     RELEASE_BROKEN,
     InvalidInput,
@@ -376,12 +376,15 @@ def load_ladder_file(path: Path) -> Ladder:
 
 
 def check_ladder_dir(
-    path: Path, applied_checksums: Mapping[tuple[str, int], str] | None = None
+    path: Path, applied_checksums: Mapping[tuple[str, int], str] | None = None,
+    calendars: CalendarRegistry | None = None,
 ) -> list[str]:
     """Everything ``escalation ladder check`` reports for the ``*.toml`` files in ``path``.
 
     File-level errors (parse, schema, naming) plus :func:`check_ladders` over the files that
-    parsed. An empty list means every file is valid. Never raises for a bad file.
+    parsed, against ``calendars`` (the deployment's: built-in plus its calendars file; None
+    = the built-in ones). An empty list means every file is valid. Never raises for a bad
+    file.
     """
     errors: list[str] = []
     ladders: list[Ladder] = []
@@ -390,7 +393,7 @@ def check_ladder_dir(
         errors.extend(file_errors)
         if ladder is not None:
             ladders.append(ladder)
-    errors.extend(check_ladders(ladders, applied_checksums or {}))
+    errors.extend(check_ladders(ladders, applied_checksums or {}, calendars))
     return errors
 
 
@@ -405,6 +408,9 @@ class LadderCatalog:
         self.errors: list[str] = list(errors or [])
         self.path = Path("ladders")
         """The directory the files came from (:meth:`from_dir`)."""
+        self.calendars: CalendarRegistry | None = None
+        """The deployment's calendars the files are checked against (release, baseline,
+        migration: ``check_ladders``); None = the built-in ones (:meth:`from_dir`)."""
         self._by_key: dict[tuple[str, int], Ladder] = {}
         for ladder in ladders:
             key = (ladder.name, ladder.version)
@@ -413,8 +419,13 @@ class LadderCatalog:
             self._by_key[key] = ladder
 
     @classmethod
-    def from_dir(cls, path: Path, *, strict: bool = True) -> LadderCatalog:
+    def from_dir(cls, path: Path, *, strict: bool = True,
+                 calendars: CalendarRegistry | None = None) -> LadderCatalog:
         """Load every ``*.toml`` in ``path`` (sorted by file name).
+
+        ``calendars``: the deployment's calendars (built-in plus ``ESCALATION_CALENDARS_FILE``),
+        kept as :attr:`calendars` for the checks that run on the catalog; a ladder may name
+        any of them.
 
         ``strict=False`` (read-only commands: status, audit, doctor, ...) skips invalid files
         and keeps their messages in ``errors``, so one broken file does not stop commands
@@ -438,6 +449,7 @@ class LadderCatalog:
                 errors.append(str(exc))
         catalog = cls(ladders, errors)
         catalog.path = path
+        catalog.calendars = calendars
         return catalog
 
     def _invalid_note(self) -> str:
@@ -515,8 +527,11 @@ class ReleasedLadders:
     """
 
     def __init__(self, path: Path, releases: ReleaseSource, *, refresh_s: float = REFRESH_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 calendars: CalendarRegistry | None = None) -> None:
         self.path, self._releases, self._refresh_s, self._clock = path, releases, refresh_s, clock
+        self.calendars = calendars
+        """The deployment's calendars, handed to every catalog read (None = built-in)."""
         self._lock = threading.Lock()
         self._snap: tuple[LadderCatalog, dict[tuple[str, int], str], float] = (
             LadderCatalog([]), {}, float("-inf"))
@@ -529,7 +544,7 @@ class ReleasedLadders:
         Raises:
             LadderError: the directory is missing.
         """
-        files = LadderCatalog.from_dir(self.path, strict=False)
+        files = LadderCatalog.from_dir(self.path, strict=False, calendars=self.calendars)
         released = dict(self._releases())
         with self._lock:
             self._snap = (files, released, self._clock())
@@ -543,7 +558,7 @@ class ReleasedLadders:
 
     def on_disk(self) -> LadderCatalog:
         """The files of the directory as they are now (re-read, not the snapshot)."""
-        return LadderCatalog.from_dir(self.path, strict=False)
+        return LadderCatalog.from_dir(self.path, strict=False, calendars=self.calendars)
 
     @property
     def files(self) -> LadderCatalog:
@@ -669,19 +684,21 @@ def verify_released(path: Path, files: LadderCatalog, name: str, version: int,
     return ladder
 
 
-def check_ladder_dir_with_history(ladders_dir: Path, history: LadderHistory | None) -> list[str]:
-    """Every problem ``escalation ladder check`` reports (empty = valid).
+def check_ladder_dir_with_history(ladders_dir: Path, history: LadderHistory | None,
+                                  calendars: CalendarRegistry | None = None) -> list[str]:
+    """Every problem ``escalation ladder check`` reports (empty = valid), against
+    ``calendars`` (the deployment's; None = the built-in ones).
 
     File checks always; with ``history`` also, for the ladders that have files in
     ``ladders_dir`` (other ladders' rows belong to other directories): the checksums
     recorded at release and apply, and every released file that is missing.
     """
     if history is None:
-        return check_ladder_dir(ladders_dir, {})
+        return check_ladder_dir(ladders_dir, {}, calendars)
     names = {p.name.split(".v", 1)[0] for p in ladders_dir.glob("*.toml")}
     applied = {k: v for k, v in history.applied_checksums().items() if k[0] in names}
-    errors = check_ladder_dir(ladders_dir, applied)
-    files = LadderCatalog.from_dir(ladders_dir, strict=False)
+    errors = check_ladder_dir(ladders_dir, applied, calendars)
+    files = LadderCatalog.from_dir(ladders_dir, strict=False, calendars=calendars)
     for (name, version), checksum in sorted(history.released_checksums().items()):
         if name in names and not (ladders_dir / f"{name}.v{version}.toml").exists():
             try:

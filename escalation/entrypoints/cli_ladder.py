@@ -77,9 +77,15 @@ def ladder_check(
         raise LadderError(f"{path}: (directory): ladder directory not found")
     if not any(path.glob("*.toml")):
         raise LadderError(f"{path}: (directory): no ladder files (*.toml) in it")
+    from escalation.adapters.calendar_files import load_institution_calendars
+
+    # the deployment's calendars: a ladder may name any calendar of its calendars file
+    calendars = load_institution_calendars(settings.calendars_file,
+                                           settings.institution_calendar,
+                                           settings.institution_timezone)
     history, note = _history_for_check(settings)
     try:
-        errors = check(path, history)
+        errors = check(path, history, calendars)
     finally:
         if history is not None:
             history._engine.dispose()
@@ -189,7 +195,8 @@ def ladder_release(
     try:
         name = ladder or a.settings.default_ladder
         res = release_version(history=LadderHistoryStore(a.engine),
-                              files=LadderCatalog.from_dir(a.settings.ladders_dir, strict=False),
+                              files=LadderCatalog.from_dir(a.settings.ladders_dir, strict=False,
+                                                           calendars=a.calendars),
                               ladder=name, version=version,
                               actor=who, reason=reason, now=a.scheduler.time())
     finally:

@@ -92,7 +92,7 @@ def _change(
         except LadderError as exc:
             raise LadderMigrationError(f"ladder {name!r} version {v} is invalid: {exc}") from None
     errors = check_ladders(list(versions.values()),
-                           {k: c for k, c in released.items() if k[0] == name})
+                           {k: c for k, c in released.items() if k[0] == name}, files.calendars)
     if errors:
         raise LadderMigrationError("ladder files fail `ladder check`:\n" + "\n".join(errors))
     return versions, versions[to_version]
@@ -116,7 +116,8 @@ def _require_released(files: LadderFiles, released: Mapping[tuple[str, int], str
     target = files.find(name, version)
     if target is not None:
         chain = [ld for ld in files.all() if ld.name == name and ld.version <= version]
-        problems = check_ladders(chain, {k: c for k, c in released.items() if k[0] == name})
+        problems = check_ladders(chain, {k: c for k, c in released.items() if k[0] == name},
+                                 files.calendars)
         state = (f"is invalid ({' | '.join(problems)})" if problems else "is not released")
     else:
         bad = [e for e in files.errors if f"{name}.v{version}.toml" in e]

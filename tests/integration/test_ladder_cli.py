@@ -116,3 +116,70 @@ def test_a_window_longer_than_a_century_is_named_listed_and_refused(
     # the other commands still start: the invalid file is only not live
     status = run_cli(env, "status")
     assert status.returncode == 0, status.stderr
+
+
+ACME_CALENDARS = """
+[[calendars]]
+id = "acme"
+tz = "Europe/Berlin"
+working_days = ["mon", "tue", "wed", "thu", "fri"]
+hours = { open = "09:00", close = "17:00" }
+holidays = [2025-11-27, 2025-11-28]
+"""
+
+ACME_LADDER = """
+ladder = "acme_review"
+version = 1
+terminal_tier = "final"
+description = "Counts in the deployment's own calendar (calendars file)."
+
+[institution]
+timezone = "Europe/Berlin"
+calendar = "acme"
+
+[[tiers]]
+id = "first"
+name = "First review"
+rank = 10
+window = { amount = 1, unit = "business_days", calendar = "acme" }
+
+[[tiers]]
+id = "final"
+name = "Final review"
+rank = 20
+window = { amount = 2, unit = "business_days", calendar = "institution" }
+"""
+
+
+def test_a_ladder_may_count_in_a_calendar_of_the_deployments_calendars_file(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    import shutil
+    import uuid
+
+    ladders = tmp_path / "ladders"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "ladders", ladders)
+    (ladders / "acme_review.v1.toml").write_text(ACME_LADDER)
+    cal_file = tmp_path / "calendars.toml"
+    cal_file.write_text(ACME_CALENDARS)
+    env = {**cli_env, "ESCALATION_LADDERS_DIR": str(ladders)}
+    without = _cli(env, "check")
+    assert without.returncode == 2
+    assert "acme_review.v1.toml: tiers[0].window.calendar: unknown calendar 'acme'" in \
+        without.stderr
+    assert "acme_review.v1.toml: institution.calendar: unknown calendar 'acme'" in without.stderr
+    env["ESCALATION_CALENDARS_FILE"] = str(cal_file)
+    ok = _cli(env, "check")
+    assert ok.returncode == 0, ok.stderr
+    # first use releases it as baseline; the window counts in acme: 1 business day after
+    # Wednesday 26 Nov 2025 is Monday 1 Dec (the 27th and 28th are acme holidays, then the
+    # weekend), due at its close, 17:00 Berlin
+    did = str(uuid.uuid4())
+    res = run_cli(env, "enqueue", "--dispute-id", did, "--source-hash", "ab" * 32,
+                  "--ladder", "acme_review", "--opened-at", "2025-11-26T10:00:00+01:00",
+                  "--json")
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["ladder"] == "acme_review@1" and got["tier"] == "first"
+    assert got["due_at"] == "2025-12-01T16:00:00+00:00"
+    assert got["institution"] == {"timezone": "Europe/Berlin", "calendar": "acme"}
