@@ -19,6 +19,11 @@ from tests.helpers import run_cli
 
 pytestmark = pytest.mark.bench
 
+needs_bullmq = pytest.mark.skipif(
+    shutil.which("node") is None or shutil.which("npm") is None
+    or shutil.which("redis-server") is None,
+    reason="compare needs node, npm (BullMQ from the npm registry) and redis-server")
+
 
 def _bench(env: dict[str, str], *args: str) -> tuple[dict[str, Any], str]:
     """Run ``escalation bench ARGS --json-only``; return the JSON figures and the summary."""
@@ -72,10 +77,7 @@ def test_idle_counts_the_commands_of_the_idle_worker(cli_env: dict[str, str]) ->
     assert summary.startswith("SUMMARY idle: poll 1 s, 1 worker(s)")
 
 
-@pytest.mark.skipif(shutil.which("node") is None or shutil.which("npm") is None
-                    or shutil.which("redis-server") is None,
-                    reason="compare needs node, npm (BullMQ from the npm registry) and "
-                           "redis-server")
+@needs_bullmq
 def test_compare_runs_both_systems_and_measures_cpu(
     cli_env: dict[str, str], database_url: str
 ) -> None:
@@ -98,10 +100,7 @@ def test_compare_runs_both_systems_and_measures_cpu(
     assert summary.startswith("SUMMARY compare: N=200 W=2") and "ledger PASS" in summary
 
 
-@pytest.mark.skipif(shutil.which("node") is None or shutil.which("npm") is None
-                    or shutil.which("redis-server") is None,
-                    reason="compare needs node, npm (BullMQ from the npm registry) and "
-                           "redis-server")
+@needs_bullmq
 def test_compare_escalate_job_moves_every_bullmq_job_to_the_next_tier(
     cli_env: dict[str, str], database_url: str
 ) -> None:
