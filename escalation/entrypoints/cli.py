@@ -61,8 +61,12 @@ app.add_typer(cli_api.token_app, name="token")
 # --------------------------------------------------------------------------- enqueue/cancel
 @app.command()
 def enqueue(
-    dispute_id: Annotated[str, typer.Option(help="Dispute id (UUID).")],
     source_hash: Annotated[str, typer.Option(help="Hex digest of the source record.")],
+    dispute_id: Annotated[str | None, typer.Option(
+        help="Dispute id (UUID); or give --source and --external-id instead.")] = None,
+    source: Annotated[str | None, typer.Option(
+        help="Source system: with --external-id it names the dispute (the same dispute id "
+             "as the API's and the importer's for that source and external id).")] = None,
     materiality: Annotated[str, typer.Option(help="Disputed amount, e.g. 1250.00.")] = "0.00",
     tier: Annotated[str | None, typer.Option(help="Current tier id (default: first).")] = None,
     due_at: Annotated[str | None, typer.Option(
@@ -90,10 +94,16 @@ def enqueue(
 ) -> None:
     """Schedule an escalation for a dispute (idempotent per dispute)."""
     from escalation.bootstrap import schedule_for
+    from escalation.service_layer.disputes import resolve_dispute
     from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
 
+    did: object = dispute_id
+    if source is not None:  # (source, external id) names the dispute, as in the API
+        did, external_id = resolve_dispute(dispute_id, source=source, external_id=external_id)
+    elif dispute_id is None:
+        raise InvalidInput("give --dispute-id, or --source and --external-id")
     req = EnqueueRequest(
-        dispute_id=dispute_id, materiality=materiality, source_hash=source_hash, tier=tier,
+        dispute_id=did, materiality=materiality, source_hash=source_hash, tier=tier,
         due_at=parse_time_or_date(due_at, "--due-at"),
         opened_at=parse_time_or_date(opened_at, "--opened-at"),
         ladder=ladder, external_id=external_id, trace_id=trace_id,

@@ -97,8 +97,8 @@ class EnqueueResult:
 
         Enqueue never rewrites an existing escalation, so such a request changed nothing:
         the caller is told (CLI ``enqueue --json`` and the API's create responses report
-        this same flag), since the dispute's source record may have changed meanwhile
-        (cancel and enqueue again to apply it)."""
+        this same flag), since the dispute's source record may have changed meanwhile and
+        its new content was not applied (a dispute id is escalated once)."""
         return (not self.created and self.requested_source_hash is not None
                 and self.requested_source_hash != self.escalation.source_hash)
 

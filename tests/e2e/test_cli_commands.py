@@ -141,3 +141,27 @@ def test_audit_show_keeps_seq_and_instants_whole_at_any_width(
     assert max(len(line) for line in narrow.stdout.splitlines()) <= 100
     assert "ENQUEUED" in narrow.stdout and due.strftime("%m-%d %H:%M:%S") in narrow.stdout
     assert "needs 160 columns, this output has 100" in narrow.stdout
+
+
+def test_enqueue_names_a_dispute_by_source_and_external_id_as_the_api_does(
+    app: Any, cli_env: dict[str, str]
+) -> None:
+    from escalation.service_layer.disputes import resolve_dispute
+
+    ext = f"CASE-{uuid.uuid4().hex[:8]}"
+    due = (app.scheduler.time() + timedelta(hours=1)).isoformat()
+    res = run_cli(cli_env, "enqueue", "--source", "crm", "--external-id", ext,
+                  "--source-hash", HASH, "--due-at", due, "--json")
+    assert res.returncode == 0, res.stderr
+    did = json.loads(res.stdout)["dispute_id"]
+    assert did == str(resolve_dispute(source="crm", external_id=ext)[0])  # the API's id
+    state = app.store.get(uuid.UUID(did))[0]
+    assert state.external_id == ext
+    cancelled = run_cli(cli_env, "cancel", ext, "--source", "crm")
+    assert cancelled.returncode == 0 and did in cancelled.stdout, cancelled.stderr
+    for bad, message in (([], "give --dispute-id, or --source and --external-id"),
+                         (["--source", "crm"], "go together"),
+                         (["--source", "crm", "--external-id", ext, "--dispute-id", did],
+                          "not both")):
+        refused = run_cli(cli_env, "enqueue", "--source-hash", HASH, "--due-at", due, *bad)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
