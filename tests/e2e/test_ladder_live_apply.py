@@ -1,8 +1,9 @@
 """``ladder apply`` on a live system: 50,000 pending escalations migrated while 3 worker
 PROCESSES fire continuously (docs/ladder-migrations.md, "Apply on a live system").
 
-The escalations are enqueued on v1 with due times spread at about 1,000 per second, so the
-workers promote continuously before, during and after the apply. v2 (``team_lead``
+The escalations are enqueued on v1 with due times spread at about 1,000 per second, and a
+tail of 5,000 falls due from 5 s to 65 s after the enqueue ends, so the workers promote
+continuously before, during and after the apply, however long the enqueue took. v2 (``team_lead``
 inserted) is released and planned while they fire; the plan hash names the change, so the
 apply -- run once, after a worker has promoted something -- must complete on the first try.
 
@@ -34,7 +35,10 @@ from tests.integration.ladder_support import MigEnv
 N = int(os.environ.get("ESCALATION_LIVE_APPLY_N", "50000"))
 RATE = 1000  # escalations falling due per second
 WORKERS = 3
-CHUNK = 5000
+CHUNK = 5000  # Redis pipeline size of the final check
+TAIL = min(5000, N // 10)  # enqueued last, due after the enqueue: see _enqueue_spread
+TAIL_GROUPS = 50
+TAIL_LEAD_S, TAIL_SPAN_S = 5.0, 60.0
 DECISIONS = ("PROMOTED", "TERMINAL")
 
 
@@ -67,14 +71,24 @@ def _ledger(env: MigEnv, ids: list[Any]) -> dict[Any, list[Any]]:
 
 
 def _enqueue_spread(env: MigEnv, start_in_s: float) -> list[Any]:
+    """N escalations: N - TAIL due from ``start_in_s`` on at RATE per second, then a tail
+    enqueued last and due TAIL_LEAD_S..TAIL_LEAD_S + TAIL_SPAN_S after the enqueue ends.
+
+    The main spread assumes the enqueue keeps pace (~3,000/s); on a loaded machine it may
+    not, and everything would fall due before the apply starts (no decision during it).
+    The tail keeps escalations falling due through the plan and the apply whatever the
+    enqueue took."""
+    body = N - TAIL
     base = env.app.scheduler.time() + timedelta(seconds=start_in_s)
     ids: list[Any] = []
-    for lo in range(0, N, CHUNK):
-        for s in range(CHUNK // RATE):  # one request group per second of due times
-            at = base + timedelta(seconds=(lo + s * RATE) / RATE)
-            ids += env.enqueue("standard", due_at=at, n=min(RATE, N - lo - s * RATE))
-            if len(ids) >= N:
-                return ids
+    for lo in range(0, body, RATE):  # one request group per second of due times
+        at = base + timedelta(seconds=lo / RATE)
+        ids += env.enqueue("standard", due_at=at, n=min(RATE, body - lo))
+    tail_base = env.app.scheduler.time() + timedelta(seconds=TAIL_LEAD_S)
+    step = TAIL_SPAN_S / TAIL_GROUPS
+    for g in range(TAIL_GROUPS):
+        n = TAIL // TAIL_GROUPS + (TAIL % TAIL_GROUPS if g == TAIL_GROUPS - 1 else 0)
+        ids += env.enqueue("standard", due_at=tail_base + timedelta(seconds=g * step), n=n)
     return ids
 
 
