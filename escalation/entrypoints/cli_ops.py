@@ -182,10 +182,10 @@ def dead_retry(
 @dead_app.command("purge")
 def dead_purge(
     member: Annotated[str, typer.Argument(help="Dead-letter member.")],
+    reason: Annotated[str, typer.Option(help="Why (stored in the PURGED ledger row).")],
     yes: Annotated[bool, typer.Option("--yes", help="Confirm: purge is permanent.")] = False,
-    reason: Annotated[str, typer.Option(help="Why (stored in the ledger row).")] = "",
 ) -> None:
-    """Remove a dead letter for good (leaves a PURGED ledger row). Needs --yes."""
+    """Remove a dead letter for good (leaves a PURGED ledger row). Needs --yes and --reason."""
     a = _app(actor="admin")
     try:
         written = _dead(a).purge(member, confirm=yes, reason=reason)

@@ -30,7 +30,7 @@ import json
 from typing import Any
 
 from escalation.domain.errors import RELEASE_BROKEN, EscalationError, InvalidInput, NotFound
-from escalation.domain.escalation import Status, parse_dispute_id
+from escalation.domain.escalation import Status, check_reason, parse_dispute_id
 from escalation.domain.timeutil import from_ms
 from escalation.ports import (
     DEAD_DECISION,
@@ -159,7 +159,7 @@ class DeadLetters:
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
         return outcomes
 
-    def purge(self, member: str, *, confirm: bool, reason: str = "") -> bool:
+    def purge(self, member: str, *, confirm: bool, reason: str) -> bool:
         """Remove a dead letter for good; leave a PURGED ledger row on the dispute's chain.
 
         A poison escalation is cancelled in PostgreSQL (status ``cancelled``) and its payload
@@ -169,11 +169,13 @@ class DeadLetters:
             True if a ledger row was written (False: the dispute is unknown to PostgreSQL).
 
         Raises:
-            InvalidInput: ``confirm`` is False (the CLI's ``--yes``).
+            InvalidInput: ``confirm`` is False (the CLI's ``--yes``); ``reason`` blank, over
+                500 characters or multi-line (the PURGED row's why).
             NotFound: no such dead letter.
         """
         if not confirm:
             raise InvalidInput("purge is permanent: confirm with --yes")
+        check_reason(reason)
         item = self.show(member)
         did = str(item.get("dispute_id", ""))
         decision = member.startswith(DEAD_DECISION)

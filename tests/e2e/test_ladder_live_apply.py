@@ -4,8 +4,9 @@ PROCESSES fire continuously (docs/ladder-migrations.md, "Apply on a live system"
 The escalations are enqueued on v1 with due times spread at about 1,000 per second, and a
 tail of 5,000 falls due from 5 s to 65 s after the enqueue ends, so the workers promote
 continuously before, during and after the apply, however long the enqueue took. v2
-(``team_lead`` inserted) is released and planned while they fire; the plan hash names the change, so the
-apply -- run once, after a worker has promoted something -- must complete on the first try.
+(``team_lead`` inserted) is released and planned while they fire; the plan hash names the
+change, so the apply -- run once, after a worker has promoted something -- must complete on
+the first try.
 
 Afterwards: the run is done and accounted for every escalation (planned = migrated, the
 ones a worker decided between page read and batch lock re-planned); per dispute the ledger

@@ -80,7 +80,10 @@ def test_retry_puts_a_dead_escalation_back_due_now_and_purge_needs_confirmation(
         _fire(app, dl)
     assert [i["member"] for i in dl.list()] == [member]
     with pytest.raises(InvalidInput):
-        dl.purge(member, confirm=False)
+        dl.purge(member, confirm=False, reason="bad ladder")
+    with pytest.raises(InvalidInput, match="reason must not be empty"):
+        dl.purge(member, confirm=True, reason=" ")  # the PURGED row's why
+    assert dl.show(member)["dispute_id"] == str(did)  # nothing removed
     assert dl.purge(member, confirm=True, reason="bad ladder") is True
     assert dl.list() == []
     assert app.store.get(did)[1] is Status.CANCELLED
