@@ -276,7 +276,14 @@ def test_sentinel_promotes_a_restarted_node_before_its_resync_every_decision_not
         assert all(fresh.scheduler.payload(d) is None for d in ids)  # every key lost
         rel = ReliabilityRedis(fresh.redis, ns, SHARDS, aging_ms=fresh.scheduler.aging_ms)
         repair = reconcile(scheduler=fresh.scheduler, store=fresh.store, redis_side=rel)
-        assert repair.count(repaired=True) == n, repair.as_dict()
+        # every escalation was found missing; the workers' leader may run its own reconcile
+        # at the same moment (its occurrences are 5-minute wall-clock boundaries), and an
+        # escalation it restored first is answered stale_seq here: either way each one is
+        # back in Redis after this run, and (below) each decision notified exactly once
+        assert repair.count() == n and not repair.errors, repair.as_dict()
+        late = [d for d in repair.diffs if not d.repaired]
+        assert all(d.detail.endswith(": stale_seq") for d in late), late[:3]
+        assert all(fresh.scheduler.payload(d) is not None for d in ids)
         assert wait_until(lambda: decided_count(app.engine, ids) == n, 120, 0.2)
         assert wait_until(lambda: settled(fresh, ids), 30, 0.25)
     finally:
