@@ -437,7 +437,8 @@ def ladder_file_problems(app: App) -> list[str]:
         broken = list(ladders.problems())
         named = {e.split(": ", 2)[1] for e in broken if e.count(": ") >= 2}  # their files
         others = [e for e in check_ladder_dir_with_history(app.settings.ladders_dir,
-                                                           LadderHistoryStore(app.engine))
+                                                           LadderHistoryStore(app.engine),
+                                                           app.calendars)
                   if not e.startswith(RELEASE_BROKEN) and e.split(": ", 1)[0] not in named]
     except Exception as exc:  # doctor reports, never crashes
         return [f"ladder files could not be checked: {exc}"]

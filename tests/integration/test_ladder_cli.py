@@ -183,3 +183,6 @@ def test_a_ladder_may_count_in_a_calendar_of_the_deployments_calendars_file(
     assert got["ladder"] == "acme_review@1" and got["tier"] == "first"
     assert got["due_at"] == "2025-12-01T16:00:00+00:00"
     assert got["institution"] == {"timezone": "Europe/Berlin", "calendar": "acme"}
+    doctor = run_cli(env, "doctor", "--json")  # doctor checks with the same calendars
+    [files] = [c for c in json.loads(doctor.stdout) if c["name"] == "LADDER_FILES"]
+    assert files["ok"] is True, files
