@@ -91,6 +91,10 @@ class WarningReport:
     moved_on: int = 0
     duplicate: int = 0
     notified: int = 0
+    unresolvable: int = 0
+    """Warnings dropped because the escalation's pinned ladder version cannot be read now (a
+    released file missing or edited, a tier or calendar it no longer resolves): logged as
+    ``escalation.warning_dropped``; the breach itself dead-letters the escalation."""
     recorded_keys: list[str] = field(default_factory=list)
     next_due_ms: int | None = None
     """Earliest warning still scheduled after this pass (epoch ms; None = none): the worker
@@ -248,6 +252,12 @@ def fire_warnings(
 ) -> WarningReport:
     """Claim and record one batch of due warnings (see module doc). Returns a report.
 
+    A warning whose escalation's ladder version cannot be resolved now (a broken release: the
+    file missing or edited after release; ``LadderError`` / ``InvalidInput``) is dropped and
+    logged (``escalation.warning_dropped``, WARNING), never raised: one broken file must not
+    stop a worker that fires every other ladder. The escalation itself is dead-lettered when
+    it comes due (docs/reliability.md), and ``dead retry`` brings it back once restored.
+
     Raises:
         Database / Redis connection errors propagate; claimed warnings are then lost (a
         warning is advisory, at most once; the breach itself still fires).
@@ -285,6 +295,14 @@ def fire_warnings(
             continue
         except (ConflictError, NotFound):
             report.moved_on += 1
+            continue
+        except InvalidInput as exc:  # LadderError (a broken release), UnknownTier, calendar
+            report.unresolvable += 1
+            sink("escalation.warning_dropped", dispute_id=str(esc.dispute_id),
+                 trace_id=esc.trace_id, source_hash=esc.source_hash,
+                 match_decision="SLA_WARNING_DROPPED", fraction=m.fraction, tier=esc.tier,
+                 ladder=esc.ladder_key, reason=str(exc)[:500], worker_id=actor,
+                 level="warning")
             continue
         report.recorded += 1
         report.recorded_keys.append(m.member)

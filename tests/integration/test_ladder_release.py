@@ -195,3 +195,30 @@ def test_restoring_an_edited_release_then_retry_all_fires_what_was_dead_lettered
     assert all(env.state(i).tier != "standard" for i in ids)
     with pytest.raises(InvalidInput):
         dead.retry_all(kind="decisions")
+
+
+def test_a_due_warning_of_an_edited_release_is_dropped_and_logged_not_raised(
+    env: MigEnv,
+) -> None:
+    """A worker fires every ladder: one broken release must not stop it. The warning of an
+    escalation pinned to an edited released file is dropped (the breach dead-letters it)."""
+    from escalation.adapters.redis_warnings import WarningMember
+    from escalation.bootstrap import warnings_for
+    from escalation.service_layer.warnings import fire_warnings
+
+    v2 = env.add("inserted")
+    [did] = env.enqueue("standard", due_at=env.app.scheduler.time() + hours(2))
+    v2.write_text(v2.read_text().replace("amount = 24,", "amount = 12,", 1))
+    queue = warnings_for(env.app)
+    queue.schedule([WarningMember(did, env.state(did).seq, "0.50", 0)])  # due long ago
+    events: list[tuple[str, dict[str, Any]]] = []
+    report = fire_warnings(warnings=queue, scheduler=env.app.scheduler, store=env.app.store,
+                           ladders=env.catalog, calendars=env.app.calendars, actor="w",
+                           emit=lambda event, **kw: events.append((event, kw)))
+    assert (report.claimed, report.unresolvable, report.recorded) == (1, 1, 0)
+    [(event, fields)] = events
+    assert event == "escalation.warning_dropped" and fields["level"] == "warning"
+    assert fields["dispute_id"] == str(did) and "edited after release" in fields["reason"]
+    assert fields["match_decision"] == "SLA_WARNING_DROPPED"
+    assert [r.event for r in env.app.store.trail(did)] == ["ENQUEUED"]  # nothing recorded
+    assert queue.pending(did) == []  # consumed: advisory, at most once
