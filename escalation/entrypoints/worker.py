@@ -9,6 +9,7 @@ then the worker exits 0; during a sleep they end it at once.
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import os
 import random
@@ -262,6 +263,10 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
     # Wired first, then the handlers and at once the try: a stop signal right after
     # "worker.started" (which is what the demo waits for) ends the loop cleanly (exit 0).
     old = _install_stop_handlers(state, app.actor)
+    # SIGUSR1 writes every thread's Python stack to stderr and the worker goes on: what an
+    # operator (or a test) reads when a worker seems stuck
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     try:
         log.info("worker.started", worker_id=app.actor, batch_size=settings.batch_size,
                  lock_ttl_s=settings.lock_ttl_s, poll_interval_s=settings.poll_interval_s,

@@ -84,9 +84,12 @@ def test_sigterm_lets_the_worker_finish_its_batch_and_exit_zero(
     try:
         code = proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # the worker writes its threads' stacks
+        time.sleep(1)
         proc.kill()
         proc.wait()
-        pytest.fail("no exit 30 s after SIGTERM:\n" + worker_output(proc)[-3000:])
+        pytest.fail("no exit 30 s after SIGTERM; stacks and output:\n"
+                    + worker_output(proc)[-6000:])
     out = worker_output(proc)
     assert code == 0, out[-3000:]
     assert "worker.stopped" in out
@@ -150,3 +153,25 @@ def test_a_stop_signal_during_startup_retries_exits_zero_at_once(
     assert time.monotonic() - sent < 20
     assert "worker.stopped_during_startup" in out and sig.name in out, out
     assert "worker.started" not in out and "Traceback" not in out, out
+
+
+def test_sigusr1_writes_the_worker_stacks_and_the_worker_goes_on(cli_env: dict[str, str]) -> None:
+    proc = start_worker(cli_env, "--poll-interval-s", "1")
+    try:
+        deadline = time.monotonic() + 120
+        while "worker.started" not in worker_output(proc) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "worker.started" in worker_output(proc), worker_output(proc)[-3000:]
+        proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while "run_worker" not in worker_output(proc) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out = worker_output(proc)
+        assert "hread 0x" in out and 'File "' in out and "run_worker" in out, out[-3000:]
+        assert proc.poll() is None  # still running
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
