@@ -86,13 +86,16 @@ def _change(
     for v in range(1, to_version + 1):
         checksum = released.get((name, v))
         if checksum is None:
-            raise LadderMigrationError(f"ladder {name!r} version {v} is not released")
+            raise LadderNotReleased(f"ladder {name!r} version {v} is not released")
         try:
             versions[v] = files.verify(name, v, checksum)
         except LadderError as exc:
-            raise LadderMigrationError(f"ladder {name!r} version {v} is invalid: {exc}") from None
+            raise LadderNotReleased(f"ladder {name!r} version {v} is invalid: {exc}") from None
+    # the path v1..target against the checksums released for it: a later version released
+    # since (v3 while planning to v2) is not part of this change
     errors = check_ladders(list(versions.values()),
-                           {k: c for k, c in released.items() if k[0] == name}, files.calendars)
+                           {k: c for k, c in released.items()
+                            if k[0] == name and k[1] <= to_version}, files.calendars)
     if errors:
         raise LadderMigrationError("ladder files fail `ladder check`:\n" + "\n".join(errors))
     return versions, versions[to_version]
@@ -289,10 +292,14 @@ def apply_migration(
     versions, target = _change(history, ladders, ladder, to_version)
     expected = change_hash(ladder, to_version, _files_of(versions))
     if plan_hash != expected:
+        # the given hash in full (a typo after its 16th digit shows); the expected one is
+        # not printed: it is what `ladder plan` gives after a review, not a value to copy
+        shown = plan_hash if len(plan_hash) <= 80 else plan_hash[:80] + "..."
         raise UnknownPlanHash(
-            f"unknown plan hash {plan_hash[:16]}...: it is not the hash of the migration of "
-            f"{ladder} to v{to_version} with the files as they are now ({expected[:16]}...); "
-            f"run `escalation ladder plan --ladder {ladder} --to {to_version}` and review it")
+            f"unknown plan hash {shown!r}: it is not the hash of the migration of "
+            f"{ladder} to v{to_version} with the files as they are now; run `escalation "
+            f"ladder plan --ladder {ladder} --to {to_version}`, review it, and apply with "
+            f"the hash it prints")
     done = _finished_run(history, ladder, to_version, plan_hash)
     if done is not None:
         return ApplyReport(run_id=done.run_id, planned=done.planned, already_applied=done)

@@ -222,3 +222,26 @@ def test_a_due_warning_of_an_edited_release_is_dropped_and_logged_not_raised(
     assert fields["match_decision"] == "SLA_WARNING_DROPPED"
     assert [r.event for r in env.app.store.trail(did)] == ["ENQUEUED"]  # nothing recorded
     assert queue.pending(did) == []  # consumed: advisory, at most once
+
+
+def test_plan_to_a_version_below_a_later_release_checks_only_its_own_path(
+    env: MigEnv,
+) -> None:
+    """v3 released after v2 is not part of a migration to v2: planning to v2 (e.g. to finish
+    a v2 apply) is not refused for a v3 'applied version has no ladder file'."""
+    env.enqueue("standard", due_at=env.app.scheduler.time() + hours(2))  # pinned to v1
+    v2 = env.add("inserted")
+    text = v2.read_text().replace("version = 2\nprevious_version = 1",
+                                  "version = 3\nprevious_version = 2", 1)
+    assert "version = 3" in text
+    (env.dir / f"{env.name}.v3.toml").write_text(text)
+    env.release(3)
+    plan = env.plan(to=2)
+    assert plan.target_version == 2 and len(plan.items) == 1 and not plan.blocked
+    # an edited file of that path is the caller's to fix: exit 2, not 1
+    v2.write_text(v2.read_text().replace("amount = 24,", "amount = 12,", 1))
+    from escalation.domain.errors import LadderNotReleased
+
+    with pytest.raises(LadderNotReleased, match="version 2 is invalid") as info:
+        env.plan(to=3)
+    assert info.value.exit_code == 2
