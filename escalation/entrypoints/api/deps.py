@@ -61,9 +61,10 @@ def path_parameters(path: str) -> dict[str, Any]:
 
 
 _SEQUENCES = (list, tuple, set, frozenset)
-_declared: dict[int, tuple[tuple[str, ...], frozenset[str]]] = {}
-"""Per route (``id``: routes live as long as the app): its query parameters in declaration
-order, and those of them that take one value only."""
+_DECLARED = "_escalation_declared_query"
+"""Attribute on each route caching its query parameters in declaration order, and those of
+them that take one value only (kept on the route itself: a cache keyed by ``id(route)`` could
+hand a later app's route, allocated at a freed id, another route's names)."""
 
 
 def _query_fields(dependant: Dependant) -> list[Any]:
@@ -82,13 +83,14 @@ def _takes_many(annotation: Any) -> bool:
 
 
 def _declared_query(route: APIRoute) -> tuple[tuple[str, ...], frozenset[str]]:
-    got = _declared.get(id(route))
+    got: tuple[tuple[str, ...], frozenset[str]] | None = getattr(route, _DECLARED, None)
     if got is None:
         fields = _query_fields(route.dependant)
         names = tuple(dict.fromkeys(f.alias for f in fields))  # as sent: "from", not "since"
         single = frozenset(f.alias for f in fields
                            if not _takes_many(f.field_info.annotation))
-        got = _declared[id(route)] = (names, single)
+        got = (names, single)
+        setattr(route, _DECLARED, got)
     return got
 
 
