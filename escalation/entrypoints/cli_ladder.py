@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from escalation.domain.errors import LadderError, NotFound
+from escalation.domain.errors import LadderError
 from escalation.entrypoints.cli_common import _app, _settings, err, out
 
 ladder_app = typer.Typer(help="Ladder files and ladder migrations.", no_args_is_help=True)
@@ -282,17 +282,17 @@ def _print_apply(report: Any, as_json: bool) -> None:
 def ladder_history(ladder: LadderOpt = None, as_json: JsonOpt = False) -> None:
     """Releases (who, when, why, checksum) and `ladder apply` runs (one row per run)."""
     from escalation.adapters.ladder_history import LadderHistoryStore
+    from escalation.service_layer.ladder_migration import require_known_ladder
 
     a = _app(actor="cli")
     try:
         store = LadderHistoryStore(a.engine)
         rows = store.history(ladder)
         releases = list(store.releases(ladder).values())
-        known = sorted(set(a.ladders.on_disk().names()) | {k[0] for k in store.releases()})
+        if ladder is not None and not rows and not releases:
+            require_known_ladder(a.ladders.on_disk(), store.released_checksums(), ladder)
     finally:
         a.close()
-    if ladder is not None and not rows and not releases and ladder not in known:
-        raise NotFound(f"unknown ladder {ladder!r} (ladders: {', '.join(known) or 'none'})")
     if as_json:
         out.print_json(json.dumps({"releases": [_asdict(r) for r in releases],
                                    "runs": [_asdict(r) for r in rows]}, default=str))

@@ -101,9 +101,10 @@ def _change(
     return versions, versions[to_version]
 
 
-def _require_known(files: LadderFiles, released: Mapping[tuple[str, int], str],
-                   name: str) -> None:
-    """Raise :class:`LadderNotReleased` for a ladder name no file and no release has."""
+def require_known_ladder(files: LadderFiles, released: Mapping[tuple[str, int], str],
+                         name: str) -> None:
+    """Raise :class:`LadderNotReleased` (exit 2) for a ladder name that no file (valid or
+    not) and no release has, naming the ladders that exist (plan, apply, history)."""
     known = sorted({ld.name for ld in files.all()} | {k[0] for k in released})
     if name not in known and not any(f"{name}.v" in e for e in files.errors):
         raise LadderNotReleased(f"unknown ladder {name!r} (ladders: {', '.join(known) or 'none'})")
@@ -115,7 +116,7 @@ def _require_released(files: LadderFiles, released: Mapping[tuple[str, int], str
     (an unknown ladder is named as such, with the ladders that exist)."""
     if (name, version) in released:
         return
-    _require_known(files, released, name)
+    require_known_ladder(files, released, name)
     target = files.find(name, version)
     if target is not None:
         chain = [ld for ld in files.all() if ld.name == name and ld.version <= version]
