@@ -288,23 +288,18 @@ def build(
         seconds, micros = client.time()
         clock[:] = [int(seconds) * 1000 + int(micros) // 1000]
 
-    try:
+    try:  # anything that fails from here to the App closes what was opened
         retry_startup(probe, settings.startup_timeout_s)
-    except BaseException:
-        client.close()
-        engine.dispose()
-        raise
-    try:
         calendars = load_institution_calendars(
             settings.calendars_file, settings.institution_calendar, settings.institution_timezone
         )
+        # a ladder may count in any calendar of the deployment's calendars file
+        ladders = released_ladders(LadderHistoryStore(engine), settings.ladders_dir,
+                                   from_ms(clock[0]), calendars)
     except BaseException:
         client.close()
         engine.dispose()
         raise
-    # a ladder may count in any calendar of the deployment's calendars file
-    ladders = released_ladders(LadderHistoryStore(engine), settings.ladders_dir,
-                               from_ms(clock[0]), calendars)
     # materiality weights are written at enqueue; claim.lua ages them (docs/sla.md)
     scheduler = RedisScheduler(
         client, namespace=settings.namespace, shards=settings.shards,
