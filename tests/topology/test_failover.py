@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from tests import topologies
 from tests.e2e.helpers import due_requests, enqueue
@@ -246,6 +247,15 @@ def test_sentinel_promotes_a_restarted_node_before_its_resync_every_decision_not
     app = _app(url, own_database_url, ns)
     namespace_keys.append(app)
     ids = enqueue(app, due_requests(n, app.scheduler.time()))
+    # The workers' leader runs its own reconcile every 5 minutes (wall-clock slots); when a
+    # slot fell between the loss and the reconcile below, it restored most escalations
+    # first and this run found only the rest missing (once: 443 of 3000). Its slots are
+    # claimed in PostgreSQL, so claiming tomorrow's here keeps the leader's out of this
+    # test: the run below is the one that meets the loss, every time.
+    with app.engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO maintenance_runs (job, last_occurrence, last_run_at, last_status, "
+            "last_leader) VALUES ('reconcile', now() + interval '1 day', now(), 'ok', 'test')"))
     env = worker_env(url, own_database_url, ns, ESCALATION_SHARDS=str(SHARDS))
     procs = [spawn(env, f"{ns}-w{i}", batch_size=100) for i in range(2)]
 
@@ -276,13 +286,10 @@ def test_sentinel_promotes_a_restarted_node_before_its_resync_every_decision_not
         assert all(fresh.scheduler.payload(d) is None for d in ids)  # every key lost
         rel = ReliabilityRedis(fresh.redis, ns, SHARDS, aging_ms=fresh.scheduler.aging_ms)
         repair = reconcile(scheduler=fresh.scheduler, store=fresh.store, redis_side=rel)
-        # every escalation was found missing; the workers' leader may run its own reconcile
-        # at the same moment (its occurrences are 5-minute wall-clock boundaries), and an
-        # escalation it restored first is answered stale_seq here: either way each one is
-        # back in Redis after this run, and (below) each decision notified exactly once
+        # every escalation was found missing and restored by this run; (below) each
+        # decision is notified exactly once
         assert repair.count() == n and not repair.errors, repair.as_dict()
-        late = [d for d in repair.diffs if not d.repaired]
-        assert all(d.detail.endswith(": stale_seq") for d in late), late[:3]
+        assert repair.count(repaired=True) == n, [d for d in repair.diffs if not d.repaired][:3]
         assert all(fresh.scheduler.payload(d) is not None for d in ids)
         assert wait_until(lambda: decided_count(app.engine, ids) == n, 120, 0.2)
         assert wait_until(lambda: settled(fresh, ids), 30, 0.25)
