@@ -132,8 +132,26 @@ def scratch_database(admin_url: str, prefix: str, *, migrate: bool = True) -> It
 
 @pytest.fixture(scope="session")
 def database_url(server_urls: tuple[str, str]) -> Iterator[str]:
-    """URL of a PostgreSQL database created for this session at the Alembic head; dropped after."""
+    """URL of a PostgreSQL database created for this session at the Alembic head; dropped after.
+
+    Many tests' namespaces share it (it is never bound to one, unlike a deployment's). A
+    worker's leader reconciles every 5 minutes, and reconcile takes every pending escalation
+    in the database as its own namespace's: a test worker living past its first maintenance
+    poll would pull every earlier test's escalations into its namespace and fire them. The
+    reconcile slot is therefore claimed far ahead here; tests of the automatic reconcile use
+    a database of their own."""
     with scratch_database(server_urls[1], "escalation_test") as url:
+        from escalation.adapters.db import make_engine
+
+        engine = make_engine(url, pool_size=1)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.text(
+                    "INSERT INTO maintenance_runs (job, last_occurrence, last_run_at, "
+                    "last_status, last_leader) VALUES ('reconcile', '9999-01-01T00:00:00Z', "
+                    "now(), 'ok', 'test-session')"))
+        finally:
+            engine.dispose()
         yield url
 
 
