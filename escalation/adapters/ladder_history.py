@@ -503,7 +503,7 @@ def _revalidate(
                 continue
             item, due = again  # noqa: PLW2901 - the re-planned item replaces it
         moves.append((state, item, due))
-        if item.due.rule.value == "floor" and due != item.due.recomputed:
+        if item.due.floor_set(due):
             result.suppressed += 1
     return moves
 
@@ -560,9 +560,7 @@ def _migrate_one(
             "old_due_at": None if old_due is None else old_due.isoformat(),
             "new_due_at": None if after["due_at"] is None else after["due_at"].isoformat(),
             "due_rule": item.due.rule.value,
-            "breach_suppressed_by_migration": bool(
-                item.due.rule.value == "floor" and due != item.due.recomputed
-            ),
+            "breach_suppressed_by_migration": item.due.floor_set(due),
             **({"deadline": item.deadline} if item.deadline is not None else {}),
         },
     )

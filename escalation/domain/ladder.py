@@ -190,9 +190,9 @@ class MigrationPolicy:
     Attributes:
         recompute_due: ``"keep"`` (default: the due time is unchanged) or
             ``"from_tier_entry"`` (due = tier entry time + the new tier's window).
-        grace: when a recomputed due time is earlier than the current one (window
-            shortened), the due time is ``max(recomputed, now + grace)`` -- never a burst of
-            retroactive breaches -- and never later than the current due time.
+        grace: when the window is shortened, the due time is ``max(recomputed, now +
+            grace)`` -- never a burst of retroactive breaches -- and never later than the
+            current due time (``domain.ladder_plan``).
     """
 
     recompute_due: str = DUE_KEEP

@@ -12,9 +12,10 @@ docs/ladder-migrations.md).
   a case under review);
 * the due time follows the target file's ``[migration]`` policy (:class:`DuePlan`):
   ``keep``, or recomputed from the time the escalation entered its tier where its tier's
-  window changed (same tier, same window for its materiality: kept); a recomputed due
-  time earlier than the current one becomes ``min(current, max(recomputed, now + grace))``
-  (never a burst of retroactive breaches when a window is shortened).
+  window changed (same tier, same window for its materiality: kept). A shortened window
+  gives ``min(current, max(recomputed, now + grace))``: never a burst of retroactive
+  breaches, never later than it was; a lengthened one never an earlier due time
+  (:func:`_due_plan`).
 
 The due rule is part of the plan, not its value at one instant: ``apply`` resolves
 ``now + grace`` with Redis TIME when it writes. The plan hash (:func:`change_hash`) names the
@@ -42,9 +43,9 @@ from escalation.domain.sla_timing import tier_window
 class DueRule(StrEnum):
     """How the new due time is obtained."""
 
-    KEEP = "keep"  # unchanged (paused escalations, or policy "keep")
-    RECOMPUTED = "recomputed"  # tier entry + new window (>= current due: lengthened/equal)
-    FLOOR = "floor"  # shortened: min(current, max(recomputed, now + grace))
+    KEEP = "keep"  # unchanged (paused escalations, policy "keep", or no change in length)
+    RECOMPUTED = "recomputed"  # lengthened: later than the current due time, never earlier
+    FLOOR = "floor"  # shortened: min(current, max(recomputed, now + grace)), never later
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +55,8 @@ class DuePlan:
     Attributes:
         rule: see :class:`DueRule`.
         current: the due time now (aware UTC), None for a paused escalation.
-        recomputed: tier entry + the new tier's window (capped by the regulatory deadline),
-            None for ``KEEP``.
+        recomputed: the due time the new window gives (see :func:`_due_plan`; capped by
+            the regulatory deadline), None for ``KEEP``.
         grace: the target version's grace window (``FLOOR`` only).
     """
 
@@ -75,9 +76,16 @@ class DuePlan:
         return min(self.current, max(self.recomputed, floor))
 
     def suppressed(self, now: datetime, calendars: CalendarRegistry) -> bool:
-        """True when the grace floor moved the due time later than the recomputed one."""
-        due = self.resolve(now, calendars)
-        return self.rule is DueRule.FLOOR and due is not None and due != self.recomputed
+        """True when the grace floor set the due time (see :meth:`floor_set`)."""
+        return self.floor_set(self.resolve(now, calendars))
+
+    def floor_set(self, due: datetime | None) -> bool:
+        """True when ``due`` (this plan resolved at apply) is the grace floor: later than the
+        shortened window's due time (a breach the migration would have made retroactive,
+        suppressed) and earlier than the current one. A due time left where it was (an
+        escalation already past the shortened window's end and already due) is not."""
+        return (self.rule is DueRule.FLOOR and due is not None
+                and due not in (self.recomputed, self.current))
 
     def render(self) -> str:
         """Canonical text for the plan hash (no dependence on the clock)."""
@@ -294,7 +302,7 @@ def plan_escalation(
         to_tier=new.id,
         old_next=None if old_next is None else old_next.id,
         new_next=None if new_next is None else new_next.id,
-        due=_due_plan(esc, target, new.id, esc.calendars(calendars),
+        due=_due_plan(esc, pinned, target, new.id, esc.calendars(calendars),
                       window_changed=_window_changed(esc, pinned, target, new.id)),
         deadline=_deadline_detail(esc, target, new.id, esc.calendars(calendars)),
     )
@@ -331,24 +339,48 @@ def _window_changed(esc: Escalation, pinned: Ladder, target: Ladder, tier: str) 
     return tier_window(pinned, esc.tier, amount) != tier_window(target, tier, amount)
 
 
-def _due_plan(esc: Escalation, target: Ladder, tier: str, calendars: CalendarRegistry,
+def _due_plan(esc: Escalation, pinned: Ladder, target: Ladder, tier: str,
+              calendars: CalendarRegistry,
               *, window_changed: bool = True) -> DuePlan:
-    """The due rule of a migrated escalation. ``recompute_due = "from_tier_entry"`` applies
-    only where the escalation's window changed: an unchanged window keeps its due time, which
-    may carry what recomputing from the tier entry would lose (time spent paused, an explicit
-    ``due_at`` given at enqueue)."""
+    """The due rule of a migrated escalation under ``recompute_due = "from_tier_entry"``.
+
+    The direction comes from the two windows counted from the same tier entry (each with the
+    escalation's materiality band, as ``decide`` counts it, and capped by its regulatory
+    deadline): ``old_end`` with the pinned version's window, ``new_end`` with the target's.
+
+    * Equal (or the window did not change): the due time stays. It may carry what the tier
+      entry does not know (time spent paused, an explicit ``due_at`` given at enqueue).
+    * The due time is the old window's end (the usual case): the new one is ``new_end``.
+    * Otherwise (paused time, an explicit ``due_at``): the due time moves by the same
+      amount, ``due + (new_end - old_end)``: a window 6 h shorter makes it due 6 h sooner.
+    * Lengthened: that later time (``RECOMPUTED``). Shortened: ``FLOOR``, resolved at apply
+      as ``min(due, max(new, now + grace))``: never later than it was (an escalation already
+      due stays due and fires), never a burst of retroactive breaches.
+
+    A shortened window therefore never delays an escalation, and a lengthened one never
+    brings it forward."""
     if esc.status is not Status.PENDING:
         return DuePlan(DueRule.KEEP, None)
     policy = target.migration
     if policy.recompute_due != DUE_FROM_TIER_ENTRY or not window_changed:
         return DuePlan(DueRule.KEEP, esc.due_at)
-    window = tier_window(target, tier, esc.materiality.amount)  # its band's factor, as decide
-    recomputed = window_end(esc.entered_tier_at, window, calendars)
+    amount = esc.materiality.amount
+
+    def end(ladder: Ladder, tier_id: str) -> datetime:
+        at = window_end(esc.entered_tier_at, tier_window(ladder, tier_id, amount), calendars)
+        return at if esc.regulatory_deadline is None else min(at, esc.regulatory_deadline)
+
+    old_end, new_end = end(pinned, esc.tier), end(target, tier)
+    if new_end == old_end:
+        return DuePlan(DueRule.KEEP, esc.due_at)
+    moved = new_end if esc.due_at == old_end else esc.due_at + (new_end - old_end)
     if esc.regulatory_deadline is not None:
-        recomputed = min(recomputed, esc.regulatory_deadline)
-    if recomputed >= esc.due_at:
-        return DuePlan(DueRule.RECOMPUTED, esc.due_at, recomputed)
-    return DuePlan(DueRule.FLOOR, esc.due_at, recomputed, policy.grace)
+        moved = min(moved, esc.regulatory_deadline)
+    if moved == esc.due_at:
+        return DuePlan(DueRule.KEEP, esc.due_at)
+    if new_end > old_end:
+        return DuePlan(DueRule.RECOMPUTED, esc.due_at, max(moved, esc.due_at))
+    return DuePlan(DueRule.FLOOR, esc.due_at, moved, policy.grace)
 
 
 def build_plan(

@@ -148,6 +148,33 @@ def test_shortened_window_never_fires_a_burst_of_retroactive_breaches(env: MigEn
     assert _fire(env).claimed == 0  # nothing became due by the migration
 
 
+def test_shortened_window_never_delays_an_escalation_given_an_explicit_due_time(
+    env: MigEnv,
+) -> None:
+    # An explicit due_at is earlier than tier entry + the old window. Recomputing "entry +
+    # new window" moved such escalations LATER (one already overdue by an hour went 6 h
+    # into the future and stopped firing). Shortened by 22 h, the due time moves 22 h
+    # sooner (floored at now + grace) and never later; one already due stays due and fires.
+    now = env.app.scheduler.time().replace(microsecond=0)
+    soon = env.enqueue("standard", due_at=now + hours(1))[0]
+    overdue = env.enqueue("standard", due_at=now - hours(1))[0]
+    env.add("shortened")  # standard 24 h -> 2 h, grace 30 min
+    before = env.app.scheduler.time()
+    report = env.apply(env.plan().plan_hash)
+    after = env.app.scheduler.time()
+
+    floored = env.state(soon).due_at
+    assert before + timedelta(minutes=30) - timedelta(seconds=1) <= floored
+    assert floored <= after + timedelta(minutes=30) < now + hours(1)
+    assert env.state(overdue).due_at == now - hours(1)  # not moved later
+    [row] = env.migrated_rows(overdue)
+    assert row["details"]["breach_suppressed_by_migration"] is False
+    assert report.suppressed == 1  # the floored one only
+    fired = _fire(env)
+    assert fired.decisions == {"PROMOTED_TO_SENIOR": 1}
+    assert env.state(overdue).tier == "senior" and env.state(soon).tier == "standard"
+
+
 def test_terminal_tier_changed_pending_escalation_in_old_terminal_promotes(
     env: MigEnv,
 ) -> None:

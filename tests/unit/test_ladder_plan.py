@@ -66,6 +66,49 @@ def test_lengthened_window_recomputes_from_tier_entry_and_keep_policy_keeps_due(
     assert isinstance(kept, PlanItem) and kept.due.resolve(T0, CAL) == T0 + timedelta(hours=24)
 
 
+def test_a_shortened_window_never_makes_a_due_time_later() -> None:
+    # Explicit due times earlier than tier entry + the old window (entered = enqueue time):
+    # the due time moves sooner by the amount the window shrank (24 h -> 2 h: 22 h), floored
+    # at now + grace; an escalation already due keeps its due time (it fires) and is not
+    # counted as a suppressed breach.
+    v2 = _v2(_tier("standard", 10, 2), _tier("senior", 20, 48), _tier("compliance", 30, 72),
+             recompute=True)
+    versions = {1: V1, 2: v2}
+    soon = plan_escalation(_esc("standard", T0, T0 + timedelta(hours=1)), versions, v2, CAL)
+    assert isinstance(soon, PlanItem) and soon.due.rule is DueRule.FLOOR
+    assert soon.due.recomputed == T0 - timedelta(hours=21)
+    assert soon.due.resolve(T0, CAL) == T0 + timedelta(minutes=30)
+    assert soon.due.suppressed(T0, CAL)
+    overdue_at = T0 - timedelta(hours=1)
+    overdue = plan_escalation(_esc("standard", overdue_at, overdue_at), versions, v2, CAL)
+    assert isinstance(overdue, PlanItem)
+    assert overdue.due.resolve(T0, CAL) == overdue_at
+    assert not overdue.due.suppressed(T0, CAL)
+    for hours_ahead in (1, 5, 30):  # every due time, every apply instant: never later
+        for entered_ago in (0, 3, 20):
+            esc = _esc("standard", T0 - timedelta(hours=entered_ago),
+                       T0 + timedelta(hours=hours_ahead))
+            item = plan_escalation(esc, versions, v2, CAL)
+            assert isinstance(item, PlanItem)
+            for now in (T0, T0 + timedelta(hours=hours_ahead + 1)):
+                due = item.due.resolve(now, CAL)
+                assert due is not None and due <= esc.due_at
+
+
+def test_a_lengthened_window_keeps_paused_time_and_never_makes_a_due_time_earlier() -> None:
+    tiers = (_tier("standard", 10, 48), _tier("senior", 20, 48), _tier("compliance", 30, 72))
+    v2 = _v2(*tiers, recompute=True)
+    # paused for 5 h: due = entry + 24 h + 5 h; lengthened by 24 h it is entry + 53 h
+    paused = _esc("standard", T0, T0 + timedelta(hours=29))
+    item = plan_escalation(paused, {1: V1, 2: v2}, v2, CAL)
+    assert isinstance(item, PlanItem) and item.due.rule is DueRule.RECOMPUTED
+    assert item.due.resolve(T0, CAL) == T0 + timedelta(hours=53)
+    # an explicit due time an hour after enqueue: 25 h after it
+    explicit = _esc("standard", T0, T0 + timedelta(hours=1))
+    moved = plan_escalation(explicit, {1: V1, 2: v2}, v2, CAL)
+    assert isinstance(moved, PlanItem) and moved.due.resolve(T0, CAL) == T0 + timedelta(hours=25)
+
+
 def test_recompute_leaves_a_tier_whose_window_did_not_change_alone() -> None:
     # Only senior's window changes (48 h -> 36 h). A standard escalation paused for a day
     # (or given an explicit due time at enqueue) keeps its due time: recomputing it from
