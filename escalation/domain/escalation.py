@@ -23,21 +23,26 @@ from escalation.domain.values import fast_init
 MAX_SOURCE_HASH_LEN = 128  # SHA-512 hex; SHA-256 hex is 64
 MAX_EXTERNAL_ID_LEN = 200
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def check_text(value: str, name: str) -> str:
-    """``value`` unchanged when it holds no control character (C0, DEL, C1: NUL, newline, tab...).
+    """``value`` unchanged when it holds no control character (C0, DEL, C1: NUL, newline, tab...)
+    and no lone surrogate (not Unicode text: it has no UTF-8 bytes, so it cannot be stored).
 
     Identifiers (external ids, trace ids, tier ids) are single-line printable text; PostgreSQL
     ``text`` cannot store NUL at all, and a trailing newline would make ``"standard\n"`` a
     different tier that looks like ``standard``.
 
     Raises:
-        InvalidInput: a control character; the message names ``name`` and its position.
+        InvalidInput: a control character or a lone surrogate; the message names ``name``
+            and its position.
     """
     m = _CONTROL.search(value)
     if m is not None:
+        if "\ud800" <= m.group() <= "\udfff":
+            raise InvalidInput(f"{name}: not valid Unicode text (a lone surrogate, or a byte "
+                               f"that is not UTF-8) at position {m.start()} in {value[:40]!r}")
         raise InvalidInput(
             f"{name}: control character {m.group()!r} at position {m.start()} in {value[:40]!r}"
         )

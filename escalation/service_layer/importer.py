@@ -252,7 +252,11 @@ def _check_money(money: str) -> None:
 
 
 def stable_dispute_id(raw: str, source: str) -> tuple[uuid.UUID, str | None]:
-    """(UUID, external id): a UUID string is used as is; anything else -> UUID5(source:raw)."""
+    """(UUID, external id): a UUID string is used as is; anything else -> UUID5(source:raw).
+
+    Raises:
+        InvalidInput: empty, or not valid Unicode text (a lone surrogate).
+    """
     text = raw.strip()
     if len(text) >= 32:  # shorter text cannot hold a UUID's 32 hex digits: skip the attempt
         try:
@@ -261,7 +265,14 @@ def stable_dispute_id(raw: str, source: str) -> tuple[uuid.UUID, str | None]:
             pass
     if not text:
         raise InvalidInput("dispute id: empty")
-    return _uuid5(f"{source}:{text}"), text
+    try:
+        return _uuid5(f"{source}:{text}"), text
+    except UnicodeEncodeError:
+        # a lone surrogate: JSON's "\ud800", or a byte that is not UTF-8 in a command line
+        # argument (Python carries it as one); no UTF-8 bytes, so no stable id and no row
+        raise InvalidInput(f"external id {text[:40]!r} (source {source[:40]!r}): not valid "
+                           "Unicode text (a lone surrogate, or a byte that is not UTF-8)"
+                           ) from None
 
 
 _NAMESPACE_BYTES = ID_NAMESPACE.bytes

@@ -3,6 +3,7 @@ a NUL in a cancel or pause reason, a ladder version beyond a PostgreSQL integer.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -52,3 +53,27 @@ def test_a_body_that_is_not_json_names_the_body_and_where_it_broke(
         problem = r.json()
         assert [e["field"] for e in problem["errors"]] == ["body"], problem
         assert problem["detail"].startswith("body: the body is not valid JSON at character ")
+
+
+def test_a_lone_surrogate_in_an_external_id_or_source_is_422_not_500(
+    service: httpx.Client, compliance: httpx.Client
+) -> None:
+    # JSON may spell a lone surrogate ("\ud800"); it has no UTF-8 bytes, so it can be neither
+    # hashed into the stable dispute id nor stored. It used to escape as a plain-text 500.
+    before = compliance.get("/v1/audit", params={"limit": 1000}).json()
+    for fields, says in (({"external_id": "ab\ud800"}, "not valid Unicode text"),
+                         ({"external_id": "\udcff"}, "not valid Unicode text"),
+                         ({"external_id": "ok-1", "source": "crm\ud800"}, "source must be")):
+        item = body(dispute_id=None, **{"source": "crm", **fields})
+        for path, payload in (("/v1/escalations", item),
+                              ("/v1/escalations/batch", {"items": [item]})):
+            r = service.post(path, content=json.dumps(payload),  # ASCII: "\ud800" escaped
+                             headers={"content-type": "application/json"})
+            assert r.status_code == 422, (path, fields, r.status_code, r.text)
+            assert r.headers["content-type"] == "application/problem+json"
+            problem = r.json()
+            assert says in problem["detail"], r.text
+            named = "source" if "source" in fields else "external_id"
+            assert [e["field"] for e in problem["errors"]] in ([named], [f"items[0].{named}"])
+    after = compliance.get("/v1/audit", params={"limit": 1000}).json()
+    assert after == before  # nothing written

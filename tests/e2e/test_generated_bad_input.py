@@ -103,6 +103,22 @@ def test_an_external_id_with_a_control_character_is_refused_by_enqueue(
     assert_nothing_written(app, did)
 
 
+def test_an_external_id_that_is_not_utf8_is_refused_in_one_line_by_enqueue_and_cancel(
+    app: Any, cli_env: dict[str, str]
+) -> None:
+    import os
+
+    bad = os.fsdecode(b"ab\xff")  # the argument's bytes as the shell passes them
+    res = run_cli(cli_env, "enqueue", "--source", "crm", "--external-id", bad,
+                  "--source-hash", GOOD_HASH, "--due-at", "2030-01-01T00:00:00+00:00")
+    assert res.returncode == 2, res.stderr
+    assert "not valid Unicode text" in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    res = run_cli(cli_env, "cancel", bad, "--source", "crm", "--reason", "resolved")
+    assert res.returncode == 2 and "not valid Unicode text" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
 @FAST
 @given(tier=st.one_of(st.none(), TEXT), external=st.one_of(st.none(), TEXT), trace=TEXT,
        money=st.one_of(TEXT, st.sampled_from(["10.00", "NaN", "-1", "1e400", "0x10", "١٢"])),
