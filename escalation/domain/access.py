@@ -16,7 +16,15 @@ from enum import StrEnum
 
 from escalation.domain.errors import InvalidInput
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+"""A token name. No ``@`` and no ``:``: the actors the product writes itself have one
+(``user@host`` for ladder releases and applies, ``host:pid:hex`` for workers)."""
+
+RESERVED_NAMES = frozenset({"api", "baseline", "cli", "demo", "doctor", "import",
+                            "maintenance-cli", "reconcile", "admin", "worker", "system"})
+"""Actors the CLI, the API process and the workers write on ledger rows themselves
+(compared case-insensitively): a token of that name would make an API caller's rows
+indistinguishable from an operator's."""
 
 
 class Role(StrEnum):
@@ -76,14 +84,20 @@ def parse_role(value: str) -> Role:
 
 
 def check_name(name: str) -> str:
-    """A token name: 1-64 of letters, digits and ``_.:@-``, starting alphanumeric.
+    """A token name: 1-64 of letters, digits and ``_.-``, starting alphanumeric, and not one
+    of :data:`RESERVED_NAMES`.
 
     Raises:
-        InvalidInput: anything else (the name is written as the actor of ledger rows).
+        InvalidInput: anything else (the name is written as the actor of ledger rows, so it
+            must not pass for an actor the product writes itself).
     """
     if not NAME_RE.match(name):
         raise InvalidInput(
-            f"token name must be 1-64 characters of letters, digits and _.:@- "
+            f"token name must be 1-64 characters of letters, digits and _.- "
             f"starting with a letter or digit, got {name!r}"
         )
+    if name.lower() in RESERVED_NAMES:
+        raise InvalidInput(
+            f"token name {name!r} is reserved: the CLI, the API or the workers record it as "
+            "the actor of their own ledger rows; name the caller (e.g. disputes-svc)")
     return name

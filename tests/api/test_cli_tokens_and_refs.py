@@ -36,6 +36,15 @@ def test_token_lifecycle_against_a_running_server(api_server, cli_env):
                       headers=headers).status_code == 401
     bad = run_cli(cli_env, "token", "create", "--name", "x y", "--role", "root")
     assert bad.returncode == 2 and bad.stderr.startswith("error: ")
+    # the actors the product records itself cannot be token names: an API caller's ledger
+    # rows must never read like an operator's (`cli`, `user@host`) or a worker's (`h:1:ab`)
+    for taken, says in (("cli", "reserved"), ("CLI", "reserved"), ("baseline", "reserved"),
+                        ("reconcile", "reserved"), ("root@vm", "letters, digits and _.-"),
+                        ("host:12:ab12", "letters, digits and _.-")):
+        res = run_cli(cli_env, "token", "create", "--name", taken, "--role", "service")
+        assert res.returncode == 2 and says in res.stderr, (taken, res.stdout, res.stderr)
+    listed = run_cli(cli_env, "token", "list", "--json")
+    assert not any(t in listed.stdout for t in ('"cli"', '"root@vm"', '"host:12:ab12"'))
 
 
 def test_cli_addresses_a_dispute_by_source_and_external_id(api_server, service, cli_env):
