@@ -75,6 +75,14 @@ class LadderMigrationError(EscalationError):
     """A ladder migration that cannot be planned or applied (drift, demotion, missing map)."""
 
 
+class LadderVersionSuperseded(LadderMigrationError):
+    """``ladder plan``/``apply`` to a version below one already applied: a migration only
+    moves escalations up to a version, never back (a rollback is a new version that restores
+    the earlier tiers, released and applied). Nothing is planned or written (exit code 2)."""
+
+    exit_code = 2
+
+
 class LadderNotReleased(LadderMigrationError):
     """``ladder plan``/``apply`` asked for a ladder or version that is not released (unknown
     ladder, no file, an invalid file, or a valid file nobody released): the caller's

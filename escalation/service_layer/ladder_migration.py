@@ -38,6 +38,7 @@ from escalation.domain.errors import (
     LadderError,
     LadderMigrationError,
     LadderNotReleased,
+    LadderVersionSuperseded,
     UnknownPlanHash,
 )
 from escalation.domain.escalation import Escalation, Status
@@ -69,6 +70,21 @@ Replanned = tuple[PlanItem, datetime | None] | Blocked
 
 
 # --------------------------------------------------------------------------- the change
+def _refuse_below_applied(history: LadderHistory, name: str, to_version: int) -> None:
+    """Raise :class:`LadderVersionSuperseded` when a finished apply of ``name`` reached a
+    version above ``to_version``: applying the lower one would move nothing (nothing is
+    pinned below it any more) yet write a history run that reads like a rollback."""
+    done = [r for r in history.history(name) if r.status == "done" and r.version > to_version]
+    if done:
+        top = max(done, key=lambda r: (r.version, r.run_id))
+        when = top.finished_at.isoformat() if top.finished_at else top.started_at.isoformat()
+        raise LadderVersionSuperseded(
+            f"ladder {name!r} is already migrated to version {top.version} (run {top.run_id}, "
+            f"{when}, by {top.applied_by}); a migration never moves escalations back to "
+            f"version {to_version}: to undo a change, release a new version (v{top.version + 1}"
+            " or later) that restores the earlier tiers, then plan and apply it")
+
+
 def _change(
     history: LadderHistory, ladders: LadderDirectory, name: str, to_version: int
 ) -> tuple[dict[int, Ladder], Ladder]:
@@ -82,6 +98,7 @@ def _change(
     files = ladders.on_disk()
     released = history.released_checksums()
     _require_released(files, released, name, to_version)
+    _refuse_below_applied(history, name, to_version)
     versions: dict[int, Ladder] = {}
     for v in range(1, to_version + 1):
         checksum = released.get((name, v))
@@ -168,7 +185,8 @@ def plan_migration(
 
     Raises:
         LadderMigrationError: the target version is not released or invalid, a released
-            file of the path is missing or edited, or the files fail ``ladder check``.
+            file of the path is missing or edited, or the files fail ``ladder check``;
+            :class:`LadderVersionSuperseded` when a later version is already applied.
     """
     versions, target = _change(history, ladders, ladder, to_version)
     total = history.count_open(ladder, to_version) if progress else 0
@@ -285,7 +303,8 @@ def apply_migration(
         UnknownPlanHash: ``plan_hash`` is not the hash of this change (mistyped, or the files
             changed since the plan: plan and review again).
         LadderMigrationError: the target is not released or invalid, or a released file of
-            the path is missing or edited.
+            the path is missing or edited; :class:`LadderVersionSuperseded` when a later
+            version is already applied.
         ConflictError: another apply of this ladder version is running.
     """
     if not 1 <= batch_size <= PAGE:

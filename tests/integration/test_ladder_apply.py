@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from escalation.adapters.ladder_files import check_ladder_dir_with_history as check
 from escalation.adapters.tables import escalation_audit
 from escalation.domain.errors import UnknownPlanHash
+from escalation.domain.ladder_plan import change_hash
 from escalation.service_layer.fire import fire_due
 from tests.integration.ladder_support import MigEnv, hours
 
@@ -284,3 +285,24 @@ def test_apply_hands_the_migrated_pending_escalations_to_the_warnings_hook(
     assert all(e.ladder_version == 2 and e.seq == env.state(e.dispute_id).seq for e in seen)
     # built from the page's objects, they equal the projection read back in full
     assert seen == [env.history.states([e.dispute_id])[e.dispute_id] for e in seen]
+
+
+def test_plan_or_apply_back_to_a_version_below_the_applied_one_is_refused(
+    env: MigEnv,
+) -> None:
+    from escalation.domain.errors import LadderVersionSuperseded
+
+    env.enqueue("standard", due_at=env.app.scheduler.time() + hours(3), n=2)
+    env.add("inserted")
+    env.apply(env.plan().plan_hash)
+    runs_before = env.history.history(env.name)
+    # planning back to v1 used to print a plan hash, and applying it wrote a finished run
+    # "version 1, done" that reads like a rollback although nothing moved
+    with pytest.raises(LadderVersionSuperseded, match=r"already migrated to version 2 .*"
+                                                      r"never moves escalations back to version 1"):
+        env.plan(to=1)
+    v1_hash = change_hash(env.name, 1, [(1, env.catalog.get(env.name, 1).checksum)])
+    with pytest.raises(LadderVersionSuperseded):
+        env.apply(v1_hash, to=1)
+    assert env.history.history(env.name) == runs_before
+    assert LadderVersionSuperseded.exit_code == 2
