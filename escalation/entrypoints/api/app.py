@@ -75,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (routes_escalations.router, routes_audit.router, routes_ops.router,
                    metrics.router):
         app.include_router(router, dependencies=[Depends(refuse_unknown_query)])
+    app.include_router(routes_ops.health_router)  # a probe's query string is not a filter
     from escalation.entrypoints.api import console
 
     console.install(app)

@@ -13,10 +13,22 @@ from escalation.entrypoints.api.deps import Core
 
 router = APIRouter(tags=["operations"])
 
+health_router = APIRouter(tags=["operations"])
+"""``/healthz`` alone: included without the unknown-query-parameter check (a load balancer
+may add a cache-busting query string, and a probe that fails on one marks a healthy server
+down)."""
 
-@router.get("/healthz")
+
+@health_router.get("/healthz")
 def healthz() -> dict[str, str]:
-    """200 while the process serves requests (no token needed, no backing service touched)."""
+    """200 while the process serves requests (no token needed, no backing service touched).
+    GET or HEAD (probes use either); any query string is ignored."""
+    return {"status": "ok"}
+
+
+@health_router.head("/healthz", include_in_schema=False)
+def healthz_head() -> dict[str, str]:
+    """``HEAD /healthz``: the GET's status and headers (the server sends no body)."""
     return {"status": "ok"}
 
 
