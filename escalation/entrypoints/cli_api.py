@@ -103,6 +103,31 @@ def token_revoke(name: Annotated[str, typer.Argument(help="Token name.")]) -> No
     out.print(f"revoked {info.name} at {info.revoked_at.isoformat()}", highlight=False)
 
 
+def _check_can_listen(host: str, port: int) -> None:
+    """Bind ``host:port`` once, as uvicorn will (``SO_REUSEADDR``), and let it go.
+
+    Raises:
+        ConfigError: the address is taken or cannot be bound here (exit 2, one line):
+            uvicorn itself printed the listen banner, then the error, and exited 3.
+    """
+    import socket
+
+    from escalation.domain.errors import ConfigError
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ConfigError(f"--host {host!r}: {exc.strerror or exc}") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+                              "(choose another --port, or stop what listens there)") from None
+
+
 @app.command("serve")
 def serve(
     host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
@@ -118,6 +143,7 @@ def serve(
         raise InvalidInput(f"--port must be 1-65535, got {port}")
     if not 1 <= workers <= 64:
         raise InvalidInput(f"--workers must be 1-64, got {workers}")
+    _check_can_listen(host, port)
     s = _settings()
     if not (s.redis_url and s.database_url):
         from escalation.bootstrap import resolve_urls

@@ -18,3 +18,17 @@ def test_serve_prints_where_it_listens(api_server: Any) -> None:
     [line] = [ln for ln in text.splitlines() if ln.startswith("escalation serve: ")]
     assert line.startswith(f"escalation serve: {url} (API under /v1, console at /console")
     assert "1 worker process(es)" in line
+
+
+def test_serve_on_a_taken_port_says_so_in_one_line_and_exits_2(api_server: Any) -> None:
+    # it printed the listen banner, then uvicorn's error, and exited 3 (no documented code)
+    from urllib.parse import urlsplit
+
+    from tests.helpers import run_cli
+
+    port = urlsplit(api_server.url).port
+    res = run_cli(api_server.env, "serve", "--port", str(port))
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert f"cannot listen on 127.0.0.1:{port}" in res.stderr
+    assert "escalation serve: http" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
