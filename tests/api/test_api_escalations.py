@@ -129,6 +129,12 @@ def test_get_shows_every_deadline_with_its_state(service):
     ({"ladder": "no_such_ladder"}, "ladder"),
     ({"colour": "red"}, "colour"),  # unknown field
     ({"due_at": "tomorrow"}, "due_at"),
+    ({"timezone": "Mars/Olympus"}, "timezone"),
+    ({"calendar": "nope"}, "calendar"),
+    ({"ladder": "reg_e_error_resolution"}, "attributes"),  # its deadlines need three
+    ({"ladder": "reg_e_error_resolution",  # one the ladder's deadlines do not use
+      "attributes": {"new_account": True, "point_of_sale": False, "foreign_initiated": False,
+                     "bogus": True}}, "attributes"),
 ])
 def test_bad_input_is_422_naming_the_field_and_writes_nothing(service, engine, change, field):
     b = body()
@@ -139,7 +145,7 @@ def test_bad_input_is_422_naming_the_field_and_writes_nothing(service, engine, c
     doc = r.json()
     assert doc["type"] == "/problems/invalid-input"
     if field is not None:
-        assert any(e["field"] == field for e in doc["errors"]), doc
+        assert [e["field"] for e in doc["errors"]] == [field], doc
     if b.get("dispute_id") != "not-a-uuid":
         assert _store(engine).get(uuid.UUID(b["dispute_id"])) is None
 
@@ -231,6 +237,9 @@ def test_batch_is_all_or_nothing(service, engine):
     r = service.post("/v1/escalations/batch", json={"items": bad})
     assert r.status_code == 422
     assert r.json()["errors"][0]["field"] == "items[2].due_at"
+    # the detail counts as the field does (it said "request 3:" beside items[2])
+    assert r.json()["detail"].startswith("items[2]: "), r.json()
+    assert r.json()["errors"][0]["message"] == r.json()["detail"]
     assert all(_store(engine).get(uuid.UUID(b["dispute_id"])) is None for b in good)
     ok = service.post("/v1/escalations/batch", json={"items": good})
     assert ok.status_code == 200, ok.text

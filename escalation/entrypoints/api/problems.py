@@ -94,6 +94,10 @@ _FIELD_WORDS: tuple[tuple[str, str], ...] = (
     ("to:", "to"),
     ("decision", "decision"),
     ("actor", "actor"),
+    ("dispute attribute", "attributes"),
+    ("time zone", "timezone"),
+    ("timezone", "timezone"),
+    ("calendar", "calendar"),
 )
 _REQUEST_N = re.compile(r"^request (\d+): ")
 
@@ -186,6 +190,9 @@ def install(app: FastAPI) -> None:
         if status == 422:
             field = (exc.params[0] if isinstance(exc, InvalidParameter) and exc.params
                      else field_of(message))
+            m = _REQUEST_N.match(message)
+            if m:  # the service layer counts a batch's requests from 1; JSON indexes from 0
+                message = f"items[{int(m.group(1)) - 1}]: {message[m.end():]}"
             extra["errors"] = [{"field": field, "message": message}]
         return problem(status, message, request.url.path, **extra)
 
