@@ -45,13 +45,13 @@ def _engine() -> Iterator[sa.Engine]:
         engine.dispose()
 
 
-def _ladder_decisions() -> set[str]:
-    """The decisions the ladder files of ``ESCALATION_LADDERS_DIR`` can record (a search for
-    one no dispute has reached yet finds no rows, instead of being refused)."""
+def _ladder_versions() -> list[Any]:
+    """Every ladder version of ``ESCALATION_LADDERS_DIR`` (for the decisions they can record:
+    a search for one no dispute has reached yet finds no rows instead of being refused; and
+    for the tier ids a filter may name)."""
     from escalation.adapters.ladder_files import LadderCatalog
-    from escalation.service_layer.audit_export import ladder_decisions
 
-    return ladder_decisions(LadderCatalog.from_dir(_settings().ladders_dir, strict=False).all())
+    return list(LadderCatalog.from_dir(_settings().ladders_dir, strict=False).all())
 
 
 def _uuid(value: str | None) -> Any:
@@ -406,8 +406,8 @@ def audit_search(
 ) -> None:
     """Search the ledger; rows ordered by decision time.
 
-    An unknown --decision (neither a ledger event nor a recorded decision) and --from after
-    --to are refused (exit 2) with the known names listed.
+    An unknown --decision (neither a ledger event nor a recorded decision), a --tier no
+    ladder has and --from after --to are refused (exit 2) with the known names listed.
     """
     from escalation.service_layer.disputes import dispute_arg
 
@@ -421,7 +421,9 @@ def audit_search(
     from escalation.service_layer.audit_export import (
         COLUMNS,
         check_decision,
+        check_tier,
         export_value,
+        ladder_decisions,
         search,
     )
     flt = _filter(dispute=dispute, tier=tier, decision=decision, since=since, until=until,
@@ -430,7 +432,9 @@ def audit_search(
 
     with _engine() as engine:
         ledger = PostgresLedgerSearch(engine)
-        check_decision(ledger, flt.decision, _ladder_decisions())
+        versions = _ladder_versions()
+        check_decision(ledger, flt.decision, ladder_decisions(versions))
+        check_tier(flt.tier, versions)
         rows = search(ledger, flt, limit)
     if as_json:
         for r in rows:

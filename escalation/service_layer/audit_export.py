@@ -104,6 +104,20 @@ def check_decision(ledger: LedgerSearch, decision: str | None,
         )
 
 
+def check_tier(tier: str | None, ladders: Iterable[Ladder]) -> None:
+    """Refuse a tier filter that no version of the deployment's ladders has (a typo would
+    otherwise search with no rows and read as "no such escalation").
+
+    Raises:
+        InvalidInput: unknown tier id; the message lists the known ones.
+    """
+    if tier is None:
+        return
+    known = sorted({t.id for ladder in ladders for t in ladder.tiers})
+    if tier not in known:
+        raise InvalidInput(f"unknown tier {tier!r}; the ladders' tiers: {', '.join(known)}")
+
+
 def check_output_path(out: Path) -> None:
     """Refuse an output file whose directory does not exist (before anything is written).
 

@@ -55,6 +55,7 @@ def test_search_pages_with_a_cursor_return_every_row_once(api_server, service, c
 def test_search_refuses_bad_parameters(compliance, service):
     for params, field in [({"cursor": "garbage!"}, "cursor"), ({"limit": 0}, "limit"),
                           ({"limit": "x"}, "limit"), ({"decision": "NOPE"}, "decision"),
+                          ({"tier": "nope"}, "tier"),  # was 200 with no rows
                           ({"from": "2026-01-02T00:00:00"}, "from"),
                           ({"from": "2026-02-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"},
                            "from"),

@@ -200,10 +200,13 @@ def test_bad_filter_values_are_a_422_page_not_a_server_error(console):
     cookies = {"esc_console": console.tokens["admin"]}
     for path in ("/console/pending?window=forever", "/console/pending?window=HOUR",
                  "/console/audit?ladder_version=99999999999999999999",
-                 "/console/audit?tier=%00"):
+                 "/console/audit?tier=%00", "/console/audit?tier=nope"):
         r = httpx.get(console.url + path, cookies=cookies)
         assert r.status_code == 422, (path, r.status_code, r.text[:300])
         assert "text/html" in r.headers["content-type"], path
+    # a tier no ladder has: refused (it was an empty result, read as "no such escalation")
+    r = httpx.get(console.url + "/console/audit/export.csv?tier=nope", cookies=cookies)
+    assert r.status_code == 422 and "unknown tier 'nope'" in r.text, r.text[:300]
 
 
 def test_a_console_address_with_a_trailing_slash_goes_to_the_page(page, console):

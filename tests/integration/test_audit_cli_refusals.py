@@ -75,6 +75,10 @@ def test_cli_refusals_exit_2_with_one_line_and_no_traceback(scratch, cli_env, tm
     bogus = _cli(cli_env, url, "audit", "search", "--decision", "BOGUS")
     assert bogus.returncode == 2 and "unknown decision/event 'BOGUS'" in bogus.stderr
     assert "PROMOTED" in bogus.stderr
+    typo = _cli(cli_env, url, "audit", "search", "--tier", "senoir")
+    assert typo.returncode == 2 and "unknown tier 'senoir'" in typo.stderr, typo.stderr
+    assert "senior" in typo.stderr
+    assert _cli(cli_env, url, "audit", "search", "--tier", "senior").returncode == 0
     rev = _cli(cli_env, url, "audit", "search", "--from", "2026-02-01T00:00:00Z",
                "--to", "2026-01-01T00:00:00Z")
     assert rev.returncode == 2 and "is after --to" in rev.stderr

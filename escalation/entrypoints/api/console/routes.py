@@ -470,6 +470,7 @@ def _audit_filter(request: Request) -> Any:
     from escalation.service_layer.audit_export import (
         AuditFilter,
         check_decision,
+        check_tier,
         ladder_decisions,
     )
     from escalation.service_layer.disputes import resolve_dispute
@@ -491,8 +492,9 @@ def _audit_filter(request: Request) -> Any:
                       since=parse_instant(p["from"], "from", zone),
                       until=parse_instant(p["to"], "to", zone, end=True),
                       actor=p["actor"], ladder=p["ladder"], ladder_version=version)
-    check_decision(_ledger(request), flt.decision,
-                   ladder_decisions(_core(request).ladders.all()))
+    versions = list(_core(request).ladders.all())
+    check_decision(_ledger(request), flt.decision, ladder_decisions(versions))
+    check_tier(flt.tier, versions)
     return flt
 
 
