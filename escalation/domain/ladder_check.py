@@ -171,10 +171,11 @@ def _check_checksums(
     for (name, version), recorded in sorted(applied.items()):
         ladder = by_name.get(name, {}).get(version)
         if ladder is None:
-            errors.append(f"{name}@{version}: (file): applied version has no ladder file")
+            errors.append(f"{name}@{version}: (file): released version has no ladder file "
+                          "(restore it: escalations may be pinned to it)")
         elif ladder.checksum != recorded:
             errors.append(
-                f"{ladder.label}: checksum: file is {ladder.checksum[:12]}..., applied as "
+                f"{ladder.label}: checksum: file is {ladder.checksum[:12]}..., released as "
                 f"{recorded[:12]}...; a released ladder file is never edited, add a new version"
             )
     return errors

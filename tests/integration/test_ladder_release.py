@@ -228,7 +228,7 @@ def test_plan_to_a_version_below_a_later_release_checks_only_its_own_path(
     env: MigEnv,
 ) -> None:
     """v3 released after v2 is not part of a migration to v2: planning to v2 (e.g. to finish
-    a v2 apply) is not refused for a v3 'applied version has no ladder file'."""
+    a v2 apply) is not refused for a v3 'released version has no ladder file'."""
     env.enqueue("standard", due_at=env.app.scheduler.time() + hours(2))  # pinned to v1
     v2 = env.add("inserted")
     text = v2.read_text().replace("version = 2\nprevious_version = 1",

@@ -223,7 +223,8 @@ def test_edited_applied_file_is_refused(tmp_path: Path) -> None:
 def test_applied_version_without_file_is_reported(tmp_path: Path) -> None:
     _write(tmp_path, "dispute_review.v1.toml", V1)
     out = check_ladder_dir(tmp_path, {("dispute_review", 2): "ab" * 32})
-    assert out == ["dispute_review@2: (file): applied version has no ladder file"]
+    assert out == ["dispute_review@2: (file): released version has no ladder file (restore it: "
+                   "escalations may be pinned to it)"]
 
 
 def test_tier_windows_must_fit_inside_the_regulatory_deadline() -> None:
