@@ -50,7 +50,11 @@ def resolve_dispute(
     if source is None and external_id is None:
         if dispute_id is None:
             raise InvalidInput("give dispute_id, or source and external_id")
-        return parse_dispute_id(dispute_id), None
+        try:
+            return parse_dispute_id(dispute_id), None
+        except InvalidInput as exc:
+            raise InvalidInput(f"{exc} (a dispute named by its source system's id needs "
+                               "that system's name too: the source)") from None
     if dispute_id is not None:
         raise InvalidInput("give dispute_id or (source, external_id), not both")
     if source is None or external_id is None:

@@ -157,6 +157,9 @@ def test_enqueue_names_a_dispute_by_source_and_external_id_as_the_api_does(
     assert did == str(resolve_dispute(source="crm", external_id=ext)[0])  # the API's id
     state = app.store.get(uuid.UUID(did))[0]
     assert state.external_id == ext
+    alone = run_cli(cli_env, "cancel", ext)  # the external id without its source
+    assert alone.returncode == 2, alone.stderr
+    assert "must be a UUID" in alone.stderr and "the source" in alone.stderr, alone.stderr
     cancelled = run_cli(cli_env, "cancel", ext, "--source", "crm")
     assert cancelled.returncode == 0 and did in cancelled.stdout, cancelled.stderr
     for bad, message in (([], "give --dispute-id, or --source and --external-id"),
