@@ -194,6 +194,10 @@ def test_sla_report_charts_in_ladder_order(page, console):
     assert reg_e == sorted(reg_e, key=order.__getitem__), reg_e
     assert "met" in svgs.nth(0).inner_html() and "missed" in svgs.nth(0).inner_html()
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    # a bad date: the error page still says what "on time" means (its grace was blank)
+    page.goto(console.url + "/console/sla?from=2024-13-01")
+    caption = page.locator("#sla caption").inner_text()
+    assert "within 60 s of due" in caption, caption
 
 
 def test_bad_filter_values_are_a_422_page_not_a_server_error(console):

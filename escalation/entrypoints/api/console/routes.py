@@ -576,7 +576,8 @@ def sla(request: Request) -> HTMLResponse:
         assert since is not None and until is not None  # noqa: S101 - defaults given
         report = rep.build(PostgresReports(core.engine), since, until)
     except InvalidInput as exc:
-        return _error(request, exc, "sla.html", tiers=[], charts=[])
+        return _error(request, exc, "sla.html", tiers=[], charts=[],
+                      grace_s=rep.DEFAULT_GRACE_S)  # the caption still names the grace
     tiers = sorted(report.tiers, key=lambda f: (f.ladder, _rank(core, f.ladder, f.tier), f.tier))
     outcomes = dl.deadline_outcomes(q, core.ladders.get, core.calendars, since, until, now=now)
     per_tier: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
