@@ -399,8 +399,9 @@ def audit_search(
     limit: Annotated[int, typer.Option(help="At most this many rows (1-10000).")] = 100,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines.")] = False,
     deadlines: Annotated[bool, typer.Option(
-        "--deadlines", help="With --dispute: each regulatory deadline of the dispute, met or "
-        "missed and by how much (hours, business days).")] = False,
+        "--deadlines", help="With --dispute: each regulatory deadline of the dispute, met, "
+        "missed (and by how much: hours, business days), at_risk (within 48 h) or "
+        "pending.")] = False,
     deadline: Annotated[str | None, typer.Option(
         help="With --dispute: only this deadline (implies --deadlines).")] = None,
 ) -> None:

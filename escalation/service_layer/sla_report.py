@@ -48,7 +48,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from itertools import groupby
 from typing import Any
@@ -138,7 +138,8 @@ class DeadlineOutcome:
     """One regulatory deadline of one dispute (``report sla --missed``, ``audit search``).
 
     Attributes:
-        status: ``"met"``, ``"missed"`` or ``"pending"``.
+        status: ``"met"``, ``"missed"`` or ``"pending"`` (``"at_risk"`` in
+            :func:`dispute_deadlines`: pending within the next 48 h).
         deadline: aware UTC instant; ``local_deadline``: ISO text in the institution's zone.
         resolved_at: CANCELLED instant (met, or missed and resolved late), else None.
         late_hours / late_business_days: how late (0 when met; up to ``now`` while open).
@@ -405,16 +406,21 @@ def dispute_deadlines(
     calendars: CalendarRegistry | None = None, now: datetime | None = None,
 ) -> list[DeadlineOutcome]:
     """Every regulatory deadline of one dispute (optionally only ``name``), met / missed /
-    pending as in the report, with lateness. Empty when the dispute has none.
+    at_risk / pending, with lateness: the console's words (``deadline_outcomes``): a
+    pending deadline within the next 48 h is ``at_risk``. Empty when the dispute has none.
 
     ``source``: the ``LedgerReports`` port (its ``dispute_rows``); ``now`` defaults to the
     database clock."""
+    from escalation.service_layer.deadline_outcomes import AT_RISK
+
     db_now, rows = source.dispute_rows(dispute_id)
     if not rows:
         return []
-    report = compute(rows, EARLIEST, LATEST, now=db_now if now is None else now,
-                     calendars=calendars)
-    return [o for o in report.deadlines if name is None or o.name == name]
+    at = db_now if now is None else now
+    report = compute(rows, EARLIEST, LATEST, now=at, calendars=calendars)
+    return [replace(o, status="at_risk")
+            if o.status == "pending" and o.deadline <= at + AT_RISK else o
+            for o in report.deadlines if name is None or o.name == name]
 
 
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)

@@ -139,6 +139,25 @@ def test_audit_search_answers_per_dispute_and_per_deadline(app: Any,
     assert res.returncode == 2 and "no deadline 'nope'" in res.stderr
 
 
+def test_audit_search_deadlines_says_at_risk_as_the_console_does(
+    app: Any, cli_env: dict[str, str]
+) -> None:
+    # A deadline due within 48 h is "at_risk" on the console; the CLI said "pending".
+    import json
+    from datetime import timedelta
+
+    did = uuid.uuid4()
+    enqueue_on_breach(
+        _req(did, ladder="cfpb_complaint_response",
+             opened_at=app.scheduler.time() - timedelta(days=14)),
+        scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
+        default_ladder="dispute_review", actor="t")
+    res = run_cli(cli_env, "audit", "search", "--dispute", str(did), "--deadlines", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    status = {r["deadline"]: r["status"] for r in map(json.loads, res.stdout.splitlines())}
+    assert status == {"company_response": "at_risk", "final_response": "pending"}, status
+
+
 def test_audit_search_deadlines_takes_the_external_id_with_source(
     app: Any, cli_env: dict[str, str]
 ) -> None:
