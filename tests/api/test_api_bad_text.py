@@ -77,3 +77,21 @@ def test_a_lone_surrogate_in_an_external_id_or_source_is_422_not_500(
             assert [e["field"] for e in problem["errors"]] in ([named], [f"items[0].{named}"])
     after = compliance.get("/v1/audit", params={"limit": 1000}).json()
     assert after == before  # nothing written
+
+
+def test_a_key_given_twice_in_a_body_is_422_and_writes_nothing(
+    service: httpx.Client, compliance: httpx.Client
+) -> None:
+    # {"external_id": "D1", "external_id": "D2"} created D2 (the parser keeps the last value)
+    b = body(dispute_id=None, source="crm", external_id="D1")
+    raw = json.dumps(b)[:-1] + ', "external_id": "D2"}'
+    before = compliance.get("/v1/audit", params={"limit": 1000}).json()
+    for path, content in (("/v1/escalations", raw),
+                          ("/v1/escalations/batch", '{"items": [' + raw + "]}")):
+        r = service.post(path, content=content, headers={"content-type": "application/json"})
+        assert r.status_code == 422, (path, r.status_code, r.text)
+        problem = r.json()
+        assert [e["field"] for e in problem["errors"]] == ["external_id"], problem
+        assert "given more than once" in problem["detail"]
+    assert compliance.get("/v1/audit", params={"limit": 1000}).json() == before
+    assert service.post("/v1/escalations", json=b).status_code == 201  # once is fine

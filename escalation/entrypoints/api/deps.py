@@ -4,6 +4,7 @@ refusal of query parameters a route does not declare."""
 from __future__ import annotations
 
 import difflib
+import json
 import types
 from typing import Annotated, Any, Union, get_args, get_origin
 from uuid import UUID
@@ -130,3 +131,43 @@ def refuse_unknown_query(request: Request) -> None:
     detail = "; ".join(e["message"] for e in errors)
     raise ApiProblem(422, f"{detail}. {request.method} {route.path} {takes}",
                      errors=errors, accepted=list(accepted))
+
+
+async def refuse_duplicate_keys(request: Request) -> None:
+    """Refuse a JSON body in which one object names a key twice: 422 naming the key.
+
+    JSON parsers keep the last value (RFC 8259 section 4 leaves it to the implementation):
+    ``{"external_id": "D1", "external_id": "D2"}`` created D2, a record other than the one a
+    reader of the request would see. Runs after FastAPI has parsed the body (the bytes are
+    read once; a body that is not JSON was already refused) and before the route writes.
+
+    Raises:
+        ApiProblem (422): ``errors[].field`` is the repeated key.
+    """
+    if request.method not in ("POST", "PUT", "PATCH"):
+        return
+    raw = await request.body()
+    if not raw:
+        return
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(items)
+        if len(obj) != len(items):
+            seen: set[str] = set()
+            for k, _ in items:
+                if k in seen:
+                    repeated.append(k)
+                seen.add(k)
+        return obj
+
+    try:
+        json.loads(raw, object_pairs_hook=pairs)
+    except ValueError:
+        return  # not JSON: FastAPI's own refusal names where it broke
+    if repeated:
+        key = repeated[0]
+        message = (f"key {key!r} given more than once in one JSON object; each field "
+                   "takes one value")
+        raise ApiProblem(422, f"body: {message}",
+                         errors=[{"field": key, "message": message}])

@@ -11,14 +11,19 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, Body, Request, Response
+from fastapi import APIRouter, Body, Depends, Request, Response
 
 from escalation.bootstrap import App
 from escalation.domain.errors import NotFound
 from escalation.domain.escalation import Escalation, Status
 from escalation.entrypoints.api.auth import StatusReader, Writer
 from escalation.entrypoints.api.batching import CreateBatcher
-from escalation.entrypoints.api.deps import Core, Dispute, path_parameters
+from escalation.entrypoints.api.deps import (
+    Core,
+    Dispute,
+    path_parameters,
+    refuse_duplicate_keys,
+)
 from escalation.entrypoints.api.models import (
     BatchIn,
     BatchItemOut,
@@ -34,7 +39,9 @@ from escalation.entrypoints.cli_common import parse_time
 from escalation.service_layer.disputes import resolve_dispute
 from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many
 
-router = APIRouter(prefix="/v1", tags=["escalations"])
+# a JSON body naming a key twice is refused before anything is written
+router = APIRouter(prefix="/v1", tags=["escalations"],
+                   dependencies=[Depends(refuse_duplicate_keys)])
 DISPUTE_PATHS = ("/escalations/{dispute_id}", "/sources/{source}/escalations/{external_id}")
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Problem, "content": {"application/problem+json": {}}}
