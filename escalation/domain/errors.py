@@ -96,7 +96,10 @@ class ConfigError(InvalidInput):
 
 
 class SchemaNotAtHead(EscalationError):
-    """The database is not at the Alembic head revision; run ``escalation db upgrade``."""
+    """The database is not at the Alembic head revision; run ``escalation db upgrade``
+    (a setup step the operator must take, like a bad setting: exit code 2)."""
+
+    exit_code = 2
 
 
 class NotFound(EscalationError):
