@@ -266,14 +266,21 @@ def audit_verify_digest(
     if previous is not None:
         prev = read_digest(previous)
         problems += [f"{previous}: {p}" for p in [verify_signature(prev, key)] if p]
-        if (int(prev.get("checkpoint_id", -1)) + 1 == int(dig.get("checkpoint_id", -2))
-                and prev.get("checkpoint_hash") != dig.get("prev_checkpoint_hash")):
+        pid, did = int(prev.get("checkpoint_id", -1)), int(dig.get("checkpoint_id", -2))
+        if pid + 1 != did:
+            # the link is checked or the digest is refused: it printed "ok" for a --previous
+            # two checkpoints back, or after it, without comparing anything
+            problems.append(f"{previous} is checkpoint {pid}, not the one just before "
+                            f"checkpoint {did}: give the digest of checkpoint {did - 1}")
+        elif prev.get("checkpoint_hash") != dig.get("prev_checkpoint_hash"):
             problems.append(f"{digest} does not chain to {previous}")
     for p in problems:
         err.print(f"error: {p}", markup=False, highlight=False)
     if problems:
         raise typer.Exit(1)
-    out.print(f"ok: checkpoint {dig.get('checkpoint_id')} signed by the given key",
+    link = (f", chained to checkpoint {prev.get('checkpoint_id')}" if previous is not None
+            else "")
+    out.print(f"ok: checkpoint {dig.get('checkpoint_id')} signed by the given key{link}",
               markup=False, highlight=False)
 
 

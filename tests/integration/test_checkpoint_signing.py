@@ -42,6 +42,12 @@ def test_signed_checkpoint_verifies_offline_and_exposes_a_rewrite(
     ok = _cli(env, "audit", "verify-digest", str(d2), "--public-key", str(pub),
               "--previous", str(d1))
     assert ok.returncode == 0, ok.stderr
+    assert "chained to checkpoint" in ok.stdout
+    # a --previous that is not the checkpoint just before: refused, never an unchecked "ok"
+    for newer, older in ((d1, d2), (d1, d1)):
+        res = _cli(env, "audit", "verify-digest", str(newer), "--public-key", str(pub),
+                   "--previous", str(older))
+        assert res.returncode == 1 and "not the one just before" in res.stderr, res.stderr
     # a digest edited without the private key (e.g. to match rewritten tables) fails offline
     forged = {**json.loads(d1.read_text()), "heads_root": "00" * 32}
     bad = tmp_path / "forged.json"
