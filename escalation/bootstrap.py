@@ -423,6 +423,13 @@ def maintenance_for(app: App, *, ttl_ms: int | None = None,
                        actor=app.actor)
 
 
+def _bound(app: App) -> bool:
+    """True when the database is bound to this namespace (``db upgrade``): then it is one
+    deployment's, and every ladder released in it belongs to the configured directory (an
+    unbound database, such as a test suite's, may hold other directories' releases)."""
+    return check_namespace(app.engine, app.settings.namespace) is not None
+
+
 def ladder_file_problems(app: App) -> list[str]:
     """Broken releases (released files missing, invalid or edited, re-read now), then every
     other ``ladder check`` problem; a failure of the check is reported, never raised."""
@@ -433,7 +440,8 @@ def ladder_file_problems(app: App) -> list[str]:
         named = {e.split(": ", 2)[1] for e in broken if e.count(": ") >= 2}  # their files
         others = [e for e in check_ladder_dir_with_history(app.settings.ladders_dir,
                                                            LadderHistoryStore(app.engine),
-                                                           app.calendars)
+                                                           app.calendars,
+                                                           deployment=_bound(app))
                   if not e.startswith(RELEASE_BROKEN) and e.split(": ", 1)[0] not in named]
     except Exception as exc:  # doctor reports, never crashes
         return [f"ladder files could not be checked: {exc}"]

@@ -685,13 +685,18 @@ def verify_released(path: Path, files: LadderCatalog, name: str, version: int,
 
 
 def check_ladder_dir_with_history(ladders_dir: Path, history: LadderHistory | None,
-                                  calendars: CalendarRegistry | None = None) -> list[str]:
+                                  calendars: CalendarRegistry | None = None, *,
+                                  deployment: bool = False) -> list[str]:
     """Every problem ``escalation ladder check`` reports (empty = valid), against
     ``calendars`` (the deployment's; None = the built-in ones).
 
     File checks always; with ``history`` also, for the ladders that have files in
-    ``ladders_dir`` (other ladders' rows belong to other directories): the checksums
-    recorded at release and apply, and every released file that is missing.
+    ``ladders_dir``: the checksums recorded at release and apply, and every released file
+    that is missing. ``deployment``: ``ladders_dir`` is the deployment's own directory (not
+    a scratch ``--dir``) and the database is bound to the deployment (so every release in
+    it is this directory's), so a released ladder with no file left in it while escalations
+    are pinned to it is reported too (workers dead-letter each of them; moving every file of a
+    ladder away was otherwise invisible).
     """
     if history is None:
         return check_ladder_dir(ladders_dir, {}, calendars)
@@ -699,10 +704,32 @@ def check_ladder_dir_with_history(ladders_dir: Path, history: LadderHistory | No
     applied = {k: v for k, v in history.applied_checksums().items() if k[0] in names}
     errors = check_ladder_dir(ladders_dir, applied, calendars)
     files = LadderCatalog.from_dir(ladders_dir, strict=False, calendars=calendars)
-    for (name, version), checksum in sorted(history.released_checksums().items()):
+    released = history.released_checksums()
+    for (name, version), checksum in sorted(released.items()):
         if name in names and not (ladders_dir / f"{name}.v{version}.toml").exists():
             try:
                 verify_released(ladders_dir, files, name, version, checksum)
             except LadderError as exc:
                 errors.append(str(exc))
+    if deployment:
+        errors.extend(_ladders_gone(ladders_dir, history, released, names))
     return errors
+
+
+def _ladders_gone(ladders_dir: Path, history: LadderHistory,
+                  released: Mapping[tuple[str, int], str], on_disk: set[str]) -> list[str]:
+    """A line per released ladder with no file in ``ladders_dir`` and open escalations."""
+    out: list[str] = []
+    versions: dict[str, list[int]] = {}
+    for name, version in released:
+        if name not in on_disk:
+            versions.setdefault(name, []).append(version)
+    for name, vs in sorted(versions.items()):
+        pinned = history.count_open(name, max(vs) + 1)
+        if pinned:
+            out.append(
+                f"{name}: (files): released ({', '.join(f'v{v}' for v in sorted(vs))}) and "
+                f"{pinned} pending or paused escalation(s) are pinned to it, but no file of it "
+                f"is in {ladders_dir}: restore its files (workers dead-letter each of those "
+                "escalations until then)")
+    return out

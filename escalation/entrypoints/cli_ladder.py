@@ -84,8 +84,14 @@ def ladder_check(
                                            settings.institution_calendar,
                                            settings.institution_timezone)
     history, note = _history_for_check(settings)
+    own = directory is None or directory.resolve() == settings.ladders_dir.resolve()
     try:
-        errors = check(path, history, calendars)
+        if own and history is not None:
+            from escalation.adapters.db import check_namespace
+
+            # a bound database is one deployment's: every release in it is this directory's
+            own = check_namespace(history._engine, settings.namespace) is not None
+        errors = check(path, history, calendars, deployment=own)
     finally:
         if history is not None:
             history._engine.dispose()

@@ -185,3 +185,41 @@ def test_bad_webhook_url_and_missing_report_directory_are_refused_up_front(
     res = run_cli(cli_env, "report", "sla", "--from", "2026-01-01T00:00:00Z", "--to",
                   "2026-02-01T00:00:00Z", "--format", "csv", "--out", "/nonexistent/dir/x.csv")
     assert res.returncode == 2 and "does not exist" in res.stderr
+
+
+def test_a_released_ladder_whose_files_all_left_the_directory_is_reported(
+    cli_env: dict[str, str], server_urls: tuple[str, str], tmp_path: Path
+) -> None:
+    # Moving every file of a released ladder away left `doctor` (LADDER_FILES) and `ladder
+    # check` green while workers dead-lettered each escalation pinned to it. On a database
+    # bound to this deployment (`db upgrade`), both now name the ladder and what is pinned.
+    import json
+
+    from tests.conftest import scratch_database
+
+    ladders = tmp_path / "ladders"
+    shutil.copytree(LADDERS, ladders)
+    with scratch_database(server_urls[1], "escalation_gone") as url:
+        env = {**cli_env, "ESCALATION_DATABASE_URL": url, "ESCALATION_LADDERS_DIR": str(ladders)}
+        assert run_cli(env, "db", "upgrade").returncode == 0
+        res = run_cli(env, "enqueue", "--dispute-id", str(uuid.uuid4()), "--source-hash", HASH,
+                      "--ladder", "dispute_review", "--due-at", "2099-01-01T00:00:00+00:00")
+        assert res.returncode == 0, res.stderr
+        assert run_cli(env, "ladder", "check").returncode == 0
+        away = tmp_path / "away"
+        away.mkdir()
+        for f in ladders.glob("dispute_review.v*.toml"):
+            f.rename(away / f.name)
+        check = run_cli(env, "ladder", "check")
+        assert check.returncode == 2, check.stdout + check.stderr
+        assert ("dispute_review: (files): released (v1) and 1 pending or paused "
+                "escalation(s) are pinned to it, but no file of it") in check.stderr
+        doctor = run_cli(env, "doctor", "--json")
+        [files] = [c for c in json.loads(doctor.stdout) if c["name"] == "LADDER_FILES"]
+        assert not files["ok"] and "dispute_review: (files)" in json.dumps(files)
+        assert doctor.returncode == 1
+        # a scratch directory given with --dir is not the deployment's: not reported there
+        scratch_dir = tmp_path / "drafts"
+        scratch_dir.mkdir()
+        shutil.copy(LADDERS / "dispute_review.v1.toml", scratch_dir)
+        assert run_cli(env, "ladder", "check", "--dir", str(scratch_dir)).returncode == 0
