@@ -115,7 +115,9 @@ def notify(
                 r = n.run_once(block_ms=None if burst else 1000)
                 total.add(r)
                 progress("handled", total.handled, None)
-                if burst and not r.handled:
+                # a pass that only skipped other tiers' entries (--tier) still read some:
+                # ending there left that tier's entries behind a full page of others
+                if burst and not (r.handled or r.skipped):
                     break
     finally:
         a.close()

@@ -251,3 +251,26 @@ def test_notify_cli_with_a_bad_backoff_exits_2_with_the_expected_format(
     assert res.returncode == 2
     assert "--backoff must be comma-separated seconds, e.g. 5,30,300,3600" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_notify_burst_for_one_tier_reads_past_a_full_page_of_other_tiers(
+    app: Any, cli_env: dict[str, str], topology_shards: int
+) -> None:
+    # `notify --tier compliance --burst` stopped after a pass that only skipped other tiers'
+    # entries (100 per shard per pass) and exited 0, leaving every compliance entry behind
+    from tests.helpers import run_cli
+
+    def fire(n: int) -> None:
+        report = fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                          calendars=app.calendars, batch_size=500, lease_ms=30_000,
+                          worker_id="w")
+        assert report.recorded == n
+
+    # first in the streams: more than a page (100) per shard of standard -> senior entries
+    enqueue(app, due_requests(130 * topology_shards, app.scheduler.time()))
+    fire(130 * topology_shards)
+    enqueue(app, due_requests(3, app.scheduler.time(), tier="senior"))
+    fire(3)  # senior -> compliance: after them
+    res = run_cli(cli_env, "notify", "--tier", "compliance", "--burst", "--discard")
+    assert res.returncode == 0, res.stderr
+    assert "acknowledged without delivery 3," in res.stdout, res.stdout + res.stderr[-2000:]
