@@ -250,7 +250,7 @@ class InspectionMixin(SchedulerBase):
         every ready member), oldest_overdue_ms (now - earliest
         due score, None when nothing is due), locked (lock keys, counted with SCAN), dead
         (ZCARD dead), plus every counter of the stats hashes (claimed, stuck, lock_contended,
-        applied, stale_apply, not_owner, missing, enqueued, cancelled).
+        applied, stale_apply, not_owner, restore_held, missing, enqueued, cancelled).
         """
         now = self._now_ms()
         out: dict[str, int | None] = {"pending": 0, "due_now": 0, "locked": 0, "dead": 0}

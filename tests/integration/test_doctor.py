@@ -85,3 +85,23 @@ def test_doctor_cli_exits_non_zero_when_a_check_fails(
     proc = run_cli(env, "doctor")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "STUCK_MEMBER" in proc.stdout and "ZSET_DRIFT" in proc.stdout
+
+
+def test_a_restore_that_meets_a_workers_lock_is_not_lock_contention(own_app: Any) -> None:
+    # A ladder apply (or reconcile) restoring a member a worker holds is answered NOT_OWNER
+    # and retried later: expected on a live system. It was counted with the workers'
+    # "lease expired mid-flight" and doctor failed LOCK_CONTENTION for good, advising to
+    # raise lock_ttl_s. It now has its own counter.
+    from escalation.domain.escalation import Status
+    from escalation.ports import ApplyOutcome
+    from tests.e2e.helpers import due_requests, enqueue
+
+    [did] = enqueue(own_app, due_requests(1, own_app.scheduler.time()))
+    esc = own_app.store.get(did)[0]
+    assert esc.status is Status.PENDING
+    assert own_app.scheduler.claim(10, 30_000, "worker-a")
+    assert own_app.scheduler.restore([esc.with_changes(seq=esc.seq + 1)]) == [
+        ApplyOutcome.NOT_OWNER]
+    stats = own_app.scheduler.stats()
+    assert stats.get("restore_held") == 1 and not stats.get("not_owner"), stats
+    assert _by_name(own_app)["LOCK_CONTENTION"].ok

@@ -29,8 +29,11 @@
 --     notification of decision <seq> is sent by whichever apply first moves the payload past
 --     <seq>: worker, stale-claim repair, reconcile; never twice) -- and DEL the lock when this
 --     op's token owns it.
--- Stats counters: applied, stale_apply, not_owner, missing. Every op is validated before the
--- first write; re-sending the call yields "stale_seq" for ops already applied.
+-- Stats counters: applied, stale_apply, not_owner (a worker's token no longer holds the lock:
+-- its lease expired mid-flight), restore_held ("not_owner" answered to a restore, create = "1",
+-- because a worker holds the member: ladder apply and reconcile retry it; not a lease
+-- problem), missing. Every op is validated before the first write; re-sending the call
+-- yields "stale_seq" for ops already applied.
 --
 -- Writes to the shard's shared keys (ZREM ready, ZADD / ZREM pending, HDEL prio) are collected
 -- and sent as one multi-member command per kind at the end (or before an op whose id repeats
@@ -180,7 +183,7 @@ local function flush()
 end
 
 local result = {}
-local applied, stale, not_owner, missing = 0, 0, 0, 0
+local applied, stale, not_owner, missing, restore_held = 0, 0, 0, 0, 0
 for i = 1, n do
   local p = 6 * i - 3
   local id, action, token, seq, due_ms = ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4]
@@ -193,11 +196,11 @@ for i = 1, n do
   local lockval = redis.call('GET', lkey)
   local locktok = lockval and string.match(lockval, '^(%d+):') or nil
   local restore = ARGV[p + 5] == '1'
-  local out
+  local out, held
   if pseq == false then
     if restore and action ~= 'remove' then
       if lockval then
-        out = 'o'
+        out, held = 'o', true
       else
         redis.call('DEL', pkey)
         redis.call('HSET', pkey, unpack(fields[i]))
@@ -233,7 +236,7 @@ for i = 1, n do
   elseif token ~= '' and locktok ~= token then
     out = 'o'
   elseif restore and lockval then
-    out = 'o'
+    out, held = 'o', true
   else
     collected[id] = true
     zrem_ready[#zrem_ready + 1] = id
@@ -261,6 +264,7 @@ for i = 1, n do
   end
   if out == 'a' then applied = applied + 1
   elseif out == 's' then stale = stale + 1
+  elseif out == 'o' and held then restore_held = restore_held + 1
   elseif out == 'o' then not_owner = not_owner + 1
   else missing = missing + 1 end
   result[i] = out
@@ -295,5 +299,6 @@ end
 if applied > 0 then redis.call('HINCRBY', KEYS[3], 'applied', applied) end
 if stale > 0 then redis.call('HINCRBY', KEYS[3], 'stale_apply', stale) end
 if not_owner > 0 then redis.call('HINCRBY', KEYS[3], 'not_owner', not_owner) end
+if restore_held > 0 then redis.call('HINCRBY', KEYS[3], 'restore_held', restore_held) end
 if missing > 0 then redis.call('HINCRBY', KEYS[3], 'missing', missing) end
 return table.concat(result)
