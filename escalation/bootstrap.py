@@ -396,7 +396,8 @@ def maintenance_jobs(app: App, rel: ReliabilityRedis,
 
     def do_reconcile() -> dict[str, Any]:
         rep = reconcile(scheduler=app.scheduler, store=app.store, redis_side=rel,
-                        progress=between_pages)
+                        progress=between_pages,
+                        on_restored=schedule_for(app, only_ahead=True))
         return {"checked_db": rep.checked_db, "repaired": rep.count(repaired=True),
                 "differences": rep.count()}
 

@@ -205,6 +205,7 @@ def reconcile_cmd(
     An item that cannot be repaired (e.g. a due time Redis refuses) does not stop the run: it
     is reported (count and ids, in the JSON and on stderr) and the command exits 1 at the end.
     """
+    from escalation.bootstrap import schedule_for
     from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.reconcile import reconcile
 
@@ -212,7 +213,8 @@ def reconcile_cmd(
     try:
         with cli_progress("reconcile") as progress:
             rep = reconcile(scheduler=a.scheduler, store=a.store, redis_side=_rel(a),
-                            dry_run=dry_run, progress=progress)
+                            dry_run=dry_run, progress=progress,
+                            on_restored=schedule_for(a, only_ahead=True))
         _print_json(rep.as_dict())
     finally:
         a.close()

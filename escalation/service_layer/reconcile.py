@@ -35,7 +35,7 @@ propagate (nothing can be repaired without the servers; reconcile can be re-run)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -157,6 +157,7 @@ def reconcile(
     dry_run: bool = False,
     page: int = PAGE,
     progress: Progress = no_progress,
+    on_restored: Callable[[Sequence[Escalation]], None] | None = None,
 ) -> ReconcileReport:
     """Compare PostgreSQL with Redis and repair Redis (see the module docstring).
 
@@ -168,6 +169,10 @@ def reconcile(
         page: PostgreSQL page / Redis chunk size (1-10000).
         progress: called ``("postgres", rows checked, None)`` after each PostgreSQL page and
             ``("redis", members checked, None)`` after each Redis chunk.
+        on_restored: called with the pending escalations whose payload this run re-created
+            or brought up to date (MISSING, BEHIND): the keys lost with a payload may hold
+            their pre-breach warnings too (the CLI and the maintenance job schedule those
+            still ahead; scheduling is idempotent).
 
     Returns:
         ReconcileReport.
@@ -179,7 +184,9 @@ def reconcile(
     report = ReconcileReport(dry_run=dry_run)
     for rows in _pages(store, page):
         report.checked_db += len(rows)
-        _db_to_redis(rows, scheduler, redis_side, report, dry_run, store)
+        restored = _db_to_redis(rows, scheduler, redis_side, report, dry_run, store)
+        if restored and on_restored is not None:
+            on_restored(restored)
         progress("postgres", report.checked_db, None)
     for chunks in redis_side.scan_shards(page):  # per shard: pending + ready (ADR 0006)
         seen: set[str] = set()  # a member moved pending -> ready mid-scan is read twice
@@ -200,9 +207,13 @@ ITEM_ERRORS: tuple[type[BaseException], ...] = (EscalationError, ValueError, Ove
 
 def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
              report: ReconcileReport,
-             notes: Mapping[UUID, dict[str, str]] | None = None) -> None:
+             notes: Mapping[UUID, dict[str, str]] | None = None,
+             restored: list[Escalation] | None = None) -> None:
     """``scheduler.restore`` the batch; if Redis refuses it (one bad op fails the whole
-    script call), restore item by item so one bad escalation does not block the others."""
+    script call), restore item by item so one bad escalation does not block the others.
+    Pending escalations re-created or brought up to date are appended to ``restored``."""
+    if restored is None:
+        restored = []
     try:
         mine = {e.dispute_id: notes[e.dispute_id] for e, _, _ in todo
                 if notes and e.dispute_id in notes}
@@ -212,7 +223,7 @@ def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
             raise
         for item in todo:
             try:
-                _restore(scheduler, [item], report, notes)
+                _restore(scheduler, [item], report, notes, restored)
             except ITEM_ERRORS as exc:
                 esc, kind, detail = item
                 did = str(esc.dispute_id)
@@ -222,12 +233,16 @@ def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
     for (esc, kind, detail), outcome in zip(todo, outcomes, strict=True):
         report.diffs.append(Diff(kind, str(esc.dispute_id), f"{detail}: {outcome.value}",
                                  repaired=outcome is ApplyOutcome.APPLIED))
+        if (outcome is ApplyOutcome.APPLIED and kind in (DiffKind.MISSING, DiffKind.BEHIND)
+                and esc.status is Status.PENDING):
+            restored.append(esc)
 
 
 def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
                  redis_side: SchedulerInspection,
                  report: ReconcileReport, dry_run: bool,
-                 store: PendingSource | None = None) -> None:
+                 store: PendingSource | None = None) -> list[Escalation]:
+    """Repair one PostgreSQL page's differences; returns the pending escalations restored."""
     seen = redis_side.inspect([str(e.dispute_id) for e in rows])
     todo: list[tuple[Escalation, DiffKind, str]] = []
     gaps: list[tuple[DiffKind, tuple[UUID, int, int]]] = []  # BEHIND / MISSING: seq ranges
@@ -261,17 +276,19 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
             gaps.append((kind, (esc.dispute_id, got.payload_seq or 0, esc.seq)))
     if dry_run or not todo:
         report.diffs += [Diff(k, str(e.dispute_id), d) for e, k, d in todo]
-        return
+        return []
     # a decision recorded but never applied (worker killed between record and apply, or the
     # apply lost in a failover) was never notified: the repair sends it, at most once
     # (apply.lua's notify seq guard)
     notes = _repair_notes(store, redis_side, gaps)
+    restored: list[Escalation] = []
     try:
-        _restore(scheduler, todo, report, notes)
+        _restore(scheduler, todo, report, notes, restored)
     except ITEM_ERRORS as exc:  # a batch of one that failed
         esc, kind, detail = todo[0]
         report.errors.append((str(esc.dispute_id), f"{kind.value}: {exc}"))
         report.diffs.append(Diff(kind, str(esc.dispute_id), f"{detail}: FAILED: {exc}"))
+    return restored
 
 
 def _repair_notes(store: PendingSource | None, redis_side: SchedulerInspection,

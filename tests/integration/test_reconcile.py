@@ -245,3 +245,34 @@ def test_reconcile_stops_on_a_demoted_primary_instead_of_repairing_without_the_n
     keys = [f["idempotency_key"] for k in app.scheduler.shard_keys()
             for _, f in app.redis.xrange(k.review, "-", "+")]
     assert keys == [f"{did}:2"]
+
+
+def test_reconcile_re_schedules_the_warnings_still_ahead_of_what_it_restores(
+    own_app: Any, own_database_url: str, redis_url: str
+) -> None:
+    # The pre-breach warnings live in Redis only: a lost namespace lost them, and reconcile
+    # re-created the escalations without them (a reviewer got no warning before the breach).
+    import os
+    from datetime import timedelta
+
+    from escalation.bootstrap import warnings_for
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
+    env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=own_database_url,
+               ESCALATION_NAMESPACE=own_app.settings.namespace, ESCALATION_LOG_FORMAT="json")
+    opened = (own_app.scheduler.time() - timedelta(minutes=5)).isoformat()
+    ids = []
+    for i in range(3):
+        did = str(uuid.uuid4())
+        res = run_cli(env, "enqueue", "--dispute-id", did, "--source-hash", f"{i:02x}" * 32,
+                      "--ladder", "cfpb_complaint_response", "--opened-at", opened)
+        assert res.returncode == 0, res.stderr
+        ids.append(did)
+    queue = warnings_for(own_app)
+    before = {d: queue.pending(d) for d in ids}
+    assert all(before.values()), before  # 50% and 75% of the first window, still ahead
+    delete_namespace(own_app.redis, own_app.settings.namespace)
+    assert not any(queue.pending(d) for d in ids)
+    res = run_cli(env, "reconcile")
+    assert res.returncode == 0, res.stderr
+    assert {d: queue.pending(d) for d in ids} == before
