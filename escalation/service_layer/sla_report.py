@@ -49,13 +49,12 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from itertools import groupby
 from typing import Any
 
 from escalation.domain.business_calendar import (
     INSTITUTION,
-    BusinessCalendar,
     builtin_calendars,
     with_institution,
 )
@@ -64,6 +63,7 @@ from escalation.domain.csv_cells import neutralise_cell
 from escalation.domain.errors import InvalidInput, InvalidParameter
 from escalation.domain.timeutil import require_aware
 from escalation.ports import LedgerReports
+from escalation.service_layer.deadline_outcomes import business_days_late
 
 DEFAULT_GRACE_S = 60
 CSV_COLUMNS: tuple[str, ...] = (
@@ -341,7 +341,7 @@ def _regulatory(
             status = "pending"
         end = cancelled if cancelled is not None else now
         late_s = max(0.0, (end - deadline).total_seconds()) if status == "missed" else 0.0
-        late_bd = _business_days_late(cal, deadline, end) if status == "missed" else 0
+        late_bd = business_days_late(cal, deadline, end) if status == "missed" else 0
         out.append(DeadlineOutcome(
             dispute_id=str(first["dispute_id"]), external_id=first.get("external_id"),
             ladder=ladder_key, name=name, citation=citation, deadline=deadline,
@@ -349,21 +349,6 @@ def _regulatory(
             status=status, resolved_at=cancelled, late_hours=late_s / 3600,
             late_business_days=late_bd, tier=tier))
     return out
-
-
-def _business_days_late(cal: Any, deadline: datetime, end: datetime) -> int:
-    """Business days of ``cal`` after the deadline's local date, up to and including the
-    local date of ``end`` (0 when ``end`` is not after the deadline)."""
-    if end <= deadline or not isinstance(cal, BusinessCalendar):
-        return max(0, (end - deadline).days) if end > deadline else 0
-    day = (deadline - timedelta(microseconds=1)).astimezone(cal.tz).date()
-    last = end.astimezone(cal.tz).date()
-    count = 0
-    while day < last:
-        day += timedelta(days=1)
-        if cal.is_business_day(day):
-            count += 1
-    return count
 
 
 def build(source: LedgerReports, since: datetime, until: datetime,
