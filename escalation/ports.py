@@ -1021,7 +1021,9 @@ class DeadlineChain:
     """A dispute with regulatory deadlines and its ledger events (oldest first).
 
     ``deadlines``: ``((name, aware UTC instant), ...)`` as computed at enqueue; ``ladder`` /
-    ``ladder_version``: the version the dispute is pinned to now.
+    ``ladder_version``: the version the dispute is pinned to now; ``institution_tz`` /
+    ``institution_calendar``: the zone and base calendar the dispute counts in (None: the
+    deployment's defaults), so lateness is counted in the calendar its deadline was.
     """
 
     dispute_id: UUID
@@ -1030,6 +1032,8 @@ class DeadlineChain:
     ladder_version: int
     deadlines: tuple[tuple[str, datetime], ...]
     events: tuple[ChainEvent, ...]
+    institution_tz: str | None = None
+    institution_calendar: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ from escalation.ports import ChainEvent, DeadlineChain, PendingEscalation
 
 _CHAINS = sa.text(
     """
-    SELECT s.dispute_id, s.external_id, s.ladder, s.ladder_version, s.deadlines
+    SELECT s.dispute_id, s.external_id, s.ladder, s.ladder_version, s.deadlines,
+           s.institution_tz, s.institution_calendar
       FROM escalation_state s
      WHERE s.deadlines IS NOT NULL
        AND (CAST(:did AS uuid) IS NULL OR s.dispute_id = CAST(:did AS uuid))
@@ -68,7 +69,8 @@ class PostgresConsoleQueries:
         return [
             DeadlineChain(h["dispute_id"], h["external_id"], h["ladder"],
                           int(h["ladder_version"]), deadlines_from_json(h["deadlines"]),
-                          tuple(events[h["dispute_id"]]))
+                          tuple(events[h["dispute_id"]]), h["institution_tz"],
+                          h["institution_calendar"])
             for h in heads
         ]
 

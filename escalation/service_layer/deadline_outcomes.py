@@ -26,7 +26,7 @@ from typing import Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from escalation.domain.business_calendar import BusinessCalendar
+from escalation.domain.business_calendar import INSTITUTION, BusinessCalendar, with_institution
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import EscalationError, InvalidInput, LadderError
 from escalation.domain.ladder import Ladder
@@ -93,6 +93,20 @@ def _citation(ladder: Ladder | None, name: str) -> tuple[str, str | None]:
     return "", None
 
 
+def _scoped(calendars: CalendarRegistry, chain: DeadlineChain) -> CalendarRegistry:
+    """``calendars`` with ``institution`` = the dispute's own zone and base calendar (as its
+    deadlines were counted at enqueue), when the chain names them and they are known."""
+    if chain.institution_tz is None and chain.institution_calendar is None:
+        return calendars
+    base = calendars.get(INSTITUTION)
+    tz = chain.institution_tz or str(getattr(base, "tz", "UTC"))
+    cal = chain.institution_calendar or getattr(base, "base_id", None) or "us_federal_reserve"
+    try:
+        return with_institution(calendars, cal, tz)
+    except InvalidInput:
+        return calendars
+
+
 def business_days_late(calendar: object, deadline: datetime, end: datetime) -> int:
     """Business days of ``calendar`` after ``deadline``'s local date, up to and including
     ``end``'s local date (0 when ``end`` is not after ``deadline``); whole 24 h days when
@@ -129,6 +143,7 @@ def outcomes_of(
         except LadderError:
             ladder = None
         cancelled = next((e.decided_at for e in chain.events if e.event == "CANCELLED"), None)
+        scoped = _scoped(calendars, chain)
         for name, deadline in chain.deadlines:
             citation, cal_id = _citation(ladder, name)
             before = [e for e in chain.events if e.decided_at <= deadline]
@@ -146,7 +161,7 @@ def outcomes_of(
             late_s = late_bd = 0
             if status == "missed":
                 late_s = max(0, int((end - deadline).total_seconds()))
-                late_bd = business_days_late(calendars.get(cal_id or ""), deadline, end)
+                late_bd = business_days_late(scoped.get(cal_id or ""), deadline, end)
             out.append(DeadlineOutcome(
                 chain.dispute_id, chain.external_id, chain.ladder, chain.ladder_version, name,
                 citation, deadline, status, cancelled, float(late_s), late_bd, tier))

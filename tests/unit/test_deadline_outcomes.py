@@ -19,8 +19,8 @@ from escalation.domain.errors import InvalidInput, LadderError
 from escalation.ports import ChainEvent, DeadlineChain, PendingEscalation
 from escalation.service_layer import deadline_outcomes as dl
 
-LADDER = load_ladder_file(Path(__file__).resolve().parents[2] / "ladders"
-                          / "reg_e_error_resolution.v1.toml")
+LADDER_DIR = Path(__file__).resolve().parents[2] / "ladders"
+LADDER = load_ladder_file(LADDER_DIR / "reg_e_error_resolution.v1.toml")
 NAME = "determine_or_provisionally_credit"
 DEADLINE = datetime(2024, 2, 15, 22, tzinfo=UTC)  # Thu 17:00 EST
 NOW = datetime(2024, 3, 5, 12, tzinfo=UTC)
@@ -135,3 +135,25 @@ def test_tier_load_in_ladder_order_with_windows():
     assert dl.pending_window(p("x", now), now, "overdue")
     with pytest.raises(InvalidInput):
         dl.pending_window(p("x", now), now, "week")
+
+
+def test_lateness_is_counted_in_the_disputes_own_institution_zone():
+    # reg_e v2 counts its deadlines in the `institution` calendar: the dispute's own zone.
+    # Missed Thu 2024-02-15 22:00 UTC; at Fri 06:00 UTC it is already Friday in New York
+    # (1 business day late) but still Thursday in Los Angeles (0). The console counted every
+    # dispute in the deployment's zone; the SLA report and `audit search --deadlines` in the
+    # dispute's own.
+    v2 = load_ladder_file(LADDER_DIR / "reg_e_error_resolution.v2.toml")
+    [rule] = [d for d in v2.deadlines if d.name == NAME]
+    assert rule.window.calendar == "institution"
+
+    def outcome(tz: str | None) -> dl.DeadlineOutcome:
+        c = DeadlineChain(uuid.uuid4(), "EXT", v2.name, 2, ((NAME, DEADLINE),),
+                          (ChainEvent(1, *ENQ),), tz, None if tz is None else "us_federal_reserve")
+        [o] = dl.outcomes_of([c], datetime(2024, 2, 16, 6, tzinfo=UTC),
+                             lambda name, version: v2, builtin_calendars())
+        return o
+
+    assert outcome(None).late_business_days == 1  # the deployment's default: New York
+    assert outcome("America/New_York").late_business_days == 1
+    assert outcome("America/Los_Angeles").late_business_days == 0
