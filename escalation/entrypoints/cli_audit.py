@@ -428,10 +428,8 @@ def audit_search(
         return
     from escalation.service_layer.audit_export import (
         COLUMNS,
-        check_decision,
-        check_tier,
+        check_filter,
         export_value,
-        ladder_decisions,
         search,
     )
     flt = _filter(dispute=dispute, tier=tier, decision=decision, since=since, until=until,
@@ -440,9 +438,7 @@ def audit_search(
 
     with _engine() as engine:
         ledger = PostgresLedgerSearch(engine)
-        versions = _ladder_versions()
-        check_decision(ledger, flt.decision, ladder_decisions(versions))
-        check_tier(flt.tier, versions)
+        check_filter(ledger, flt, _ladder_versions())
         rows = search(ledger, flt, limit)
     if as_json:
         for r in rows:

@@ -104,6 +104,15 @@ def check_decision(ledger: LedgerSearch, decision: str | None,
         )
 
 
+def check_filter(ledger: LedgerSearch, flt: AuditFilter, ladders: Iterable[Ladder]) -> None:
+    """The name checks of an audit search, the same for the CLI, the API and the console:
+    :func:`check_decision` (with the decisions ``ladders`` can record) and
+    :func:`check_tier`. Raises InvalidInput."""
+    versions = list(ladders)
+    check_decision(ledger, flt.decision, ladder_decisions(versions))
+    check_tier(flt.tier, versions)
+
+
 def check_tier(tier: str | None, ladders: Iterable[Ladder]) -> None:
     """Refuse a tier filter that no version of the deployment's ladders has (a typo would
     otherwise search with no rows and read as "no such escalation").

@@ -66,11 +66,7 @@ def search(
     """Search the ledger, ordered by decision time; page with ``cursor``."""
     from escalation.adapters.audit_search import PostgresLedgerSearch
     from escalation.ports import AuditFilter
-    from escalation.service_layer.audit_export import (
-        check_decision,
-        check_tier,
-        ladder_decisions,
-    )
+    from escalation.service_layer.audit_export import check_filter
     from escalation.service_layer.audit_page import search_page
 
     did = None
@@ -80,9 +76,7 @@ def search(
                       since=parse_time(since, "from"), until=parse_time(until, "to"),
                       actor=actor, ladder=ladder, ladder_version=ladder_version)
     ledger = PostgresLedgerSearch(core.engine)
-    versions = list(core.ladders.all())
-    check_decision(ledger, flt.decision, ladder_decisions(versions))
-    check_tier(flt.tier, versions)
+    check_filter(ledger, flt, core.ladders.all())
     rows, nxt = search_page(ledger, flt, limit, cursor)
     return AuditPage(rows=[row_json(r) for r in rows], next_cursor=nxt)
 

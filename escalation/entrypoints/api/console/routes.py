@@ -467,12 +467,7 @@ def _ledger(request: Request) -> Any:
 
 
 def _audit_filter(request: Request) -> Any:
-    from escalation.service_layer.audit_export import (
-        AuditFilter,
-        check_decision,
-        check_tier,
-        ladder_decisions,
-    )
+    from escalation.service_layer.audit_export import AuditFilter, check_filter
     from escalation.service_layer.disputes import resolve_dispute
 
     zone = _zone(request)
@@ -492,9 +487,7 @@ def _audit_filter(request: Request) -> Any:
                       since=parse_instant(p["from"], "from", zone),
                       until=parse_instant(p["to"], "to", zone, end=True),
                       actor=p["actor"], ladder=p["ladder"], ladder_version=version)
-    versions = list(_core(request).ladders.all())
-    check_decision(_ledger(request), flt.decision, ladder_decisions(versions))
-    check_tier(flt.tier, versions)
+    check_filter(_ledger(request), flt, _core(request).ladders.all())
     return flt
 
 
