@@ -313,6 +313,34 @@ class FakeAuditLog:
         state = self.states.get(dispute_id)
         return None if state is None else (state, state.status)
 
+    def trail(self, dispute_id: UUID) -> list[LedgerRow]:
+        """The ``EventLog`` read: one dispute's rows, oldest first."""
+        return [r for r in self.ledger if r.dispute_id == dispute_id]
+
+    def append_event(
+        self, dispute_id: UUID, event: str, match_decision: str, actor: str,
+        decided_at: datetime, changes: dict[str, Any], details: dict[str, Any], *,
+        expected_seq: int | None = None, calendar_version: str | None = None,
+    ) -> Escalation:
+        """The ``EventLog`` write, as the adapter's: CAS on seq, a non-pending status clears
+        ``due_at``; ``obligations`` is a projection-only column (not on the value object)."""
+        state = self.states.get(dispute_id)
+        if state is None:
+            raise NotFound(f"no escalation recorded for dispute {dispute_id}")
+        if expected_seq is not None and state.seq != expected_seq:
+            raise ConflictError(f"dispute {dispute_id} is at seq {state.seq}")
+        clean = {k: v for k, v in changes.items() if k != "obligations"}
+        if "deadlines" in clean:
+            clean["deadlines"] = tuple(clean["deadlines"] or ())
+        if "status" in clean:
+            clean["status"] = Status(clean["status"])
+        new = state.with_changes(seq=state.seq + 1, **clean)
+        self.states[dispute_id] = new
+        self._append(new, event, match_decision, actor, decided_at, from_tier=state.tier,
+                     to_tier=new.tier, due_at=state.due_at, next_due_at=new.due_at,
+                     details=details)
+        return new
+
     def get_many(self, dispute_ids: Iterable[UUID]) -> dict[UUID, Escalation]:
         return {d: self.states[d] for d in dispute_ids if d in self.states}
 

@@ -37,6 +37,8 @@ MUTABLE_STATE = frozenset(
         "regulatory_deadline",
         "remaining_ms",
         "external_id",
+        "deadlines",
+        "obligations",
     }
 )
 """Projection columns ``append_event(changes=...)`` may set."""
@@ -179,6 +181,9 @@ def clean_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
     for name in ("due_at", "entered_tier_at", "regulatory_deadline"):
         if clean.get(name) is not None:
             clean[name] = require_aware(clean[name], name)
+    for name in ("deadlines", "obligations"):  # ((name, aware instant), ...) -> JSONB text
+        if name in clean:
+            clean[name] = deadlines_json(tuple(clean[name] or ()))
     return clean
 
 

@@ -56,7 +56,8 @@ _SEALED = sa.text(
 # The projection (escalation_state) against the ledger: every ledger row carries the state
 # *after* its event (ladder, version, materiality, ids, regulatory deadline), so the last row
 # of a chain must agree with its projection row; a terminal / cancelled status needs its
-# TERMINAL / CANCELLED row and vice versa.
+# TERMINAL / CANCELLED / RESOLVED row and vice versa (a terminal dispute resolved later is
+# 'resolved').
 _PROJECTION = sa.text(
     """
     SELECT s.dispute_id,
@@ -70,17 +71,21 @@ _PROJECTION = sa.text(
              CASE WHEN a.external_id IS DISTINCT FROM s.external_id THEN 'external_id' END,
              CASE WHEN a.regulatory_deadline IS DISTINCT FROM s.regulatory_deadline
                   THEN 'regulatory_deadline' END,
-             CASE WHEN (s.status = 'terminal') <> coalesce(t.terminal, false)
+             CASE WHEN (s.status = 'terminal')
+                       <> (coalesce(t.terminal, false) AND NOT coalesce(t.resolved, false))
                   THEN 'status terminal' END,
              CASE WHEN (s.status = 'cancelled') <> coalesce(t.cancelled, false)
-                  THEN 'status cancelled' END) AS fields
+                  THEN 'status cancelled' END,
+             CASE WHEN (s.status = 'resolved') <> coalesce(t.resolved, false)
+                  THEN 'status resolved' END) AS fields
       FROM escalation_state AS s
       JOIN LATERAL (
            SELECT * FROM escalation_audit
             WHERE dispute_id = s.dispute_id ORDER BY seq DESC LIMIT 1) AS a ON true
       LEFT JOIN LATERAL (
            SELECT bool_or(event = 'TERMINAL') AS terminal,
-                  bool_or(event = 'CANCELLED') AS cancelled
+                  bool_or(event = 'CANCELLED') AS cancelled,
+                  bool_or(event = 'RESOLVED') AS resolved
              FROM escalation_audit WHERE dispute_id = s.dispute_id) AS t ON true
      WHERE (CAST(:id AS uuid) IS NULL OR s.dispute_id = CAST(:id AS uuid))
     """

@@ -33,11 +33,14 @@ from escalation.domain.errors import (
     LadderReleaseError,
 )
 from escalation.domain.ladder import (
+    RESOLUTION,
+    ActionDef,
     DeadlineVariant,
     Ladder,
     MaterialityBand,
     MigrationPolicy,
     RegulatoryDeadline,
+    Requirement,
     Tier,
 )
 from escalation.domain.ladder_check import check_ladders
@@ -102,6 +105,39 @@ class RegulatoryModel(_Model):
         description="other windows for disputes with given boolean attributes; the first "
         "matching one applies (Reg E 12 CFR 1005.11(c)(3))",
     )
+    met_by: list[Ident] = Field(
+        default_factory=lambda: [RESOLUTION], min_length=1,
+        description="actions that meet this deadline ('resolution' = the dispute's "
+        "resolution); default: the resolution only",
+    )
+    started_by: Ident | None = Field(
+        default=None,
+        description="an action whose instant starts this clock (instead of the anchor event)",
+    )
+    requires: RequiresModel | None = Field(
+        default=None,
+        description="the window applies only when this action happened before the deadline "
+        "'within'; otherwise this deadline falls at that deadline's instant",
+    )
+
+
+class RequiresModel(_Model):
+    """``requires = { action = "provisional_credit", within = "determine_or_..." }``: this
+    deadline's window is available only when ``action`` happened before the deadline
+    ``within``; otherwise it falls at ``within``'s instant (Reg E 12 CFR 1005.11(c)(2)(i))."""
+
+    action: Ident
+    within: Ident
+
+
+class ActionModel(_Model):
+    """``[[actions]]``: an action a dispute on this ladder may record (docs/ladders.md
+    "Obligations")."""
+
+    id: Ident
+    name: Annotated[str, StringConstraints(min_length=1, max_length=100)]
+    money: bool = Field(default=False, description="the action carries an amount and currency")
+    source: str = Field(default="", description="citation, e.g. 12 CFR 1005.11(c)(2)(i)")
 
 
 class VariantModel(_Model):
@@ -166,6 +202,8 @@ class LadderFile(_Model):
     )
     migration: MigrationModel = Field(default_factory=MigrationModel)
     institution: InstitutionModel = Field(default_factory=InstitutionModel)
+    actions: list[ActionModel] = Field(
+        default_factory=list, description="actions a dispute on this ladder may record")
 
 
 def render_json_schema() -> str:
@@ -277,7 +315,10 @@ class _Collect:
         try:
             return RegulatoryDeadline(
                 r.name, r.anchor, window, r.buffer, tuple(r.caps), source=r.source,
-                billing_cycles=r.billing_cycles, variants=variants)
+                billing_cycles=r.billing_cycles, variants=variants, met_by=tuple(r.met_by),
+                started_by=r.started_by,
+                requires=None if r.requires is None else Requirement(
+                    r.requires.action, r.requires.within))
         except InvalidInput as exc:  # the buffer: the other fields are checked above
             self.errors.append(f"{self.label}: {where}.buffer: {exc}")
             return None
@@ -331,6 +372,7 @@ def _to_domain(model: LadderFile, label: str, checksum: str,
             institution_calendar=model.institution.calendar,
             migration=MigrationPolicy(recompute_due=model.migration.recompute_due,
                                       grace=grace_window),
+            actions=tuple(ActionDef(a.id, a.name, a.money, a.source) for a in model.actions),
         )
     except (InvalidInput, LadderError) as exc:
         # The file checks above report these first (with their fields); this keeps any

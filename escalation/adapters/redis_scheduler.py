@@ -311,6 +311,7 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
             Status.PAUSED: ApplyAction.PARK,
             Status.TERMINAL: ApplyAction.REMOVE,
             Status.CANCELLED: ApplyAction.REMOVE,
+            Status.RESOLVED: ApplyAction.REMOVE,
         }
         ops = [ApplyOp(escalation=e, action=actions[e.status], notify=notes.get(e.dispute_id))
                for e in escalations]

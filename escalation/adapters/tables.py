@@ -47,10 +47,12 @@ LEDGER_EVENTS: tuple[str, ...] = (
     "WARNING",
     "DEAD_LETTERED",
     "PURGED",
+    "ACTION_RECORDED",
+    "RESOLVED",
 )
 """Values allowed in ``escalation_audit.event`` (a CHECK constraint enforces the list)."""
 
-STATUSES: tuple[str, ...] = ("pending", "paused", "terminal", "cancelled")
+STATUSES: tuple[str, ...] = ("pending", "paused", "terminal", "cancelled", "resolved")
 
 Money = sa.Numeric(18, 2, asdecimal=True)
 TZ = sa.DateTime(timezone=True)
@@ -126,6 +128,9 @@ escalation_state = sa.Table(
     sa.Column("remaining_ms", sa.BigInteger),
     # Migration 0004: every regulatory deadline, [["name", "ISO UTC"], ...]
     sa.Column("deadlines", JSONB),
+    # migration 0010: every clock's instant after the last action or resolution (NULL = the
+    # same as ``deadlines``, which holds only the clocks that still bind)
+    sa.Column("obligations", JSONB),
     # migration 0009: the institution zone and base calendar the escalation counts in
     sa.Column("institution_tz", sa.Text),
     sa.Column("institution_calendar", sa.Text),

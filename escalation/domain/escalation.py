@@ -76,6 +76,12 @@ class Status(StrEnum):
     PAUSED = "paused"
     TERMINAL = "terminal"
     CANCELLED = "cancelled"
+    RESOLVED = "resolved"
+    """Closed by a resolution with an outcome code (from any tier, terminal included)."""
+
+
+ENDED: frozenset[Status] = frozenset({Status.TERMINAL, Status.CANCELLED, Status.RESOLVED})
+"""Statuses with nothing left to escalate: the dispute is not in Redis."""
 
 
 _STATUS_BY_VALUE: dict[str, Status] = {s.value: s for s in Status}

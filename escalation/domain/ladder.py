@@ -71,6 +71,42 @@ class DeadlineVariant:
     source: str = ""
 
 
+RESOLUTION = "resolution"
+"""The reserved action id naming a dispute's resolution (``resolve``, or the older ``cancel``)
+in a deadline's ``met_by`` (docs/adr/0010-obligations-and-resolution.md)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionDef:
+    """An action a dispute on this ladder may record (``[[actions]]`` in the ladder file).
+
+    Attributes:
+        id: stable identifier (``[a-z][a-z0-9_]*``), e.g. ``"provisional_credit"``; never
+            ``"resolution"`` (reserved).
+        name: display name, e.g. ``"Provisional credit"``.
+        money: True when the action moves money and must carry an amount and a currency.
+        source: citation of the rule that requires or allows it (``""`` if none).
+    """
+
+    id: str
+    name: str
+    money: bool = False
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """A deadline's window is available only when ``action`` happened before the deadline
+    ``within``; otherwise the deadline falls at ``within``'s instant.
+
+    Reg E 12 CFR 1005.11(c)(2)(i): the 45-day investigation period is available only when the
+    account was provisionally credited within the 10 business days of (c)(1).
+    """
+
+    action: str
+    within: str
+
+
 BILLING_CYCLE_ATTRIBUTE = "cycle_closing_day"
 """Dispute attribute holding the account's billing-cycle closing day of month (1-31)."""
 
@@ -116,6 +152,12 @@ class RegulatoryDeadline:
             attribute ``cycle_closing_day``.
         variants: longer (or shorter) windows for disputes with given boolean attributes; the
             first variant whose attribute is true applies (Reg E 1005.11(c)(3)).
+        met_by: ids of the actions that meet this deadline (:data:`RESOLUTION` = the
+            dispute's resolution); the default, resolution only, is what a deadline meant
+            before ladders named actions.
+        started_by: an action id: the clock runs from that action's instant (never computed
+            at enqueue); None = from the ``anchor`` event.
+        requires: a :class:`Requirement` (conditional window), or None.
 
     Raises:
         InvalidInput: a negative, non-integer or longer ``buffer``.
@@ -129,6 +171,9 @@ class RegulatoryDeadline:
     source: str = ""
     billing_cycles: int = 0
     variants: tuple[DeadlineVariant, ...] = ()
+    met_by: tuple[str, ...] = (RESOLUTION,)
+    started_by: str | None = None
+    requires: Requirement | None = None
 
     def __post_init__(self) -> None:
         # The buffer is counted like a window (in the deadline's unit and calendar), so it
@@ -199,6 +244,35 @@ class MigrationPolicy:
     grace: SlaWindow = field(default_factory=lambda: SlaWindow(1, WindowUnit.CALENDAR_HOURS))
 
 
+def _check_deadline_actions(
+    where: str, d: RegulatoryDeadline, acts: list[str], by_name: Mapping[str, RegulatoryDeadline],
+) -> None:
+    """One deadline's ``met_by`` / ``started_by`` / ``requires`` name declared actions and an
+    anchor-based deadline. Raises LadderError naming the field."""
+    declared = ", ".join(acts) or "none"
+    unknown = [a for a in d.met_by if a not in acts and a != RESOLUTION]
+    if not d.met_by:
+        raise LadderError(f"{where}.met_by: at least one action")
+    if unknown:
+        raise LadderError(f"{where}.met_by: unknown action(s) {', '.join(unknown)}; declared: "
+                          f"{declared} (and {RESOLUTION})")
+    if d.started_by is not None and d.started_by not in acts:
+        raise LadderError(f"{where}.started_by: unknown action {d.started_by!r}; declared: "
+                          f"{declared}")
+    if d.requires is None:
+        return
+    if d.requires.action not in acts:
+        raise LadderError(f"{where}.requires.action: unknown action {d.requires.action!r}; "
+                          f"declared: {declared}")
+    target = by_name.get(d.requires.within)
+    if target is None or target.started_by is not None or target is d:
+        raise LadderError(f"{where}.requires.within: {d.requires.within!r} is not another "
+                          "anchor-based deadline of this ladder")
+    if d.started_by is not None:
+        raise LadderError(f"{where}.requires: a clock started by an action cannot also be "
+                          "conditional")
+
+
 @dataclass(frozen=True, slots=True)
 class Ladder:
     """One version of a ladder.
@@ -237,6 +311,7 @@ class Ladder:
     deadlines: tuple[RegulatoryDeadline, ...] = ()
     institution_timezone: str | None = None
     institution_calendar: str | None = None
+    actions: tuple[ActionDef, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.deadlines and self.regulatory is not None:
@@ -256,6 +331,7 @@ class Ladder:
             if unknown:
                 raise LadderError(f"{self.label}: regulatory.{d.name}.caps: unknown tier(s) "
                                   f"{', '.join(unknown)}")
+        self._check_obligations()
         ranks = [t.rank for t in self.tiers]
         if any(b <= a for a, b in itertools.pairwise(ranks)):
             raise LadderError(f"{self.label}: tiers: ranks must be strictly increasing")
@@ -264,6 +340,43 @@ class Ladder:
                 f"{self.label}: terminal_tier: must be the last tier "
                 f"({ids[-1]!r}), got {self.terminal_tier!r}"
             )
+
+    def _check_obligations(self) -> None:
+        """Every action a deadline names is declared; ``requires.within`` names an
+        anchor-based deadline; no cycle among ``requires.within`` references."""
+        acts = [a.id for a in self.actions]
+        if RESOLUTION in acts:
+            raise LadderError(f"{self.label}: actions: {RESOLUTION!r} is reserved "
+                              "(the dispute's resolution)")
+        if len(set(acts)) != len(acts):
+            raise LadderError(f"{self.label}: actions: duplicate action id")
+        by_name = {d.name: d for d in self.deadlines}
+        for d in self.deadlines:
+            _check_deadline_actions(f"{self.label}: regulatory.{d.name}", d, acts, by_name)
+        for d in self.deadlines:  # cycles among requires.within
+            seen = [d.name]
+            nxt = d.requires.within if d.requires else None
+            while nxt is not None:
+                if nxt in seen:
+                    raise LadderError(f"{self.label}: regulatory.{d.name}.requires.within: "
+                                      f"cycle {' -> '.join([*seen, nxt])}")
+                seen.append(nxt)
+                req = by_name[nxt].requires
+                nxt = req.within if req else None
+
+    def action(self, action_id: str) -> ActionDef:
+        """The declared action ``action_id``.
+
+        Raises:
+            InvalidInput: this ladder version declares no such action (the message lists
+                the declared ones).
+        """
+        for a in self.actions:
+            if a.id == action_id:
+                return a
+        names = ", ".join(a.id for a in self.actions) or "none"
+        raise InvalidInput(f"action: unknown action {action_id!r} for ladder {self.key}; "
+                           f"declared: {names}")
 
     @property
     def key(self) -> str:

@@ -136,7 +136,7 @@ def plan_record(request: RecordRequest) -> RecordPlan:
     head = request.head
     if head is None:
         return RecordPlan(RecordStatus.UNKNOWN, None, None)
-    if head.status in (Status.TERMINAL, Status.CANCELLED):
+    if head.status in (Status.TERMINAL, Status.CANCELLED, Status.RESOLVED):
         return RecordPlan(RecordStatus.CLOSED, None, head)
     if head.status is not Status.PENDING or head.last_seq != request.claimed_seq:
         return RecordPlan(RecordStatus.STALE, None, head)

@@ -155,8 +155,11 @@ def resolve_deadlines(
     ladder: Ladder, anchor_at: datetime, calendars: CalendarRegistry,
     attributes: Mapping[str, object] | None = None,
 ) -> tuple[ResolvedDeadline, ...]:
-    """Like :func:`compute_deadlines` with each deadline's citation and the rule applied."""
-    return tuple(d.resolve(anchor_at, calendars, attributes) for d in ladder.deadlines)
+    """Like :func:`compute_deadlines` with each deadline's citation and the rule applied.
+    A clock started by an action (``started_by``) has no anchor instant and is skipped
+    (``domain.obligations.clocks`` places it once the action is recorded)."""
+    return tuple(d.resolve(anchor_at, calendars, attributes) for d in ladder.deadlines
+                 if d.started_by is None)
 
 
 def tier_cap(

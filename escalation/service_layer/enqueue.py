@@ -23,6 +23,7 @@ from escalation.domain.errors import ConflictError, InvalidInput
 from escalation.domain.escalation import Escalation, Status, check_instant
 from escalation.domain.ladder import Ladder
 from escalation.domain.materiality import Materiality
+from escalation.domain.obligations import clocks as obligation_clocks
 from escalation.domain.sla_timing import (
     calendar_of,
     cap_due,
@@ -192,7 +193,11 @@ def build_with_provenance(
         anchor = entered if req.anchor_at is None else _not_future(
             _instant(req.anchor_at, tz_name, "notice_at"), now, "notice_at")
         resolved = resolve_deadlines(ladder, anchor, scoped, attributes)
-        deadlines = tuple((r.name, r.at) for r in resolved)
+        # a conditional clock starts at its conservative instant (obligations.clocks)
+        deadlines = tuple((c.name, c.at) for c in obligation_clocks(
+            ladder, {r.name: r.at for r in resolved}, (), scoped, attributes)
+            if c.at is not None)
+        details["anchor_at"] = anchor.isoformat()
         sources = {r.name: r.source for r in resolved}
         details["deadline_rules"] = {r.name: {"at": r.at.isoformat(), "citation": r.source,
                                               "rule": r.rule} for r in resolved}
@@ -502,7 +507,7 @@ def enqueue_on_breach(
         [req], scheduler=scheduler, store=store, ladders=ladders, calendars=calendars,
         default_ladder=default_ladder, actor=actor, on_scheduled=on_scheduled,
     )[0]
-    if not result.created and result.status in (Status.TERMINAL, Status.CANCELLED):
+    if not result.created and result.status in (Status.TERMINAL, Status.CANCELLED, Status.RESOLVED):
         raise ConflictError(
             f"dispute {result.escalation.dispute_id} already has a {result.status.value} "
             "escalation; nothing changed"

@@ -239,7 +239,7 @@ def _take(queue: list[_Pending], most: int) -> tuple[list[_Pending], list[_Pendi
 
 def _answer(result: EnqueueResult, now: datetime) -> Outcome:
     """As ``enqueue_on_breach``: a terminal or cancelled escalation is a conflict."""
-    if not result.created and result.status in (Status.TERMINAL, Status.CANCELLED):
+    if not result.created and result.status in (Status.TERMINAL, Status.CANCELLED, Status.RESOLVED):
         return ConflictError(
             f"dispute {result.escalation.dispute_id} already has a {result.status.value} "
             "escalation; nothing changed"

@@ -69,7 +69,7 @@ def to_request(body: EscalationIn) -> EnqueueRequest:
 
 def _deadline_state(esc: Escalation, at: datetime, now: datetime,
                     closed_at: datetime | None) -> str:
-    if esc.status in (Status.TERMINAL, Status.CANCELLED):
+    if esc.status in (Status.TERMINAL, Status.CANCELLED, Status.RESOLVED):
         return "met" if closed_at is not None and closed_at <= at else "missed"
     return "open" if now < at else "overdue"
 
@@ -79,7 +79,7 @@ def render(core: App, esc: Escalation, now: datetime | None = None,
     """The response body of one escalation, with every deadline's state at Redis TIME
     (``now``, when the caller has just read it; else read here)."""
     closed_at = None
-    if esc.deadlines and esc.status in (Status.TERMINAL, Status.CANCELLED):
+    if esc.deadlines and esc.status in (Status.TERMINAL, Status.CANCELLED, Status.RESOLVED):
         closed_at = core.store.trail(esc.dispute_id)[-1].decided_at
     if esc.deadlines and now is None:
         now = core.scheduler.time()

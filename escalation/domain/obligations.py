@@ -1,0 +1,316 @@
+"""Obligations: which recorded action stops which regulatory clock (pure).
+
+A regulatory deadline is not met because the dispute was eventually closed. It is met when
+an action that its ladder names in ``met_by`` happened strictly before its instant
+(docs/adr/0010-obligations-and-resolution.md; docs/sla.md "Obligations"). Three kinds of
+clock come from the ladder file:
+
+* **anchor clocks** run from the dispute's anchor event (e.g. the notice of error received)
+  and are computed at enqueue (``domain.deadline_rules``);
+* **action clocks** (``started_by``) run from the first recorded instant of an action, e.g.
+  Reg E's 2 business days to tell the consumer of a provisional credit (12 CFR
+  1005.11(c)(2)(ii));
+* **conditional clocks** (``requires``) have their own window only when an action happened
+  before another deadline; otherwise they fall at that deadline. Reg E: the 45 (90)-day
+  investigation period is available only with a provisional credit within the 10 (20)
+  business days (12 CFR 1005.11(c)(2)(i)); without one, the determination is due at 10 (20).
+
+:func:`clocks` places every clock, :func:`assess` says for each one whether it is met,
+missed, at risk, pending or undetermined, and :func:`binding` lists the clocks that still cap
+the tiers. These are the only places the rule lives: the re-plan of a recorded action, the
+HTTP API, ``report sla``, ``audit search --deadlines`` and the console all call them.
+
+**Assertions without an instant.** An imported outcome may state only that an action
+happened and whether the source counted it timely (CFPB "Timely response? Yes"). Such an
+action has ``occurred_at`` None, and no instant is ever invented for it. The assertion
+speaks of the first deadline the action meets, which is then met (``timely``) or missed per
+the source, with the lateness unknown. A later deadline that the same action meets is met
+per the source when the action was timely. Otherwise it is ``undetermined``: closed, but the
+source does not say when.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from escalation.domain.calendars import CalendarRegistry
+from escalation.domain.ladder import Ladder, RegulatoryDeadline
+
+AT_RISK = timedelta(hours=48)
+"""An open deadline within this span of *now* is at risk (the console's default)."""
+
+
+class DeadlineState(StrEnum):
+    """The state of one regulatory deadline of one dispute, the same word everywhere."""
+
+    MET = "met"
+    MISSED = "missed"
+    AT_RISK = "at_risk"
+    PENDING = "pending"
+    UNDETERMINED = "undetermined"
+    """Closed, but the source gives no instant for the action and no timeliness for this
+    deadline: neither met nor missed can be shown."""
+
+
+STATES: tuple[str, ...] = tuple(s.value for s in DeadlineState)
+
+
+class Basis(StrEnum):
+    """What a met or missed state rests on."""
+
+    RECORD = "record"  # an action on the ledger with its instant
+    SOURCE = "source"  # an imported assertion, instant unknown
+
+
+class Outcome(StrEnum):
+    """Outcome codes of a resolution (docs/sla.md "Resolution outcomes").
+
+    The first five are the error-resolution findings of Reg E (12 CFR 1005.11(c), (d)) and
+    Reg Z (12 CFR 1026.13(e), (f)). The ``closed_*`` codes are the CFPB complaint export's
+    "Company response to consumer" values. ``unstated`` is a ``cancel``, which records no
+    outcome.
+    """
+
+    ERROR_CORRECTED = "error_corrected"
+    PARTIALLY_CORRECTED = "partially_corrected"
+    DIFFERENT_ERROR_CORRECTED = "different_error_corrected"
+    NO_ERROR_FOUND = "no_error_found"
+    WITHDRAWN_BY_CONSUMER = "withdrawn_by_consumer"
+    CHARGEBACK_WON = "chargeback_won"
+    CHARGEBACK_LOST = "chargeback_lost"
+    CLOSED_WITH_EXPLANATION = "closed_with_explanation"
+    CLOSED_WITH_MONETARY_RELIEF = "closed_with_monetary_relief"
+    CLOSED_WITH_NON_MONETARY_RELIEF = "closed_with_non_monetary_relief"
+    CLOSED_WITH_RELIEF = "closed_with_relief"
+    CLOSED_WITHOUT_RELIEF = "closed_without_relief"
+    CLOSED = "closed"
+    UNSTATED = "unstated"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedAction:
+    """One action (or the resolution) on a dispute's ledger, as the rule reads it.
+
+    Attributes:
+        action: the action id, or :data:`~escalation.domain.ladder.RESOLUTION`.
+        occurred_at: aware UTC instant the action happened; None when the source did not
+            give it (an imported assertion).
+        actor: who did it (token name or named operator; the importer for assertions).
+        seq: the ledger row's seq (0 when not yet recorded).
+        asserted_timely: for an assertion without an instant: did the source count the
+            action timely (True/False), or None when it says nothing.
+        outcome: the outcome code of a resolution, else None.
+    """
+
+    action: str
+    occurred_at: datetime | None
+    actor: str = ""
+    seq: int = 0
+    asserted_timely: bool | None = None
+    outcome: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """Where one deadline of one dispute falls.
+
+    Attributes:
+        name: the deadline's name in the ladder.
+        at: aware UTC instant (met by anything strictly before it); None when the action
+            that starts it has no known instant.
+        rule: human text of why it falls there (e.g. ``"no timely provisional_credit: due
+            with determine_or_provisionally_credit"``); ``""`` for the ladder's own rule.
+    """
+
+    name: str
+    at: datetime | None
+    rule: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """One deadline's state.
+
+    Attributes:
+        name: the deadline. at: its instant (None: unknown). state: :class:`DeadlineState`.
+        basis: what a met/missed state rests on (None while open).
+        by: the action that met it, or the late action that ended a miss (None while open).
+        late_s: seconds late: up to the late action, or up to *now* while open; 0 when not
+            missed; None when the source says missed without an instant.
+        citation: the rule's source. rule: :attr:`Clock.rule`.
+    """
+
+    name: str
+    at: datetime | None
+    state: DeadlineState
+    basis: Basis | None
+    by: RecordedAction | None
+    late_s: float | None
+    citation: str = ""
+    rule: str = ""
+
+    @property
+    def met_or_missed_at(self) -> datetime | None:
+        """Met: the instant of the action that met it (None per source). Missed: the
+        deadline instant. Else None."""
+        if self.state is DeadlineState.MET:
+            return None if self.by is None else self.by.occurred_at
+        return self.at if self.state is DeadlineState.MISSED else None
+
+
+def _first_recorded(
+    actions: Iterable[RecordedAction], ids: Iterable[str],
+) -> RecordedAction | None:
+    """The earliest action among ``ids`` that has an instant."""
+    wanted = set(ids)
+    found = [a for a in actions if a.action in wanted and a.occurred_at is not None]
+    return min(found, key=lambda a: (a.occurred_at, a.seq)) if found else None
+
+
+def _first_deadline_of(
+    ladder: Ladder, action: str, at: Mapping[str, datetime | None],
+) -> str | None:
+    """The deadline with the earliest known instant that ``action`` meets."""
+    named = [(t, d.name) for d in ladder.deadlines
+             if action in d.met_by and (t := at.get(d.name)) is not None]
+    return min(named)[1] if named else None
+
+
+def _asserted(
+    ladder: Ladder, actions: Iterable[RecordedAction], rule: RegulatoryDeadline,
+    at: Mapping[str, datetime | None],
+) -> tuple[DeadlineState, RecordedAction] | None:
+    """The state an assertion without an instant gives ``rule`` (module doc), or None."""
+    best: tuple[DeadlineState, RecordedAction] | None = None
+    for a in actions:
+        if a.occurred_at is not None or a.action not in rule.met_by:
+            continue
+        first = _first_deadline_of(ladder, a.action, at)
+        if a.asserted_timely is True:
+            return DeadlineState.MET, a
+        if a.asserted_timely is False and first == rule.name:
+            best = (DeadlineState.MISSED, a)
+        elif best is None:
+            best = (DeadlineState.UNDETERMINED, a)
+    return best
+
+
+def clocks(
+    ladder: Ladder, base: Mapping[str, datetime], actions: Sequence[RecordedAction],
+    calendars: CalendarRegistry, attributes: Mapping[str, object] | None = None,
+) -> list[Clock]:
+    """Every clock of a dispute, in the ladder's order.
+
+    Args:
+        ladder: the dispute's pinned ladder version.
+        base: anchor clocks by name as computed at enqueue, each conditional one with its
+            own (long) window; names absent from ``base`` are skipped (an older row).
+        actions: the dispute's recorded actions and resolution, any order.
+        calendars: the registry scoped to the dispute's institution.
+        attributes: the dispute attributes (variants of an action clock).
+
+    Returns:
+        A clock per known deadline. An action clock appears once its action is recorded,
+        at None when the action has no instant. A conditional clock falls at its ``within``
+        deadline until its action is recorded before that.
+
+    Raises:
+        InvalidInput: an unknown calendar or a missing attribute of an action clock.
+    """
+    placed: dict[str, Clock] = {}
+    for d in ladder.deadlines:  # anchor clocks first: conditional ones refer to them
+        if d.started_by is None and d.name in base and d.requires is None:
+            placed[d.name] = Clock(d.name, base[d.name])
+    for d in ladder.deadlines:
+        if d.requires is not None and d.name in base:
+            within = placed.get(d.requires.within)
+            if within is None or within.at is None:
+                placed[d.name] = Clock(d.name, base[d.name])
+                continue
+            first = _first_recorded(actions, [d.requires.action])
+            timely = (first is not None and first.occurred_at is not None
+                      and first.occurred_at < within.at)
+            if not timely:
+                timely = any(a.action == d.requires.action and a.occurred_at is None
+                             and a.asserted_timely is True for a in actions)
+            placed[d.name] = (Clock(d.name, base[d.name]) if timely else Clock(
+                d.name, within.at,
+                f"no timely {d.requires.action}: due with {d.requires.within}"))
+        elif d.started_by is not None:
+            starts = [a for a in actions if a.action == d.started_by]
+            if not starts:
+                continue
+            first = _first_recorded(starts, [d.started_by])
+            if first is None or first.occurred_at is None:
+                placed[d.name] = Clock(d.name, None, f"{d.started_by} instant unknown")
+            else:
+                res = d.resolve(first.occurred_at, calendars, attributes or {})
+                placed[d.name] = Clock(d.name, res.at,
+                                       f"from {d.started_by} at {first.occurred_at.isoformat()}")
+    return [placed[d.name] for d in ladder.deadlines if d.name in placed]
+
+
+def assess(
+    ladder: Ladder, placed: Sequence[Clock], actions: Sequence[RecordedAction], now: datetime,
+    at_risk: timedelta = AT_RISK,
+) -> list[Assessment]:
+    """The state of each clock at ``now`` (aware UTC); see the module docstring.
+
+    Met: an action named in ``met_by`` happened strictly before the instant (basis
+    ``record``), or the source asserts it (basis ``source``). Missed: the instant passed
+    without that, or the action came late (``late_s`` up to it). At risk: open and due
+    within ``at_risk``. Pending: open and further out. Undetermined: only an assertion with
+    nothing to say about this deadline, or a clock whose start is unknown.
+    """
+    at = {c.name: c.at for c in placed}
+    rules = {d.name: d for d in ladder.deadlines}
+    out: list[Assessment] = []
+    for c in placed:
+        rule = rules[c.name]
+        on_record = [a for a in actions if a.action in rule.met_by and a.occurred_at is not None]
+        first = min(on_record, key=lambda a: (a.occurred_at, a.seq)) if on_record else None
+        asserted = _asserted(ladder, actions, rule, at)
+        src = rule.source
+        if c.at is None:
+            out.append(Assessment(c.name, None, DeadlineState.UNDETERMINED, None, None, None,
+                                  src, c.rule))
+        elif first is not None and first.occurred_at is not None and first.occurred_at < c.at:
+            out.append(Assessment(c.name, c.at, DeadlineState.MET, Basis.RECORD, first, 0.0,
+                                  src, c.rule))
+        elif asserted is not None and asserted[0] is DeadlineState.MET:
+            out.append(Assessment(c.name, c.at, DeadlineState.MET, Basis.SOURCE, asserted[1],
+                                  0.0, src, c.rule))
+        elif first is not None and first.occurred_at is not None:
+            late = (first.occurred_at - c.at).total_seconds()
+            out.append(Assessment(c.name, c.at, DeadlineState.MISSED, Basis.RECORD, first,
+                                  late, src, c.rule))
+        elif asserted is not None:
+            state, by = asserted
+            out.append(Assessment(c.name, c.at, state, Basis.SOURCE, by, None, src, c.rule))
+        elif c.at <= now:
+            out.append(Assessment(c.name, c.at, DeadlineState.MISSED, None, None,
+                                  (now - c.at).total_seconds(), src, c.rule))
+        else:
+            state = DeadlineState.AT_RISK if c.at <= now + at_risk else DeadlineState.PENDING
+            out.append(Assessment(c.name, c.at, state, None, None, 0.0, src, c.rule))
+    return out
+
+
+def binding(
+    ladder: Ladder, placed: Sequence[Clock], actions: Sequence[RecordedAction], now: datetime,
+) -> tuple[tuple[str, datetime], ...]:
+    """The clocks that still cap tiers, ``((name, aware UTC), ...)`` in the ladder's order:
+    a known instant and no action that met it, on time or late, on record or per the source.
+    A clock missed while still open binds, so the escalation is due at once. One that a
+    late action ended no longer binds, and the miss stays on record in :func:`assess`."""
+    return tuple((s.name, s.at) for s in assess(ladder, placed, actions, now)
+                 if s.at is not None and s.by is None
+                 and s.state is not DeadlineState.UNDETERMINED)
+
+
+def late_at(assessments: Iterable[Assessment]) -> list[str]:
+    """Names of the deadlines missed (on record or while open), for a resolution's row."""
+    return [a.name for a in assessments if a.state is DeadlineState.MISSED]
