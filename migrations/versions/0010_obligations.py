@@ -1,6 +1,6 @@
-"""Obligations and resolution: ledger events ACTION_RECORDED and RESOLVED, the projection
-status ``resolved`` and the projection column ``obligations``
-(docs/adr/0010-obligations-and-resolution.md).
+"""Obligations and resolution: events ACTION_RECORDED and RESOLVED, status resolved.
+
+Also the projection column ``obligations`` (docs/adr/0010-obligations-and-resolution.md).
 
 Revision ID: 0010
 Revises: 0009

@@ -75,7 +75,7 @@ def test_cfpb_sample_deadlines_computed_and_every_breach_fires_once_in_due_order
     for r in results:
         esc = r.escalation
         d15, d60 = expected[esc.dispute_id]
-        assert esc.ladder == "cfpb_complaint_response" and esc.ladder_version == 3
+        assert esc.ladder == "cfpb_complaint_response" and esc.ladder_version == 4
         assert dict(esc.deadlines) == {"company_response": d15, "final_response": d60}
         assert esc.regulatory_deadline == d15  # caps the first tier
     sample = [r.escalation.dispute_id for r in results[:50]]

@@ -84,8 +84,14 @@ def test_cli_enqueue_with_zone_and_attributes(cli_env: dict[str, str]) -> None:
         "--attribute", "foreign_initiated=false", "--json")
     assert res.returncode == 0, res.stderr[-2000:]
     assert '"determine_or_provisionally_credit": "2026-03-20T00:00:00+00:00"' in res.stdout
-    # point of sale: 90 days from Thu 2026-03-05 (LA) = 06-03 -> end of day PDT = 06-04 07:00Z
-    assert '"investigation": "2026-06-04T07:00:00+00:00"' in res.stdout
+    # Reg E v3: the investigation period is available only with a timely provisional credit
+    # (12 CFR 1005.11(c)(2)(i)); until one is recorded it falls with the 10 business days
+    assert '"investigation": "2026-03-20T00:00:00+00:00"' in res.stdout
+    # its own window is on the ENQUEUED row. Point of sale: 90 days from Thu 2026-03-05
+    # (LA) = 06-03 -> end of day PDT = 06-04 07:00Z
+    shown = run_cli(cli_env, "audit", "show", str(did), "--json")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "2026-06-04T07:00:00+00:00" in shown.stdout
 
 
 def test_report_sla_missed_lists_each_deadline(app: Any, cli_env: dict[str, str]) -> None:
@@ -107,7 +113,7 @@ def test_report_sla_missed_lists_each_deadline(app: Any, cli_env: dict[str, str]
     assert sorted((r[3], r[5], r[10]) for r in mine) == [
         ("company_response", "2026-01-21T00:00:00-05:00", "complaint_analyst"),
         ("final_response", "2026-03-07T00:00:00-05:00", "complaint_analyst")]
-    assert all(r[1] == "CFPB-1" and r[2] == "cfpb_complaint_response@3" for r in mine)
+    assert all(r[1] == "CFPB-1" and r[2] == "cfpb_complaint_response@4" for r in mine)
 
 
 def test_audit_search_answers_per_dispute_and_per_deadline(app: Any,
