@@ -377,12 +377,15 @@ MISSED_COLUMNS: tuple[str, ...] = (
 
 
 def missed_csv(report: SlaReport) -> str:
-    """CSV of the missed deadlines (:data:`MISSED_COLUMNS`), by deadline instant."""
+    """CSV of the missed deadlines (:data:`MISSED_COLUMNS`), by deadline instant: RFC 4180
+    CRLF line ends and formula injection neutralised, as :func:`to_csv` and the audit export
+    (``domain/csv_cells.py``)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=MISSED_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=MISSED_COLUMNS, lineterminator="\r\n")
     writer.writeheader()
     for o in report.missed:
-        writer.writerow(o.as_row())
+        writer.writerow({k: neutralise_cell(v) if isinstance(v, str) else v
+                         for k, v in o.as_row().items()})
     return buf.getvalue()
 
 

@@ -215,3 +215,35 @@ def test_every_deadline_of_a_multi_deadline_ladder_is_counted_and_listed() -> No
         "deadline_at": "2026-03-18T00:00:00-04:00", "status": "missed",
         "resolved_at": "2026-03-20T15:00:00+00:00", "late_hours": "59.00",
         "late_business_days": 3, "tier_at_deadline": "complaint_analyst"}
+
+
+def test_missed_csv_neutralises_formula_cells_and_uses_crlf_line_ends() -> None:
+    # docs/audit.md: CSV (audit export and `report sla --format csv`) has RFC 4180 CRLF line
+    # ends and neutralises formula injection (domain/csv_cells.py). `--missed` wrote an
+    # external id "=HYPERLINK(...)" raw, with "\n" line ends.
+    import csv
+    import io
+
+    from escalation.domain.csv_cells import restore_cell
+    from escalation.service_layer.sla_report import MISSED_COLUMNS, missed_csv
+
+    evil = '=HYPERLINK("http://evil.example/","x")'
+    d = uuid.UUID(int=98)
+    d15 = datetime(2026, 3, 18, 4, tzinfo=UTC)
+    enq = _row(d, 1, "ENQUEUED", None, "complaint_analyst", datetime(2026, 3, 2, 5, tzinfo=UTC),
+               due=datetime(2026, 3, 7, 5, tzinfo=UTC), deadline=d15, ladder="cfpb")
+    enq.update(ladder_version=3, external_id=evil, enq_details={
+        "deadlines": {"company_response": d15.isoformat()},
+        "deadline_rules": {"company_response": {"citation": "@SUM(1+1)"}},
+        "institution": {"timezone": "America/New_York", "calendar": "us_federal_reserve"}})
+    report = compute([enq], W0, datetime(2026, 6, 1, tzinfo=UTC),
+                     now=datetime(2026, 6, 1, tzinfo=UTC))
+    text = missed_csv(report)
+    assert text.count("\r\n") == 2 and "\n" not in text.replace("\r\n", "")
+    header, row = csv.reader(io.StringIO(text, newline=""))
+    assert tuple(header) == MISSED_COLUMNS
+    cells = dict(zip(header, row, strict=True))
+    assert cells["external_id"] == "'" + evil
+    assert cells["citation"] == "'@SUM(1+1)"
+    assert restore_cell(cells["external_id"]) == evil
+    assert cells["dispute_id"] == str(d) and cells["status"] == "missed"
