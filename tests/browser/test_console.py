@@ -213,6 +213,26 @@ def test_bad_filter_values_are_a_422_page_not_a_server_error(console):
     assert r.status_code == 422 and "unknown tier 'nope'" in r.text, r.text[:300]
 
 
+def test_overview_with_a_bad_or_reversed_period_is_a_422_page_not_a_server_error(console):
+    # it was a 500 ("'now' is undefined" in the template) where every other page says 422
+    cookies = {"esc_console": console.tokens["admin"]}
+    for query, message in (("from=2024-13-01", "from: not a date or ISO-8601 time"),
+                           ("to=yesterday", "to: not a date or ISO-8601 time"),
+                           ("from=2026-03-10&to=2026-03-01", "from must be before to"),
+                           ("from=2026-03-10T00:00:00", "from: a time needs its UTC offset")):
+        r = httpx.get(f"{console.url}/console?{query}", cookies=cookies)
+        assert r.status_code == 422, (query, r.status_code, r.text[:300])
+        assert "text/html" in r.headers["content-type"], query
+        assert '<p class="error" role="alert">' in r.text and message in r.text, query
+        assert "<h1>Overview</h1>" in r.text and 'id="h-period"' not in r.text, query
+    # the typed period stays in the form
+    r = httpx.get(f"{console.url}/console?from=2026-03-10&to=2026-03-01", cookies=cookies)
+    assert 'value="2026-03-10"' in r.text and 'value="2026-03-01"' in r.text
+    # and a good one still shows the figures
+    r = httpx.get(f"{console.url}/console?from=2026-03-01&to=2026-03-10", cookies=cookies)
+    assert r.status_code == 200 and 'id="h-period"' in r.text
+
+
 def test_a_console_address_with_a_trailing_slash_goes_to_the_page(page, console):
     for typed, target in (("/console/", "/console"), ("/console/audit/", "/console/audit"),
                           ("/console/audit/?tier=senior", "/console/audit?tier=senior"),

@@ -306,8 +306,10 @@ def overview(request: Request) -> HTMLResponse:
     now = q.now()
     try:
         since, until, since_t, until_t = _period(request, zone, 30, now)
-    except InvalidInput as exc:
-        return _error(request, exc, "overview.html", load=[], counts={})
+    except InvalidInput as exc:  # the form keeps what was typed; the figures are left out
+        return _error(request, exc, "overview.html", load=[], counts={}, now=now,
+                      since_t=_param(request, "from") or "",
+                      until_t=_param(request, "to") or "", period="")
     load = dl.tier_load(q.pending(), now, _ladder_lookup(core))
     window = dl.deadline_outcomes(q, core.ladders.get, core.calendars, since, until, now=now)
     ahead = dl.deadline_outcomes(q, core.ladders.get, core.calendars, now,
