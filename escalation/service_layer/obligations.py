@@ -335,7 +335,8 @@ def _replan(
         return changes, None
     old_cap, _ = tier_cap(ladder, esc.tier, dict(esc.deadlines), calendars)
     candidate = esc.due_at
-    if old_cap is not None and esc.due_at >= old_cap:  # the old cap had set the due time
+    if (old_cap is not None and esc.due_at >= old_cap  # the old cap had set the due time
+            and (new_cap is None or new_cap > old_cap)):  # and no longer binds there
         natural = window_end(esc.entered_tier_at,
                              tier_window(ladder, esc.tier, esc.materiality.amount), calendars)
         candidate = max(esc.due_at, natural)
@@ -345,8 +346,9 @@ def _replan(
         return changes, None
     why = ("a regulatory cap that set it no longer binds" if due > esc.due_at
            else "a clock the action started caps the tier")
+    capped = new_cap is not None and due >= new_cap  # else the tier window set it
     return changes, {"due_at_before": esc.due_at.isoformat(), "due_at_after": due.isoformat(),
-                     "why": why, "capped_by": None if new_deadline is None else next(
+                     "why": why, "capped_by": None if not capped else next(
                          (n for n, at in bind if at == new_deadline), None)}
 
 
