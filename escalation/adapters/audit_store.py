@@ -199,7 +199,8 @@ class PostgresAuditStore(AuditQueries):
 
         Raises:
             NotFound: no escalation for ``dispute_id``.
-            ConflictError: the escalation already reached its terminal tier.
+            ConflictError: the escalation already reached its terminal tier (the message
+                names ``resolve``), or was resolved.
             InvalidInput: naive ``decided_at``.
         """
         require_aware(decided_at, "decided_at")
@@ -210,8 +211,12 @@ class PostgresAuditStore(AuditQueries):
             if state["status"] == Status.TERMINAL.value:
                 raise ConflictError(
                     f"dispute {dispute_id} already reached terminal escalation in tier "
-                    f"{state['tier']!r}; it cannot be cancelled"
+                    f"{state['tier']!r}; it cannot be cancelled: record its resolution with "
+                    "resolve (an outcome code)"
                 )
+            if state["status"] == Status.RESOLVED.value:
+                raise ConflictError(f"dispute {dispute_id} is already resolved; it cannot be "
+                                    "cancelled")
             return append_row(
                 conn,
                 state,

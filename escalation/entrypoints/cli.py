@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from escalation.domain.errors import EscalationError, InvalidInput, InvalidParameter
+from escalation.domain.obligations import Assessment, Outcome
 from escalation.entrypoints import (
     cli_api,
     cli_audit,
@@ -31,9 +32,13 @@ from escalation.entrypoints.cli_common import (
     option_name,
     out,
     parse_attributes,
+    parse_time,
     parse_time_or_date,
     redact_url,
 )
+
+if TYPE_CHECKING:
+    from escalation.service_layer.obligations import ObligationResult
 
 app = typer.Typer(
     name="escalation", no_args_is_help=True, pretty_exceptions_enable=False,
@@ -57,6 +62,9 @@ app.add_typer(cli_ladder.ladder_app, name="ladder")
 app.add_typer(cli_ops.dead_app, name="dead")
 app.add_typer(cli_ops.maint_app, name="maintenance")
 app.add_typer(cli_api.token_app, name="token")
+action_app = typer.Typer(help="Actions that meet or start a regulatory clock (ADR 0010).",
+                         no_args_is_help=True)
+app.add_typer(action_app, name="action")
 
 # --------------------------------------------------------------------------- enqueue/cancel
 @app.command()
@@ -146,6 +154,173 @@ def enqueue(
                       markup=False, highlight=False)
 
 
+ActorOpt = Annotated[str | None, typer.Option(
+    "--actor", help="Who acts, on record (default: ESCALATION_OPERATOR).")]
+_CLI_NAMES = {"occurred_at": "--at", "idempotency_key": "--idempotency-key",
+              "evidence_ref": "--evidence-ref", "evidence_sha256": "--evidence-sha256",
+              "amount": "--amount", "currency": "--currency", "note": "--note",
+              "action": "--action", "outcome": "--outcome", "reason": "--reason",
+              "actor": "--actor"}
+
+
+def _operator(actor: str | None, fallback: str | None = None) -> str:
+    """The named person acting: ``--actor``, else ``ESCALATION_OPERATOR``, else ``fallback``.
+
+    Raises:
+        InvalidInput: blank, or none of them given (nothing is written).
+    """
+    if actor is not None:
+        if not actor.strip():
+            raise InvalidInput("--actor: must not be empty")
+        return actor.strip()
+    named = _settings().operator
+    if named is not None and named.strip():
+        return str(named).strip()
+    if fallback is not None:
+        return fallback
+    raise InvalidInput("no actor: give --actor NAME or set ESCALATION_OPERATOR (who acts is "
+                       "recorded on the ledger row; 'cli' names nobody)")
+
+
+def _spelled(exc: InvalidInput) -> InvalidInput:
+    """``exc`` with a leading field name (``occurred_at: ...``) spelled as this command's
+    option (``--at: ...``)."""
+    message = str(exc)
+    head, sep, rest = message.partition(":")
+    if sep and head in _CLI_NAMES:
+        return InvalidInput(f"{_CLI_NAMES[head]}:{rest}")
+    return exc
+
+
+def _deadline_json(a: Assessment) -> dict[str, object]:
+    """One deadline's state as ``--json`` prints it (the API's ``deadlines`` entries)."""
+    by = None if a.by is None else {
+        "action": a.by.action, "actor": a.by.actor,
+        "occurred_at": None if a.by.occurred_at is None else a.by.occurred_at.isoformat()}
+    return {"name": a.name, "citation": a.citation,
+            "deadline_at": None if a.at is None else a.at.isoformat(),
+            "state": a.state.value, "basis": None if a.basis is None else a.basis.value,
+            "met_by": by, "late_seconds": a.late_s if a.state.value == "missed" else None,
+            "rule": a.rule}
+
+
+def _print_obligation(res: ObligationResult, verb: str, as_json: bool) -> None:
+    e = res.escalation
+    if as_json:
+        _print_json({"dispute_id": str(e.dispute_id), "status": e.status.value,
+                     "seq": res.seq, "replayed": res.replayed,
+                     "due_at": None if res.due_after is None else res.due_after.isoformat(),
+                     "deadlines": [_deadline_json(a) for a in res.assessments]})
+        return
+    if res.replayed:
+        out.print(f"already {verb} {e.dispute_id} under this idempotency key (seq {res.seq}): "
+                  "nothing written", markup=False, highlight=False)
+    else:
+        moved = ("" if res.due_before is None or res.due_before == res.due_after
+                 or res.due_after is None else
+                 f"; due {res.due_before.isoformat()} -> {res.due_after.isoformat()}")
+        out.print(f"{verb} {e.dispute_id} (seq {res.seq}, status {e.status.value}{moved})",
+                  markup=False, highlight=False)
+    for a in res.assessments:
+        by = "" if a.by is None else f" by {a.by.action} ({a.by.actor})"
+        at = "unknown" if a.at is None else a.at.isoformat()
+        out.print(f"  {a.name}: {a.state.value}{by}, due {at}", markup=False, highlight=False)
+
+
+@action_app.command("record")
+def action_record(
+    dispute_id: Annotated[str, typer.Argument(
+        help="Dispute id (UUID), or the external id with --source.")],
+    action: Annotated[str, typer.Option(
+        help="Action id the dispute's ladder version declares, e.g. provisional_credit.")],
+    at: Annotated[str, typer.Option(
+        help="When it happened, ISO-8601 with offset (not in the future, not before the "
+             "dispute's anchor).")],
+    idempotency_key: Annotated[str, typer.Option(
+        help="1-200 characters; the same key with the same content is a replay (nothing "
+             "written), with other content an error.")],
+    actor: ActorOpt = None,
+    source: Annotated[str | None, typer.Option(
+        help="Source system: DISPUTE_ID is its external id.")] = None,
+    amount: Annotated[str | None, typer.Option(
+        help="Decimal amount, e.g. 100.00 (a money action: required).")] = None,
+    currency: Annotated[str | None, typer.Option(help="ISO 4217 code, with --amount.")] = None,
+    evidence_ref: Annotated[str | None, typer.Option(
+        help="Document id or URI of the evidence.")] = None,
+    evidence_sha256: Annotated[str | None, typer.Option(
+        help="SHA-256 (hex) of the evidence document, with --evidence-ref.")] = None,
+    note: Annotated[str | None, typer.Option(help="One line, at most 500 characters.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Record an action that meets or starts a regulatory clock, and re-plan the dispute
+    (docs/adr/0010-obligations-and-resolution.md). The actor is --actor, else
+    ESCALATION_OPERATOR; with neither the command is refused (exit 2)."""
+    from escalation.service_layer.disputes import dispute_arg
+    from escalation.service_layer.obligations import RecordAction, record_action
+
+    did = dispute_arg(dispute_id, source)
+    who = _operator(actor)
+    cmd = RecordAction(
+        dispute_id=did, action=action, occurred_at=parse_time(at, "--at"), actor=who,
+        idempotency_key=idempotency_key, evidence_ref=evidence_ref,
+        evidence_sha256=evidence_sha256, amount=amount, currency=currency, note=note)
+    a = _app(actor=who)
+    try:
+        res = record_action(cmd, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
+                            calendars=a.calendars)
+    except InvalidInput as exc:
+        raise _spelled(exc) from None
+    finally:
+        a.close()
+    _print_obligation(res, f"recorded {action} on", as_json)
+
+
+@app.command()
+def resolve(
+    dispute_id: Annotated[str, typer.Argument(
+        help="Dispute id (UUID), or the external id with --source.")],
+    outcome: Annotated[str, typer.Option(
+        help="Outcome code: " + ", ".join(o.value for o in Outcome
+                                          if o is not Outcome.UNSTATED) + ".")],
+    reason: Annotated[str | None, typer.Option(
+        help="Why, on record (one line).")] = None,
+    at: Annotated[str | None, typer.Option(
+        help="When it was resolved, ISO-8601 with offset (default: now).")] = None,
+    actor: ActorOpt = None,
+    idempotency_key: Annotated[str | None, typer.Option(
+        help="Default: resolve:<dispute id>:<outcome>:<--at or 'now'>, so a retried command "
+             "is a replay (nothing written twice).")] = None,
+    source: Annotated[str | None, typer.Option(
+        help="Source system: DISPUTE_ID is its external id.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Resolve a dispute with an outcome code, from pending, paused or terminal: a RESOLVED
+    ledger row listing the deadlines missed; the dispute leaves Redis. The actor is --actor,
+    else ESCALATION_OPERATOR; with neither the command is refused (exit 2). Without
+    --idempotency-key the key is derived from the dispute, the outcome and --at, so running
+    the same command again is a replay."""
+    from escalation.service_layer.disputes import dispute_arg
+    from escalation.service_layer.obligations import Resolve
+    from escalation.service_layer.obligations import resolve as do_resolve
+
+    did = dispute_arg(dispute_id, source)
+    who = _operator(actor)
+    when = parse_time(at, "--at")
+    key = idempotency_key if idempotency_key is not None else (
+        f"resolve:{did}:{outcome}:{'now' if when is None else when.isoformat()}")
+    cmd = Resolve(dispute_id=did, outcome=outcome, actor=who, idempotency_key=key,
+                  occurred_at=when, reason=reason)
+    a = _app(actor=who)
+    try:
+        res = do_resolve(cmd, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
+                         calendars=a.calendars)
+    except InvalidInput as exc:
+        raise _spelled(exc) from None
+    finally:
+        a.close()
+    _print_obligation(res, f"resolved ({outcome})", as_json)
+
+
 @app.command()
 def cancel(
     dispute_id: Annotated[str, typer.Argument(
@@ -153,13 +328,20 @@ def cancel(
     reason: Annotated[str, typer.Option(help="Why (recorded in the ledger).")] = "resolved",
     source: Annotated[str | None, typer.Option(
         help="Source system: DISPUTE_ID is its external id.")] = None,
+    actor: Annotated[str | None, typer.Option(
+        "--actor", help="Who acts, on record (default: ESCALATION_OPERATOR, else OS "
+                        "user@host).")] = None,
 ) -> None:
-    """Cancel a dispute's escalation (the dispute was resolved)."""
+    """Stop escalating a pending or paused dispute (its deadlines count it as a resolution
+    with the outcome unstated). A terminal dispute is refused: record its resolution with
+    `escalation resolve`, which also states the outcome."""
     from escalation.service_layer.cancel import cancel as do_cancel
     from escalation.service_layer.disputes import dispute_arg
+    from escalation.service_layer.ladder_release import default_actor
 
     did = dispute_arg(dispute_id, source)
-    a = _app(actor="cli")
+    who = _operator(actor, default_actor())
+    a = _app(actor=who)
     try:
         before = a.store.get(did)
         if before is not None and before[1].value == "cancelled":

@@ -73,6 +73,10 @@ MAX_NOTE_CHARS = 500
 RESERVED_ACTORS = frozenset({"cli", "api", "worker", "system", ""})
 """Actor names that say nothing about who acted: refused."""
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_CONTENT_KEYS = frozenset({"action", "amount", "currency", "evidence", "note", "asserted",
+                           "outcome", "reason"})
+"""The request fields a replay must repeat (``occurred_at`` is compared when given: a
+resolve without it means "now", which differs on a retry)."""
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 
 
@@ -280,7 +284,10 @@ def _money(cmd: RecordAction, money: bool) -> dict[str, str]:
         return {}
     if cmd.amount is None:
         raise InvalidInput(f"amount: required for the action {cmd.action!r} (Decimal text)")
-    amount = Materiality.parse(cmd.amount).amount  # floats, NaN, negatives refused
+    try:  # floats, NaN, negatives refused
+        amount = Materiality.parse(cmd.amount).amount
+    except InvalidInput as exc:  # its messages say "materiality"; this field is the amount
+        raise InvalidInput("amount: " + str(exc).replace("materiality", "the amount")) from None
     if cmd.currency is None or not _CURRENCY.match(cmd.currency):
         raise InvalidInput(f"currency: an ISO 4217 code such as USD, got {cmd.currency!r}")
     return {"amount": str(amount), "currency": cmd.currency}
@@ -315,7 +322,10 @@ def _replay(rows: Sequence[LedgerRow], key: str, content: Mapping[str, Any]) -> 
     ConflictError when the key was used for other content."""
     for r in rows:
         if r.event in (ACTION_EVENT, RESOLVED_EVENT) and r.details.get("idempotency_key") == key:
-            first = {k: r.details.get(k) for k in content}
+            # a field the first request had and this one lacks is other content too
+            keys = set(content) | (_CONTENT_KEYS & set(r.details))
+            first = {k: r.details.get(k) for k in keys}
+            content = {k: content.get(k) for k in keys}
             if first != dict(content):
                 raise ConflictError(f"idempotency_key {key!r} was used for different content "
                                     f"(seq {r.seq}); nothing written")

@@ -114,7 +114,7 @@ def test_get_shows_every_deadline_with_its_state(service):
     got = service.get(f"/v1/escalations/{b['dispute_id']}").json()
     assert got["deadlines"], got
     # opened in January 2026 with day-scale regulatory windows: every deadline has passed
-    assert {d["state"] for d in got["deadlines"]} == {"overdue"}
+    assert {d["state"] for d in got["deadlines"]} == {"missed"}
 
 
 @pytest.mark.parametrize(("change", "field"), [

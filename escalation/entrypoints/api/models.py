@@ -10,11 +10,15 @@ the API and the CLI refuse the same inputs with the same messages.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from escalation.domain.obligations import Outcome
 
 MAX_BATCH = 1000
+RESOLVE_OUTCOMES: list[JsonValue] = [o.value for o in Outcome if o is not Outcome.UNSTATED]
+"""The outcome codes a resolve may state (``unstated`` is a cancel's)."""
 _EXAMPLE_ID = "6f1c2f4e-8a51-4c7e-9a53-2d1b7e0c9f10"
 
 
@@ -86,16 +90,88 @@ class PauseIn(_In):
     reason: str = Field("paused", min_length=1, max_length=500)
 
 
-class DeadlineOut(BaseModel):
-    """One regulatory deadline and its state at the time of the request.
+class EvidenceIn(_In):
+    """The document that shows an action happened."""
 
-    ``state``: ``open`` (ahead, escalation open), ``overdue`` (passed, escalation still open),
-    ``met`` (escalation closed before it), ``missed`` (closed after it).
+    ref: str = Field(description="Document id or URI (1-1000 characters).")
+    sha256: str | None = Field(None, description="SHA-256 of the document, 64 hex digits.")
+
+
+class ActionIn(_In):
+    """One action on a dispute (docs/adr/0010-obligations-and-resolution.md). ``action`` is
+    an id the dispute's ladder version declares (``[[actions]]``)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"action": "provisional_credit", "occurred_at": "2026-03-04T15:00:00-05:00",
+         "amount": "125.50", "currency": "USD", "idempotency_key": "pc-2026-0417-0093",
+         "evidence": {"ref": "ledger://credits/88121"}},
+    ]})
+
+    action: str = Field(description="Action id declared by the dispute's ladder version.")
+    occurred_at: str = Field(description="When the action happened, ISO-8601 with offset; "
+                             "not in the future, not before the dispute's anchor.")
+    evidence: EvidenceIn | None = None
+    amount: str | None = Field(None, description="Decimal string, required for a money "
+                               "action (JSON numbers, NaN and negatives are refused).")
+    currency: str | None = Field(None, description="ISO 4217 code, with amount.")
+    note: str | None = Field(None, description="One line, at most 500 characters.")
+    idempotency_key: str | None = Field(
+        None, description="Required here or as the Idempotency-Key header (1-200 "
+        "characters); the same key with the same content is a replay (200).")
+
+
+class ResolveIn(_In):
+    """A dispute's resolution, from pending, paused or terminal."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"outcome": "error_corrected", "reason": "credit made final",
+         "occurred_at": "2026-03-20T10:00:00-04:00", "idempotency_key": "resolve-0093"},
+    ]})
+
+    outcome: str = Field(description="Outcome code (docs/sla.md \"Resolution outcomes\").",
+                         json_schema_extra={"enum": RESOLVE_OUTCOMES})
+    reason: str | None = Field(None, description="One line, at most 500 characters.")
+    occurred_at: str | None = Field(None, description="When it was resolved, ISO-8601 with "
+                                    "offset (default: now).")
+    idempotency_key: str | None = Field(
+        None, description="Required here or as the Idempotency-Key header.")
+
+
+class MetByOut(BaseModel):
+    """The action that met a deadline (on time, or late when the state is ``missed``)."""
+
+    action: str = Field(description="Action id, or 'resolution'.")
+    occurred_at: datetime | None = Field(description="Null: a source asserted it without "
+                                         "an instant.")
+    actor: str
+
+
+class DeadlineOut(BaseModel):
+    """One regulatory deadline and its state at the time of the request
+    (``domain.obligations.assess``, the words ``report sla`` and the console use).
+
+    ``state``: ``met`` (an action it names happened before it), ``missed`` (it passed
+    without one, or the action came late: ``late_seconds``), ``at_risk`` (open, due within
+    48 h), ``pending`` (open, further out), ``undetermined`` (closed per an imported source
+    that gives no instant).
     """
 
     name: str
-    at: datetime
-    state: str
+    citation: str = Field(description="The rule's source, e.g. 12 CFR 1005.11(c)(1).")
+    deadline_at: datetime | None = Field(description="Null when the action starting the "
+                                         "clock has no known instant.")
+    at: datetime | None = Field(description="Same as deadline_at (kept for older clients).")
+    state: Literal["met", "missed", "at_risk", "pending", "undetermined"]
+    basis: Literal["record", "source"] | None = Field(
+        description="record: the ledger holds the action with its instant; source: an "
+        "import asserted it. Null while open.")
+    met_by: MetByOut | None
+    late_seconds: float | None = Field(description="Missed only: seconds late (up to the "
+                                       "late action, or up to now while open); null if the "
+                                       "source does not say.")
+    rule: str = Field(description="Why it falls there when not the ladder's own rule, e.g. "
+                      "'no timely provisional_credit: due with "
+                      "determine_or_provisionally_credit'; else ''.")
 
 
 class EscalationOut(BaseModel):
@@ -119,8 +195,8 @@ class EscalationOut(BaseModel):
     seq: int
     due_at: datetime | None = Field(
         description="Breach time of the current tier while pending; null when paused (the "
-                    "SLA clock is stopped: remaining_ms is what is left), terminal or "
-                    "cancelled.")
+                    "SLA clock is stopped: remaining_ms is what is left), terminal, "
+                    "cancelled or resolved.")
     entered_tier_at: datetime
     materiality: str
     regulatory_deadline: datetime | None
@@ -133,6 +209,10 @@ class EscalationOut(BaseModel):
         "it and create it again to apply the new content).")
     remaining_ms: int | None = Field(None, description="Pause/resume: SLA window left (ms).")
     basis: str | None = Field(None, description="Pause/resume: 'open' or 'elapsed' time.")
+    recorded_seq: int | None = Field(None, description="Actions/resolve: seq of the ledger "
+                                     "row recorded (on a replay, the first one's).")
+    replayed: bool | None = Field(None, description="Actions/resolve: true = the idempotency "
+                                  "key was used with the same content; nothing written.")
 
 
 class BatchItemOut(BaseModel):

@@ -1,4 +1,5 @@
-"""``/v1/escalations``: create (one or a batch), get, cancel, pause, resume.
+"""``/v1/escalations``: create (one or a batch), get, cancel, pause, resume, record an
+action, resolve (docs/adr/0010-obligations-and-resolution.md).
 
 Each route calls the service-layer use case the CLI calls, with the token's name as actor.
 Every dispute route exists twice: ``/v1/escalations/{dispute_id}...`` and
@@ -7,15 +8,16 @@ Every dispute route exists twice: ``/v1/escalations/{dispute_id}...`` and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Request, Response
+from fastapi import APIRouter, Body, Depends, Header, Request, Response
 
 from escalation.bootstrap import App
-from escalation.domain.errors import NotFound
+from escalation.domain.errors import InvalidInput, LadderReleaseError, NotFound
 from escalation.domain.escalation import Escalation, Status
+from escalation.domain.obligations import Assessment, DeadlineState, assess
 from escalation.entrypoints.api.auth import StatusReader, Writer
 from escalation.entrypoints.api.batching import CreateBatcher
 from escalation.entrypoints.api.deps import (
@@ -25,6 +27,7 @@ from escalation.entrypoints.api.deps import (
     refuse_duplicate_keys,
 )
 from escalation.entrypoints.api.models import (
+    ActionIn,
     BatchIn,
     BatchItemOut,
     BatchOut,
@@ -32,12 +35,25 @@ from escalation.entrypoints.api.models import (
     DeadlineOut,
     EscalationIn,
     EscalationOut,
+    MetByOut,
     PauseIn,
     Problem,
+    ResolveIn,
 )
+from escalation.entrypoints.api.problems import ApiProblem, field_of
 from escalation.entrypoints.cli_common import parse_time
+from escalation.ports import LedgerRow
 from escalation.service_layer.disputes import resolve_dispute
 from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many
+from escalation.service_layer.obligations import (
+    ObligationResult,
+    RecordAction,
+    Resolve,
+    dispute_clocks,
+    record_action,
+    recorded_actions,
+)
+from escalation.service_layer.obligations import resolve as do_resolve
 
 # a JSON body naming a key twice is refused before anything is written
 router = APIRouter(prefix="/v1", tags=["escalations"],
@@ -67,33 +83,51 @@ def to_request(body: EscalationIn) -> EnqueueRequest:
     )
 
 
-def _deadline_state(esc: Escalation, at: datetime, now: datetime,
-                    closed_at: datetime | None) -> str:
-    if esc.status in (Status.TERMINAL, Status.CANCELLED, Status.RESOLVED):
-        return "met" if closed_at is not None and closed_at <= at else "missed"
-    return "open" if now < at else "overdue"
+def deadline_out(a: Assessment) -> DeadlineOut:
+    """One ``domain.obligations.assess`` outcome as the API reports it."""
+    by = None if a.by is None else MetByOut(action=a.by.action, occurred_at=a.by.occurred_at,
+                                            actor=a.by.actor)
+    return DeadlineOut(
+        name=a.name, citation=a.citation, deadline_at=a.at, at=a.at, state=a.state.value,
+        basis=None if a.basis is None else a.basis.value, met_by=by,
+        late_seconds=a.late_s if a.state is DeadlineState.MISSED else None, rule=a.rule)
+
+
+def assessments(core: App, esc: Escalation, now: datetime,
+                trail: Sequence[LedgerRow] | None = None) -> list[Assessment]:
+    """Every clock of ``esc`` and its state at ``now``, from the dispute's ledger trail
+    (read here unless given; ``[]`` for a dispute just created, whose clocks are its
+    projection's) with the same helpers the use cases use.
+
+    Raises:
+        LadderReleaseError (503): the released ladder file of ``esc`` is missing or edited.
+    """
+    ladder = core.ladders.get(esc.ladder, esc.ladder_version)
+    rows = core.store.trail(esc.dispute_id) if trail is None else trail
+    actions = recorded_actions(rows)
+    placed = dispute_clocks(ladder, rows, actions, esc.calendars(core.calendars),
+                            esc.deadlines)
+    return assess(ladder, placed, actions, now)
 
 
 def render(core: App, esc: Escalation, now: datetime | None = None,
-           **extra: Any) -> EscalationOut:
+           states: Sequence[Assessment] | None = None,
+           trail: Sequence[LedgerRow] | None = None, **extra: Any) -> EscalationOut:
     """The response body of one escalation, with every deadline's state at Redis TIME
-    (``now``, when the caller has just read it; else read here)."""
-    closed_at = None
-    if esc.deadlines and esc.status in (Status.TERMINAL, Status.CANCELLED, Status.RESOLVED):
-        closed_at = core.store.trail(esc.dispute_id)[-1].decided_at
-    if esc.deadlines and now is None:
-        now = core.scheduler.time()
-    deadlines = [
-        DeadlineOut(name=n, at=at, state=_deadline_state(esc, at, now, closed_at))  # type: ignore[arg-type]
-        for n, at in esc.deadlines
-    ]
+    (``now``, when the caller has just read it; else read here). ``states``: the
+    assessments a use case returned (else computed from the trail, ``trail`` if given)."""
+    if states is None:
+        if now is None:
+            now = core.scheduler.time()
+        states = assessments(core, esc, now, trail)
     return EscalationOut(
         dispute_id=str(esc.dispute_id), external_id=esc.external_id, status=esc.status.value,
         tier=esc.tier, ladder=esc.ladder, ladder_version=esc.ladder_version, seq=esc.seq,
         due_at=esc.due_at if esc.status is Status.PENDING else None,
         entered_tier_at=esc.entered_tier_at,
         materiality=format(esc.materiality.amount, "f"),
-        regulatory_deadline=esc.regulatory_deadline, deadlines=deadlines,
+        regulatory_deadline=esc.regulatory_deadline,
+        deadlines=[deadline_out(a) for a in states],
         trace_id=esc.trace_id, **extra,
     )
 
@@ -117,7 +151,9 @@ async def create(body: EscalationIn, request: Request, token: Writer) -> Respons
     batcher: CreateBatcher = request.app.state.batcher
     done = await batcher.submit(to_request(body), token.name)
     res = done.result
+    # a dispute just created has no actions: its clocks are its projection's (no trail read)
     out = render(core, res.escalation.with_changes(status=res.status), done.now,
+                 trail=[] if res.created else None,
                  created=res.created, source_hash_differs=res.source_hash_differs)
     return Response(out.model_dump_json(), status_code=201 if res.created else 200,
                     media_type="application/json")
@@ -166,7 +202,9 @@ def get_one(did: Dispute, core: Core, token: StatusReader) -> EscalationOut:
 
 def cancel(did: Dispute, core: Core, token: Writer,
            body: CancelIn | None = Body(None)) -> EscalationOut:
-    """Cancel (the dispute was resolved). Replaying a cancel returns the cancelled state."""
+    """Stop escalating a pending or paused dispute (its deadlines count it as a resolution
+    with the outcome ``unstated``). Replaying a cancel returns the cancelled state. 409 for
+    a terminal or resolved dispute: record a resolution with ``resolve``."""
     from escalation.service_layer.cancel import cancel as do_cancel
 
     before = core.store.get(did)
@@ -198,6 +236,98 @@ def resume(did: Dispute, core: Core, token: Writer) -> EscalationOut:
     return render(core, res.escalation, remaining_ms=res.remaining_ms, basis=res.basis)
 
 
+IdempotencyHeader = Annotated[str | None, Header(
+    alias="Idempotency-Key", description="The idempotency key (or the body's "
+    "idempotency_key; both given: they must be equal).")]
+ACTION_FIELDS = ("action", "occurred_at", "evidence.ref", "evidence.sha256", "amount",
+                 "currency", "note", "idempotency_key")
+RESOLVE_FIELDS = ("outcome", "reason", "occurred_at", "idempotency_key")
+_MESSAGE_FIELDS = {"evidence_ref": "evidence.ref", "evidence_sha256": "evidence.sha256",
+                   "materiality": "amount"}
+
+
+def _key(body_key: str | None, header_key: str | None) -> str:
+    """The idempotency key of a request: the body's or the header's (equal if both)."""
+    if body_key is not None and header_key is not None and body_key != header_key:
+        raise InvalidInput("idempotency_key: the body's differs from the Idempotency-Key "
+                           "header; give one, or the same in both")
+    key = body_key if body_key is not None else header_key
+    if key is None:
+        raise InvalidInput("idempotency_key: required (body field idempotency_key or the "
+                           "Idempotency-Key header)")
+    return key
+
+
+def _field(message: str, fields: Sequence[str]) -> str | None:
+    """The request field an ``InvalidInput`` of the obligation use cases is about: the name
+    its message starts with (``"occurred_at: ..."``), else the words it uses."""
+    head = message.split(":", 1)[0].split(" ", 1)[0]
+    head = _MESSAGE_FIELDS.get(head, head)
+    if head in fields:
+        return head
+    return field_of(message, fields)
+
+
+def _obligation(fields: Sequence[str], run: Callable[[], ObligationResult]) -> ObligationResult:
+    """Run a use case; its ``InvalidInput`` becomes a 422 naming one of ``fields``."""
+    try:
+        return run()
+    except LadderReleaseError:
+        raise  # the server's ladder files: 503
+    except InvalidInput as exc:
+        message = str(exc)
+        raise ApiProblem(422, message, errors=[{"field": _field(message, fields),
+                                                "message": message}]) from None
+
+
+def _answer(core: App, res: ObligationResult) -> Response:
+    """201 for a new ledger row, 200 for a replay; the dispute's state and deadlines."""
+    esc = res.escalation
+    states = None if res.replayed else res.assessments  # a replay: as of now, re-read
+    out = render(core, esc, states=states, recorded_seq=res.seq, replayed=res.replayed)
+    return Response(out.model_dump_json(), status_code=200 if res.replayed else 201,
+                    media_type="application/json")
+
+
+def record(did: Dispute, body: ActionIn, core: Core, token: Writer,
+           idempotency_key: IdempotencyHeader = None) -> Response:
+    """Record an action that meets or starts a regulatory clock (201; 200 for a replay: same
+    key, same content; 409: same key, other content). The actor is the token's name."""
+    def run() -> ObligationResult:
+        key = _key(body.idempotency_key, idempotency_key)
+        cmd = RecordAction(
+            dispute_id=did, action=body.action,
+            occurred_at=parse_time(body.occurred_at, "occurred_at"), actor=token.name,
+            idempotency_key=key,
+            evidence_ref=None if body.evidence is None else body.evidence.ref,
+            evidence_sha256=None if body.evidence is None else body.evidence.sha256,
+            amount=body.amount, currency=body.currency, note=body.note)
+        return record_action(cmd, scheduler=core.scheduler, store=core.store,
+                             ladders=core.ladders, calendars=core.calendars)
+
+    return _answer(core, _obligation(ACTION_FIELDS, run))
+
+
+def resolve(did: Dispute, body: ResolveIn, core: Core, token: Writer,
+            idempotency_key: IdempotencyHeader = None) -> Response:
+    """Resolve the dispute with an outcome code, from pending, paused or terminal (201; 200
+    for a replay; 409 when already resolved or cancelled, or the key was used for other
+    content). The dispute leaves Redis; deadlines missed are listed on the ledger row."""
+    def run() -> ObligationResult:
+        cmd = Resolve(
+            dispute_id=did, outcome=body.outcome, actor=token.name,
+            idempotency_key=_key(body.idempotency_key, idempotency_key),
+            occurred_at=parse_time(body.occurred_at, "occurred_at"), reason=body.reason)
+        return do_resolve(cmd, scheduler=core.scheduler, store=core.store,
+                          ladders=core.ladders, calendars=core.calendars)
+
+    return _answer(core, _obligation(RESOLVE_FIELDS, run))
+
+
+_CREATED: dict[int | str, dict[str, Any]] = {
+    201: {"model": EscalationOut, "description": "Recorded"},
+    200: {"model": EscalationOut, "description": "A replay: nothing written"}}
+
 for _path in DISPUTE_PATHS:
     _by = "by_external_id" if "{source}" in _path else "by_id"
     _extra = path_parameters(_path)
@@ -207,3 +337,9 @@ for _path in DISPUTE_PATHS:
         router.add_api_route(f"{_path}/{_action}", _fn, methods=["POST"],
                              response_model=EscalationOut, responses=ERRORS,
                              openapi_extra=_extra, name=f"{_action}_{_by}")
+    router.add_api_route(f"{_path}/actions", record, methods=["POST"], status_code=201,
+                         response_model=EscalationOut, responses={**_CREATED, **ERRORS},
+                         openapi_extra=_extra, name=f"record_action_{_by}")
+    router.add_api_route(f"{_path}/resolve", resolve, methods=["POST"], status_code=201,
+                         response_model=EscalationOut, responses={**_CREATED, **ERRORS},
+                         openapi_extra=_extra, name=f"resolve_{_by}")
