@@ -95,7 +95,7 @@ def test_demo_runs_the_main_job_on_the_configured_servers(cli_env: dict[str, str
     assert "TERMINAL_ESCALATION" in res.stdout and "audit trail of" in res.stdout
     # the walkthrough trail climbs the whole ladder and fits 100 columns
     trail = res.stdout[res.stdout.index("audit trail of"):res.stdout.index("worker logs:")]
-    assert "reg_e_error_resolution@2" in trail  # the latest version: 2
+    assert "reg_e_error_resolution@3" in trail  # the latest version: 3
     decisions = [line.split()[1] for line in trail.splitlines()
                  if line.strip()[:1].isdigit()]
     assert decisions[:3] == ["ENQUEUED", "PROMOTED_TO_SENIOR", "PROMOTED_TO_COMPLIANCE"]
