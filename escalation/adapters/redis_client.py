@@ -65,6 +65,11 @@ OUTAGE_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
+def _new_packer() -> DirectPacker:
+    """A :class:`DirectPacker` (its base class is unannotated in some redis-py versions)."""
+    return cast(DirectPacker, cast(Any, DirectPacker)())
+
+
 class DirectPacker(HiredisRespSerializer):
     """redis-py's hiredis command packer without its per-argument Python pass.
 
@@ -203,7 +208,7 @@ def make_redis(url: str, **options: Any) -> redis.Redis:
     opts = {**DEFAULT_OPTIONS, **options}
     topo = parse_topology(url)
     if topo.kind != "cluster":
-        opts.setdefault("command_packer", DirectPacker())
+        opts.setdefault("command_packer", _new_packer())
     if topo.kind == "server":
         return redis.Redis.from_url(url, **opts)
     auth: dict[str, Any] = {"password": topo.password, "username": topo.username}
@@ -213,11 +218,12 @@ def make_redis(url: str, **options: Any) -> redis.Redis:
         return cast(redis.Redis, RedisCluster(startup_nodes=nodes, ssl=topo.tls, **auth, **opts))
     sentinel_kwargs = {k: opts[k] for k in ("socket_timeout", "socket_connect_timeout")
                        if k in opts}
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+    # redis-py annotates Sentinel only from 8.x: called through Any, the same on every
+    # version the lower bound admits
+    sentinel: Any = cast(Any, Sentinel)(
         list(topo.hosts), sentinel_kwargs=sentinel_kwargs, ssl=topo.tls, db=topo.db,
         **auth, **opts)
-    primary = sentinel.master_for(  # type: ignore[no-untyped-call]  # as above
-        topo.service, redis_class=redis.Redis)
+    primary = sentinel.master_for(topo.service, redis_class=redis.Redis)
     return cast(redis.Redis, primary)
 
 
