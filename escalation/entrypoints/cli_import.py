@@ -75,7 +75,8 @@ def import_csv(
     a = _app(actor="import", strict_ladders=True, durable_redis=True)
     target = ImportTarget(scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                           calendars=a.calendars, default_ladder=a.settings.default_ladder,
-                          actor=a.actor, warnings=warnings_for(a))  # pre-breach warnings
+                          actor=a.actor, warnings=warnings_for(a),  # pre-breach warnings
+                          events=a.store)  # outcomes: record_action / resolve
     seen = _WriteProgress()
     previous = {s: signal.signal(s, seen.on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -160,7 +161,9 @@ def _report_import(csv_path: Path, res: Any, *, skip_invalid: bool, as_json: boo
     ``--json``: one JSON object on stdout, written or not, with every bad row as
     ``{"line", "message"}`` in ``errors`` (``imported`` false when nothing was written) and
     the ids of re-imported rows that differ from their recorded escalation in
-    ``changed_since_recorded`` (a warning on stderr either way)."""
+    ``changed_since_recorded`` (a warning on stderr either way). With an ``[outcomes]``
+    mapping, ``outcomes`` holds ``added``, ``already_on_record`` and ``not_applied`` (each
+    ``{"line", "id", "message"}``; a warning on stderr either way), else null."""
     for line, msg in res.errors[:50]:
         err.print(f"{csv_path}:{line}: {msg}", markup=False, highlight=False)
     if len(res.errors) > 50:
@@ -170,7 +173,11 @@ def _report_import(csv_path: Path, res: Any, *, skip_invalid: bool, as_json: boo
                "already_enqueued": res.existing, "skipped_invalid":
                len(res.errors) if res.written else 0,
                "errors": [{"line": line, "message": msg} for line, msg in res.errors],
-               "changed_since_recorded": res.changed, "rescheduled": res.rescheduled}
+               "changed_since_recorded": res.changed, "rescheduled": res.rescheduled,
+               "outcomes": None if res.outcomes is None else {
+                   "added": res.outcomes.added, "already_on_record": res.outcomes.on_record,
+                   "not_applied": [{"line": line, "id": shown, "message": msg}
+                                   for line, shown, msg in res.outcomes.not_applied]}}
     if as_json:
         sys.stdout.write(json.dumps(summary) + "\n")
     if not res.written:
@@ -187,14 +194,31 @@ def _report_import(csv_path: Path, res: Any, *, skip_invalid: bool, as_json: boo
                   f"stands and these rows were not applied: {shown}"
                   + ("" if as_json else " (--json lists them all)"),
                   markup=False, highlight=False)
+    if res.outcomes is not None and res.outcomes.not_applied:
+        for line, shown, msg in res.outcomes.not_applied[:50]:
+            err.print(f"{csv_path}:{line}: outcome of {shown} not applied: {msg}",
+                      markup=False, highlight=False)
+        err.print(f"warning: {len(res.outcomes.not_applied)} outcome(s) not applied; what "
+                  "the ledger holds for those disputes stands"
+                  + ("" if as_json else " (--json lists them all)"),
+                  markup=False, highlight=False)
     if not as_json:
         notes = ([f"{res.rescheduled} of them re-scheduled: their Redis entry was missing"]
                  if res.rescheduled else [])
         notes += [f"{len(res.changed)} of them changed, not applied"] if res.changed else []
         changed = f" ({'; '.join(notes)})" if notes else ""
         out.print(f"imported {csv_path}: {res.created} enqueued, {res.existing} already "
-                  f"enqueued{changed}, {len(res.errors)} skipped as invalid ({res.rows} rows)",
-                  markup=False, highlight=False)
+                  f"enqueued{changed}, {len(res.errors)} skipped as invalid ({res.rows} rows)"
+                  + _outcome_note(res.outcomes), markup=False, highlight=False)
+
+
+def _outcome_note(report: Any) -> str:
+    """``"; outcomes: N added, M already on record[, K not applied]"`` ("" without any)."""
+    if report is None:
+        return ""
+    refused = f", {len(report.not_applied)} not applied" if report.not_applied else ""
+    return (f"; outcomes: {report.added} added, {report.on_record} already on record"
+            f"{refused}")
 
 
 @app.command()

@@ -74,6 +74,15 @@ from escalation.service_layer.enqueue import (
     record_batches,
     schedule,
 )
+from escalation.service_layer.import_outcomes import (
+    OutcomeMapping,
+    OutcomePorts,
+    OutcomeReport,
+    OutcomeRow,
+    OutcomeStep,
+    record_outcomes,
+)
+from escalation.service_layer.obligations import ObligationStore
 from escalation.service_layer.progress import Progress, no_progress
 from escalation.service_layer.warnings import schedule_warnings, warning_members
 
@@ -104,6 +113,9 @@ class ColumnMapping:
         default_attributes: dispute attribute -> value (``[defaults.attributes]``).
         external_source: names the UUID5 namespace of non-UUID ids (e.g. ``"cfpb"``).
         ladder: ladder name (None = the configured default).
+        outcomes: the ``[outcomes]`` table (``import_outcomes.OutcomeMapping``): the column
+            whose values record an action and/or a resolution, and the timeliness column;
+            None = the file carries no outcomes.
     """
 
     dispute_id: str = "dispute_id"
@@ -123,27 +135,31 @@ class ColumnMapping:
     calendar_column: str = ""
     attribute_columns: dict[str, str] = field(default_factory=dict)
     default_attributes: dict[str, str] = field(default_factory=dict)
+    outcomes: OutcomeMapping | None = None
 
     @classmethod
     def from_file(cls, path: Path, **overrides: str | None) -> ColumnMapping:
-        """Read a TOML mapping file (``[columns]`` and ``[defaults]`` tables); flags override.
+        """Read a TOML mapping file (``[columns]``, ``[defaults]`` and optional
+        ``[outcomes]`` tables); flags override.
 
         Raises:
-            InvalidInput: unreadable TOML or unknown keys.
+            InvalidInput: unreadable TOML, unknown keys, or a bad ``[outcomes]`` table.
         """
         try:
             data = tomllib.loads(path.read_text())
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise InvalidInput(f"{path}: cannot read mapping file: {exc}") from None
-        unknown = sorted(set(data) - {"columns", "defaults"})
+        unknown = sorted(set(data) - {"columns", "defaults", "outcomes"})
         if unknown:
             raise InvalidInput(
                 f"{path}: unknown table(s) {', '.join(f'[{t}]' for t in unknown)}; "
-                "a mapping file has [columns] and [defaults]"
+                "a mapping file has [columns], [defaults] and optionally [outcomes]"
             )
         values: dict[str, Any] = {}
         for table in ("columns", "defaults"):
             values.update(cls._table_values(path, table, data.get(table, {})))
+        if "outcomes" in data:
+            values["outcomes"] = OutcomeMapping.from_table(path, data["outcomes"])
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -170,7 +186,8 @@ class ColumnMapping:
         return [c for c in (self.dispute_id, self.opened_at, self.due_at, self.tier,
                             self.materiality, self.source_hash, self.anchor_at,
                             self.timezone_column, self.calendar_column,
-                            *self.attribute_columns.values()) if c]
+                            *self.attribute_columns.values(),
+                            *(self.outcomes.columns() if self.outcomes else ())) if c]
 
 
 def _field_name(table: str, key: str) -> str:
@@ -407,6 +424,8 @@ def _row_request(layout: CsvLayout, raw: str) -> EnqueueRequest:
     anchor = (_parse_time(cells[layout.index[m.anchor_at]], tz, m.anchor_at)
               if m.anchor_at else None)
     attributes = _attributes(cells, layout)
+    if m.outcomes is not None:  # an unknown value is a bad row (import_outcomes)
+        _outcome_of(cells, layout, m.outcomes)
     return EnqueueRequest(
         dispute_id=did, materiality=money, source_hash=source_hash,
         tier=_cell(cells, layout, m.tier) or m.default_tier,
@@ -416,6 +435,44 @@ def _row_request(layout: CsvLayout, raw: str) -> EnqueueRequest:
         calendar=_cell(cells, layout, m.calendar_column) or m.calendar or None,
         attributes=attributes or None,
     )
+
+
+def _outcome_of(cells: list[str], layout: CsvLayout,
+                outcomes: OutcomeMapping) -> tuple[OutcomeStep | None, bool | None]:
+    """The row's outcome step (None: blank cell) and its timeliness (None: not stated).
+
+    Raises:
+        InvalidInput: a value the mapping does not list, in either column.
+    """
+    step = outcomes.step(_cell(cells, layout, outcomes.column))
+    return step, outcomes.timely(_cell(cells, layout, outcomes.timely_column))
+
+
+def iter_outcomes(
+    stream: TextIO, mapping: ColumnMapping, default_timezone: str, skip: set[int],
+) -> Iterator[OutcomeRow]:
+    """Pass 3's read: each row's outcome, for the rows pass 1 found good (``skip``: the
+    lines of bad rows) that state one (a blank cell, or a value mapped to ``{}``, states
+    none). Reads the id and outcome cells only: pass 1 checked every row.
+
+    Raises:
+        InvalidInput: the header does not fit the mapping, or no ``[outcomes]``.
+    """
+    outcomes = mapping.outcomes
+    if outcomes is None:
+        raise InvalidInput("the mapping has no [outcomes] table")
+    records = _lines(stream)
+    layout = _layout(records, mapping, default_timezone)
+    for lineno, raw, _ in records:
+        if lineno in skip or not raw.strip():
+            continue
+        cells = next(csv.reader(io.StringIO(raw)))
+        step, timely = _outcome_of(cells, layout, outcomes)
+        if step is None or (step.action is None and step.resolution is None):
+            continue
+        did, external = stable_dispute_id(cells[layout.index[mapping.dispute_id]],
+                                          mapping.external_source)
+        yield lineno, did, _shown(external, did), step, timely
 
 
 def _row_money(cells: list[str], layout: CsvLayout) -> str:
@@ -567,6 +624,9 @@ class ImportResult:
         rescheduled: of the ``existing`` rows, those still pending whose Redis entry was
             missing and that were scheduled again from their recorded state (the last
             batches of an interrupted import, or a Redis that lost data).
+        outcomes: what pass 3 recorded (``import_outcomes.OutcomeReport``: added, already
+            on record, not applied); None when the mapping has no ``[outcomes]`` or nothing
+            was written.
     """
 
     rows: int = 0
@@ -576,6 +636,7 @@ class ImportResult:
     written: bool = False
     changed: list[str] = field(default_factory=list)
     rescheduled: int = 0
+    outcomes: OutcomeReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -588,7 +649,9 @@ class ImportTarget:
     ``bootstrap.schedule_for`` hook schedules them (``warnings.schedule_warnings``); the bulk
     path computes them once per request shape instead of once per row and, when the queue
     has the scheduler's namespace and shards, lets the enqueue script write them in the
-    same call (``EncodedScheduler.enqueue_encoded``).
+    same call (``EncodedScheduler.enqueue_encoded``). ``events``: the same audit store as
+    the event log of ``record_action`` / ``resolve``, required by a mapping with
+    ``[outcomes]``.
     """
 
     scheduler: Scheduler
@@ -599,6 +662,7 @@ class ImportTarget:
     actor: str
     on_scheduled: OnScheduled | None = None
     warnings: WarningQueue | None = None
+    events: ObligationStore | None = None
 
     def hook(self) -> OnScheduled | None:
         """``on_scheduled`` and the warnings of :attr:`warnings` as one hook (the general
@@ -1157,11 +1221,48 @@ def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, 
     100 B per row for the duplicate check; the rows wait in a temporary file (about 800 B
     per CFPB-shaped row on the bulk path, about 220 B built).
 
+    With ``mapping.outcomes``, pass 3 records each good row's outcome (action, resolution)
+    through the use cases after pass 2, for new and already enqueued disputes alike
+    (``import_outcomes``); a re-import adds only the missing ones.
+
     Raises:
-        InvalidInput: the header does not fit the mapping. LadderError: unknown ladder.
+        InvalidInput: the header does not fit the mapping, or ``[outcomes]`` names an action
+            the ladder does not declare (or the target has no ``events``). LadderError:
+            unknown ladder.
         OSError / UnicodeDecodeError: from ``open_csv`` or reading.
         RuntimeError: the pass 1 child process ended without its results.
     """
+    if mapping.outcomes is not None:
+        if target.events is None:
+            raise InvalidInput("[outcomes]: this import target records no outcomes (no "
+                               "event log)")
+        mapping.outcomes.check(target.ladders.latest(mapping.ladder or target.default_ladder))
+    result = _import_rows(open_csv, mapping, target, skip_invalid=skip_invalid,
+                          progress=progress, batch_size=batch_size, bulk=bulk,
+                          processes=processes)
+    if result.written and mapping.outcomes is not None and target.events is not None:
+        result.outcomes = _outcomes_pass(open_csv, mapping, target, target.events, result,
+                                         progress)
+    return result
+
+
+def _outcomes_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget,
+                   events: ObligationStore, result: ImportResult,
+                   progress: Progress) -> OutcomeReport:
+    """Pass 3: the outcomes of the rows written (``import_outcomes.record_outcomes``)."""
+    assert mapping.outcomes is not None  # noqa: S101 - the caller's check
+    skip = {line for line, _ in result.errors}
+    ports = OutcomePorts(target.scheduler, events, target.ladders, target.calendars)
+    with open_csv() as stream:
+        rows = iter_outcomes(stream, mapping, target.default_timezone(mapping), skip)
+        return record_outcomes(rows, mapping.outcomes, ports, target.actor,
+                               result.rows - len(skip), progress)
+
+
+def _import_rows(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, *,
+                 skip_invalid: bool, progress: Progress, batch_size: int, bulk: bool,
+                 processes: int | None) -> ImportResult:
+    """Passes 1 and 2 of :func:`import_csv` (the disputes, without their outcomes)."""
     now = target.scheduler.time()
     ports = bulk_ports(target) if bulk else None
     encoder = None

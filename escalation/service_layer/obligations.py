@@ -101,7 +101,8 @@ class RecordAction:
         action: an action id the dispute's ladder version declares (``[[actions]]``).
         occurred_at: aware instant the action happened. It may be in the past, but no later
             than Redis TIME + 5 min and never before the dispute's anchor. None only for an
-            import's assertion (``asserted_timely`` set), because no instant is ever invented.
+            import's assertion (``asserted_timely`` or ``asserted_by`` set), because no
+            instant is ever invented.
         actor: who acted: an API token's name, or a named operator (``cli`` alone refused).
         idempotency_key: 1-200 printable characters; a replay returns the first result.
         evidence_ref: document id or URI of the evidence (optional).
@@ -111,8 +112,10 @@ class RecordAction:
         currency: ISO 4217 code (3 capitals), with ``amount``.
         note: optional single-line text (at most 500 characters).
         asserted_timely: only for an import's assertion without an instant: did the source
-            count the action timely.
-        asserted_by: the source of the assertion (e.g. the file's column), with it.
+            count the action timely (None: it does not say; the deadline is then
+            ``undetermined``).
+        asserted_by: the source of the assertion (e.g. the file's column); set alone, an
+            assertion that says nothing of timeliness.
     """
 
     dispute_id: object
@@ -140,7 +143,8 @@ class Resolve:
         actor: who resolved it (as for :class:`RecordAction`).
         idempotency_key: as for :class:`RecordAction`.
         occurred_at: aware instant of the resolution; None = now (Redis TIME), or, with
-            ``asserted_timely``, an import's resolution whose instant the source omits.
+            ``asserted_timely`` or ``asserted_by``, an import's resolution whose instant the
+            source omits (never set to now: a late one, ``asserted_timely`` False, included).
         reason: optional single-line text (at most 500 characters).
         asserted_timely / asserted_by: as for :class:`RecordAction`.
     """
@@ -259,12 +263,18 @@ def _check_note(value: str | None, name: str) -> str | None:
     return value
 
 
+def _asserts(cmd: RecordAction | Resolve) -> bool:
+    """True for an import's assertion: a timeliness or a source stated (an instant may then
+    be absent, and none is invented)."""
+    return cmd.asserted_timely is not None or cmd.asserted_by is not None
+
+
 def _check_when(
-    occurred_at: datetime | None, asserted: bool | None, now: datetime, anchor: str | None,
+    occurred_at: datetime | None, asserted: bool, now: datetime, anchor: str | None,
 ) -> datetime | None:
     """The action's instant in UTC, checked (module doc); None only for an assertion."""
     if occurred_at is None:
-        if asserted is None:
+        if not asserted:
             raise InvalidInput("occurred_at: required (an aware ISO 8601 instant)")
         return None
     at = check_instant(occurred_at, "occurred_at")
@@ -393,12 +403,11 @@ def record_action(
         money = _money(cmd, ladder.action(cmd.action).money)
         rows = store.trail(did)
         now = scheduler.time()
-        at = _check_when(cmd.occurred_at, cmd.asserted_timely, now,
-                         _enqueued(rows).get("anchor_at"))
+        at = _check_when(cmd.occurred_at, _asserts(cmd), now, _enqueued(rows).get("anchor_at"))
         content: dict[str, Any] = {
             "action": cmd.action, "occurred_at": None if at is None else at.isoformat(),
             **money, "evidence": evidence, "note": cmd.note,
-            "asserted": None if cmd.asserted_timely is None else {
+            "asserted": None if not _asserts(cmd) else {
                 "timely": cmd.asserted_timely, "source": cmd.asserted_by or ""},
         }
         content = {k: v for k, v in content.items() if v is not None}
@@ -464,16 +473,17 @@ def resolve(
         ladder = ladders.get(esc.ladder, esc.ladder_version)
         rows = store.trail(did)
         now = scheduler.time()
-        when = cmd.occurred_at if cmd.occurred_at is not None or cmd.asserted_timely else now
-        at = _check_when(when, cmd.asserted_timely, now, _enqueued(rows).get("anchor_at"))
+        asserted = _asserts(cmd)
+        when = cmd.occurred_at if cmd.occurred_at is not None or asserted else now
+        at = _check_when(when, asserted, now, _enqueued(rows).get("anchor_at"))
         content: dict[str, Any] = {
             "action": RESOLUTION, "outcome": outcome.value,
             "occurred_at": None if at is None else at.isoformat(), "reason": cmd.reason,
-            "asserted": None if cmd.asserted_timely is None else {
+            "asserted": None if not asserted else {
                 "timely": cmd.asserted_timely, "source": cmd.asserted_by or ""},
         }
         content = {k: v for k, v in content.items() if v is not None}
-        if cmd.occurred_at is None and cmd.asserted_timely is None:
+        if cmd.occurred_at is None and not asserted:
             content.pop("occurred_at")  # "now" differs on a retry: not part of the content
         scoped = esc.calendars(calendars)
         first = _replay(rows, cmd.idempotency_key, content)

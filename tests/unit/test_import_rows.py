@@ -193,6 +193,7 @@ def test_a_mapping_file_default_counts_as_explicit_and_the_shipped_mappings_stil
     for path in shipped:
         m = ColumnMapping.from_file(path)
         assert not m.materiality and m.default_materiality == "0.00", path
-        header = f"{m.dispute_id},{m.opened_at or m.due_at}"
-        rows = _parse(f"{header}\nx1,2026-01-05\n", m)
+        header = ",".join(m.columns())  # the ladder mapping's outcome columns too
+        blanks = "," * (len(m.columns()) - 2)  # a blank outcome cell states none
+        rows = _parse(f"{header}\nx1,2026-01-05{blanks}\n", m)
         assert [r.materiality for _, r in rows if not isinstance(r, str)] == ["0.00"], path
