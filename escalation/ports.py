@@ -1007,20 +1007,30 @@ class TokenStore(Protocol):
 # --------------------------------------------------------------------------- console reads
 @dataclass(frozen=True, slots=True)
 class ChainEvent:
-    """One ledger row of a dispute, reduced to what deadline outcomes need (aware UTC)."""
+    """One ledger row of a dispute, reduced to what deadline outcomes need (aware UTC).
+
+    ``actor``: who wrote the row. ``details``: the row's JSON details for the events the
+    obligations rule reads (``ENQUEUED``, ``ACTION_RECORDED``, ``RESOLVED``, ``CANCELLED``),
+    None for the others (the console does not load them).
+    """
 
     seq: int
     event: str
     decided_at: datetime
     from_tier: str | None
     to_tier: str | None
+    actor: str = ""
+    details: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class DeadlineChain:
     """A dispute with regulatory deadlines and its ledger events (oldest first).
 
-    ``deadlines``: ``((name, aware UTC instant), ...)`` as computed at enqueue; ``ladder`` /
+    ``deadlines``: ``((name, aware UTC instant), ...)``: every clock's instant
+    (the projection's ``obligations``, else its ``deadlines``); the clocks themselves are
+    rebuilt from the ENQUEUED row's details and the recorded actions (``events``), and this
+    is their fallback for rows older than those details; ``ladder`` /
     ``ladder_version``: the version the dispute is pinned to now; ``institution_tz`` /
     ``institution_calendar``: the zone and base calendar the dispute counts in (None: the
     deployment's defaults), so lateness is counted in the calendar its deadline was.
@@ -1061,8 +1071,17 @@ class ConsoleQueries(Protocol):
         self, since: datetime | None = None, until: datetime | None = None,
         dispute_id: UUID | None = None,
     ) -> list[DeadlineChain]:
-        """Disputes having a deadline in ``[since, until)`` (None = unbounded), or the one
-        ``dispute_id``, with their ledger events."""
+        """Disputes having a clock (``COALESCE(obligations, deadlines)``) in ``[since,
+        until)`` (None = unbounded), or the one ``dispute_id``, with their ledger events."""
+        ...
+
+    def open_miss_chains(
+        self, now: datetime, closed_by_resolution: Sequence[tuple[str, int]],
+    ) -> list[DeadlineChain]:
+        """The candidates for a deadline missed and still open at ``now``: disputes with a
+        clock at or before ``now``, except ended (resolved / cancelled) disputes pinned to a
+        ``(ladder, version)`` of ``closed_by_resolution`` (every deadline there is met by the
+        resolution, so an ended dispute has no open miss). A superset: the rule decides."""
         ...
 
     def pending(self) -> list[PendingEscalation]:

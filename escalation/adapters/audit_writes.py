@@ -7,6 +7,7 @@ Pure row building on plain dicts (projection rows as ``escalation_state`` column
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -181,9 +182,10 @@ def clean_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
     for name in ("due_at", "entered_tier_at", "regulatory_deadline"):
         if clean.get(name) is not None:
             clean[name] = require_aware(clean[name], name)
-    for name in ("deadlines", "obligations"):  # ((name, aware instant), ...) -> JSONB text
-        if name in clean:
-            clean[name] = deadlines_json(tuple(clean[name] or ()))
+    for name in ("deadlines", "obligations"):  # ((name, aware instant), ...) -> JSON array
+        if name in clean:  # decoded: the JSONB column type encodes it (text became a string)
+            text = deadlines_json(tuple(clean[name] or ()))
+            clean[name] = None if text is None else json.loads(text)
     return clean
 
 

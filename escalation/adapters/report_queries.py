@@ -58,12 +58,31 @@ def duplicate_decisions(engine: sa.Engine, dispute_ids: Sequence[UUID] | None = 
         return int(conn.execute(sql, params).scalar_one())
 
 
+def _array(column: str) -> str:
+    return (f"(CASE WHEN jsonb_typeof({column}) = 'array' THEN {column} "
+            f"WHEN jsonb_typeof({column}) = 'string' THEN CAST({column} #>> '{{}}' AS jsonb) END)")
+
+
+def clocks_sql(alias: str) -> str:
+    """Every clock of the projection row ``alias`` as a JSON array (``obligations`` after an
+    action, else the binding ``deadlines``; a row holding the array's text as a JSON string,
+    as ``append_event`` wrote before its fix, is read as the array), or NULL."""
+    return f"COALESCE({_array(alias + '.obligations')}, {_array(alias + '.deadlines')})"
+
+
 _SLA_SELECT = """
     SELECT a.dispute_id, a.seq, a.event, a.from_tier, a.to_tier, a.ladder, a.due_at,
-           a.decided_at, a.regulatory_deadline, a.ladder_version, a.external_id,
+           a.decided_at, a.regulatory_deadline, a.ladder_version, a.external_id, a.actor,
+           CASE WHEN a.event IN ('ENQUEUED', 'ACTION_RECORDED', 'RESOLVED', 'CANCELLED')
+                THEN a.details END AS details,
            CASE WHEN a.seq = 1 THEN a.details END AS enq_details,
            CASE WHEN a.seq = 1 THEN a.details->>'entered_tier_at' END AS details_entered_at,
-           CASE WHEN a.seq = 1 THEN s.entered_tier_at END AS state_entered_tier_at
+           CASE WHEN a.seq = 1 THEN s.entered_tier_at END AS state_entered_tier_at,
+           CASE WHEN a.seq = 1 THEN """ + clocks_sql("s") + """ END AS state_clocks,
+           CASE WHEN a.seq = 1 THEN s.ladder END AS state_ladder,
+           CASE WHEN a.seq = 1 THEN s.ladder_version END AS state_ladder_version,
+           CASE WHEN a.seq = 1 THEN s.institution_tz END AS state_institution_tz,
+           CASE WHEN a.seq = 1 THEN s.institution_calendar END AS state_institution_calendar
       FROM escalation_audit a
       LEFT JOIN escalation_state s ON s.dispute_id = a.dispute_id
 """
@@ -77,13 +96,22 @@ SLA_ROWS = sa.text(
                OR (seq = 1 AND event = 'ENQUEUED' AND details ? 'deadlines'
                    AND EXISTS (SELECT 1 FROM jsonb_each_text(details->'deadlines') d
                                 WHERE CAST(d.value AS timestamptz) >= :since
-                                  AND CAST(d.value AS timestamptz) < :until)))
+                                  AND CAST(d.value AS timestamptz) < :until))
+            UNION
+           SELECT s2.dispute_id FROM escalation_state s2
+            WHERE EXISTS (SELECT 1 FROM jsonb_array_elements(""" + clocks_sql("s2")
+    + """) e
+                           WHERE CAST(e->>1 AS timestamptz) >= :since
+                             AND CAST(e->>1 AS timestamptz) < :until))
      ORDER BY a.dispute_id, a.seq
     """
 )
 """Every ledger row of the disputes with a decision or a regulatory deadline (any of the
-ENQUEUED row's ``details["deadlines"]``) in ``[:since, :until)``, ordered by dispute then
-seq, with the tier-entry instant and the ENQUEUED details of their first row
+ENQUEUED row's ``details["deadlines"]``, or any clock of the projection,
+``COALESCE(obligations, deadlines)``) in ``[:since, :until)``, ordered by dispute then seq.
+``details`` only for the rows the obligations rule reads (ENQUEUED, ACTION_RECORDED,
+RESOLVED, CANCELLED); the first row carries the tier-entry instant, the ENQUEUED details and
+the projection's clocks, pinned ladder version and institution
 (``service_layer.sla_report``)."""
 
 DISPUTE_ROWS = sa.text(_SLA_SELECT + " WHERE a.dispute_id = :did ORDER BY a.seq")

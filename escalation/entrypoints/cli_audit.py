@@ -54,6 +54,16 @@ def _ladder_versions() -> list[Any]:
     return list(LadderCatalog.from_dir(_settings().ladders_dir, strict=False).all())
 
 
+def _ladder_lookup(calendars: Any) -> Any:
+    """``(name, version) -> Ladder`` over ``ESCALATION_LADDERS_DIR`` (LadderError when
+    unknown): the deadlines' ``met_by`` and clocks for ``report sla`` and ``audit search
+    --deadlines``, as the console reads them."""
+    from escalation.adapters.ladder_files import LadderCatalog
+
+    return LadderCatalog.from_dir(_settings().ladders_dir, strict=False,
+                                  calendars=calendars).get
+
+
 def _uuid(value: str | None) -> Any:
     if value is None:
         return None
@@ -373,7 +383,8 @@ def _search_deadlines(dispute: str | None, name: str | None, as_json: bool) -> N
     did = parse_dispute_id(dispute)
     cals = _institution_calendars()
     with _engine() as engine:
-        found = dispute_deadlines(PostgresReports(engine), did, name, cals)
+        found = dispute_deadlines(PostgresReports(engine), did, name, cals,
+                                  ladders=_ladder_lookup(cals))
     if name is not None and not found:
         raise InvalidInput(f"dispute {did} has no deadline {name!r}")
     if as_json:
@@ -407,8 +418,9 @@ def audit_search(
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines.")] = False,
     deadlines: Annotated[bool, typer.Option(
         "--deadlines", help="With --dispute: each regulatory deadline of the dispute, met, "
-        "missed (and by how much: hours, business days), at_risk (within 48 h) or "
-        "pending.")] = False,
+        "missed (and by how much: hours, business days; unknown when only the source says "
+        "missed), at_risk (within 48 h), pending or undetermined, with the basis (record or "
+        "source) and the action, instant and actor that met it.")] = False,
     deadline: Annotated[str | None, typer.Option(
         help="With --dispute: only this deadline (implies --deadlines).")] = None,
 ) -> None:
@@ -533,7 +545,8 @@ def report_sla(
     missed: Annotated[bool, typer.Option(
         "--missed", help="List every missed regulatory deadline in the window instead: "
         "dispute, ladder@version, deadline, citation, instant in the institution's zone, "
-        "lateness (hours, business days), tier at the deadline.")] = False,
+        "basis, the late action (instant, actor), lateness (hours, business days; unknown "
+        "when only the source says missed), tier at the deadline.")] = False,
 ) -> None:
     """SLA compliance per ladder and tier: entered, on time, breached, time in tier, deadlines
     (every deadline of a multi-deadline ladder); --missed lists the missed ones."""
@@ -550,9 +563,10 @@ def report_sla(
         check_output_path(out_file)
     from escalation.adapters.report_queries import PostgresReports
 
+    cals = _institution_calendars()
     with _engine() as engine:
         report = sla_report.build(PostgresReports(engine), start, end, grace_s,
-                                  calendars=_institution_calendars())
+                                  calendars=cals, ladders=_ladder_lookup(cals))
     if missed:
         _print_missed(report, fmt, out_file)
         return

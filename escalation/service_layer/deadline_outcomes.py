@@ -1,18 +1,28 @@
-"""Per-deadline outcomes (met, missed, at risk, pending) and the console's overview figures,
-computed from the ledger through the ``ConsoleQueries`` port.
+"""Per-deadline outcomes (met, missed, at risk, pending, undetermined) and the console's
+overview figures, computed from the ledger through the ``ConsoleQueries`` port.
 
-Definitions (docs/console.md), the same as the SLA report's regulatory columns:
+The rule is ``domain.obligations`` (docs/adr/0010-obligations-and-resolution.md): for each
+dispute the clocks are rebuilt from its ENQUEUED row and its recorded actions
+(``service_layer.obligations.recorded_actions`` / ``dispute_clocks``), then ``assess``-ed.
+The console, ``report sla`` and ``audit search --deadlines`` all call :func:`outcomes_of`,
+so they give the same state for the same dispute. Definitions (docs/console.md):
 
-* a deadline is **met** when the dispute was resolved (a ``CANCELLED`` ledger row) at or
-  before the deadline instant; ``resolved_at`` is that row's ``decided_at``;
-* **missed** when the deadline instant is at or before *now* without that; lateness runs
-  from the deadline to the resolution (resolved late) or to *now* (still open), in hours
-  and in business days of the deadline's calendar (business days after the deadline's local
-  date up to and including the end's local date);
-* **at risk** when not met and the deadline falls in ``(now, now + at_risk]`` (48 h by
-  default); **pending** otherwise;
+* **met**: an action the deadline's ``met_by`` names (the resolution, ``resolve`` or
+  ``cancel``, by default) happened strictly before the deadline instant (basis ``record``:
+  the action, its instant and its actor are shown), or an import asserts it timely without
+  an instant (basis ``source``);
+* **missed**: the instant passed without that. Lateness runs from the deadline to the late
+  action (missed on record) or to *now* (still open), in hours and in business days of the
+  deadline's calendar (business days after the deadline's local date up to and including the
+  end's local date). Missed per the source: the lateness is unknown (None), never 0;
+* **at risk**: open and due within ``at_risk`` (48 h by default); **pending**: open, later;
+* **undetermined**: closed per the source, which gives neither an instant nor timeliness for
+  this deadline, or a clock whose start has no known instant;
 * the tier **holding** a deadline is the tier the dispute was in at the deadline instant
-  (its first tier when the deadline passed before it was enqueued).
+  (its first tier when the deadline passed before it was enqueued, or has no instant).
+
+A dispute pinned to a ladder version this deployment does not know keeps the default
+``met_by`` (the resolution) for each of its recorded deadlines.
 """
 
 from __future__ import annotations
@@ -22,22 +32,36 @@ import io
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from escalation.domain.business_calendar import INSTITUTION, BusinessCalendar, with_institution
-from escalation.domain.calendars import CalendarRegistry
+from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit
 from escalation.domain.errors import EscalationError, InvalidInput, LadderError
-from escalation.domain.ladder import Ladder
+from escalation.domain.ladder import RESOLUTION, Ladder, RegulatoryDeadline
+from escalation.domain.obligations import AT_RISK as _AT_RISK
+from escalation.domain.obligations import STATES as _STATES
+from escalation.domain.obligations import Assessment, Basis, DeadlineState, assess
 from escalation.ports import ConsoleQueries, DeadlineChain, PendingEscalation
+from escalation.service_layer.obligations import (
+    base_clocks,
+    dispute_clocks,
+    recorded_actions,
+)
 
-AT_RISK = timedelta(hours=48)
-STATUSES: tuple[str, ...] = ("met", "missed", "at_risk", "pending")
+AT_RISK = _AT_RISK
+"""An open deadline within this span of *now* is at risk (``domain.obligations.AT_RISK``)."""
+STATUSES: tuple[str, ...] = _STATES
+"""``met``, ``missed``, ``at_risk``, ``pending``, ``undetermined``: the same words in the
+console, its CSV, ``report sla`` and ``audit search --deadlines``."""
 CSV_COLUMNS: tuple[str, ...] = (
     "dispute_id", "external_id", "ladder", "deadline", "citation", "deadline_at", "status",
-    "met_or_missed_at", "late_hours", "late_business_days", "tier_at_deadline",
+    "basis", "met_or_missed_at", "action", "action_at", "actor", "late_hours",
+    "late_business_days", "tier_at_deadline",
 )
+UNKNOWN = "unknown"
+"""What a lateness that the source does not give reads as (never 0)."""
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 LadderLookup = Callable[[str, int], Ladder]
@@ -50,11 +74,20 @@ class DeadlineOutcome:
     Attributes:
         dispute_id, external_id: the dispute. ladder / ladder_version: its pinned version.
         name: the deadline's name in the ladder; citation: its legal source ("" if unknown).
-        deadline: aware UTC instant. status: one of :data:`STATUSES`.
-        resolved_at: the CANCELLED instant, or None while open.
-        late_s: seconds late (0 unless missed; up to now while open).
-        late_business_days: business days late on the deadline's calendar (0 unless missed).
+        deadline: aware UTC instant; None when the action starting the clock has no known
+            instant. status: one of :data:`STATUSES`.
+        resolved_at: the dispute's resolution instant (RESOLVED or CANCELLED row), or None.
+        late_s: seconds late (0 unless missed; up to now while open); None = unknown
+            (missed per the source, or undetermined).
+        late_business_days: business days late on the deadline's calendar (0 unless
+            missed); None = unknown.
         tier: the tier holding the dispute at the deadline.
+        basis: ``record`` or ``source`` for a met / missed state an action decided; None
+            while open or when nothing was recorded (missed and still open).
+        action: the action that met it, or the late action that ended a miss (None: open).
+        action_at: that action's aware UTC instant (None: per the source, or open).
+        actor: who recorded that action (None: open).
+        rule: why the clock falls where it does ("" = the ladder's own rule).
     """
 
     dispute_id: UUID
@@ -63,12 +96,17 @@ class DeadlineOutcome:
     ladder_version: int
     name: str
     citation: str
-    deadline: datetime
+    deadline: datetime | None
     status: str
     resolved_at: datetime | None
-    late_s: float
-    late_business_days: int
+    late_s: float | None
+    late_business_days: int | None
     tier: str
+    basis: str | None = None
+    action: str | None = None
+    action_at: datetime | None = None
+    actor: str | None = None
+    rule: str = ""
 
     @property
     def ladder_key(self) -> str:
@@ -77,10 +115,49 @@ class DeadlineOutcome:
 
     @property
     def met_or_missed_at(self) -> datetime | None:
-        """Met: the resolution instant. Missed: the deadline instant. Else None."""
-        if self.status == "met":
-            return self.resolved_at
-        return self.deadline if self.status == "missed" else None
+        """Met: the instant of the action that met it (None per the source). Missed: the
+        deadline instant. Else None."""
+        if self.status == DeadlineState.MET:
+            return self.action_at
+        return self.deadline if self.status == DeadlineState.MISSED else None
+
+    @property
+    def open_miss(self) -> bool:
+        """Missed and still open: no action, on time or late, has ended it."""
+        return self.status == DeadlineState.MISSED and self.action is None
+
+    @property
+    def action_label(self) -> str:
+        """The action in words (``provisional credit``); "" when none."""
+        return "" if self.action is None else self.action.replace("_", " ")
+
+    def explain(self, at: Callable[[datetime], str]) -> str:
+        """What the state rests on, in one phrase (``at`` formats an instant): ``met by
+        provisional credit on <instant> by <actor>``, ``met per source (instant not
+        given)``, ``missed per source``, ``missed: resolution late on <instant> by
+        <actor>``, ``missed, still open``; "" for at risk and pending."""
+        if self.status == DeadlineState.MET:
+            return self._met(at)
+        if self.status == DeadlineState.MISSED:
+            return self._missed(at)
+        if self.status == DeadlineState.UNDETERMINED:
+            if self.action is not None:
+                return (f"undetermined: {self.action_label} per source, which gives no "
+                        "instant and no timeliness for this deadline")
+            return f"undetermined: {self.rule or 'the instant is not known'}"
+        return ""
+
+    def _met(self, at: Callable[[datetime], str]) -> str:
+        if self.basis == Basis.SOURCE or self.action_at is None:
+            return f"met per source (instant not given): {self.action_label}"
+        return f"met by {self.action_label} on {at(self.action_at)} by {self.actor}"
+
+    def _missed(self, at: Callable[[datetime], str]) -> str:
+        if self.basis == Basis.SOURCE:
+            return f"missed per source: {self.action_label} late, lateness unknown"
+        if self.action is not None and self.action_at is not None:
+            return f"missed: {self.action_label} late on {at(self.action_at)} by {self.actor}"
+        return "missed, still open"
 
 
 def _citation(ladder: Ladder | None, name: str) -> tuple[str, str | None]:
@@ -125,6 +202,64 @@ def business_days_late(calendar: object, deadline: datetime, end: datetime) -> i
     return count
 
 
+@dataclass(frozen=True, slots=True)
+class _UnknownLadder:
+    """A ladder version this deployment does not know, as the rule reads it: each recorded
+    deadline is met by the resolution only (the default ``met_by``, ADR 0010)."""
+
+    deadlines: tuple[RegulatoryDeadline, ...]
+
+
+def _recorded_citations(chain: DeadlineChain) -> dict[str, str]:
+    """Citations the ENQUEUED row recorded (``details.deadline_rules``), by deadline."""
+    for e in chain.events:
+        if e.event == "ENQUEUED":
+            rules = (e.details or {}).get("deadline_rules")
+            if isinstance(rules, dict):
+                return {str(n): str((v or {}).get("citation", "")) for n, v in rules.items()
+                        if isinstance(v, dict)}
+            break
+    return {}
+
+
+def _stand_in(chain: DeadlineChain, names: Iterable[str]) -> Ladder:
+    cites = _recorded_citations(chain)
+    window = SlaWindow(1, WindowUnit.CALENDAR_DAYS)
+    return cast(Ladder, _UnknownLadder(tuple(
+        RegulatoryDeadline(n, "unknown", window, source=cites.get(n, "")) for n in names)))
+
+
+def _tier_at(chain: DeadlineChain, deadline: datetime | None) -> str:
+    before = [] if deadline is None else [e for e in chain.events if e.decided_at <= deadline]
+    held = before[-1] if before else (chain.events[0] if chain.events else None)
+    return "?" if held is None else (held.to_tier or held.from_tier or "?")
+
+
+def _assessments(
+    chain: DeadlineChain, now: datetime, ladders: LadderLookup, calendars: CalendarRegistry,
+    at_risk: timedelta,
+) -> tuple[Ladder | None, list[Assessment]]:
+    """The pinned ladder (None: unknown) and ``domain.obligations.assess`` of one chain."""
+    try:
+        ladder: Ladder | None = ladders(chain.ladder, chain.ladder_version)
+    except LadderError:
+        ladder = None
+    actions = recorded_actions(chain.events)
+    scoped = _scoped(calendars, chain)
+    if ladder is None:
+        names = list(base_clocks(chain.events, chain.deadlines))
+        rule = _stand_in(chain, names)
+    else:
+        rule = ladder
+    try:
+        placed = dispute_clocks(rule, chain.events, actions, scoped, chain.deadlines)
+    except EscalationError:  # an unknown calendar or attribute of an action clock
+        rule = _stand_in(chain, list(base_clocks(chain.events, chain.deadlines)))
+        ladder = None
+        placed = dispute_clocks(rule, chain.events, actions, scoped, chain.deadlines)
+    return ladder, assess(rule, placed, actions, now, at_risk)
+
+
 def outcomes_of(
     chains: Iterable[DeadlineChain], now: datetime, ladders: LadderLookup,
     calendars: CalendarRegistry, at_risk: timedelta = AT_RISK,
@@ -132,40 +267,63 @@ def outcomes_of(
     """Every deadline of every chain with its outcome (pure; see the module docstring).
 
     Args:
-        chains: from ``ConsoleQueries.deadline_chains``. now: aware UTC.
-        ladders: ``(name, version) -> Ladder`` (LadderError = unknown: no citation, and
-            lateness in whole days).
+        chains: from ``ConsoleQueries.deadline_chains`` (events with ``actor`` and, for
+            ENQUEUED / ACTION_RECORDED / RESOLVED / CANCELLED, ``details``). now: aware UTC.
+        ladders: ``(name, version) -> Ladder`` (LadderError = unknown: each recorded
+            deadline is met by the resolution only; citation as recorded at enqueue;
+            lateness in business days of the dispute's institution calendar).
+        calendars: the deployment's registry (scoped to each dispute's institution here).
+        at_risk: an open deadline due within this span of ``now`` is at risk.
     """
     out: list[DeadlineOutcome] = []
     for chain in chains:
-        try:
-            ladder: Ladder | None = ladders(chain.ladder, chain.ladder_version)
-        except LadderError:
-            ladder = None
-        cancelled = next((e.decided_at for e in chain.events if e.event == "CANCELLED"), None)
+        ladder, states = _assessments(chain, now, ladders, calendars, at_risk)
+        actions = recorded_actions(chain.events)
+        resolved = next((a.occurred_at for a in actions if a.action == RESOLUTION), None)
         scoped = _scoped(calendars, chain)
-        for name, deadline in chain.deadlines:
-            citation, cal_id = _citation(ladder, name)
-            before = [e for e in chain.events if e.decided_at <= deadline]
-            held = before[-1] if before else (chain.events[0] if chain.events else None)
-            tier = "?" if held is None else (held.to_tier or held.from_tier or "?")
-            if cancelled is not None and cancelled <= deadline:
-                status = "met"
-            elif deadline <= now:
-                status = "missed"
-            elif deadline <= now + at_risk:
-                status = "at_risk"
+        cites = _recorded_citations(chain) if ladder is None else {}
+        for a in states:
+            citation, cal_id = _citation(ladder, a.name)
+            cal_id = INSTITUTION if ladder is None else cal_id
+            citation = citation or a.citation or cites.get(a.name, "")
+            late_s: float | None = a.late_s
+            late_bd: int | None = 0
+            if a.state is DeadlineState.MISSED and a.at is not None and a.late_s is not None:
+                end = (a.by.occurred_at if a.by is not None and a.by.occurred_at is not None
+                       else now)
+                late_s = float(max(0, int((end - a.at).total_seconds())))
+                late_bd = business_days_late(scoped.get(cal_id or ""), a.at, end)
+            elif a.state is DeadlineState.MISSED or a.state is DeadlineState.UNDETERMINED:
+                late_s, late_bd = None, None
             else:
-                status = "pending"
-            end = cancelled if cancelled is not None else now
-            late_s = late_bd = 0
-            if status == "missed":
-                late_s = max(0, int((end - deadline).total_seconds()))
-                late_bd = business_days_late(scoped.get(cal_id or ""), deadline, end)
+                late_s = 0.0
+            by = a.by
             out.append(DeadlineOutcome(
-                chain.dispute_id, chain.external_id, chain.ladder, chain.ladder_version, name,
-                citation, deadline, status, cancelled, float(late_s), late_bd, tier))
+                chain.dispute_id, chain.external_id, chain.ladder, chain.ladder_version,
+                a.name, citation, a.at, a.state.value, resolved, late_s, late_bd,
+                _tier_at(chain, a.at), None if a.basis is None else a.basis.value,
+                None if by is None else by.action, None if by is None else by.occurred_at,
+                None if by is None else by.actor, a.rule))
     return out
+
+
+def closed_by_resolution(ladders: Iterable[Ladder]) -> list[tuple[str, int]]:
+    """``(name, version)`` of the ladders whose every deadline the resolution meets: an
+    ended dispute on them has no open miss (``ConsoleQueries.open_miss_chains``)."""
+    return [(lad.name, lad.version) for lad in ladders
+            if all(RESOLUTION in d.met_by and d.started_by is None for d in lad.deadlines)]
+
+
+def open_misses(
+    queries: ConsoleQueries, ladders: LadderLookup, calendars: CalendarRegistry,
+    known: Iterable[Ladder], now: datetime | None = None,
+) -> list[DeadlineOutcome]:
+    """Every deadline missed and still open at ``now`` (default: the database clock),
+    whatever its instant: the overview's count that no period hides. ``known``: the
+    deployment's ladder versions (to skip ended disputes that cannot have one)."""
+    now = queries.now() if now is None else now
+    chains = queries.open_miss_chains(now, closed_by_resolution(known))
+    return [o for o in outcomes_of(chains, now, ladders, calendars) if o.open_miss]
 
 
 def deadline_outcomes(
@@ -175,7 +333,8 @@ def deadline_outcomes(
 ) -> list[DeadlineOutcome]:
     """Outcomes of the deadlines falling in ``[since, until)`` (aware UTC; None =
     unbounded), or of one dispute, at ``now`` (default: the database clock). Outcomes of
-    a dispute's other deadlines outside the window are dropped.
+    a dispute's other deadlines outside the window are dropped, and so are clocks without
+    a known instant when a bound is given (the dispute's own page lists them).
 
     Raises:
         InvalidInput: naive or reversed bounds.
@@ -188,17 +347,26 @@ def deadline_outcomes(
     now = queries.now() if now is None else now
     found = outcomes_of(queries.deadline_chains(since, until, dispute_id), now, ladders,
                         calendars)
-    return [o for o in found
-            if (since is None or o.deadline >= since) and (until is None or o.deadline < until)]
+    if since is None and until is None:
+        return found
+    return [o for o in found if o.deadline is not None
+            and (since is None or o.deadline >= since) and (until is None or o.deadline < until)]
+
+
+_NEVER = datetime.max.replace(tzinfo=UTC)
+
+
+def _at(o: DeadlineOutcome) -> datetime:
+    return _NEVER if o.deadline is None else o.deadline
 
 
 SORT_KEYS: dict[str, Callable[[DeadlineOutcome], Any]] = {
-    "deadline_at": lambda o: o.deadline,
-    "late": lambda o: (o.late_s, o.deadline),
+    "deadline_at": _at,
+    "late": lambda o: (-1.0 if o.late_s is None else o.late_s, _at(o)),
     "dispute": lambda o: (o.external_id or "", str(o.dispute_id)),
-    "ladder": lambda o: (o.ladder, o.ladder_version, o.deadline),
-    "deadline": lambda o: (o.name, o.deadline),
-    "tier": lambda o: (o.tier, o.deadline),
+    "ladder": lambda o: (o.ladder, o.ladder_version, _at(o)),
+    "deadline": lambda o: (o.name, _at(o)),
+    "tier": lambda o: (o.tier, _at(o)),
 }
 
 
@@ -232,6 +400,30 @@ def safe_cell(value: object) -> object:
     return value
 
 
+def late_cells(o: DeadlineOutcome) -> tuple[str, str]:
+    """(hours with 2 decimals, business days) of a row; :data:`UNKNOWN` for both when the
+    lateness is not known (missed per the source, undetermined), never 0."""
+    if o.late_s is None or o.late_business_days is None:
+        return UNKNOWN, UNKNOWN
+    return f"{o.late_s / 3600:.2f}", str(o.late_business_days)
+
+
+def row_of(o: DeadlineOutcome, zone: ZoneInfo) -> dict[str, str]:
+    """The CSV / JSON row (:data:`CSV_COLUMNS`), instants in ``zone`` with their offset."""
+    def at(t: datetime | None) -> str:
+        return "" if t is None else t.astimezone(zone).isoformat()
+
+    hours, days = late_cells(o)
+    return {
+        "dispute_id": str(o.dispute_id), "external_id": o.external_id or "",
+        "ladder": o.ladder_key, "deadline": o.name, "citation": o.citation,
+        "deadline_at": at(o.deadline), "status": o.status, "basis": o.basis or "",
+        "met_or_missed_at": at(o.met_or_missed_at), "action": o.action or "",
+        "action_at": at(o.action_at), "actor": o.actor or "", "late_hours": hours,
+        "late_business_days": days, "tier_at_deadline": o.tier,
+    }
+
+
 def to_csv(outcomes: Iterable[DeadlineOutcome], zone: ZoneInfo) -> str:
     """CSV text (:data:`CSV_COLUMNS`): instants in ``zone`` with their offset, formula
     injection neutralised (:func:`safe_cell`)."""
@@ -239,12 +431,8 @@ def to_csv(outcomes: Iterable[DeadlineOutcome], zone: ZoneInfo) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     for o in outcomes:
-        at = o.met_or_missed_at
-        w.writerow([safe_cell(v) for v in (
-            str(o.dispute_id), o.external_id or "", o.ladder_key, o.name, o.citation,
-            o.deadline.astimezone(zone).isoformat(), o.status,
-            "" if at is None else at.astimezone(zone).isoformat(),
-            f"{o.late_s / 3600:.2f}", o.late_business_days, o.tier)])
+        row = row_of(o, zone)
+        w.writerow([safe_cell(row[c]) for c in CSV_COLUMNS])
     return buf.getvalue()
 
 

@@ -25,18 +25,21 @@ Definitions (docs/audit.md "SLA report"); the window is ``[since, until)`` in UT
   (first tier already left, nothing recorded) the ENQUEUED row's ``decided_at``; median
   (``statistics.median``: mean of the two middle values for an even count) and p95
   (nearest rank: the ``ceil(0.95 n)``-th smallest);
-* **regulatory deadlines**: **every** deadline of each dispute (all of a multi-deadline
-  ladder's, from the ENQUEUED row's ``details["deadlines"]``; rows written before that was
-  recorded: the last ``regulatory_deadline``) that falls in the window, counted in the tier
-  the dispute was in at the deadline (the first tier when the deadline passed before the
-  dispute was even enqueued); *met* if the dispute was resolved (CANCELLED) before the
-  deadline, *missed* if the deadline has passed (``<= now``) without that — including a
-  deadline that passed while the escalation was open or before it was enqueued; a deadline
-  still in the future and not yet met is neither (pending). Each one is also listed per
-  dispute (:class:`DeadlineOutcome`): name, citation, instant in the institution's zone,
-  the met/missed instant, and the lateness in hours and in business days of the
-  institution's calendar (business days after the deadline's local date up to and including
-  the local date it was resolved, or ``now`` while still open).
+* **regulatory deadlines**: **every** clock of each dispute that falls in the window
+  (anchor clocks from the ENQUEUED row's details, clocks an action started or moved from
+  the recorded actions, rows older than those details: the projection's clocks, else the
+  last ``regulatory_deadline``), counted in the tier the dispute was in at the deadline (the
+  first tier when the deadline passed before the dispute was even enqueued). Its state is
+  ``deadline_outcomes.outcomes_of``, the console's function (``domain.obligations``,
+  docs/adr/0010-obligations-and-resolution.md): *met* when an action the deadline's
+  ``met_by`` names happened before it (on record, or per an imported source), *missed*
+  when it passed without that (lateness unknown when only the source says so), *at_risk*
+  / *pending* while open (within 48 h of ``now`` / later), *undetermined* when the source
+  says nothing usable. Each one is also listed per dispute (:class:`DeadlineOutcome`):
+  name, citation, instant in the institution's zone, the basis and the action that met it
+  (its instant and actor), and the lateness in hours and in business days of the
+  institution's calendar (business days after the deadline's local date up to and
+  including the local date of the late action, or ``now`` while still open).
 """
 
 from __future__ import annotations
@@ -44,26 +47,27 @@ from __future__ import annotations
 import csv
 import html
 import io
+import json
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import groupby
 from typing import Any
+from zoneinfo import ZoneInfo
 
-from escalation.domain.business_calendar import (
-    INSTITUTION,
-    builtin_calendars,
-    with_institution,
-)
+from escalation.domain.business_calendar import INSTITUTION, builtin_calendars
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.csv_cells import neutralise_cell
-from escalation.domain.errors import InvalidInput, InvalidParameter
+from escalation.domain.errors import InvalidParameter, LadderError
+from escalation.domain.ladder import Ladder
+from escalation.domain.obligations import DeadlineState
 from escalation.domain.timeutil import require_aware
-from escalation.ports import LedgerReports
-from escalation.service_layer.deadline_outcomes import business_days_late
+from escalation.ports import ChainEvent, DeadlineChain, LedgerReports
+from escalation.service_layer import deadline_outcomes as dl
+from escalation.service_layer.deadline_outcomes import LadderLookup
 
 DEFAULT_GRACE_S = 60
 CSV_COLUMNS: tuple[str, ...] = (
@@ -78,6 +82,9 @@ CSV_COLUMNS: tuple[str, ...] = (
     "p95_time_in_tier_s",
     "regulatory_met",
     "regulatory_missed",
+    "regulatory_at_risk",
+    "regulatory_pending",
+    "regulatory_undetermined",
 )
 
 @dataclass(slots=True)
@@ -92,6 +99,9 @@ class TierFigures:
     resolved: int = 0
     regulatory_met: int = 0
     regulatory_missed: int = 0
+    regulatory_at_risk: int = 0
+    regulatory_pending: int = 0
+    regulatory_undetermined: int = 0
     durations: list[float] = field(default_factory=list)
 
     @property
@@ -126,7 +136,15 @@ class TierFigures:
             "p95_time_in_tier_s": _num(self.p95_s),
             "regulatory_met": self.regulatory_met,
             "regulatory_missed": self.regulatory_missed,
+            "regulatory_at_risk": self.regulatory_at_risk,
+            "regulatory_pending": self.regulatory_pending,
+            "regulatory_undetermined": self.regulatory_undetermined,
         }
+
+    def count(self, state: str) -> None:
+        """Count one deadline in ``state`` (one of ``deadline_outcomes.STATUSES``)."""
+        name = f"regulatory_{state}"
+        setattr(self, name, getattr(self, name) + 1)
 
 
 def _num(value: float | None) -> str:
@@ -135,40 +153,41 @@ def _num(value: float | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class DeadlineOutcome:
-    """One regulatory deadline of one dispute (``report sla --missed``, ``audit search``).
+    """One regulatory deadline of one dispute (``report sla --missed``, ``audit search
+    --deadlines``): the console's :class:`deadline_outcomes.DeadlineOutcome` and the zone
+    its instants are shown in (the dispute's institution zone).
 
     Attributes:
-        status: ``"met"``, ``"missed"`` or ``"pending"`` (``"at_risk"`` in
-            :func:`dispute_deadlines`: pending within the next 48 h).
-        deadline: aware UTC instant; ``local_deadline``: ISO text in the institution's zone.
-        resolved_at: CANCELLED instant (met, or missed and resolved late), else None.
-        late_hours / late_business_days: how late (0 when met; up to ``now`` while open).
-        tier: the tier that held the dispute at the deadline.
+        outcome: the state, basis, action, lateness and tier (``deadline_outcomes``).
+        zone: the institution's zone of the dispute.
     """
 
-    dispute_id: str
-    external_id: str | None
-    ladder: str
-    name: str
-    citation: str
-    deadline: datetime
-    local_deadline: str
-    status: str
-    resolved_at: datetime | None
-    late_hours: float
-    late_business_days: int
-    tier: str
+    outcome: dl.DeadlineOutcome
+    zone: ZoneInfo
+
+    @property
+    def name(self) -> str:
+        """The deadline's name."""
+        return self.outcome.name
+
+    @property
+    def status(self) -> str:
+        """One of ``deadline_outcomes.STATUSES``."""
+        return self.outcome.status
+
+    @property
+    def deadline(self) -> datetime | None:
+        """Aware UTC instant (None: unknown)."""
+        return self.outcome.deadline
+
+    @property
+    def dispute_id(self) -> str:
+        """The dispute's UUID as text."""
+        return str(self.outcome.dispute_id)
 
     def as_row(self) -> dict[str, Any]:
-        """JSON/CSV row."""
-        return {
-            "dispute_id": self.dispute_id, "external_id": self.external_id or "",
-            "ladder": self.ladder, "deadline": self.name, "citation": self.citation,
-            "deadline_at": self.local_deadline, "status": self.status,
-            "resolved_at": self.resolved_at.isoformat() if self.resolved_at else "",
-            "late_hours": f"{self.late_hours:.2f}", "late_business_days": self.late_business_days,
-            "tier_at_deadline": self.tier,
-        }
+        """JSON/CSV row (:data:`MISSED_COLUMNS`, the console's CSV columns)."""
+        return dl.row_of(self.outcome, self.zone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,12 +204,13 @@ class SlaReport:
     @property
     def missed(self) -> list[DeadlineOutcome]:
         """The missed deadlines, by deadline instant."""
-        return [d for d in self.deadlines if d.status == "missed"]
+        return [d for d in self.deadlines if d.status == DeadlineState.MISSED]
 
 
 def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
             grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None,
-            calendars: CalendarRegistry | None = None) -> SlaReport:
+            calendars: CalendarRegistry | None = None,
+            ladders: LadderLookup | None = None) -> SlaReport:
     """Compute the report from ledger rows (ordered by dispute then seq). Pure.
 
     Args:
@@ -202,6 +222,8 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
         now: aware UTC instant deciding whether an unmet deadline has passed (missed) or is
             still pending; default ``until`` (every deadline in the window has passed).
         calendars: calendar registry for business-day lateness (default: built-ins).
+        ladders: ``(name, version) -> Ladder`` for the deadlines' ``met_by`` and clocks
+            (None: every ladder unknown, each deadline met by the resolution only).
 
     Raises:
         InvalidInput: naive bounds, ``since >= until`` or negative grace.
@@ -228,9 +250,9 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
     for _d, chain_iter in groupby(rows, key=lambda r: r["dispute_id"]):
         chain = list(chain_iter)
         _tier_stays(chain, inside, fig, grace_s)
-        outcomes.extend(_regulatory(chain, inside, fig, now, calendars))
+        outcomes.extend(_regulatory(chain, inside, fig, now, calendars, ladders))
     tiers = sorted(figures.values(), key=lambda f: (f.ladder, f.tier))
-    outcomes.sort(key=lambda o: (o.deadline, o.dispute_id, o.name))
+    outcomes.sort(key=lambda o: (dl.SORT_KEYS["deadline_at"](o.outcome), o.dispute_id, o.name))
     return SlaReport(since, until, grace_s, tiers, outcomes)
 
 
@@ -290,76 +312,89 @@ def _first_tier_entry(enqueued: Mapping[Any, Any], chain: list[Mapping[Any, Any]
     return first
 
 
-def _deadlines_of(chain: list[Mapping[Any, Any]]) -> list[tuple[str, datetime, str]]:
-    """``(name, instant, citation)`` of every deadline of a dispute's chain."""
-    details = chain[0].get("enq_details") or {}
-    recorded = details.get("deadlines") if isinstance(details, Mapping) else None
-    if recorded:
-        rules = details.get("deadline_rules") or {}
-        return [(name, datetime.fromisoformat(str(at)),
-                 str((rules.get(name) or {}).get("citation", ""))) for name, at in
-                recorded.items()]
-    last = next((r["regulatory_deadline"] for r in reversed(chain) if r["regulatory_deadline"]),
-                None)
-    return [] if last is None else [("regulatory_deadline", last, "")]
+def _unknown(name: str, version: int) -> Ladder:
+    raise LadderError(f"unknown ladder {name}@{version}")
+
+
+def as_chain(chain: Sequence[Mapping[Any, Any]]) -> DeadlineChain:
+    """One dispute's ledger rows (:data:`adapters.report_queries.SLA_ROWS` columns, by seq)
+    as the console's :class:`~escalation.ports.DeadlineChain`: the pinned version and the
+    institution from the projection when given, else from the rows."""
+    first, last = chain[0], chain[-1]
+    enq = first.get("enq_details") or {}
+    inst = (enq.get("institution") or {}) if isinstance(enq, Mapping) else {}
+    events = tuple(
+        ChainEvent(int(r["seq"]), str(r["event"]), r["decided_at"], r["from_tier"],
+                   r["to_tier"], str(r.get("actor") or ""),
+                   r.get("details") if r.get("details") is not None
+                   else (r.get("enq_details") if r["event"] == "ENQUEUED" else None))
+        for r in chain)
+    version = first.get("state_ladder_version") or next(
+        (r["ladder_version"] for r in reversed(chain) if r.get("ladder_version")), 0)
+    return DeadlineChain(
+        first["dispute_id"], first.get("external_id"),
+        str(first.get("state_ladder") or last["ladder"]), int(version),
+        _clocks_json(first.get("state_clocks"), chain), events,
+        first.get("state_institution_tz") or inst.get("timezone"),
+        first.get("state_institution_calendar") or inst.get("calendar"))
+
+
+def _clocks_json(
+    value: Any, chain: Sequence[Mapping[Any, Any]],
+) -> tuple[tuple[str, datetime], ...]:
+    """The projection's clocks (JSON ``[[name, instant], ...]``), else the last
+    ``regulatory_deadline`` of the rows."""
+    items = json.loads(value) if isinstance(value, str) else value
+    if items:
+        return tuple((str(n), datetime.fromisoformat(str(at)).astimezone(UTC))
+                     for n, at in items)
+    last = next((r["regulatory_deadline"] for r in reversed(chain)
+                 if r.get("regulatory_deadline")), None)
+    return () if last is None else (("regulatory_deadline", last),)
 
 
 def _regulatory(
     chain: list[Mapping[Any, Any]], inside: Any, fig: Any, now: datetime,
-    calendars: CalendarRegistry | None,
+    calendars: CalendarRegistry | None, ladders: LadderLookup | None,
 ) -> list[DeadlineOutcome]:
-    out = []
-    first = chain[0]
-    details = first.get("enq_details") or {}
-    inst = details.get("institution") if isinstance(details, Mapping) else None
-    tz_name = (inst or {}).get("timezone") or "America/New_York"
-    base_cal = (inst or {}).get("calendar") or "us_federal_reserve"
     cals = calendars if calendars is not None else builtin_calendars()
-    try:
-        cal = with_institution(cals, base_cal, tz_name)[INSTITUTION]
-    except InvalidInput:
-        cal = builtin_calendars()[INSTITUTION]
-    version = first.get("ladder_version")
-    ladder_key = f"{first['ladder']}@{version}" if version is not None else str(first["ladder"])
-    cancelled = next((r["decided_at"] for r in chain if r["event"] == "CANCELLED"), None)
-    for name, deadline, citation in _deadlines_of(chain):
-        if not inside(deadline):
+    deadline_chain = as_chain(chain)
+    zone = _zone_of(deadline_chain, cals)
+    out = []
+    for o in dl.outcomes_of([deadline_chain], now, ladders or _unknown, cals):
+        if not inside(o.deadline):
             continue
-        before = [r for r in chain if r["decided_at"] <= deadline]
+        assert o.deadline is not None  # noqa: S101 - inside() holds only for an instant
+        before = [r for r in chain if r["decided_at"] <= o.deadline]
         # A deadline that passed before the dispute was even enqueued counts in its first tier.
         at_deadline = before[-1] if before else chain[0]
-        tier = at_deadline["to_tier"] or at_deadline["from_tier"] or "?"
-        met = cancelled is not None and cancelled <= deadline
-        target = fig(at_deadline["ladder"], tier)
-        if met:
-            target.regulatory_met += 1
-            status = "met"
-        elif deadline <= now:
-            target.regulatory_missed += 1
-            status = "missed"
-        else:
-            status = "pending"
-        end = cancelled if cancelled is not None else now
-        late_s = max(0.0, (end - deadline).total_seconds()) if status == "missed" else 0.0
-        late_bd = business_days_late(cal, deadline, end) if status == "missed" else 0
-        out.append(DeadlineOutcome(
-            dispute_id=str(first["dispute_id"]), external_id=first.get("external_id"),
-            ladder=ladder_key, name=name, citation=citation, deadline=deadline,
-            local_deadline=deadline.astimezone(getattr(cal, "tz", UTC)).isoformat(),
-            status=status, resolved_at=cancelled, late_hours=late_s / 3600,
-            late_business_days=late_bd, tier=tier))
+        fig(at_deadline["ladder"], o.tier).count(o.status)
+        out.append(DeadlineOutcome(o, zone))
     return out
+
+
+def _zone_of(chain: DeadlineChain, calendars: CalendarRegistry) -> ZoneInfo:
+    """The dispute's institution zone (the registry's institution zone by default)."""
+    if chain.institution_tz:
+        try:
+            return ZoneInfo(chain.institution_tz)
+        except (ValueError, KeyError):
+            pass
+    tz = getattr(calendars.get(INSTITUTION), "tz", None)
+    return tz if isinstance(tz, ZoneInfo) else ZoneInfo("UTC")
 
 
 def build(source: LedgerReports, since: datetime, until: datetime,
           grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None,
-          calendars: CalendarRegistry | None = None) -> SlaReport:
+          calendars: CalendarRegistry | None = None,
+          ladders: LadderLookup | None = None) -> SlaReport:
     """Load the ledger rows of disputes active in the window and :func:`compute`.
 
     ``source`` (the ``LedgerReports`` port; adapter ``adapters.report_queries.
     PostgresReports``) gives the rows. ``now`` (aware UTC) defaults to the database clock:
-    deadlines after it are pending. ``calendars``: registry for business-day lateness
-    (default: built-ins).
+    deadlines after it are open. ``calendars``: registry for business-day lateness
+    (default: built-ins). ``ladders``: as for :func:`compute` (pass the deployment's, or
+    every deadline is read as met by the resolution only).
 
     Raises:
         InvalidInput: naive ``since`` / ``until``.
@@ -367,13 +402,13 @@ def build(source: LedgerReports, since: datetime, until: datetime,
     since = require_aware(since, "from")
     until = require_aware(until, "to")
     db_now, rows = source.sla_rows(since, until)
-    return compute(rows, since, until, grace_s, db_now if now is None else now, calendars)
+    return compute(rows, since, until, grace_s, db_now if now is None else now, calendars,
+                   ladders)
 
 
-MISSED_COLUMNS: tuple[str, ...] = (
-    "dispute_id", "external_id", "ladder", "deadline", "citation", "deadline_at", "status",
-    "resolved_at", "late_hours", "late_business_days", "tier_at_deadline",
-)
+MISSED_COLUMNS: tuple[str, ...] = dl.CSV_COLUMNS
+"""The columns of ``report sla --missed`` and ``audit search --deadlines``: the console's
+deadline CSV columns."""
 
 
 def missed_csv(report: SlaReport) -> str:
@@ -392,23 +427,25 @@ def missed_csv(report: SlaReport) -> str:
 def dispute_deadlines(
     source: LedgerReports, dispute_id: Any, name: str | None = None,
     calendars: CalendarRegistry | None = None, now: datetime | None = None,
+    ladders: LadderLookup | None = None,
 ) -> list[DeadlineOutcome]:
-    """Every regulatory deadline of one dispute (optionally only ``name``), met / missed /
-    at_risk / pending, with lateness: the console's words (``deadline_outcomes``): a
-    pending deadline within the next 48 h is ``at_risk``. Empty when the dispute has none.
+    """Every regulatory deadline of one dispute (optionally only ``name``), by
+    ``deadline_outcomes.outcomes_of`` (the console's function: met / missed / at_risk /
+    pending / undetermined, basis, action, lateness), clocks without a known instant
+    included. Empty when the dispute has none.
 
     ``source``: the ``LedgerReports`` port (its ``dispute_rows``); ``now`` defaults to the
-    database clock."""
-    from escalation.service_layer.deadline_outcomes import AT_RISK
-
+    database clock; ``ladders`` as for :func:`compute`."""
     db_now, rows = source.dispute_rows(dispute_id)
     if not rows:
         return []
     at = db_now if now is None else now
-    report = compute(rows, EARLIEST, LATEST, now=at, calendars=calendars)
-    return [replace(o, status="at_risk")
-            if o.status == "pending" and o.deadline <= at + AT_RISK else o
-            for o in report.deadlines if name is None or o.name == name]
+    cals = calendars if calendars is not None else builtin_calendars()
+    chain = as_chain(rows)
+    zone = _zone_of(chain, cals)
+    found = dl.outcomes_of([chain], at, ladders or _unknown, cals)
+    found.sort(key=lambda o: (dl.SORT_KEYS["deadline_at"](o), o.name))
+    return [DeadlineOutcome(o, zone) for o in found if name is None or o.name == name]
 
 
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)

@@ -99,6 +99,7 @@ def test_report_figures_match_the_hand_computed_fixture():
         "promoted_on_time": 2, "promoted_late": 1, "breached": 3, "resolved": 1,
         "median_time_in_tier_s": "108150.000", "p95_time_in_tier_s": "172810.000",
         "regulatory_met": 0, "regulatory_missed": 1,
+        "regulatory_at_risk": 0, "regulatory_pending": 0, "regulatory_undetermined": 0,
     }
     # senior: entered A, B, D = 3; B terminal on due = on time; A resolved (5 h);
     # A: t+48h+10s -> t+53h = 17990 s; B 2 h = 7200 s -> median (7200 + 17990) / 2 =
@@ -109,6 +110,7 @@ def test_report_figures_match_the_hand_computed_fixture():
         "promoted_on_time": 1, "promoted_late": 0, "breached": 1, "resolved": 1,
         "median_time_in_tier_s": "12595.000", "p95_time_in_tier_s": "17990.000",
         "regulatory_met": 1, "regulatory_missed": 0,
+        "regulatory_at_risk": 0, "regulatory_pending": 0, "regulatory_undetermined": 0,
     }
 
 
@@ -120,12 +122,14 @@ def test_imported_disputes_count_time_from_tier_entry_and_passed_deadlines_as_mi
     # time in tier from the tier *entry*: E t-72h -> t+2h = 74 h = 266400 s;
     # F t-200h -> t+10s = 720010 s; H t -> t+24h = 86400 s (projection value ignored: H left
     # its first tier) -> median 266400, p95 = ceil(2.85) = 3rd = 720010.
-    # regulatory: E (before enqueue) and F (before enqueue) missed in standard; G pending.
+    # regulatory: E (before enqueue) and F (before enqueue) missed in standard; G pending
+    # (counted: every state has its column).
     assert got["standard"] == {
         "ladder": "cfpb", "tier": "standard", "entered": 4,
         "promoted_on_time": 1, "promoted_late": 1, "breached": 2, "resolved": 1,
         "median_time_in_tier_s": "266400.000", "p95_time_in_tier_s": "720010.000",
         "regulatory_met": 0, "regulatory_missed": 2,
+        "regulatory_at_risk": 0, "regulatory_pending": 1, "regulatory_undetermined": 0,
     }
     # senior: entered F, H = 2; F left it 10 s after entering, but its due time was its entry
     # (clamped: entered already overdue) -> late. H's deadline passed while open -> missed.
@@ -134,12 +138,14 @@ def test_imported_disputes_count_time_from_tier_entry_and_passed_deadlines_as_mi
         "promoted_on_time": 0, "promoted_late": 1, "breached": 1, "resolved": 0,
         "median_time_in_tier_s": "10.000", "p95_time_in_tier_s": "10.000",
         "regulatory_met": 0, "regulatory_missed": 1,
+        "regulatory_at_risk": 0, "regulatory_pending": 0, "regulatory_undetermined": 0,
     }
     assert got["compliance"] == {
         "ladder": "cfpb", "tier": "compliance", "entered": 1,
         "promoted_on_time": 0, "promoted_late": 1, "breached": 1, "resolved": 0,
         "median_time_in_tier_s": "10.000", "p95_time_in_tier_s": "10.000",
         "regulatory_met": 0, "regulatory_missed": 0,
+        "regulatory_at_risk": 0, "regulatory_pending": 0, "regulatory_undetermined": 0,
     }
 
 
@@ -197,8 +203,10 @@ def test_every_deadline_of_a_multi_deadline_ladder_is_counted_and_listed() -> No
                due=datetime(2026, 3, 7, 5, tzinfo=UTC), deadline=d15, ladder="cfpb")
     enq.update(ladder_version=3, external_id="7453262", enq_details={
         "deadlines": {"company_response": d15.isoformat(), "final_response": d60.isoformat()},
-        "deadline_rules": {"company_response": {"citation": "CFPB portal (15 days)"},
-                           "final_response": {"citation": "CFPB portal (60 days)"}},
+        "deadline_rules": {"company_response": {"at": d15.isoformat(),
+                                                "citation": "CFPB portal (15 days)"},
+                           "final_response": {"at": d60.isoformat(),
+                                              "citation": "CFPB portal (60 days)"}},
         "institution": {"timezone": "America/New_York", "calendar": "us_federal_reserve"}})
     cancelled = _row(d, 2, "CANCELLED", "complaint_analyst", "complaint_analyst",
                      datetime(2026, 3, 20, 15, tzinfo=UTC), deadline=d15, ladder="cfpb")
@@ -212,9 +220,10 @@ def test_every_deadline_of_a_multi_deadline_ladder_is_counted_and_listed() -> No
     assert missed.as_row() == {
         "dispute_id": str(d), "external_id": "7453262", "ladder": "cfpb@3",
         "deadline": "company_response", "citation": "CFPB portal (15 days)",
-        "deadline_at": "2026-03-18T00:00:00-04:00", "status": "missed",
-        "resolved_at": "2026-03-20T15:00:00+00:00", "late_hours": "59.00",
-        "late_business_days": 3, "tier_at_deadline": "complaint_analyst"}
+        "deadline_at": "2026-03-18T00:00:00-04:00", "status": "missed", "basis": "record",
+        "met_or_missed_at": "2026-03-18T00:00:00-04:00", "action": "resolution",
+        "action_at": "2026-03-20T11:00:00-04:00", "actor": "", "late_hours": "59.00",
+        "late_business_days": "3", "tier_at_deadline": "complaint_analyst"}
 
 
 def test_missed_csv_neutralises_formula_cells_and_uses_crlf_line_ends() -> None:
@@ -234,7 +243,8 @@ def test_missed_csv_neutralises_formula_cells_and_uses_crlf_line_ends() -> None:
                due=datetime(2026, 3, 7, 5, tzinfo=UTC), deadline=d15, ladder="cfpb")
     enq.update(ladder_version=3, external_id=evil, enq_details={
         "deadlines": {"company_response": d15.isoformat()},
-        "deadline_rules": {"company_response": {"citation": "@SUM(1+1)"}},
+        "deadline_rules": {"company_response": {"at": d15.isoformat(),
+                                                "citation": "@SUM(1+1)"}},
         "institution": {"timezone": "America/New_York", "calendar": "us_federal_reserve"}})
     report = compute([enq], W0, datetime(2026, 6, 1, tzinfo=UTC),
                      now=datetime(2026, 6, 1, tzinfo=UTC))
@@ -247,3 +257,111 @@ def test_missed_csv_neutralises_formula_cells_and_uses_crlf_line_ends() -> None:
     assert cells["citation"] == "'@SUM(1+1)"
     assert restore_cell(cells["external_id"]) == evil
     assert cells["dispute_id"] == str(d) and cells["status"] == "missed"
+
+
+# --------------------------------------------------------------------------- one answer
+REG_E = "reg_e_error_resolution"
+REG_E_ATTRS = {"new_account": False, "point_of_sale": False, "foreign_initiated": False}
+
+
+def _reg_e_v3_disputes(app):
+    """Reg E v3 disputes recorded through the use cases on real Redis and PostgreSQL, notice
+    of error received 70 days ago (every anchor clock has passed) or yesterday:
+    credited on day 3 / nothing recorded / determination asserted timely by the source /
+    asserted late / resolved late / a fresh one."""
+    from escalation.service_layer.enqueue import EnqueueRequest
+    from escalation.service_layer.obligations import RecordAction, Resolve, record_action, resolve
+    from tests.e2e.helpers import enqueue
+
+    now = app.scheduler.time()
+    old, fresh = now - timedelta(days=70), now - timedelta(days=1)
+    names = ["credited", "silent", "per_source_met", "per_source_missed", "resolved_late",
+             "fresh"]
+    reqs = [EnqueueRequest(uuid.uuid4(), "125.00", "ab" * 32, opened_at=at, anchor_at=at,
+                           ladder=REG_E, external_id=f"OA-{uuid.uuid4().hex[:6]}-{n}",
+                           attributes=REG_E_ATTRS)
+            for n, at in zip(names, [old] * 5 + [fresh], strict=True)]
+    ids = dict(zip(names, enqueue(app, reqs), strict=True))
+    kw = {"scheduler": app.scheduler, "store": app.store, "ladders": app.ladders,
+          "calendars": app.calendars}
+    record_action(RecordAction(ids["credited"], "provisional_credit", old + timedelta(days=2),
+                               "ops.alice", "k-credit", amount="125.00", currency="USD"), **kw)
+    for name, timely in (("per_source_met", True), ("per_source_missed", False)):
+        record_action(RecordAction(ids[name], "determination", None, "importer", f"k-{name}",
+                                   asserted_timely=timely, asserted_by="Timely response?"),
+                      **kw)
+    resolve(Resolve(ids["resolved_late"], "error_corrected", "ops.bob", "k-res"), **kw)
+    return ids
+
+
+def test_report_sla_and_audit_search_deadlines_agree_with_the_console(app, engine, cli_env):
+    import json
+
+    from escalation.adapters.console_queries import PostgresConsoleQueries
+    from escalation.adapters.report_queries import PostgresReports
+    from escalation.service_layer import deadline_outcomes as dl
+    from escalation.service_layer import sla_report
+    from tests.helpers import run_cli
+
+    ids = _reg_e_v3_disputes(app)
+    queries, reports = PostgresConsoleQueries(engine), PostgresReports(engine)
+    now = queries.now()
+
+    def console(did):
+        return {o.name: (o.status, o.basis, o.action) for o in dl.deadline_outcomes(
+            queries, app.ladders.get, app.calendars, dispute_id=did, now=now)}
+
+    def search(did):
+        return {o.name: (o.status, o.outcome.basis, o.outcome.action)
+                for o in sla_report.dispute_deadlines(reports, did, calendars=app.calendars,
+                                                      now=now, ladders=app.ladders.get)}
+
+    seen = {n: console(did) for n, did in ids.items()}
+    for n, did in ids.items():
+        assert search(did) == seen[n], n
+    d10, d45 = "determine_or_provisionally_credit", "investigation"
+    assert seen["credited"][d10] == ("met", "record", "provisional_credit")
+    assert seen["credited"][d45][0] == "missed"  # 45 days open, 70 days ago
+    assert seen["credited"]["provisional_credit_notice"] == ("missed", None, None)
+    assert seen["silent"][d10] == ("missed", None, None)
+    assert seen["per_source_met"][d10] == ("met", "source", "determination")
+    assert seen["per_source_missed"][d10] == ("missed", "source", "determination")
+    assert seen["per_source_missed"][d45][0] == "undetermined"
+    assert seen["resolved_late"][d10] == ("missed", "record", "resolution")
+    assert seen["fresh"][d10][0] == "pending"
+    # report sla over the window holding every clock: the same states, dispute by dispute
+    report = sla_report.build(reports, now - timedelta(days=80), now + timedelta(days=80),
+                              now=now, calendars=app.calendars, ladders=app.ladders.get)
+    for n, did in ids.items():
+        got = {o.name: (o.status, o.outcome.basis, o.outcome.action)
+               for o in report.deadlines if o.dispute_id == str(did)}
+        want = {k: v for k, v in seen[n].items() if k in got}
+        assert got == want and got, n
+    missed = {(o.dispute_id, o.name) for o in report.missed}
+    assert (str(ids["credited"]), d10) not in missed
+    assert (str(ids["silent"]), d10) in missed
+    unknown = next(o for o in report.missed if o.dispute_id == str(ids["per_source_missed"]))
+    assert (unknown.as_row()["late_hours"], unknown.as_row()["late_business_days"]) == (
+        "unknown", "unknown")
+    # the CLI: audit search --deadlines --json, and report sla --missed --format csv
+    for n in ("credited", "per_source_missed", "resolved_late"):
+        r = run_cli(cli_env, "audit", "search", "--dispute", str(ids[n]), "--deadlines",
+                    "--json")
+        assert r.returncode == 0, r.stderr
+        rows = [json.loads(line) for line in r.stdout.splitlines()]
+        assert {x["deadline"]: (x["status"], x["basis"] or None, x["action"] or None)
+                for x in rows} == seen[n], n
+    cred = next(json.loads(line) for line in run_cli(
+        cli_env, "audit", "search", "--dispute", str(ids["credited"]), "--deadline", d10,
+        "--json").stdout.splitlines())
+    assert (cred["status"], cred["action"], cred["actor"]) == ("met", "provisional_credit",
+                                                               "ops.alice")
+    r = run_cli(cli_env, "report", "sla", "--from", (now - timedelta(days=80)).isoformat(),
+                "--to", (now + timedelta(days=80)).isoformat(), "--missed", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    import csv
+    import io
+
+    cli_missed = {(x["dispute_id"], x["deadline"]) for x in csv.DictReader(io.StringIO(r.stdout))}
+    mine = {str(d) for d in ids.values()}
+    assert {m for m in cli_missed if m[0] in mine} == {m for m in missed if m[0] in mine}

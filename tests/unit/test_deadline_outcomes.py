@@ -47,11 +47,16 @@ def one(c: DeadlineChain, now: datetime = NOW) -> dl.DeadlineOutcome:
 ENQ = ("ENQUEUED", datetime(2024, 2, 1, 14, tzinfo=UTC), None, "standard")
 
 
-def test_met_when_resolved_at_the_deadline():
-    o = one(chain([ENQ, ("CANCELLED", DEADLINE, "standard", "standard")]))
+def test_met_when_resolved_before_the_deadline():
+    just = DEADLINE - timedelta(seconds=1)
+    o = one(chain([ENQ, ("CANCELLED", just, "standard", "standard")]))
     assert (o.status, o.late_s, o.late_business_days) == ("met", 0.0, 0)
-    assert o.met_or_missed_at == DEADLINE
+    assert (o.basis, o.action, o.action_at) == ("record", "resolution", just)
+    assert o.met_or_missed_at == just
     assert o.citation.startswith("12 CFR 1005.11(c)(1)")
+    # domain.obligations: met by an action strictly before the instant; at it is late
+    assert one(chain([ENQ, ("CANCELLED", DEADLINE, "standard", "standard")])).status == \
+        "missed"
 
 
 def test_missed_across_a_holiday_counts_business_days():
@@ -85,15 +90,16 @@ def test_at_risk_within_48_hours_then_pending():
     assert one(chain([ENQ]), now=DEADLINE - timedelta(hours=49)).status == "pending"
 
 
-def test_unknown_ladder_has_no_citation_and_whole_days():
+def test_unknown_ladder_has_no_citation_and_counts_the_institution_calendar():
+    # Thu 17:00 EST + 3 d 1 h = Sun: only Friday is a business day after the deadline
     o = one(chain([ENQ], ladder="gone"), now=DEADLINE + timedelta(days=3, hours=1))
-    assert (o.citation, o.late_business_days) == ("", 3)
+    assert (o.citation, o.late_business_days, o.status) == ("", 1, "missed")
 
 
 def test_select_filters_and_sorts():
     a = one(chain([ENQ, ("CANCELLED", DEADLINE + timedelta(hours=5), "standard", "x")]))
     b = one(chain([ENQ, ("CANCELLED", DEADLINE + timedelta(hours=50), "standard", "x")]))
-    c = one(chain([ENQ, ("CANCELLED", DEADLINE, "standard", "x")]))
+    c = one(chain([ENQ, ("CANCELLED", DEADLINE - timedelta(hours=1), "standard", "x")]))
     got = dl.select([a, b, c], status="missed", sort="late", descending=True)
     assert got == [b, a]
     with pytest.raises(InvalidInput):
@@ -157,3 +163,123 @@ def test_lateness_is_counted_in_the_disputes_own_institution_zone():
     assert outcome(None).late_business_days == 1  # the deployment's default: New York
     assert outcome("America/New_York").late_business_days == 1
     assert outcome("America/Los_Angeles").late_business_days == 0
+
+
+# --------------------------------------------------------------------------- obligations
+# Reg E v3 (ADR 0010): a provisional credit meets the 10-business-day deadline and opens the
+# 45-day investigation window; without a timely one, the determination is due at day 10.
+V3 = load_ladder_file(LADDER_DIR / "reg_e_error_resolution.v3.toml")
+D10, D45 = "determine_or_provisionally_credit", "investigation"
+ANCHOR = datetime(2024, 3, 4, 15, tzinfo=UTC)  # Mon 10:00 EST, notice of error received
+ATTRS = {"new_account": False, "point_of_sale": False, "foreign_initiated": False}
+CALS = builtin_calendars()
+AT10 = next(d for d in V3.deadlines if d.name == D10).resolve(ANCHOR, CALS, ATTRS).at
+AT45 = next(d for d in V3.deadlines if d.name == D45).resolve(ANCHOR, CALS, ATTRS).at
+DAY3 = datetime(2024, 3, 6, 16, tzinfo=UTC)  # the third business day after the notice
+
+
+def v3_chain(*rows: tuple[str, datetime, str | None, str | None, str, dict | None]
+             ) -> DeadlineChain:
+    """ENQUEUED (with the details enqueue writes) then ``rows`` (event, decided_at, from,
+    to, actor, details)."""
+    enq = ChainEvent(1, "ENQUEUED", ANCHOR + timedelta(minutes=5), None, "standard", "import",
+                     {"anchor_at": ANCHOR.isoformat(), "attributes": ATTRS,
+                      "institution": {"timezone": "America/New_York",
+                                      "calendar": "us_federal_reserve"},
+                      "deadline_rules": {D10: {"at": AT10.isoformat(), "citation": "c10"},
+                                         D45: {"at": AT45.isoformat(), "citation": "c45"}}})
+    events = [enq, *(ChainEvent(i + 2, *r) for i, r in enumerate(rows))]
+    return DeadlineChain(uuid.uuid4(), "V3", V3.name, 3, ((D10, AT10), (D45, AT45)),
+                         tuple(events), "America/New_York", "us_federal_reserve")
+
+
+def action(at: datetime | None, name: str, actor: str = "ops.alice",
+           asserted: bool | None = None, tier: str = "standard", **extra: object
+           ) -> tuple[str, datetime, str, str, str, dict]:
+    details: dict = {"action": name, "occurred_at": None if at is None else at.isoformat(),
+                     **extra}
+    if asserted is not None:
+        details["asserted"] = {"timely": asserted, "source": "Timely response?"}
+    event = "RESOLVED" if name == "resolution" else "ACTION_RECORDED"
+    return (event, at or ANCHOR + timedelta(days=1), tier, tier, actor, details)
+
+
+def by_name(c: DeadlineChain, now: datetime) -> dict[str, dl.DeadlineOutcome]:
+    return {o.name: o for o in dl.outcomes_of([c], now, lambda n, v: V3, CALS)}
+
+
+def test_provisional_credit_on_day_3_meets_the_10_day_deadline_and_opens_45_days():
+    now = AT10 + timedelta(days=1)
+    before = by_name(v3_chain(), now)
+    assert before[D10].status == "missed" and before[D10].open_miss
+    # without a timely provisional credit the investigation is due with the 10-day deadline
+    assert before[D45].deadline == AT10 and "no timely provisional_credit" in before[D45].rule
+    got = by_name(v3_chain(action(DAY3, "provisional_credit", amount="125.00",
+                                  currency="USD")), now)
+    d10 = got[D10]
+    assert (d10.status, d10.basis, d10.action, d10.action_at, d10.actor) == (
+        "met", "record", "provisional_credit", DAY3, "ops.alice")
+    assert d10.explain(lambda t: t.isoformat()) == (
+        f"met by provisional credit on {DAY3.isoformat()} by ops.alice")
+    assert got[D45].deadline == AT45 > AT10 + timedelta(days=20)
+    assert got[D45].status == "pending"
+    # the credit started the 2-business-day notice clock, missed while no notice is recorded
+    notice = got["provisional_credit_notice"]
+    assert notice.status == "missed" and notice.open_miss
+    assert notice.late_business_days is not None and notice.late_business_days > 0
+
+
+def test_resolution_after_the_terminal_tier_meets_the_open_deadlines():
+    promoted = ("PROMOTED", AT10 - timedelta(days=3), "standard", "senior", "worker", None)
+    to_comp = ("PROMOTED", AT10 - timedelta(days=1), "senior", "compliance", "worker", None)
+    term = ("TERMINAL", AT45 - timedelta(days=6), "compliance", None, "worker", None)
+    credit = action(DAY3, "provisional_credit", amount="9.99", currency="USD")
+    resolved_at = AT45 - timedelta(days=2)
+    res = action(resolved_at, "resolution", actor="ops.bob", tier="compliance",
+                 outcome="error_corrected")
+    got = by_name(v3_chain(credit, promoted, to_comp, term, res), AT45 + timedelta(days=10))
+    assert (got[D45].status, got[D45].action, got[D45].actor) == ("met", "resolution",
+                                                                  "ops.bob")
+    assert got[D45].tier == "compliance" and got[D45].resolved_at == resolved_at
+    # without the credit: the resolution came after day 10, so both deadlines are missed,
+    # late by the business days up to the resolution (not up to now)
+    late = by_name(v3_chain(promoted, to_comp, term, res), AT45 + timedelta(days=10))
+    assert late[D10].status == "missed" and late[D10].action == "resolution"
+    assert not late[D10].open_miss
+    assert late[D10].late_s == (resolved_at - AT10).total_seconds()
+    assert late[D45].deadline == AT10 and late[D45].status == "missed"
+    assert 20 <= (late[D10].late_business_days or 0) < 30
+
+
+def test_per_source_met_and_missed_and_undetermined():
+    now = AT45 + timedelta(days=30)
+    met = by_name(v3_chain(action(None, "determination", actor="importer", asserted=True)),
+                  now)
+    assert (met[D10].status, met[D10].basis, met[D10].action_at) == ("met", "source", None)
+    assert met[D10].explain(str).startswith("met per source (instant not given)")
+    assert met[D10].late_s == 0.0
+    missed = by_name(v3_chain(action(None, "determination", actor="importer",
+                                     asserted=False)), now)
+    o = missed[D10]
+    assert (o.status, o.basis, o.late_s, o.late_business_days) == ("missed", "source", None,
+                                                                   None)
+    assert o.explain(str).startswith("missed per source")
+    assert not o.open_miss
+    row = next(csv.DictReader(io.StringIO(dl.to_csv([o], ZoneInfo("UTC")))))
+    assert (row["late_hours"], row["late_business_days"]) == ("unknown", "unknown")
+    assert (row["basis"], row["action"], row["action_at"]) == ("source", "determination", "")
+    # the same action also meets the investigation: the source says nothing about it
+    assert missed[D45].status == "undetermined"
+    assert missed[D45].late_s is None
+    # and the results notice it started has no known instant
+    notice = missed["results_notice"]
+    assert (notice.status, notice.deadline) == ("undetermined", None)
+    assert dl.select(list(missed.values()), status="undetermined") == [missed[D45], notice]
+
+
+def test_unknown_ladder_reads_every_recorded_deadline_as_met_by_the_resolution():
+    c = v3_chain(action(DAY3, "provisional_credit", amount="1.00", currency="USD"))
+    c = DeadlineChain(c.dispute_id, c.external_id, "gone", 9, c.deadlines, c.events)
+    got = {o.name: o for o in dl.outcomes_of([c], AT10 + timedelta(days=1), lookup, CALS)}
+    # the credit meets nothing without the ladder that says so; citations as recorded
+    assert (got[D10].status, got[D10].citation) == ("missed", "c10")

@@ -132,6 +132,6 @@ def sla_report(
     if not 0 <= grace_s <= 86_400:  # (rep.build refuses a window that is not from < to)
         raise InvalidParameter("{grace_s} must be 0-86400, got {got}", "grace_s", got=grace_s)
     report = rep.build(PostgresReports(core.engine), start, end, grace_s,
-                       calendars=core.calendars)
+                       calendars=core.calendars, ladders=core.ladders.get)
     return {"from": start.isoformat(), "to": end.isoformat(), "grace_s": grace_s,
             "ladders": rep.grouped(report)}

@@ -99,6 +99,44 @@ def _details(value: Any) -> str:
     return str(value)
 
 
+def describe_row(event: str, details: Any, zone: ZoneInfo) -> str:
+    """A readable line for an ACTION_RECORDED or RESOLVED ledger row (action, instant,
+    actor-independent facts: amount, evidence, note; a resolution's outcome and the
+    deadlines it found late); "" for other events (their details are shown as they are)."""
+    if event not in ("ACTION_RECORDED", "RESOLVED") or not isinstance(details, dict):
+        return ""
+    at = details.get("occurred_at")
+    when = "instant not given" if at is None else fmt_at(datetime.fromisoformat(str(at)), zone)
+    parts: list[str] = []
+    if event == "RESOLVED":
+        outcome = str(details.get("outcome", "unstated")).replace("_", " ")
+        parts.append(f"resolved: {outcome}, on {when}")
+        if details.get("reason"):
+            parts.append(f"reason: {details['reason']}")
+        if details.get("late"):
+            parts.append("missed: " + ", ".join(str(n) for n in details["late"]))
+    else:
+        action = str(details.get("action", "?")).replace("_", " ")
+        parts.append(f"{action} on {when}")
+        if details.get("amount") is not None:
+            parts.append(f"amount {details['amount']} {details.get('currency', '')}".rstrip())
+        evidence = details.get("evidence")
+        if isinstance(evidence, dict) and evidence.get("ref"):
+            parts.append(f"evidence {evidence['ref']}")
+        if details.get("note"):
+            parts.append(f"note: {details['note']}")
+        replan = details.get("replan")
+        if isinstance(replan, dict) and replan.get("due_at_after"):
+            parts.append("due moved to " + fmt_at(
+                datetime.fromisoformat(str(replan["due_at_after"])), zone))
+    asserted = details.get("asserted")
+    if isinstance(asserted, dict):
+        flag = asserted.get("timely")
+        timely = "timely" if flag is True else ("late" if flag is False else "no timeliness")
+        parts.append(f"per source {asserted.get('source') or ''}: {timely}".replace(" :", ":"))
+    return "; ".join(parts)
+
+
 def _soft(value: Any) -> Markup:
     """Escaped text with line-break opportunities after ``_`` and before ``@`` (ladder and
     deadline names wrap between words, never inside one)."""
@@ -314,9 +352,14 @@ def overview(request: Request) -> HTMLResponse:
     window = dl.deadline_outcomes(q, core.ladders.get, core.calendars, since, until, now=now)
     ahead = dl.deadline_outcomes(q, core.ladders.get, core.calendars, now,
                                  now + dl.AT_RISK, now=now)
+    # open misses are counted whatever their instant: a period must not hide them
+    open_missed = dl.open_misses(q, core.ladders.get, core.calendars, core.ladders.all(),
+                                 now=now)
     counts = {
+        "open_missed": len(open_missed),
         "missed": sum(o.status == "missed" for o in window),
         "met": sum(o.status == "met" for o in window),
+        "undetermined": sum(o.status == "undetermined" for o in window),
         "at_risk": sum(o.status == "at_risk" for o in ahead),
         "pending": sum(t.pending for t in load),
         "due_hour": sum(t.due_hour for t in load),
@@ -368,12 +411,22 @@ def _deadlines(request: Request) -> tuple[list[dl.DeadlineOutcome], dict[str, An
     status = _param(request, "status")
     sort = _param(request, "sort") or "deadline_at"
     desc = request.query_params.get("dir") == "desc"
-    found = dl.deadline_outcomes(q, core.ladders.get, core.calendars, since, until, now=now)
+    still_open = request.query_params.get("open") == "1"
+    if still_open:  # the overview's open-misses card: every instant, open misses only
+        found = dl.open_misses(q, core.ladders.get, core.calendars, core.ladders.all(),
+                               now=now)
+        found = [o for o in found if o.deadline is not None
+                 and (since is None or o.deadline >= since)
+                 and (until is None or o.deadline < until)]
+    else:
+        found = dl.deadline_outcomes(q, core.ladders.get, core.calendars, since, until,
+                                     now=now)
     ladders = sorted({o.ladder for o in found})
     names = sorted({o.name for o in found})
     rows = dl.select(found, status=status, ladder=_param(request, "ladder"),
                      deadline=_param(request, "deadline"), sort=sort, descending=desc)
     return rows, {"now": now, "since_t": since_t, "until_t": until_t, "status": status,
+                  "still_open": still_open,
                   "sort": sort, "desc": desc, "ladders": ladders, "names": names,
                   "ladder": _param(request, "ladder"), "deadline": _param(request, "deadline")}
 
@@ -453,7 +506,7 @@ def dispute(request: Request, dispute_id: str) -> HTMLResponse:
                                      for r in trail)
     outcomes = dl.deadline_outcomes(q, core.ladders.get, core.calendars, dispute_id=did)
     return render(request, "dispute.html", did=did, trail=trail, state=state, report=report,
-                  checkpoint=cp, covered=covered, outcomes=outcomes,
+                  checkpoint=cp, covered=covered, outcomes=outcomes, describe=describe_row,
                   broken={seq for d, seq in report.broken_chains if d == did})
 
 
@@ -569,7 +622,8 @@ def sla(request: Request) -> HTMLResponse:
     try:
         since, until, since_t, until_t = _period(request, zone, 30, now)
         assert since is not None and until is not None  # noqa: S101 - defaults given
-        report = rep.build(PostgresReports(core.engine), since, until)
+        report = rep.build(PostgresReports(core.engine), since, until, now=now,
+                           calendars=core.calendars, ladders=core.ladders.get)
     except InvalidInput as exc:
         return _error(request, exc, "sla.html", tiers=[], charts=[],
                       grace_s=rep.DEFAULT_GRACE_S)  # the caption still names the grace
