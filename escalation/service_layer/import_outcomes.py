@@ -1,6 +1,6 @@
 """Outcomes carried by an import: a CSV column that says how the dispute was answered.
 
-A mapping file's ``[outcomes]`` table (docs/cli.md "Outcome columns";
+A mapping file's ``[outcomes]`` table (docs/sla.md "Imported outcomes";
 docs/adr/0010-obligations-and-resolution.md, "Imports carry outcomes") names the column that
 holds the answer (CFPB "Company response to consumer"), what each of its values records (an
 action of the ladder, a resolution with its outcome code, both, or nothing), the column that
