@@ -197,6 +197,29 @@ def test_outcome_column_added_later_is_recorded_once_blank_timeliness_undetermin
     _, status = app.store.get(stable_dispute_id(some[1]["Complaint ID"], "cfpb")[0])
     assert status is Status.RESOLVED
 
+    # A later export: an "In progress" complaint is now closed (its resolution is added),
+    # and a closed one names another outcome (the ledger stands: reported, not applied).
+    opened, changed = len(some) - 1, 2
+    later = list(some)
+    later[opened] = {**later[opened], RESPONSE: "Closed with explanation"}
+    later[changed] = {**later[changed], RESPONSE: "Closed with monetary relief"
+                      if later[changed][RESPONSE] != "Closed with monetary relief"
+                      else "Closed with explanation"}
+    with part.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(later)
+    fourth = _import(env, part, MAPPING)
+    assert fourth["outcomes"]["added"] == 1
+    assert fourth["outcomes"]["already_on_record"] == len(some) - 2
+    [refused] = fourth["outcomes"]["not_applied"]
+    assert refused["line"] == changed + 2 and refused["id"] == later[changed]["Complaint ID"]
+    assert "idempotency_key 'import:resolution' was used for different content" \
+        in refused["message"]
+    did = stable_dispute_id(later[opened]["Complaint ID"], "cfpb")[0]
+    _, status = app.store.get(did)
+    assert status is Status.RESOLVED and app.scheduler.payload(did) is None
+
 
 def test_unknown_outcome_value_is_a_bad_row_naming_column_value_and_line(
     own: tuple[dict[str, str], Any], tmp_path: Path,
