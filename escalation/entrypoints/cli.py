@@ -255,6 +255,7 @@ def action_record(
     """Record an action that meets or starts a regulatory clock, and re-plan the dispute
     (docs/adr/0010-obligations-and-resolution.md). The actor is --actor, else
     ESCALATION_OPERATOR; with neither the command is refused (exit 2)."""
+    from escalation.bootstrap import schedule_for
     from escalation.service_layer.disputes import dispute_arg
     from escalation.service_layer.obligations import RecordAction, record_action
 
@@ -267,7 +268,8 @@ def action_record(
     a = _app(actor=who)
     try:
         res = record_action(cmd, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
-                            calendars=a.calendars)
+                            calendars=a.calendars,
+                            on_replanned=schedule_for(a, only_ahead=True))
     except InvalidInput as exc:
         raise _spelled(exc) from None
     finally:

@@ -59,6 +59,7 @@ from escalation.ports import (
     LedgerRow,
     Scheduler,
 )
+from escalation.service_layer.enqueue import OnScheduled
 from escalation.service_layer.fire import unapplied_notifications
 from escalation.service_layer.pause import _apply_owner_less
 
@@ -379,9 +380,14 @@ def _clock_details(placed: Sequence[Clock]) -> dict[str, Any]:
 
 def record_action(
     cmd: RecordAction, *, scheduler: Scheduler, store: ObligationStore, ladders: LadderSource,
-    calendars: CalendarRegistry,
+    calendars: CalendarRegistry, on_replanned: OnScheduled | None = None,
 ) -> ObligationResult:
     """Record one action and re-plan the dispute's clocks and due time (module doc).
+
+    ``on_replanned``: called with the pending state when the due time moved, after Redis
+    holds it (the pre-breach warnings of the re-planned window are scheduled there, keyed by
+    the new row's seq; the earlier ones of the tier are dropped when they come due because a
+    row that moved the due time follows them: ``warnings._moved_on``).
 
     Raises:
         InvalidInput: a field is malformed (the message names it: action, occurred_at,
@@ -435,6 +441,8 @@ def record_action(
         outcome = None
         if status is Status.PENDING:
             outcome = _apply_owner_less(scheduler, ApplyOp(state, ApplyAction.RESCHEDULE))
+            if replan is not None and on_replanned is not None:
+                on_replanned([state])
         elif status is Status.PAUSED:
             outcome = _apply_owner_less(scheduler, ApplyOp(state, ApplyAction.PARK))
         return ObligationResult(

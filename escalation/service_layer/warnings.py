@@ -10,8 +10,9 @@ of a tier's window.
   a wake marker; ``RedisWarnings.schedule`` pushes the marker when it adds a new earliest
   warning, so caching that time never makes a warning late; docs/performance.md): claim due
   members (``warn_claim.lua``), then per member:
-  - drop it if the escalation *moved on*: not pending, or a non-WARNING ledger row was
-    appended after the tier-entry seq (promotion, pause, resume, migration, cancel);
+  - drop it if the escalation *moved on*: not pending, or a ledger row other than a WARNING
+    or an action that left the due time alone was appended after the tier-entry seq
+    (promotion, pause, resume, migration, cancel, an action that re-planned the due time);
   - drop it if a WARNING row for the same (dispute, tier seq, fraction) exists;
   - else append a WARNING ledger row with ``expected_seq`` = the projection's seq (a
     concurrent promotion makes it fail: dropped) and re-sync the Redis payload to the new seq
@@ -235,10 +236,18 @@ def schedule_resumed(
     return warnings.schedule(members)
 
 
+def _keeps_clock(row: LedgerRow) -> bool:
+    """True for a row after which the tier's warnings still stand: a WARNING, or an action
+    that did not move the due time (no ``details.replan``; a re-planned window gets warnings
+    of its own, keyed by that row's seq)."""
+    return row.event == "WARNING" or (row.event == "ACTION_RECORDED"
+                                      and not row.details.get("replan"))
+
+
 def _moved_on(rows: Sequence[LedgerRow], seq: int, fraction: str) -> tuple[bool, bool]:
     """(moved on, duplicate) for a warning of tier-entry ``seq`` given the dispute's trail."""
     later = [r for r in rows if r.seq > seq]
-    if any(r.event != "WARNING" for r in later):
+    if any(not _keeps_clock(r) for r in later):
         return True, False
     dup = any(r.details.get("tier_seq") == seq and r.details.get("fraction") == fraction
               for r in later)

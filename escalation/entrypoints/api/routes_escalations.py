@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Request, Response
 
-from escalation.bootstrap import App
+from escalation.bootstrap import App, schedule_for
 from escalation.domain.errors import InvalidInput, LadderReleaseError, NotFound
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.obligations import Assessment, DeadlineState, assess
@@ -303,7 +303,8 @@ def record(did: Dispute, body: ActionIn, core: Core, token: Writer,
             evidence_sha256=None if body.evidence is None else body.evidence.sha256,
             amount=body.amount, currency=body.currency, note=body.note)
         return record_action(cmd, scheduler=core.scheduler, store=core.store,
-                             ladders=core.ladders, calendars=core.calendars)
+                             ladders=core.ladders, calendars=core.calendars,
+                             on_replanned=schedule_for(core, only_ahead=True))
 
     return _answer(core, _obligation(ACTION_FIELDS, run))
 
