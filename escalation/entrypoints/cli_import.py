@@ -120,6 +120,8 @@ class _WriteProgress:
         self.written = 0
         self.total: int | None = None
         self.writing = False
+        self.outcomes: tuple[int, int | None] | None = None
+        """(rows done, rows) of pass 3 (outcomes), once it began."""
         self.signum: int | None = None
 
     def on_signal(self, signum: int, frame: Any) -> None:
@@ -134,8 +136,11 @@ class _WriteProgress:
         def progress(phase: str, done: int, total: int | None) -> None:
             if phase == "write":
                 self.writing, self.written, self.total = True, done, total
+            elif phase == "outcomes":
+                self.outcomes = (done, total)
             inner(phase, done, total)
-            finished = phase == "write" and total is not None and done >= total
+            finished = (phase in ("write", "outcomes") and total is not None
+                        and done >= total)
             if self.signum is not None and not finished:
                 raise _Interrupted(self.signum)
         return progress
@@ -143,6 +148,15 @@ class _WriteProgress:
     def aftermath(self, csv_path: Path, exc: BaseException) -> str:
         """One line: what the interruption (or failure) left, and what to run."""
         of = f" of {self.total}" if self.total is not None else ""
+        if self.outcomes is not None:
+            done, rows = self.outcomes
+            what = "interrupted" if isinstance(exc, (_Interrupted, KeyboardInterrupt)) \
+                else "failed"
+            return (f"{csv_path}: import {what} while recording outcomes: every row recorded "
+                    f"and scheduled, the outcomes of {done}"
+                    + (f" of {rows}" if rows is not None else "")
+                    + " rows recorded, perhaps a few more; run the same import again: it "
+                    "adds the outcomes not yet on record")
         if isinstance(exc, _Interrupted):
             if not self.writing:
                 return f"{csv_path}: import interrupted before anything was written"

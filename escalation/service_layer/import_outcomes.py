@@ -239,7 +239,8 @@ def record_outcomes(
     total: int, progress: Progress = no_progress, threads: int = THREADS,
 ) -> OutcomeReport:
     """Record each row's action, then its resolution, through ``record_action`` /
-    ``resolve`` (one transaction each; module doc). ``total``: rows for the progress bar.
+    ``resolve`` (one transaction each; module doc). ``total``: rows for the progress bar
+    (the good rows of the file; those without an outcome are not in ``rows``).
 
     ``threads`` rows are recorded at once (each row is one dispute: pass 1 refused a dispute
     id seen twice, so no two threads write the same dispute; each write keeps its own seq
@@ -261,6 +262,7 @@ def record_outcomes(
                     report.not_applied.append(refused)
             done += len(window)
             progress("outcomes", done, total)
+    progress("outcomes", max(done, total), total)  # rows without an outcome were skipped
     report.not_applied.sort()
     return report
 
