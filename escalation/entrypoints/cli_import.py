@@ -57,7 +57,7 @@ def import_csv(
     Every row is validated first; a file with any bad row imports nothing unless
     --skip-invalid.
     """
-    from escalation.bootstrap import warnings_for
+    from escalation.bootstrap import schedule_for, warnings_for
     from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.importer import ImportTarget, import_csv
 
@@ -76,7 +76,8 @@ def import_csv(
     target = ImportTarget(scheduler=a.scheduler, store=a.store, ladders=a.ladders,
                           calendars=a.calendars, default_ladder=a.settings.default_ladder,
                           actor=a.actor, warnings=warnings_for(a),  # pre-breach warnings
-                          events=a.store)  # outcomes: record_action / resolve
+                          events=a.store,  # outcomes: record_action / resolve
+                          on_replanned=schedule_for(a, only_ahead=True))
     seen = _WriteProgress()
     previous = {s: signal.signal(s, seen.on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -34,6 +34,7 @@ from escalation.domain.errors import ConflictError, InvalidInput, NotFound
 from escalation.domain.ladder import Ladder
 from escalation.domain.obligations import Outcome
 from escalation.ports import LadderSource, Scheduler
+from escalation.service_layer.enqueue import OnScheduled
 from escalation.service_layer.obligations import (
     ObligationStore,
     RecordAction,
@@ -226,12 +227,15 @@ class OutcomeReport:
 
 @dataclass(frozen=True, slots=True)
 class OutcomePorts:
-    """The ports the outcome use cases need (the import target's)."""
+    """The ports the outcome use cases need (the import target's), and the hook that
+    schedules the pre-breach warnings of a due time an action re-planned (``record_action``'s
+    ``on_replanned``; None: none scheduled)."""
 
     scheduler: Scheduler
     store: ObligationStore
     ladders: LadderSource
     calendars: CalendarRegistry
+    on_replanned: OnScheduled | None = None
 
 
 def record_outcomes(
@@ -285,7 +289,8 @@ def _record_row(
             res = record_action(RecordAction(
                 did, step.action, None, actor, f"{KEY_PREFIX}{step.action}",
                 asserted_timely=timely, asserted_by=mapping.source), scheduler=ports.scheduler,
-                store=ports.store, ladders=ports.ladders, calendars=ports.calendars)
+                store=ports.store, ladders=ports.ladders, calendars=ports.calendars,
+                on_replanned=ports.on_replanned)
             added, on_record = (added, on_record + 1) if res.replayed else (added + 1, on_record)
         if step.resolution is not None:
             res = resolve(Resolve(

@@ -651,7 +651,8 @@ class ImportTarget:
     has the scheduler's namespace and shards, lets the enqueue script write them in the
     same call (``EncodedScheduler.enqueue_encoded``). ``events``: the same audit store as
     the event log of ``record_action`` / ``resolve``, required by a mapping with
-    ``[outcomes]``.
+    ``[outcomes]``. ``on_replanned``: the hook scheduling the pre-breach warnings of a due
+    time an imported action re-planned (``record_action``'s).
     """
 
     scheduler: Scheduler
@@ -663,6 +664,7 @@ class ImportTarget:
     on_scheduled: OnScheduled | None = None
     warnings: WarningQueue | None = None
     events: ObligationStore | None = None
+    on_replanned: OnScheduled | None = None
 
     def hook(self) -> OnScheduled | None:
         """``on_scheduled`` and the warnings of :attr:`warnings` as one hook (the general
@@ -1252,7 +1254,8 @@ def _outcomes_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarg
     """Pass 3: the outcomes of the rows written (``import_outcomes.record_outcomes``)."""
     assert mapping.outcomes is not None  # noqa: S101 - the caller's check
     skip = {line for line, _ in result.errors}
-    ports = OutcomePorts(target.scheduler, events, target.ladders, target.calendars)
+    ports = OutcomePorts(target.scheduler, events, target.ladders, target.calendars,
+                         target.on_replanned)
     with open_csv() as stream:
         rows = iter_outcomes(stream, mapping, target.default_timezone(mapping), skip)
         return record_outcomes(rows, mapping.outcomes, ports, target.actor,
