@@ -983,8 +983,10 @@ class CheckpointStore(Protocol):
 class TokenStore(Protocol):
     """Where token digests live (adapter: ``adapters.token_store.PostgresTokenStore``)."""
 
-    def insert(self, name: str, role: Role, digest: str, expires_at: datetime) -> TokenInfo:
-        """Store a new token. Raises ConflictError if ``name`` exists."""
+    def insert(self, name: str, role: Role, digest: str, expires_at: datetime,
+               sources: tuple[str, ...] | None = None, read_only: bool = False) -> TokenInfo:
+        """Store a new token (``sources`` None = unscoped). Raises ConflictError if ``name``
+        exists."""
         ...
 
     def by_digest(self, digest: str) -> tuple[TokenInfo, str] | None:
@@ -996,11 +998,31 @@ class TokenStore(Protocol):
         ...
 
     def revoke(self, name: str, at: datetime) -> TokenInfo | None:
-        """Set ``revoked_at`` (once); None if no such name."""
+        """Set ``revoked_at`` (once) and end the token's console sessions; None if no such
+        name."""
         ...
 
     def now(self) -> datetime:
         """The database clock (aware UTC): expiry is judged by one clock."""
+        ...
+
+
+class SessionStore(Protocol):
+    """Console sessions by id digest (adapter: ``adapters.session_store``). Every time is
+    the database clock; a session lives while it is not ended, was seen within the idle
+    timeout, is younger than its absolute lifetime and its token is active."""
+
+    def start(self, digest: str, token_name: str, lifetime_s: float) -> None:
+        """Store a new session of ``token_name`` ending at the latest ``lifetime_s`` s on."""
+        ...
+
+    def touch(self, digest: str, idle_s: float) -> TokenInfo | None:
+        """The token of a live session (and mark it seen now), or None (unknown, ended,
+        idle longer than ``idle_s``, past its lifetime, token revoked or expired)."""
+        ...
+
+    def end(self, digest: str, why: str) -> bool:
+        """End a session (``why``: ``signed_out``, ``replaced``); False if it was not live."""
         ...
 
 

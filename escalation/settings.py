@@ -79,6 +79,27 @@ class Settings(BaseSettings):
     # HTTP API: verified bearer tokens are remembered this long per process (a revocation
     # takes effect within it); 0 = check PostgreSQL on every request
     api_token_cache_s: float = Field(default=5, ge=0, le=300)
+    # HTTP API request limits (docs/adr/0011-http-hardening.md): a body over
+    # api_max_body_bytes is 413 before it is read on; a JSON body nested deeper than
+    # api_max_json_depth or naming more than api_max_json_keys object keys in all, or a batch
+    # of more than api_max_batch items, is 422 before any schema check; a 422 lists at most
+    # api_max_errors errors (and counts them all).
+    api_max_body_bytes: int = Field(default=1_048_576, ge=1024, le=67_108_864)
+    api_max_batch: int = Field(default=1000, ge=1, le=1000)
+    api_max_json_depth: int = Field(default=16, ge=4, le=256)
+    api_max_json_keys: int = Field(default=20_000, ge=100, le=1_000_000)
+    api_max_errors: int = Field(default=20, ge=1, le=1000)
+    # Failed authentication (in memory, per process): more than api_auth_fail_limit failures
+    # within api_auth_fail_window_s from one client address, or with one token prefix, get
+    # 429 with Retry-After until the window ends; an unknown token is remembered unknown for
+    # api_negative_cache_s (no second PostgreSQL lookup)
+    api_auth_fail_limit: int = Field(default=10, ge=1, le=1_000_000)
+    api_auth_fail_window_s: float = Field(default=60, ge=1, le=3600)
+    api_negative_cache_s: float = Field(default=300, ge=0, le=86_400)
+    # Console sessions: ended after console_session_idle_s without a request and at the
+    # latest console_session_lifetime_s after sign-in (PostgreSQL's clock)
+    console_session_idle_s: float = Field(default=900, ge=2, le=86_400)
+    console_session_lifetime_s: float = Field(default=28_800, ge=2, le=604_800)
     # The institution's home time zone and business calendar: what the calendar id
     # ``institution`` in ladder windows means, and the zone of date-only / naive inputs.
     # A ladder version (``[institution]``) and each escalation may override them.

@@ -23,7 +23,7 @@ create it (``tests/integration/test_migrations.py`` checks that both agree).
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import BYTEA, JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSONB, UUID
 
 NAMING_CONVENTION: dict[str, str] = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -287,9 +287,34 @@ api_tokens = sa.Table(
     sa.PrimaryKeyConstraint("name"),
     sa.UniqueConstraint("token_sha256"),
     sa.CheckConstraint("role IN ('service', 'compliance', 'admin')", name="role_known"),
+    # Migration 0011: scopes (NULL = unscoped) and read-only
+    sa.Column("sources", ARRAY(sa.Text)),
+    sa.Column("read_only", sa.Boolean, nullable=False, server_default=sa.text("false")),
+    sa.CheckConstraint("sources IS NULL OR (role = 'service' AND cardinality(sources) >= 1)",
+                       name="sources_for_service"),
 )
 """HTTP API bearer tokens (revision 0007): the SHA-256 hex digest of each secret, never the
-secret; ``name`` is the actor on every ledger row a request with the token causes."""
+secret; ``name`` is the actor on every ledger row a request with the token causes.
+Revision 0011 adds the scope: ``sources`` (NULL = every dispute) and ``read_only``."""
+
+console_sessions = sa.Table(
+    "console_sessions",
+    metadata,
+    sa.Column("id_sha256", sa.Text, nullable=False),
+    sa.Column("token_name", sa.Text, nullable=False),
+    sa.Column("created_at", TZ, nullable=False, server_default=sa.text("clock_timestamp()")),
+    sa.Column("last_seen_at", TZ, nullable=False,
+              server_default=sa.text("clock_timestamp()")),
+    sa.Column("expires_at", TZ, nullable=False),
+    sa.Column("ended_at", TZ),
+    sa.Column("ended_why", sa.Text),
+    sa.PrimaryKeyConstraint("id_sha256"),
+    sa.ForeignKeyConstraint(["token_name"], ["api_tokens.name"]),
+    sa.Index(None, "token_name"),
+)
+"""Console sessions (revision 0011): the SHA-256 hex digest of each session id (the cookie
+value, never stored), the token signed in with, the last request (idle timeout), the absolute
+end, and when and why the session ended (``signed_out``, ``replaced``, ``token_revoked``)."""
 
 deployment_binding = sa.Table(
     "deployment_binding",

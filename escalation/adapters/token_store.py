@@ -1,4 +1,5 @@
-"""PostgreSQL store of HTTP API token digests (table ``api_tokens``, revision 0007)."""
+"""PostgreSQL store of HTTP API token digests (table ``api_tokens``, revisions 0007 and
+0011: scopes) and of console sessions (``console_sessions``, revision 0011)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,20 @@ from typing import Any
 import sqlalchemy as sa
 import sqlalchemy.exc
 
-from escalation.adapters.tables import api_tokens
+from escalation.adapters.tables import api_tokens, console_sessions
 from escalation.domain.access import Role, TokenInfo
 from escalation.domain.errors import ConflictError
 
 _T = api_tokens
+_S = console_sessions
 
 
 def _info(row: Mapping[Any, Any]) -> TokenInfo:
     return TokenInfo(
         name=row["name"], role=Role(row["role"]), created_at=row["created_at"],
         expires_at=row["expires_at"], revoked_at=row["revoked_at"],
+        sources=None if row["sources"] is None else tuple(row["sources"]),
+        read_only=bool(row["read_only"]),
     )
 
 
@@ -29,10 +33,12 @@ class PostgresTokenStore:
     def __init__(self, engine: sa.Engine) -> None:
         self._engine = engine
 
-    def insert(self, name: str, role: Role, digest: str, expires_at: datetime) -> TokenInfo:
+    def insert(self, name: str, role: Role, digest: str, expires_at: datetime,
+               sources: tuple[str, ...] | None = None, read_only: bool = False) -> TokenInfo:
         """Store a new token. Raises ConflictError if ``name`` (or the digest) exists."""
         stmt = _T.insert().values(
-            name=name, role=role.value, token_sha256=digest, expires_at=expires_at
+            name=name, role=role.value, token_sha256=digest, expires_at=expires_at,
+            sources=None if sources is None else list(sources), read_only=read_only,
         ).returning(*_T.c)
         try:
             with self._engine.begin() as conn:
@@ -57,12 +63,16 @@ class PostgresTokenStore:
             return [_info(r) for r in rows]
 
     def revoke(self, name: str, at: datetime) -> TokenInfo | None:
-        """Set ``revoked_at`` if not yet set; the row (revoked or not) or None."""
+        """Set ``revoked_at`` if not yet set and end the token's live console sessions (one
+        transaction); the row (revoked or not) or None."""
         with self._engine.begin() as conn:
             conn.execute(
                 _T.update().where(_T.c.name == name, _T.c.revoked_at.is_(None))
                 .values(revoked_at=at)
             )
+            conn.execute(
+                _S.update().where(_S.c.token_name == name, _S.c.ended_at.is_(None))
+                .values(ended_at=at, ended_why="token_revoked"))
             row = conn.execute(sa.select(_T).where(_T.c.name == name)).mappings().first()
         return None if row is None else _info(row)
 
@@ -71,3 +81,44 @@ class PostgresTokenStore:
         with self._engine.connect() as conn:
             value: datetime = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
         return value
+
+
+class PostgresSessionStore:
+    """Implements ``escalation.ports.SessionStore`` on an engine (every time is
+    ``clock_timestamp()``: one clock for idle and absolute expiry on every worker)."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+
+    def start(self, digest: str, token_name: str, lifetime_s: float) -> None:
+        """Insert a live session ending ``lifetime_s`` seconds from now at the latest."""
+        with self._engine.begin() as conn:
+            conn.execute(_S.insert().values(
+                id_sha256=digest, token_name=token_name,
+                expires_at=sa.func.clock_timestamp() + sa.func.make_interval(
+                    0, 0, 0, 0, 0, 0, lifetime_s)))
+
+    def touch(self, digest: str, idle_s: float) -> TokenInfo | None:
+        """One statement: the session's token if the session is live (not ended, seen within
+        ``idle_s``, before its end, token neither revoked nor expired), marking it seen now."""
+        now = sa.func.clock_timestamp()
+        stmt = (
+            _S.update()
+            .where(_S.c.id_sha256 == digest, _S.c.ended_at.is_(None),
+                   _S.c.last_seen_at > now - sa.func.make_interval(0, 0, 0, 0, 0, 0, idle_s),
+                   _S.c.expires_at > now, _T.c.name == _S.c.token_name,
+                   _T.c.revoked_at.is_(None), _T.c.expires_at > now)
+            .values(last_seen_at=now)
+            .returning(*_T.c)
+        )
+        with self._engine.begin() as conn:
+            row = conn.execute(stmt).mappings().first()
+        return None if row is None else _info(row)
+
+    def end(self, digest: str, why: str) -> bool:
+        """End a live session now; False if it was unknown or already ended."""
+        with self._engine.begin() as conn:
+            n = conn.execute(
+                _S.update().where(_S.c.id_sha256 == digest, _S.c.ended_at.is_(None))
+                .values(ended_at=sa.func.clock_timestamp(), ended_why=why)).rowcount
+        return bool(n)

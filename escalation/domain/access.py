@@ -5,6 +5,10 @@ Roles (checked by :func:`allowed`):
 * ``service``: create, cancel, pause, resume, read an escalation's status;
 * ``compliance``: read audit trails, audit search, ladders, the SLA report and metrics;
 * ``admin``: everything, tokens included.
+
+A token may be narrowed (docs/adr/0011-http-hardening.md): ``read_only`` takes the write
+permission away (any role); ``sources`` (service tokens only) limits the disputes it may
+name to those of the listed source systems. A token with neither is *unscoped*.
 """
 
 from __future__ import annotations
@@ -65,6 +69,27 @@ class TokenInfo:
     created_at: datetime
     expires_at: datetime
     revoked_at: datetime | None
+    sources: tuple[str, ...] | None = None
+    """The source systems whose disputes the token may name; None = every dispute."""
+    read_only: bool = False
+    """True: the token never holds ``Permission.WRITE``."""
+
+    def permits(self, permission: Permission) -> bool:
+        """Whether the token holds ``permission``: its role's, less WRITE if read-only."""
+        if self.read_only and permission is Permission.WRITE:
+            return False
+        return allowed(self.role, permission)
+
+    @property
+    def scoped(self) -> bool:
+        """Whether the token is limited to some sources (its disputes are checked)."""
+        return self.sources is not None
+
+    def scope_text(self) -> str:
+        """``"unscoped (every source), read-write"`` or ``"sources: a, b; read-only"``."""
+        where = ("unscoped (every source)" if self.sources is None
+                 else "sources: " + ", ".join(self.sources))
+        return f"{where}; {'read-only' if self.read_only else 'read-write'}"
 
     def state(self, now: datetime) -> str:
         """``"revoked"``, ``"expired"`` or ``"active"`` at ``now``."""
@@ -81,6 +106,35 @@ def parse_role(value: str) -> Role:
         raise InvalidInput(
             f"role must be one of {', '.join(r.value for r in Role)}, got {value!r}"
         ) from None
+
+
+SOURCE_SCOPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+"""A source name in a token's scope (the rule of ``service_layer.disputes.check_source``)."""
+MAX_SOURCES = 32
+
+
+def check_scope(role: Role, sources: list[str] | tuple[str, ...] | None
+                ) -> tuple[str, ...] | None:
+    """A token's source scope: None (unscoped) or 1-32 distinct source names.
+
+    Raises:
+        InvalidInput: a bad source name, more than 32, or a scope on a compliance or admin
+            token (they read the whole ledger by design; only service tokens name disputes
+            on behalf of one system).
+    """
+    if sources is None or len(sources) == 0:
+        return None
+    if role is not Role.SERVICE:
+        raise InvalidInput(f"source: only a service token can be limited to sources; a "
+                           f"{role.value} token reads every dispute by design")
+    out = tuple(dict.fromkeys(sources))
+    if len(out) > MAX_SOURCES:
+        raise InvalidInput(f"source: at most {MAX_SOURCES} sources per token, got {len(out)}")
+    for s in out:
+        if not SOURCE_SCOPE_RE.match(s):
+            raise InvalidInput(f"source must be 1-64 letters, digits or _.- starting with a "
+                               f"letter or digit, got {s[:80]!r}")
+    return out
 
 
 def check_name(name: str) -> str:

@@ -37,24 +37,33 @@ def token_create(
     name: Annotated[str, typer.Option(help="Token name; the actor on ledger rows it causes.")],
     role: Annotated[str, typer.Option(help="service, compliance or admin.")],
     ttl_days: Annotated[int, typer.Option(help="Valid for N days (1-3660).")] = 365,
+    source: Annotated[list[str] | None, typer.Option(
+        "--source", help="Limit a service token to the disputes of this source system "
+        "(repeat for several; default: unscoped, every dispute).")] = None,
+    read_only: Annotated[bool, typer.Option(
+        "--read-only", help="The token may read but never write (no create, cancel, pause, "
+        "resume, action, resolve).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Create a token and print its secret once (it cannot be shown again)."""
-    from escalation.domain.access import check_name, parse_role
+    from escalation.domain.access import check_name, check_scope, parse_role
     from escalation.service_layer.tokens import create_token
 
     check_name(name)
-    parse_role(role)
+    check_scope(parse_role(role), source)
     engine, store = _store()
     try:
-        secret, info = create_token(store, name, role, ttl_days)
+        secret, info = create_token(store, name, role, ttl_days, sources=source,
+                                    read_only=read_only)
     finally:
         engine.dispose()
     if as_json:
         _print_json({"name": info.name, "role": info.role.value, "token": secret,
-                     "expires_at": info.expires_at.isoformat()})
+                     "expires_at": info.expires_at.isoformat(),
+                     "sources": None if info.sources is None else list(info.sources),
+                     "read_only": info.read_only, "scope": info.scope_text()})
         return
-    out.print(f"token {info.name} (role {info.role.value}, expires "
+    out.print(f"token {info.name} (role {info.role.value}, {info.scope_text()}, expires "
               f"{info.expires_at.isoformat()}); shown once, store it now:", highlight=False)
     out.print(secret, markup=False, highlight=False)
 
@@ -62,14 +71,17 @@ def token_create(
 @token_app.command("list")
 def token_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
                ) -> None:
-    """Every token: name, role, created, expires, revoked, state (never the secret)."""
+    """Every token: name, role, scope (sources or unscoped; read-only or read-write),
+    created, expires, revoked, state (never the secret)."""
     engine, store = _store()
     try:
         tokens = store.all()
         now = store.now()
     finally:
         engine.dispose()
-    rows = [{"name": t.name, "role": t.role.value, "created_at": t.created_at.isoformat(),
+    rows = [{"name": t.name, "role": t.role.value, "scope": t.scope_text(),
+             "sources": None if t.sources is None else list(t.sources),
+             "read_only": t.read_only, "created_at": t.created_at.isoformat(),
              "expires_at": t.expires_at.isoformat(),
              "revoked_at": t.revoked_at.isoformat() if t.revoked_at else None,
              "state": t.state(now)} for t in tokens]
@@ -77,17 +89,18 @@ def token_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.
         _print_json(rows)
         return
     table = Table(title=f"{len(rows)} token(s)")
-    for col in ("name", "role", "created_at", "expires_at", "revoked_at", "state"):
+    cols = ("name", "role", "scope", "created_at", "expires_at", "revoked_at", "state")
+    for col in cols:
         table.add_column(col)
     for r in rows:
-        table.add_row(*[str(r[c] or "") for c in
-                        ("name", "role", "created_at", "expires_at", "revoked_at", "state")])
+        table.add_row(*[str(r[c] or "") for c in cols])
     out.print(table)
 
 
 @token_app.command("revoke")
 def token_revoke(name: Annotated[str, typer.Argument(help="Token name.")]) -> None:
-    """Revoke a token now (API workers stop accepting it within api_token_cache_s)."""
+    """Revoke a token now and end its console sessions (API workers stop accepting it within
+    api_token_cache_s)."""
     from escalation.domain.errors import ConflictError
     from escalation.service_layer.tokens import revoke_token
 

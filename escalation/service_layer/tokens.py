@@ -4,7 +4,8 @@ A token is ``esc_`` + 43 URL-safe base64 characters (32 bytes from :mod:`secrets
 Only its SHA-256 hex digest is stored (``api_tokens.token_sha256``): a 256-bit random secret
 needs no slow password hash, since it cannot be guessed from a dictionary. Authentication
 looks the digest up and compares it again with :func:`hmac.compare_digest` (constant time).
-Roles and what each may do: ``escalation.domain.access``.
+Roles and what each may do: ``escalation.domain.access``. A token may be scoped at creation
+(``sources``: service tokens only; ``read_only``); see docs/adr/0011-http-hardening.md.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import hashlib
 import hmac
 import secrets
 from datetime import datetime, timedelta
+from uuid import UUID
 
-from escalation.domain.access import TokenInfo, check_name, parse_role
+from escalation.domain.access import TokenInfo, check_name, check_scope, parse_role
 from escalation.domain.errors import ConflictError, InvalidInput, NotFound
 from escalation.domain.timeutil import require_aware
 from escalation.ports import TokenStore
@@ -29,20 +31,25 @@ def digest(secret: str) -> str:
 
 
 def create_token(
-    store: TokenStore, name: str, role: str, ttl_days: int
+    store: TokenStore, name: str, role: str, ttl_days: int,
+    sources: list[str] | tuple[str, ...] | None = None, read_only: bool = False,
 ) -> tuple[str, TokenInfo]:
-    """Create a token valid for ``ttl_days`` days (1-3660). Returns (secret, info); the secret
-    is not stored and cannot be shown again.
+    """Create a token valid for ``ttl_days`` days (1-3660), limited to the disputes of
+    ``sources`` (None or empty = unscoped; service tokens only) and to reads if
+    ``read_only``. Returns (secret, info); the secret is not stored and cannot be shown again.
 
     Raises:
-        InvalidInput: bad name, role or ttl. ConflictError: the name exists (even revoked).
+        InvalidInput: bad name, role, ttl or source scope. ConflictError: the name exists
+            (even revoked).
     """
     check_name(name)
     r = parse_role(role)
+    scope = check_scope(r, sources)
     if not 1 <= ttl_days <= MAX_TTL_DAYS:
         raise InvalidInput(f"--ttl-days must be 1-{MAX_TTL_DAYS}, got {ttl_days}")
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    info = store.insert(name, r, digest(secret), store.now() + timedelta(days=ttl_days))
+    info = store.insert(name, r, digest(secret), store.now() + timedelta(days=ttl_days),
+                        sources=scope, read_only=read_only)
     return secret, info
 
 
@@ -60,6 +67,25 @@ def revoke_token(store: TokenStore, name: str) -> TokenInfo:
     return info
 
 
+def well_formed(secret: str) -> bool:
+    """Whether ``secret`` could be a token at all (``esc_`` prefix, at most 128 characters):
+    anything else is refused without a lookup."""
+    return secret.startswith(TOKEN_PREFIX) and len(secret) <= 128
+
+
+def find(store: TokenStore, secret: str) -> TokenInfo | None:
+    """The stored token whose secret is ``secret`` (in any state), or None: malformed, or no
+    such digest (the digest is compared again in constant time)."""
+    if not well_formed(secret):
+        return None
+    d = digest(secret)
+    found = store.by_digest(d)
+    if found is None:
+        return None
+    info, stored = found
+    return info if hmac.compare_digest(stored, d) else None
+
+
 def authenticate(store: TokenStore, secret: str, now: datetime) -> TokenInfo | None:
     """The active token whose secret is ``secret`` at ``now`` (aware), else None.
 
@@ -67,13 +93,32 @@ def authenticate(store: TokenStore, secret: str, now: datetime) -> TokenInfo | N
     saying which, so a caller learns nothing about other tokens).
     """
     require_aware(now, "now")
-    if not secret.startswith(TOKEN_PREFIX) or len(secret) > 128:
+    info = find(store, secret)
+    return info if info is not None and info.state(now) == "active" else None
+
+
+def dispute_in_scope(info: TokenInfo, dispute_id: UUID, external_id: str | None) -> bool:
+    """Whether a token may name the dispute ``dispute_id`` (its projection's external id
+    ``external_id``): always for an unscoped token; for a scoped one, when the dispute is
+    the one one of its sources calls ``external_id`` (``UUID5(source:external_id)``, the id
+    a create by source and external id gives it). A dispute created by UUID alone belongs to
+    no source."""
+    if info.sources is None:
+        return True
+    if external_id is None:
+        return False
+    from escalation.service_layer.importer import stable_dispute_id
+
+    return any(stable_dispute_id(external_id, s)[0] == dispute_id for s in info.sources)
+
+
+def source_refusal(info: TokenInfo, source: str | None) -> str | None:
+    """Why a scoped token may not name a dispute of ``source`` (None: it may). A dispute
+    named without a source (by UUID) in a create is refused to a scoped token."""
+    if info.sources is None or (source is not None and source in info.sources):
         return None
-    d = digest(secret)
-    found = store.by_digest(d)
-    if found is None:
-        return None
-    info, stored = found
-    if not hmac.compare_digest(stored, d):
-        return None
-    return info if info.state(now) == "active" else None
+    allowed = ", ".join(info.sources)
+    if source is None:
+        return (f"token {info.name!r} is limited to sources {allowed}: name the dispute by "
+                "source and external_id")
+    return f"token {info.name!r} is limited to sources {allowed}, not {source!r}"

@@ -88,7 +88,10 @@ def api_server(redis_url: str, database_url: str, engine: sa.Engine) -> Iterator
     env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
     env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=database_url,
                ESCALATION_NAMESPACE=namespace, ESCALATION_LOG_FORMAT="json",
-               ESCALATION_LOG_LEVEL="WARNING", ESCALATION_API_TOKEN_CACHE_S="0")
+               ESCALATION_LOG_LEVEL="WARNING", ESCALATION_API_TOKEN_CACHE_S="0",
+               # every test module shares one loopback address: no failed-auth throttle here
+               # (tests/api/test_api_hardening.py runs servers of its own with one)
+               ESCALATION_API_AUTH_FAIL_LIMIT="1000000")
     tokens, names = make_tokens(engine, f"api{uuid.uuid4().hex[:8]}")
     url, proc = start_server(env)
     try:

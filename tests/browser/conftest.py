@@ -127,6 +127,9 @@ def console(redis_url: str, console_database: tuple[str, sa.Engine]) -> Iterator
     env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=database_url,
                ESCALATION_NAMESPACE=namespace, ESCALATION_LOG_FORMAT="json",
                ESCALATION_LOG_LEVEL="WARNING", ESCALATION_API_TOKEN_CACHE_S="0",
+               # every test module shares one loopback address: no failed-auth throttle here
+               # (tests/api/test_api_hardening.py runs servers of its own with one)
+               ESCALATION_API_AUTH_FAIL_LIMIT="1000000",
                ESCALATION_INSTITUTION_TIMEZONE="America/New_York")
     tokens, _names = make_tokens(engine, f"ui{uuid.uuid4().hex[:8]}")
     seeded = seed(engine, f"REGE{uuid.uuid4().hex[:6].upper()}")
@@ -170,3 +173,16 @@ def page(browser: Any, console: Console) -> Iterator[Any]:
     finally:
         ctx.close()
     assert not foreign, f"requests outside the app: {foreign}"
+
+
+def session_cookies(console: Console, role: str = "admin") -> dict[str, str]:
+    """The cookie of a console session signed in with ``role``'s token (the console's
+    cookie is a session id exchanged at sign-in, never the token: ADR 0011)."""
+    import httpx
+
+    with httpx.Client(base_url=console.url, timeout=30) as c:
+        c.get("/console/login")
+        r = c.post("/console/login", data={"token": console.tokens[role],
+                                           "csrf": c.cookies["esc_console_login"]})
+        assert r.status_code == 303, r.text
+        return {"esc_console": c.cookies["esc_console"]}

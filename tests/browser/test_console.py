@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browser.conftest import ARTIFACTS, Console
+from tests.browser.conftest import ARTIFACTS, Console, session_cookies
 
 pytestmark = pytest.mark.browser
 FEB = "from=2024-02-01&to=2024-02-29&ladder=reg_e_error_resolution"
@@ -37,15 +37,14 @@ def test_login_refuses_service_role_and_bad_csrf(page, console):
                    follow_redirects=False)
     assert r.status_code == 403
     assert "esc_console=" not in r.headers.get("set-cookie", "")
-    # pages and downloads need a compliance/admin session cookie (a service token is not one)
+    # pages and downloads need a session cookie (a token is not one, even an admin's: the
+    # cookie is a session id exchanged at sign-in, ADR 0011)
     for cookies in ({}, {"esc_console": console.tokens["service"]},
-                    {"esc_console": console.tokens["revoked"]}):
+                    {"esc_console": console.tokens["revoked"]},
+                    {"esc_console": console.tokens["admin"]}):
         for path in ("/console/deadlines.csv", "/console/audit/export.csv", "/console/sla"):
             r = httpx.get(console.url + path, cookies=cookies, follow_redirects=False)
             assert r.status_code == 303 and "/console/login" in r.headers["location"], path
-    r = httpx.get(console.url + "/console/deadlines.csv",
-                  cookies={"esc_console": console.tokens["admin"]})
-    assert r.status_code == 200 and r.text.startswith("dispute_id,external_id,")
     # the assets are the app's own
     css = httpx.get(console.url + "/console/static/console.css")
     assert css.status_code == 200 and "text/css" in css.headers["content-type"]
@@ -201,7 +200,7 @@ def test_sla_report_charts_in_ladder_order(page, console):
 
 
 def test_bad_filter_values_are_a_422_page_not_a_server_error(console):
-    cookies = {"esc_console": console.tokens["admin"]}
+    cookies = session_cookies(console)
     for path in ("/console/pending?window=forever", "/console/pending?window=HOUR",
                  "/console/audit?ladder_version=99999999999999999999",
                  "/console/audit?tier=%00", "/console/audit?tier=nope"):
@@ -215,7 +214,7 @@ def test_bad_filter_values_are_a_422_page_not_a_server_error(console):
 
 def test_overview_with_a_bad_or_reversed_period_is_a_422_page_not_a_server_error(console):
     # it was a 500 ("'now' is undefined" in the template) where every other page says 422
-    cookies = {"esc_console": console.tokens["admin"]}
+    cookies = session_cookies(console)
     for query, message in (("from=2024-13-01", "from: not a date or ISO-8601 time"),
                            ("to=yesterday", "to: not a date or ISO-8601 time"),
                            ("from=2026-03-10&to=2026-03-01", "from must be before to"),
@@ -240,6 +239,7 @@ def test_a_console_address_with_a_trailing_slash_goes_to_the_page(page, console)
         r = httpx.get(console.url + typed, follow_redirects=False)
         assert r.status_code == 308, (typed, r.status_code)
         assert r.headers["location"] == target, typed
-    assert httpx.get(console.url + "/v1/audit/").status_code == 404  # the API stays exact
+    auth = {"Authorization": f"Bearer {console.tokens['compliance']}"}
+    assert httpx.get(console.url + "/v1/audit/", headers=auth).status_code == 404  # exact
     page.goto(console.url + "/console/")  # a person typing it lands on the sign-in page
     assert page.url.startswith(console.url + "/console/login")

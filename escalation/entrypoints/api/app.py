@@ -19,8 +19,12 @@ DESCRIPTION = """\
 Dispute SLA escalations over HTTP: schedule an escalation when a dispute enters a review
 tier, read its state and deadlines, cancel, pause and resume it, read the audit ledger and
 the SLA report. Every request needs `Authorization: Bearer <token>` (from `escalation token
-create`) except `GET /healthz`. Errors are RFC 9457 `application/problem+json`. A query
-parameter a route does not declare is refused (422), never ignored.
+create`) except `GET /healthz`, checked before anything else of the request is read (an
+anonymous request is 401 whatever its body or parameters). Errors are RFC 9457
+`application/problem+json`. A query parameter a route does not declare is refused (422),
+never ignored. Limits: a body over the configured size is 413, a JSON body too deep or with
+too many keys 422, repeated failed authentication 429 with `Retry-After`. A token may be
+scoped to some sources (its disputes only) and to reads.
 A dispute is addressed by UUID (`/v1/escalations/{dispute_id}`) or by its source system's
 id (`/v1/sources/{source}/escalations/{external_id}`).
 """
@@ -31,9 +35,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from escalation.adapters.token_store import PostgresTokenStore
+        from escalation.adapters.token_store import PostgresSessionStore, PostgresTokenStore
         from escalation.bootstrap import build
-        from escalation.entrypoints.api.auth import TokenCache
+        from escalation.entrypoints.api.auth import SessionCache, Throttle, TokenCache
         from escalation.logs import configure_logging
         from escalation.settings import get_settings
 
@@ -41,7 +45,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         configure_logging(s.log_format, s.log_level)
         core = build(s, actor="api")
         app.state.core = core
-        app.state.tokens = TokenCache(PostgresTokenStore(core.engine), s.api_token_cache_s)
+        app.state.tokens = TokenCache(PostgresTokenStore(core.engine), s.api_token_cache_s,
+                                      s.api_negative_cache_s)
+        app.state.throttle = Throttle(s.api_auth_fail_limit, s.api_auth_fail_window_s)
+        # a session check is cached at most a quarter of the idle timeout (the idle clock is
+        # the row's last_seen_at, refreshed on each check that reaches PostgreSQL)
+        app.state.sessions = SessionCache(PostgresSessionStore(core.engine),
+                                          min(s.api_token_cache_s, s.console_session_idle_s / 4),
+                                          s.console_session_idle_s)
         from escalation.entrypoints.api.batching import CreateBatcher
 
         app.state.batcher = CreateBatcher(core)
@@ -65,16 +76,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ],
     )
     problems.install(app)
+    from escalation.entrypoints.api.guard import Guard
+
+    # authentication, permission and body limits before routing reads anything (ADR 0011)
+    app.add_middleware(Guard)
     from fastapi import Depends
 
     from escalation.entrypoints.api import metrics, routes_audit, routes_escalations, routes_ops
+    from escalation.entrypoints.api.auth import authorize
     from escalation.entrypoints.api.deps import refuse_unknown_query
 
-    # every API route refuses query parameters it does not declare (a misspelt filter must
-    # not widen a result silently); the console below reads its form fields itself
+    # every API route checks the token's permission before any parameter, then refuses
+    # query parameters it does not declare (a misspelt filter must not widen a result
+    # silently); the console below reads its form fields itself
     for router in (routes_escalations.router, routes_audit.router, routes_ops.router,
                    metrics.router):
-        app.include_router(router, dependencies=[Depends(refuse_unknown_query)])
+        app.include_router(router, dependencies=[Depends(authorize),
+                                                 Depends(refuse_unknown_query)])
     app.include_router(routes_ops.health_router)  # a probe's query string is not a filter
     from escalation.entrypoints.api import console
 

@@ -14,8 +14,11 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 
 from escalation.bootstrap import App
+from escalation.domain.access import TokenInfo
+from escalation.domain.errors import NotFound
 from escalation.entrypoints.api.problems import ApiProblem
 from escalation.service_layer.disputes import resolve_dispute
+from escalation.service_layer.tokens import dispute_in_scope, source_refusal
 
 
 def get_core(request: Request) -> App:
@@ -29,14 +32,30 @@ Core = Annotated[App, Depends(get_core)]
 
 def dispute_from_path(request: Request) -> UUID:
     """The dispute of ``/escalations/{dispute_id}`` or
-    ``/sources/{source}/escalations/{external_id}``.
+    ``/sources/{source}/escalations/{external_id}``, within the token's scope.
+
+    A source-scoped token (ADR 0011) naming another source in the path gets 403; naming by
+    UUID a dispute that is not one of its sources' gets the 404 of a dispute that does not
+    exist (a scoped caller learns nothing of other sources' disputes).
 
     Raises:
         InvalidInput (422): not a UUID, bad source name, over-long external id.
+        ApiProblem (403): the path's source is outside the token's scope.
+        NotFound (404): the UUID's dispute is outside the token's scope (or absent).
     """
     p: dict[str, Any] = request.path_params
+    token: TokenInfo | None = getattr(request.state, "token", None)
     if "dispute_id" in p:
-        return resolve_dispute(p["dispute_id"])[0]
+        did = resolve_dispute(p["dispute_id"])[0]
+        if token is not None and token.scoped:
+            got = get_core(request).store.get(did)
+            if got is None or not dispute_in_scope(token, did, got[0].external_id):
+                raise NotFound(f"no escalation recorded for dispute {did}")
+        return did
+    if token is not None:
+        why = source_refusal(token, p["source"])
+        if why is not None:
+            raise ApiProblem(403, why)
     return resolve_dispute(source=p["source"], external_id=p["external_id"])[0]
 
 
@@ -103,8 +122,8 @@ def refuse_unknown_query(request: Request) -> None:
     (for ``dispute_id``) answered the whole ledger with 200, and ``?dispute_id=a&dispute_id=b``
     filtered by ``b`` alone -- the wrong record set, handed over as if it were the one asked
     for. Added to every API router (``app.create_app``), so a new route is covered without a
-    word; it runs before the token check (like routing: the accepted names are public, they
-    are in docs/openapi.json).
+    word; it runs after ``guard.Guard`` has authenticated the request (an anonymous client
+    learns nothing of a route's parameters), and lists at most ``api_max_errors`` errors.
 
     Raises:
         ApiProblem (422): ``errors[].field`` is each offending parameter; ``accepted`` lists

@@ -11,7 +11,11 @@ or names an undeclared query parameter
 ``NotFound``                            404     ``/problems/not-found``
 ``ConflictError``                       409     ``/problems/conflict``
 missing, bad, expired, revoked token    401     ``/problems/unauthorized``
-token's role lacks the permission       403     ``/problems/forbidden``
+token's role lacks the permission,      403     ``/problems/forbidden``
+read-only token writing, or a dispute
+of a source outside the token's scope
+body over ``api_max_body_bytes``        413     ``/problems/too-large``
+too many failed authentications         429     ``/problems/too-many-requests``
 Redis/PostgreSQL unreachable, schema    503     ``/problems/unavailable``
 not at head, a released ladder file
 missing or edited (``LadderReleaseError``)
@@ -22,10 +26,12 @@ request's: 503 (retry once the file is restored), never 422 (which a client may 
 "drop this dispute").
 
 422 documents carry ``errors: [{"field": ..., "message": ...}]`` naming each bad field
-(``items[3].due_at`` for the 4th item of a batch). An ``InvalidParameter`` names its
-parameters itself (``from``, ``grace_s``); other domain messages are mapped to a field by the
-words they use (:func:`field_of`). Messages name the API's own parameters, never the CLI's
-flags (``from``, not ``--from``): the layers below render nothing interface-specific.
+(``items[3].due_at`` for the 4th item of a batch), the first ``api_max_errors`` of them
+(``error_count`` and ``errors_truncated`` say when more were found). An
+``InvalidParameter`` names its parameters itself (``from``, ``grace_s``); other domain
+messages are mapped to a field by the words they use (:func:`field_of`). Messages name the
+API's own parameters, never the CLI's flags (``from``, not ``--from``): the layers below
+render nothing interface-specific.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ TITLES: dict[int, tuple[str, str]] = {
     405: ("/problems/method-not-allowed", "Method not allowed"),
     409: ("/problems/conflict", "Conflict with the escalation's current state"),
     413: ("/problems/too-large", "Request too large"),
+    429: ("/problems/too-many-requests", "Too many failed authentications; retry later"),
     422: ("/problems/invalid-input", "Invalid input; nothing was written"),
     500: ("/problems/internal", "Internal error"),
     503: ("/problems/unavailable", "A backing service is unavailable"),
@@ -179,6 +186,21 @@ def status_of(exc: EscalationError) -> int:
     return 500
 
 
+def max_errors(request: Request) -> int:
+    """``api_max_errors`` of the serving app (20 before the app has started)."""
+    core = getattr(request.app.state, "core", None)
+    return int(core.settings.api_max_errors) if core is not None else 20
+
+
+def capped(errors: Sequence[Any], total: int, limit: int) -> dict[str, Any]:
+    """The ``errors`` member of a 422 with at most ``limit`` entries; when some were left
+    out, ``error_count`` (all of them) and ``errors_truncated: true`` say so."""
+    out: dict[str, Any] = {"errors": list(errors[:limit])}
+    if total > limit:
+        out.update(error_count=total, errors_truncated=True)
+    return out
+
+
 def install(app: FastAPI) -> None:
     """Register the exception handlers that turn every error into problem+json."""
 
@@ -198,18 +220,25 @@ def install(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)  # noqa: S101
-        errors = [_validation_error(e) for e in exc.errors()]
+        found = exc.errors()
+        limit = max_errors(request)
+        errors = [_validation_error(e) for e in found[:limit]]
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
-        return problem(422, detail or "invalid request", request.url.path, errors=errors)
+        return problem(422, detail or "invalid request", request.url.path,
+                       **capped(errors, len(found), limit))
 
     async def on_api(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiProblem)  # noqa: S101
-        return problem(exc.status, exc.detail, request.url.path, exc.headers, **exc.extra)
+        extra = dict(exc.extra)
+        if isinstance(extra.get("errors"), list):
+            extra.update(capped(extra["errors"], len(extra["errors"]), max_errors(request)))
+        return problem(exc.status, exc.detail, request.url.path, exc.headers, **extra)
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)  # noqa: S101
+        extra: dict[str, Any] = dict(getattr(exc, "extra", {}))  # guard.Refused's
         return problem(exc.status_code, str(exc.detail), request.url.path,
-                       dict(exc.headers) if exc.headers else None)
+                       dict(exc.headers) if exc.headers else None, **extra)
 
     async def on_unavailable(request: Request, exc: Exception) -> JSONResponse:
         first = str(exc).strip().splitlines()

@@ -54,6 +54,7 @@ from escalation.service_layer.obligations import (
     recorded_actions,
 )
 from escalation.service_layer.obligations import resolve as do_resolve
+from escalation.service_layer.tokens import source_refusal
 
 # a JSON body naming a key twice is refused before anything is written
 router = APIRouter(prefix="/v1", tags=["escalations"],
@@ -61,7 +62,7 @@ router = APIRouter(prefix="/v1", tags=["escalations"],
 DISPUTE_PATHS = ("/escalations/{dispute_id}", "/sources/{source}/escalations/{external_id}")
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Problem, "content": {"application/problem+json": {}}}
-    for code in (401, 403, 404, 409, 422)
+    for code in (401, 403, 404, 409, 413, 422, 429)
 }
 
 
@@ -149,6 +150,9 @@ async def create(body: EscalationIn, request: Request, token: Writer) -> Respons
     # body is serialized here (response_model still documents it)
     core: App = request.app.state.core
     batcher: CreateBatcher = request.app.state.batcher
+    why = source_refusal(token, body.source)
+    if why is not None:
+        raise ApiProblem(403, why, errors=[{"field": "source", "message": why}])
     done = await batcher.submit(to_request(body), token.name)
     res = done.result
     # a dispute just created has no actions: its clocks are its projection's (no trail read)
@@ -166,6 +170,11 @@ def create_batch(body: BatchIn, core: Core, token: Writer) -> BatchOut:
     with ``created: false`` (``source_hash_differs`` true = it carried another source hash,
     which was not applied)."""
     requests = []
+    for i, item in enumerate(body.items):
+        why = source_refusal(token, item.source)
+        if why is not None:
+            raise ApiProblem(403, f"items[{i}]: {why}",
+                             errors=[{"field": f"items[{i}].source", "message": why}])
     for i, item in enumerate(body.items):
         try:
             requests.append(to_request(item))

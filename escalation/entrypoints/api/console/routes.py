@@ -1,10 +1,13 @@
 """Console pages and downloads (read-only; compliance or admin tokens).
 
-Sign-in: ``POST /console/login`` takes a token from ``escalation token create`` and sets it
-in an ``HttpOnly; SameSite=Strict; Path=/console`` cookie (``Secure`` over HTTPS). Every page
-checks it like the bearer header (revocation and expiry included). The only POST forms
-(sign-in, sign-out) carry a CSRF token: before sign-in a random value double-submitted in a
-cookie, after sign-in an HMAC of the session's token. Filters are GET forms.
+Sign-in: ``POST /console/login`` takes a token from ``escalation token create`` and exchanges
+it for a server-side session (``service_layer.sessions``, ADR 0011): the ``HttpOnly;
+SameSite=Strict; Path=/console`` cookie (``Secure`` over HTTPS) holds a new random session
+id, never the token, and is no bearer token. A session ends at sign-out (server-side), after
+``console_session_idle_s`` without a request, ``console_session_lifetime_s`` after sign-in, or
+when its token is revoked or expires. Failed sign-ins count in the API's throttle (429). The
+only POST forms (sign-in, sign-out) carry a CSRF token: before sign-in a random value
+double-submitted in a cookie, after sign-in an HMAC of the session id. Filters are GET forms.
 Times are shown in the institution's zone (``ESCALATION_INSTITUTION_TIMEZONE``) with the
 UTC offset; a date typed in a filter is a local date in that zone (the form says so).
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import secrets
 import tempfile
 from collections import defaultdict
@@ -25,14 +29,16 @@ from urllib.parse import parse_qs, urlencode
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 from starlette.background import BackgroundTask
 
 from escalation.bootstrap import App
-from escalation.domain.access import Permission, TokenInfo, allowed
+from escalation.domain.access import Permission, TokenInfo
 from escalation.domain.errors import EscalationError, InvalidInput, NotFound
+from escalation.entrypoints.api.auth import throttle_keys
 from escalation.entrypoints.api.console import HERE, charts
 from escalation.service_layer import deadline_outcomes as dl
 
@@ -151,8 +157,8 @@ env.filters["dur"] = fmt_duration
 
 # --------------------------------------------------------------------------- session
 def csrf_for(secret: str) -> str:
-    """The CSRF token of a signed-in session: HMAC-SHA256 of its token secret (stable for
-    the session, useless without the cookie, reveals nothing of the secret)."""
+    """The CSRF token of a signed-in session: HMAC-SHA256 of its session id (stable for
+    the session, useless without the cookie, reveals nothing of the id)."""
     return hmac.new(secret.encode(), b"escalation-console-csrf", hashlib.sha256).hexdigest()
 
 
@@ -170,8 +176,8 @@ def _user(request: Request) -> tuple[TokenInfo, str]:
     nxt = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     if not secret:
         raise LoginRequired(nxt)
-    info = request.app.state.tokens.check(secret)
-    if info is None or not allowed(info.role, Permission.AUDIT):
+    info = request.app.state.sessions.check(secret)  # SessionCache: a live session's token
+    if info is None or not info.permits(Permission.AUDIT):
         raise LoginRequired(nxt)
     request.state.actor = info.name
     return info, secret
@@ -311,25 +317,43 @@ async def login(request: Request) -> Response:
         return render(request, "login.html", 403, login_csrf=nonce, next=nxt,
                       error="The form expired; sign in again.")
     secret = form.get("token", "").strip()
-    info = request.app.state.tokens.check(secret) if secret else None
-    if info is None or not allowed(info.role, Permission.AUDIT):
+    keys = throttle_keys(request.client.host if request.client else None, secret or None)
+    throttle = request.app.state.throttle
+    known = request.app.state.tokens.cached(secret) if secret else None
+    wait = throttle.wait_s(*keys) if not known else 0
+    if wait > 0:
+        retry = str(max(1, math.ceil(wait)))
+        page = render(request, "login.html", 429, login_csrf=nonce, next=nxt,
+                      error=f"Too many failed sign-ins; try again in {retry} s.")
+        page.headers["Retry-After"] = retry
+        return page
+    info = (await run_in_threadpool(request.app.state.tokens.check, secret)
+            if secret else None)
+    if info is None or not info.permits(Permission.AUDIT):
+        if info is None:
+            throttle.fail(*keys)
         why = ("This token's role may not read the audit ledger (compliance or admin)."
                if info is not None else "Unknown, expired or revoked token.")
         return render(request, "login.html", 401, login_csrf=nonce, next=nxt, error=why)
+    settings = _core(request).settings
+    session_id = await run_in_threadpool(  # a new id at every sign-in (never a planted one)
+        request.app.state.sessions.sign_in, info, settings.console_session_lifetime_s,
+        request.cookies.get(SESSION_COOKIE))
     resp = RedirectResponse(nxt, 303, headers=_headers())
-    resp.set_cookie(SESSION_COOKIE, secret, httponly=True, samesite="strict", path="/console",
-                    secure=request.url.scheme == "https")
+    resp.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="strict",
+                    path="/console", secure=request.url.scheme == "https")
     resp.delete_cookie(LOGIN_COOKIE, path="/console")
     return resp
 
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    """Sign out (CSRF-checked): drop the session cookie."""
-    _info, secret = _user(request)
+    """Sign out (CSRF-checked): end the session server-side, drop the cookie."""
+    _info, secret = await run_in_threadpool(_user, request)
     form = await _form(request)
     if not hmac.compare_digest(csrf_for(secret), form.get("csrf", "")):
         return Response("CSRF token mismatch", 403, headers=_headers())
+    await run_in_threadpool(request.app.state.sessions.sign_out, secret)
     resp = RedirectResponse("/console/login", 303, headers=_headers())
     resp.delete_cookie(SESSION_COOKIE, path="/console")
     return resp
