@@ -104,10 +104,19 @@ def test_every_bad_query_parameter_is_named_by_its_api_name(compliance):
 def test_ladders_and_versions(compliance):
     doc = compliance.get("/v1/ladders").json()
     names = {lad["name"]: lad for lad in doc["ladders"]}
-    assert names["cfpb_complaint_response"]["versions"] == [1, 2, 3]
+    assert names["cfpb_complaint_response"]["versions"] == [1, 2, 3, 4]
     v2 = compliance.get("/v1/ladders/cfpb_complaint_response/versions/2").json()
     assert v2["version"] == 2 and len(v2["deadlines"]) == 2
     assert v2["tiers"][0]["window"]["unit"]
+    # before obligations, the resolution alone met a deadline
+    assert v2["actions"] == [] and v2["deadlines"][0]["met_by"] == ["resolution"]
+    reg_e = compliance.get("/v1/ladders/reg_e_error_resolution/versions/3").json()
+    by_name = {d["name"]: d for d in reg_e["deadlines"]}
+    assert by_name["investigation"]["requires"] == {
+        "action": "provisional_credit", "within": "determine_or_provisionally_credit"}
+    assert by_name["provisional_credit_notice"]["started_by"] == "provisional_credit"
+    assert {"id": "provisional_credit", "name": "Provisional credit", "money": True,
+            "citation": "12 CFR 1005.11(c)(2)(i)"} in reg_e["actions"]
     assert compliance.get("/v1/ladders/cfpb_complaint_response/versions/9").status_code == 404
 
 

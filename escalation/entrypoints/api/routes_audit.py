@@ -92,7 +92,13 @@ def _ladder_json(lad: Ladder) -> dict[str, Any]:
         "deadlines": [{"name": d.name, "anchor": d.anchor,
                        "window": {"amount": d.window.amount, "unit": d.window.unit.value,
                                   "calendar": d.window.calendar},
-                       "caps": list(d.caps)} for d in lad.deadlines],
+                       "caps": list(d.caps), "citation": d.source,
+                       "met_by": list(d.met_by), "started_by": d.started_by,
+                       "requires": None if d.requires is None else {
+                           "action": d.requires.action, "within": d.requires.within}}
+                      for d in lad.deadlines],
+        "actions": [{"id": a.id, "name": a.name, "money": a.money, "citation": a.source}
+                    for a in lad.actions],
     }
 
 
