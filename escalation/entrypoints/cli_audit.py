@@ -389,7 +389,7 @@ def _search_deadlines(dispute: str | None, name: str | None, as_json: bool) -> N
         raise InvalidInput(f"dispute {did} has no deadline {name!r}")
     if as_json:
         for o in found:
-            sys.stdout.write(json.dumps(o.as_row(), default=str) + "\n")
+            sys.stdout.write(json.dumps(o.as_json(), default=str) + "\n")
         return
     table = Table(title=f"{len(found)} regulatory deadline(s) of {did}")
     for col in MISSED_COLUMNS[2:]:

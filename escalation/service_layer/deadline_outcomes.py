@@ -424,6 +424,16 @@ def row_of(o: DeadlineOutcome, zone: ZoneInfo) -> dict[str, str]:
     }
 
 
+def json_row_of(o: DeadlineOutcome, zone: ZoneInfo) -> dict[str, object]:
+    """:func:`row_of` with typed lateness for JSON: ``late_hours`` a number (2 decimals),
+    ``late_business_days`` an integer, both null when the lateness is not known."""
+    row: dict[str, object] = dict(row_of(o, zone))
+    unknown = o.late_s is None or o.late_business_days is None
+    row["late_hours"] = None if o.late_s is None else round(o.late_s / 3600, 2)
+    row["late_business_days"] = None if unknown else o.late_business_days
+    return row
+
+
 def to_csv(outcomes: Iterable[DeadlineOutcome], zone: ZoneInfo) -> str:
     """CSV text (:data:`CSV_COLUMNS`): instants in ``zone`` with their offset, formula
     injection neutralised (:func:`safe_cell`)."""

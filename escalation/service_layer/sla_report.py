@@ -186,8 +186,12 @@ class DeadlineOutcome:
         return str(self.outcome.dispute_id)
 
     def as_row(self) -> dict[str, Any]:
-        """JSON/CSV row (:data:`MISSED_COLUMNS`, the console's CSV columns)."""
+        """CSV row (:data:`MISSED_COLUMNS`, the console's CSV columns)."""
         return dl.row_of(self.outcome, self.zone)
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON row: :meth:`as_row` with typed lateness (numbers, null when unknown)."""
+        return dl.json_row_of(self.outcome, self.zone)
 
 
 @dataclass(frozen=True, slots=True)

@@ -304,7 +304,7 @@ def test_counts_report_statuses_and_pending_tiers(store):
     after = store.counts()
     assert after["by_status"]["pending"] == before["by_status"]["pending"] + 1
     assert after["pending_by_tier"]["senior"] == before["pending_by_tier"].get("senior", 0) + 1
-    assert set(after["by_status"]) == {"pending", "paused", "terminal", "cancelled"}
+    assert set(after["by_status"]) == {"pending", "paused", "terminal", "cancelled", "resolved"}
 
 
 def test_duplicate_decisions_is_zero_after_normal_recording(store):

@@ -108,12 +108,13 @@ def test_report_sla_missed_lists_each_deadline(app: Any, cli_env: dict[str, str]
         "--format", "csv")
     assert res.returncode == 0, res.stderr[-2000:]
     # a citation may hold commas (the CSV quotes it): read it as CSV, not by splitting lines
-    mine = [r for r in csv.reader(io.StringIO(res.stdout)) if r and r[0] == str(did)]
+    mine = [r for r in csv.DictReader(io.StringIO(res.stdout)) if r["dispute_id"] == str(did)]
     # 15 days from Mon 2026-01-05: end of 01-20 EST; 60 days: end of 03-06 EST
-    assert sorted((r[3], r[5], r[10]) for r in mine) == [
+    assert sorted((r["deadline"], r["deadline_at"], r["tier_at_deadline"]) for r in mine) == [
         ("company_response", "2026-01-21T00:00:00-05:00", "complaint_analyst"),
         ("final_response", "2026-03-07T00:00:00-05:00", "complaint_analyst")]
-    assert all(r[1] == "CFPB-1" and r[2] == "cfpb_complaint_response@4" for r in mine)
+    assert all(r["external_id"] == "CFPB-1" and r["ladder"] == "cfpb_complaint_response@4"
+               and r["status"] == "missed" for r in mine)
 
 
 def test_audit_search_answers_per_dispute_and_per_deadline(app: Any,

@@ -91,7 +91,8 @@ def test_cfpb_date_only_import_is_due_at_the_end_of_the_local_day() -> None:
     # 15 calendar days -> the end of 2023-09-09 EDT (UTC-4) = 2023-09-10T04:00Z, not
     # 2023-09-09T00:00Z (midnight UTC, 28 h early).
     mapping = ColumnMapping.from_file(ROOT / "docs" / "examples" / "cfpb_ladder_mapping.toml")
-    csv_text = "Complaint ID,Date sent to company\n7453262,2023-08-25\n"
+    csv_text = ("Complaint ID,Date sent to company,Company response to consumer,"
+                "Timely response?\n7453262,2023-08-25,,\n")  # no answer yet
     plan = plan_import(io.StringIO(csv_text), mapping, "America/New_York")
     assert not plan.errors
     (_, req), = plan.requests
