@@ -4,7 +4,7 @@ Definitions (docs/audit.md "SLA report"); the window is ``[since, until)`` in UT
 
 * a *tier stay* starts with a ledger row moving the dispute into the tier (``ENQUEUED``, or
   ``PROMOTED`` with ``to_tier`` = the tier) and ends with the next ``PROMOTED``/``TERMINAL``
-  (``from_tier`` = the tier) or ``CANCELLED`` row of the dispute;
+  (``from_tier`` = the tier), ``RESOLVED`` or ``CANCELLED`` row of the dispute;
 * **entered**: stays whose start was decided in the window;
 * **breached**: stays ended by an escalation (PROMOTED or TERMINAL: the tier's SLA window
   elapsed) decided in the window;
@@ -15,7 +15,8 @@ Definitions (docs/audit.md "SLA report"); the window is ``[since, until)`` in UT
   time whose regulatory cap had already passed to the entry instant, and an imported dispute
   whose window had already elapsed is entered at its due time) is never on time: its SLA
   was breached before it could act. **promoted late** = breached - on time;
-* **resolved**: stays ended by CANCELLED (dispute resolved in that tier) in the window;
+* **resolved**: stays ended by RESOLVED (``resolve``) or CANCELLED (``cancel``: the dispute
+  was resolved in that tier) in the window;
 * **time in tier**: for stays ended in the window, end ``decided_at`` - the instant the
   escalation *entered the tier*, in seconds. For a later tier that is the promotion's
   ``decided_at``; for the first tier it is the escalation's ``entered_tier_at`` (the dispute's
@@ -264,20 +265,21 @@ def _tier_stays(
     chain: list[Mapping[Any, Any]], inside: Any, fig: Any, grace_s: int
 ) -> None:
     """Count one dispute's tier stays (its ledger rows by seq): an ENQUEUED or PROMOTED row
-    into a tier starts a stay, the next PROMOTED, TERMINAL or CANCELLED row ends it. Entries
-    and endings count when they happen inside the window; an ending adds the stay's duration
-    (s) and counts as resolved (CANCELLED), promoted on time or promoted late."""
+    into a tier starts a stay, the next PROMOTED, TERMINAL, RESOLVED or CANCELLED row ends it.
+    Entries and endings count when they happen inside the window; an ending adds the stay's
+    duration (s) and counts as resolved (RESOLVED or CANCELLED), promoted on time or promoted
+    late. A RESOLVED row after TERMINAL ends no stay (TERMINAL already ended it)."""
     stay: Mapping[Any, Any] | None = None
     stay_start: datetime | None = None
     for row in chain:
         event = row["event"]
         if stay is not None and stay_start is not None and event in (
-            "PROMOTED", "TERMINAL", "CANCELLED"
+            "PROMOTED", "TERMINAL", "RESOLVED", "CANCELLED"
         ):
             f = fig(stay["ladder"], stay["to_tier"])
             if inside(row["decided_at"]):
                 f.durations.append((row["decided_at"] - stay_start).total_seconds())
-                if event == "CANCELLED":
+                if event in ("RESOLVED", "CANCELLED"):
                     f.resolved += 1
                 elif _on_time(row["decided_at"], row["due_at"], stay_start, grace_s):
                     f.promoted_on_time += 1

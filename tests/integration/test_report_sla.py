@@ -149,6 +149,32 @@ def test_imported_disputes_count_time_from_tier_entry_and_passed_deadlines_as_mi
     }
 
 
+def test_a_resolved_row_ends_the_tier_stay_as_resolved_like_a_cancel():
+    """RESOLVED (``resolve``, ADR 0010) ends a stay as resolved, as CANCELLED does; a
+    resolution after TERMINAL ends no stay (TERMINAL already did)."""
+    r, c, z = (uuid.UUID(int=i) for i in range(21, 24))
+    t = T
+    rows = [
+        # R: resolved in standard after 3 h
+        _row(r, 1, "ENQUEUED", None, "standard", t, due=t + 24 * H),
+        _row(r, 2, "RESOLVED", "standard", "standard", t + 3 * H),
+        # C: cancelled in senior after 2 h there
+        _row(c, 1, "ENQUEUED", None, "standard", t, due=t + 24 * H),
+        _row(c, 2, "PROMOTED", "standard", "senior", t + 24 * H, due=t + 24 * H),
+        _row(c, 3, "CANCELLED", "senior", "senior", t + 26 * H),
+        # Z: terminal out of senior, then resolved: counted as breached, not resolved
+        _row(z, 1, "ENQUEUED", None, "standard", t, due=t + 24 * H),
+        _row(z, 2, "PROMOTED", "standard", "senior", t + 24 * H, due=t + 24 * H),
+        _row(z, 3, "TERMINAL", "senior", None, t + 48 * H, due=t + 48 * H),
+        _row(z, 4, "RESOLVED", None, None, t + 50 * H),
+    ]
+    got = {f.tier: f for f in compute(rows, W0, W1, now=NOW).tiers}
+    assert (got["standard"].resolved, got["standard"].breached) == (1, 2)
+    assert sorted(got["standard"].durations) == [3 * 3600.0, 24 * 3600.0, 24 * 3600.0]
+    assert (got["senior"].resolved, got["senior"].breached) == (1, 1)
+    assert sorted(got["senior"].durations) == [2 * 3600.0, 24 * 3600.0]
+
+
 def test_a_deadline_after_now_is_pending_and_one_at_or_before_now_is_missed():
     g = _imported_fixture()[6:7]
     assert compute(g, W0, W1, now=NOW).tiers[0].regulatory_missed == 0
@@ -338,6 +364,14 @@ def test_report_sla_and_audit_search_deadlines_agree_with_the_console(app, engin
         want = {k: v for k, v in seen[n].items() if k in got}
         assert got == want and got, n
     missed = {(o.dispute_id, o.name) for o in report.missed}
+    # the resolved dispute's stay ends as resolved (the ledger's RESOLVED row, as read by
+    # the report's query); the others are still open in their first tier
+    at, rows = reports.sla_rows(now - timedelta(days=80), now + timedelta(days=80))
+    mine_rows = [r for r in rows if r["dispute_id"] in set(ids.values())]
+    first = {f.tier: f for f in sla_report.compute(
+        mine_rows, now - timedelta(days=80), now + timedelta(days=80), now=at,
+        calendars=app.calendars, ladders=app.ladders.get).tiers}
+    assert len(first) == 1 and next(iter(first.values())).resolved == 1
     assert (str(ids["credited"]), d10) not in missed
     assert (str(ids["silent"]), d10) in missed
     unknown = next(o for o in report.missed if o.dispute_id == str(ids["per_source_missed"]))
