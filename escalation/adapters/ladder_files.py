@@ -44,6 +44,7 @@ from escalation.domain.ladder import (
     Tier,
 )
 from escalation.domain.ladder_check import check_ladders
+from escalation.domain.obligations import Outcome
 from escalation.ports import LadderHistory
 
 FILE_NAME = re.compile(r"^(?P<name>[a-z][a-z0-9_]*)\.v(?P<version>[1-9][0-9]*)\.toml$")
@@ -110,9 +111,15 @@ class RegulatoryModel(_Model):
         description="actions that meet this deadline ('resolution' = the dispute's "
         "resolution); default: the resolution only",
     )
-    started_by: Ident | None = Field(
+    started_by: Ident | list[Ident] | None = Field(
         default=None,
-        description="an action whose instant starts this clock (instead of the anchor event)",
+        description="an action (or a list: the first recorded starts it; 'resolution' "
+        "allowed) whose instant starts this clock instead of the anchor event",
+    )
+    counts_before_start: bool = Field(
+        default=False,
+        description="an action recorded before this action clock starts also meets it "
+        "(e.g. a notice of a reversal sent ahead of the debit)",
     )
     requires: RequiresModel | None = Field(
         default=None,
@@ -137,6 +144,9 @@ class ActionModel(_Model):
     id: Ident
     name: Annotated[str, StringConstraints(min_length=1, max_length=100)]
     money: bool = Field(default=False, description="the action carries an amount and currency")
+    full_amount: bool = Field(
+        default=False, description="a money action meets a deadline only when it covers the "
+        "disputed amount (Reg E provisional credit)")
     source: str = Field(default="", description="citation, e.g. 12 CFR 1005.11(c)(2)(i)")
 
 
@@ -204,6 +214,9 @@ class LadderFile(_Model):
     institution: InstitutionModel = Field(default_factory=InstitutionModel)
     actions: list[ActionModel] = Field(
         default_factory=list, description="actions a dispute on this ladder may record")
+    outcomes: list[Outcome] = Field(
+        default_factory=list,
+        description="resolution outcome codes this version admits (empty: every code)")
 
 
 def render_json_schema() -> str:
@@ -316,7 +329,9 @@ class _Collect:
             return RegulatoryDeadline(
                 r.name, r.anchor, window, r.buffer, tuple(r.caps), source=r.source,
                 billing_cycles=r.billing_cycles, variants=variants, met_by=tuple(r.met_by),
-                started_by=r.started_by,
+                started_by=(() if r.started_by is None else (r.started_by,)
+                            if isinstance(r.started_by, str) else tuple(r.started_by)),
+                counts_before_start=r.counts_before_start,
                 requires=None if r.requires is None else Requirement(
                     r.requires.action, r.requires.within))
         except InvalidInput as exc:  # the buffer: the other fields are checked above
@@ -372,7 +387,9 @@ def _to_domain(model: LadderFile, label: str, checksum: str,
             institution_calendar=model.institution.calendar,
             migration=MigrationPolicy(recompute_due=model.migration.recompute_due,
                                       grace=grace_window),
-            actions=tuple(ActionDef(a.id, a.name, a.money, a.source) for a in model.actions),
+            actions=tuple(ActionDef(a.id, a.name, a.money, a.source, a.full_amount)
+                          for a in model.actions),
+            outcomes=tuple(o.value for o in model.outcomes),
         )
     except (InvalidInput, LadderError) as exc:
         # The file checks above report these first (with their fields); this keeps any

@@ -86,12 +86,16 @@ class ActionDef:
         name: display name, e.g. ``"Provisional credit"``.
         money: True when the action moves money and must carry an amount and a currency.
         source: citation of the rule that requires or allows it (``""`` if none).
+        full_amount: a money action that meets a deadline only when it covers the disputed
+            amount (Reg E 12 CFR 1005.11(c)(2)(i): a provisional credit "in the amount of the
+            alleged error"); a smaller one is recorded as partial and meets nothing.
     """
 
     id: str
     name: str
     money: bool = False
     source: str = ""
+    full_amount: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +159,12 @@ class RegulatoryDeadline:
         met_by: ids of the actions that meet this deadline (:data:`RESOLUTION` = the
             dispute's resolution); the default, resolution only, is what a deadline meant
             before ladders named actions.
-        started_by: an action id: the clock runs from that action's instant (never computed
-            at enqueue); None = from the ``anchor`` event.
+        started_by: action ids (:data:`RESOLUTION` allowed): the clock runs from the first
+            recorded instant of any of them (never computed at enqueue); empty = from the
+            ``anchor`` event.
+        counts_before_start: an action clock that an action recorded before the clock's
+            start also meets (Reg E comment 11(d)(2)-1: the notice of a reversal may precede
+            the debit); otherwise only an action at or after the start meets it.
         requires: a :class:`Requirement` (conditional window), or None.
 
     Raises:
@@ -172,8 +180,9 @@ class RegulatoryDeadline:
     billing_cycles: int = 0
     variants: tuple[DeadlineVariant, ...] = ()
     met_by: tuple[str, ...] = (RESOLUTION,)
-    started_by: str | None = None
+    started_by: tuple[str, ...] = ()
     requires: Requirement | None = None
+    counts_before_start: bool = False
 
     def __post_init__(self) -> None:
         # The buffer is counted like a window (in the deadline's unit and calendar), so it
@@ -256,19 +265,20 @@ def _check_deadline_actions(
     if unknown:
         raise LadderError(f"{where}.met_by: unknown action(s) {', '.join(unknown)}; declared: "
                           f"{declared} (and {RESOLUTION})")
-    if d.started_by is not None and d.started_by not in acts:
-        raise LadderError(f"{where}.started_by: unknown action {d.started_by!r}; declared: "
-                          f"{declared}")
+    unknown = [a for a in d.started_by if a not in acts and a != RESOLUTION]
+    if unknown:
+        raise LadderError(f"{where}.started_by: unknown action(s) {', '.join(unknown)}; "
+                          f"declared: {declared} (and {RESOLUTION})")
     if d.requires is None:
         return
     if d.requires.action not in acts:
         raise LadderError(f"{where}.requires.action: unknown action {d.requires.action!r}; "
                           f"declared: {declared}")
     target = by_name.get(d.requires.within)
-    if target is None or target.started_by is not None or target is d:
+    if target is None or target.started_by or target is d:
         raise LadderError(f"{where}.requires.within: {d.requires.within!r} is not another "
                           "anchor-based deadline of this ladder")
-    if d.started_by is not None:
+    if d.started_by:
         raise LadderError(f"{where}.requires: a clock started by an action cannot also be "
                           "conditional")
 
@@ -295,6 +305,9 @@ class Ladder:
         institution_timezone / institution_calendar: this version's override of the
             deployment's institution zone / calendar (``[institution]`` in the file; None =
             the deployment setting). An escalation's own values win over both.
+        actions: the actions a dispute on this version may record (``[[actions]]``).
+        outcomes: the resolution outcome codes this version admits (empty = every code of
+            ``domain.obligations.Outcome``).
     """
 
     name: str
@@ -312,6 +325,7 @@ class Ladder:
     institution_timezone: str | None = None
     institution_calendar: str | None = None
     actions: tuple[ActionDef, ...] = ()
+    outcomes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.deadlines and self.regulatory is not None:

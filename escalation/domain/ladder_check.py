@@ -95,7 +95,7 @@ def _check_one(ladder: Ladder, calendars: CalendarRegistry) -> list[str]:
     errors.extend(_check_calendars(ladder, calendars))
     if ladder.deadlines and not errors:
         for reg in ladder.deadlines:
-            if reg.started_by is None:  # an action's clock starts mid-case: no tier chain
+            if not reg.started_by:  # an action's clock starts mid-case: no tier chain
                 errors.extend(_check_regulatory_fit(ladder, reg, calendars))
     return errors
 

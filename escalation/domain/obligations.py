@@ -26,7 +26,14 @@ action has ``occurred_at`` None, and no instant is ever invented for it. The ass
 speaks of the first deadline the action meets, which is then met (``timely``) or missed per
 the source, with the lateness unknown. A later deadline that the same action meets is met
 per the source when the action was timely. Otherwise it is ``undetermined``: closed, but the
-source does not say when.
+source does not say when. An action cannot have happened after the ledger recorded it, so
+one recorded before a deadline meets it on record, whatever the source says.
+
+**What counts** (:func:`effective`): a partial money action (below the disputed amount where
+the ladder needs the full amount) meets and starts nothing. On a version that declares
+actions, a ``cancel`` (outcome ``unstated``) is no resolution, and only ``resolve`` is. An
+action clock is met only by an action at or after its start, unless the ladder says
+``counts_before_start``.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from escalation.domain.calendars import CalendarRegistry
-from escalation.domain.ladder import Ladder, RegulatoryDeadline
+from escalation.domain.ladder import RESOLUTION, Ladder, RegulatoryDeadline
 
 AT_RISK = timedelta(hours=48)
 """An open deadline within this span of *now* is at risk (the console's default)."""
@@ -103,6 +110,11 @@ class RecordedAction:
         asserted_timely: for an assertion without an instant: did the source count the
             action timely (True/False), or None when it says nothing.
         outcome: the outcome code of a resolution, else None.
+        recorded_at: aware UTC instant the ledger row was written (Redis TIME), None for an
+            action not yet recorded. An action cannot have happened after its recording, so
+            an assertion recorded before a deadline meets it on record.
+        partial: a money action below the disputed amount where the ladder needs the full
+            amount (``ActionDef.full_amount``): recorded, but it meets and starts nothing.
     """
 
     action: str
@@ -111,6 +123,8 @@ class RecordedAction:
     seq: int = 0
     asserted_timely: bool | None = None
     outcome: str | None = None
+    recorded_at: datetime | None = None
+    partial: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,11 +137,13 @@ class Clock:
             that starts it has no known instant.
         rule: human text of why it falls there (e.g. ``"no timely provisional_credit: due
             with determine_or_provisionally_credit"``); ``""`` for the ladder's own rule.
+        start: the instant an action clock started (None for anchor clocks).
     """
 
     name: str
     at: datetime | None
     rule: str = ""
+    start: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +175,18 @@ class Assessment:
         if self.state is DeadlineState.MET:
             return None if self.by is None else self.by.occurred_at
         return self.at if self.state is DeadlineState.MISSED else None
+
+
+def effective(ladder: Ladder, actions: Iterable[RecordedAction]) -> list[RecordedAction]:
+    """The actions that count under ``ladder``: a partial money action never counts, and on a
+    version that declares actions a ``cancel`` (a resolution with the outcome ``unstated``)
+    is no resolution. It stops the escalation, but it records no finding, so only
+    ``resolve`` meets a deadline there. On older versions a cancel still counts as the
+    resolution, as it always did."""
+    obligations = bool(ladder.actions)
+    return [a for a in actions if not a.partial
+            and not (obligations and a.action == RESOLUTION
+                     and a.outcome == Outcome.UNSTATED.value)]
 
 
 def _first_recorded(
@@ -220,9 +248,10 @@ def clocks(
     Raises:
         InvalidInput: an unknown calendar or a missing attribute of an action clock.
     """
+    actions = effective(ladder, actions)
     placed: dict[str, Clock] = {}
     for d in ladder.deadlines:  # anchor clocks first: conditional ones refer to them
-        if d.started_by is None and d.name in base and d.requires is None:
+        if not d.started_by and d.name in base and d.requires is None:
             placed[d.name] = Clock(d.name, base[d.name])
     for d in ladder.deadlines:
         if d.requires is not None and d.name in base:
@@ -239,17 +268,18 @@ def clocks(
             placed[d.name] = (Clock(d.name, base[d.name]) if timely else Clock(
                 d.name, within.at,
                 f"no timely {d.requires.action}: due with {d.requires.within}"))
-        elif d.started_by is not None:
-            starts = [a for a in actions if a.action == d.started_by]
+        elif d.started_by:
+            starts = [a for a in actions if a.action in d.started_by]
             if not starts:
                 continue
-            first = _first_recorded(starts, [d.started_by])
+            first = _first_recorded(starts, d.started_by)
             if first is None or first.occurred_at is None:
-                placed[d.name] = Clock(d.name, None, f"{d.started_by} instant unknown")
+                placed[d.name] = Clock(d.name, None, f"{starts[0].action} instant unknown")
             else:
                 res = d.resolve(first.occurred_at, calendars, attributes or {})
-                placed[d.name] = Clock(d.name, res.at,
-                                       f"from {d.started_by} at {first.occurred_at.isoformat()}")
+                placed[d.name] = Clock(
+                    d.name, res.at, f"from {first.action} at {first.occurred_at.isoformat()}",
+                    first.occurred_at)
     return [placed[d.name] for d in ladder.deadlines if d.name in placed]
 
 
@@ -265,13 +295,18 @@ def assess(
     within ``at_risk``. Pending: open and further out. Undetermined: only an assertion with
     nothing to say about this deadline, or a clock whose start is unknown.
     """
+    actions = effective(ladder, actions)
     at = {c.name: c.at for c in placed}
     rules = {d.name: d for d in ladder.deadlines}
     out: list[Assessment] = []
     for c in placed:
         rule = rules[c.name]
-        on_record = [a for a in actions if a.action in rule.met_by and a.occurred_at is not None]
+        on_record = [a for a in actions if a.action in rule.met_by and a.occurred_at is not None
+                     and (c.start is None or rule.counts_before_start
+                          or a.occurred_at >= c.start)]
         first = min(on_record, key=lambda a: (a.occurred_at, a.seq)) if on_record else None
+        bounded = [a for a in actions if a.action in rule.met_by and a.occurred_at is None
+                   and a.recorded_at is not None and c.at is not None and a.recorded_at < c.at]
         asserted = _asserted(ladder, actions, rule, at)
         src = rule.source
         if c.at is None:
@@ -280,6 +315,9 @@ def assess(
         elif first is not None and first.occurred_at is not None and first.occurred_at < c.at:
             out.append(Assessment(c.name, c.at, DeadlineState.MET, Basis.RECORD, first, 0.0,
                                   src, c.rule))
+        elif bounded:  # no instant given, but on the ledger before the deadline: in time
+            out.append(Assessment(c.name, c.at, DeadlineState.MET, Basis.RECORD, bounded[0],
+                                  0.0, src, c.rule))
         elif asserted is not None and asserted[0] is DeadlineState.MET:
             out.append(Assessment(c.name, c.at, DeadlineState.MET, Basis.SOURCE, asserted[1],
                                   0.0, src, c.rule))

@@ -159,7 +159,7 @@ def resolve_deadlines(
     A clock started by an action (``started_by``) has no anchor instant and is skipped
     (``domain.obligations.clocks`` places it once the action is recorded)."""
     return tuple(d.resolve(anchor_at, calendars, attributes) for d in ladder.deadlines
-                 if d.started_by is None)
+                 if not d.started_by)
 
 
 def tier_cap(

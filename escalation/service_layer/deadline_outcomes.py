@@ -39,7 +39,7 @@ from zoneinfo import ZoneInfo
 from escalation.domain.business_calendar import INSTITUTION, BusinessCalendar, with_institution
 from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit
 from escalation.domain.errors import EscalationError, InvalidInput, LadderError
-from escalation.domain.ladder import RESOLUTION, Ladder, RegulatoryDeadline
+from escalation.domain.ladder import RESOLUTION, ActionDef, Ladder, RegulatoryDeadline
 from escalation.domain.obligations import AT_RISK as _AT_RISK
 from escalation.domain.obligations import STATES as _STATES
 from escalation.domain.obligations import Assessment, Basis, DeadlineState, assess
@@ -208,6 +208,7 @@ class _UnknownLadder:
     deadline is met by the resolution only (the default ``met_by``, ADR 0010)."""
 
     deadlines: tuple[RegulatoryDeadline, ...]
+    actions: tuple[ActionDef, ...] = ()  # none declared: a cancel still counts as resolution
 
 
 def _recorded_citations(chain: DeadlineChain) -> dict[str, str]:
@@ -310,8 +311,10 @@ def outcomes_of(
 def closed_by_resolution(ladders: Iterable[Ladder]) -> list[tuple[str, int]]:
     """``(name, version)`` of the ladders whose every deadline the resolution meets: an
     ended dispute on them has no open miss (``ConsoleQueries.open_miss_chains``)."""
-    return [(lad.name, lad.version) for lad in ladders
-            if all(RESOLUTION in d.met_by and d.started_by is None for d in lad.deadlines)]
+    # a version that declares actions is left out: a cancel there records no finding, so a
+    # cancelled dispute may still hold an open miss
+    return [(lad.name, lad.version) for lad in ladders if not lad.actions
+            and all(RESOLUTION in d.met_by and not d.started_by for d in lad.deadlines)]
 
 
 def open_misses(

@@ -20,10 +20,13 @@ row, and the same key with different content is a ``ConflictError``.
 
 from __future__ import annotations
 
+import random
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -37,7 +40,7 @@ from escalation.domain.escalation import (
     check_text,
     parse_dispute_id,
 )
-from escalation.domain.ladder import RESOLUTION, Ladder
+from escalation.domain.ladder import RESOLUTION, ActionDef, Ladder
 from escalation.domain.materiality import Materiality
 from escalation.domain.obligations import (
     Assessment,
@@ -68,7 +71,10 @@ RESOLVED_EVENT = "RESOLVED"
 FUTURE_SKEW = timedelta(minutes=5)
 """How far past Redis TIME an action's instant may lie (the sender's clock drifts), as for
 ``opened_at`` at enqueue."""
-CAS_RETRIES = 5
+CAS_RETRIES = 20
+"""Attempts at the seq compare-and-set: concurrent writers to one dispute (a worker's
+promotion, other actions) each win in turn; a short random pause spreads the retries."""
+CAS_PAUSE_S = (0.005, 0.05)
 MAX_KEY_CHARS = 200
 MAX_NOTE_CHARS = 500
 RESERVED_ACTORS = frozenset({"cli", "api", "worker", "system", ""})
@@ -198,10 +204,11 @@ def recorded_actions(rows: Sequence[Any]) -> list[RecordedAction]:
                 None if at is None else datetime.fromisoformat(str(at)),
                 r.actor, int(r.seq),
                 asserted.get("timely") if isinstance(asserted, dict) else None,
-                details.get("outcome")))
+                details.get("outcome"), r.decided_at, bool(details.get("partial"))))
         elif r.event == "CANCELLED":
             out.append(RecordedAction(RESOLUTION, r.decided_at, r.actor, int(r.seq),
-                                      outcome=Outcome.UNSTATED.value))
+                                      outcome=Outcome.UNSTATED.value,
+                                      recorded_at=r.decided_at))
     return out
 
 
@@ -288,8 +295,11 @@ def _check_when(
     return at
 
 
-def _money(cmd: RecordAction, money: bool) -> dict[str, str]:
-    if not money:
+def _money(cmd: RecordAction, act: ActionDef, disputed: Decimal) -> dict[str, Any]:
+    """The money fields of an action, checked: an amount > 0 with a currency for a money
+    action, none otherwise; ``partial`` when the ladder needs the full disputed amount and
+    the amount is below it (recorded, but it meets nothing: ``obligations.effective``)."""
+    if not act.money:
         if cmd.amount is not None or cmd.currency is not None:
             raise InvalidInput(f"amount: the action {cmd.action!r} carries no amount")
         return {}
@@ -299,9 +309,15 @@ def _money(cmd: RecordAction, money: bool) -> dict[str, str]:
         amount = Materiality.parse(cmd.amount).amount
     except InvalidInput as exc:  # its messages say "materiality"; this field is the amount
         raise InvalidInput("amount: " + str(exc).replace("materiality", "the amount")) from None
+    if amount <= 0:
+        raise InvalidInput(f"amount: must be greater than 0 for the action {cmd.action!r}")
     if cmd.currency is None or not _CURRENCY.match(cmd.currency):
-        raise InvalidInput(f"currency: an ISO 4217 code such as USD, got {cmd.currency!r}")
-    return {"amount": str(amount), "currency": cmd.currency}
+        raise InvalidInput("currency: three capital letters in ISO 4217 form such as USD, "
+                           f"got {cmd.currency!r}")
+    out: dict[str, Any] = {"amount": str(amount), "currency": cmd.currency}
+    if act.full_amount and amount < disputed:
+        out["partial"] = True
+    return out
 
 
 def _evidence(ref: str | None, sha: str | None) -> dict[str, str] | None:
@@ -406,7 +422,7 @@ def record_action(
     for _ in range(CAS_RETRIES):
         esc, status = _current(store, did)
         ladder = ladders.get(esc.ladder, esc.ladder_version)
-        money = _money(cmd, ladder.action(cmd.action).money)
+        money = _money(cmd, ladder.action(cmd.action), esc.materiality.amount)
         rows = store.trail(did)
         now = scheduler.time()
         at = _check_when(cmd.occurred_at, _asserts(cmd), now, _enqueued(rows).get("anchor_at"))
@@ -423,8 +439,9 @@ def record_action(
             actions = recorded_actions(rows)
             placed = dispute_clocks(ladder, rows, actions, scoped, esc.deadlines)
             return ObligationResult(esc, first.seq, True, assess(ladder, placed, actions, now))
-        actions = [*recorded_actions(rows),
-                   RecordedAction(cmd.action, at, cmd.actor, esc.seq + 1, cmd.asserted_timely)]
+        actions = [*recorded_actions(rows), RecordedAction(
+            cmd.action, at, cmd.actor, esc.seq + 1, cmd.asserted_timely, recorded_at=now,
+            partial=bool(money.get("partial")))]
         placed = dispute_clocks(ladder, rows, actions, scoped, esc.deadlines)
         bind = binding(ladder, placed, actions, now)
         changes, replan = _replan(esc, status, ladder, bind, scoped, now)
@@ -437,6 +454,7 @@ def record_action(
                 did, ACTION_EVENT, f"ACTION_{cmd.action.upper()}", cmd.actor, now, changes,
                 details, expected_seq=esc.seq)
         except ConflictError:
+            time.sleep(random.uniform(*CAS_PAUSE_S))
             continue
         outcome = None
         if status is Status.PENDING:
@@ -456,14 +474,16 @@ def resolve(
     cmd: Resolve, *, scheduler: Scheduler, store: ObligationStore, ladders: LadderSource,
     calendars: CalendarRegistry,
 ) -> ObligationResult:
-    """Resolve a dispute from pending, paused or terminal: a ``RESOLVED`` row, the dispute
-    out of Redis. The row lists the deadlines missed (``details.late``).
+    """Resolve a dispute from pending, paused, terminal or cancelled (a cancel records no
+    finding): a ``RESOLVED`` row, the dispute out of Redis. The row lists the deadlines
+    missed (``details.late``).
 
     Raises:
-        InvalidInput: unknown or ``unstated`` outcome, bad actor / key / instant / reason.
+        InvalidInput: unknown or ``unstated`` outcome, or one the dispute's ladder version
+            does not admit (``outcomes`` in the file); bad actor / key / instant / reason.
         NotFound: no escalation for the dispute.
-        ConflictError: already resolved or cancelled (unless this is a replay), the key was
-            used for other content, or the seq kept moving.
+        ConflictError: already resolved (unless this is a replay), the key was used for
+            other content, or the seq kept moving.
     """
     did = parse_dispute_id(cmd.dispute_id)
     _check_actor(cmd.actor)
@@ -479,6 +499,9 @@ def resolve(
     for _ in range(CAS_RETRIES):
         esc, status = _current(store, did)
         ladder = ladders.get(esc.ladder, esc.ladder_version)
+        if ladder.outcomes and outcome.value not in ladder.outcomes:
+            raise InvalidInput(f"outcome: {outcome.value!r} is not an outcome of ladder "
+                               f"{ladder.key}; one of {', '.join(ladder.outcomes)}")
         rows = store.trail(did)
         now = scheduler.time()
         asserted = _asserts(cmd)
@@ -499,10 +522,11 @@ def resolve(
             actions = recorded_actions(rows)
             placed = dispute_clocks(ladder, rows, actions, scoped, esc.deadlines)
             return ObligationResult(esc, first.seq, True, assess(ladder, placed, actions, now))
-        if status in (Status.RESOLVED, Status.CANCELLED):
-            raise ConflictError(f"dispute {did} is already {status.value}; nothing written")
+        if status is Status.RESOLVED:
+            raise ConflictError(f"dispute {did} is already resolved; nothing written")
         actions = [*recorded_actions(rows), RecordedAction(
-            RESOLUTION, at, cmd.actor, esc.seq + 1, cmd.asserted_timely, outcome.value)]
+            RESOLUTION, at, cmd.actor, esc.seq + 1, cmd.asserted_timely, outcome.value,
+            recorded_at=now)]
         placed = dispute_clocks(ladder, rows, actions, scoped, esc.deadlines)
         states = assess(ladder, placed, actions, now)
         late = [s.name for s in states if s.state is DeadlineState.MISSED]
@@ -517,6 +541,7 @@ def resolve(
                 did, RESOLVED_EVENT, f"RESOLVED_{outcome.value.upper()}", cmd.actor, now,
                 changes, details, expected_seq=esc.seq)
         except ConflictError:
+            time.sleep(random.uniform(*CAS_PAUSE_S))
             continue
         if status not in ENDED:
             _leave_redis(scheduler, store, did, state)

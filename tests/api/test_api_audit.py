@@ -114,9 +114,9 @@ def test_ladders_and_versions(compliance):
     by_name = {d["name"]: d for d in reg_e["deadlines"]}
     assert by_name["investigation"]["requires"] == {
         "action": "provisional_credit", "within": "determine_or_provisionally_credit"}
-    assert by_name["provisional_credit_notice"]["started_by"] == "provisional_credit"
+    assert by_name["provisional_credit_notice"]["started_by"] == ["provisional_credit"]
     assert {"id": "provisional_credit", "name": "Provisional credit", "money": True,
-            "citation": "12 CFR 1005.11(c)(2)(i)"} in reg_e["actions"]
+            "citation": "12 CFR 1005.11(c)(2)(i)", "full_amount": True} in reg_e["actions"]
     assert compliance.get("/v1/ladders/cfpb_complaint_response/versions/9").status_code == 404
 
 

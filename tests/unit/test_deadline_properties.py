@@ -75,7 +75,7 @@ def test_no_due_time_or_deadline_later_than_its_rule_allows(
     esc, details = build_with_provenance(req, ladder, CALS, anchor)
     deadlines = dict(esc.deadlines)
     for rule in ladder.deadlines:
-        if rule.started_by is not None:  # an action's clock: not placed at enqueue
+        if rule.started_by:  # an action's clock: not placed at enqueue
             assert rule.name not in deadlines
             continue
         tz = zone_of(rule.window, esc.calendars(CALS))  # the rule calendar's zone
@@ -92,7 +92,7 @@ def test_no_due_time_or_deadline_later_than_its_rule_allows(
         assert at > anchor
     # the first tier's due time is not later than any deadline that caps it
     for rule in ladder.deadlines_for(esc.tier):
-        if rule.started_by is None:
+        if not rule.started_by:
             assert esc.due_at <= deadlines[rule.name]
     if ladder.deadlines_for(esc.tier):
         assert isinstance(details.get("deadline"), dict)

@@ -77,7 +77,7 @@ def test_the_valid_file_loads_with_its_obligations(tmp_path: Path) -> None:
     assert deadlines["first"].met_by == ("credit", RESOLUTION)
     assert deadlines["second"].met_by == (RESOLUTION,)  # the default: the resolution only
     assert deadlines["second"].requires.within == "first"
-    assert deadlines["told"].started_by == "credit"
+    assert deadlines["told"].started_by == ("credit",)
     assert [a.id for a in lad.actions] == ["credit", "notice"]  # type: ignore[attr-defined]
     assert lad.action("credit").money  # type: ignore[attr-defined]
 
@@ -85,7 +85,7 @@ def test_the_valid_file_loads_with_its_obligations(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("old", "new", "expected"), [
     ('met_by = ["credit", "resolution"]', 'met_by = ["credit", "refund"]',
      "regulatory.first.met_by: unknown action(s) refund"),
-    ('started_by = "credit"', 'started_by = "debit"', "regulatory.told.started_by: unknown"),
+    ('started_by = "credit"', 'started_by = "debit"', "regulatory.told.started_by: unknown action(s) debit"),
     ('requires = { action = "credit", within = "first" }',
      'requires = { action = "debit", within = "first" }',
      "regulatory.second.requires.action: unknown action 'debit'"),

@@ -93,12 +93,15 @@ def _ladder_json(lad: Ladder) -> dict[str, Any]:
                        "window": {"amount": d.window.amount, "unit": d.window.unit.value,
                                   "calendar": d.window.calendar},
                        "caps": list(d.caps), "citation": d.source,
-                       "met_by": list(d.met_by), "started_by": d.started_by,
+                       "met_by": list(d.met_by), "started_by": list(d.started_by),
+                       "counts_before_start": d.counts_before_start,
                        "requires": None if d.requires is None else {
                            "action": d.requires.action, "within": d.requires.within}}
                       for d in lad.deadlines],
-        "actions": [{"id": a.id, "name": a.name, "money": a.money, "citation": a.source}
+        "actions": [{"id": a.id, "name": a.name, "money": a.money, "citation": a.source,
+                     "full_amount": a.full_amount}
                     for a in lad.actions],
+        "outcomes": list(lad.outcomes),
     }
 
 
