@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.calendar_files import load_institution_calendars
+from escalation.adapters.console_ops import ConsoleOpsStore
 from escalation.adapters.db import (
     check_at_head,
     check_namespace,
@@ -375,10 +376,18 @@ def schedule_resumed(app: App, result: Any) -> int:
                                      calendars=app.calendars)
 
 
-def dead_letters_for(app: App) -> DeadLetters:
-    """DeadLetters wired from an App (the worker's poison hook, the ``dead`` commands)."""
+def dead_letters_for(app: App, *, actor: str | None = None) -> DeadLetters:
+    """DeadLetters wired from an App (the worker's poison hook, the ``dead`` commands, the
+    console's operations page); ``actor`` writes its ledger rows (default ``app.actor``)."""
     return DeadLetters(rel=reliability_for(app), scheduler=app.scheduler, store=app.store,
-                       actor=app.actor)
+                       actor=actor or app.actor)
+
+
+def console_ops_for(app: App) -> ConsoleOpsStore:
+    """The read-only queries of the console's ladders and operations pages
+    (``ports.ConsoleOpsReads``) on ``app``'s engine, Redis, namespace and shards."""
+    return ConsoleOpsStore(app.engine, app.redis, app.settings.namespace, app.settings.shards,
+                           aging_ms=app.settings.priority_aging_s * 1000)
 
 
 def maintenance_jobs(app: App, rel: ReliabilityRedis,

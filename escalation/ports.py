@@ -1109,3 +1109,92 @@ class ConsoleQueries(Protocol):
     def pending(self) -> list[PendingEscalation]:
         """Every pending escalation (status ``pending``), by due time."""
         ...
+
+
+# --------------------------------------------------------------------------- console: ops
+@dataclass(frozen=True, slots=True)
+class ShardDepth:
+    """One Redis shard of the namespace as the console's operations page shows it.
+
+    Attributes:
+        shard: shard index (0-based).
+        pending: members of the pending ZSET (claimed ones included: a claim re-scores).
+        due: pending members whose score is at or before Redis TIME, plus ready ones.
+        ready: members of the ready ZSET (due, waiting by materiality priority, ADR 0006).
+        claimed: lock keys (claims held now).
+        dead: dead letters of the shard.
+        oldest_due_ms: the earliest due time (epoch ms) of a member due and not claimed,
+            pending or ready (a ready member's due = score + weight x aging); None if none.
+    """
+
+    shard: int
+    pending: int
+    due: int
+    ready: int
+    claimed: int
+    dead: int
+    oldest_due_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class HeldClaim:
+    """A claim held now (a lock key): ``worker`` (its worker id), ``dispute_id``,
+    ``fencing_token``, ``lease_left_ms`` (the key's PTTL; -1 without expiry)."""
+
+    shard: int
+    dispute_id: str
+    worker: str
+    fencing_token: int
+    lease_left_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpsSnapshot:
+    """Redis's side of the operations page, read at ``now_ms`` (Redis TIME, epoch ms).
+
+    ``leader_ttl_ms``: the maintenance leader lease's PTTL (None: no leader now; the lease
+    holds a random token, not a worker id). Workers keep no heartbeat: ``claims`` are the
+    only trace of live workers in Redis, and only of those holding a claim at that instant.
+    """
+
+    now_ms: int
+    shards: tuple[ShardDepth, ...]
+    claims: tuple[HeldClaim, ...]
+    leader_ttl_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceRunRow:
+    """One job's row of ``maintenance_runs`` (times aware UTC): the occurrence last claimed,
+    when it started, its status (running | ok | failed), runs and missed counts, the worker
+    that led it, and the details its job returned."""
+
+    job: str
+    last_occurrence: datetime
+    last_run_at: datetime
+    last_status: str
+    runs: int
+    missed: int
+    last_leader: str
+    details: Mapping[str, Any]
+
+
+class ConsoleOpsReads(Protocol):
+    """Read-only queries of the console's ladders and operations pages (adapter:
+    ``adapters.console_ops.ConsoleOpsStore``, built by ``bootstrap.console_ops_for``)."""
+
+    def releases(self) -> dict[tuple[str, int], ReleaseRow]:
+        """Every ``ladder_release`` row by ``(ladder, version)``."""
+        ...
+
+    def apply_runs(self) -> list[HistoryRow]:
+        """Every ``ladder apply`` run (``ladder_history``), newest first."""
+        ...
+
+    def snapshot(self) -> OpsSnapshot:
+        """Queue depth per shard, firing lag, claims held and the leader lease (Redis)."""
+        ...
+
+    def maintenance_runs(self) -> list[MaintenanceRunRow]:
+        """Every maintenance job's last run, by job name."""
+        ...

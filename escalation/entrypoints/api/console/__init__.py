@@ -1,4 +1,4 @@
-"""The read-only compliance console: server-rendered pages under ``/console`` in the API app
+"""The compliance console: server-rendered pages under ``/console`` in the API app
 (docs/console.md). ``install(app)`` adds its routes and static assets."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ HERE = Path(__file__).parent
 
 def install(app: FastAPI) -> None:
     """Add the console routes and serve its assets from ``/console/static``."""
-    from escalation.entrypoints.api.console import routes
+    from escalation.entrypoints.api.console import ops_pages, routes
 
+    app.include_router(ops_pages.router)
     app.include_router(routes.router)
     app.add_exception_handler(routes.LoginRequired, routes.on_login_required)
     app.mount("/console/static", StaticFiles(directory=HERE / "static"), name="console-static")
