@@ -57,7 +57,8 @@ STATUSES: tuple[str, ...] = _STATES
 console, its CSV, ``report sla`` and ``audit search --deadlines``."""
 CSV_COLUMNS: tuple[str, ...] = (
     "dispute_id", "external_id", "ladder", "deadline", "citation", "deadline_at", "status",
-    "basis", "met_or_missed_at", "action", "action_at", "actor", "late_hours",
+    "basis", "met_or_missed_at", "action", "action_at", "actor", "action_recorded_at",
+    "late_hours",
     "late_business_days", "tier_at_deadline",
 )
 UNKNOWN = "unknown"
@@ -88,6 +89,8 @@ class DeadlineOutcome:
         action_at: that action's aware UTC instant (None: per the source, or open).
         actor: who recorded that action (None: open).
         rule: why the clock falls where it does ("" = the ladder's own rule).
+        action_recorded_at: when the ledger recorded that action (Redis TIME): an action
+            entered long after it happened says so (None: open).
     """
 
     dispute_id: UUID
@@ -107,6 +110,7 @@ class DeadlineOutcome:
     action_at: datetime | None = None
     actor: str | None = None
     rule: str = ""
+    action_recorded_at: datetime | None = None
 
     @property
     def ladder_key(self) -> str:
@@ -148,9 +152,23 @@ class DeadlineOutcome:
         return ""
 
     def _met(self, at: Callable[[datetime], str]) -> str:
-        if self.basis == Basis.SOURCE or self.action_at is None:
+        if self.basis == Basis.SOURCE:
             return f"met per source (instant not given): {self.action_label}"
-        return f"met by {self.action_label} on {at(self.action_at)} by {self.actor}"
+        if self.action_at is None:
+            recorded = "" if self.action_recorded_at is None else at(self.action_recorded_at)
+            return (f"met: {self.action_label} recorded on {recorded}, before the deadline "
+                    "(instant not given)")
+        return (f"met by {self.action_label} on {at(self.action_at)} by {self.actor}"
+                + self._entered_later(at))
+
+    def _entered_later(self, at: Callable[[datetime], str]) -> str:
+        """``, recorded <instant>`` when the action was entered a day or more after it
+        happened (an examiner tells a record made at the time from one made after)."""
+        if self.action_at is None or self.action_recorded_at is None:
+            return ""
+        if self.action_recorded_at - self.action_at < timedelta(days=1):
+            return ""
+        return f", recorded {at(self.action_recorded_at)}"
 
     def _missed(self, at: Callable[[datetime], str]) -> str:
         if self.basis == Basis.SOURCE:
@@ -304,7 +322,8 @@ def outcomes_of(
                 a.name, citation, a.at, a.state.value, resolved, late_s, late_bd,
                 _tier_at(chain, a.at), None if a.basis is None else a.basis.value,
                 None if by is None else by.action, None if by is None else by.occurred_at,
-                None if by is None else by.actor, a.rule))
+                None if by is None else by.actor, a.rule,
+                None if by is None else by.recorded_at))
     return out
 
 
@@ -422,7 +441,8 @@ def row_of(o: DeadlineOutcome, zone: ZoneInfo) -> dict[str, str]:
         "ladder": o.ladder_key, "deadline": o.name, "citation": o.citation,
         "deadline_at": at(o.deadline), "status": o.status, "basis": o.basis or "",
         "met_or_missed_at": at(o.met_or_missed_at), "action": o.action or "",
-        "action_at": at(o.action_at), "actor": o.actor or "", "late_hours": hours,
+        "action_at": at(o.action_at), "actor": o.actor or "",
+        "action_recorded_at": at(o.action_recorded_at), "late_hours": hours,
         "late_business_days": days, "tier_at_deadline": o.tier,
     }
 

@@ -29,8 +29,9 @@ def _rows(engine: Any, did: str) -> list[Any]:
 
 
 def _reg_e(service: httpx.Client, notice: datetime, **over: Any) -> str:
-    """A Reg E v3 dispute whose notice of error arrived at ``notice``."""
-    b = body(ladder="reg_e_error_resolution", due_at=None, tier=None,
+    """A Reg E v3 dispute of 100.00 whose notice of error arrived at ``notice`` (the credit
+    below covers the whole disputed amount, as 12 CFR 1005.11(c)(2)(i) requires)."""
+    b = body(ladder="reg_e_error_resolution", due_at=None, tier=None, materiality="100.00",
              opened_at=notice.isoformat(), notice_at=notice.isoformat(), attributes=REG_E)
     b.update(over)
     b = {k: v for k, v in b.items() if v is not None}
@@ -75,6 +76,8 @@ def test_provisional_credit_meets_the_10_day_clock_and_starts_the_notice_clock(
     assert met["met_by"]["action"] == "provisional_credit"
     assert datetime.fromisoformat(met["met_by"]["occurred_at"]) == credited
     assert met["met_by"]["actor"] == api_server.names["service"]
+    # when the ledger recorded it: after the credit itself (entered an hour later here)
+    assert datetime.fromisoformat(met["met_by"]["recorded_at"]) > credited
     assert met["citation"].startswith("12 CFR 1005.11")
     assert met["late_seconds"] is None
     notice_clock = d["provisional_credit_notice"]
@@ -170,7 +173,7 @@ def _terminal(api_server: Server, service: httpx.Client, notice: datetime,
               external_id: str) -> str:
     """A Reg E dispute in its terminal tier, due in the past, fired by a worker burst."""
     b = body(ladder="reg_e_error_resolution", tier="compliance", attributes=REG_E,
-             notice_at=notice.isoformat(), due_at=(_now() - timedelta(minutes=1)).isoformat(),
+             materiality="100.00", notice_at=notice.isoformat(), due_at=(_now() - timedelta(minutes=1)).isoformat(),
              dispute_id=None, source="bank", external_id=external_id)
     r = service.post("/v1/escalations", json=b)
     assert r.status_code == 201, r.text

@@ -161,3 +161,18 @@ def test_resolve_after_resolve_is_refused_but_after_cancel_is_allowed() -> None:
     with pytest.raises(ConflictError, match="already resolved"):
         resolve(Resolve(esc.dispute_id, "no_error_found", "ops.alice", "r2"), **w.kw())
     assert uuid.UUID(str(esc.dispute_id))
+
+
+def test_the_outcome_phrase_says_when_a_backdated_action_was_recorded() -> None:
+    from escalation.service_layer.deadline_outcomes import DeadlineOutcome
+
+    on_time = DeadlineOutcome(
+        uuid.uuid4(), None, "reg_e_error_resolution", 3, D10_NAME, "", D10, "met", None, 0.0,
+        0, "standard", "record", "determination", L(2026, 1, 9, 10), "ops.alice", "",
+        L(2026, 1, 9, 10, 5))
+    assert on_time.explain(str).endswith("by ops.alice")  # recorded at the time: no note
+    late_entry = DeadlineOutcome(
+        uuid.uuid4(), None, "reg_e_error_resolution", 3, D10_NAME, "", D10, "met", None, 0.0,
+        0, "standard", "record", "determination", L(2026, 1, 9, 10), "ops.alice", "",
+        L(2026, 3, 2, 9))
+    assert late_entry.explain(str).endswith(f", recorded {L(2026, 3, 2, 9)}")

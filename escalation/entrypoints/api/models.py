@@ -144,6 +144,9 @@ class MetByOut(BaseModel):
     occurred_at: datetime | None = Field(description="Null: a source asserted it without "
                                          "an instant.")
     actor: str
+    recorded_at: datetime | None = Field(
+        default=None, description="When the ledger recorded it (an action entered after "
+        "the fact says so here).")
 
 
 class DeadlineOut(BaseModel):
