@@ -5,7 +5,9 @@
 "Closed ..." value, with its outcome code), "Timely response?" says whether it was timely,
 and no instant is ever invented (``occurred_at`` null). After the import exactly the
 complaints the file calls late show their 15-day company_response deadline missed, per the
-source; the resolved ones have left Redis, so a worker burst fires none of them; a re-import
+source; the resolved ones have left Redis, so a worker burst fires none of them, and the
+"In progress" ones, whose 60-day final response passed in 2023, reach the terminal tier in
+that one burst (final_response caps every tier of ladder v4); a re-import
 adds nothing, and one with the outcome column adds what an import without it left out,
 exactly once. Each test runs on a database of its own (the sample's ids are the same in
 every test that imports it).
@@ -152,6 +154,16 @@ def test_sample_outcomes_one_late_complaint_resolved_leave_redis_and_reimport_ad
     fired = {ext for ext, did in ids.items()
              if any(r.event in ("PROMOTED", "TERMINAL") for r in app.store.trail(did))}
     assert fired == in_progress  # no resolved complaint fired; the open ones did
+    # final_response caps every tier (v4): the 60-day deadline passed in 2023, so an "In
+    # progress" complaint walks to the terminal tier in this one burst (not parked in senior
+    # with a due time 5 days out)
+    for ext in in_progress:
+        trail = app.store.trail(ids[ext])
+        assert [r.match_decision for r in trail if r.event in ("PROMOTED", "TERMINAL")] == [
+            "PROMOTED_TO_SENIOR", "PROMOTED_TO_COMPLIANCE", "TERMINAL_ESCALATION"], ext
+        assert app.store.get(ids[ext])[1] is Status.TERMINAL
+        capped = [r for r in trail if r.event == "PROMOTED"]
+        assert all(r.next_due_at == r.decided_at for r in capped), ext  # due at once
 
     again = _import(env, SAMPLE, MAPPING)
     assert (again["created"], again["already_enqueued"]) == (0, len(rows))
