@@ -105,8 +105,28 @@ def ladder_check(
     out.print(f"{files} ladder file(s) OK in {path}")
 
 
-def _plan_json(plan: Any, limit: int) -> dict[str, Any]:
+def _rule_changes(ladders: Any, name: str, plan: Any) -> list[dict[str, Any]]:
+    """Per pinned version of the plan: the deadline and action changes of the target
+    version (what meets, starts or conditions a clock; docs/ladders.md "Obligations"). A
+    migrated dispute is assessed by the target's rules from then on, so the plan shows
+    them even when no due time moves."""
+    from escalation.domain.ladder_diff import diff
+
+    target = ladders.get(name, plan.target_version)
+    out = []
+    for v in plan.from_versions():
+        d = diff(ladders.get(name, v), target)
+        entries = [*d.deadlines, *d.actions]
+        if entries:
+            out.append({"from": v, "changes": [
+                {"change": e.change.value, "item": e.key, "lines": list(e.lines)}
+                for e in entries]})
+    return out
+
+
+def _plan_json(plan: Any, limit: int, rules: list[dict[str, Any]]) -> dict[str, Any]:
     return {
+        "rule_changes": rules,
         "ladder": plan.ladder, "to_version": plan.target_version, "checksum": plan.checksum,
         "plan_hash": plan.plan_hash, "escalations": len(plan.items),
         "groups": [{"from": a, "to": b, "count": n} for a, b, n in plan.groups()],
@@ -145,7 +165,8 @@ def ladder_plan(
         now = a.scheduler.time()
     finally:
         a.close()
-    data = _plan_json(plan, limit)
+    rules = _rule_changes(a.ladders, name, plan)
+    data = _plan_json(plan, limit, rules)
     if as_json:
         out.print_json(json.dumps(data))
         return
@@ -167,6 +188,12 @@ def ladder_plan(
                        i.due.current.isoformat() if i.due.current else "(paused)",
                        after.isoformat() if after else "(paused)")
         out.print(ch)
+    for r in rules:
+        out.print(f"v{r['from']} -> v{to} changes what meets, starts or conditions a deadline "
+                  "(migrated escalations are assessed by these rules from then on):",
+                  markup=False)
+        for c in r["changes"]:
+            out.print(f"  {c['change']} {c['item']}: {'; '.join(c['lines'])}", markup=False)
     for b in plan.blocked[:limit]:
         out.print(f"cannot migrate {b.dispute_id} ({b.tier}): {b.reason}", markup=False)
     out.print(f"plan hash: {plan.plan_hash} (names the change: {name} v"
