@@ -88,3 +88,21 @@ def test_every_port_is_in_the_architecture_doc(port: str) -> None:
 def test_every_setting_is_documented(field: str) -> None:
     env = f"ESCALATION_{field.upper()}"
     assert env in ALL_DOCS, f"{env} is in no doc under docs/"
+
+
+def test_the_audit_doc_sla_report_says_what_meets_a_deadline_now() -> None:
+    """docs/audit.md "SLA report" names every deadline state, basis and report column of
+    ``domain.obligations`` / ``sla_report`` (docs/sla.md "Obligations" is the reference),
+    not the old rule "met if the dispute was cancelled by then, a future one in neither"."""
+    from escalation.domain.obligations import Basis, DeadlineState
+    from escalation.service_layer.sla_report import CSV_COLUMNS
+
+    text = (DOCS / "audit.md").read_text(encoding="utf-8")
+    section = text[text.index("## SLA report"):]
+    section = section[: section.find("\n## ", 1) if "\n## " in section[1:] else None]
+    words = set(re.findall(r"[a-z_]+", section))
+    assert {s.value for s in DeadlineState} <= words
+    assert {b.value for b in Basis} <= words
+    assert {c for c in CSV_COLUMNS if c.startswith("regulatory_")} <= words
+    assert "cancelled (resolved) by then" not in section
+    assert "counted in neither" not in section
