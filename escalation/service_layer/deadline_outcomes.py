@@ -423,8 +423,12 @@ def safe_cell(value: object) -> object:
 
 
 def late_cells(o: DeadlineOutcome) -> tuple[str, str]:
-    """(hours with 2 decimals, business days) of a row; :data:`UNKNOWN` for both when the
-    lateness is not known (missed per the source, undetermined), never 0."""
+    """(hours with 2 decimals, business days) of a row. Only a missed deadline is late:
+    both cells are blank for any other state (met, at_risk, pending, undetermined), and
+    :data:`UNKNOWN` for a miss whose lateness is not known (missed per the source), never
+    0."""
+    if o.status != DeadlineState.MISSED:
+        return "", ""
     if o.late_s is None or o.late_business_days is None:
         return UNKNOWN, UNKNOWN
     return f"{o.late_s / 3600:.2f}", str(o.late_business_days)
@@ -449,8 +453,12 @@ def row_of(o: DeadlineOutcome, zone: ZoneInfo) -> dict[str, str]:
 
 def json_row_of(o: DeadlineOutcome, zone: ZoneInfo) -> dict[str, object]:
     """:func:`row_of` with typed lateness for JSON: ``late_hours`` a number (2 decimals),
-    ``late_business_days`` an integer, both null when the lateness is not known."""
+    ``late_business_days`` an integer, both null unless the deadline is missed, and null
+    when a miss's lateness is not known (missed per the source)."""
     row: dict[str, object] = dict(row_of(o, zone))
+    if o.status != DeadlineState.MISSED:
+        row["late_hours"] = row["late_business_days"] = None
+        return row
     unknown = o.late_s is None or o.late_business_days is None
     row["late_hours"] = None if o.late_s is None else round(o.late_s / 3600, 2)
     row["late_business_days"] = None if unknown else o.late_business_days

@@ -248,7 +248,8 @@ def test_every_deadline_of_a_multi_deadline_ladder_is_counted_and_listed() -> No
         "deadline": "company_response", "citation": "CFPB portal (15 days)",
         "deadline_at": "2026-03-18T00:00:00-04:00", "status": "missed", "basis": "record",
         "met_or_missed_at": "2026-03-18T00:00:00-04:00", "action": "resolution",
-        "action_at": "2026-03-20T11:00:00-04:00", "actor": "", "late_hours": "59.00",
+        "action_at": "2026-03-20T11:00:00-04:00", "actor": "",
+        "action_recorded_at": "2026-03-20T11:00:00-04:00", "late_hours": "59.00",
         "late_business_days": "3", "tier_at_deadline": "complaint_analyst"}
 
 
@@ -390,6 +391,7 @@ def test_report_sla_and_audit_search_deadlines_agree_with_the_console(app, engin
         "--json").stdout.splitlines())
     assert (cred["status"], cred["action"], cred["actor"]) == ("met", "provisional_credit",
                                                                "ops.alice")
+    assert (cred["late_hours"], cred["late_business_days"]) == (None, None)  # not missed
     r = run_cli(cli_env, "report", "sla", "--from", (now - timedelta(days=80)).isoformat(),
                 "--to", (now + timedelta(days=80)).isoformat(), "--missed", "--format", "csv")
     assert r.returncode == 0, r.stderr

@@ -285,3 +285,32 @@ def test_unknown_ladder_reads_every_recorded_deadline_as_met_by_the_resolution()
     got = {o.name: o for o in dl.outcomes_of([c], AT10 + timedelta(days=1), lookup, CALS)}
     # the credit meets nothing without the ladder that says so; citations as recorded
     assert (got[D10].status, got[D10].citation) == ("missed", "c10")
+
+
+def test_lateness_cells_are_blank_unless_the_deadline_is_missed():
+    """CSV: blank, JSON: null for met, pending, at_risk and undetermined deadlines (never a
+    "0.00" lateness); a miss gives its lateness, or "unknown" / null when only the source
+    says it was late."""
+    utc = ZoneInfo("UTC")
+    just = DEADLINE - timedelta(seconds=1)
+    met = one(chain([ENQ, ("CANCELLED", just, "standard", "standard")]))
+    pending = one(chain([ENQ]), now=DEADLINE - timedelta(days=5))
+    at_risk = one(chain([ENQ]), now=DEADLINE - timedelta(hours=3))
+    late = one(chain([ENQ]))
+    per_source = by_name(v3_chain(action(None, "determination", actor="importer",
+                                         asserted=False)), AT45 + timedelta(days=30))
+    assert [o.status for o in (met, pending, at_risk, late)] == [
+        "met", "pending", "at_risk", "missed"]
+    for o in (met, pending, at_risk, per_source[D45]):
+        assert o.status != "missed"
+        row = next(csv.DictReader(io.StringIO(dl.to_csv([o], utc))))
+        assert (row["late_hours"], row["late_business_days"]) == ("", ""), o.status
+        js = dl.json_row_of(o, utc)
+        assert (js["late_hours"], js["late_business_days"]) == (None, None), o.status
+    row = dl.row_of(late, utc)
+    assert (row["late_hours"], row["late_business_days"]) == (
+        f"{late.late_s / 3600:.2f}", str(late.late_business_days))
+    assert dl.json_row_of(late, utc)["late_business_days"] == late.late_business_days
+    unknown = per_source[D10]
+    assert (dl.row_of(unknown, utc)["late_hours"], dl.json_row_of(unknown, utc)["late_hours"]) \
+        == ("unknown", None)
