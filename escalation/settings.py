@@ -126,8 +126,9 @@ class Settings(BaseSettings):
     # Start-up retries: a worker or command keeps retrying an unreachable / resetting Redis or
     # PostgreSQL with capped exponential backoff for this long, then fails with one line.
     startup_timeout_s: float = Field(default=30.0, ge=0.0, le=600.0)
-    # The named operator who acts through this shell's CLI (``escalation action record``,
-    # ``resolve``, ``cancel``; their ``--actor`` overrides it): the actor on the ledger rows.
+    # The named operator who acts through this shell's CLI (``escalation enqueue``, ``pause``,
+    # ``resume``, ``cancel``, ``action record``, ``resolve``, ``ladder release`` / ``apply``;
+    # a command's ``--actor`` overrides it): the actor on the ledger rows.
     operator: str | None = None
 
     @field_validator("poll_interval_s", "batch_size", "lock_ttl_s", "jitter", "shards")

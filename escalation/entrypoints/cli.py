@@ -26,6 +26,7 @@ from escalation.entrypoints import (
 )
 from escalation.entrypoints.cli_common import (
     _app,
+    _operator,
     _print_json,
     _settings,
     err,
@@ -100,7 +101,8 @@ def enqueue(
              "new_account=false (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Schedule an escalation for a dispute (idempotent per dispute)."""
+    """Schedule an escalation for a dispute (idempotent per dispute). The actor on its
+    ledger row is ESCALATION_OPERATOR when set, else `cli`."""
     from escalation.bootstrap import schedule_for
     from escalation.service_layer.disputes import resolve_dispute
     from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
@@ -118,7 +120,8 @@ def enqueue(
         anchor_at=parse_time_or_date(notice_at, "--notice-at"),
         timezone=timezone, calendar=calendar, attributes=parse_attributes(attribute),
     )
-    a = _app(actor="cli", strict_ladders=True, durable_redis=True)
+    # the named operator when set (ESCALATION_OPERATOR), else "cli" (no human known)
+    a = _app(actor=_operator(None, "cli"), strict_ladders=True, durable_redis=True)
     try:
         res = enqueue_on_breach(
             req, scheduler=a.scheduler, store=a.store, ladders=a.ladders, calendars=a.calendars,
@@ -161,25 +164,6 @@ _CLI_NAMES = {"occurred_at": "--at", "idempotency_key": "--idempotency-key",
               "amount": "--amount", "currency": "--currency", "note": "--note",
               "action": "--action", "outcome": "--outcome", "reason": "--reason",
               "actor": "--actor"}
-
-
-def _operator(actor: str | None, fallback: str | None = None) -> str:
-    """The named person acting: ``--actor``, else ``ESCALATION_OPERATOR``, else ``fallback``.
-
-    Raises:
-        InvalidInput: blank, or none of them given (nothing is written).
-    """
-    if actor is not None:
-        if not actor.strip():
-            raise InvalidInput("--actor: must not be empty")
-        return actor.strip()
-    named = _settings().operator
-    if named is not None and named.strip():
-        return str(named).strip()
-    if fallback is not None:
-        return fallback
-    raise InvalidInput("no actor: give --actor NAME or set ESCALATION_OPERATOR (who acts is "
-                       "recorded on the ledger row; 'cli' names nobody)")
 
 
 def _spelled(exc: InvalidInput) -> InvalidInput:

@@ -112,6 +112,27 @@ def _settings(**overrides: Any) -> Any:
     return get_settings(**overrides)
 
 
+def _operator(actor: str | None, fallback: str | None = None) -> str:
+    """The named person acting: ``--actor``, else ``ESCALATION_OPERATOR``, else ``fallback``
+    (every command that records an actor resolves it here: ``enqueue``, ``pause``,
+    ``resume``, ``cancel``, ``action record``, ``resolve``, ``ladder release`` / ``apply``).
+
+    Raises:
+        InvalidInput: blank, or none of them given (nothing is written).
+    """
+    if actor is not None:
+        if not actor.strip():
+            raise InvalidInput("--actor: must not be empty")
+        return actor.strip()
+    named = _settings().operator
+    if named is not None and named.strip():
+        return str(named).strip()
+    if fallback is not None:
+        return fallback
+    raise InvalidInput("no actor: give --actor NAME or set ESCALATION_OPERATOR (who acts is "
+                       "recorded on the ledger row; 'cli' names nobody)")
+
+
 def _app(
     actor: str | None = None, check_schema: bool = True, strict_ladders: bool = False,
     durable_redis: bool = False, **overrides: Any,

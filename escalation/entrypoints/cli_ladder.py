@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 
 from escalation.domain.errors import LadderError
-from escalation.entrypoints.cli_common import _app, _settings, err, out
+from escalation.entrypoints.cli_common import _app, _operator, _settings, err, out
 
 ladder_app = typer.Typer(help="Ladder files and ladder migrations.", no_args_is_help=True)
 
@@ -24,17 +24,18 @@ LadderOpt = Annotated[str | None, typer.Option("--ladder", help="Ladder name (de
                                                "configured default ladder).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 ActorOpt = Annotated[str | None, typer.Option(
-    "--actor", help="Who acts, on record (default: OS user@host).")]
+    "--actor", help="Who acts, on record (default: ESCALATION_OPERATOR, else OS user@host).")]
 ReasonOpt = Annotated[str, typer.Option(
     "--reason", help="Why, on record (e.g. a change ticket).")]
 
 
 def _actor(actor: str | None) -> str:
+    """``--actor``, else ESCALATION_OPERATOR, else the OS ``user@host``."""
     from escalation.service_layer.ladder_release import default_actor
 
     if actor is not None and not actor.strip():
         raise LadderError("--actor: must not be empty")
-    return actor.strip() if actor else default_actor()
+    return _operator(actor, default_actor())
 
 
 def _history_for_check(settings: Any) -> tuple[Any, str]:

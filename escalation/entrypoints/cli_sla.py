@@ -9,7 +9,7 @@ from uuid import UUID
 
 import typer
 
-from escalation.entrypoints.cli_common import _app, _print_json, out
+from escalation.entrypoints.cli_common import _app, _operator, _print_json, out
 
 app = typer.Typer()  # top-level commands, merged into the root by cli.py
 
@@ -46,12 +46,13 @@ def pause_cmd(
     reason: Annotated[str, typer.Option(help="Why (recorded in the ledger).")] = "paused",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Stop a pending escalation's SLA clock (e.g. waiting for the cardholder)."""
+    """Stop a pending escalation's SLA clock (e.g. waiting for the cardholder). The actor on
+    record is ESCALATION_OPERATOR when set, else `cli`."""
     from escalation.service_layer.disputes import dispute_arg
     from escalation.service_layer.pause import pause
 
     did = dispute_arg(dispute_id, source)
-    a = _app(actor="cli")
+    a = _app(actor=_operator(None, "cli"))  # ESCALATION_OPERATOR, else cli
     try:
         if _already(a, did, "paused", "paused", as_json):
             return
@@ -76,13 +77,14 @@ def resume_cmd(
         help="Source system: DISPUTE_ID is its external id.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Restart a paused escalation's SLA clock: due = now + the remaining window."""
+    """Restart a paused escalation's SLA clock: due = now + the remaining window. The actor
+    on record is ESCALATION_OPERATOR when set, else `cli`."""
     from escalation.bootstrap import schedule_resumed
     from escalation.service_layer.disputes import dispute_arg
     from escalation.service_layer.pause import resume
 
     did = dispute_arg(dispute_id, source)
-    a = _app(actor="cli")
+    a = _app(actor=_operator(None, "cli"))  # ESCALATION_OPERATOR, else cli
     try:
         if _already(a, did, "pending", "running (resumed or never paused)", as_json):
             return

@@ -187,3 +187,42 @@ def test_a_ladder_may_count_in_a_calendar_of_the_deployments_calendars_file(
     doctor = run_cli(env, "doctor", "--json")  # doctor checks with the same calendars
     [files] = [c for c in json.loads(doctor.stdout) if c["name"] == "LADDER_FILES"]
     assert files["ok"] is True, files
+
+
+def test_escalation_operator_is_the_actor_of_enqueue_pause_resume_release_and_apply(
+    cli_env: dict[str, str], tmp_path: Path, app: Any
+) -> None:
+    """ESCALATION_OPERATOR names who acts when a command has no --actor (enqueue, pause,
+    resume) or is given none (ladder release / apply); without it enqueue records ``cli``
+    (the round trip above: --actor wins, release without either records user@host)."""
+    import uuid
+
+    mig = MigEnv.make(app, tmp_path)
+    mig.add("inserted", release=False)
+    env = {**cli_env, "ESCALATION_LADDERS_DIR": str(mig.dir)}
+    dana = {**env, "ESCALATION_OPERATOR": "dana"}
+    did, anon = str(uuid.uuid4()), str(uuid.uuid4())
+    due = (app.scheduler.time() + hours(2)).isoformat()
+    for who, d in ((dana, did), (env, anon)):
+        res = run_cli(who, "enqueue", "--dispute-id", d, "--ladder", mig.name, "--due-at", due,
+                      "--source-hash", "ab12")
+        assert res.returncode == 0, res.stderr
+    for cmd in (("pause", did), ("resume", did)):
+        res = run_cli(dana, *cmd)
+        assert res.returncode == 0, res.stderr
+    trail = app.store.trail(uuid.UUID(did))
+    assert [(r.event, r.actor) for r in trail] == [
+        ("ENQUEUED", "dana"), ("PAUSED", "dana"), ("RESUMED", "dana")]
+    assert app.store.trail(uuid.UUID(anon))[0].actor == "cli"  # no human known
+
+    rel = _cli(dana, "release", "--ladder", mig.name, "--version", "2", "--reason", "CHG-9")
+    assert rel.returncode == 0, rel.stderr
+    assert rel.stdout.rstrip().endswith("by dana, reason: CHG-9)"), rel.stdout
+    plan = json.loads(_cli(env, "plan", "--ladder", mig.name, "--to", "2", "--json").stdout)
+    applied = _cli(dana, "apply", "--ladder", mig.name, "--to", "2", "--plan-hash",
+                   plan["plan_hash"], "--reason", "CHG-9", "--json")
+    assert applied.returncode == 0, applied.stderr
+    assert mig.migrated_rows(uuid.UUID(did))[0]["actor"] == "dana"
+    hist = json.loads(_cli(env, "history", "--ladder", mig.name, "--json").stdout)
+    assert hist["runs"][0]["applied_by"] == "dana"
+    assert hist["releases"][-1]["released_by"] == "dana"
