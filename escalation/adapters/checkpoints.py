@@ -56,8 +56,8 @@ _SEALED = sa.text(
 # The projection (escalation_state) against the ledger: every ledger row carries the state
 # *after* its event (ladder, version, materiality, ids, regulatory deadline), so the last row
 # of a chain must agree with its projection row; a terminal / cancelled status needs its
-# TERMINAL / CANCELLED / RESOLVED row and vice versa (a terminal dispute resolved later is
-# 'resolved').
+# TERMINAL / CANCELLED / RESOLVED row and vice versa (a terminal or cancelled dispute
+# resolved later is 'resolved').
 _PROJECTION = sa.text(
     """
     SELECT s.dispute_id,
@@ -74,7 +74,8 @@ _PROJECTION = sa.text(
              CASE WHEN (s.status = 'terminal')
                        <> (coalesce(t.terminal, false) AND NOT coalesce(t.resolved, false))
                   THEN 'status terminal' END,
-             CASE WHEN (s.status = 'cancelled') <> coalesce(t.cancelled, false)
+             CASE WHEN (s.status = 'cancelled')
+                       <> (coalesce(t.cancelled, false) AND NOT coalesce(t.resolved, false))
                   THEN 'status cancelled' END,
              CASE WHEN (s.status = 'resolved') <> coalesce(t.resolved, false)
                   THEN 'status resolved' END) AS fields

@@ -116,10 +116,11 @@ class RegulatoryModel(_Model):
         description="an action (or a list: the first recorded starts it; 'resolution' "
         "allowed) whose instant starts this clock instead of the anchor event",
     )
-    counts_before_start: bool = Field(
-        default=False,
-        description="an action recorded before this action clock starts also meets it "
-        "(e.g. a notice of a reversal sent ahead of the debit)",
+    counts_before_start: Annotated[int, Field(strict=True, ge=0, le=366)] = Field(
+        default=0,
+        description="how long before an action clock's start (in the deadline's unit and "
+        "calendar) an action still meets it, e.g. a notice of a reversal sent 5 business "
+        "days ahead of the debit; 0 = only at or after the start",
     )
     requires: RequiresModel | None = Field(
         default=None,
@@ -147,6 +148,9 @@ class ActionModel(_Model):
     full_amount: bool = Field(
         default=False, description="a money action meets a deadline only when it covers the "
         "disputed amount (Reg E provisional credit)")
+    after: Ident | None = Field(
+        default=None, description="an action that must be on record first (a reversal "
+        "needs the provisional credit it reverses)")
     source: str = Field(default="", description="citation, e.g. 12 CFR 1005.11(c)(2)(i)")
 
 
@@ -387,7 +391,7 @@ def _to_domain(model: LadderFile, label: str, checksum: str,
             institution_calendar=model.institution.calendar,
             migration=MigrationPolicy(recompute_due=model.migration.recompute_due,
                                       grace=grace_window),
-            actions=tuple(ActionDef(a.id, a.name, a.money, a.source, a.full_amount)
+            actions=tuple(ActionDef(a.id, a.name, a.money, a.source, a.full_amount, a.after)
                           for a in model.actions),
             outcomes=tuple(o.value for o in model.outcomes),
         )

@@ -89,6 +89,8 @@ class ActionDef:
         full_amount: a money action that meets a deadline only when it covers the disputed
             amount (Reg E 12 CFR 1005.11(c)(2)(i): a provisional credit "in the amount of the
             alleged error"); a smaller one is recorded as partial and meets nothing.
+        after: an action id that must be on record before this one (a reversal of a
+            provisional credit needs the credit), or None.
     """
 
     id: str
@@ -96,6 +98,7 @@ class ActionDef:
     money: bool = False
     source: str = ""
     full_amount: bool = False
+    after: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,9 +165,10 @@ class RegulatoryDeadline:
         started_by: action ids (:data:`RESOLUTION` allowed): the clock runs from the first
             recorded instant of any of them (never computed at enqueue); empty = from the
             ``anchor`` event.
-        counts_before_start: an action clock that an action recorded before the clock's
-            start also meets (Reg E comment 11(d)(2)-1: the notice of a reversal may precede
-            the debit); otherwise only an action at or after the start meets it.
+        counts_before_start: for an action clock, how long before its start (in the
+            deadline's unit and calendar) an action still meets it (Reg E comment
+            11(d)(2)-1: the notice of a reversal may go out five business days before the
+            debit); 0 = only an action at or after the start meets it.
         requires: a :class:`Requirement` (conditional window), or None.
 
     Raises:
@@ -182,7 +186,7 @@ class RegulatoryDeadline:
     met_by: tuple[str, ...] = (RESOLUTION,)
     started_by: tuple[str, ...] = ()
     requires: Requirement | None = None
-    counts_before_start: bool = False
+    counts_before_start: int = 0
 
     def __post_init__(self) -> None:
         # The buffer is counted like a window (in the deadline's unit and calendar), so it
@@ -269,6 +273,9 @@ def _check_deadline_actions(
     if unknown:
         raise LadderError(f"{where}.started_by: unknown action(s) {', '.join(unknown)}; "
                           f"declared: {declared} (and {RESOLUTION})")
+    if d.counts_before_start and not d.started_by:
+        raise LadderError(f"{where}.counts_before_start: only an action clock (started_by) "
+                          "has a start to count before")
     if d.requires is None:
         return
     if d.requires.action not in acts:
@@ -364,6 +371,10 @@ class Ladder:
                               "(the dispute's resolution)")
         if len(set(acts)) != len(acts):
             raise LadderError(f"{self.label}: actions: duplicate action id")
+        for a in self.actions:
+            if a.after is not None and a.after not in acts:
+                raise LadderError(f"{self.label}: actions.{a.id}.after: unknown action "
+                                  f"{a.after!r}")
         by_name = {d.name: d for d in self.deadlines}
         for d in self.deadlines:
             _check_deadline_actions(f"{self.label}: regulatory.{d.name}", d, acts, by_name)

@@ -33,18 +33,19 @@ one recorded before a deadline meets it on record, whatever the source says.
 the ladder needs the full amount) meets and starts nothing. On a version that declares
 actions, a ``cancel`` (outcome ``unstated``) is no resolution, and only ``resolve`` is. An
 action clock is met only by an action at or after its start, unless the ladder says
-``counts_before_start``.
+``counts_before_start`` (a span before the start, in the deadline's unit and calendar).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.ladder import RESOLUTION, Ladder, RegulatoryDeadline
+from escalation.domain.sla_timing import regulatory_cap
 
 AT_RISK = timedelta(hours=48)
 """An open deadline within this span of *now* is at risk (the console's default)."""
@@ -115,6 +116,8 @@ class RecordedAction:
             an assertion recorded before a deadline meets it on record.
         partial: a money action below the disputed amount where the ladder needs the full
             amount (``ActionDef.full_amount``): recorded, but it meets and starts nothing.
+        unchecked: such an action on a dispute whose disputed amount is not on record
+            (materiality 0.00): it counts, and every answer says its amount was not checked.
     """
 
     action: str
@@ -125,6 +128,7 @@ class RecordedAction:
     outcome: str | None = None
     recorded_at: datetime | None = None
     partial: bool = False
+    unchecked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +141,9 @@ class Clock:
             that starts it has no known instant.
         rule: human text of why it falls there (e.g. ``"no timely provisional_credit: due
             with determine_or_provisionally_credit"``); ``""`` for the ladder's own rule.
-        start: the instant an action clock started (None for anchor clocks).
+        start: for an action clock, the earliest instant of an action that meets it: the
+            action that started it, or ``counts_before_start`` earlier (None for anchor
+            clocks).
     """
 
     name: str
@@ -277,9 +283,14 @@ def clocks(
                 placed[d.name] = Clock(d.name, None, f"{starts[0].action} instant unknown")
             else:
                 res = d.resolve(first.occurred_at, calendars, attributes or {})
+                meets_from = first.occurred_at
+                if d.counts_before_start:  # the latest t with t + span <= the start
+                    meets_from = regulatory_cap(
+                        first.occurred_at, replace(d, buffer=d.counts_before_start,
+                                                   variants=()), calendars) or meets_from
                 placed[d.name] = Clock(
                     d.name, res.at, f"from {first.action} at {first.occurred_at.isoformat()}",
-                    first.occurred_at)
+                    meets_from)
     return [placed[d.name] for d in ladder.deadlines if d.name in placed]
 
 
@@ -302,8 +313,7 @@ def assess(
     for c in placed:
         rule = rules[c.name]
         on_record = [a for a in actions if a.action in rule.met_by and a.occurred_at is not None
-                     and (c.start is None or rule.counts_before_start
-                          or a.occurred_at >= c.start)]
+                     and (c.start is None or a.occurred_at >= c.start)]
         first = min(on_record, key=lambda a: (a.occurred_at, a.seq)) if on_record else None
         bounded = [a for a in actions if a.action in rule.met_by and a.occurred_at is None
                    and a.recorded_at is not None and c.at is not None and a.recorded_at < c.at]

@@ -26,7 +26,11 @@ def require_aware(value: datetime, name: str) -> datetime:
         raise InvalidInput(f"{name} must be a datetime, not {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidInput(f"{name} must be timezone-aware (got naive {value.isoformat()})")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59-05:00 or 0001-01-01T00:00+05:00: no UTC year
+        raise InvalidInput(f"{name} {value.isoformat()} is outside the instants UTC can "
+                           "hold") from None
 
 
 def to_ms(value: datetime) -> int:

@@ -91,6 +91,8 @@ class DeadlineOutcome:
         rule: why the clock falls where it does ("" = the ladder's own rule).
         action_recorded_at: when the ledger recorded that action (Redis TIME): an action
             entered long after it happened says so (None: open).
+        amount_unchecked: that action needs the full disputed amount, and the dispute has
+            none on record (materiality 0.00): its amount was not checked.
     """
 
     dispute_id: UUID
@@ -111,6 +113,7 @@ class DeadlineOutcome:
     actor: str | None = None
     rule: str = ""
     action_recorded_at: datetime | None = None
+    amount_unchecked: bool = False
 
     @property
     def ladder_key(self) -> str:
@@ -159,7 +162,9 @@ class DeadlineOutcome:
             return (f"met: {self.action_label} recorded on {recorded}, before the deadline "
                     "(instant not given)")
         return (f"met by {self.action_label} on {at(self.action_at)} by {self.actor}"
-                + self._entered_later(at))
+                + self._entered_later(at)
+                + (" (no disputed amount on record: the amount was not checked)"
+                   if self.amount_unchecked else ""))
 
     def _entered_later(self, at: Callable[[datetime], str]) -> str:
         """``, recorded <instant>`` when the action was entered a day or more after it
@@ -323,7 +328,8 @@ def outcomes_of(
                 _tier_at(chain, a.at), None if a.basis is None else a.basis.value,
                 None if by is None else by.action, None if by is None else by.occurred_at,
                 None if by is None else by.actor, a.rule,
-                None if by is None else by.recorded_at))
+                None if by is None else by.recorded_at,
+                by is not None and by.unchecked))
     return out
 
 

@@ -204,7 +204,8 @@ def recorded_actions(rows: Sequence[Any]) -> list[RecordedAction]:
                 None if at is None else datetime.fromisoformat(str(at)),
                 r.actor, int(r.seq),
                 asserted.get("timely") if isinstance(asserted, dict) else None,
-                details.get("outcome"), r.decided_at, bool(details.get("partial"))))
+                details.get("outcome"), r.decided_at, bool(details.get("partial")),
+                bool(details.get("amount_unchecked"))))
         elif r.event == "CANCELLED":
             out.append(RecordedAction(RESOLUTION, r.decided_at, r.actor, int(r.seq),
                                       outcome=Outcome.UNSTATED.value,
@@ -315,7 +316,9 @@ def _money(cmd: RecordAction, act: ActionDef, disputed: Decimal) -> dict[str, An
         raise InvalidInput("currency: three capital letters in ISO 4217 form such as USD, "
                            f"got {cmd.currency!r}")
     out: dict[str, Any] = {"amount": str(amount), "currency": cmd.currency}
-    if act.full_amount and amount < disputed:
+    if act.full_amount and disputed == 0:
+        out["amount_unchecked"] = True  # no disputed amount on record to compare with
+    elif act.full_amount and amount < disputed:
         out["partial"] = True
     return out
 
@@ -344,11 +347,20 @@ def _current(store: EventLog, did: UUID) -> tuple[Escalation, Status]:
     return got
 
 
-def _replay(rows: Sequence[LedgerRow], key: str, content: Mapping[str, Any]) -> LedgerRow | None:
-    """The row already written under ``key`` (same content), else None. Raises
-    ConflictError when the key was used for other content."""
+def _replay(
+    rows: Sequence[LedgerRow], key: str, content: Mapping[str, Any], actor: str,
+) -> LedgerRow | None:
+    """The row already written under ``key`` (same content, same actor), else None. Keys
+    are one space per dispute, shared by its actions and its resolution.
+
+    Raises:
+        ConflictError: the key was used for other content, or by another actor.
+    """
     for r in rows:
         if r.event in (ACTION_EVENT, RESOLVED_EVENT) and r.details.get("idempotency_key") == key:
+            if r.actor != actor:
+                raise ConflictError(f"idempotency_key {key!r} was used by another actor "
+                                    f"(seq {r.seq}); nothing written")
             # a field the first request had and this one lacks is other content too
             keys = set(content) | (_CONTENT_KEYS & set(r.details))
             first = {k: r.details.get(k) for k in keys}
@@ -422,8 +434,12 @@ def record_action(
     for _ in range(CAS_RETRIES):
         esc, status = _current(store, did)
         ladder = ladders.get(esc.ladder, esc.ladder_version)
-        money = _money(cmd, ladder.action(cmd.action), esc.materiality.amount)
+        act = ladder.action(cmd.action)
+        money = _money(cmd, act, esc.materiality.amount)
         rows = store.trail(did)
+        if act.after is not None and not any(
+                a.action == act.after and not a.partial for a in recorded_actions(rows)):
+            raise InvalidInput(f"action: {cmd.action!r} needs a {act.after!r} on record first")
         now = scheduler.time()
         at = _check_when(cmd.occurred_at, _asserts(cmd), now, _enqueued(rows).get("anchor_at"))
         content: dict[str, Any] = {
@@ -434,14 +450,14 @@ def record_action(
         }
         content = {k: v for k, v in content.items() if v is not None}
         scoped = esc.calendars(calendars)
-        first = _replay(rows, cmd.idempotency_key, content)
+        first = _replay(rows, cmd.idempotency_key, content, cmd.actor)
         if first is not None:
             actions = recorded_actions(rows)
             placed = dispute_clocks(ladder, rows, actions, scoped, esc.deadlines)
             return ObligationResult(esc, first.seq, True, assess(ladder, placed, actions, now))
         actions = [*recorded_actions(rows), RecordedAction(
             cmd.action, at, cmd.actor, esc.seq + 1, cmd.asserted_timely, recorded_at=now,
-            partial=bool(money.get("partial")))]
+            partial=bool(money.get("partial")), unchecked=bool(money.get("amount_unchecked")))]
         placed = dispute_clocks(ladder, rows, actions, scoped, esc.deadlines)
         bind = binding(ladder, placed, actions, now)
         changes, replan = _replan(esc, status, ladder, bind, scoped, now)
@@ -517,7 +533,7 @@ def resolve(
         if cmd.occurred_at is None and not asserted:
             content.pop("occurred_at")  # "now" differs on a retry: not part of the content
         scoped = esc.calendars(calendars)
-        first = _replay(rows, cmd.idempotency_key, content)
+        first = _replay(rows, cmd.idempotency_key, content, cmd.actor)
         if first is not None:
             actions = recorded_actions(rows)
             placed = dispute_clocks(ladder, rows, actions, scoped, esc.deadlines)

@@ -173,7 +173,8 @@ def _terminal(api_server: Server, service: httpx.Client, notice: datetime,
               external_id: str) -> str:
     """A Reg E dispute in its terminal tier, due in the past, fired by a worker burst."""
     b = body(ladder="reg_e_error_resolution", tier="compliance", attributes=REG_E,
-             materiality="100.00", notice_at=notice.isoformat(), due_at=(_now() - timedelta(minutes=1)).isoformat(),
+             materiality="100.00", notice_at=notice.isoformat(),
+             due_at=(_now() - timedelta(minutes=1)).isoformat(),
              dispute_id=None, source="bank", external_id=external_id)
     r = service.post("/v1/escalations", json=b)
     assert r.status_code == 201, r.text

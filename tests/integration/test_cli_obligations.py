@@ -67,10 +67,13 @@ def test_action_record_needs_a_named_actor_and_replays(app: Any, cli_env: dict[s
     row = _trail(app, did)[-1]
     assert row.event == "ACTION_RECORDED" and row.actor == "alice"
     assert row.details["amount"] == "100.00" and row.details["evidence"] == {"ref": "doc-7"}
-    # --actor wins over the setting; a replay writes nothing and says so
-    again = run_cli({**env, "ESCALATION_OPERATOR": "alice"}, *args[:-1], "--actor", "carol")
+    # a replay by the same actor writes nothing and says so
+    again = run_cli({**env, "ESCALATION_OPERATOR": "alice"}, *args[:-1])  # text, not --json
     assert again.returncode == 0, again.stderr
     assert "nothing written" in again.stdout and f"seq {row.seq}" in again.stdout
+    # --actor wins over the setting, and a key is one actor's: carol may not reuse alice's
+    carol = run_cli({**env, "ESCALATION_OPERATOR": "alice"}, *args[:-1], "--actor", "carol")
+    assert carol.returncode == 2 and "another actor" in carol.stderr, carol.stderr
     other = run_cli({**env, "ESCALATION_OPERATOR": "alice"},
                     *[a if a != "100.00" else "90.00" for a in args])
     assert other.returncode == 2 and "idempotency_key" in other.stderr

@@ -285,3 +285,20 @@ def test_worker_burst_after_a_provisional_credit_does_not_fire_at_the_old_due(ap
     assert app.store.get(did)[1] is Status.PENDING
     assert [r.event for r in app.store.trail(did)] == ["ENQUEUED", "ACTION_RECORDED"]
     assert dict(app.scheduler.pending_members(0))[str(did)] == to_ms(res.due_after)
+
+
+def test_cancel_then_resolve_keeps_the_projection_and_the_ledger_in_agreement(app: Any) -> None:
+    """A cancel records no finding on a version with actions; the resolve that follows it
+    leaves the dispute 'resolved' with both a CANCELLED and a RESOLVED row, which the
+    checkpoint's projection check and `audit verify` accept."""
+    from escalation.service_layer.cancel import cancel
+
+    now = app.scheduler.time()
+    did = _enqueue(app, _local(now, 1), tier="standard")
+    cancel(did, scheduler=app.scheduler, store=app.store, actor="ops.alice", reason="dup")
+    resolve(Resolve(did, "withdrawn_by_consumer", "ops.alice", "r-1"), **_kw(app))
+    assert _projection(app, did)["status"] == "resolved"
+    assert [r.event for r in app.store.trail(did)][-2:] == ["CANCELLED", "RESOLVED"]
+    with PostgresCheckpoints(app.engine).snapshot() as s:
+        assert s.projection_mismatches(did) == []
+    _verified(app, did)

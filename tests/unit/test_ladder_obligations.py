@@ -85,7 +85,8 @@ def test_the_valid_file_loads_with_its_obligations(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("old", "new", "expected"), [
     ('met_by = ["credit", "resolution"]', 'met_by = ["credit", "refund"]',
      "regulatory.first.met_by: unknown action(s) refund"),
-    ('started_by = "credit"', 'started_by = "debit"', "regulatory.told.started_by: unknown action(s) debit"),
+    ('started_by = "credit"', 'started_by = "debit"',
+     "regulatory.told.started_by: unknown action(s) debit"),
     ('requires = { action = "credit", within = "first" }',
      'requires = { action = "debit", within = "first" }',
      "regulatory.second.requires.action: unknown action 'debit'"),

@@ -81,9 +81,10 @@ class World:
                 "calendars": CALS}
 
     def enqueue(self, tier: str = "compliance", ladder: str = "reg_e_error_resolution",
-                attributes: dict[str, object] | None = None) -> Escalation:
+                attributes: dict[str, object] | None = None,
+                materiality: str = "125.00") -> Escalation:
         req = EnqueueRequest(
-            dispute_id=uuid.uuid4(), materiality="125.00", source_hash="ab" * 32, tier=tier,
+            dispute_id=uuid.uuid4(), materiality=materiality, source_hash="ab" * 32, tier=tier,
             opened_at=ANCHOR, anchor_at=ANCHOR, ladder=ladder, timezone="America/New_York",
             calendar="us_federal_reserve",
             attributes=NO if attributes is None else attributes)

@@ -70,16 +70,65 @@ def test_a_notice_before_the_credit_it_reports_does_not_meet_its_clock() -> None
     assert states(res)[D10_NAME] == (DeadlineState.MET, "provisional_credit")
 
 
-def test_a_reversal_notice_may_precede_the_debit() -> None:
-    """Comment 11(d)(2)-1 to 12 CFR 1005.11(d)(2): the notice may go out five business days
-    before the debit; the ladder says counts_before_start for reversal_notice."""
+def test_a_reversal_notice_may_precede_the_debit_by_five_business_days() -> None:
+    """Comment 11(d)(2)-1 to 12 CFR 1005.11(d)(2): the notice may say the account "will be
+    debited five business days from the transmittal", so reversal_notice counts a notice up
+    to 5 business days before the debit (counts_before_start = 5). Debit Tue Jan 20 11:00
+    EST: a notice on Mon Jan 12 (+5 bd: 13, 14, 15, 16, MLK 19 closed, 20) counts; one on
+    Fri Jan 2 (+5 bd ends Fri Jan 9) is too early to be a notice of this debit."""
     w = World()
     esc = w.enqueue(tier="standard")
     w.at(L(2026, 1, 20, 12))
-    w.record(esc.dispute_id, "reversal_notice", L(2026, 1, 13, 10), "rn-1")
+    w.record(esc.dispute_id, "provisional_credit", L(2026, 1, 6, 10), "pc-1")
+    w.record(esc.dispute_id, "reversal_notice", L(2026, 1, 12, 10), "rn-1")
     got = states(w.record(esc.dispute_id, "provisional_credit_reversal", L(2026, 1, 20, 11),
                           "rev-1"))
     assert got["reversal_notice"] == (DeadlineState.MET, "reversal_notice")
+
+    early = World()
+    esc2 = early.enqueue(tier="standard")
+    early.at(L(2026, 1, 20, 12))
+    early.record(esc2.dispute_id, "provisional_credit", L(2026, 1, 5, 11), "pc-1")
+    early.record(esc2.dispute_id, "reversal_notice", L(2026, 1, 2 + 3, 12), "rn-0")
+    got2 = states(early.record(esc2.dispute_id, "provisional_credit_reversal",
+                               L(2026, 1, 20, 11), "rev-1"))
+    assert got2["reversal_notice"][0] is not DeadlineState.MET
+
+
+def test_a_reversal_needs_the_credit_it_reverses() -> None:
+    w = World()
+    esc = w.enqueue(tier="standard")
+    w.at(L(2026, 1, 20, 12))
+    rows = w.rows(esc.dispute_id)
+    with pytest.raises(InvalidInput, match="needs a 'provisional_credit' on record first"):
+        w.record(esc.dispute_id, "provisional_credit_reversal", L(2026, 1, 20, 11), "rev-1")
+    assert w.rows(esc.dispute_id) == rows
+
+
+def test_a_credit_on_a_dispute_without_its_amount_counts_but_says_it_was_not_checked() -> None:
+    w = World()
+    esc = w.enqueue(tier="standard", materiality="0.00")
+    w.at(L(2026, 1, 8, 12))
+    res = w.record(esc.dispute_id, "provisional_credit", L(2026, 1, 8, 11), "pc",
+                   amount="0.01")
+    got = {a.name: a for a in res.assessments}[D10_NAME]
+    assert got.state is DeadlineState.MET and got.by.unchecked  # type: ignore[union-attr]
+    assert w.store.trail(esc.dispute_id)[-1].details["amount_unchecked"] is True
+
+
+def test_an_idempotency_key_is_one_actors() -> None:
+    from escalation.domain.errors import ConflictError
+    from escalation.service_layer.obligations import RecordAction, record_action
+
+    w = World()
+    esc = w.enqueue(tier="standard")
+    w.at(L(2026, 1, 8, 12))
+    w.record(esc.dispute_id, "determination", L(2026, 1, 8, 11), "k")
+    rows = w.rows(esc.dispute_id)
+    with pytest.raises(ConflictError, match="used by another actor"):
+        record_action(RecordAction(esc.dispute_id, "determination", L(2026, 1, 8, 11),
+                                   "ops.bob", "k"), **w.kw())
+    assert w.rows(esc.dispute_id) == rows
 
 
 def test_a_resolution_without_a_determination_starts_the_results_notice_clock() -> None:
@@ -176,3 +225,19 @@ def test_the_outcome_phrase_says_when_a_backdated_action_was_recorded() -> None:
         0, "standard", "record", "determination", L(2026, 1, 9, 10), "ops.alice", "",
         L(2026, 3, 2, 9))
     assert late_entry.explain(str).endswith(f", recorded {L(2026, 3, 2, 9)}")
+
+
+def test_an_instant_outside_what_utc_holds_is_refused_naming_the_field() -> None:
+    from datetime import datetime, timezone
+
+    w = World()
+    esc = w.enqueue(tier="standard")
+    rows = w.rows(esc.dispute_id)
+    far = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-5)))
+    with pytest.raises(InvalidInput, match="occurred_at"):
+        w.record(esc.dispute_id, "determination", far, "far")
+    early = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))
+    with pytest.raises(InvalidInput, match="occurred_at"):
+        resolve(Resolve(esc.dispute_id, "no_error_found", "ops.alice", "r",
+                        occurred_at=early), **w.kw())
+    assert w.rows(esc.dispute_id) == rows

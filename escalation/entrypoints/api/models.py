@@ -147,6 +147,9 @@ class MetByOut(BaseModel):
     recorded_at: datetime | None = Field(
         default=None, description="When the ledger recorded it (an action entered after "
         "the fact says so here).")
+    amount_unchecked: bool = Field(
+        default=False, description="True: the action needs the whole disputed amount and "
+        "the dispute has none on record (materiality 0.00), so its amount was not checked.")
 
 
 class DeadlineOut(BaseModel):

@@ -87,7 +87,8 @@ def to_request(body: EscalationIn) -> EnqueueRequest:
 def deadline_out(a: Assessment) -> DeadlineOut:
     """One ``domain.obligations.assess`` outcome as the API reports it."""
     by = None if a.by is None else MetByOut(action=a.by.action, occurred_at=a.by.occurred_at,
-                                            actor=a.by.actor, recorded_at=a.by.recorded_at)
+                                            actor=a.by.actor, recorded_at=a.by.recorded_at,
+                                            amount_unchecked=a.by.unchecked)
     return DeadlineOut(
         name=a.name, citation=a.citation, deadline_at=a.at, at=a.at, state=a.state.value,
         basis=None if a.basis is None else a.basis.value, met_by=by,
