@@ -1007,18 +1007,40 @@ class TokenStore(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class SessionSeen:
+    """A console session id found live by ``SessionStore.touch``.
+
+    ``token``: the session's token. ``age_s``: seconds since this id was issued (at sign-in
+    or at its last rotation), database clock. ``rotated_ago_s``: None while the id is the
+    session's current one; else seconds since it was rotated away (accepted only within the
+    grace the caller passed)."""
+
+    token: TokenInfo
+    age_s: float
+    rotated_ago_s: float | None
+
+
 class SessionStore(Protocol):
-    """Console sessions by id digest (adapter: ``adapters.session_store``). Every time is
+    """Console sessions by id digest (adapter: ``adapters.token_store``). Every time is
     the database clock; a session lives while it is not ended, was seen within the idle
-    timeout, is younger than its absolute lifetime and its token is active."""
+    timeout, is younger than its absolute lifetime and its token is active. A rotation
+    gives the session a new id digest and keeps its absolute end."""
 
     def start(self, digest: str, token_name: str, lifetime_s: float) -> None:
         """Store a new session of ``token_name`` ending at the latest ``lifetime_s`` s on."""
         ...
 
-    def touch(self, digest: str, idle_s: float) -> TokenInfo | None:
-        """The token of a live session (and mark it seen now), or None (unknown, ended,
-        idle longer than ``idle_s``, past its lifetime, token revoked or expired)."""
+    def touch(self, digest: str, idle_s: float, grace_s: float) -> SessionSeen | None:
+        """The live session of ``digest`` (and mark it seen now), or None (unknown, ended,
+        idle longer than ``idle_s``, past its lifetime, token revoked or expired). An id
+        rotated away less than ``grace_s`` seconds ago is still found (``rotated_ago_s``)."""
+        ...
+
+    def rotate(self, digest: str, new_digest: str) -> bool:
+        """Atomically end the live id ``digest`` (``rotated``) and store ``new_digest`` for
+        the same token with the same absolute end. False (nothing written) if ``digest`` was
+        not live: another request rotated or ended it first."""
         ...
 
     def end(self, digest: str, why: str) -> bool:

@@ -100,6 +100,11 @@ class Settings(BaseSettings):
     # latest console_session_lifetime_s after sign-in (PostgreSQL's clock)
     console_session_idle_s: float = Field(default=900, ge=2, le=86_400)
     console_session_lifetime_s: float = Field(default=28_800, ge=2, le=604_800)
+    # ... and a live session's id is replaced by a new one at the first request
+    # console_session_rotate_s after it was issued; the old id works
+    # console_session_rotate_grace_s more (the rest of a page load), then never again
+    console_session_rotate_s: float = Field(default=900, ge=1, le=604_800)
+    console_session_rotate_grace_s: float = Field(default=5, ge=0, le=60)
     # The institution's home time zone and business calendar: what the calendar id
     # ``institution`` in ladder windows means, and the zone of date-only / naive inputs.
     # A ladder version (``[institution]``) and each escalation may override them.

@@ -312,9 +312,11 @@ console_sessions = sa.Table(
     sa.ForeignKeyConstraint(["token_name"], ["api_tokens.name"]),
     sa.Index(None, "token_name"),
 )
-"""Console sessions (revision 0011): the SHA-256 hex digest of each session id (the cookie
-value, never stored), the token signed in with, the last request (idle timeout), the absolute
-end, and when and why the session ended (``signed_out``, ``replaced``, ``token_revoked``)."""
+"""Console sessions (revision 0011): one row per session id (issued at sign-in or at a
+rotation, ``created_at``): its SHA-256 hex digest (the cookie value, never stored), the
+token signed in with, the last request (idle timeout), the absolute end (a rotation copies
+the sign-in's), and when and why the id ended (``signed_out``, ``replaced``,
+``token_revoked``, ``rotated``)."""
 
 deployment_binding = sa.Table(
     "deployment_binding",

@@ -13,9 +13,15 @@ import sqlalchemy.exc
 from escalation.adapters.tables import api_tokens, console_sessions
 from escalation.domain.access import Role, TokenInfo
 from escalation.domain.errors import ConflictError
+from escalation.ports import SessionSeen
 
 _T = api_tokens
 _S = console_sessions
+
+
+def _seconds(value: float) -> Any:
+    """An SQL interval of ``value`` seconds."""
+    return sa.func.make_interval(0, 0, 0, 0, 0, 0, value)
 
 
 def _info(row: Mapping[Any, Any]) -> TokenInfo:
@@ -95,25 +101,49 @@ class PostgresSessionStore:
         with self._engine.begin() as conn:
             conn.execute(_S.insert().values(
                 id_sha256=digest, token_name=token_name,
-                expires_at=sa.func.clock_timestamp() + sa.func.make_interval(
-                    0, 0, 0, 0, 0, 0, lifetime_s)))
+                expires_at=sa.func.clock_timestamp() + _seconds(lifetime_s)))
 
-    def touch(self, digest: str, idle_s: float) -> TokenInfo | None:
-        """One statement: the session's token if the session is live (not ended, seen within
-        ``idle_s``, before its end, token neither revoked nor expired), marking it seen now."""
+    def touch(self, digest: str, idle_s: float, grace_s: float) -> SessionSeen | None:
+        """One statement: the session if the id is live (not ended, or rotated away less
+        than ``grace_s`` ago; seen within ``idle_s``, before its end, token neither revoked
+        nor expired), marking it seen now."""
         now = sa.func.clock_timestamp()
         stmt = (
             _S.update()
-            .where(_S.c.id_sha256 == digest, _S.c.ended_at.is_(None),
-                   _S.c.last_seen_at > now - sa.func.make_interval(0, 0, 0, 0, 0, 0, idle_s),
+            .where(_S.c.id_sha256 == digest,
+                   sa.or_(_S.c.ended_at.is_(None),
+                          sa.and_(_S.c.ended_why == "rotated",
+                                  _S.c.ended_at > now - _seconds(grace_s))),
+                   _S.c.last_seen_at > now - _seconds(idle_s),
                    _S.c.expires_at > now, _T.c.name == _S.c.token_name,
                    _T.c.revoked_at.is_(None), _T.c.expires_at > now)
             .values(last_seen_at=now)
-            .returning(*_T.c)
+            .returning(*_T.c,
+                       sa.extract("epoch", now - _S.c.created_at).label("age_s"),
+                       sa.extract("epoch", now - _S.c.ended_at).label("rotated_ago_s"))
         )
         with self._engine.begin() as conn:
             row = conn.execute(stmt).mappings().first()
-        return None if row is None else _info(row)
+        if row is None:
+            return None
+        ago = row["rotated_ago_s"]
+        return SessionSeen(_info(row), float(row["age_s"]),
+                           None if ago is None else float(ago))
+
+    def rotate(self, digest: str, new_digest: str) -> bool:
+        """One transaction: end the live id ``digest`` (``rotated``) and insert
+        ``new_digest`` for its token with its ``expires_at`` (the absolute end stays)."""
+        with self._engine.begin() as conn:
+            old = conn.execute(
+                _S.update().where(_S.c.id_sha256 == digest, _S.c.ended_at.is_(None))
+                .values(ended_at=sa.func.clock_timestamp(), ended_why="rotated")
+                .returning(_S.c.token_name, _S.c.expires_at)).mappings().first()
+            if old is None:
+                return False
+            conn.execute(_S.insert().values(id_sha256=new_digest,
+                                            token_name=old["token_name"],
+                                            expires_at=old["expires_at"]))
+        return True
 
     def end(self, digest: str, why: str) -> bool:
         """End a live session now; False if it was unknown or already ended."""

@@ -6,18 +6,41 @@ cookie is never a bearer token (the API refuses anything not starting ``esc_`` b
 lookup) and a copied cookie dies with the session: at sign-out, after ``idle_s`` without a
 request, at the absolute end ``lifetime_s`` after sign-in, or when its token is revoked or
 expires (docs/adr/0011-http-hardening.md). Every sign-in issues a new id: an id known before
-sign-in (a planted cookie) is never promoted.
+sign-in (a planted cookie) is never promoted. A live session's id is rotated: the first check
+at least ``rotate_s`` seconds after the id was issued replaces it with a new one (the caller
+sends it to the browser), the old id is accepted ``grace_s`` seconds more (requests of the
+same page load already on their way) and then never again; the absolute end stays that of
+the sign-in.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import dataclass
 
 from escalation.domain.access import TokenInfo
 from escalation.ports import SessionStore
 
 SESSION_PREFIX = "ses_"
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A live session found by :func:`check`.
+
+    ``token``: its token. ``new_id``: the id that replaced the one checked (send it to the
+    browser), or None. ``cache_s``: how long, in seconds, a process may take the id checked
+    (or ``new_id`` when set) as live without asking again: never past the instant the id is
+    due for rotation, and 0 for an id already rotated away (it lives only in its grace)."""
+
+    token: TokenInfo
+    new_id: str | None
+    cache_s: float
+
+
+def _new_id() -> str:
+    return SESSION_PREFIX + secrets.token_urlsafe(32)
 
 
 def session_digest(session_id: str) -> str:
@@ -37,16 +60,33 @@ def sign_in(store: SessionStore, token: TokenInfo, lifetime_s: float,
     shown to the browser only."""
     if replacing and well_formed(replacing):
         store.end(session_digest(replacing), "replaced")
-    session_id = SESSION_PREFIX + secrets.token_urlsafe(32)
+    session_id = _new_id()
     store.start(session_digest(session_id), token.name, lifetime_s)
     return session_id
 
 
-def check(store: SessionStore, session_id: str, idle_s: float) -> TokenInfo | None:
-    """The token of the live session ``session_id`` (now marked seen), or None."""
+def check(store: SessionStore, session_id: str, idle_s: float, rotate_s: float,
+          grace_s: float) -> Checked | None:
+    """The live session ``session_id`` (now marked seen), or None.
+
+    An id issued ``rotate_s`` seconds ago or more is rotated here: ``new_id`` replaces it
+    and the old id is refused once ``grace_s`` seconds have passed. The absolute end does not
+    move. Of two requests rotating the same id at once, one rotates; the other is served in
+    the grace with ``new_id`` None (the browser gets the new id from the first)."""
     if not well_formed(session_id):
         return None
-    return store.touch(session_digest(session_id), idle_s)
+    digest = session_digest(session_id)
+    seen = store.touch(digest, idle_s, grace_s)
+    if seen is None:
+        return None
+    if seen.rotated_ago_s is not None:
+        return Checked(seen.token, None, 0.0)
+    if seen.age_s < rotate_s:
+        return Checked(seen.token, None, rotate_s - seen.age_s)
+    new_id = _new_id()
+    if store.rotate(digest, session_digest(new_id)):
+        return Checked(seen.token, new_id, rotate_s)
+    return Checked(seen.token, None, 0.0)
 
 
 def sign_out(store: SessionStore, session_id: str) -> bool:

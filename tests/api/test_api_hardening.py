@@ -441,3 +441,95 @@ def test_failed_console_sign_ins_are_throttled(hard: Hard) -> None:
                                            "csrf": c.cookies["esc_console_login"]})
         codes.append(r.status_code)
     assert codes == [401] * LIMIT + [429] * 2 and int(r.headers["retry-after"]) >= 1
+
+
+# --------------------------------------------------------------------------- 6. rotation
+ROTATE_S, GRACE_S, LIFETIME_S = 2, 2, 10
+
+
+@pytest.fixture(scope="module")
+def rotating(redis_url: str, database_url: str, engine: sa.Engine) -> Iterator[Hard]:
+    """A server whose console session ids rotate every 2 s (grace 2 s), sessions end 10 s
+    after sign-in, and a live session is cached up to 60 s (so a cache that outlived a
+    rotation would show)."""
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
+    env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=database_url,
+               ESCALATION_NAMESPACE=namespace, ESCALATION_LOG_FORMAT="json",
+               ESCALATION_LOG_LEVEL="WARNING", ESCALATION_API_TOKEN_CACHE_S="60",
+               ESCALATION_CONSOLE_SESSION_IDLE_S="300",
+               ESCALATION_CONSOLE_SESSION_LIFETIME_S=str(LIFETIME_S),
+               ESCALATION_CONSOLE_SESSION_ROTATE_S=str(ROTATE_S),
+               ESCALATION_CONSOLE_SESSION_ROTATE_GRACE_S=str(GRACE_S))
+    tokens, names = make_tokens(engine, f"ro{uuid.uuid4().hex[:8]}")
+    url, proc = start_server(env)
+    try:
+        yield Hard(url, tokens, names, engine)
+    finally:
+        stop_server(proc)
+
+
+def _row(engine: sa.Engine, sid: str) -> Any:
+    from escalation.service_layer.sessions import session_digest
+
+    with engine.connect() as conn:
+        return conn.execute(sa.text("SELECT ended_why, expires_at FROM console_sessions "
+                                    "WHERE id_sha256 = :d"), {"d": session_digest(sid)}).one()
+
+
+def test_a_session_id_rotates_the_old_one_dies_and_the_lifetime_stays(rotating: Hard) -> None:
+    t0 = time.monotonic()
+    c = _sign_in(rotating)
+    sid0 = c.cookies["esc_console"]
+    r = c.get("/console/deadlines.csv")
+    assert r.status_code == 200 and "set-cookie" not in r.headers  # not due yet
+    time.sleep(ROTATE_S + 0.3)
+    r = c.get("/console/deadlines.csv")
+    assert r.status_code == 200
+    cookie = r.headers["set-cookie"]
+    sid1 = c.cookies["esc_console"]
+    assert sid1.startswith("ses_") and sid1 != sid0 and f"esc_console={sid1}" in cookie
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/console" in cookie
+    assert "Secure" not in cookie  # plain HTTP here
+    old = {"esc_console": sid0}
+    # a request of the same page load still on its way with the old id: within the grace
+    assert httpx.get(rotating.url + "/console/deadlines.csv", cookies=old).status_code == 200
+    time.sleep(GRACE_S + 0.5)
+    r = httpx.get(rotating.url + "/console/deadlines.csv", cookies=old)
+    assert r.status_code == 303 and "/console/login" in r.headers["location"]
+    assert r.headers.get("set-cookie") is None
+    ended, expires0 = _row(rotating.engine, sid0)
+    assert ended == "rotated" and _row(rotating.engine, sid1)[1] == expires0
+    # browsing on keeps rotating; the absolute end of the sign-in still holds
+    seen = {sid0, sid1}
+    while time.monotonic() - t0 < LIFETIME_S - 1.5:
+        assert c.get("/console/deadlines.csv").status_code == 200
+        seen.add(c.cookies["esc_console"])
+        time.sleep(0.7)
+    assert len(seen) >= 3
+    assert _row(rotating.engine, c.cookies["esc_console"])[1] == expires0
+    time.sleep(max(0.0, LIFETIME_S + 1 - (time.monotonic() - t0)))
+    r = c.get("/console/deadlines.csv")
+    assert r.status_code == 303 and "/console/login" in r.headers["location"]
+
+
+def test_no_process_serves_a_rotated_away_id_from_its_cache(engine: sa.Engine) -> None:
+    """Two processes' caches (60 s) on one store: the one that did not rotate the id stops
+    accepting it when the grace ends, though it had it cached."""
+    from escalation.adapters.token_store import PostgresSessionStore, PostgresTokenStore
+    from escalation.entrypoints.api.auth import SessionCache
+    from escalation.service_layer.tokens import create_token
+
+    _secret, info = create_token(PostgresTokenStore(engine), f"rc{uuid.uuid4().hex[:8]}",
+                                 "compliance", 1)
+    store = PostgresSessionStore(engine)
+    one, two = (SessionCache(store, 60, 300, ROTATE_S, 1) for _ in range(2))
+    sid0 = one.sign_in(info, 60, None)
+    assert one.check(sid0) == (info, None)  # cached by process one
+    time.sleep(ROTATE_S + 0.2)
+    got = two.check(sid0)
+    assert got is not None and got[1] is not None and got[1] != sid0
+    assert one.check(sid0) == (info, None)  # in the grace
+    time.sleep(1.3)
+    assert one.check(sid0) is None and two.check(sid0) is None
+    assert one.check(got[1]) == (info, None)

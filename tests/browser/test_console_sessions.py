@@ -1,6 +1,7 @@
 """Console sessions in Chromium (ADR 0011): sign-in exchanges the token for a session whose
 cookie is no token; a session idle longer than the timeout is gone; sign-out ends it on the
-server, so a copy of the cookie taken before stops working."""
+server, so a copy of the cookie taken before stops working; browsing across id rotations
+keeps the session, and the rotated-away ids stop working."""
 
 from __future__ import annotations
 
@@ -31,6 +32,25 @@ def short(redis_url: str, database_url: str, engine: sa.Engine
                ESCALATION_LOG_LEVEL="WARNING", ESCALATION_API_TOKEN_CACHE_S="0",
                ESCALATION_CONSOLE_SESSION_IDLE_S=str(IDLE_S))
     tokens, _names = make_tokens(engine, f"cs{uuid.uuid4().hex[:8]}")
+    url, proc = start_server(env)
+    try:
+        yield url, tokens
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def rotating(redis_url: str, database_url: str, engine: sa.Engine
+             ) -> Iterator[tuple[str, dict[str, str]]]:
+    """A server whose console session ids rotate every 2 s (grace 1 s)."""
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
+    env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=database_url,
+               ESCALATION_NAMESPACE=namespace, ESCALATION_LOG_FORMAT="json",
+               ESCALATION_LOG_LEVEL="WARNING", ESCALATION_API_TOKEN_CACHE_S="5",
+               ESCALATION_CONSOLE_SESSION_ROTATE_S="2",
+               ESCALATION_CONSOLE_SESSION_ROTATE_GRACE_S="1")
+    tokens, _names = make_tokens(engine, f"cr{uuid.uuid4().hex[:8]}")
     url, proc = start_server(env)
     try:
         yield url, tokens
@@ -101,3 +121,36 @@ def test_sign_out_ends_the_session_on_the_server(tab, short) -> None:
     assert "/console/login" in tab.url
     r = httpx.get(url + "/console/audit", cookies={"esc_console": copy})
     assert r.status_code == 303 and "/console/login" in r.headers["location"]
+
+
+def test_browsing_across_rotations_keeps_the_session(tab, rotating) -> None:
+    url, tokens = rotating
+    _sign_in(tab, url, tokens["admin"], "/console")
+    ids = [_cookie(tab)]
+    t0 = time.monotonic()
+    pages = ("/console/audit", "/console/deadlines", "/console", "/console/operations")
+    i = 0
+    while time.monotonic() - t0 < 7:
+        path = pages[i % len(pages)]
+        tab.goto(url + path)
+        assert tab.url.endswith(path), tab.url  # never sent back to the sign-in form
+        assert tab.get_by_role("button", name="Sign out").is_visible()
+        if _cookie(tab) != ids[-1]:
+            ids.append(_cookie(tab))
+        i += 1
+        time.sleep(0.8)
+    assert len(ids) >= 3, ids  # rotated at least twice while browsing
+    time.sleep(1.5)  # past the grace: every id but the current one is dead
+    for old in ids[:-1]:
+        r = httpx.get(url + "/console/audit", cookies={"esc_console": old})
+        assert r.status_code == 303 and "/console/login" in r.headers["location"]
+    # the page's sign-out form carries the current id's CSRF token: sign-out works and
+    # ends the session (whatever id the sign-out request itself rotated to)
+    tab.goto(url + "/console/audit")
+    current = _cookie(tab)
+    with tab.expect_navigation():
+        tab.get_by_role("button", name="Sign out").click()
+    assert "/console/login" in tab.url
+    assert not any(c["name"] == "esc_console" for c in tab.context.cookies())
+    r = httpx.get(url + "/console/audit", cookies={"esc_console": current})
+    assert r.status_code == 303

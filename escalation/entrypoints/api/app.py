@@ -52,7 +52,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # the row's last_seen_at, refreshed on each check that reaches PostgreSQL)
         app.state.sessions = SessionCache(PostgresSessionStore(core.engine),
                                           min(s.api_token_cache_s, s.console_session_idle_s / 4),
-                                          s.console_session_idle_s)
+                                          s.console_session_idle_s,
+                                          s.console_session_rotate_s,
+                                          s.console_session_rotate_grace_s)
         from escalation.entrypoints.api.batching import CreateBatcher
 
         app.state.batcher = CreateBatcher(core)

@@ -142,32 +142,42 @@ def throttle_keys(client: str | None, secret: str | None) -> tuple[str, ...]:
 
 
 class SessionCache:
-    """Live console sessions by id for ``ttl_s`` seconds (thread-safe); a miss reads
-    PostgreSQL (``sessions.check``: one UPDATE that also marks the session seen)."""
+    """Live console sessions by id for up to ``ttl_s`` seconds (thread-safe); a miss reads
+    PostgreSQL (``sessions.check``: one UPDATE that also marks the session seen, and
+    rotates an id issued ``rotate_s`` seconds ago or more). An id is never cached past the
+    instant it is due for rotation, so once any process rotates it no process serves it
+    from memory; one rotated away is never cached (it lives only its ``grace_s``)."""
 
-    def __init__(self, store: SessionStore, ttl_s: float, idle_s: float) -> None:
+    def __init__(self, store: SessionStore, ttl_s: float, idle_s: float,
+                 rotate_s: float, grace_s: float) -> None:
         self._store = store
         self._ttl_s = ttl_s
         self._idle_s = idle_s
+        self._rotate_s = rotate_s
+        self._grace_s = grace_s
         self._lock = threading.Lock()
-        self._seen: dict[str, tuple[float, TokenInfo]] = {}
+        self._seen: dict[str, tuple[float, TokenInfo]] = {}  # id -> (until, token)
 
-    def check(self, session_id: str) -> TokenInfo | None:
-        """The token of the live session ``session_id``, or None (blocking)."""
+    def check(self, session_id: str) -> tuple[TokenInfo, str | None] | None:
+        """The token of the live session ``session_id`` and the id that replaced it (to
+        send to the browser; None if not rotated now), or None (blocking)."""
         now = time.monotonic()
         with self._lock:
             hit = self._seen.get(session_id)
-        if hit is not None and now - hit[0] < self._ttl_s:
-            return hit[1]
-        info = sessions.check(self._store, session_id, self._idle_s)
+        if hit is not None and now < hit[0]:
+            return hit[1], None
+        got = sessions.check(self._store, session_id, self._idle_s, self._rotate_s,
+                             self._grace_s)
         with self._lock:
-            if info is None:
-                self._seen.pop(session_id, None)
-            elif self._ttl_s > 0:
+            self._seen.pop(session_id, None)
+            if got is None:
+                return None
+            ttl = min(self._ttl_s, got.cache_s)
+            if ttl > 0:
                 if len(self._seen) > 10_000:
                     self._seen.clear()
-                self._seen[session_id] = (now, info)
-        return info
+                self._seen[got.new_id or session_id] = (now + ttl, got.token)
+        return got.token, got.new_id
 
     def sign_in(self, token: TokenInfo, lifetime_s: float, replacing: str | None) -> str:
         """A new session for ``token`` (see ``sessions.sign_in``); blocking."""

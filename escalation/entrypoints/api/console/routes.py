@@ -7,7 +7,9 @@ id, never the token, and is no bearer token. A session ends at sign-out (server-
 ``console_session_idle_s`` without a request, ``console_session_lifetime_s`` after sign-in, or
 when its token is revoked or expires. Failed sign-ins count in the API's throttle (429). The
 only POST forms (sign-in, sign-out) carry a CSRF token: before sign-in a random value
-double-submitted in a cookie, after sign-in an HMAC of the session id. Filters are GET forms.
+double-submitted in a cookie, after sign-in an HMAC of the session id. The first request
+``console_session_rotate_s`` after the id was issued gets a new id (``SessionCookie``); the
+old one works ``console_session_rotate_grace_s`` more. Filters are GET forms.
 Times are shown in the institution's zone (``ESCALATION_INSTITUTION_TIMEZONE``) with the
 UTC offset; a date typed in a filter is a local date in that zone (the form says so).
 """
@@ -34,6 +36,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 from starlette.background import BackgroundTask
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from escalation.bootstrap import App
 from escalation.domain.access import Permission, TokenInfo
@@ -172,15 +175,55 @@ def _zone(request: Request) -> ZoneInfo:
 
 
 def _user(request: Request) -> tuple[TokenInfo, str]:
+    """The session's token and the id the browser sent (what its CSRF token is of). If the
+    check rotated the id, the response carries the new one (``SessionCookie``) and pages
+    rendered for it carry the new id's CSRF token."""
     secret = request.cookies.get(SESSION_COOKIE)
     nxt = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     if not secret:
         raise LoginRequired(nxt)
-    info = request.app.state.sessions.check(secret)  # SessionCache: a live session's token
-    if info is None or not info.permits(Permission.AUDIT):
+    got = request.app.state.sessions.check(secret)  # SessionCache: token, rotated id
+    if got is None or not got[0].permits(Permission.AUDIT):
         raise LoginRequired(nxt)
+    info, new_id = got
     request.state.actor = info.name
+    request.state.session_id = new_id or secret
+    if new_id is not None:
+        request.state.session_cookie = session_cookie(request, new_id)
     return info, secret
+
+
+def session_cookie(request: Request, session_id: str) -> tuple[bytes, bytes]:
+    """The ``Set-Cookie`` header of the session cookie holding ``session_id``: ``HttpOnly;
+    SameSite=Strict; Path=/console``, ``Secure`` over HTTPS (at sign-in and rotation)."""
+    resp = Response()
+    resp.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="strict",
+                    path="/console", secure=request.url.scheme == "https")
+    return next(h for h in resp.raw_headers if h[0] == b"set-cookie")
+
+
+class SessionCookie:
+    """Pure ASGI middleware for ``/console``: adds the cookie of a session id rotated while
+    the request was served (``request.state.session_cookie``, set by ``_user``) to the
+    response, whatever the route returns (page, download, redirect)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on; add the header to ``http.response.start`` if set."""
+        if scope["type"] != "http" or not scope["path"].startswith("/console"):
+            await self.app(scope, receive, send)
+            return
+        state = scope.setdefault("state", {})
+
+        async def send_cookie(message: Message) -> None:
+            header = state.get("session_cookie")
+            if message["type"] == "http.response.start" and header is not None:
+                message = {**message, "headers": [*message.get("headers", []), header]}
+            await send(message)
+
+        await self.app(scope, receive, send_cookie)
 
 
 def _queries(request: Request) -> Any:
@@ -204,7 +247,7 @@ def render(request: Request, template: str, code: int = 200, **ctx: Any) -> HTML
     """Render ``template`` with the page context (zone, user, csrf, formatters)."""
     zone = _zone(request)
     user = getattr(request.state, "actor", None)
-    secret = request.cookies.get(SESSION_COOKIE)
+    secret = getattr(request.state, "session_id", None) or request.cookies.get(SESSION_COOKIE)
     html = env.get_template(template).render(
         zone=zone, zone_name=str(zone), user=user, path=request.url.path,
         csrf=csrf_for(secret) if secret and user else "",
@@ -340,8 +383,7 @@ async def login(request: Request) -> Response:
         request.app.state.sessions.sign_in, info, settings.console_session_lifetime_s,
         request.cookies.get(SESSION_COOKIE))
     resp = RedirectResponse(nxt, 303, headers=_headers())
-    resp.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="strict",
-                    path="/console", secure=request.url.scheme == "https")
+    resp.raw_headers.append(session_cookie(request, session_id))
     resp.delete_cookie(LOGIN_COOKIE, path="/console")
     return resp
 
@@ -353,7 +395,10 @@ async def logout(request: Request) -> Response:
     form = await _form(request)
     if not hmac.compare_digest(csrf_for(secret), form.get("csrf", "")):
         return Response("CSRF token mismatch", 403, headers=_headers())
-    await run_in_threadpool(request.app.state.sessions.sign_out, secret)
+    # the session's current id: this very request may have rotated it, and then the new id
+    # must end and never reach the browser
+    await run_in_threadpool(request.app.state.sessions.sign_out, request.state.session_id)
+    request.state.session_cookie = None
     resp = RedirectResponse("/console/login", 303, headers=_headers())
     resp.delete_cookie(SESSION_COOKIE, path="/console")
     return resp
