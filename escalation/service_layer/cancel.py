@@ -8,9 +8,11 @@ then CANCELLED) is notified by that same script, exactly once.
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from escalation.domain.escalation import Escalation, check_reason, parse_dispute_id
 from escalation.ports import AuditLog, Scheduler
-from escalation.service_layer.fire import unapplied_notifications
+from escalation.service_layer.fire import UnappliedSource, unapplied_notifications
 
 
 def cancel(
@@ -27,9 +29,18 @@ def cancel(
     did = parse_dispute_id(dispute_id)
     check_reason(reason)
     state = store.record_cancel(did, actor, scheduler.time(), reason)
-    # A decision recorded just before the cancel may never have been applied (its worker died
-    # or lost the race): its notification goes out with the cancel, exactly once -- cancel.lua
-    # sends it only if no apply moved the payload past its seq.
+    leave_redis(scheduler, store, did, state.seq)
+    return state
+
+
+def leave_redis(scheduler: Scheduler, store: UnappliedSource, did: UUID, seq: int) -> None:
+    """Remove a dispute's member, payload and lock from Redis after PostgreSQL recorded its
+    end at ``seq`` (a cancel or a resolution).
+
+    A decision recorded just before may never have been applied (its worker died or lost the
+    race): its notification goes out with the removal, exactly once. cancel.lua sends it only
+    if no apply moved the payload past its seq.
+    """
     payload = scheduler.payload(did)
     note = None
     if payload is not None:
@@ -37,6 +48,5 @@ def cancel(
             applied = int(payload.get("seq", "0"))
         except ValueError:
             applied = 0  # a corrupt seq is behind everything (as in apply.lua)
-        note = unapplied_notifications(store, [(did, applied, state.seq)]).get(did)
+        note = unapplied_notifications(store, [(did, applied, seq)]).get(did)
     scheduler.cancel(did, note)
-    return state

@@ -62,8 +62,8 @@ from escalation.ports import (
     LedgerRow,
     Scheduler,
 )
+from escalation.service_layer.cancel import leave_redis
 from escalation.service_layer.enqueue import OnScheduled
-from escalation.service_layer.fire import unapplied_notifications
 from escalation.service_layer.pause import _apply_owner_less
 
 ACTION_EVENT = "ACTION_RECORDED"
@@ -560,25 +560,9 @@ def resolve(
             time.sleep(random.uniform(*CAS_PAUSE_S))
             continue
         if status not in ENDED:
-            _leave_redis(scheduler, store, did, state)
+            leave_redis(scheduler, store, did, state.seq)
         return ObligationResult(state, state.seq, False, states,
                                 esc.due_at if status is Status.PENDING else None, None)
     raise ConflictError(f"dispute {did}: state kept changing; resolution not recorded, "
                         "try again")
-
-
-def _leave_redis(
-    scheduler: Scheduler, store: ObligationStore, did: UUID, state: Escalation,
-) -> None:
-    """Remove member, payload and lock; a decision recorded but never applied is notified
-    with it, exactly once (as ``cancel`` does)."""
-    payload = scheduler.payload(did)
-    note = None
-    if payload is not None:
-        try:
-            applied = int(payload.get("seq", "0"))
-        except ValueError:
-            applied = 0
-        note = unapplied_notifications(store, [(did, applied, state.seq)]).get(did)
-    scheduler.cancel(did, note)
 
