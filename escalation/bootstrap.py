@@ -52,6 +52,7 @@ from escalation.domain.errors import RELEASE_BROKEN, LadderError, SchemaNotAtHea
 from escalation.domain.escalation import Escalation
 from escalation.domain.timeutil import from_ms
 from escalation.logs import get_logger
+from escalation.ports import SessionStore, TokenStore
 from escalation.service_layer.dead_letters import DeadLetters
 from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS, Check, DoctorDeps, run_checks
 from escalation.service_layer.ladder_release import baseline_releases
@@ -381,6 +382,20 @@ def dead_letters_for(app: App, *, actor: str | None = None) -> DeadLetters:
     console's operations page); ``actor`` writes its ledger rows (default ``app.actor``)."""
     return DeadLetters(rel=reliability_for(app), scheduler=app.scheduler, store=app.store,
                        actor=actor or app.actor)
+
+
+def token_store_for(app: App) -> TokenStore:
+    """The API tokens' digests (``ports.TokenStore``) on ``app``'s engine."""
+    from escalation.adapters.token_store import PostgresTokenStore
+
+    return PostgresTokenStore(app.engine)
+
+
+def session_store_for(app: App) -> SessionStore:
+    """The console sessions (``ports.SessionStore``) on ``app``'s engine."""
+    from escalation.adapters.token_store import PostgresSessionStore
+
+    return PostgresSessionStore(app.engine)
 
 
 def console_ops_for(app: App) -> ConsoleOpsStore:

@@ -20,7 +20,7 @@ from escalation.domain.business_calendar import institution_defaults, with_insti
 from escalation.domain.calendars import CalendarRegistry, window_end
 from escalation.domain.deadline_rules import check_attributes
 from escalation.domain.errors import ConflictError, InvalidInput
-from escalation.domain.escalation import Escalation, Status, check_instant
+from escalation.domain.escalation import ENDED, Escalation, Status, check_instant
 from escalation.domain.ladder import Ladder
 from escalation.domain.materiality import Materiality
 from escalation.domain.obligations import clocks as obligation_clocks
@@ -507,7 +507,7 @@ def enqueue_on_breach(
         [req], scheduler=scheduler, store=store, ladders=ladders, calendars=calendars,
         default_ladder=default_ladder, actor=actor, on_scheduled=on_scheduled,
     )[0]
-    if not result.created and result.status in (Status.TERMINAL, Status.CANCELLED, Status.RESOLVED):
+    if not result.created and result.status in ENDED:
         raise ConflictError(
             f"dispute {result.escalation.dispute_id} already has a {result.status.value} "
             "escalation; nothing changed"

@@ -45,12 +45,12 @@ from escalation.domain.materiality import Materiality
 from escalation.domain.obligations import (
     Assessment,
     Clock,
-    DeadlineState,
     Outcome,
     RecordedAction,
     assess,
     binding,
     clocks,
+    late_at,
 )
 from escalation.domain.sla_timing import cap_due, tier_cap, tier_window
 from escalation.ports import (
@@ -545,7 +545,7 @@ def resolve(
             recorded_at=now)]
         placed = dispute_clocks(ladder, rows, actions, scoped, esc.deadlines)
         states = assess(ladder, placed, actions, now)
-        late = [s.name for s in states if s.state is DeadlineState.MISSED]
+        late = late_at(states)
         details = {**content, "occurred_at": None if at is None else at.isoformat(),
                    "idempotency_key": cmd.idempotency_key, "from_status": status.value,
                    "clocks": _clock_details(placed), "late": late}

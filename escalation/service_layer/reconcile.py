@@ -42,7 +42,7 @@ from typing import Protocol
 from uuid import UUID
 
 from escalation.domain.errors import EscalationError
-from escalation.domain.escalation import Escalation, Status, parse_dispute_id
+from escalation.domain.escalation import ENDED, Escalation, Status, parse_dispute_id
 from escalation.domain.timeutil import to_ms
 from escalation.ports import ApplyOutcome, LedgerRow, Scheduler, SchedulerInspection
 from escalation.service_layer.fire import lost_notifications, unapplied_notifications
@@ -352,7 +352,7 @@ def _redis_to_db(members: list[str], store: PendingSource, redis_side: Scheduler
     handled: set[str] = set()
     if not dry_run and scheduler is not None:
         done = {m: e for m, u in ids.items() if u is not None and (e := known.get(u)) is not None
-                and e.status in (Status.TERMINAL, Status.CANCELLED, Status.RESOLVED)}
+                and e.status in ENDED}
         if done:
             handled = _remove_after_lost_apply(done, scheduler, store, redis_side, report)
     for member, uid in ids.items():
@@ -361,7 +361,7 @@ def _redis_to_db(members: list[str], store: PendingSource, redis_side: Scheduler
         esc = known.get(uid) if uid is not None else None
         if esc is None:
             kind, seq, mode = DiffKind.UNKNOWN_MEMBER, None, "remove"
-        elif esc.status in (Status.TERMINAL, Status.CANCELLED, Status.RESOLVED):
+        elif esc.status in ENDED:
             kind, seq, mode = DiffKind.TERMINAL_MEMBER, esc.seq, "remove"
         elif esc.status is Status.PAUSED:
             kind, seq, mode = DiffKind.PAUSED_MEMBER, esc.seq, "unpark"

@@ -35,8 +35,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from escalation.adapters.token_store import PostgresSessionStore, PostgresTokenStore
-        from escalation.bootstrap import build
+        from escalation.bootstrap import build, session_store_for, token_store_for
         from escalation.entrypoints.api.auth import SessionCache, Throttle, TokenCache
         from escalation.logs import configure_logging
         from escalation.settings import get_settings
@@ -45,12 +44,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         configure_logging(s.log_format, s.log_level)
         core = build(s, actor="api")
         app.state.core = core
-        app.state.tokens = TokenCache(PostgresTokenStore(core.engine), s.api_token_cache_s,
+        app.state.tokens = TokenCache(token_store_for(core), s.api_token_cache_s,
                                       s.api_negative_cache_s)
         app.state.throttle = Throttle(s.api_auth_fail_limit, s.api_auth_fail_window_s)
         # a session check is cached at most a quarter of the idle timeout (the idle clock is
         # the row's last_seen_at, refreshed on each check that reaches PostgreSQL)
-        app.state.sessions = SessionCache(PostgresSessionStore(core.engine),
+        app.state.sessions = SessionCache(session_store_for(core),
                                           min(s.api_token_cache_s, s.console_session_idle_s / 4),
                                           s.console_session_idle_s,
                                           s.console_session_rotate_s,

@@ -38,7 +38,7 @@ from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.db import make_engine
 from escalation.bootstrap import App, schedule_for
 from escalation.domain.errors import ConflictError, InvalidInput
-from escalation.domain.escalation import Status
+from escalation.domain.escalation import ENDED
 from escalation.service_layer.enqueue import (
     EnqueueRequest,
     EnqueueResult,
@@ -239,7 +239,7 @@ def _take(queue: list[_Pending], most: int) -> tuple[list[_Pending], list[_Pendi
 
 def _answer(result: EnqueueResult, now: datetime) -> Outcome:
     """As ``enqueue_on_breach``: a terminal or cancelled escalation is a conflict."""
-    if not result.created and result.status in (Status.TERMINAL, Status.CANCELLED, Status.RESOLVED):
+    if not result.created and result.status in ENDED:
         return ConflictError(
             f"dispute {result.escalation.dispute_id} already has a {result.status.value} "
             "escalation; nothing changed"
