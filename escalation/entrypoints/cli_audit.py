@@ -45,23 +45,25 @@ def _engine() -> Iterator[sa.Engine]:
         engine.dispose()
 
 
+def _catalog(calendars: Any = None) -> Any:
+    """The ladder catalog of ``ESCALATION_LADDERS_DIR`` (lenient: invalid files skipped)."""
+    from escalation.adapters.ladder_files import LadderCatalog
+
+    return LadderCatalog.from_dir(_settings().ladders_dir, strict=False, calendars=calendars)
+
+
 def _ladder_versions() -> list[Any]:
     """Every ladder version of ``ESCALATION_LADDERS_DIR`` (for the decisions they can record:
     a search for one no dispute has reached yet finds no rows instead of being refused; and
     for the tier ids a filter may name)."""
-    from escalation.adapters.ladder_files import LadderCatalog
-
-    return list(LadderCatalog.from_dir(_settings().ladders_dir, strict=False).all())
+    return list(_catalog().all())
 
 
 def _ladder_lookup(calendars: Any) -> Any:
     """``(name, version) -> Ladder`` over ``ESCALATION_LADDERS_DIR`` (LadderError when
     unknown): the deadlines' ``met_by`` and clocks for ``report sla`` and ``audit search
     --deadlines``, as the console reads them."""
-    from escalation.adapters.ladder_files import LadderCatalog
-
-    return LadderCatalog.from_dir(_settings().ladders_dir, strict=False,
-                                  calendars=calendars).get
+    return _catalog(calendars).get
 
 
 def _uuid(value: str | None) -> Any:
