@@ -6,6 +6,7 @@ import hashlib
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -52,6 +53,19 @@ def start_worker(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
         )
     proc.log_file = log  # type: ignore[attr-defined]
     return proc
+
+
+def wait_for_first_log_line(proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    """Wait (up to ``timeout_s``) until ``proc`` has exited or written its first log line.
+
+    A worker logs only after its stop-signal handlers are installed, so a SIGTERM from then
+    on is a clean stop (exit 0). Before that (the interpreter starting, the imports: seconds
+    on a loaded machine) SIGTERM's default action kills it (-15): a test stopping a worker
+    that other workers left nothing to do must wait for this first.
+    """
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and not worker_output(proc).strip() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def worker_output(proc: subprocess.Popen[bytes]) -> str:

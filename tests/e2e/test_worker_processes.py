@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.e2e.helpers import due_requests, enqueue, start_worker, worker_output
+from tests.e2e.helpers import (
+    due_requests,
+    enqueue,
+    start_worker,
+    wait_for_first_log_line,
+    worker_output,
+)
 
 
 def ledger_stats(app: Any, ids: list[Any]) -> tuple[int, int, int]:
@@ -57,6 +63,7 @@ def test_three_workers_one_killed_mid_batch_every_escalation_promoted_exactly_on
         time.sleep(0.5)
     elapsed = time.monotonic() - start
     for p in others:
+        wait_for_first_log_line(p)
         p.send_signal(signal.SIGTERM)
     codes = [p.wait(timeout=30) for p in others]
     total, once, dup = ledger_stats(app, ids)

@@ -28,7 +28,7 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from tests.e2e.helpers import start_worker, worker_output
+from tests.e2e.helpers import start_worker, wait_for_first_log_line, worker_output
 
 DECISIONS_SQL = sa.text(
     "SELECT dispute_id, seq, from_tier, match_decision FROM escalation_audit "
@@ -186,9 +186,13 @@ def spawn(env: dict[str, str], worker_id: str, batch_size: int = 20) -> subproce
 
 
 def stop(procs: Iterable[subprocess.Popen[bytes]], timeout_s: float = 30) -> list[int | None]:
-    """SIGTERM (SIGCONT first, in case it is frozen) and wait; SIGKILL what does not exit."""
+    """SIGTERM (SIGCONT first, in case it is frozen) and wait; SIGKILL what does not exit.
+
+    A worker still starting (no log line yet) is given up to ``timeout_s`` to reach its
+    signal handlers first."""
     codes: list[int | None] = []
     for p in procs:
+        wait_for_first_log_line(p, timeout_s)
         if p.poll() is None:
             p.send_signal(signal.SIGCONT)
             p.send_signal(signal.SIGTERM)
