@@ -6,7 +6,9 @@ Every ledger row carries ``row_hash = SHA-256(prev_hash || canonical_bytes(field
 chain is therefore detectable (docs/audit.md, "Tamper evidence"; ADR 0007).
 
 Canonical serialization (version 1, :data:`HASH_VERSION`), the bytes a verifier can
-reproduce from the stored row years later:
+reproduce from the stored row years later (the normative text, precise enough for a verifier
+in another language and saying why it is not RFC 8785 JCS: docs/audit.md, "Canonical bytes
+(hash version 1)"):
 
 * a JSON object of exactly the :data:`HASHED_FIELDS` keys (missing keys are ``null``);
 * keys sorted, no whitespace (``separators=(",", ":")``), UTF-8, non-ASCII kept as is;

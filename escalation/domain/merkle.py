@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from uuid import UUID
 
 from escalation.domain.errors import InvalidInput
@@ -49,6 +50,71 @@ def merkle_root(leaves: Sequence[bytes]) -> bytes:
     return level[0]
 
 
+def _levels(leaves: Sequence[bytes]) -> list[list[bytes]]:
+    """Every level of the tree, leaf hashes first, the root's one-element level last (the
+    bottom-up form of :func:`merkle_root`: an odd last node is carried up unchanged)."""
+    level = [leaf_hash(leaf) for leaf in leaves]
+    levels = [level]
+    while len(level) > 1:
+        nxt = [node_hash(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        levels.append(nxt)
+        level = nxt
+    return levels
+
+
+def inclusion_proofs(leaves: Sequence[bytes], indexes: Sequence[int]) -> dict[int, list[bytes]]:
+    """RFC 6962 audit paths (section 2.1.1, ``PATH(m, D[n])``) of the leaves at ``indexes``.
+
+    The tree is built once (O(n) hashing, O(n) memory), so many proofs over one checkpoint's
+    heads cost one tree. Each path lists the sibling hashes from the leaf up to the root.
+
+    Raises:
+        InvalidInput: an index outside ``0..len(leaves)-1``.
+    """
+    size = len(leaves)
+    for index in indexes:
+        if not 0 <= index < size:
+            raise InvalidInput(f"leaf index {index} outside a tree of {size} leaves")
+    levels = _levels(leaves) if indexes else []
+    proofs: dict[int, list[bytes]] = {}
+    for index in indexes:
+        path: list[bytes] = []
+        i = index
+        for level in levels[:-1]:
+            sibling = i ^ 1
+            if sibling < len(level):
+                path.append(level[sibling])
+            i >>= 1
+        proofs[index] = path
+    return proofs
+
+
+def root_from_inclusion(leaf: bytes, index: int, size: int, path: Sequence[bytes]) -> bytes | None:
+    """The root that audit path ``path`` gives for ``leaf`` at ``index`` in a tree of ``size``
+    leaves, or None when the path cannot belong to such a tree (RFC 9162 section 2.1.3.2,
+    the verification of an RFC 6962 inclusion proof). Compare the result with a trusted root.
+    """
+    if not 0 <= index < size or any(len(p) != 32 for p in path):
+        return None
+    fn, sn = index, size - 1
+    r = leaf_hash(leaf)
+    for p in path:
+        if sn == 0:
+            return None
+        if fn & 1 or fn == sn:
+            r = node_hash(p, r)
+            while not fn & 1 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        else:
+            r = node_hash(r, p)
+        fn >>= 1
+        sn >>= 1
+    return r if sn == 0 else None
+
+
 def head_leaf(dispute_id: UUID, last_seq: int, last_hash: bytes) -> bytes:
     """Leaf bytes of one chain head: 16-byte UUID || 8-byte big-endian seq || 32-byte hash.
 
@@ -79,3 +145,26 @@ def checkpoint_hash(
         + bytes(prev_checkpoint_hash)
     )
     return hashlib.sha256(data).digest()
+
+
+def retention_hash(rows: Sequence[tuple[str, str, datetime, datetime, int]]) -> bytes:
+    """Hash of the retention rows a checkpoint covers: 32 bytes.
+
+    Each row is ``(partition_name, action, range_from, range_to, row_count)`` (aware times,
+    written as UTC ISO-8601 ``2015-03-01T00:00:00.000000Z``); the rows are sorted by name and
+    action, and ``SHA-256("escalation-retention-v1\\n" || line...)`` is taken over one line
+    per row, ``name SP action SP range_from SP range_to SP row_count LF`` (ASCII). The empty
+    set hashes the prefix alone.
+
+    Raises:
+        InvalidInput: a naive time.
+    """
+    def iso(t: datetime) -> str:
+        if t.tzinfo is None:
+            raise InvalidInput("retention range times must be timezone-aware")
+        return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    data = bytearray(b"escalation-retention-v1\n")
+    for name, action, range_from, range_to, count in sorted(rows):
+        data += f"{name} {action} {iso(range_from)} {iso(range_to)} {int(count)}\n".encode("ascii")
+    return hashlib.sha256(bytes(data)).digest()
