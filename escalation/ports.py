@@ -220,7 +220,8 @@ class RecordOutcome:
 
 @dataclass(frozen=True, slots=True)
 class LedgerRow:
-    """One append-only ledger row (see docs/architecture.md, "The ledger"; docs/audit.md).
+    """One append-only ledger row (docs/architecture.md, "Where the truth lives";
+    docs/audit.md).
 
     Who: ``actor`` (worker id or admin). What: ``event``, ``match_decision``, ``from_tier``,
     ``to_tier``, ``ladder``/``ladder_version``, ``calendar_version``, ``materiality``

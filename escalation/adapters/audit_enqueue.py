@@ -7,7 +7,8 @@ ENQUEUED row (seq 1, GENESIS ``prev_hash``, no ``from_tier`` or fence token) the
 bytes are a template with ten variable values, so :func:`enqueued_canonical_bytes` renders
 them directly (byte-identical to ``audit_hash.reference_canonical_bytes``; the unit tests
 compare both on generated rows), and the values reach PostgreSQL as one COPY text block built
-here instead of psycopg's per-element array dumping. docs/performance.md, "CSV import".
+here instead of psycopg's per-element array dumping. CHANGELOG.md, "CSV import: two streaming
+passes".
 """
 
 from __future__ import annotations

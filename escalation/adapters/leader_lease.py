@@ -6,7 +6,7 @@ it with compare-and-delete (``release_lock.lua``). The holder acts only while ``
 last successful acquire/renew start + ttl * (1 - margin)``: a leader that fails to renew
 (Redis down, process paused) stops acting *before* its lease can expire and another worker
 takes over. Every poll is one Redis command (``SET NX`` or ``GETEX``), which keeps an idle
-worker's Redis traffic low (docs/performance.md, idle).
+worker's Redis traffic low (docs/performance.md, "Idle worker").
 
 Why ``GETEX`` and not a compare-and-pexpire script: a script costs three commands on the
 server (``EVALSHA`` + ``GET`` + ``PEXPIRE``), ``GETEX`` one. The price: a former leader

@@ -101,7 +101,7 @@ class ClaimMixin(SchedulerBase):
         claim the head of ready). Candidates are read from ``ready`` before each call; the
         script only claims those still in the head, so the order is exact.
 
-        Idle cost (docs/performance.md, idle worker): when nothing is claimable this makes
+        Idle cost (docs/performance.md, "Idle worker"): when nothing is claimable this makes
         exactly one Redis command, ``ZRANGE pending 0 0 WITHSCORES``, and no script call:
 
         * the ``ready`` read is skipped while this scheduler's last claim script on the shard

@@ -3,7 +3,7 @@
 The payload is kept compact because every pending escalation holds one (memory matters).
 Field names are one letter where the name is read only here: in a small HASH (listpack
 encoding) every field name is stored in every payload, so the long names of earlier
-versions were about a quarter of a payload's bytes (docs/performance.md, "Memory per pending
+versions were about a quarter of a payload's bytes (CHANGELOG.md, "Memory per pending
 escalation"). ``seq`` and ``due_ms`` keep their names because Lua scripts
 (``apply.lua``, ``cancel.lua``, ``reconcile_remove.lua``) and the reliability sweep read them
 by name.

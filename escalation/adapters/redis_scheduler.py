@@ -357,8 +357,8 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         ``[f1, v1, ...]`` lists. ``_apply`` sends the lists of all ops of a call as one JSON
         array (one ``cjson.decode`` per call in Redis): the scalars travel as plain
         arguments, the pairs as JSON, since every extra argument costs the client more
-        (redis-py packs argument by argument) than decoding costs Redis (docs/performance.md,
-        "Firing path CPU" fourth and seventh passes).
+        (redis-py packs argument by argument) than decoding costs Redis (CHANGELOG.md,
+        "Firing path CPU (fourth pass)" and the seventh).
 
         Raises:
             InvalidInput: negative seq or token, more than ``MAX_OP_WARNINGS`` warnings or a

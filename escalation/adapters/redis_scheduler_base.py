@@ -80,7 +80,7 @@ class SchedulerBase:
         self._scripts: dict[str, Script] = {
             name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
         }
-        # Idle-cost state (docs/performance.md, idle worker): shards whose ``ready`` ZSET may
+        # Idle-cost state (docs/performance.md, "Idle worker"): shards whose ``ready`` ZSET may
         # hold members (True until a claim script reports it empty, again after a wake), and the
         # last Redis TIME seen with the host monotonic instant it was seen at (an estimate of
         # Redis time).

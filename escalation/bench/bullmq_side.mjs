@@ -1,4 +1,4 @@
-// The BullMQ side of `escalation bench compare` (docs/performance.md, "Side by side").
+// The BullMQ side of `escalation bench compare` (docs/performance.md, "Method").
 // Run with node from a scratch directory where `npm install bullmq` was done at run time;
 // no BullMQ code is kept in this repository.
 //

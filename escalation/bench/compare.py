@@ -1,6 +1,6 @@
 """Scenario ``compare``: the product's drain beside BullMQ's, in the same run.
 
-Method (docs/performance.md, "Side by side with BullMQ"):
+Method (docs/performance.md, "Method"; the first figures: CHANGELOG.md, "Side by side with BullMQ"):
 
 * One private ``redis-server`` (loopback, free port, no persistence, default config) started
   for the run and stopped at the end, so its CPU and command counts are this benchmark's

@@ -5,7 +5,7 @@ with ``object.__setattr__(self, "name", value)``: a global lookup, an attribute 
 generic attribute set by name per field. The firing path builds about ten such objects per
 escalation (the claimed and the recorded :class:`~escalation.domain.escalation.Escalation`,
 its decision, its apply op, ...), and those constructors were the largest self cost of the
-project's own code in a worker profile (docs/performance.md, "Firing path CPU").
+project's own code in a worker profile (CHANGELOG.md, "Firing path CPU (eighth pass)").
 
 :func:`fast_init` replaces that ``__init__`` by one with the same signature that sets each
 slot through its member descriptor (``Cls.field.__set__``), which a frozen class does not

@@ -64,7 +64,7 @@ class _BatchEmit:
 
     ``log`` is structlog's lazy proxy, which builds a new bound logger (and a new write
     logger) on every call -- about 3.5 us per event, one event per decision at DEBUG or with
-    ``--metrics-port`` (docs/performance.md, "Firing path CPU (sixth pass)"). The bound
+    ``--metrics-port`` (CHANGELOG.md, "Firing path CPU (sixth pass)"). The bound
     logger is the one the proxy builds, from the configuration current at the batch's first
     event, so the lines are the same; a reconfiguration takes effect from the next batch.
     """
@@ -113,7 +113,7 @@ def _earliest(a: int | None, b: int | None) -> int | None:
 
 @dataclass
 class _IdleState:
-    """What lets an idle worker skip work (docs/performance.md "idle").
+    """What lets an idle worker skip work (docs/performance.md, "Idle worker").
 
     * warnings pass: runs only when the earliest warning left by the previous pass
       (``warn_next_ms``, from warn_claim.lua) is due, or after a wake marker (``woke``;
@@ -225,10 +225,10 @@ def settle_heap() -> None:
     allocates per batch objects that live across young collections (the 500 claimed
     escalations, ledger rows, script replies), which were promoted and then walked by full
     collections every few batches. Measured with ``gc.callbacks`` over a 10,000-escalation
-    drain: ~0.5 s of collector time before, ~0.02 s after (docs/performance.md, "Firing path
-    CPU"). Reference counting still frees everything acyclic at once; cyclic garbage waits
-    for at most 100,000 allocations. Frozen objects are never collected: only what exists
-    at start-up is frozen, once.
+    drain: ~0.5 s of collector time before, ~0.02 s after (CHANGELOG.md,
+    "Firing path CPU (fourth pass)"). Reference counting still frees everything acyclic at
+    once; cyclic garbage waits for at most 100,000 allocations. Frozen objects are never
+    collected: only what exists at start-up is frozen, once.
     """
     gc.collect()
     gc.freeze()

@@ -420,7 +420,7 @@ def _run_batches(
 ) -> None:
     """Plan and migrate page by page (dispute-id order) until nothing is pinned below.
 
-    Three stages overlap (docs/performance.md, ladder migrations): a read-ahead thread reads
+    Three stages overlap (docs/performance.md, "Ladder migrations"): a read-ahead thread reads
     and plans page k+1 while this thread runs the PostgreSQL transaction of page k, and a
     restore thread restores batch k-1 into Redis meanwhile (at most one restore in flight:
     batch k-1's is waited for before batch k's starts). Each batch is still planned from a

@@ -100,7 +100,7 @@ class WarningReport:
     next_due_ms: int | None = None
     """Earliest warning still scheduled after this pass (epoch ms; None = none): the worker
     runs the next pass only once Redis time reaches it, or after a wake, so an idle worker does not
-    poll the warnings ZSET every batch (docs/performance.md "Follow-up: idle and drain")."""
+    poll the warnings ZSET every batch (docs/performance.md, "Idle worker")."""
 
 
 def warning_members(

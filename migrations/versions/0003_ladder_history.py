@@ -1,6 +1,6 @@
 """Ladder migration history: one row per ``escalation ladder apply`` run.
 
-See docs/ladder-migrations.md, "ladder_history (Alembic 0003)".
+See docs/ladder-migrations.md, "ladder_release and ladder_history".
 
 Revision ID: 0003
 Revises: 0002

@@ -1,5 +1,5 @@
 """``ladder apply`` of 10,000 pending escalations while 3 worker PROCESSES fire
-(docs/ladder-migrations.md, "Apply while workers fire").
+(docs/ladder-migrations.md, "Apply on a live system").
 
 Due times are spread so promotions keep happening during the apply: a third is already due,
 a third falls due over the next seconds (while the apply runs), a third is due hours later.

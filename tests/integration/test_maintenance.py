@@ -120,7 +120,7 @@ def test_renew_checks_the_token_and_release_is_compare_and_delete(app: Any) -> N
 
 def test_every_lease_poll_is_one_redis_command(app: Any) -> None:
     """Acquire (``SET NX``), renew (``GETEX``) and a failed acquire each send one command:
-    the idle worker's budget (docs/performance.md, idle) counts on it."""
+    the idle worker's budget (docs/performance.md, "Idle worker") counts on it."""
     rel = reliability_redis(app)
     sent: list[str] = []
     real = app.redis.execute_command

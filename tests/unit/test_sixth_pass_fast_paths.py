@@ -1,7 +1,7 @@
 """Fast paths of the firing path give exactly what the reference code gives: array-literal
 parameters, the ledger ``details`` jsonb text, the JSON log lines and the worker's per-batch
 emitter; and apply.lua's op encoding keeps its checks on warnings and actions
-(docs/performance.md, "Firing path CPU (sixth pass)")."""
+(CHANGELOG.md, "Firing path CPU (sixth pass)")."""
 
 from __future__ import annotations
 

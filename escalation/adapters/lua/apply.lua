@@ -38,7 +38,8 @@
 -- Writes to the shard's shared keys (ZREM ready, ZADD / ZREM pending, HDEL prio) are collected
 -- and sent as one multi-member command per kind at the end (or before an op whose id repeats
 -- an earlier op's, so a repeated id sees its predecessor's writes): per applied op only
--- HGET seq, GET lock, DEL payload (+ lock), HSET payload and XADD remain (docs/performance.md).
+-- HGET seq, GET lock, DEL payload (+ lock), HSET payload and XADD remain (CHANGELOG.md,
+-- "Firing path CPU (fourth pass)").
 --
 -- KEYS[1]      pending ZSET (score = due time, epoch milliseconds)
 -- KEYS[2]      review STREAM

@@ -84,7 +84,8 @@ local base = tonumber(fence)  -- tokens handed out by this call: base + 1, base 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- Commands are batched per call, not per member (docs/performance.md, "Firing path CPU"): the
+-- Commands are batched per call, not per member (CHANGELOG.md, "Firing path CPU (fourth pass)"
+-- and the seventh): the
 -- weights come from one HMGET (none when the prio HASH does not exist: every weight is 0),
 -- the moves pending -> ready are one ZADD per chunk of CHUNK members + one ZREMRANGEBYRANK
 -- (the members read are the lowest-ranked of pending), the claimed members' re-scoring one
