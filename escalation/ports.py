@@ -22,6 +22,7 @@ from escalation.domain.decide import Decision
 from escalation.domain.errors import InvalidInput, InvalidParameter
 from escalation.domain.escalation import Escalation, Status, check_text
 from escalation.domain.ladder import Ladder
+from escalation.domain.ladder_ledger import ReleaseEvent
 from escalation.domain.ladder_plan import Blocked, PlanItem
 from escalation.domain.record_rule import RecordStatus as RecordStatus  # noqa: PLC0414 -- re-export
 from escalation.domain.values import fast_init
@@ -636,7 +637,9 @@ class HistoryRow:
 @dataclass(frozen=True, slots=True)
 class ReleaseRow:
     """One ``ladder_release`` row: ``ladder@version`` is live with the file of ``checksum``
-    (SHA-256 hex), released at ``released_at`` (aware UTC) by ``released_by`` for ``reason``."""
+    (SHA-256 hex), released at ``released_at`` (aware UTC) by ``released_by`` for ``reason``.
+    ``ledger``: where the release is on the ledger (its LADDER_RELEASED or LADDER_BASELINE
+    row, ADR 0012); None for a release recorded before ladder events were ledger rows."""
 
     ladder: str
     version: int
@@ -644,6 +647,7 @@ class ReleaseRow:
     released_at: datetime
     released_by: str
     reason: str
+    ledger: ReleaseEvent | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -747,15 +751,16 @@ class LadderHistory(Protocol):
         self, *, ladder: str, version: int, checksum: str, released_by: str, reason: str,
         released_at: datetime,
     ) -> tuple[ReleaseRow, bool]:
-        """Record a release; ``(row, new)``. Raises ConflictError if released with another
-        checksum."""
+        """Record a release and its LADDER_RELEASED ledger row (one transaction); ``(row,
+        new)``. Raises ConflictError if released with another checksum."""
         ...
 
     def baseline(
         self, files: Mapping[str, Sequence[tuple[int, str]]], *, released_by: str, reason: str,
         released_at: datetime,
     ) -> list[ReleaseRow]:
-        """Release ``files`` of the ladders with no release yet, in one transaction."""
+        """Release ``files`` of the ladders with no release yet, each version with its
+        LADDER_BASELINE ledger row, in one transaction."""
         ...
 
     def history(self, ladder: str | None = None) -> list[HistoryRow]:
@@ -780,7 +785,9 @@ class LadderHistory(Protocol):
     def finish(
         self, run_id: int, status: str, finished_at: datetime, error: str | None = None
     ) -> None:
-        """Set the run's final status (done | failed), finish time and error."""
+        """Set the run's final status (done | failed), finish time and error, and append the
+        run's LADDER_APPLIED / LADDER_APPLY_FAILED row to the version's ledger chain in the
+        same transaction (ADR 0012)."""
         ...
 
     def note_redis(self, run_id: int, through: UUID, not_owner: int) -> None:

@@ -50,6 +50,24 @@ _HEAD_MISMATCH = sa.text(
 )
 
 
+# The same for the ladder version chains, whose heads are on ``ladder_release`` (ADR 0012).
+_LADDER_HEAD_MISMATCH = sa.text(
+    """
+    SELECT r.chain_id, r.last_seq, a.seq
+      FROM ladder_release AS r
+      LEFT JOIN LATERAL (
+           SELECT seq, row_hash FROM escalation_audit
+            WHERE dispute_id = r.chain_id ORDER BY seq DESC LIMIT 1) AS a ON true
+     WHERE r.chain_id IS NOT NULL
+       AND (CAST(:id AS uuid) IS NULL OR r.chain_id = CAST(:id AS uuid))
+       AND (a.seq IS DISTINCT FROM r.last_seq OR a.row_hash IS DISTINCT FROM r.last_hash)
+       AND NOT (a.seq IS NULL AND EXISTS (
+           SELECT 1 FROM audit_retention AS t
+            WHERE r.chain_created_at >= t.range_from AND r.chain_created_at < t.range_to))
+    """
+)
+
+
 class AuditQueries:
     """Read-only queries over the ledger and projection (needs ``self._engine``)."""
 
@@ -185,8 +203,9 @@ class AuditQueries:
 
         Walks each chain (one dispute, or all with ``dispute_id`` None, streamed) with
         :func:`escalation.domain.audit_hash.verify_chain`, and compares each projection
-        head (``last_seq``/``last_hash``) with its chain's last row, so a removed or added
-        tail is caught too. Runs in one REPEATABLE READ snapshot, alongside live writers.
+        head (``last_seq``/``last_hash``), and each ladder version chain's head on
+        ``ladder_release``, with its chain's last row, so a removed or added tail is caught
+        too. Runs in one REPEATABLE READ snapshot, alongside live writers.
         Returns an empty list when everything verifies; sorted by dispute id.
         """
         bad: dict[UUID, int] = {}
@@ -207,6 +226,10 @@ class AuditQueries:
             if progress is not None:
                 progress("chains", chains, chains)
             for d, last_seq, ledger_seq in conn.execute(_HEAD_MISMATCH, {"id": dispute_id}):
+                seq = _head_bad_seq(int(last_seq), None if ledger_seq is None else int(ledger_seq))
+                bad[d] = min(seq, bad.get(d, seq))
+            for d, last_seq, ledger_seq in conn.execute(_LADDER_HEAD_MISMATCH,
+                                                        {"id": dispute_id}):
                 seq = _head_bad_seq(int(last_seq), None if ledger_seq is None else int(ledger_seq))
                 bad[d] = min(seq, bad.get(d, seq))
         return sorted(bad.items(), key=lambda item: str(item[0]))

@@ -11,12 +11,17 @@ escalations of one ladder, and the one-transaction-per-batch migration write.
   hash, who and why, when, counts, status running|done|failed.
 * ``ladder_release`` rows say which versions are live: the checksum of each file as
   released, who released it and why (docs/adr/0004-ladder-release.md).
+* Each release, baseline release and ended apply run is also a row on the version's own
+  ledger chain (LADDER_RELEASED / LADDER_BASELINE / LADDER_APPLIED / LADDER_APPLY_FAILED),
+  appended in the same transaction; the chain head is on the version's ``ladder_release``
+  row, locked for the append (docs/adr/0012-ladder-events-on-the-ledger.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -26,9 +31,16 @@ from sqlalchemy.dialects import postgresql as pg
 from escalation.adapters.audit_rows import chained_row, escalation_from_state, utc, utc_opt
 from escalation.adapters.audit_sql import array_literal as _array_literal
 from escalation.adapters.audit_sql import copy_ledger as _copy_ledger
-from escalation.adapters.tables import escalation_state, ladder_history, ladder_release
+from escalation.adapters.tables import (
+    escalation_audit,
+    escalation_state,
+    ladder_history,
+    ladder_release,
+)
+from escalation.domain.audit_hash import GENESIS
 from escalation.domain.errors import ConflictError, NotFound
 from escalation.domain.escalation import Escalation, Status
+from escalation.domain.ladder_ledger import LadderEvent, ReleaseEvent, ladder_chain_id, run_event
 from escalation.domain.ladder_plan import Blocked, PlanItem
 from escalation.ports import BatchResult, HistoryRow, Page, ReleaseRow, Replan
 
@@ -37,6 +49,7 @@ __all__ = ["BatchResult", "HistoryRow", "LadderHistoryStore", "Page", "ReleaseRo
 _S = escalation_state
 _H = ladder_history
 _R = ladder_release
+_A = escalation_audit
 _UUIDS = pg.ARRAY(pg.UUID(as_uuid=True))
 _OPEN = (Status.PENDING.value, Status.PAUSED.value)
 MAX_PAGE = 10_000
@@ -63,10 +76,85 @@ _MIGRATE_STATES = sa.text(
 """Re-plan one escalation from its locked current state -> (item, resolved due) or Blocked."""
 
 
-def _release_row(r: Mapping[Any, Any]) -> ReleaseRow:
+def _release_row(r: Mapping[Any, Any], first: Mapping[str, Any] | None = None) -> ReleaseRow:
+    """A ``ladder_release`` row as :class:`ReleaseRow`; ``first``: the ``event`` and
+    ``row_hash`` of its chain's seq 1, when the release is on the ledger."""
+    ledger = None
+    if first is not None and r.get("chain_id") is not None:
+        ledger = ReleaseEvent(ladder=r["ladder"], version=int(r["version"]),
+                              event=LadderEvent(first["event"]), chain_id=r["chain_id"], seq=1,
+                              row_hash=bytes(first["row_hash"]).hex(),
+                              released_by=r["released_by"], released_at=utc(r["released_at"]))
     return ReleaseRow(ladder=r["ladder"], version=int(r["version"]), checksum=r["checksum"],
                       released_at=utc(r["released_at"]), released_by=r["released_by"],
-                      reason=r["reason"])
+                      reason=r["reason"], ledger=ledger)
+
+
+# The release rows with the event and hash of their chain's seq 1 (the release event).
+_RELEASES = (
+    sa.select(_R, _A.c.event.label("first_event"), _A.c.row_hash.label("first_hash"))
+    .select_from(_R.outerjoin(_A, sa.and_(
+        _A.c.dispute_id == _R.c.chain_id, _A.c.seq == 1,
+        _A.c.chain_created_at == _R.c.chain_created_at,
+        _A.c.event.in_((LadderEvent.RELEASED.value, LadderEvent.BASELINE.value)))))
+    .order_by(_R.c.ladder, _R.c.version)
+)
+
+
+def _release_of(r: Mapping[Any, Any]) -> ReleaseRow:
+    first = (None if r["first_event"] is None
+             else {"event": r["first_event"], "row_hash": r["first_hash"]})
+    return _release_row(r, first)
+
+
+def _append_event(
+    conn: sa.Connection, head: Mapping[Any, Any], event: LadderEvent, *, actor: str,
+    decided_at: datetime, details: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Append ``event`` to the chain of the ``ladder_release`` row ``head`` (locked by the
+    caller, or inserted in this transaction) and move the head; returns the ledger row.
+
+    A version released before ladder events were ledger rows has no chain yet: this row
+    starts it (seq 1), with ``chain_created_at`` = the database's clock now.
+    """
+    chain_id = head["chain_id"]
+    created = head["chain_created_at"]
+    if chain_id is None:
+        chain_id = ladder_chain_id(head["ladder"], int(head["version"]))
+        created = conn.execute(sa.select(sa.func.clock_timestamp())).scalar_one()
+    state = {
+        "dispute_id": chain_id, "last_seq": head["last_seq"] or 0,
+        "last_hash": head["last_hash"] or GENESIS, "ladder": head["ladder"],
+        "ladder_version": int(head["version"]), "materiality": Decimal("0.00"),
+        "regulatory_deadline": None, "trace_id": "", "source_hash": head["checksum"],
+        "external_id": None, "created_at": created,
+    }
+    row = chained_row(state, event=event.value, match_decision=event.value, actor=actor,
+                      decided_at=decided_at, from_tier=None, to_tier=None, due_at=None,
+                      next_due_at=None, details=details)
+    _copy_ledger(conn, [row])
+    conn.execute(
+        sa.update(_R).where(_R.c.ladder == head["ladder"], _R.c.version == head["version"])
+        .values(chain_id=chain_id, last_seq=row["seq"], last_hash=row["row_hash"],
+                chain_created_at=created))
+    return row
+
+
+def _insert_release(
+    conn: sa.Connection, event: LadderEvent, values: Mapping[str, Any],
+) -> ReleaseRow | None:
+    """Insert a ``ladder_release`` row and its release event (seq 1 of the version's chain);
+    None when the version already has a release row."""
+    new = conn.execute(
+        pg.insert(_R).values(**values).on_conflict_do_nothing().returning(*_R.c)
+    ).mappings().first()
+    if new is None:
+        return None
+    row = _append_event(conn, new, event, actor=values["released_by"],
+                        decided_at=values["released_at"],
+                        details={"reason": values["reason"], "checksum": values["checksum"]})
+    head = {**new, "chain_id": row["dispute_id"], "chain_created_at": row["chain_created_at"]}
+    return _release_row(head, row)
 
 
 def _row(r: Mapping[Any, Any]) -> HistoryRow:
@@ -91,11 +179,11 @@ class LadderHistoryStore:
     # ------------------------------------------------------------------ releases
     def releases(self, ladder: str | None = None) -> dict[tuple[str, int], ReleaseRow]:
         """Every released version (optionally of one ladder) by ``(ladder, version)``."""
-        stmt = sa.select(_R).order_by(_R.c.ladder, _R.c.version)
+        stmt = _RELEASES
         if ladder is not None:
             stmt = stmt.where(_R.c.ladder == ladder)
         with self._engine.connect() as conn:
-            return {(r["ladder"], r["version"]): _release_row(r)
+            return {(r["ladder"], r["version"]): _release_of(r)
                     for r in conn.execute(stmt).mappings()}
 
     def released_checksums(self) -> dict[tuple[str, int], str]:
@@ -121,15 +209,13 @@ class LadderHistoryStore:
         values = {"ladder": ladder, "version": version, "checksum": checksum,
                   "released_by": released_by, "reason": reason, "released_at": released_at}
         with self._engine.begin() as conn:
-            new = conn.execute(
-                pg.insert(_R).values(**values).on_conflict_do_nothing().returning(*_R.c)
-            ).mappings().first()
+            new = _insert_release(conn, LadderEvent.RELEASED, values)
             if new is not None:
-                return _release_row(new), True
+                return new, True
             old = conn.execute(
-                sa.select(_R).where(_R.c.ladder == ladder, _R.c.version == version)
+                _RELEASES.where(_R.c.ladder == ladder, _R.c.version == version)
             ).mappings().one()
-        row = _release_row(old)
+        row = _release_of(old)
         if row.checksum != checksum:
             raise ConflictError(
                 f"{ladder}@{version} was released with checksum {row.checksum[:12]} but the "
@@ -154,12 +240,12 @@ class LadderHistoryStore:
                 if name in known:
                     continue
                 for version, checksum in versions:
-                    row = conn.execute(pg.insert(_R).values(
-                        ladder=name, version=version, checksum=checksum,
-                        released_by=released_by, reason=reason, released_at=released_at,
-                    ).on_conflict_do_nothing().returning(*_R.c)).mappings().first()
+                    row = _insert_release(conn, LadderEvent.BASELINE, {
+                        "ladder": name, "version": version, "checksum": checksum,
+                        "released_by": released_by, "reason": reason,
+                        "released_at": released_at})
                     if row is not None:
-                        out.append(_release_row(row))
+                        out.append(row)
         return out
 
     # ------------------------------------------------------------------ history
@@ -235,12 +321,33 @@ class LadderHistoryStore:
     def finish(
         self, run_id: int, status: str, finished_at: datetime, error: str | None = None
     ) -> None:
-        """Set the run's final ``status`` (done|failed), ``finished_at`` and ``error``."""
+        """Set the run's final ``status`` (done|failed), ``finished_at`` and ``error``, and
+        append the run's LADDER_APPLIED (done) or LADDER_APPLY_FAILED (failed) row to the
+        ledger chain of its version, in one transaction (the version's ``ladder_release``
+        row locked first). The row's ``actor`` is who applied, ``decided_at`` the finish
+        time; ``details`` hold the plan hash, checksum, reason, counts and error.
+
+        Raises:
+            InvalidInput: ``status`` is neither done nor failed.
+            NotFound: no such run, or its version has no release row.
+        """
+        event = run_event(status)
         with self._engine.begin() as conn:
-            conn.execute(
+            run = conn.execute(
                 sa.update(_H).where(_H.c.run_id == run_id)
                 .values(status=status, finished_at=finished_at, error=error)
-            )
+                .returning(*_H.c)
+            ).mappings().first()
+            if run is None:
+                raise NotFound(f"no ladder history run {run_id}")
+            head = conn.execute(
+                sa.select(_R).where(_R.c.ladder == run["ladder"], _R.c.version == run["version"])
+                .with_for_update()
+            ).mappings().first()
+            if head is None:
+                raise NotFound(f"{run['ladder']}@{run['version']} has no release row")
+            _append_event(conn, head, event, actor=run["applied_by"], decided_at=finished_at,
+                          details=_run_details(run))
 
     def note_redis(self, run_id: int, through: UUID, not_owner: int) -> None:
         """Advance the Redis resume point and add ``not_owner`` to its counter."""
@@ -400,6 +507,18 @@ class LadderHistoryStore:
                 )
             )
         return result
+
+
+def _run_details(run: Mapping[Any, Any]) -> dict[str, Any]:
+    """The ``details`` of a run's ledger row: what was applied, why, and what it did."""
+    return {
+        "run_id": int(run["run_id"]), "status": run["status"], "plan_hash": run["plan_hash"],
+        "checksum": run["checksum"], "reason": run["reason"],
+        "started_at": utc(run["started_at"]).isoformat(),
+        **{k: int(run[k]) for k in ("planned", "migrated", "replanned", "skipped", "blocked",
+                                     "not_owner")},
+        "error": run["error"],
+    }
 
 
 def _lock_states(conn: sa.Connection, ids: list[UUID]) -> dict[UUID, dict[str, Any]]:

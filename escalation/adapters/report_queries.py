@@ -13,6 +13,8 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
+from escalation.adapters.tables import LADDER_CHAIN_EVENTS
+
 
 def decision_counts(
     engine: sa.Engine, dispute_ids: Sequence[UUID], since: datetime | None = None
@@ -70,6 +72,7 @@ def clocks_sql(alias: str) -> str:
     return f"COALESCE({_array(alias + '.obligations')}, {_array(alias + '.deadlines')})"
 
 
+_LADDER_EVENTS = ", ".join(f"'{e}'" for e in LADDER_CHAIN_EVENTS)
 _SLA_SELECT = """
     SELECT a.dispute_id, a.seq, a.event, a.from_tier, a.to_tier, a.ladder, a.due_at,
            a.decided_at, a.regulatory_deadline, a.ladder_version, a.external_id, a.actor,
@@ -89,7 +92,8 @@ _SLA_SELECT = """
 SLA_ROWS = sa.text(
     _SLA_SELECT
     + """
-     WHERE a.dispute_id IN (
+     WHERE a.event NOT IN (""" + _LADDER_EVENTS + """)  -- ladder version chains: no dispute
+       AND a.dispute_id IN (
            SELECT dispute_id FROM escalation_audit
             WHERE (decided_at >= :since AND decided_at < :until)
                OR (regulatory_deadline >= :since AND regulatory_deadline < :until)

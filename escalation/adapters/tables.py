@@ -49,8 +49,17 @@ LEDGER_EVENTS: tuple[str, ...] = (
     "PURGED",
     "ACTION_RECORDED",
     "RESOLVED",
+    "LADDER_RELEASED",
+    "LADDER_BASELINE",
+    "LADDER_APPLIED",
+    "LADDER_APPLY_FAILED",
 )
 """Values allowed in ``escalation_audit.event`` (a CHECK constraint enforces the list)."""
+
+LADDER_CHAIN_EVENTS: tuple[str, ...] = (
+    "LADDER_RELEASED", "LADDER_BASELINE", "LADDER_APPLIED", "LADDER_APPLY_FAILED")
+"""The events of a ladder version's own chain (``domain.ladder_ledger``; ADR 0012): never on
+a dispute's chain, and no dispute's projection row belongs to them."""
 
 STATUSES: tuple[str, ...] = ("pending", "paused", "terminal", "cancelled", "resolved")
 
@@ -247,12 +256,25 @@ ladder_release = sa.Table(
     sa.Column("released_at", TZ, nullable=False),
     sa.Column("released_by", sa.Text, nullable=False),
     sa.Column("reason", sa.Text, nullable=False, server_default=sa.text("''")),
+    # revision 0013: the head of the version's own ledger chain (NULL for a release
+    # recorded before it)
+    sa.Column("chain_id", UUID(as_uuid=True)),
+    sa.Column("last_seq", sa.BigInteger),
+    sa.Column("last_hash", BYTEA),
+    sa.Column("chain_created_at", TZ),
     sa.PrimaryKeyConstraint("ladder", "version"),
     sa.CheckConstraint("version >= 1", name="version_positive"),
+    sa.CheckConstraint(
+        "(chain_id IS NULL) = (last_seq IS NULL) AND (chain_id IS NULL) = (last_hash IS NULL)"
+        " AND (chain_id IS NULL) = (chain_created_at IS NULL)", name="chain_head_whole"),
+    sa.UniqueConstraint("chain_id"),
 )
 """Released ladder versions (``escalation ladder release``): the checksum of each file as
 released. Enqueue pins the newest released version; workers decide only with a released file
-whose checksum still matches (docs/adr/0004-ladder-release.md)."""
+whose checksum still matches (docs/adr/0004-ladder-release.md). ``chain_id``, ``last_seq``,
+``last_hash`` and ``chain_created_at`` are the head of the version's ledger chain (its
+LADDER_RELEASED or LADDER_BASELINE row, then its apply runs' rows): appends lock this row,
+and ``audit verify`` compares it with the chain's last row (ADR 0012)."""
 
 maintenance_runs = sa.Table(
     "maintenance_runs",

@@ -285,8 +285,9 @@ def apply_migration(
     Args:
         plan_hash: the hash ``ladder plan`` printed (it names the change, so it stays valid
             while workers decide escalations; a failed/crashed run with it is resumed).
-        actor, reason: who applies and why (e.g. a change ticket): on the history row and on
-            every LADDER_MIGRATED ledger row.
+        actor, reason: who applies and why (e.g. a change ticket): on the history row, on
+            the run's LADDER_APPLIED / LADDER_APPLY_FAILED ledger row, and on every
+            LADDER_MIGRATED ledger row (whose reason also names the release migrated to).
         batch_size: escalations per PostgreSQL transaction (1..5000).
         lock_wait_s: how long to retry members whose lock a worker holds (NOT_OWNER).
         progress: a :class:`escalation.service_layer.progress.Progress`, called as
@@ -326,7 +327,7 @@ def apply_migration(
     report = _start(history, scheduler, ladder, target, plan_hash, actor, reason)
     change = _Target(ladder, versions, target, calendars, actor, {
         "migration_id": report.run_id, "checksum": target.checksum, "plan_hash": plan_hash,
-        "reason": reason})
+        **_release_details(history, ladder, to_version, reason)})
     try:
         _run_batches(change, report, history=history, scheduler=scheduler,
                      batch_size=batch_size, progress=progress, hook=hook,
@@ -338,6 +339,22 @@ def apply_migration(
         raise
     history.finish(report.run_id, "done", scheduler.time())
     return report
+
+
+def _release_details(history: LadderHistory, ladder: str, version: int,
+                     reason: str) -> dict[str, object]:
+    """``reason`` and ``release`` of every LADDER_MIGRATED row of an apply: the apply's
+    reason followed by the release migrated to (version, event, where on the ledger), so
+    one dispute's trail names the release event (ADR 0012). A release recorded before
+    ladder events were ledger rows is named by version, who and when."""
+    row = history.releases(ladder).get((ladder, version))
+    if row is None or row.ledger is None:
+        release = (f"migrated to {ladder}@{version}" if row is None else
+                   f"migrated to {ladder}@{version}, released by {row.released_by} on "
+                   f"{row.released_at.isoformat()} (not on the ledger)")
+        return {"reason": f"{reason}; {release}" if reason else release,
+                "release": {"version": version}}
+    return {"reason": row.ledger.migration_reason(reason), "release": row.ledger.as_details()}
 
 
 def _finished_run(history: LadderHistory, ladder: str, version: int,

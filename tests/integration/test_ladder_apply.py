@@ -172,7 +172,10 @@ def test_history_records_checksum_and_check_refuses_an_edited_applied_file(
     assert run.checksum == env.catalog.get(env.name, 2).checksum and run.status == "done"
     assert (run.applied_by, run.reason) == ("alice@ops", "CHG-42")
     [row] = env.migrated_rows(did)
-    assert row["actor"] == "alice@ops" and row["details"]["reason"] == "CHG-42"
+    assert row["actor"] == "alice@ops"
+    # the apply's reason, then the release migrated to (ADR 0012)
+    assert row["details"]["reason"].startswith(
+        f"CHG-42; migrated to {env.name}@2, released as LADDER_RELEASED by ")
     assert check(env.dir, env.history) == []
     v2.write_text(v2.read_text() + "\n# edited after release\n")
     errors = check(env.dir, env.history)
