@@ -96,6 +96,15 @@ class Settings(BaseSettings):
     api_auth_fail_limit: int = Field(default=10, ge=1, le=1_000_000)
     api_auth_fail_window_s: float = Field(default=60, ge=1, le=3600)
     api_negative_cache_s: float = Field(default=300, ge=0, le=86_400)
+    # Load shedding (per API process): at most api_max_in_flight requests are being served at
+    # once; one more is answered 503 with Retry-After at once, before authentication (the
+    # probes /livez, /readyz, /healthz are never shed). On SIGTERM a process stops accepting
+    # and lets the requests in flight finish for up to api_shutdown_grace_s seconds.
+    api_max_in_flight: int = Field(default=64, ge=1, le=100_000)
+    api_shutdown_grace_s: int = Field(default=30, ge=0, le=3600)
+    # OpenTelemetry tracing of the HTTP API (the ``otel`` extra): unset = off; else the OTLP
+    # over HTTP traces endpoint, e.g. http://collector:4318/v1/traces
+    otel_endpoint: str | None = Field(default=None, min_length=1, max_length=2048)
     # Console sessions: ended after console_session_idle_s without a request and at the
     # latest console_session_lifetime_s after sign-in (PostgreSQL's clock)
     console_session_idle_s: float = Field(default=900, ge=2, le=86_400)

@@ -147,10 +147,19 @@ def serve(
     port: Annotated[int, typer.Option(help="Listen port (1-65535).")] = 8080,
     workers: Annotated[int, typer.Option(help="uvicorn worker processes (1-64).")] = 1,
 ) -> None:
-    """Serve the HTTP API (docs/api.md) with uvicorn until SIGTERM/SIGINT."""
+    """Serve the HTTP API (docs/api.md) with uvicorn until SIGTERM/SIGINT: then stop
+    accepting, let the requests in flight finish (at most api_shutdown_grace_s) and exit 0
+    (130 after Ctrl-C)."""
+    import os
+    import shutil
+    import signal
+    import tempfile
+
     import uvicorn
 
     from escalation.domain.errors import InvalidInput
+    from escalation.entrypoints.api.http_metrics import MULTIPROC_ENV
+    from escalation.logs import configure_logging
 
     if not 1 <= port <= 65535:
         raise InvalidInput(f"--port must be 1-65535, got {port}")
@@ -162,11 +171,36 @@ def serve(
         from escalation.bootstrap import resolve_urls
 
         resolve_urls(s)  # start the embedded servers once, before the workers fork
-    # uvicorn runs at WARNING (no access log): say once where the API listens; a port that
-    # is taken is still reported by uvicorn as an error right after this line
+    # uvicorn's own records (start-up errors, a worker that died) go through the one log
+    # configuration (JSON when ESCALATION_LOG_FORMAT=json), not uvicorn's plain-text handlers;
+    # each request has one access line of ours (entrypoints/api/edge.py), not uvicorn's
+    configure_logging(s.log_format, s.log_level)
+    # say once where the API listens; a port that is taken is still reported by uvicorn as an
+    # error right after this line
     shown = f"[{host}]" if ":" in host else host
     err.print(f"escalation serve: http://{shown}:{port} (API under /v1, console at /console, "
-              f"health /healthz; {workers} worker process(es)); Ctrl-C or SIGTERM stops it",
-              markup=False, highlight=False)
-    uvicorn.run("escalation.entrypoints.api.app:factory", factory=True, host=host, port=port,
-                workers=workers, log_level="warning", access_log=False)
+              f"probes /livez /readyz; {workers} worker process(es)); Ctrl-C or SIGTERM stops "
+              "it", markup=False, highlight=False)
+    metrics_dir = None
+    if workers > 1 and not os.environ.get(MULTIPROC_ENV):
+        # every worker process writes its HTTP metrics there; a scrape reads them all
+        metrics_dir = tempfile.mkdtemp(prefix="escalation-http-metrics-")
+        os.environ[MULTIPROC_ENV] = metrics_dir
+    # uvicorn stops on SIGTERM/SIGINT after draining, then raises the signal again for the
+    # handler that was there before it: ours notes it, so a stop is a normal exit (a service
+    # manager reads exit 0 as "stopped cleanly", -15 as "killed")
+    stops: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: stops.append(signum))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        uvicorn.run("escalation.entrypoints.api.app:factory", factory=True, host=host,
+                    port=port, workers=workers, log_level="warning", access_log=False,
+                    log_config=None, timeout_graceful_shutdown=s.api_shutdown_grace_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if metrics_dir is not None:
+            os.environ.pop(MULTIPROC_ENV, None)
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+    if signal.SIGINT in stops and signal.SIGTERM not in stops:
+        raise typer.Exit(130)

@@ -19,11 +19,13 @@ def _store(engine):
     return PostgresAuditStore(engine)
 
 
-def test_healthz_is_the_only_anonymous_route(api_server):
+def test_the_probes_are_the_only_anonymous_routes(api_server):
     with api_server.client(None) as anon:
         assert anon.get("/healthz").json() == {"status": "ok"}
+        assert anon.get("/livez").json() == {"status": "ok"}
+        assert anon.get("/readyz").json() == {"status": "ready"}  # no details
         did = uuid.uuid4()
-        for method, path in [("GET", "/readyz"), ("POST", "/v1/escalations"),
+        for method, path in [("GET", "/metrics"), ("POST", "/v1/escalations"),
                              ("POST", "/v1/escalations/batch"),
                              ("GET", f"/v1/escalations/{did}"),
                              ("POST", f"/v1/escalations/{did}/cancel"),

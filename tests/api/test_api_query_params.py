@@ -84,15 +84,18 @@ def test_other_get_routes_refuse_them_too_and_declared_ones_still_work(api_serve
     assert "did you mean grace_s?" in doc["errors"][0]["message"]
     for client, path in ((compliance, "/v1/ladders"),
                          (compliance, "/v1/ladders/dispute_review/versions/1"),
-                         (admin, "/readyz"), (compliance, "/metrics")):
+                         (compliance, "/metrics")):
         assert client.get(path).status_code == 200, path
         _refused(client.get(path, params={"x": "1"}), "x")
     with api_server.client(None) as anon:
         assert anon.get("/healthz").status_code == 200
         # a health probe's query string (cache busting) is not a filter: still 200, and a
         # HEAD probe gets 200 too (it was 422 and 405: a load balancer marked it down)
-        assert anon.get("/healthz", params={"probe": "1"}).json() == {"status": "ok"}
-        head = anon.head("/healthz", params={"t": "123"})
-        assert head.status_code == 200 and head.content == b""
+        for probe in ("/healthz", "/livez"):
+            assert anon.get(probe, params={"probe": "1"}).json() == {"status": "ok"}
+            head = anon.head(probe, params={"t": "123"})
+            assert head.status_code == 200 and head.content == b""
+        assert anon.get("/readyz", params={"probe": "1"}).json() == {"status": "ready"}
         # the console reads its own form fields: not subject to the API's rule
         assert anon.get("/console/login", params={"next": "/console"}).status_code == 200
+    assert admin.get("/readyz", params={"x": "1"}).json()["status"] == "ready"

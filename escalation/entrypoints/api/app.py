@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -19,19 +20,28 @@ DESCRIPTION = """\
 Dispute SLA escalations over HTTP: schedule an escalation when a dispute enters a review
 tier, read its state and deadlines, cancel, pause and resume it, read the audit ledger and
 the SLA report. Every request needs `Authorization: Bearer <token>` (from `escalation token
-create`) except `GET /healthz`, checked before anything else of the request is read (an
+create`) except the probes `GET /livez`, `/healthz` and `/readyz` (up or down only; a token
+adds the details), checked before anything else of the request is read (an
 anonymous request is 401 whatever its body or parameters). Errors are RFC 9457
 `application/problem+json`. A query parameter a route does not declare is refused (422),
 never ignored. Limits: a body over the configured size is 413, a JSON body too deep or with
-too many keys 422, repeated failed authentication 429 with `Retry-After`. A token may be
-scoped to some sources (its disputes only) and to reads.
+too many keys 422, repeated failed authentication 429 with `Retry-After`; more than
+`api_max_in_flight` requests in flight in a process, or a backing service down, 503 with
+`Retry-After`. `X-Request-ID` (1-128 of `[A-Za-z0-9._:-]`) is returned as sent, else a new
+one; a W3C `traceparent` gives a created escalation its `trace_id` when the body has none.
+A token may be scoped to some sources (its disputes only) and to reads.
 A dispute is addressed by UUID (`/v1/escalations/{dispute_id}`) or by its source system's
 id (`/v1/sources/{source}/escalations/{external_id}`).
 """
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The FastAPI app. ``settings`` None = read them from the environment at startup."""
+def create_app(settings: Settings | None = None, tracer_provider: Any = None) -> FastAPI:
+    """The FastAPI app. ``settings`` None = read them from the environment at startup.
+
+    ``tracer_provider``: an OpenTelemetry ``TracerProvider`` to trace requests with (tests
+    pass one with an in-memory exporter); None = the one ``ESCALATION_OTEL_ENDPOINT`` names,
+    or no tracing when it is unset (``tracing.tracer_provider``).
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -44,6 +54,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         configure_logging(s.log_format, s.log_level)
         core = build(s, actor="api")
         app.state.core = core
+        from escalation.entrypoints.api.tracing import TRACER_NAME
+        from escalation.entrypoints.api.tracing import tracer_provider as provider_for
+
+        provider = tracer_provider or provider_for(s.otel_endpoint)
+        app.state.tracer = None if provider is None else provider.get_tracer(TRACER_NAME)
         app.state.tokens = TokenCache(token_store_for(core), s.api_token_cache_s,
                                       s.api_negative_cache_s)
         app.state.throttle = Throttle(s.api_auth_fail_limit, s.api_auth_fail_window_s)
@@ -62,6 +77,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             app.state.batcher.close()
             core.close()
+            if provider is not None and tracer_provider is None:
+                provider.shutdown()  # sends the spans still buffered
 
     app = FastAPI(
         title="escalation", version="1", description=DESCRIPTION, lifespan=lifespan,
@@ -81,6 +98,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # authentication, permission and body limits before routing reads anything (ADR 0011)
     app.add_middleware(Guard)
+    from escalation.entrypoints.api.edge import Edge
+
+    # outermost: request id, load shedding, tracing, access log and HTTP metrics (edge.py)
+    app.add_middleware(Edge)
     from fastapi import Depends
 
     from escalation.entrypoints.api import metrics, routes_audit, routes_escalations, routes_ops

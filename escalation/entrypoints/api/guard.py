@@ -1,8 +1,9 @@
 """The request guard: an ASGI middleware that runs before routing, parameter parsing and
 body reading (docs/adr/0011-http-hardening.md).
 
-For every request but the public probe (``/healthz``) and the console (which has sessions of
-its own, ``console.routes``), in this order:
+For every request but the public probes (``/healthz``, ``/livez``; ``/readyz`` without an
+``Authorization`` header) and the console (which has sessions of its own,
+``console.routes``), in this order:
 
 1. a failed-authentication throttle: a client address or token prefix that failed
    ``api_auth_fail_limit`` times within ``api_auth_fail_window_s`` gets 429 with
@@ -46,8 +47,11 @@ from escalation.entrypoints.api.auth import (
 from escalation.entrypoints.api.problems import problem
 from escalation.settings import Settings
 
-PUBLIC_PATHS = frozenset({"/healthz"})
-"""Answered without a token (the load balancer's probe)."""
+PUBLIC_PATHS = frozenset({"/healthz", "/livez"})
+"""Answered without a token (the load balancer's and Kubernetes' liveness probes)."""
+OPTIONAL_TOKEN_PATHS = frozenset({"/readyz"})
+"""Answered without a token (up or down only); a token, if sent, is checked and then shows
+the details (``routes_ops.readyz``)."""
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _ROUTE_PERMISSION = "_escalation_route_permission"
 _CLOSE = {"Connection": "close"}  # the rest of an over-large body is never read
@@ -161,7 +165,9 @@ class Guard:
             return
         app = scope["app"]
         path: str = scope["path"]
-        if not (path == "/console" or path.startswith("/console/")):
+        anonymous_ok = (path in OPTIONAL_TOKEN_PATHS
+                        and not any(k == b"authorization" for k, _ in scope["headers"]))
+        if not (path == "/console" or path.startswith("/console/") or anonymous_ok):
             info = await self._authenticate(scope, receive, send, app)
             if info is None:
                 return

@@ -20,6 +20,9 @@ metric                                                      source
 ``escalation_regulatory_deadlines_due_24h{deadline}``       PostgreSQL, open escalations
 ==========================================================  ======================================
 
+The API's own HTTP figures (requests by route template, method and status; latency; shed
+requests) are listed in ``entrypoints.api.http_metrics``.
+
 Workers export their in-process view (firing lag due -> applied, per batch) on their own
 port: ``escalation worker --metrics-port N`` (``entrypoints.worker_metrics``).
 """
@@ -42,6 +45,7 @@ from escalation.adapters import metrics_queries as q
 from escalation.bootstrap import App
 from escalation.entrypoints.api.auth import AuditReader
 from escalation.entrypoints.api.deps import Core
+from escalation.entrypoints.api.http_metrics import HttpCollector
 
 router = APIRouter(tags=["operations"])
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -116,4 +120,5 @@ def metrics(core: Core, token: AuditReader) -> Response:
     """Prometheus metrics (see docs/api.md, "Metrics")."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(EscalationCollector(core))
+    registry.register(HttpCollector())
     return Response(generate_latest(registry), media_type=CONTENT_TYPE)

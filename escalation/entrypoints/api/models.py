@@ -279,3 +279,18 @@ class Problem(BaseModel):
     detail: str
     instance: str | None = None
     errors: list[dict[str, Any]] | None = None
+
+
+class Readiness(BaseModel):
+    """``GET /readyz``: up or down; ``checks`` only for a request with a valid token."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"status": "not ready"},
+        {"status": "not ready", "checks": {"redis": "unreachable", "postgres": "ok",
+                                           "ladders": "ok"}}]})
+
+    status: Literal["ready", "not ready"]
+    checks: dict[str, Any] | None = Field(
+        None, description="Each check: `ok`, or what failed (`unreachable`, `timeout`, "
+        "`schema not at head ...`, the ladder file errors); never an address. Only with a "
+        "token.")

@@ -54,8 +54,10 @@ from escalation.domain.errors import (
     NotFound,
     SchemaNotAtHead,
 )
+from escalation.logs import get_logger
 
 MEDIA_TYPE = "application/problem+json"
+_log = get_logger(__name__)
 
 TITLES: dict[int, tuple[str, str]] = {
     400: ("/problems/bad-request", "Bad request"),
@@ -140,9 +142,19 @@ def field_of(message: str, fields: Sequence[str] = ()) -> str | None:
     return prefix.rstrip(".") or None
 
 
+RETRY_AFTER_S = 5
+"""``Retry-After`` (seconds) of a 503 that names no other wait: a backing service is down or
+the schema or a ladder file is being fixed (a shed request says 1 s, ``edge``)."""
+
+
 def problem(status: int, detail: str, instance: str | None = None,
             headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
-    """A problem+json response: ``type``, ``title``, ``status``, ``detail``, ``instance``."""
+    """A problem+json response: ``type``, ``title``, ``status``, ``detail``, ``instance``.
+
+    Every 503 carries ``Retry-After`` (:data:`RETRY_AFTER_S` unless ``headers`` names one).
+    """
+    if status == 503 and not any(k.lower() == "retry-after" for k in headers or {}):
+        headers = {**(headers or {}), "Retry-After": str(RETRY_AFTER_S)}
     type_, title = TITLES.get(status, ("about:blank", "Error"))
     body: dict[str, Any] = {"type": type_, "title": title, "status": status, "detail": detail}
     if instance:
@@ -184,6 +196,12 @@ def status_of(exc: EscalationError) -> int:
     if isinstance(exc, SchemaNotAtHead):
         return 503
     return 500
+
+
+def unavailable_service(exc: BaseException) -> str:
+    """``"redis"`` or ``"postgresql"``: which backing service an outage error came from (by
+    the error's module, never by its text)."""
+    return "redis" if type(exc).__module__.startswith("redis") else "postgresql"
 
 
 def max_errors(request: Request) -> int:
@@ -241,8 +259,13 @@ def install(app: FastAPI) -> None:
                        dict(exc.headers) if exc.headers else None, **extra)
 
     async def on_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        # the client learns which service, never its address or the driver's text (that
+        # goes to the log, with the request id bound by the edge middleware)
         first = str(exc).strip().splitlines()
-        return problem(503, f"backing service unavailable: {first[0] if first else exc}",
+        service = unavailable_service(exc)
+        _log.warning("api.backing_service_unavailable", service=service,
+                     error=f"{type(exc).__name__}: {first[0] if first else ''}")
+        return problem(503, f"backing service unavailable: {service} (retry later)",
                        request.url.path)
 
     import redis.exceptions

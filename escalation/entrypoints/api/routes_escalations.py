@@ -41,6 +41,7 @@ from escalation.entrypoints.api.models import (
     ResolveIn,
 )
 from escalation.entrypoints.api.problems import ApiProblem, field_of
+from escalation.entrypoints.api.tracing import child_span
 from escalation.entrypoints.cli_common import parse_time
 from escalation.ports import LedgerRow
 from escalation.service_layer.disputes import resolve_dispute
@@ -66,8 +67,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def to_request(body: EscalationIn) -> EnqueueRequest:
+def to_request(body: EscalationIn, trace_id: str | None = None) -> EnqueueRequest:
     """An ``EnqueueRequest`` from a request body (times parsed like the CLI's options).
+    ``trace_id``: the request's W3C trace id (``edge.Edge``), when the body names none.
 
     Raises:
         InvalidInput: naming the field (bad time, dispute reference, ...).
@@ -78,7 +80,8 @@ def to_request(body: EscalationIn) -> EnqueueRequest:
         dispute_id=did, materiality=body.materiality, source_hash=body.source_hash,
         tier=body.tier, due_at=parse_time(body.due_at, "due_at"),
         opened_at=parse_time(body.opened_at, "opened_at"), ladder=body.ladder,
-        external_id=ext if ext is not None else body.external_id, trace_id=body.trace_id,
+        external_id=ext if ext is not None else body.external_id,
+        trace_id=body.trace_id or trace_id,
         anchor_at=parse_time(body.notice_at, "notice_at"),
         timezone=body.timezone, calendar=body.calendar, attributes=body.attributes,
     )
@@ -154,7 +157,9 @@ async def create(body: EscalationIn, request: Request, token: Writer) -> Respons
     why = source_refusal(token, body.source)
     if why is not None:
         raise ApiProblem(403, why, errors=[{"field": "source", "message": why}])
-    done = await batcher.submit(to_request(body), token.name)
+    with child_span(request.app.state, "ledger.write", operation="create"):
+        done = await batcher.submit(
+            to_request(body, getattr(request.state, "trace_id", None)), token.name)
     res = done.result
     # a dispute just created has no actions: its clocks are its projection's (no trail read)
     out = render(core, res.escalation.with_changes(status=res.status), done.now,
@@ -165,7 +170,7 @@ async def create(body: EscalationIn, request: Request, token: Writer) -> Respons
 
 
 @router.post("/escalations/batch", response_model=BatchOut, responses=ERRORS)
-def create_batch(body: BatchIn, core: Core, token: Writer) -> BatchOut:
+def create_batch(body: BatchIn, core: Core, token: Writer, request: Request) -> BatchOut:
     """Schedule up to 1,000 escalations. Every item is validated first; one bad item -> 422
     naming it (``items[i].field``) and nothing is written. Existing disputes are reported
     with ``created: false`` (``source_hash_differs`` true = it carried another source hash,
@@ -178,18 +183,20 @@ def create_batch(body: BatchIn, core: Core, token: Writer) -> BatchOut:
                              errors=[{"field": f"items[{i}].source", "message": why}])
     for i, item in enumerate(body.items):
         try:
-            requests.append(to_request(item))
+            requests.append(to_request(item, getattr(request.state, "trace_id", None)))
         except Exception as exc:
             from escalation.domain.errors import InvalidInput
 
             if isinstance(exc, InvalidInput):
                 raise type(exc)(f"request {i + 1}: {exc}") from None
             raise
-    results = enqueue_many(
-        requests, scheduler=core.scheduler, store=core.store, ladders=core.ladders,
-        calendars=core.calendars, default_ladder=core.settings.default_ladder,
-        actor=token.name, on_scheduled=_hook(core),
-    )
+    with child_span(request.app.state, "ledger.write", operation="create_batch",
+                    items=len(requests)):
+        results = enqueue_many(
+            requests, scheduler=core.scheduler, store=core.store, ladders=core.ladders,
+            calendars=core.calendars, default_ladder=core.settings.default_ladder,
+            actor=token.name, on_scheduled=_hook(core),
+        )
     items = [BatchItemOut(dispute_id=str(r.escalation.dispute_id), created=r.created,
                           status=r.status.value, source_hash_differs=r.source_hash_differs)
              for r in results]

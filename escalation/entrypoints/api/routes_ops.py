@@ -1,20 +1,24 @@
-"""``/healthz`` (anonymous: the process is up) and ``/readyz`` (Redis and PostgreSQL
-reachable, schema at the Alembic head, every ladder file valid)."""
+"""The probes: ``/healthz`` and ``/livez`` (anonymous: the process is up) and ``/readyz``
+(Redis and PostgreSQL reachable, schema at the Alembic head, every ladder file valid;
+anonymous up/down, details with a token). None of them is shed under load (``edge``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from escalation.entrypoints.api.auth import StatusReader
-from escalation.entrypoints.api.deps import Core
+from escalation.entrypoints.api.models import Problem, Readiness
+from escalation.entrypoints.api.problems import RETRY_AFTER_S
+from escalation.logs import get_logger
+
+_log = get_logger(__name__)
 
 router = APIRouter(tags=["operations"])
 
 health_router = APIRouter(tags=["operations"])
-"""``/healthz`` alone: included without the unknown-query-parameter check (a load balancer
+"""The probes: included without the unknown-query-parameter check (a load balancer
 may add a cache-busting query string, and a probe that fails on one marks a healthy server
 down)."""
 
@@ -32,24 +36,63 @@ def healthz_head() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "Not ready; `checks` says why."}})
-def readyz(core: Core, token: StatusReader) -> JSONResponse:
-    """200 if Redis and PostgreSQL answer, the schema is at head and the ladders are valid;
-    else 503 with the failing checks."""
+@health_router.get("/livez")
+def livez() -> dict[str, str]:
+    """Liveness (Kubernetes ``livenessProbe``): 200 ``{"status": "ok"}`` while the process
+    serves requests. No token, no backing service touched, never shed; GET or HEAD."""
+    return {"status": "ok"}
+
+
+@health_router.head("/livez", include_in_schema=False)
+def livez_head() -> dict[str, str]:
+    """``HEAD /livez``: the GET's status and headers (the server sends no body)."""
+    return {"status": "ok"}
+
+
+def _outage(exc: BaseException) -> str:
+    """What a readiness check says of a failure: a kind, never the driver's text (which may
+    name an internal address); the text goes to the log."""
+    from escalation.domain.errors import SchemaNotAtHead
+
+    if isinstance(exc, SchemaNotAtHead):
+        return "schema not at head (run escalation db upgrade)"
+    _log.warning("api.readiness_check_failed", error=f"{type(exc).__name__}: "
+                 f"{(str(exc).strip().splitlines() or [''])[0]}")
+    if isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower():
+        return "timeout"
+    return "unreachable"
+
+
+@health_router.get("/readyz", responses={
+    200: {"model": Readiness, "description": "Ready (`checks` only with a token)."},
+    401: {"model": Problem, "content": {"application/problem+json": {}},
+          "description": "A token was sent and is invalid, expired or revoked."},
+    503: {"model": Readiness, "description": "Not ready (`Retry-After`; `checks`, with a "
+          "token, says why)."}})
+def readyz(request: Request) -> JSONResponse:
+    """Readiness (Kubernetes ``readinessProbe``): 200 if Redis and PostgreSQL answer, the
+    schema is at head and the ladders are valid, else 503 with ``Retry-After``. Without a
+    token the body is ``{"status": "ready"}`` or ``{"status": "not ready"}`` and nothing
+    more; with any valid token it adds ``checks`` (each ``ok`` or what failed, never an
+    address). Never shed."""
     from escalation.adapters.db import check_at_head
 
+    core = request.app.state.core
     checks: dict[str, Any] = {}
     try:
         core.redis.ping()
         checks["redis"] = "ok"
     except Exception as exc:
-        checks["redis"] = f"unreachable: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+        checks["redis"] = _outage(exc)
     try:
         check_at_head(core.engine)
         checks["postgres"] = "ok"
     except Exception as exc:
-        checks["postgres"] = str(exc).strip().splitlines()[0] if str(exc) else repr(exc)
+        checks["postgres"] = _outage(exc)
     checks["ladders"] = "ok" if not core.ladders.errors else core.ladders.errors
     ok = all(v == "ok" for v in checks.values())
-    return JSONResponse({"status": "ready" if ok else "not ready", "checks": checks},
-                        status_code=200 if ok else 503)
+    body: dict[str, Any] = {"status": "ready" if ok else "not ready"}
+    if getattr(request.state, "token", None) is not None:
+        body["checks"] = checks
+    headers = None if ok else {"Retry-After": str(RETRY_AFTER_S)}
+    return JSONResponse(body, status_code=200 if ok else 503, headers=headers)
