@@ -58,7 +58,7 @@ from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS, Check, DoctorDe
 from escalation.service_layer.ladder_release import baseline_releases
 from escalation.service_layer.maintenance import Job, Maintenance, log_dead_letters
 from escalation.service_layer.priority import weight_fn
-from escalation.service_layer.reconcile import reconcile
+from escalation.service_layer.reconcile import ProjectionLedger, reconcile
 from escalation.service_layer.warnings import (
     schedule_ahead,
     schedule_warnings,
@@ -382,6 +382,14 @@ def dead_letters_for(app: App, *, actor: str | None = None) -> DeadLetters:
     console's operations page); ``actor`` writes its ledger rows (default ``app.actor``)."""
     return DeadLetters(rel=reliability_for(app), scheduler=app.scheduler, store=app.store,
                        actor=actor or app.actor)
+
+
+def projection_ledger_for(app: App) -> ProjectionLedger:
+    """The projection against its ledger (``reconcile.ProjectionLedger``: the streamed
+    comparison and the repair from the ledger) on ``app``'s engine."""
+    from escalation.adapters.projection_scan import PostgresProjectionLedger
+
+    return PostgresProjectionLedger(app.engine)
 
 
 def token_store_for(app: App) -> TokenStore:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.partitions import retained_from
+from escalation.adapters.projection_scan import projection_differences, render
 from escalation.adapters.tables import audit_checkpoint, audit_checkpoint_head
 from escalation.domain.merkle import checkpoint_hash, head_leaf, merkle_root
 from escalation.ports import Checkpoint, CheckpointSnapshot, SealedHead
@@ -49,46 +50,6 @@ _SEALED = sa.text(
        AND a.chain_created_at = h.chain_created_at
      WHERE h.checkpoint_id = :cp
      ORDER BY h.dispute_id
-    """
-)
-
-
-# The projection (escalation_state) against the ledger: every ledger row carries the state
-# *after* its event (ladder, version, materiality, ids, regulatory deadline), so the last row
-# of a chain must agree with its projection row; a terminal / cancelled status needs its
-# TERMINAL / CANCELLED / RESOLVED row and vice versa (a terminal or cancelled dispute
-# resolved later is 'resolved').
-_PROJECTION = sa.text(
-    """
-    SELECT s.dispute_id,
-           concat_ws(', ',
-             CASE WHEN a.ladder IS DISTINCT FROM s.ladder THEN 'ladder' END,
-             CASE WHEN a.ladder_version IS DISTINCT FROM s.ladder_version
-                  THEN 'ladder_version' END,
-             CASE WHEN a.materiality IS DISTINCT FROM s.materiality THEN 'materiality' END,
-             CASE WHEN a.trace_id IS DISTINCT FROM s.trace_id THEN 'trace_id' END,
-             CASE WHEN a.source_hash IS DISTINCT FROM s.source_hash THEN 'source_hash' END,
-             CASE WHEN a.external_id IS DISTINCT FROM s.external_id THEN 'external_id' END,
-             CASE WHEN a.regulatory_deadline IS DISTINCT FROM s.regulatory_deadline
-                  THEN 'regulatory_deadline' END,
-             CASE WHEN (s.status = 'terminal')
-                       <> (coalesce(t.terminal, false) AND NOT coalesce(t.resolved, false))
-                  THEN 'status terminal' END,
-             CASE WHEN (s.status = 'cancelled')
-                       <> (coalesce(t.cancelled, false) AND NOT coalesce(t.resolved, false))
-                  THEN 'status cancelled' END,
-             CASE WHEN (s.status = 'resolved') <> coalesce(t.resolved, false)
-                  THEN 'status resolved' END) AS fields
-      FROM escalation_state AS s
-      JOIN LATERAL (
-           SELECT * FROM escalation_audit
-            WHERE dispute_id = s.dispute_id ORDER BY seq DESC LIMIT 1) AS a ON true
-      LEFT JOIN LATERAL (
-           SELECT bool_or(event = 'TERMINAL') AS terminal,
-                  bool_or(event = 'CANCELLED') AS cancelled,
-                  bool_or(event = 'RESOLVED') AS resolved
-             FROM escalation_audit WHERE dispute_id = s.dispute_id) AS t ON true
-     WHERE (CAST(:id AS uuid) IS NULL OR s.dispute_id = CAST(:id AS uuid))
     """
 )
 
@@ -200,10 +161,9 @@ class _Snapshot:
                      if cp.checkpoint_id == checkpoint_id), None)
 
     def projection_mismatches(self, dispute_id: UUID | None) -> list[tuple[UUID, str]]:
-        """Projection rows that disagree with their ledger, and which fields (see
-        ``_PROJECTION``)."""
-        rows = self._conn.execute(_PROJECTION, {"id": dispute_id})
-        return [(d, str(f)) for d, f in rows if f]
+        """Projection rows that disagree with their ledger, each with its differing columns
+        and both values (``adapters.projection_scan``: streamed in this snapshot)."""
+        return [(d, render(found)) for d, found in projection_differences(self._conn, dispute_id)]
 
 
 def _load_checkpoints(conn: sa.Connection) -> list[Checkpoint]:

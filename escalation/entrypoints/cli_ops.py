@@ -199,13 +199,20 @@ def dead_purge(
 @app.command("reconcile")
 def reconcile_cmd(
     dry_run: Annotated[bool, typer.Option(help="Only list the differences.")] = False,
+    repair_projection: Annotated[bool, typer.Option(
+        help="Set projection rows that differ from their ledger from the ledger (only when "
+             "the chain verifies up to the row's head).")] = False,
 ) -> None:
     """Repair Redis from PostgreSQL (the truth); safe alongside live workers.
+
+    The projection is compared with the ledger first: each differing column of a dispute is
+    reported (kind PROJECTION) and that dispute is left out of the Redis repair, unless
+    --repair-projection set it from its ledger; the command then exits 1.
 
     An item that cannot be repaired (e.g. a due time Redis refuses) does not stop the run: it
     is reported (count and ids, in the JSON and on stderr) and the command exits 1 at the end.
     """
-    from escalation.bootstrap import schedule_for
+    from escalation.bootstrap import projection_ledger_for, schedule_for
     from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.reconcile import reconcile
 
@@ -214,7 +221,9 @@ def reconcile_cmd(
         with cli_progress("reconcile") as progress:
             rep = reconcile(scheduler=a.scheduler, store=a.store, redis_side=_rel(a),
                             dry_run=dry_run, progress=progress,
-                            on_restored=schedule_for(a, only_ahead=True))
+                            on_restored=schedule_for(a, only_ahead=True),
+                            projection=projection_ledger_for(a),
+                            repair_projection=repair_projection)
         _print_json(rep.as_dict())
     finally:
         a.close()
@@ -224,6 +233,15 @@ def reconcile_cmd(
         more = f" (+{len(rep.errors) - 20} more)" if len(rep.errors) > 20 else ""
         err.print(f"error: reconcile: {len(rep.errors)} item(s) could not be repaired: "
                   f"{ids}{more}; first: {rep.errors[0][1]}", markup=False, highlight=False)
+        raise typer.Exit(1)
+    drift = [d for d in rep.diffs if d.kind.value == "PROJECTION" and not d.repaired]
+    if drift:
+        for d in drift[:20]:
+            err.print(f"projection differs from the ledger: dispute {d.dispute_id}: {d.detail}",
+                      markup=False, highlight=False)
+        err.print(f"error: reconcile: {len(drift)} projection column(s) differ from the ledger "
+                  "(left out of the Redis repair); `escalation reconcile --repair-projection` "
+                  "sets them from the ledger", markup=False, highlight=False)
         raise typer.Exit(1)
 
 

@@ -24,6 +24,17 @@ index of it. Two passes, both safe alongside live workers:
    PostgreSQL is asked about them, and enqueue records in PostgreSQL before writing Redis, so a
    member being enqueued concurrently is never mistaken for an unknown one.
 
+0. **projection -> ledger** (when given a :class:`ProjectionLedger`; ``escalation
+   reconcile``): the projection is not trusted. Every projection row is compared with the
+   columns its ledger chain determines (``domain.projection``: status, tier, due time,
+   deadlines, obligations, materiality, ...); each differing column is a ``PROJECTION``
+   difference naming the column and both values. With ``repair_projection`` (``reconcile
+   --repair-projection``) the row is set from its ledger, under its row lock, only when the
+   chain verifies up to the projection's head (else an error for that dispute); without it,
+   or when the repair fails, the dispute is left out of both Redis passes, so a forged
+   projection row is never copied into Redis (docs/reliability.md, "Projection against the
+   ledger").
+
 ``dry_run`` computes the same differences and writes nothing.
 
 A repair run does not stop on one bad item: an escalation Redis refuses (e.g. ``EINVAL apply:
@@ -43,12 +54,15 @@ from uuid import UUID
 
 from escalation.domain.errors import EscalationError
 from escalation.domain.escalation import ENDED, Escalation, Status, parse_dispute_id
+from escalation.domain.projection import ColumnDifference
 from escalation.domain.timeutil import to_ms
+from escalation.logs import get_logger
 from escalation.ports import ApplyOutcome, LedgerRow, Scheduler, SchedulerInspection
 from escalation.service_layer.fire import lost_notifications, unapplied_notifications
 from escalation.service_layer.progress import Progress, no_progress
 
 PAGE = 1000
+log = get_logger("escalation.reconcile")
 
 
 class DiffKind(StrEnum):
@@ -62,6 +76,7 @@ class DiffKind(StrEnum):
     TERMINAL_MEMBER = "TERMINAL_MEMBER"
     UNKNOWN_MEMBER = "UNKNOWN_MEMBER"
     PAUSED_MEMBER = "PAUSED_MEMBER"
+    PROJECTION = "PROJECTION"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +152,47 @@ class PendingSource(Protocol):
         ...
 
 
+class ProjectionLedger(Protocol):
+    """The projection against its ledger (adapter:
+    ``adapters.projection_scan.PostgresProjectionLedger``)."""
+
+    def differences(self) -> Iterator[tuple[UUID, tuple[ColumnDifference, ...]]]:
+        """``(dispute_id, differing columns)`` of every projection row that differs from
+        its ledger, by dispute id, streamed in one snapshot."""
+        ...
+
+    def repair(self, dispute_id: UUID) -> tuple[ColumnDifference, ...]:
+        """Set the differing columns from the ledger (chain verified up to the projection's
+        head, under the row lock); returns what changed. Raises ConflictError when the
+        ledger cannot be trusted for it; nothing written then."""
+        ...
+
+
+def _check_projection(projection: ProjectionLedger, report: ReconcileReport, dry_run: bool,
+                      repair: bool) -> set[str]:
+    """Pass 0 (module doc): report every projection column that differs from the ledger,
+    repair it when asked; returns the disputes left out of the Redis passes."""
+    found = list(projection.differences())  # the snapshot ends before any repair starts
+    left_out: set[str] = set()
+    for did, columns in found:
+        fixed = False
+        if repair and not dry_run:
+            try:
+                projection.repair(did)
+                fixed = True
+            except ITEM_ERRORS as exc:
+                report.errors.append((str(did), f"{DiffKind.PROJECTION.value}: {exc}"))
+        report.diffs += [Diff(DiffKind.PROJECTION, str(did), c.render(), repaired=fixed)
+                         for c in columns]
+        log.warning("reconcile.projection_differs", dispute_id=str(did),
+                    match_decision="PROJECTION_DIFFERS", repaired=fixed,
+                    columns=[c.column.value for c in columns],
+                    differences=[c.render() for c in columns])
+        if not fixed:
+            left_out.add(str(did))
+    return left_out
+
+
 def _pages(store: PendingSource, page: int) -> Iterator[list[Escalation]]:
     after: UUID | None = None
     while True:
@@ -158,6 +214,8 @@ def reconcile(
     page: int = PAGE,
     progress: Progress = no_progress,
     on_restored: Callable[[Sequence[Escalation]], None] | None = None,
+    projection: ProjectionLedger | None = None,
+    repair_projection: bool = False,
 ) -> ReconcileReport:
     """Compare PostgreSQL with Redis and repair Redis (see the module docstring).
 
@@ -173,6 +231,9 @@ def reconcile(
             or brought up to date (MISSING, BEHIND): the keys lost with a payload may hold
             their pre-breach warnings too (the CLI and the maintenance job schedule those
             still ahead; scheduling is idempotent).
+        projection: compare the projection with the ledger first (pass 0); None skips it
+            (the leader's periodic run: a whole-ledger scan every 5 minutes is too dear).
+        repair_projection: set differing projection rows from their ledger (pass 0).
 
     Returns:
         ReconcileReport.
@@ -182,8 +243,12 @@ def reconcile(
         An error about one item (:data:`ITEM_ERRORS`) does not: it goes to ``report.errors``.
     """
     report = ReconcileReport(dry_run=dry_run)
-    for rows in _pages(store, page):
-        report.checked_db += len(rows)
+    untrusted: set[str] = set()
+    if projection is not None:
+        untrusted = _check_projection(projection, report, dry_run, repair_projection)
+    for page_rows in _pages(store, page):
+        report.checked_db += len(page_rows)
+        rows = [e for e in page_rows if str(e.dispute_id) not in untrusted]
         restored = _db_to_redis(rows, scheduler, redis_side, report, dry_run, store)
         if restored and on_restored is not None:
             on_restored(restored)
@@ -194,6 +259,7 @@ def reconcile(
             members = [m for m, _ in chunk if m not in seen]
             seen.update(members)
             report.checked_members += len(members)
+            members = [m for m in members if m not in untrusted]
             _redis_to_db(members, store, redis_side, report, dry_run, scheduler)
             progress("redis", report.checked_members, None)
     return report

@@ -223,5 +223,8 @@ def test_verify_checks_the_projection_against_the_ledger(scratch):
                      {"d": victim})
     report = verify(PostgresCheckpoints(engine))
     assert not report.ok
-    assert report.projection_mismatches == [(victim, "materiality, status cancelled")]
+    assert report.projection_mismatches == [(victim, (
+        "status (projection 'cancelled', ledger 'pending'), "
+        "due_at (projection none, ledger 2026-03-06T09:00:02+00:00), "
+        "materiality (projection 1.00, ledger 1250.00)"))]
     assert verify(PostgresCheckpoints(engine), clean).ok
