@@ -52,7 +52,13 @@ from escalation.domain.errors import RELEASE_BROKEN, LadderError, SchemaNotAtHea
 from escalation.domain.escalation import Escalation
 from escalation.domain.timeutil import from_ms
 from escalation.logs import get_logger
-from escalation.ports import SessionStore, TokenStore
+from escalation.ports import (
+    CheckpointStore,
+    DigestSigner,
+    DigestVerifier,
+    SessionStore,
+    TokenStore,
+)
 from escalation.service_layer.dead_letters import DeadLetters
 from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS, Check, DoctorDeps, run_checks
 from escalation.service_layer.ladder_release import baseline_releases
@@ -489,3 +495,32 @@ def run_doctor(app: App, *, host_ms: Callable[[], int] | None = None,
                       scheduler_stats=app.scheduler.stats,
                       ladder_problems=lambda: ladder_file_problems(app))
     return run_checks(deps, host_ms=host_ms, max_skew_ms=max_skew_ms)
+
+
+def checkpoint_store_for(engine: sa.Engine) -> CheckpointStore:
+    """The ``CheckpointStore`` (``adapters.checkpoints.PostgresCheckpoints``) on ``engine``:
+    checkpoints, verification and the retention rows."""
+    from escalation.adapters.checkpoints import PostgresCheckpoints
+
+    return PostgresCheckpoints(engine)
+
+
+def digest_signer_for() -> DigestSigner | None:
+    """The ``DigestSigner`` of the configured checkpoint signing key
+    (``ESCALATION_CHECKPOINT_KEY_FILE`` / ``ESCALATION_CHECKPOINT_KEY``), or None when no key
+    is configured. Raises ConfigError for an unreadable or non-Ed25519 key."""
+    from escalation.adapters.signing import Ed25519DigestSigner, load_private_key
+
+    key = load_private_key()
+    return None if key is None else Ed25519DigestSigner(key)
+
+
+def digest_verifier_for(public_key: Path | None = None) -> DigestVerifier | None:
+    """The ``DigestVerifier`` checkpoints are trusted under: ``public_key`` (PEM) if given,
+    else ``ESCALATION_CHECKPOINT_PUBLIC_KEY_FILE``, else the configured signing key's public
+    half; None when none is configured (ADR 0013). Raises InvalidInput / ConfigError for a
+    key that cannot be read."""
+    from escalation.adapters.signing import Ed25519DigestVerifier, configured_public_key
+
+    key = configured_public_key(path=public_key)
+    return None if key is None else Ed25519DigestVerifier(key)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -15,14 +16,28 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from escalation.adapters.audit_store import PostgresAuditStore
-from escalation.adapters.partitions import retained_from
+from escalation.adapters.partitions import (
+    SEAL_LOCK_KEY,
+    ledger_tables,
+    retained_from,
+    retention_records,
+)
 from escalation.adapters.projection_scan import projection_differences, render
 from escalation.adapters.tables import audit_checkpoint, audit_checkpoint_head
-from escalation.domain.merkle import checkpoint_hash, head_leaf, merkle_root
-from escalation.ports import Checkpoint, CheckpointSnapshot, SealedHead
+from escalation.domain.merkle import checkpoint_hash, head_leaf, merkle_root, retention_hash
+from escalation.ports import (
+    Checkpoint,
+    CheckpointSignature,
+    CheckpointSnapshot,
+    RetentionRecord,
+    SealedHead,
+)
 
 GENESIS = bytes(32)
-_LOCK_KEY = 7_305_114_211_003  # advisory lock: one sealer at a time
+_COUNTS = sa.text(
+    "SELECT count(DISTINCT dispute_id), count(*) FROM escalation_audit"
+    " WHERE CAST(:id AS uuid) IS NULL OR dispute_id = CAST(:id AS uuid)"
+)
 _C = audit_checkpoint
 _H = audit_checkpoint_head
 
@@ -66,19 +81,35 @@ class PostgresCheckpoints:
 
     def seal(
         self, actor: str, before_seal: Callable[[CheckpointSnapshot], None] | None = None,
+        sign: Callable[[Checkpoint], CheckpointSignature] | None = None,
     ) -> Checkpoint:
         """Seal the current chain heads into a new checkpoint (one transaction).
 
-        Runs in a REPEATABLE READ snapshot under an advisory lock (one sealer at a time; ids
-        are 1, 2, 3, ...). ``before_seal`` reads that same snapshot first (the service layer
-        verifies the ledger against the previous checkpoint there); an exception from it
-        rolls back and seals nothing. Concurrent appends are fine: the checkpoint covers the
-        snapshot.
+        Runs in a REPEATABLE READ snapshot taken after the sealer's advisory lock is held
+        (one sealer at a time, ids 1, 2, 3, ...; a retention removal holds the same lock,
+        so the snapshot holds a removal whole or not at all). ``before_seal`` reads that
+        same snapshot first (the service layer verifies the ledger against the last signed
+        checkpoint there); an exception from it rolls back and seals nothing. The
+        checkpoint covers the snapshot's retention rows (``merkle.retention_hash``) and is
+        stored with ``sign``'s signature of its digest. Concurrent appends are fine: the
+        checkpoint covers the snapshot.
         """
-        engine = self._engine
-        conn_ctx = engine.connect().execution_options(isolation_level="REPEATABLE READ")
+        with self._engine.connect() as lock_conn:
+            lock_conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": SEAL_LOCK_KEY})
+            lock_conn.commit()
+            try:
+                return self._seal_locked(actor, before_seal, sign)
+            finally:
+                lock_conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"),
+                                  {"k": SEAL_LOCK_KEY})
+                lock_conn.commit()
+
+    def _seal_locked(
+        self, actor: str, before_seal: Callable[[CheckpointSnapshot], None] | None,
+        sign: Callable[[Checkpoint], CheckpointSignature] | None,
+    ) -> Checkpoint:
+        conn_ctx = self._engine.connect().execution_options(isolation_level="REPEATABLE READ")
         with conn_ctx as conn, conn.begin():
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
             if before_seal is not None:
                 before_seal(_Snapshot(conn))
             last = conn.execute(
@@ -91,18 +122,28 @@ class PostgresCheckpoints:
             heads = _sort_heads(conn.execute(_HEADS).all())
             root = merkle_root([head_leaf(d, s, h) for d, s, h, _ in heads])
             digest = checkpoint_hash(new_id, len(heads), root, prev)
-            created = conn.execute(
-                sa.insert(_C)
-                .values(
+            kept = retention_records(conn)
+            created = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+            cp = Checkpoint(new_id, created.astimezone(UTC), len(heads), root, prev, digest,
+                            len(kept), retention_hash([(r.partition_name, r.action, r.range_from,
+                                                       r.range_to, r.row_count) for r in kept]))
+            if sign is not None:
+                cp = replace(cp, signature=sign(cp))
+            conn.execute(
+                sa.insert(_C).values(
                     checkpoint_id=new_id,
+                    created_at=cp.created_at,
                     head_count=len(heads),
                     heads_root=root,
                     prev_checkpoint_hash=prev,
                     checkpoint_hash=digest,
                     actor=actor,
+                    retention_count=cp.retention_count,
+                    retention_hash=cp.retention_hash,
+                    signature=None if cp.signature is None else cp.signature.value,
+                    signing_key=None if cp.signature is None else cp.signature.public_key,
                 )
-                .returning(_C.c.created_at)
-            ).scalar_one()
+            )
             for start in range(0, len(heads), 5000):
                 chunk = heads[start : start + 5000]
                 conn.execute(
@@ -118,7 +159,7 @@ class PostgresCheckpoints:
                         for d, s, h, c in chunk
                     ],
                 )
-        return Checkpoint(new_id, created.astimezone(UTC), len(heads), root, prev, digest)
+        return cp
 
     def broken_chains(
         self, dispute_id: UUID | None,
@@ -160,6 +201,24 @@ class _Snapshot:
         return next((cp for cp in _load_checkpoints(self._conn)
                      if cp.checkpoint_id == checkpoint_id), None)
 
+    def retention_records(self) -> list[RetentionRecord]:
+        """Every ``audit_retention`` row."""
+        return retention_records(self._conn)
+
+    def ledger_tables(self) -> dict[str, bool]:
+        """Tables of the partition schema -> attached to the ledger."""
+        return ledger_tables(self._conn)
+
+    def database_now(self) -> datetime:
+        """The database clock (``clock_timestamp()``, aware UTC)."""
+        now: datetime = self._conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+        return now.astimezone(UTC)
+
+    def ledger_counts(self, dispute_id: UUID | None) -> tuple[int, int]:
+        """``(disputes, rows)`` of the ledger (one dispute or all)."""
+        disputes, rows = self._conn.execute(_COUNTS, {"id": dispute_id}).one()
+        return int(disputes), int(rows)
+
     def projection_mismatches(self, dispute_id: UUID | None) -> list[tuple[UUID, str]]:
         """Projection rows that disagree with their ledger, each with its differing columns
         and both values (``adapters.projection_scan``: streamed in this snapshot)."""
@@ -176,6 +235,11 @@ def _load_checkpoints(conn: sa.Connection) -> list[Checkpoint]:
             bytes(r["heads_root"]),
             bytes(r["prev_checkpoint_hash"]),
             bytes(r["checkpoint_hash"]),
+            None if r["retention_count"] is None else int(r["retention_count"]),
+            None if r["retention_hash"] is None else bytes(r["retention_hash"]),
+            None if r["signature"] is None
+            else CheckpointSignature(bytes(r["signing_key"]), bytes(r["signature"])),
         )
         for r in rows
     ]
+

@@ -24,8 +24,12 @@ import sqlalchemy as sa
 from escalation.adapters.tables import PARTITION_SCHEMA, audit_retention
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
+from escalation.ports import RetentionRecord
 
 MAX_AHEAD = 120
+SEAL_LOCK_KEY = 7_305_114_211_003
+"""Advisory lock of the checkpoint sealer; a retention removal holds it too, so a seal sees
+either none or all of a removal (and the removal's ``done_at`` orders it against the seal)."""
 _NAME = re.compile(r"^escalation_audit_y(\d{4})m(\d{2})$")
 
 _LIST = sa.text(
@@ -199,6 +203,7 @@ def _try_remove(
         )
     qualified = f'{PARTITION_SCHEMA}."{part.name}"'
     with engine.begin() as conn:
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": SEAL_LOCK_KEY})
         # Lock out concurrent inserts while we look and detach.
         conn.execute(sa.text(f"LOCK TABLE {qualified} IN ACCESS EXCLUSIVE MODE"))
         count, newest = conn.execute(
@@ -229,6 +234,37 @@ def _try_remove(
             )
         )
     return None
+
+
+def retention_records(conn: sa.Connection) -> list[RetentionRecord]:
+    """Every ``audit_retention`` row on ``conn``, by partition name and action."""
+    r = audit_retention.c
+    rows = conn.execute(sa.select(audit_retention).order_by(r.partition_name, r.action))
+    return [
+        RetentionRecord(
+            str(m["partition_name"]), m["range_from"].astimezone(UTC),
+            m["range_to"].astimezone(UTC), int(m["row_count"]),
+            None if m["max_recorded_at"] is None else m["max_recorded_at"].astimezone(UTC),
+            int(m["retention_days"]), str(m["action"]), str(m["actor"]),
+            m["done_at"].astimezone(UTC))
+        for m in rows.mappings()
+    ]
+
+
+_TABLES = sa.text(
+    """
+    SELECT c.relname, EXISTS (SELECT 1 FROM pg_inherits i
+                               WHERE i.inhrelid = c.oid
+                                 AND i.inhparent = 'escalation_audit'::regclass)
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = :schema AND c.relkind IN ('r', 'p')
+    """
+)
+
+
+def ledger_tables(conn: sa.Connection) -> dict[str, bool]:
+    """Every table in the partition schema -> whether it is attached to the ledger."""
+    return {str(n): bool(a) for n, a in conn.execute(_TABLES, {"schema": PARTITION_SCHEMA})}
 
 
 def retained_from(engine: sa.Engine) -> datetime | None:

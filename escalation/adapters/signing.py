@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from escalation.domain.errors import ConfigError, InvalidInput
+from escalation.ports import CheckpointSignature, SignatureStatus
 
 KEY_FILE_ENV = "ESCALATION_CHECKPOINT_KEY_FILE"
 KEY_ENV = "ESCALATION_CHECKPOINT_KEY"
+PUBLIC_KEY_FILE_ENV = "ESCALATION_CHECKPOINT_PUBLIC_KEY_FILE"
 
 
-def canonical(digest: dict[str, Any]) -> bytes:
+def canonical(digest: Mapping[str, Any]) -> bytes:
     """The signed bytes: canonical JSON of ``digest`` without its ``signature`` member."""
     body = {k: v for k, v in digest.items() if k != "signature"}
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
@@ -120,3 +123,67 @@ def verify_signature(digest: dict[str, Any], key: Ed25519PublicKey) -> str | Non
     except (InvalidSignature, ValueError):
         return "digest signature does not verify with the given public key"
     return None
+
+
+def raw_public(key: Ed25519PublicKey) -> bytes:
+    """The raw 32-byte form of ``key`` (RFC 8032)."""
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+class Ed25519DigestSigner:
+    """The ``DigestSigner`` port: signs checkpoint digests with ``key``."""
+
+    def __init__(self, key: Ed25519PrivateKey) -> None:
+        self._key = key
+
+    def sign_digest(self, digest: Mapping[str, Any]) -> CheckpointSignature:
+        """Ed25519 over :func:`canonical` of ``digest``."""
+        return CheckpointSignature(raw_public(self._key.public_key()),
+                                   self._key.sign(canonical(digest)))
+
+
+class Ed25519DigestVerifier:
+    """The ``DigestVerifier`` port: checks stored checkpoint signatures under ``key``."""
+
+    def __init__(self, key: Ed25519PublicKey) -> None:
+        self._key = key
+        self._raw = raw_public(key)
+
+    def check_digest(self, digest: Mapping[str, Any],
+                     signature: CheckpointSignature | None) -> SignatureStatus:
+        """VALID when ``signature`` verifies under the configured key; WRONG_KEY when it
+        names another key; INVALID when it does not verify; UNSIGNED when absent."""
+        if signature is None:
+            return SignatureStatus.UNSIGNED
+        if bytes(signature.public_key) != self._raw:
+            return SignatureStatus.WRONG_KEY
+        try:
+            self._key.verify(bytes(signature.value), canonical(digest))
+        except InvalidSignature:
+            return SignatureStatus.INVALID
+        return SignatureStatus.VALID
+
+
+def signature_member(signature: CheckpointSignature) -> dict[str, str]:
+    """The digest file's ``signature`` member for a stored signature (see the module doc)."""
+    return {"alg": "Ed25519", "public_key": base64.b64encode(signature.public_key).decode(),
+            "value": base64.b64encode(signature.value).decode()}
+
+
+def configured_public_key(environ: Mapping[str, str] | None = None,
+                          path: Path | None = None) -> Ed25519PublicKey | None:
+    """The public key checkpoints are trusted under: ``path`` if given, else
+    ``ESCALATION_CHECKPOINT_PUBLIC_KEY_FILE``, else the public half of the configured
+    signing key; None when none is configured.
+
+    Raises:
+        InvalidInput: the public key file is unreadable or not Ed25519.
+        ConfigError: the signing key is unreadable or not Ed25519.
+    """
+    env = os.environ if environ is None else environ
+    if path is None and env.get(PUBLIC_KEY_FILE_ENV):
+        path = Path(env[PUBLIC_KEY_FILE_ENV])
+    if path is not None:
+        return load_public_key(path)
+    key = load_private_key(dict(env))
+    return None if key is None else key.public_key()

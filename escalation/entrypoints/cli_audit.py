@@ -129,55 +129,81 @@ def audit_verify(
                                        "compared with the heads of that checkpoint.")
     ] = None,
     public_key: Annotated[
-        Path | None, typer.Option(help="Ed25519 public key (PEM): --digest must carry a valid "
-                                       "signature by it.")
+        Path | None, typer.Option(help="Ed25519 public key (PEM) checkpoints are trusted under: "
+                                       "the stored checkpoints and --digest must be signed by "
+                                       "it (default: ESCALATION_CHECKPOINT_PUBLIC_KEY_FILE, "
+                                       "else the signing key's public half).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Recompute hash chains, projection heads and checkpoints; exit 1 on the first break."""
+    """Recompute hash chains, projection heads, checkpoints, their signatures and the
+    retention rows; compare the ledger with the last signed checkpoint; exit 1 on any break."""
     from escalation.adapters.audit_store import PostgresAuditStore
-    from escalation.adapters.checkpoints import PostgresCheckpoints
-    from escalation.adapters.signing import load_public_key, verify_signature
+    from escalation.adapters.signing import configured_public_key, verify_signature
+    from escalation.bootstrap import checkpoint_store_for, digest_verifier_for
     from escalation.entrypoints.progress import cli_progress
     from escalation.service_layer.checkpoint import read_digest, verify
 
     if dispute is not None and all_:
         raise InvalidInput("give --dispute ID or --all, not both")
-    if public_key is not None and digest is None:
-        raise InvalidInput("--public-key checks the signature of --digest: give both")
     dig = None if digest is None else read_digest(digest)
+    verifier = digest_verifier_for(public_key)
     bad_signature = None
-    if dig is not None and public_key is not None:
-        bad_signature = verify_signature(dig, load_public_key(public_key))
+    signature_checked: bool | None = None  # None: no --digest
+    if dig is not None:
+        key = configured_public_key(path=public_key)
+        signature_checked = key is not None
+        if key is None:
+            err.print(f"WARNING: the signature of {digest} was NOT checked: no public key "
+                      "(give --public-key or set ESCALATION_CHECKPOINT_PUBLIC_KEY_FILE); the "
+                      "digest file is trusted as it stands", markup=False, highlight=False)
+        else:
+            bad_signature = verify_signature(dig, key)
     did = _uuid(dispute)
     with _engine() as engine, cli_progress("audit verify") as progress:
-        if did is not None and PostgresAuditStore(engine).get(did) is None:
-            # nothing to verify is not "intact": a mistyped id must not read as a pass
-            raise NotFound(f"no audit rows for dispute {did}")
-        report = verify(PostgresCheckpoints(engine), did, dig, progress=progress)
+        known = did is None or PostgresAuditStore(engine).get(did) is not None
+        report = verify(checkpoint_store_for(engine), did, dig, progress=progress,
+                        verifier=verifier, retention_days=_settings().audit_retention_days)
     if bad_signature is not None:
         report.checkpoint_errors.insert(0, f"{digest}: {bad_signature}")
+    if report.ok and not known:
+        # nothing to verify is not "intact": a mistyped id must not read as a pass (a
+        # sealed dispute whose rows are gone is a checkpoint mismatch, reported below)
+        raise NotFound(f"no audit rows for dispute {did}")
     if as_json:
-        _verify_json(report)
+        _verify_json(report, digest_signature_checked=signature_checked)
     elif report.ok:
         cp = report.checkpoint_id
+        counted = f"{report.rows} row(s) of {report.disputes} dispute(s) checked"
         if cp:
-            out.print(f"ok: chains intact; last checkpoint {cp} matches")
+            out.print(f"ok: chains intact, {counted}; last signed checkpoint {cp} matches"
+                      if verifier is not None else
+                      f"ok: chains intact, {counted}; last checkpoint {cp} matches",
+                      markup=False, highlight=False)
         else:
-            out.print("ok: chains intact; no checkpoint yet "
+            out.print(f"ok: chains intact, {counted}; no checkpoint yet "
                       "(run `escalation audit checkpoint`)", markup=False, highlight=False)
     else:
         _verify_problems(report)
+    if not as_json:
+        for note in report.notes:
+            err.print(f"note: {note}", markup=False, highlight=False)
     if not report.ok:
         raise typer.Exit(1)
 
 
-def _verify_json(report: Any) -> None:
+def _verify_json(report: Any, digest_signature_checked: bool | None = None) -> None:
     """The ``audit verify --json`` report on stdout (one line)."""
     sys.stdout.write(
         json.dumps(
             {
                 "ok": report.ok,
+                "rows": report.rows,
+                "disputes": report.disputes,
+                "signature_problems": [[i, st.value] for i, st in report.signature_problems],
+                "retention_problems": [[n, why] for n, why in report.retention_problems],
+                "notes": report.notes,
+                "digest_signature_checked": digest_signature_checked,
                 "broken_chains": [[str(d), s] for d, s in report.broken_chains],
                 "checkpoint_mismatches": [
                     [str(d), s] for d, s in report.checkpoint_mismatches
@@ -203,8 +229,17 @@ def _verify_problems(report: Any) -> None:
     for d, seq in report.checkpoint_mismatches:
         err.print(
             f"checkpoint mismatch: dispute {d} seq {seq} differs from checkpoint "
-            f"{report.checkpoint_id}"
+            f"{report.sealed_by.get((d, seq), report.checkpoint_id)}"
         )
+    for cp_id, status in report.signature_problems:
+        err.print(f"checkpoint signature: checkpoint {cp_id} is "
+                  + ("not signed" if status.value == "unsigned" else
+                     "signed by another key" if status.value == "wrong_key" else
+                     "signed, but the signature does not verify")
+                  + " under the configured public key: not trusted",
+                  markup=False, highlight=False)
+    for name, why in report.retention_problems:
+        err.print(f"retention row {name}: {why}", markup=False, highlight=False)
     for text in report.checkpoint_errors:
         err.print(f"checkpoint error: {text}")
 
@@ -216,20 +251,24 @@ def audit_checkpoint(
     ] = None,
     actor: Annotated[str, typer.Option(help="Who seals the checkpoint.")] = "cli",
 ) -> None:
-    """Seal a checkpoint: verify every chain against the previous checkpoint (refuse on any
-    break), then a Merkle root over all chain heads, chained to the previous one, signed with
-    Ed25519 (ESCALATION_CHECKPOINT_KEY_FILE or ESCALATION_CHECKPOINT_KEY)."""
-    from escalation.adapters.checkpoints import PostgresCheckpoints
-    from escalation.adapters.signing import KEY_ENV, KEY_FILE_ENV, load_private_key, sign
-    from escalation.service_layer.checkpoint import create_checkpoint, digest_of
+    """Seal a checkpoint: verify every chain and retention row against the last signed
+    checkpoint (refuse on any break), then a Merkle root over all chain heads, chained to the
+    previous one, signed with Ed25519 (ESCALATION_CHECKPOINT_KEY_FILE or
+    ESCALATION_CHECKPOINT_KEY); the signature is stored with it. Needs a database role that
+    may insert checkpoints (escalation_sealer or the owner), not escalation_app."""
+    from escalation.adapters.signing import KEY_ENV, KEY_FILE_ENV
+    from escalation.bootstrap import checkpoint_store_for, digest_signer_for, digest_verifier_for
+    from escalation.service_layer.checkpoint import create_checkpoint, signed_digest
 
-    key = load_private_key()
-    if key is None:
+    signer = digest_signer_for()
+    if signer is None:
         raise InvalidInput(f"set {KEY_FILE_ENV} (or {KEY_ENV}) to an Ed25519 private key: "
                            "checkpoints are signed (generate one with `escalation audit keygen`)")
     with _engine() as engine:
-        cp = create_checkpoint(PostgresCheckpoints(engine), actor)
-    signed = sign(digest_of(cp), key)
+        cp = create_checkpoint(checkpoint_store_for(engine), actor, signer,
+                               digest_verifier_for(),
+                               retention_days=_settings().audit_retention_days)
+    signed = signed_digest(cp)
     if out_file is not None:
         out_file.write_text(json.dumps(signed, indent=2, sort_keys=True) + "\n", "utf-8")
     out.print_json(json.dumps(signed))
