@@ -909,8 +909,30 @@ class LedgerSearch(Protocol):
 
 # --------------------------------------------------------------------------- checkpoints
 @dataclass(frozen=True, slots=True)
+class CheckpointSignature:
+    """An Ed25519 signature (RFC 8032; ``value`` 64 bytes) over a checkpoint's digest and the
+    raw public key (32 bytes) that made it (``adapters.signing``; ADR 0012)."""
+
+    public_key: bytes
+    value: bytes
+
+
+class SignatureStatus(StrEnum):
+    """How a stored checkpoint's signature reads under the configured public key."""
+
+    VALID = "valid"
+    UNSIGNED = "unsigned"
+    WRONG_KEY = "wrong_key"
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """One sealed checkpoint (hashes as bytes; ``created_at`` aware UTC)."""
+    """One sealed checkpoint (hashes as bytes; ``created_at`` aware UTC).
+
+    ``retention_count`` / ``retention_hash``: the ``audit_retention`` rows it covers
+    (``merkle.retention_hash``); ``signature``: stored with it. All three are None on a
+    checkpoint sealed before signatures were stored."""
 
     checkpoint_id: int
     created_at: datetime
@@ -918,6 +940,42 @@ class Checkpoint:
     heads_root: bytes
     prev_checkpoint_hash: bytes
     checkpoint_hash: bytes
+    retention_count: int | None = None
+    retention_hash: bytes | None = None
+    signature: CheckpointSignature | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionRecord:
+    """One ``audit_retention`` row: a ledger partition removed by retention (times aware
+    UTC; ``action`` ``detached`` or ``dropped``)."""
+
+    partition_name: str
+    range_from: datetime
+    range_to: datetime
+    row_count: int
+    max_recorded_at: datetime | None
+    retention_days: int
+    action: str
+    actor: str
+    done_at: datetime
+
+
+class DigestSigner(Protocol):
+    """Signs checkpoint digests with the operator's private key (``adapters.signing``)."""
+
+    def sign_digest(self, digest: Mapping[str, Any]) -> CheckpointSignature:
+        """The signature of ``digest`` (without any ``signature`` member)."""
+        ...
+
+
+class DigestVerifier(Protocol):
+    """Checks checkpoint signatures under the configured public key (``adapters.signing``)."""
+
+    def check_digest(self, digest: Mapping[str, Any],
+                     signature: CheckpointSignature | None) -> SignatureStatus:
+        """How ``signature`` over ``digest`` reads under the configured public key."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -954,6 +1012,23 @@ class CheckpointSnapshot(Protocol):
         its TERMINAL / CANCELLED row (or the reverse). ``dispute_id`` None: every dispute."""
         ...
 
+    def retention_records(self) -> list[RetentionRecord]:
+        """Every ``audit_retention`` row, by partition name and action."""
+        ...
+
+    def ledger_tables(self) -> dict[str, bool]:
+        """Every table in the ledger partition schema -> whether it is attached to the
+        ledger."""
+        ...
+
+    def database_now(self) -> datetime:
+        """The database clock (aware UTC)."""
+        ...
+
+    def ledger_counts(self, dispute_id: UUID | None) -> tuple[int, int]:
+        """``(disputes, ledger rows)`` of one dispute or of all."""
+        ...
+
 
 class CheckpointStore(Protocol):
     """Audit checkpoints in PostgreSQL (adapter: ``adapters.checkpoints.PostgresCheckpoints``;
@@ -961,13 +1036,18 @@ class CheckpointStore(Protocol):
 
     def seal(
         self, actor: str, before_seal: Callable[[CheckpointSnapshot], None] | None = None,
+        sign: Callable[[Checkpoint], CheckpointSignature] | None = None,
     ) -> Checkpoint:
         """Seal the current chain heads into the next checkpoint (one snapshot, one sealer
-        at a time): heads sorted by dispute id, RFC 6962 root over ``merkle.head_leaf``,
-        ``merkle.checkpoint_hash`` chained on the previous checkpoint's hash.
+        at a time, and no retention removal in between): heads sorted by dispute id, RFC
+        6962 root over ``merkle.head_leaf``, ``merkle.checkpoint_hash`` chained on the
+        previous checkpoint's hash, the retention rows of the snapshot
+        (``merkle.retention_hash``).
 
         ``before_seal`` is called with the sealing snapshot (the same transaction, under the
-        sealer's lock) before anything is written; whatever it raises aborts the seal."""
+        sealer's lock) before anything is written; whatever it raises aborts the seal.
+        ``sign`` signs the new checkpoint (its digest) before it is written; the signature
+        is stored with it."""
         ...
 
     def broken_chains(

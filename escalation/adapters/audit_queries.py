@@ -44,8 +44,11 @@ _HEAD_MISMATCH = sa.text(
             WHERE dispute_id = s.dispute_id ORDER BY seq DESC LIMIT 1) AS a ON true
      WHERE (CAST(:id AS uuid) IS NULL OR s.dispute_id = CAST(:id AS uuid))
        AND (a.seq IS DISTINCT FROM s.last_seq OR a.row_hash IS DISTINCT FROM s.last_hash)
-       -- a chain whose partition was dropped by retention is gone on purpose
-       AND NOT (a.seq IS NULL AND s.created_at < (SELECT max(range_to) FROM audit_retention))
+       -- a chain whose partition was removed by retention is gone on purpose (the month
+       -- of that partition; verify reports a retention row that does not pass its checks)
+       AND NOT (a.seq IS NULL AND EXISTS (
+           SELECT 1 FROM audit_retention AS r
+            WHERE s.created_at >= r.range_from AND s.created_at < r.range_to))
     """
 )
 

@@ -242,4 +242,3 @@ def _load_checkpoints(conn: sa.Connection) -> list[Checkpoint]:
         )
         for r in rows
     ]
-

@@ -170,10 +170,20 @@ audit_checkpoint = sa.Table(
     sa.Column("prev_checkpoint_hash", BYTEA, nullable=False),
     sa.Column("checkpoint_hash", BYTEA, nullable=False),
     sa.Column("actor", sa.Text, nullable=False),
+    sa.Column("signature", BYTEA),
+    sa.Column("signing_key", BYTEA),
+    sa.Column("retention_count", sa.BigInteger),
+    sa.Column("retention_hash", BYTEA),
     sa.PrimaryKeyConstraint("checkpoint_id"),
     sa.CheckConstraint("checkpoint_id >= 1", name="id_positive"),
+    sa.CheckConstraint(
+        "(signature IS NULL) = (signing_key IS NULL)"
+        " AND (retention_count IS NULL) = (retention_hash IS NULL)", name="signature_whole"),
 )
-"""One row per checkpoint (append-only): see ``escalation.service_layer.checkpoint``."""
+"""One row per checkpoint (append-only): see ``escalation.service_layer.checkpoint``.
+``signature`` (Ed25519 over the digest) and ``signing_key`` (raw public key) are NULL on
+checkpoints sealed before signatures were stored; ``retention_count`` / ``retention_hash``
+name the ``audit_retention`` rows the checkpoint covers."""
 
 audit_checkpoint_head = sa.Table(
     "audit_checkpoint_head",
@@ -203,7 +213,9 @@ audit_retention = sa.Table(
     sa.PrimaryKeyConstraint("partition_name", "action"),
     sa.CheckConstraint("action IN ('detached', 'dropped')", name="action_known"),
 )
-"""Partitions removed by retention (append-only); verify skips chains created before them."""
+"""Partitions removed by retention (append-only; a BEFORE INSERT trigger refuses a row that
+is not a past-retention, really removed partition). Verify excuses a sealed chain's absence
+only by a row whose month holds the chain and which passes the same checks."""
 
 LADDER_RUN_STATUSES: tuple[str, ...] = ("running", "done", "failed")
 
