@@ -151,7 +151,7 @@ def test_compliance_sees_reg_e_versions_releases_runs_and_a_v2_v3_diff(tab, ops)
         text = rows.nth(i).inner_text()
         rel = releases[(REG_E, v)]
         assert rel.released_by in text and rel.reason in text and "present" in text
-        assert rows.nth(i).locator("code").get_attribute("title") == rel.checksum
+        assert rows.nth(i).locator("code").first.get_attribute("title") == rel.checksum
     runs = tab.locator("#apply-runs tbody tr").first
     cells = runs.inner_text()
     assert f"{REG_E}@3" in cells.replace("\u200b", "") and "done" in cells
@@ -178,6 +178,54 @@ def test_compliance_sees_reg_e_versions_releases_runs_and_a_v2_v3_diff(tab, ops)
     assert "added" in notice.inner_text() and "started by: provisional_credit" in \
         notice.inner_text()
     assert tab.locator("#diff-tiers").count() == 0  # v3 changed no tier
+
+
+def test_ladder_events_on_the_ladders_page_in_the_audit_search_and_the_api(tab, ops) -> None:
+    """The first-use baseline and an apply run are ledger events (ADR 0012): the ladders page
+    names each with its chain and hash and links to it in the audit search, which lists
+    it; ``GET /v1/audit?decision=LADDER_APPLIED`` returns it (a 422 before)."""
+    from escalation.adapters.ladder_history import LadderHistoryStore
+    from escalation.domain.ladder_ledger import ladder_chain_id
+
+    ladder, plan_hash = "reg_z_billing_error", "a11e" * 16
+    history = LadderHistoryStore(ops.engine)
+    top = max(v for n, v in history.releases(ladder) if n == ladder)
+    now = ops.app.scheduler.time()
+    run = history.start(ladder=ladder, version=top, checksum=ops.app.ladders.get(
+        ladder, top).checksum, plan_hash=plan_hash, applied_by="ops.kim@host",
+        started_at=now, planned=0, reason="CHG-77")
+    history.finish(run, "done", now)
+    base = history.releases(ladder)[(ladder, 1)].ledger
+    assert base is not None
+    _sign_in(tab, ops, "compliance", "/console/ladders")
+    cell = tab.locator(f"#ladder-{ladder} tbody tr").first.locator("td.ledger-event")
+    assert "LADDER_BASELINE" in cell.inner_text()
+    assert cell.locator("code").nth(1).get_attribute("title") == base.row_hash
+    with tab.expect_navigation():
+        cell.get_by_role("link").click()
+    rows = tab.locator("#audit tbody tr")
+    assert rows.count() == 1
+    assert "LADDER_BASELINE" in rows.first.inner_text() and "baseline" in rows.first.inner_text()
+    tab.goto(ops.url + "/console/ladders")  # the same session
+    applied = tab.locator("#apply-runs tbody tr", has_text="CHG-77").locator("td.ledger-event")
+    with tab.expect_navigation():
+        applied.get_by_role("link", name="LADDER_APPLIED").click()
+    row = tab.locator("#audit tbody tr").first
+    assert "LADDER_APPLIED" in row.inner_text() and "ops.kim@host" in row.inner_text()
+    assert f"ladder {ladder}@{top}" in row.inner_text().replace("\u200b", "")
+    auth = {"Authorization": f"Bearer {ops.tokens['compliance']}"}
+    r = httpx.get(ops.url + "/v1/audit", headers=auth, timeout=30,
+                  params={"decision": "LADDER_APPLIED", "ladder": ladder})
+    assert r.status_code == 200, r.text
+    [event] = r.json()["rows"]
+    assert event["dispute_id"] == str(ladder_chain_id(ladder, top)) and event["seq"] == 2
+    assert (event["actor"], event["details"]["plan_hash"], event["details"]["reason"]) == (
+        "ops.kim@host", plan_hash, "CHG-77")
+    r = httpx.get(ops.url + "/v1/audit", headers=auth, timeout=30,
+                  params={"decision": "LADDER_RELEASED"})
+    assert r.status_code == 200, r.text  # known though none is on this ledger yet
+    assert httpx.get(ops.url + "/v1/audit", headers=auth, timeout=30,
+                     params={"decision": "NO_SUCH_EVENT"}).status_code == 422
 
 
 def test_a_diff_of_two_ladders_is_refused_with_the_field_named(ops) -> None:

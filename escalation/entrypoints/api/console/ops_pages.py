@@ -26,6 +26,7 @@ from escalation.domain.access import Permission, TokenInfo
 from escalation.domain.errors import EscalationError, InvalidInput, NotFound
 from escalation.domain.ladder import Ladder
 from escalation.domain.ladder_diff import LadderDiff, diff
+from escalation.domain.ladder_ledger import RUN_EVENTS
 from escalation.domain.timeutil import from_ms
 from escalation.entrypoints.api.console.routes import (
     _core,
@@ -107,7 +108,8 @@ def _catalog(core: App, ops: ConsoleOpsReads) -> list[dict[str, Any]]:
 @router.get("/ladders", response_class=HTMLResponse)
 def ladders(request: Request) -> HTMLResponse:
     """Every ladder with its versions and release rows, a diff of two versions chosen in the
-    form (``from``/``to`` = ``ladder@version``), the ``ladder apply`` runs."""
+    form (``from``/``to`` = ``ladder@version``), the ``ladder apply`` runs; each release and
+    each ended run links to its ledger event in the audit search (ADR 0012)."""
     _user(request)
     core, ops = _core(request), _ops(request)
     catalog = _catalog(core, ops)
@@ -129,7 +131,8 @@ def ladders(request: Request) -> HTMLResponse:
         error = str(exc)
     return render(request, "ladders.html", 422 if error else 200, error=error,
                   catalog=catalog, choices=choices, a=a_text or "", b=b_text or "",
-                  diff=result, runs=ops.apply_runs())
+                  diff=result, runs=ops.apply_runs(),
+                  run_events={k: v.value for k, v in RUN_EVENTS.items()})
 
 
 # --------------------------------------------------------------------------- operations
