@@ -244,6 +244,11 @@ def ladder_release(
               f"{row.released_at.isoformat(timespec='seconds')} by {row.released_by}"
               f"{', reason: ' + row.reason if row.reason else ''})", markup=False,
               highlight=False)
+    if row.ledger is not None:
+        out.print(f"on the ledger: {row.ledger.event.value}, chain {row.ledger.chain_id} "
+                  f"#{row.ledger.seq}, row hash {row.ledger.row_hash[:16]} (escalation audit "
+                  f"search --decision {row.ledger.event.value} --ladder {row.ladder})",
+                  markup=False, highlight=False)
 
 
 @ladder_app.command("apply")

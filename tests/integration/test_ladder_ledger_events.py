@@ -189,3 +189,33 @@ def test_audit_verify_all_cli_passes_then_reports_an_edited_release(
     bad = run_cli(env, "audit", "verify", "--all")
     assert bad.returncode != 0
     assert str(chain) in bad.stdout + bad.stderr
+
+
+def test_ladder_release_cli_names_its_ledger_event(env: MigEnv, cli_env: dict[str, str]) -> None:
+    env.add("inserted", release=False)
+    cli = {**cli_env, "ESCALATION_LADDERS_DIR": str(env.dir)}
+    res = run_cli(cli, "ladder", "release", "--ladder", env.name, "--version", "2",
+                  "--actor", "jane@ops", "--reason", "CHG-12")
+    assert res.returncode == 0, res.stderr
+    [rel] = _chain(env.app.engine, env.name, 2)
+    assert (f"on the ledger: LADDER_RELEASED, chain {ladder_chain_id(env.name, 2)} #1, "
+            f"row hash {bytes(rel['row_hash']).hex()[:16]}") in res.stdout
+    again = run_cli(cli, "ladder", "release", "--ladder", env.name, "--version", "2", "--json")
+    assert again.returncode == 0, again.stderr
+    data = json.loads(again.stdout)
+    assert data["new"] is False and data["ledger"]["event"] == "LADDER_RELEASED"
+    assert data["ledger"]["row_hash"] == bytes(rel["row_hash"]).hex()
+    assert len(_chain(env.app.engine, env.name, 2)) == 1  # a repeated release writes nothing
+
+
+def test_a_checkpoint_seals_the_ladder_chain_heads(scratch: sa.Engine) -> None:
+    from escalation.adapters.checkpoints import PostgresCheckpoints
+
+    _history_on(scratch)
+    cp = PostgresCheckpoints(scratch).seal("test")
+    with scratch.connect() as conn:
+        sealed = dict(conn.execute(sa.text(
+            "SELECT dispute_id, last_seq FROM audit_checkpoint_head WHERE checkpoint_id = :c"),
+            {"c": cp.checkpoint_id}).all())
+    assert cp.head_count == 2
+    assert sealed == {ladder_chain_id("lad", 1): 1, ladder_chain_id("lad", 2): 2}
