@@ -59,6 +59,7 @@ from escalation.ports import (
     SessionStore,
     TokenStore,
 )
+from escalation.service_layer.case_file import CaseFilePorts
 from escalation.service_layer.dead_letters import DeadLetters
 from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS, Check, DoctorDeps, run_checks
 from escalation.service_layer.ladder_release import baseline_releases
@@ -524,3 +525,33 @@ def digest_verifier_for(public_key: Path | None = None) -> DigestVerifier | None
 
     key = configured_public_key(path=public_key)
     return None if key is None else Ed25519DigestVerifier(key)
+
+def case_file_ports_for(engine: sa.Engine, settings: Settings,
+                        ladders: Callable[[str, int], Any],
+                        calendars: CalendarRegistry) -> CaseFilePorts:
+    """The ports of ``service_layer.case_file.export_case_file`` on ``engine``: the ledger
+    (trail, search, report rows), the checkpoints, ``ladders`` (``(name, version) ->
+    Ladder`` of the released versions) and ``calendars``, the ladder and calendars files,
+    and the checkpoint signing key. No Redis is needed.
+
+    Raises:
+        ConfigError: no signing key configured (``ESCALATION_CHECKPOINT_KEY_FILE`` /
+            ``ESCALATION_CHECKPOINT_KEY``), or one that cannot be read.
+    """
+    from escalation.adapters.audit_search import PostgresLedgerSearch
+    from escalation.adapters.checkpoints import PostgresCheckpoints
+    from escalation.adapters.evidence import Ed25519DocumentSigner, EvidenceFiles
+    from escalation.adapters.report_queries import PostgresReports
+    from escalation.adapters.signing import KEY_ENV, KEY_FILE_ENV, load_private_key
+    from escalation.domain.errors import ConfigError
+
+    key = load_private_key()
+    if key is None:
+        raise ConfigError(f"set {KEY_FILE_ENV} (or {KEY_ENV}) to the checkpoint signing key: "
+                          "a case file carries the signed checkpoint digest and is signed")
+    return CaseFilePorts(
+        events=PostgresAuditStore(engine), ledger=PostgresLedgerSearch(engine),
+        reports=PostgresReports(engine), checkpoints=PostgresCheckpoints(engine),
+        ladders=ladders, calendars=calendars,
+        files=EvidenceFiles(ladders, settings.calendars_file),
+        signer=Ed25519DocumentSigner(key))

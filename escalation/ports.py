@@ -1308,3 +1308,40 @@ class ConsoleOpsReads(Protocol):
     def maintenance_runs(self) -> list[MaintenanceRunRow]:
         """Every maintenance job's last run, by job name."""
         ...
+
+# --------------------------------------------------------------------------- case file
+@dataclass(frozen=True, slots=True)
+class EvidenceFile:
+    """One file a case file carries verbatim: its name, UTF-8 text and SHA-256 (hex)."""
+
+    name: str
+    text: str
+    sha256: str
+
+
+class CaseFileSources(Protocol):
+    """The files behind a dispute's rows (adapter: ``adapters.evidence.EvidenceFiles``)."""
+
+    def ladder_file(self, ladder: str, version: int) -> EvidenceFile | None:
+        """The released file of ``ladder@version`` (its SHA-256 is the released checksum),
+        or None when the deployment no longer has it."""
+        ...
+
+    def calendar_files(self) -> list[EvidenceFile]:
+        """The institution calendars file, when one is configured (else the built-in
+        calendars, which have no file: an empty list)."""
+        ...
+
+
+class DocumentSigner(Protocol):
+    """Signs evidence documents with the checkpoint key (adapter:
+    ``adapters.evidence.Ed25519DocumentSigner``; docs/audit.md)."""
+
+    def sign(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """``document`` with a ``signature`` member ``{alg, public_key, value}``: Ed25519 over
+        the canonical JSON of the document without that member (deterministic, RFC 8032)."""
+        ...
+
+    def public_key_pem(self) -> str:
+        """The signing key's public half (SubjectPublicKeyInfo PEM)."""
+        ...

@@ -335,6 +335,80 @@ def audit_verify_digest(
               markup=False, highlight=False)
 
 
+# --------------------------------------------------------------------------- case file
+@audit_app.command("case-file")
+def audit_case_file(
+    disputes: Annotated[list[str] | None, typer.Argument(
+        help="Dispute ids (UUID or external id), any number.")] = None,
+    out_file: Annotated[Path, typer.Option("--out", help="The case file to write.")] = Path(
+        "case-file.json"),
+    ladder: Annotated[str | None, typer.Option(help="Add the disputes of this ladder.")] = None,
+    tier: Annotated[str | None, typer.Option(help="... that entered or left this tier.")] = None,
+    decision: Annotated[str | None, typer.Option(help="... with this decision/event.")] = None,
+    since: Annotated[str | None, typer.Option("--from", help="... decided at or after.")] = None,
+    until: Annotated[str | None, typer.Option("--to", help="... decided before.")] = None,
+    actor: Annotated[str | None, typer.Option(
+        help="Who exports (default: ESCALATION_OPERATOR, else user@host).")] = None,
+) -> None:
+    """The examiner's case file: every ledger row of the disputes with its canonical bytes
+    and hash, the inclusion proof of each chain head in the last checkpoint, the signed
+    checkpoint digest and its public key, the ladder files and calendars the rows name and
+    every deadline (rule, citation, met/missed); the file is signed with the checkpoint key.
+    Check it offline with `escalation audit verify-bundle FILE --public-key P`. Exit 1 when
+    a dispute does not verify or no checkpoint exists (nothing written)."""
+    from escalation.bootstrap import case_file_ports_for
+    from escalation.domain.escalation import parse_dispute_id
+    from escalation.entrypoints.cli_common import _operator
+    from escalation.service_layer.audit_export import check_output_path
+    from escalation.service_layer.case_file import ExportCaseFile, export_case_file
+    from escalation.service_layer.ladder_release import default_actor
+
+    check_output_path(out_file)
+    search = None
+    if any(v is not None for v in (ladder, tier, decision, since, until)):
+        search = _filter(dispute=None, tier=tier, decision=decision, since=since,
+                         until=until, actor=None, ladder=ladder, ladder_version=None)
+    ids = tuple(parse_dispute_id(d) for d in disputes or [])
+    cals = _institution_calendars()
+    with _engine() as engine:
+        ports = case_file_ports_for(engine, _settings(), _ladder_lookup(cals), cals)
+        data = export_case_file(
+            ExportCaseFile(ids, _operator(actor, default_actor()), search), ports)
+    out_file.write_bytes(data)
+    out.print(f"wrote {out_file} ({len(data)} bytes)", markup=False, highlight=False)
+
+
+@audit_app.command("verify-bundle")
+def audit_verify_bundle(
+    bundle: Annotated[Path, typer.Argument(help="A case file (audit case-file).")],
+    public_key: Annotated[Path | None, typer.Option(
+        help="The Ed25519 public key (PEM) you trust; without it the key the file carries "
+             "is used and the result says so.")] = None,
+) -> None:
+    """Offline: verify a case file without a database or Redis: canonical form, signatures,
+    every chain recomputed from its canonical bytes, each head's Merkle inclusion proof in
+    the signed root, the ladder and calendar files' SHA-256. Exit 1 on any failure."""
+    from escalation.domain.case_file import public_key_from_pem, verify_bundle
+
+    try:
+        raw = bundle.read_bytes()
+        pinned = None if public_key is None else public_key_from_pem(public_key.read_bytes())
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {exc.filename}: {exc.strerror}") from None
+    report = verify_bundle(raw, pinned)
+    for line in report.checked:
+        out.print(f"checked: {line}", markup=False, highlight=False)
+    for line in report.warnings:
+        err.print(f"WARNING: {line}", markup=False, highlight=False)
+    for line in report.errors:
+        err.print(f"error: {line}", markup=False, highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
+    pin = "the pinned key" if report.key_pinned else "the key it carries (NOT PINNED)"
+    out.print(f"ok: {bundle} verifies under {pin}; checkpoint {report.checkpoint_id}",
+              markup=False, highlight=False)
+
+
 # --------------------------------------------------------------------------- partitions
 @partitions_app.callback(invoke_without_command=True)
 def partitions_main(
@@ -627,4 +701,3 @@ def report_sla(
     else:
         out_file.write_text(text, "utf-8")
         out.print(f"wrote {out_file}")
-
