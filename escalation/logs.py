@@ -172,6 +172,25 @@ def configure_logging(
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLevelName(level_name)))
 
 
+def configure_logging_from_env(stream: TextIO | None = None) -> None:
+    """:func:`configure_logging` with ``ESCALATION_LOG_FORMAT`` and ``ESCALATION_LOG_LEVEL``
+    read from the environment (defaults ``auto`` and ``INFO``, as the settings'), without
+    building the whole settings object.
+
+    The CLI calls it before any command runs, so that a record logged by a command that never
+    builds the application (``ladder check``, ``token create``) goes to stderr like every
+    other one; unconfigured, structlog would print it on stdout, into the command's output.
+
+    Raises:
+        ConfigError: an unknown format or level (as :func:`configure_logging`).
+    """
+    import os
+
+    fmt = os.environ.get("ESCALATION_LOG_FORMAT", "auto").strip().lower() or "auto"
+    level = os.environ.get("ESCALATION_LOG_LEVEL", "INFO").strip() or "INFO"
+    configure_logging(fmt, level, stream=stream)  # type: ignore[arg-type]  # checked there
+
+
 def get_logger(name: str) -> Any:
     """A structlog logger named ``name`` (shown as the ``logger`` field); cheap, lazy.
 

@@ -1,8 +1,9 @@
 """The error hierarchy. Entry points map each class to a one-line message and an exit code.
 
-``EscalationError`` is the root; ``InvalidInput`` (and its subclasses), ``NotFound`` and
-``ConflictError`` are the caller's mistakes (CLI exit code 2, nothing written); the others
-are operational (exit code 1).
+``EscalationError`` is the root; ``InvalidInput`` (and its subclasses) and ``ConflictError``
+are the caller's mistakes (CLI exit code 2, nothing written); ``NotFound`` is a name that
+exists nowhere (exit code 3, so a script tells "no such dispute" from a mistyped command);
+the others are operational (exit code 1). The table of every exit code is in docs/cli.md.
 """
 
 from __future__ import annotations
@@ -103,9 +104,10 @@ class SchemaNotAtHead(EscalationError):
 
 
 class NotFound(EscalationError):
-    """A dispute, dead letter or ladder version that does not exist (a usage error: 2)."""
+    """A dispute, dead letter or ladder version that does not exist (CLI exit code 3, distinct
+    from a usage error's 2; nothing is written)."""
 
-    exit_code = 2
+    exit_code = 3
 
 
 class ConflictError(EscalationError):

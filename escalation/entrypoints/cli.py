@@ -14,7 +14,6 @@ import typer
 from rich.table import Table
 
 from escalation.domain.errors import EscalationError, InvalidInput, InvalidParameter
-from escalation.domain.obligations import Assessment, Outcome
 from escalation.entrypoints import (
     cli_api,
     cli_audit,
@@ -39,13 +38,55 @@ from escalation.entrypoints.cli_common import (
 )
 
 if TYPE_CHECKING:
+    from escalation.domain.obligations import Assessment
     from escalation.service_layer.obligations import ObligationResult
 
+# The outcome codes `resolve --outcome` takes: the values of domain.obligations.Outcome but
+# `unstated` (a cancel's). Spelled out so that --help does not import the domain's calendar
+# stack (holidays); a test holds the two equal.
+OUTCOME_CODES = (
+    "error_corrected", "partially_corrected", "different_error_corrected", "no_error_found",
+    "withdrawn_by_consumer", "chargeback_won", "chargeback_lost", "closed_with_explanation",
+    "closed_with_monetary_relief", "closed_with_non_monetary_relief", "closed_with_relief",
+    "closed_without_relief", "closed",
+)
+
+# -h is --help on every command (click passes help_option_names down to each subcommand)
 app = typer.Typer(
     name="escalation", no_args_is_help=True, pretty_exceptions_enable=False,
     help="Dispute SLA escalation: enqueue on breach, fire on time, audit everything.",
-    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    """``--version``: print ``escalation <version>`` on stdout and exit 0 (eager: nothing
+    else runs, no server is contacted)."""
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            text = version("escalation")
+        except PackageNotFoundError:  # a checkout run without installing the package
+            text = "unknown (not installed)"
+        out.print(f"escalation {text}", markup=False, highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True,
+        help="Print the installed version and exit.")] = False,
+) -> None:
+    """Dispute SLA escalation: enqueue on breach, fire on time, audit everything."""
+    # log records go to stderr from the first one on, also in commands that never build the
+    # application (ladder check, token create, ...): stdout carries only command output
+    from escalation.logs import configure_logging_from_env
+
+    configure_logging_from_env()
+
+
 services_app = typer.Typer(help="The embedded Valkey and PostgreSQL servers.", no_args_is_help=True)
 db_app = typer.Typer(help="Database schema (Alembic).", no_args_is_help=True)
 # The command modules each expose their typer apps and import cli_common, never this module.
@@ -266,8 +307,7 @@ def resolve(
     dispute_id: Annotated[str, typer.Argument(
         help="Dispute id (UUID), or the external id with --source.")],
     outcome: Annotated[str, typer.Option(
-        help="Outcome code: " + ", ".join(o.value for o in Outcome
-                                          if o is not Outcome.UNSTATED) + ".")],
+        help="Outcome code: " + ", ".join(OUTCOME_CODES) + ".")],
     reason: Annotated[str | None, typer.Option(
         help="Why, on record (one line).")] = None,
     at: Annotated[str | None, typer.Option(
@@ -317,6 +357,7 @@ def cancel(
     actor: Annotated[str | None, typer.Option(
         "--actor", help="Who acts, on record (default: ESCALATION_OPERATOR, else OS "
                         "user@host).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Stop escalating a pending or paused dispute (its deadlines count it as a resolution
     with the outcome unstated). A terminal dispute is refused: record its resolution with
@@ -331,6 +372,10 @@ def cancel(
     try:
         before = a.store.get(did)
         if before is not None and before[1].value == "cancelled":
+            if as_json:
+                _print_json({"dispute_id": str(before[0].dispute_id), "status": "cancelled",
+                             "seq": before[0].seq, "changed": False})
+                return
             out.print(f"already cancelled {before[0].dispute_id} (seq {before[0].seq}): "
                       "nothing changed")
             return
@@ -338,6 +383,10 @@ def cancel(
                           reason=reason)
     finally:
         a.close()
+    if as_json:
+        _print_json({"dispute_id": str(state.dispute_id), "status": "cancelled",
+                     "seq": state.seq, "changed": True})
+        return
     out.print(f"cancelled {state.dispute_id} (seq {state.seq})")
 
 
@@ -413,17 +462,25 @@ def db_upgrade() -> None:
 
 
 @services_app.command("stop")
-def services_stop() -> None:
+def services_stop(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
     """Stop the embedded Valkey and PostgreSQL servers of ESCALATION_HOME."""
     from escalation.adapters.embedded import stop_services
 
     stopped = stop_services(_settings().home)
+    if as_json:
+        _print_json({"stopped": list(stopped)})
+        return
     out.print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
 
 
 @services_app.command("status")
-def services_status() -> None:
-    """Show the embedded servers of ESCALATION_HOME."""
+def services_status(
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON (the output is JSON either way).")] = False,
+) -> None:
+    """Show the embedded servers of ESCALATION_HOME (JSON)."""
     from escalation.adapters.embedded import services_status as st
 
     status = st(_settings().home)
@@ -446,11 +503,14 @@ def worker(
         help="Serve this worker's Prometheus metrics on this port (1-65535).")] = None,
     metrics_addr: Annotated[str, typer.Option(
         help="Listen address of --metrics-port.")] = "127.0.0.1",
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="With --burst: print the summary as JSON.")] = False,
 ) -> None:
     """Fire due escalations until SIGTERM/SIGINT (or, with --burst, until nothing is due).
 
-    With --burst the exit code is 1 when any escalation could not be decided (it is retried
-    later or dead-lettered: `escalation dead list`), else 0.
+    With --burst it prints one summary line on stdout (--json: a JSON object) and the exit
+    code is 1 when any escalation could not be decided (it is retried later or
+    dead-lettered: `escalation dead list`), else 0.
     """
     from escalation.entrypoints.worker import (
         StoppedDuringStartup,
@@ -461,6 +521,9 @@ def worker(
     )
     from escalation.entrypoints.worker_metrics import WorkerMetrics
 
+    if as_json and not burst:
+        raise InvalidInput("--json goes with --burst (a worker without --burst runs until "
+                           "stopped and reports in its logs)")
     if metrics_port is not None and not 1 <= metrics_port <= 65535:
         raise InvalidInput(f"--metrics-port must be 1-65535, got {metrics_port}")
     install_early_stop_handlers()
@@ -494,41 +557,61 @@ def worker(
     if burst:
         failed = (f", {totals.poison} could not be decided (retried later or dead-lettered: "
                   f"`escalation dead list`)" if totals.poison else "")
-        err.print(f"burst done: {totals.claimed} claimed, {totals.recorded} recorded, "
-                  f"{totals.stale} already decided, {totals.stuck} stuck repaired{failed}")
+        if as_json:
+            _print_json({"claimed": totals.claimed, "recorded": totals.recorded,
+                         "already_decided": totals.stale, "stuck_repaired": totals.stuck,
+                         "not_decided": totals.poison})
+        else:
+            out.print(f"burst done: {totals.claimed} claimed, {totals.recorded} recorded, "
+                      f"{totals.stale} already decided, {totals.stuck} stuck repaired{failed}",
+                      markup=False, highlight=False)
         if totals.poison:  # a cron job or CI step must see that the drain is not complete
             raise typer.Exit(1)
 
 
 def main() -> None:
-    """Console-script entry point: run the app, map EscalationError to exit codes."""
-    import redis.exceptions
-    import sqlalchemy.exc
-
+    """Console-script entry point: run the app, map EscalationError to exit codes (the
+    table in docs/cli.md)."""
     try:
         app()
     except InvalidParameter as exc:  # a service-layer message: name our options (--from)
         _fail(exc.render(option_name), exc.exit_code)
     except EscalationError as exc:
         _fail(str(exc), exc.exit_code)
-    except sqlalchemy.exc.DataError as exc:
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:
+        _fail_driver(exc)
+        raise
+
+
+def _fail_driver(exc: Exception) -> None:
+    """Exit with one line for a database or Redis error, or an OSError; return for others.
+
+    The driver modules are looked up in ``sys.modules``, never imported here (``escalation
+    --help`` loads neither): an error of a driver the command never imported cannot be one
+    of its exceptions.
+    """
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    redis_exc = sys.modules.get("redis.exceptions")
+    if sa_exc is not None and isinstance(exc, sa_exc.DataError):
         # input PostgreSQL refuses (e.g. a value our validation missed); the transaction rolled
         # back, so nothing was written: report it as bad input, in one line
         first = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
         _fail(f"PostgreSQL refused the input: {first[0] if first else exc}", 2)
-    except redis.exceptions.OutOfMemoryError:
+    if redis_exc is not None and isinstance(exc, redis_exc.OutOfMemoryError):
         _fail("Redis is out of memory (maxmemory reached, nothing more written to Redis): "
               "what PostgreSQL recorded stays recorded and `escalation reconcile` schedules "
               "it once Redis has memory again", 1)
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+    if redis_exc is not None and isinstance(exc, (redis_exc.ConnectionError,
+                                                  redis_exc.TimeoutError)):
         _fail(f"cannot reach Redis: {exc}", 1)
-    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:
+    if sa_exc is not None and isinstance(exc, (sa_exc.OperationalError,
+                                               sa_exc.InterfaceError)):
         first = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
         _fail(f"cannot reach PostgreSQL: {first[0] if first else exc}", 1)
-    except OSError as exc:
+    if isinstance(exc, OSError):
         _fail(str(exc), 1)
-    except KeyboardInterrupt:
-        sys.exit(130)
 
 
 def _fail(message: str, code: int) -> None:

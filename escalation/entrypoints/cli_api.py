@@ -45,7 +45,9 @@ def token_create(
         "resume, action, resolve).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Create a token and print its secret once (it cannot be shown again)."""
+    """Create a token and print its secret once (it cannot be shown again): the secret alone
+    on the first line of stdout (`TOKEN=$(escalation token create ... | head -n 1)`), what it
+    is on the next; --json prints both as one object."""
     from escalation.domain.access import check_name, check_scope, parse_role
     from escalation.service_layer.tokens import create_token
 
@@ -63,9 +65,10 @@ def token_create(
                      "sources": None if info.sources is None else list(info.sources),
                      "read_only": info.read_only, "scope": info.scope_text()})
         return
-    out.print(f"token {info.name} (role {info.role.value}, {info.scope_text()}, expires "
-              f"{info.expires_at.isoformat()}); shown once, store it now:", highlight=False)
     out.print(secret, markup=False, highlight=False)
+    out.print(f"^ token {info.name} (role {info.role.value}, {info.scope_text()}, expires "
+              f"{info.expires_at.isoformat()}): shown once, store it now", markup=False,
+              highlight=False)
 
 
 @token_app.command("list")
@@ -98,7 +101,10 @@ def token_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.
 
 
 @token_app.command("revoke")
-def token_revoke(name: Annotated[str, typer.Argument(help="Token name.")]) -> None:
+def token_revoke(
+    name: Annotated[str, typer.Argument(help="Token name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
     """Revoke a token now and end its console sessions (API workers stop accepting it within
     api_token_cache_s)."""
     from escalation.domain.errors import ConflictError
@@ -108,11 +114,18 @@ def token_revoke(name: Annotated[str, typer.Argument(help="Token name.")]) -> No
     try:
         info = revoke_token(store, name)
     except ConflictError as exc:  # one rule with cancel/pause/resume: "already ...", exit 0
-        out.print(str(exc), highlight=False)
+        if as_json:
+            _print_json({"name": name, "revoked": False, "detail": str(exc)})
+        else:
+            out.print(str(exc), highlight=False)
         return
     finally:
         engine.dispose()
     assert info.revoked_at is not None  # noqa: S101 - revoke_token sets it
+    if as_json:
+        _print_json({"name": info.name, "revoked": True,
+                     "revoked_at": info.revoked_at.isoformat()})
+        return
     out.print(f"revoked {info.name} at {info.revoked_at.isoformat()}", highlight=False)
 
 

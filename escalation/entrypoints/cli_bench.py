@@ -21,7 +21,9 @@ bench_app = typer.Typer(help="Benchmarks: drain, precision, idle, enqueue, scale
 DbOpt = Annotated[str | None, typer.Option(
     help="PostgreSQL server to benchmark (URL of any database on it): the bench creates its "
          "own database there and drops it; it never writes into the named one.")]
-JsonOpt = Annotated[bool, typer.Option("--json-only", help="Print only the JSON and summary.")]
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", "--json-only",
+    help="No table: print only the JSON line (every figure) and the SUMMARY line after it.")]
 
 
 def _ints(text: str, name: str) -> list[int]:

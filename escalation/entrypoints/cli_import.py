@@ -6,19 +6,23 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from escalation.domain.errors import InvalidInput
 from escalation.entrypoints.cli_common import _app, err, out
-from escalation.service_layer.importer import ColumnMapping
+
+if TYPE_CHECKING:  # the importer pulls SQLAlchemy: imported when a command runs, not at --help
+    from escalation.service_layer.importer import ColumnMapping
 
 app = typer.Typer()  # top-level commands, merged into the root by cli.py
 
 
 def _mapping(mapping: Path | None, **flags: str | None) -> ColumnMapping:
     """The column mapping from a TOML file and/or flags (flags win)."""
+    from escalation.service_layer.importer import ColumnMapping
+
     if mapping is not None:
         return ColumnMapping.from_file(mapping, **flags)
     clean: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}

@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 
 from escalation.domain.errors import LadderError
-from escalation.entrypoints.cli_common import _app, _operator, _settings, err, out
+from escalation.entrypoints.cli_common import _app, _operator, _print_json, _settings, err, out
 
 ladder_app = typer.Typer(help="Ladder files and ladder migrations.", no_args_is_help=True)
 
@@ -68,6 +68,8 @@ def _history_for_check(settings: Any) -> tuple[Any, str]:
 @ladder_app.command("check")
 def ladder_check(
     directory: Annotated[Path | None, typer.Option("--dir", help="Ladder directory.")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON: ok, files, directory, errors, history.")] = False,
 ) -> None:
     """Validate every ladder file (and the checksums of applied versions). Exit 2 on errors."""
     from escalation.adapters.ladder_files import check_ladder_dir_with_history as check
@@ -96,8 +98,14 @@ def ladder_check(
     finally:
         if history is not None:
             history._engine.dispose()
-    err.print(note, markup=False, highlight=False)
     files = len(list(path.glob("*.toml")))
+    if as_json:
+        _print_json({"ok": not errors, "files": files, "directory": str(path),
+                     "errors": list(errors), "history": note})
+        if errors:
+            sys.exit(2)
+        return
+    err.print(note, markup=False, highlight=False)
     if errors:
         for line in errors:
             err.print(f"error: {line}", markup=False, highlight=False)

@@ -63,6 +63,8 @@ def notify(
     idle_ms: Annotated[int, typer.Option(help="Take over entries idle this long.")] = 60_000,
     backoff: Annotated[str, typer.Option(
         help="Retry ladder: comma-separated seconds, e.g. 5,30,300,3600.")] = "5,30,300,3600",
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the exit summary as JSON.")] = False,
 ) -> None:
     """Deliver review-queue notifications (consumer group, retries with backoff, dead letters).
 
@@ -121,17 +123,26 @@ def notify(
                     break
     finally:
         a.close()
-        line = total.summary()
-        if not url:
-            line += " (no webhook configured)"
-        out.print(line, markup=False, highlight=False)
+        if as_json:
+            _print_json({"delivered": total.delivered, "acknowledged": total.acknowledged,
+                         "retried": total.deferred, "dead_lettered": total.dead,
+                         "recovered": total.recovered, "webhook": bool(url)})
+        else:
+            line = total.summary()
+            if not url:
+                line += " (no webhook configured)"
+            out.print(line, markup=False, highlight=False)
     if burst and (total.deferred or total.dead):  # something was not delivered: a cron
         raise typer.Exit(1)                        # job or CI step must see it
 
 
+JsonAlways = Annotated[bool, typer.Option(
+    "--json", help="Print JSON (the output is JSON either way).")]
+
+
 @dead_app.command("list")
 def dead_list(limit: Annotated[int, typer.Option(help="At most this many (1-10000).")] = 100,
-              ) -> None:
+              as_json: JsonAlways = False) -> None:
     """List dead letters, oldest first (JSON)."""
     a = _app()
     try:
@@ -141,7 +152,8 @@ def dead_list(limit: Annotated[int, typer.Option(help="At most this many (1-1000
 
 
 @dead_app.command("show")
-def dead_show(member: Annotated[str, typer.Argument(help="Dead-letter member.")]) -> None:
+def dead_show(member: Annotated[str, typer.Argument(help="Dead-letter member.")],
+              as_json: JsonAlways = False) -> None:
     """Show one dead letter (JSON)."""
     a = _app()
     try:
@@ -160,6 +172,7 @@ def dead_retry(
     match: Annotated[str | None, typer.Option(
         help="With --all: only records containing this text (e.g. a ladder file name).")]
         = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Schedule a dead letter again, due now (--all: every one that matches)."""
     if (member is None) == (not all_):
@@ -169,10 +182,17 @@ def dead_retry(
     a = _app()
     try:
         if member is not None:
-            out.print(_dead(a).retry(member))
+            outcome = _dead(a).retry(member)
+            if as_json:
+                _print_json({"member": member, "outcome": outcome})
+            else:
+                out.print(outcome)
             return
         outcomes = _dead(a).retry_all(kind=kind, match=match)
         total = sum(outcomes.values())
+        if as_json:
+            _print_json({"total": total, "outcomes": outcomes})
+            return
         detail = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
         out.print(f"dead retry --all: {total} dead letter(s)" + (f": {detail}" if detail
                                                                 else ""),
@@ -186,11 +206,15 @@ def dead_purge(
     member: Annotated[str, typer.Argument(help="Dead-letter member.")],
     reason: Annotated[str, typer.Option(help="Why (stored in the PURGED ledger row).")],
     yes: Annotated[bool, typer.Option("--yes", help="Confirm: purge is permanent.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Remove a dead letter for good (leaves a PURGED ledger row). Needs --yes and --reason."""
     a = _app(actor="admin")
     try:
         written = _dead(a).purge(member, confirm=yes, reason=reason)
+        if as_json:
+            _print_json({"member": member, "purged": True, "ledger_row_written": written})
+            return
         out.print("purged" + ("" if written else " (dispute unknown: no ledger row)"))
     finally:
         a.close()
@@ -199,11 +223,13 @@ def dead_purge(
 @app.command("reconcile")
 def reconcile_cmd(
     dry_run: Annotated[bool, typer.Option(help="Only list the differences.")] = False,
+    as_json: JsonAlways = False,
     repair_projection: Annotated[bool, typer.Option(
         help="Set projection rows that differ from their ledger from the ledger (only when "
              "the chain verifies up to the row's head).")] = False,
 ) -> None:
-    """Repair Redis from PostgreSQL (the truth); safe alongside live workers.
+    """Repair Redis from PostgreSQL (the truth); safe alongside live workers. Prints the
+    report as JSON on stdout and a summary line on stderr.
 
     The projection is compared with the ledger first: each differing column of a dispute is
     reported (kind PROJECTION) and that dispute is left out of the Redis repair, unless
@@ -270,19 +296,25 @@ def doctor(
 
 
 @maint_app.command("run")
-def maintenance_run() -> None:
+def maintenance_run(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
     """Run every due maintenance job now (each occurrence still runs once across workers)."""
     from escalation.bootstrap import maintenance_for
 
     a = _app(actor="maintenance-cli")
     try:
-        out.print(", ".join(maintenance_for(a).tick(force=True)) or "nothing due")
+        ran = list(maintenance_for(a).tick(force=True))
     finally:
         a.close()
+    if as_json:
+        _print_json({"ran": ran})
+        return
+    out.print(", ".join(ran) or "nothing due")
 
 
 @maint_app.command("status")
-def maintenance_status() -> None:
+def maintenance_status(as_json: JsonAlways = False) -> None:
     """Last run of each maintenance job (JSON)."""
     from escalation.adapters.maintenance_runs import runs
 

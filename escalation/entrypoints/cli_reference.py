@@ -17,9 +17,32 @@ Generated from the command tree by `python -m escalation.entrypoints.cli_referen
 Every command reads its configuration from `ESCALATION_*` environment variables
 (see [operations](operations.md)); with no `ESCALATION_REDIS_URL` / `ESCALATION_DATABASE_URL`
 it starts or reuses the embedded Valkey and PostgreSQL under `ESCALATION_HOME`.
-A user mistake prints one `error: ...` line on stderr and exits 2; an operational failure
-exits 1.
+A user mistake prints one `error: ...` line on stderr and exits 2 (3 when what it names
+does not exist); an operational failure exits 1 (the table below).
+
+`-h` is `--help` on every command; `escalation --version` prints the installed version;
+`escalation --install-completion` installs shell completion (bash, zsh, fish, PowerShell)
+and `--show-completion` prints the script. Every command that reports takes `--json`: one
+JSON document on stdout. Command output (tables, summaries, JSON) goes to stdout; log records
+go to stderr (`ESCALATION_LOG_FORMAT`, `ESCALATION_LOG_LEVEL`), never into the output.
 """
+
+# The one table of exit codes (docs/cli.md): what a script may rely on.
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "Done; a check passed."),
+    (1, "Operational failure: a server unreachable or out of memory, a check that failed "
+        "(`audit verify`, `doctor`, `reconcile`), a `--burst` run that left something "
+        "undecided or undelivered."),
+    (2, "Usage error: unknown command or option, bad or missing input, a transition not "
+        "allowed now (e.g. pause a paused dispute), a database not at the schema head or "
+        "bound to another namespace. Nothing is written."),
+    (3, "Not found: the dispute, dead letter, token or ladder version named does not exist. "
+        "Nothing is written."),
+    (130, "Interrupted (Ctrl-C); `import` stopped by a signal exits 128 + its number."),
+)
+
+HEADER += "\n## Exit codes\n\n| Code | Meaning |\n| ---: | --- |\n" + "".join(
+    f"| {code} | {meaning} |\n" for code, meaning in EXIT_CODES)
 
 
 # typer vendors its own click (typer._click), so commands are inspected by duck typing.

@@ -62,4 +62,4 @@ def test_cli_addresses_a_dispute_by_source_and_external_id(api_server, service, 
     events = [json.loads(line)["event"] for line in found.stdout.splitlines()]
     assert events == ["ENQUEUED", "PAUSED", "RESUMED", "CANCELLED"]
     unknown = run_cli(cli_env, "cancel", ext, "--source", "visa")
-    assert unknown.returncode == 2 and "no escalation" in unknown.stderr
+    assert unknown.returncode == 3 and "no escalation" in unknown.stderr  # not found

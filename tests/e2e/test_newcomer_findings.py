@@ -115,7 +115,7 @@ def test_audit_show_accepts_an_external_id_and_cancel_twice_says_so(
     assert shown.returncode == 0, shown.stderr
     assert f'"external_id": "{ext}"' in shown.stdout
     missing = run_cli(cli_env, "audit", "show", "no-such-complaint")
-    assert missing.returncode == 2 and "no dispute with id or external id" in missing.stderr
+    assert missing.returncode == 3 and "no dispute with id or external id" in missing.stderr
     from escalation.service_layer.importer import stable_dispute_id
 
     did = str(stable_dispute_id(ext, "newcomer")[0])
@@ -124,7 +124,7 @@ def test_audit_show_accepts_an_external_id_and_cancel_twice_says_so(
     second = run_cli(cli_env, "cancel", did)
     assert second.returncode == 0 and "already cancelled" in second.stdout
     unknown = run_cli(cli_env, "cancel", str(uuid.uuid4()))
-    assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+    assert unknown.returncode == 3 and "Traceback" not in unknown.stderr  # not found
 
 
 def test_import_refuses_duplicate_ids_unknown_tables_and_unknown_ladders_once(
