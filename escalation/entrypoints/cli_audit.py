@@ -13,14 +13,18 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import sqlalchemy as sa
 import typer
 from rich.table import Table
 
 from escalation.domain.errors import InvalidInput, NotFound
-from escalation.entrypoints.cli_common import _app, _settings, err, out, parse_time
+from escalation.entrypoints.cli_common import _app, _print_json, _settings, err, out, parse_time
+
+if TYPE_CHECKING:  # SQLAlchemy is imported by the commands that reach the database
+    import sqlalchemy as sa
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 audit_app = typer.Typer(help="The audit ledger.", no_args_is_help=True)
 partitions_app = typer.Typer(
@@ -250,6 +254,9 @@ def audit_checkpoint(
         Path | None, typer.Option("--out", help="Write the digest JSON to this file.")
     ] = None,
     actor: Annotated[str, typer.Option(help="Who seals the checkpoint.")] = "cli",
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON (the signed digest is printed as JSON either way).")]
+        = False,
 ) -> None:
     """Seal a checkpoint: verify every chain and retention row against the last signed
     checkpoint (refuse on any break), then a Merkle root over all chain heads, chained to the
@@ -278,11 +285,15 @@ def audit_checkpoint(
 def audit_keygen(
     private_out: Annotated[Path, typer.Option(help="Private key file to create (0600).")],
     public_out: Annotated[Path, typer.Option(help="Public key file to write (publish it).")],
+    as_json: JsonOpt = False,
 ) -> None:
     """Generate an Ed25519 checkpoint signing key pair (PEM)."""
     from escalation.adapters.signing import generate_keypair
 
     generate_keypair(private_out, public_out)
+    if as_json:
+        _print_json({"private_key": str(private_out), "public_key": str(public_out)})
+        return
     out.print(f"private key {private_out} (keep secret), public key {public_out} (publish)",
               markup=False, highlight=False)
 
@@ -305,6 +316,8 @@ def audit_verify_digest(
     previous: Annotated[Path | None, typer.Option(
         help="The digest of the checkpoint before it: its hash must be the new one's link.")
     ] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON: ok, checkpoint_id, chained_to, problems.")] = False,
 ) -> None:
     """Offline: check a digest's signature (and its link to the previous digest), no database.
     Exit 1 when it does not verify."""
@@ -325,6 +338,13 @@ def audit_verify_digest(
                             f"checkpoint {did}: give the digest of checkpoint {did - 1}")
         elif prev.get("checkpoint_hash") != dig.get("prev_checkpoint_hash"):
             problems.append(f"{digest} does not chain to {previous}")
+    if as_json:
+        _print_json({"ok": not problems, "checkpoint_id": dig.get("checkpoint_id"),
+                     "chained_to": None if previous is None else prev.get("checkpoint_id"),
+                     "problems": problems})
+        if problems:
+            raise typer.Exit(1)
+        return
     for p in problems:
         err.print(f"error: {p}", markup=False, highlight=False)
     if problems:
@@ -349,6 +369,8 @@ def audit_case_file(
     until: Annotated[str | None, typer.Option("--to", help="... decided before.")] = None,
     actor: Annotated[str | None, typer.Option(
         help="Who exports (default: ESCALATION_OPERATOR, else user@host).")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON: file, bytes.")] = False,
 ) -> None:
     """The examiner's case file: every ledger row of the disputes with its canonical bytes
     and hash, the inclusion proof of each chain head in the last checkpoint, the signed
@@ -375,6 +397,9 @@ def audit_case_file(
         data = export_case_file(
             ExportCaseFile(ids, _operator(actor, default_actor()), search), ports)
     out_file.write_bytes(data)
+    if as_json:
+        _print_json({"file": str(out_file), "bytes": len(data)})
+        return
     out.print(f"wrote {out_file} ({len(data)} bytes)", markup=False, highlight=False)
 
 
@@ -384,6 +409,9 @@ def audit_verify_bundle(
     public_key: Annotated[Path | None, typer.Option(
         help="The Ed25519 public key (PEM) you trust; without it the key the file carries "
              "is used and the result says so.")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON: ok, key_pinned, checkpoint_id, checked, warnings, "
+                       "errors.")] = False,
 ) -> None:
     """Offline: verify a case file without a database or Redis: canonical form, signatures,
     every chain recomputed from its canonical bytes, each head's Merkle inclusion proof in
@@ -396,6 +424,13 @@ def audit_verify_bundle(
     except OSError as exc:
         raise InvalidInput(f"cannot read {exc.filename}: {exc.strerror}") from None
     report = verify_bundle(raw, pinned)
+    if as_json:
+        _print_json({"ok": report.ok, "key_pinned": report.key_pinned,
+                     "checkpoint_id": report.checkpoint_id, "checked": list(report.checked),
+                     "warnings": list(report.warnings), "errors": list(report.errors)})
+        if not report.ok:
+            raise typer.Exit(1)
+        return
     for line in report.checked:
         out.print(f"checked: {line}", markup=False, highlight=False)
     for line in report.warnings:
@@ -416,6 +451,8 @@ def partitions_main(
     ahead: Annotated[
         int | None, typer.Option(help="Months to create ahead (default: settings, 3).")
     ] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON: created, partitions (name, from, to).")] = False,
 ) -> None:
     """Create this month's and the next N months' partitions, then list them."""
     if ctx.invoked_subcommand is not None:
@@ -426,6 +463,11 @@ def partitions_main(
     with _engine() as engine:
         created = ensure_partitions(engine, datetime.now(UTC), n)
         parts = list_partitions(engine)
+    if as_json:
+        _print_json({"created": list(created), "partitions": [
+            {"name": p.name, "from": p.range_from.isoformat(), "to": p.range_to.isoformat()}
+            for p in parts]})
+        return
     out.print("created: " + (", ".join(created) if created else "none"))
     for p in parts:
         out.print(f"{p.name}  [{p.range_from.isoformat()}, {p.range_to.isoformat()})")
@@ -441,6 +483,8 @@ def partitions_drop_expired(
     ] = None,
     detach_only: Annotated[bool, typer.Option(help="Detach but do not drop.")] = False,
     actor: Annotated[str, typer.Option(help="Who runs the retention.")] = "cli",
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON: removed, refused (name: why).")] = False,
 ) -> None:
     """Detach/drop partitions entirely older than retention; refuse (exit 1) any other."""
     from escalation.adapters.partitions import drop_expired
@@ -455,6 +499,11 @@ def partitions_drop_expired(
             detach_only=detach_only,
             names=names or None,
         )
+    if as_json:
+        _print_json({"removed": list(result.removed), "refused": dict(result.refused)})
+        if result.refused:
+            raise typer.Exit(1)
+        return
     out.print("removed: " + (", ".join(result.removed) if result.removed else "none"))
     if result.refused:
         for name, why in result.refused.items():
@@ -590,6 +639,8 @@ def audit_export(
     fmt: Annotated[str, typer.Option("--format", help="csv or jsonl.")] = "csv",
     since: Annotated[str | None, typer.Option("--from", help="decided_at >= (ISO-8601).")] = None,
     until: Annotated[str | None, typer.Option("--to", help="decided_at < (ISO-8601).")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON: rows, file, sha256, manifest.")] = False,
     out_file: Annotated[Path, typer.Option("--out", help="Output file.")] = Path("audit.csv"),
 ) -> None:
     """Stream the ledger to a file in constant memory, plus <file>.manifest.json.
@@ -601,6 +652,7 @@ def audit_export(
         check_output_path,
         count_rows,
         export,
+        manifest_path,
     )
 
     if fmt not in ("csv", "jsonl"):
@@ -621,6 +673,10 @@ def audit_export(
                                   lambda n: bar.update(task, completed=n))
         else:
             manifest = export(ledger, fmt, out_file, flt)  # type: ignore[arg-type]
+    if as_json:
+        _print_json({"rows": manifest.row_count, "file": str(out_file),
+                     "sha256": manifest.sha256, "manifest": str(manifest_path(out_file))})
+        return
     out.print(f"{manifest.row_count} rows -> {out_file} (sha256 {manifest.sha256})")
 
 
@@ -657,6 +713,10 @@ def report_sla(
     fmt: Annotated[str, typer.Option("--format", help="table, csv or html.")] = "table",
     out_file: Annotated[Path | None, typer.Option("--out", help="Write to this file.")] = None,
     grace_s: Annotated[int, typer.Option(help="On time = decided within N s of due.")] = 60,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the report as JSON on stdout: window, grace_s, tiers per "
+                       "ladder, deadlines (with --missed: the missed ones); not with --format "
+                       "or --out.")] = False,
     missed: Annotated[bool, typer.Option(
         "--missed", help="List every missed regulatory deadline in the window instead: "
         "dispute, ladder@version, deadline, citation, instant in the institution's zone, "
@@ -669,6 +729,8 @@ def report_sla(
 
     if fmt not in ("table", "csv", "html"):
         raise InvalidInput(f"--format must be table, csv or html, got {fmt!r}")
+    if as_json and (fmt != "table" or out_file is not None):
+        raise InvalidInput("--json prints JSON on stdout: leave out --format and --out")
     start = parse_time(since, "--from")
     end = parse_time(until, "--to")
     assert start is not None and end is not None  # noqa: S101 - required options
@@ -682,6 +744,12 @@ def report_sla(
     with _engine() as engine:
         report = sla_report.build(PostgresReports(engine), start, end, grace_s,
                                   calendars=cals, ladders=_ladder_lookup(cals))
+    if as_json:
+        shown = report.missed if missed else report.deadlines
+        _print_json({"from": start.isoformat(), "to": end.isoformat(), "grace_s": grace_s,
+                     "tiers": sla_report.grouped(report),
+                     "deadlines": [d.as_json() for d in shown]})
+        return
     if missed:
         _print_missed(report, fmt, out_file)
         return
