@@ -10,11 +10,25 @@ and a reader does not split it into two rows.
 To keep exports re-importable byte for byte, a cell that already begins with ``'`` gets one
 more ``'`` too, so :func:`restore_cell` (strip one leading ``'``) inverts :func:`neutralise_cell`
 exactly for every string.
+
+:class:`CsvWriter` is the one CSV writer of the product (``report sla`` and ``report sla
+--missed``, ``audit export``, ``audit search --deadlines``, the console's downloads): every
+text cell through :func:`neutralise_cell`, RFC 4180 quoting, CRLF line ends, UTF-8 text with
+an optional byte order mark (for spreadsheets that guess the encoding without one).
 """
 
 from __future__ import annotations
 
+import csv
+import io
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
 FORMULA_TRIGGERS: tuple[str, ...] = ("=", "+", "-", "@", "\t", "\r")
+LINE_END = "\r\n"
+"""RFC 4180 line end of every CSV the product writes."""
+UTF8_BOM = "\ufeff"
+"""The byte order mark written first with ``bom=True`` (UTF-8: EF BB BF)."""
 
 
 def neutralise_cell(text: str) -> str:
@@ -27,3 +41,57 @@ def neutralise_cell(text: str) -> str:
 def restore_cell(text: str) -> str:
     """Inverse of :func:`neutralise_cell`: drop one leading ``'``."""
     return text[1:] if text.startswith("'") else text
+
+
+class TextSink(Protocol):
+    """Where a :class:`CsvWriter` writes: anything with ``write(str)`` (a text file, a
+    ``StringIO``, a hashing wrapper over a binary file that encodes UTF-8)."""
+
+    def write(self, text: str, /) -> object:
+        """Write ``text``."""
+        ...
+
+
+def csv_cell(value: object) -> object:
+    """One cell as written: None -> empty, text neutralised (:func:`neutralise_cell`),
+    numbers (int, Decimal) as they are (their ``str``: a negative amount stays a number,
+    it is data the writer typed, not text a spreadsheet could read as a formula)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return neutralise_cell(value)
+    return value
+
+
+class CsvWriter:
+    """The one CSV writer (module doc): ``header`` first, then :meth:`row` per record.
+
+    Args:
+        sink: the text destination (:class:`TextSink`); the caller opens and closes it
+            (a file opened with ``newline=""`` and ``encoding="utf-8"``, so nothing
+            rewrites the CRLF line ends).
+        header: the column names (the first line).
+        bom: write the UTF-8 byte order mark first.
+    """
+
+    __slots__ = ("_writer",)
+
+    def __init__(self, sink: TextSink, header: Sequence[str], *, bom: bool = False) -> None:
+        if bom:
+            sink.write(UTF8_BOM)
+        self._writer = csv.writer(sink, lineterminator=LINE_END)
+        self.row(header)
+
+    def row(self, cells: Iterable[object]) -> None:
+        """Write one record (cells as :func:`csv_cell` writes them)."""
+        self._writer.writerow([csv_cell(c) for c in cells])
+
+
+def csv_text(header: Sequence[str], rows: Iterable[Iterable[object]], *,
+             bom: bool = False) -> str:
+    """The whole CSV as text (:class:`CsvWriter` into a string)."""
+    buf = io.StringIO(newline="")
+    writer = CsvWriter(buf, header, bom=bom)
+    for cells in rows:
+        writer.row(cells)
+    return buf.getvalue()

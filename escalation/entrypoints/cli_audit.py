@@ -642,6 +642,9 @@ def audit_export(
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print JSON: rows, file, sha256, manifest.")] = False,
     out_file: Annotated[Path, typer.Option("--out", help="Output file.")] = Path("audit.csv"),
+    bom: Annotated[bool, typer.Option(
+        "--bom", help="CSV: write the UTF-8 byte order mark first (for spreadsheets that "
+                      "guess the encoding).")] = False,
 ) -> None:
     """Stream the ledger to a file in constant memory, plus <file>.manifest.json.
 
@@ -670,9 +673,9 @@ def audit_export(
             with Progress(console=err) as bar:
                 task = bar.add_task("exporting", total=total)
                 manifest = export(ledger, fmt, out_file, flt,  # type: ignore[arg-type]
-                                  lambda n: bar.update(task, completed=n))
+                                  lambda n: bar.update(task, completed=n), bom=bom)
         else:
-            manifest = export(ledger, fmt, out_file, flt)  # type: ignore[arg-type]
+            manifest = export(ledger, fmt, out_file, flt, bom=bom)  # type: ignore[arg-type]
     if as_json:
         _print_json({"rows": manifest.row_count, "file": str(out_file),
                      "sha256": manifest.sha256, "manifest": str(manifest_path(out_file))})
@@ -681,14 +684,14 @@ def audit_export(
 
 
 # --------------------------------------------------------------------------- report
-def _print_missed(report: Any, fmt: str, out_file: Path | None) -> None:
+def _print_missed(report: Any, fmt: str, out_file: Path | None, bom: bool = False) -> None:
     """``report sla --missed``: one row per missed deadline (table, csv; html refused)."""
     from escalation.service_layer.sla_report import MISSED_COLUMNS, missed_csv
 
     if fmt == "html":
         raise InvalidInput("--missed supports --format table or csv")
     if fmt == "csv":
-        text = missed_csv(report)
+        text = missed_csv(report, bom=bom)
         if out_file is None:
             sys.stdout.write(text)
         else:
@@ -722,6 +725,9 @@ def report_sla(
         "dispute, ladder@version, deadline, citation, instant in the institution's zone, "
         "basis, the late action (instant, actor), lateness (hours, business days; unknown "
         "when only the source says missed), tier at the deadline.")] = False,
+    bom: Annotated[bool, typer.Option(
+        "--bom", help="CSV: write the UTF-8 byte order mark first (for spreadsheets that "
+                      "guess the encoding).")] = False,
 ) -> None:
     """SLA compliance per ladder and tier: entered, on time, breached, time in tier, deadlines
     (every deadline of a multi-deadline ladder); --missed lists the missed ones."""
@@ -751,7 +757,7 @@ def report_sla(
                      "deadlines": [d.as_json() for d in shown]})
         return
     if missed:
-        _print_missed(report, fmt, out_file)
+        _print_missed(report, fmt, out_file, bom)
         return
     if fmt == "table":
         table = Table(title=f"SLA report {start.isoformat()} .. {end.isoformat()}")
@@ -763,7 +769,7 @@ def report_sla(
             raise InvalidInput("--out needs --format csv or html")
         out.print(table)
         return
-    text = sla_report.to_csv(report) if fmt == "csv" else sla_report.to_html(report)
+    text = sla_report.to_csv(report, bom=bom) if fmt == "csv" else sla_report.to_html(report)
     if out_file is None:
         sys.stdout.write(text)
     else:

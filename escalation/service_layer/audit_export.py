@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 from uuid import UUID
 
-from escalation.domain.csv_cells import neutralise_cell, restore_cell
+from escalation.domain.csv_cells import CsvWriter, restore_cell
 from escalation.domain.decide import TERMINAL_ESCALATION
 from escalation.domain.errors import InvalidInput, InvalidParameter
 from escalation.domain.ladder import Ladder
@@ -247,7 +247,7 @@ def export(
     out: Path,
     flt: AuditFilter,
     progress: Callable[[int], None] | None = None,
-    formula_guard: bool = False,
+    bom: bool = False,
 ) -> Manifest:
     """Stream matching rows to ``out`` as CSV (header row) or JSON Lines; write a manifest.
 
@@ -257,9 +257,12 @@ def export(
         fmt: ``"csv"`` or ``"jsonl"``. out: the file to (over)write.
         flt: usually ``since``/``until`` only (half-open on decided_at).
         progress: called with the number of rows written so far, every 1000 rows and at end.
-        formula_guard: CSV only: a text cell starting with ``= + - @``, tab or carriage
-            return gets a leading ``'`` so a spreadsheet does not evaluate it (the file is
-            then for people, not for :func:`read_csv`).
+        bom: CSV only: write the UTF-8 byte order mark first (it is part of the file and
+            of its SHA-256; :func:`read_csv` skips it).
+
+    The CSV is written by the one CSV writer (``domain.csv_cells.CsvWriter``): every text
+    cell neutralised against formula injection (:func:`read_csv` restores it), CRLF line
+    ends.
 
     Returns:
         The :class:`Manifest` (also written to :func:`manifest_path`).
@@ -276,14 +279,11 @@ def export(
     last: datetime | None = None
     with out.open("wb") as raw:
         sink = _HashingWriter(raw)
-        writer = csv.writer(sink, lineterminator="\r\n") if fmt == "csv" else None
-        if writer is not None:
-            writer.writerow(COLUMNS)
+        writer = CsvWriter(sink, COLUMNS, bom=bom) if fmt == "csv" else None
         for row in ledger.stream(flt, COLUMNS):
             values = [export_value(c, row[c]) for c in COLUMNS]
             if writer is not None:
-                cells = _csv_cells(values)
-                writer.writerow([_guard(c) for c in cells] if formula_guard else cells)
+                writer.row(_csv_cells(values))
             else:
                 sink.write(
                     json.dumps(dict(zip(COLUMNS, values, strict=True)), sort_keys=False,
@@ -311,21 +311,10 @@ def export(
     return manifest
 
 
-def _guard(cell: Any) -> Any:
-    if isinstance(cell, str) and cell.startswith(("=", "+", "-", "@", "\t", "\r")):
-        return "'" + cell
-    return cell
-
-
 def _csv_cells(values: list[Any]) -> list[Any]:
-    """CSV cells: None -> "", details -> JSON, text neutralised against formula injection."""
-    return [
-        "" if v is None
-        else _details_text(v) if isinstance(v, dict)
-        else neutralise_cell(v) if isinstance(v, str)
-        else v
-        for v in values
-    ]
+    """CSV cells before the writer: details as canonical JSON text (the writer turns None
+    into an empty cell and neutralises text)."""
+    return [_details_text(v) if isinstance(v, dict) else v for v in values]
 
 
 def read_csv(path: Path) -> Iterator[dict[str, Any]]:
@@ -335,7 +324,7 @@ def read_csv(path: Path) -> Iterator[dict[str, Any]]:
     Raises:
         InvalidInput: the header is not :data:`COLUMNS`.
     """
-    with path.open(newline="", encoding="utf-8") as fh:
+    with path.open(newline="", encoding="utf-8-sig") as fh:  # a byte order mark skipped
         reader = csv.reader(fh)
         header = tuple(next(reader, ()))
         if header != COLUMNS:
@@ -371,11 +360,9 @@ def write_csv(rows: Iterator[Mapping[str, Any]], out: Path) -> str:
     """Write typed rows (as :func:`read_csv` yields) in the export CSV format; return the
     file's SHA-256 hex. Used to show that a re-import reproduces the file byte for byte."""
     with out.open("wb") as raw:
-        sink = _HashingWriter(raw)
-        writer = csv.writer(sink, lineterminator="\r\n")
-        writer.writerow(COLUMNS)
+        writer = CsvWriter(sink := _HashingWriter(raw), COLUMNS)
         for row in rows:
-            writer.writerow(_csv_cells([export_value(c, row[c]) for c in COLUMNS]))
+            writer.row(_csv_cells([export_value(c, row[c]) for c in COLUMNS]))
     return sink.sha.hexdigest()
 
 

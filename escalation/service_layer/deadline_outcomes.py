@@ -27,8 +27,6 @@ A dispute pinned to a ladder version this deployment does not know keeps the def
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -38,6 +36,7 @@ from zoneinfo import ZoneInfo
 
 from escalation.domain.business_calendar import INSTITUTION, BusinessCalendar, with_institution
 from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit
+from escalation.domain.csv_cells import csv_text
 from escalation.domain.errors import EscalationError, InvalidInput, LadderError
 from escalation.domain.ladder import RESOLUTION, ActionDef, Ladder, RegulatoryDeadline
 from escalation.domain.obligations import AT_RISK as _AT_RISK
@@ -63,7 +62,6 @@ CSV_COLUMNS: tuple[str, ...] = (
 )
 UNKNOWN = "unknown"
 """What a lateness that the source does not give reads as (never 0)."""
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 LadderLookup = Callable[[str, int], Ladder]
 
@@ -420,14 +418,6 @@ def select(
     return sorted(rows, key=lambda o: (key(o), str(o.dispute_id), o.name), reverse=descending)
 
 
-def safe_cell(value: object) -> object:
-    """A CSV cell a spreadsheet will not evaluate: text starting with ``= + - @``, tab or
-    carriage return gets a leading ``'`` (OWASP "CSV Injection"); other values unchanged."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
-    return value
-
-
 def late_cells(o: DeadlineOutcome) -> tuple[str, str]:
     """(hours with 2 decimals, business days) of a row. Only a missed deadline is late:
     both cells are blank for any other state (met, at_risk, pending, undetermined), and
@@ -471,16 +461,12 @@ def json_row_of(o: DeadlineOutcome, zone: ZoneInfo) -> dict[str, object]:
     return row
 
 
-def to_csv(outcomes: Iterable[DeadlineOutcome], zone: ZoneInfo) -> str:
-    """CSV text (:data:`CSV_COLUMNS`): instants in ``zone`` with their offset, formula
-    injection neutralised (:func:`safe_cell`)."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
-    for o in outcomes:
-        row = row_of(o, zone)
-        w.writerow([safe_cell(row[c]) for c in CSV_COLUMNS])
-    return buf.getvalue()
+def to_csv(outcomes: Iterable[DeadlineOutcome], zone: ZoneInfo, *, bom: bool = False) -> str:
+    """CSV text (:data:`CSV_COLUMNS`): instants in ``zone`` with their offset, written by
+    the one CSV writer (``domain.csv_cells.csv_text``: formula injection neutralised, CRLF,
+    ``bom`` = UTF-8 byte order mark first)."""
+    rows = (row_of(o, zone) for o in outcomes)
+    return csv_text(CSV_COLUMNS, ([row[c] for c in CSV_COLUMNS] for row in rows), bom=bom)
 
 
 @dataclass(frozen=True, slots=True)

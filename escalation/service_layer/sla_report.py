@@ -45,9 +45,7 @@ Definitions (docs/audit.md "SLA report"); the window is ``[since, until)`` in UT
 
 from __future__ import annotations
 
-import csv
 import html
-import io
 import json
 import math
 import statistics
@@ -61,7 +59,7 @@ from zoneinfo import ZoneInfo
 
 from escalation.domain.business_calendar import INSTITUTION, builtin_calendars
 from escalation.domain.calendars import CalendarRegistry
-from escalation.domain.csv_cells import neutralise_cell
+from escalation.domain.csv_cells import csv_text
 from escalation.domain.errors import InvalidParameter, LadderError
 from escalation.domain.ladder import Ladder
 from escalation.domain.obligations import DeadlineState
@@ -417,17 +415,13 @@ MISSED_COLUMNS: tuple[str, ...] = dl.CSV_COLUMNS
 deadline CSV columns."""
 
 
-def missed_csv(report: SlaReport) -> str:
-    """CSV of the missed deadlines (:data:`MISSED_COLUMNS`), by deadline instant: RFC 4180
-    CRLF line ends and formula injection neutralised, as :func:`to_csv` and the audit export
-    (``domain/csv_cells.py``)."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=MISSED_COLUMNS, lineterminator="\r\n")
-    writer.writeheader()
-    for o in report.missed:
-        writer.writerow({k: neutralise_cell(v) if isinstance(v, str) else v
-                         for k, v in o.as_row().items()})
-    return buf.getvalue()
+def missed_csv(report: SlaReport, *, bom: bool = False) -> str:
+    """CSV of the missed deadlines (:data:`MISSED_COLUMNS`), by deadline instant, written by
+    the one CSV writer (``domain.csv_cells.csv_text``: formula injection neutralised, CRLF,
+    ``bom`` = UTF-8 byte order mark first)."""
+    rows = (o.as_row() for o in report.missed)
+    return csv_text(MISSED_COLUMNS, ([r.get(k) for k in MISSED_COLUMNS] for r in rows),
+                    bom=bom)
 
 
 def dispute_deadlines(
@@ -458,15 +452,11 @@ EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
-def to_csv(report: SlaReport) -> str:
-    """CSV text: header :data:`CSV_COLUMNS`, one row per (ladder, tier)."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\r\n")
-    writer.writeheader()
-    for f in report.tiers:
-        writer.writerow({k: neutralise_cell(v) if isinstance(v, str) else v
-                         for k, v in f.as_row().items()})
-    return buf.getvalue()
+def to_csv(report: SlaReport, *, bom: bool = False) -> str:
+    """CSV text: header :data:`CSV_COLUMNS`, one row per (ladder, tier), written by the one
+    CSV writer (``domain.csv_cells.csv_text``; ``bom`` as for :func:`missed_csv`)."""
+    rows = (f.as_row() for f in report.tiers)
+    return csv_text(CSV_COLUMNS, ([r.get(k) for k in CSV_COLUMNS] for r in rows), bom=bom)
 
 
 def _bars(title: str, labels: list[str], series: list[tuple[str, str, list[float]]]) -> str:

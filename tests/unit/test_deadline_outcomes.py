@@ -15,6 +15,7 @@ import pytest
 
 from escalation.adapters.ladder_files import load_ladder_file
 from escalation.domain.business_calendar import builtin_calendars
+from escalation.domain.csv_cells import csv_cell
 from escalation.domain.errors import InvalidInput, LadderError
 from escalation.ports import ChainEvent, DeadlineChain, PendingEscalation
 from escalation.service_layer import deadline_outcomes as dl
@@ -110,7 +111,7 @@ def test_select_filters_and_sorts():
 
 @pytest.mark.parametrize("cell", ["=1+1", "+1", "-1", "@SUM(A1)", "\tx", "\rx"])
 def test_formula_cells_get_a_quote(cell):
-    assert dl.safe_cell(cell) == "'" + cell
+    assert csv_cell(cell) == "'" + cell
 
 
 def test_csv_guards_cells_and_shows_the_zone_offset():

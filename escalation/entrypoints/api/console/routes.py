@@ -524,7 +524,8 @@ def deadlines_csv(request: Request) -> Response:
         rows, _ctx = _deadlines(request)
     except InvalidInput as exc:
         return Response(str(exc) + "\n", 422, media_type="text/plain", headers=_headers())
-    return Response(dl.to_csv(rows, _zone(request)), media_type="text/csv; charset=utf-8",
+    return Response(dl.to_csv(rows, _zone(request), bom=_param(request, "bom") == "1"),
+                    media_type="text/csv; charset=utf-8",
                     headers=_headers({"Content-Disposition":
                                       'attachment; filename="deadlines.csv"'}))
 
@@ -642,7 +643,7 @@ def _export(request: Request, fmt: str) -> tuple[Path, dict[str, Any]]:
     tmp = Path(tempfile.mkdtemp(prefix="esc-console-"))
     out = tmp / f"audit.{fmt}"
     manifest = export(_ledger(request), "csv" if fmt == "csv" else "jsonl", out, flt,
-                      formula_guard=True).as_dict()
+                      bom=_param(request, "bom") == "1").as_dict()
     manifest["csv_formula_guard"] = fmt == "csv"
     manifest["column_dictionary"] = COLUMN_DICTIONARY
     return out, manifest
