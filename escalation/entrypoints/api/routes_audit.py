@@ -1,12 +1,12 @@
-"""Compliance reads: one dispute's audit trail, audit search (cursor pages), ladders and
-their versions, the SLA report as JSON. Rows use the export format (docs/audit.md)."""
+"""Compliance reads: one dispute's audit trail and case file, audit search (cursor pages),
+ladders and their versions, the SLA report as JSON. Rows use the export format (docs/audit.md)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from escalation.domain.errors import NotFound
 from escalation.domain.ladder import Ladder
@@ -144,3 +144,39 @@ def sla_report(
                        calendars=core.calendars, ladders=core.ladders.get)
     return {"from": start.isoformat(), "to": end.isoformat(), "grace_s": grace_s,
             "ladders": rep.grouped(report)}
+
+def case_file(did: Dispute, core: Core, token: AuditReader) -> Response:
+    """The examiner's case file of one dispute (docs/audit.md "The examiner's case file"):
+    the signed canonical JSON ``escalation audit case-file`` writes, as a download; check it
+    offline with ``escalation audit verify-bundle``. 404 when the dispute has no ledger rows,
+    409 when it does not verify or no checkpoint exists yet, 503 when the server has no
+    checkpoint signing key."""
+    from escalation.bootstrap import case_file_ports_for
+    from escalation.domain.errors import ConfigError, ConflictError
+    from escalation.entrypoints.api.problems import ApiProblem
+    from escalation.service_layer.case_file import (
+        CaseFileRefused,
+        ExportCaseFile,
+        export_case_file,
+    )
+
+    try:
+        ports = case_file_ports_for(core.engine, core.settings, core.ladders.get,
+                                    core.calendars)
+        data = export_case_file(ExportCaseFile((did,), token.name), ports)
+    except ConfigError as exc:
+        raise ApiProblem(503, str(exc)) from None
+    except CaseFileRefused as exc:
+        raise ConflictError(str(exc)) from None
+    return Response(data, media_type="application/json", headers={
+        "Content-Disposition": f'attachment; filename="case-file-{did}.json"'})
+
+
+for _path in DISPUTE_PATHS:
+    router.add_api_route(
+        _path + "/case-file", case_file, methods=["GET"], response_class=Response,
+        responses={**ERRORS, 503: ERRORS[404], 200: {
+            "content": {"application/json": {}},
+            "description": "The case file (format escalation-case-file/1), as an attachment."}},
+        openapi_extra=path_parameters(_path),
+        name="case_file_" + ("by_external_id" if "{source}" in _path else "by_id"))

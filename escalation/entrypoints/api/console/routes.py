@@ -580,6 +580,35 @@ def dispute(request: Request, dispute_id: str) -> HTMLResponse:
                   broken={seq for d, seq in report.broken_chains if d == did})
 
 
+@router.get("/disputes/{dispute_id}/case-file")
+def dispute_case_file(request: Request, dispute_id: str) -> Response:
+    """The dispute's case file as a download: the signed file ``escalation audit case-file``
+    and the API write (docs/audit.md). A refusal is one line of text: 404 unknown dispute,
+    409 a chain that does not verify or no checkpoint yet, 503 no signing key configured."""
+    info, _secret = _user(request)
+    from escalation.bootstrap import case_file_ports_for
+    from escalation.domain.errors import ConfigError
+    from escalation.service_layer.case_file import (
+        CaseFileRefused,
+        ExportCaseFile,
+        export_case_file,
+    )
+    from escalation.service_layer.disputes import resolve_dispute
+
+    core = _core(request)
+    try:
+        did = resolve_dispute(dispute_id)[0]
+        ports = case_file_ports_for(core.engine, core.settings, core.ladders.get,
+                                    core.calendars)
+        data = export_case_file(ExportCaseFile((did,), info.name), ports)
+    except EscalationError as exc:
+        code = (404 if isinstance(exc, NotFound) else 409 if isinstance(exc, CaseFileRefused)
+                else 503 if isinstance(exc, ConfigError) else 422)
+        return Response(str(exc) + "\n", code, media_type="text/plain", headers=_headers())
+    return Response(data, media_type="application/json", headers=_headers(
+        {"Content-Disposition": f'attachment; filename="case-file-{did}.json"'}))
+
+
 # --------------------------------------------------------------------------- audit
 AUDIT_FIELDS = ("dispute_id", "source", "external_id", "tier", "decision", "from", "to",
                 "actor", "ladder", "ladder_version")
