@@ -109,7 +109,8 @@ def test_cli_verify_without_a_checkpoint_says_there_is_none_yet(scratch, cli_env
     assert "no checkpoint yet (run `escalation audit checkpoint`)" in res.stdout
     assert "none matches" not in res.stdout
     assert _cli(cli_env, url, "audit", "checkpoint").returncode == 0
-    assert "last checkpoint 1 matches" in _cli(cli_env, url, "audit", "verify").stdout
+    # the checkpoint is signed with the configured key: it is the one trusted
+    assert "last signed checkpoint 1 matches" in _cli(cli_env, url, "audit", "verify").stdout
 
 
 def test_cli_verify_of_a_dispute_with_no_rows_is_not_a_pass(scratch, cli_env) -> None:
