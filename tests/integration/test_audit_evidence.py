@@ -408,3 +408,58 @@ def test_a_digest_mismatch_names_the_digest_checkpoint(scratch, cli_env, tmp_pat
     assert res.returncode == 1
     assert f"dispute {victim} seq 3 differs from checkpoint 1" in res.stderr
     assert "differs from checkpoint 2" not in res.stderr
+
+
+def _old_chain(engine: sa.Engine, month: str) -> UUID:
+    """A chain created (and last written) in ``month`` (e.g. ``2015-03``): a dispute's rows
+    copied under a new id with old times and their hashes recomputed, as if enqueued then."""
+    import uuid
+
+    from escalation.domain import audit_hash
+
+    source = _chain(PostgresAuditStore(engine))
+    new_id = uuid.uuid4()
+    old = datetime.fromisoformat(f"{month}-10T09:00:00+00:00")
+    with engine.begin() as conn:
+        rows = conn.execute(sa.text("SELECT * FROM escalation_audit WHERE dispute_id = :d"
+                                    " ORDER BY seq"), {"d": source}).mappings().all()
+        prev = bytes(32)
+        for row in rows:
+            fields = {**row, "dispute_id": new_id, "decided_at": old, "recorded_at": old,
+                      "chain_created_at": old}
+            fields["prev_hash"] = prev
+            fields["row_hash"] = prev = audit_hash.row_hash(prev, fields)
+            cols = list(fields)
+            conn.execute(sa.text(f"INSERT INTO escalation_audit ({', '.join(cols)}) VALUES "
+                                 f"({', '.join(':' + c for c in cols)})"),
+                         {**fields, "details": json.dumps(fields["details"])})
+    return new_id
+
+
+def test_a_sealed_chain_removed_by_retention_is_excused_only_by_a_true_row(scratch):
+    """A chain sealed in a signed checkpoint whose 2015 partition drop-expired removed: verify
+    passes and the next seal covers the removal. The same chain in a partition dropped by
+    hand and logged with a forged range is a mismatch and a named retention problem."""
+    with scratch.begin() as conn:
+        for m in ("2015-03-01", "2016-05-01"):
+            conn.execute(sa.text("SELECT escalation_audit_ensure_partition(:m)"), {"m": m})
+    kept = _old_chain(scratch, "2015-03")
+    hidden = _old_chain(scratch, "2016-05")
+    _seal(scratch)
+    assert drop_expired(scratch, _db_now(scratch), SEVEN_YEARS, actor="test",
+                        names=["escalation_audit_y2015m03"]).removed == [
+                            "escalation_audit_y2015m03"]
+    report = _verify(scratch)
+    assert report.ok, report
+    assert _seal(scratch).retention_count == 1
+    # by hand: the 2016 partition dropped, logged as if its range were another month's
+    with scratch.begin() as conn:
+        conn.execute(sa.text(f"ALTER TABLE escalation_audit DETACH PARTITION "
+                             f"{PARTITION_SCHEMA}.escalation_audit_y2016m05"))
+        conn.execute(sa.text(f"DROP TABLE {PARTITION_SCHEMA}.escalation_audit_y2016m05"))
+    _insert_retention(scratch, "escalation_audit_y2016m05", datetime(2016, 4, 1, tzinfo=UTC),
+                      datetime(2016, 6, 1, tzinfo=UTC))
+    report = _verify(scratch)
+    assert [n for n, _ in report.retention_problems] == ["escalation_audit_y2016m05"]
+    assert report.checkpoint_mismatches == [(hidden, 3)]
+    assert kept not in {d for d, _ in report.checkpoint_mismatches}
