@@ -27,8 +27,10 @@ from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.calendar_files import load_institution_calendars
 from escalation.adapters.console_ops import ConsoleOpsStore
 from escalation.adapters.db import (
+    bind_namespace,
     check_at_head,
     check_namespace,
+    database_identity,
     make_engine,
     normalize_url,
     upgrade_to_head,
@@ -42,13 +44,14 @@ from escalation.adapters.ladder_history import LadderHistoryStore
 from escalation.adapters.leader_lease import LeaderLease
 from escalation.adapters.maintenance_runs import PostgresMaintenanceRuns
 from escalation.adapters.probes import ServerProbe
+from escalation.adapters.redis_binding import NamespaceBinding
 from escalation.adapters.redis_client import OUTAGE_ERRORS, make_redis, ping_checked
 from escalation.adapters.redis_layout import check_shard_count
 from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.adapters.redis_warnings import RedisWarnings
 from escalation.domain.calendars import CalendarRegistry
-from escalation.domain.errors import RELEASE_BROKEN, LadderError, SchemaNotAtHead
+from escalation.domain.errors import RELEASE_BROKEN, ConfigError, LadderError, SchemaNotAtHead
 from escalation.domain.escalation import Escalation
 from escalation.domain.timeutil import from_ms
 from escalation.logs import get_logger
@@ -65,7 +68,7 @@ from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS, Check, DoctorDe
 from escalation.service_layer.ladder_release import baseline_releases
 from escalation.service_layer.maintenance import Job, Maintenance, log_dead_letters
 from escalation.service_layer.priority import weight_fn
-from escalation.service_layer.reconcile import ProjectionLedger, reconcile
+from escalation.service_layer.reconcile import AheadRepair, ProjectionLedger, reconcile
 from escalation.service_layer.warnings import (
     schedule_ahead,
     schedule_warnings,
@@ -294,6 +297,7 @@ def build(
         if check_schema:
             ensure_schema(engine, urls)
             check_namespace(engine, settings.namespace)
+            check_database_identity(engine, NamespaceBinding(client, settings.namespace))
         seconds, micros = client.time()
         clock[:] = [int(seconds) * 1000 + int(micros) // 1000]
 
@@ -434,9 +438,12 @@ def maintenance_jobs(app: App, rel: ReliabilityRedis,
             stop_check()
 
     def do_reconcile() -> dict[str, Any]:
+        # Redis ahead of the ledger is not reset here: the namespace is marked and the
+        # workers refuse to fire it until an operator runs `escalation reconcile` (ADR 0014)
         rep = reconcile(scheduler=app.scheduler, store=app.store, redis_side=rel,
                         progress=between_pages,
-                        on_restored=schedule_for(app, only_ahead=True))
+                        on_restored=schedule_for(app, only_ahead=True),
+                        ahead=AheadRepair(mark=namespace_binding_for(app), stream=rel))
         return {"checked_db": rep.checked_db, "repaired": rep.count(repaired=True),
                 "differences": rep.count()}
 
@@ -494,8 +501,90 @@ def run_doctor(app: App, *, host_ms: Callable[[], int] | None = None,
     deps = DoctorDeps(store=app.store, redis_side=reliability_for(app),
                       probe=ServerProbe(app.redis, app.engine),
                       scheduler_stats=app.scheduler.stats,
-                      ladder_problems=lambda: ladder_file_problems(app))
+                      ladder_problems=lambda: ladder_file_problems(app),
+                      resync=namespace_binding_for(app))
     return run_checks(deps, host_ms=host_ms, max_skew_ms=max_skew_ms)
+
+
+def namespace_binding_for(app: App) -> NamespaceBinding:
+    """The namespace's identity stamp and resync mark (``ports.ResyncMark``) on ``app``'s
+    Redis (ADR 0014)."""
+    return NamespaceBinding(app.redis, app.settings.namespace)
+
+
+def _identity_mismatch(namespace: str, recorded: str, identity: str | None) -> str:
+    here = identity or "none (a new or never-stamped database)"
+    return (f"Redis namespace {namespace!r} belongs to another database (recorded identity "
+            f"{recorded}, this database {here}): a restored, copied or new database would "
+            "leave Redis ahead of the ledger. If this database was restored on purpose, run "
+            "`escalation db upgrade --restored`, then `escalation reconcile` (docs/"
+            "operations.md, 'Restoring the database'); otherwise point ESCALATION_DATABASE_URL "
+            "at the namespace's database or use another ESCALATION_NAMESPACE")
+
+
+def check_database_identity(engine: sa.Engine, binding: NamespaceBinding) -> None:
+    """Refuse a database whose identity differs from the one the namespace's Redis recorded
+    at binding (nothing to compare when either side has none yet: ``db upgrade`` stamps
+    both).
+
+    Raises:
+        ConfigError: the identities differ (the message names both and the commands).
+    """
+    identity = database_identity(engine)
+    if identity is None:
+        return
+    recorded = binding.database_identity()
+    if recorded is not None and recorded != identity:
+        raise ConfigError(_identity_mismatch(binding.namespace, recorded, identity))
+
+
+@dataclass(frozen=True)
+class BindResult:
+    """What :func:`bind_deployment` did: the namespace, the database identity now recorded
+    in both servers, and whether the namespace was marked for a resync (``--restored``)."""
+
+    namespace: str
+    identity: str
+    resync_marked: bool
+
+
+def bind_deployment(settings: Settings, database_url: str, redis_url: str, *,
+                    restored: bool = False) -> BindResult:
+    """Bind the (migrated) database to ``settings.namespace`` and stamp its identity in
+    PostgreSQL and in the namespace's Redis (``db upgrade``; ADR 0009, ADR 0014).
+
+    Refused, before anything is written, when Redis records another database's identity
+    (a restore into another database, a copy, a new database), unless ``restored``: then the
+    database gets a new stamp, Redis records it, and the namespace is marked for a resync
+    (workers refuse to fire it until ``escalation reconcile`` has reset Redis to the
+    ledger's state).
+
+    Raises:
+        ConfigError: bound to another namespace, or Redis belongs to another database.
+        Redis / database connection errors propagate.
+    """
+    from escalation.adapters.db import stamp_binding
+
+    client = make_redis(redis_url, **redis_io_options(redis_url, settings.io_timeout_s))
+    engine = make_engine(database_url, pool_size=1)
+    try:
+        binding = NamespaceBinding(client, settings.namespace)
+        check_namespace(engine, settings.namespace)
+        recorded = binding.database_identity()
+        identity = database_identity(engine)
+        if not restored and recorded is not None and recorded != identity:
+            raise ConfigError(_identity_mismatch(settings.namespace, recorded, identity))
+        bound = bind_namespace(engine, settings.namespace)
+        identity = stamp_binding(engine, renew=restored)
+        if restored:
+            binding.mark_resync("restored", f"db upgrade --restored bound database "
+                                f"{engine.url.database!r} ({identity}); Redis may be ahead "
+                                "of its ledger")
+        binding.stamp(identity)
+        return BindResult(bound, identity, restored)
+    finally:
+        engine.dispose()
+        client.close()
 
 
 def checkpoint_store_for(engine: sa.Engine) -> CheckpointStore:
@@ -525,6 +614,7 @@ def digest_verifier_for(public_key: Path | None = None) -> DigestVerifier | None
 
     key = configured_public_key(path=public_key)
     return None if key is None else Ed25519DigestVerifier(key)
+
 
 def case_file_ports_for(engine: sa.Engine, settings: Settings,
                         ladders: Callable[[str, int], Any],

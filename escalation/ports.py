@@ -441,6 +441,25 @@ class SchedulerInspection(Protocol):
         ...
 
 
+class ResyncMark(Protocol):
+    """The namespace's resync mark: set while Redis may be ahead of the ledger (a restore to
+    an earlier point, a failover that lost commits); workers refuse to fire the namespace
+    while it is set, ``reconcile`` resets Redis to the ledger and clears it (adapter:
+    ``adapters.redis_binding.NamespaceBinding``; ADR 0014)."""
+
+    def resync(self) -> dict[str, Any] | None:
+        """The mark (``{"reason", "since_ms", "detail"}``), or None when not set."""
+        ...
+
+    def mark_resync(self, reason: str, detail: str = "") -> None:
+        """Set the mark unless set already (``reason``: a code such as ``ahead_on_claim``)."""
+        ...
+
+    def clear_resync(self) -> bool:
+        """Delete the mark; True when one was set."""
+        ...
+
+
 class DeadLetterQueue(Protocol):
     """The dead-letter set and its scripts (adapter:
     ``adapters.redis_reliability.ReliabilityRedis``; see ``service_layer.dead_letters``)."""

@@ -222,3 +222,43 @@ def _mismatch(engine: sa.Engine, bound: str, namespace: str) -> str:
     return (f"database {engine.url.database!r} belongs to namespace {bound!r}, not "
             f"{namespace!r}: one database serves one deployment; give this deployment its own "
             "database (or set ESCALATION_NAMESPACE to the bound one)")
+
+
+_IDENTITY_SQL = sa.text(
+    "SELECT b.stamp, d.oid FROM deployment_binding b "
+    "JOIN pg_database d ON d.datname = current_database() WHERE b.id = 1")
+
+
+def database_identity(engine: sa.Engine) -> str | None:
+    """The identity stamp of this database: ``<binding stamp>/<database OID>``, or None when
+    the database is not bound, or was bound before stamps existed (``db upgrade`` stamps it).
+
+    A dump restored into another database (or server) keeps the binding's stamp but gets
+    another OID, so its identity differs from the one the namespace's Redis recorded
+    (docs/adr/0014-redis-ahead-of-the-ledger.md). A physical replica promoted by a failover
+    keeps both: same identity.
+    """
+    with engine.connect() as conn:
+        row = conn.execute(_IDENTITY_SQL).first()
+    if row is None or row[0] is None:
+        return None
+    return f"{row[0]}/{row[1]}"
+
+
+def stamp_binding(engine: sa.Engine, *, renew: bool = False) -> str:
+    """Give the bound database a stamp (a random UUID) unless it has one, or a new one with
+    ``renew`` (a planned restore: the copy becomes a database of its own). Returns
+    :func:`database_identity`.
+
+    Raises:
+        ConfigError: the database is not bound (``bind_namespace`` first).
+    """
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "UPDATE deployment_binding SET stamp = gen_random_uuid()::text "
+            "WHERE id = 1 AND (stamp IS NULL OR :renew)"), {"renew": renew})
+    identity = database_identity(engine)
+    if identity is None:
+        raise ConfigError(f"database {engine.url.database!r} is not bound to a namespace: "
+                          "run `escalation db upgrade`")
+    return identity

@@ -1,5 +1,5 @@
 """Direct questions to the servers for ``escalation doctor`` (implements the service layer's
-``doctor.ServerProbe``): their clocks and Redis's eviction policy.
+``doctor.ServerProbe``): their clocks, Redis's eviction policy and PostgreSQL's replication.
 """
 
 from __future__ import annotations
@@ -44,3 +44,21 @@ class ServerProbe:
                 return None
             return ",".join(sorted(values))
         return eviction_policy(self._client)
+
+    def replication(self) -> dict[str, Any] | None:
+        """``in_recovery``, ``synchronous_standby_names`` and ``standbys``
+        (``[(application_name, sync_state)]`` of ``pg_stat_replication``: the standbys
+        streaming from this server); None when the server refuses the reads."""
+        try:
+            with self._engine.connect() as conn:
+                in_recovery = bool(conn.execute(sa.text("SELECT pg_is_in_recovery()"))
+                                   .scalar_one())
+                names = str(conn.execute(sa.text("SHOW synchronous_standby_names"))
+                            .scalar_one())
+                rows = conn.execute(sa.text(
+                    "SELECT application_name, sync_state FROM pg_stat_replication "
+                    "ORDER BY application_name")).all()
+        except sa.exc.DBAPIError:
+            return None
+        return {"in_recovery": in_recovery, "synchronous_standby_names": names,
+                "standbys": [(str(r[0]), str(r[1] or "unknown")) for r in rows]}

@@ -120,6 +120,44 @@ class ReliabilityRedis:
         """
         return review_notified(self.client, self.namespace, self.shards, wanted, count)
 
+    def review_after(self, wanted: Mapping[str, tuple[int, int]],
+                     count: int = 1000) -> dict[str, list[dict[str, str]]]:
+        """Review-stream entries of decisions the ledger does not hold (ADR 0014).
+
+        Args:
+            wanted: dispute id -> (the ledger's seq, epoch ms from which to read: the
+                ledger's last decision time; the stream is read from that minus
+                :data:`NOTIFIED_SLACK_MS`).
+            count: XRANGE page size.
+
+        Returns:
+            dispute id -> its entries whose ``seq`` is above the ledger's, oldest first,
+            each the entry's fields plus ``entry_id``. An entry trimmed from the stream
+            (MAXLEN) is not found.
+        """
+        by_shard: dict[int, tuple[dict[str, int], int]] = {}
+        for did, (seq, since) in wanted.items():
+            shard = shard_of(did, self.shards)
+            seqs, first = by_shard.get(shard, ({}, since))
+            seqs[did] = seq
+            by_shard[shard] = (seqs, min(first, since))
+        found: dict[str, list[dict[str, str]]] = {}
+        for shard, (seqs, since) in by_shard.items():
+            stream = Keys(self.namespace, shard).review
+            start = str(max(since - NOTIFIED_SLACK_MS, 0))
+            while True:
+                page = cast(list[tuple[str, dict[str, str] | None]],
+                            self.client.xrange(stream, start, "+", count=count))
+                for entry_id, fields in page:
+                    got = fields or {}
+                    did = got.get("dispute_id", "")
+                    if did in seqs and _int_or(got.get("seq"), -1) > seqs[did]:
+                        found.setdefault(did, []).append({**got, "entry_id": str(entry_id)})
+                if len(page) < count:
+                    break
+                start = "(" + str(page[-1][0])
+        return found
+
     def scan_members(self, keys: Keys, count: int = 1000) -> list[list[tuple[str, int]]]:
         """The scheduled members of one shard in chunks of about ``count``: ``(member, due
         epoch ms)`` -- every member of pending (due = score), then every member of ready

@@ -53,6 +53,7 @@ LEDGER_EVENTS: tuple[str, ...] = (
     "LADDER_BASELINE",
     "LADDER_APPLIED",
     "LADDER_APPLY_FAILED",
+    "SCHEDULE_RESET",
 )
 """Values allowed in ``escalation_audit.event`` (a CHECK constraint enforces the list)."""
 
@@ -358,8 +359,11 @@ deployment_binding = sa.Table(
     sa.Column("id", sa.SmallInteger, nullable=False, server_default=sa.text("1")),
     sa.Column("namespace", sa.Text, nullable=False),
     sa.Column("bound_at", TZ, nullable=False, server_default=sa.text("now()")),
+    sa.Column("stamp", sa.Text),  # revision 0014: with the OID, the identity Redis records
     sa.PrimaryKeyConstraint("id"),
     sa.CheckConstraint("id = 1", name="single_row"),
 )
 """The namespace this database serves (at most one row): ``escalation db upgrade`` binds it,
-every command refuses a different namespace (docs/adr/0009-one-namespace-per-database.md)."""
+every command refuses a different namespace (docs/adr/0009-one-namespace-per-database.md).
+``stamp`` (NULL until bound by this version) and the database's OID make the identity the
+namespace's Redis records at binding (docs/adr/0014-redis-ahead-of-the-ledger.md)."""

@@ -421,22 +421,31 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
 
 # --------------------------------------------------------------------------- db / services
 @db_app.command("upgrade")
-def db_upgrade() -> None:
+def db_upgrade(
+    restored: Annotated[bool, typer.Option(
+        "--restored",
+        help="This database was restored (or copied) on purpose: bind it to the namespace "
+             "whose Redis recorded another database, and mark the namespace for a resync "
+             "(then run `escalation reconcile`).")] = False,
+) -> None:
     """Bring the database schema to the Alembic head and bind it to this namespace.
 
     Says which revisions it applied. A database serves one deployment (namespace): the first
     ``db upgrade`` records ESCALATION_NAMESPACE in it; a later one with another namespace is
     refused (exit 2), and every command refuses to run against a database bound to another
-    namespace.
+    namespace. Binding also stamps the database's identity in PostgreSQL and in the
+    namespace's Redis: a database other than the one the namespace's Redis recorded (a
+    restore into another database, a copy, a new database) is refused (exit 2) unless
+    ``--restored`` says the restore is planned (docs/operations.md, "Restoring the
+    database").
     """
     from escalation.adapters.db import (
-        bind_namespace,
         check_namespace,
         head_revision,
         make_engine,
         upgrade_to_head,
     )
-    from escalation.bootstrap import resolve_urls
+    from escalation.bootstrap import bind_deployment, resolve_urls
 
     settings = _settings()
     urls = resolve_urls(settings)
@@ -448,9 +457,14 @@ def db_upgrade() -> None:
         with contextlib.suppress(sqlalchemy.exc.ProgrammingError):
             check_namespace(engine, settings.namespace)
         applied = upgrade_to_head(urls.database_url)
-        bound = bind_namespace(engine, settings.namespace)
     finally:
         engine.dispose()
+    result = bind_deployment(settings, urls.database_url, urls.redis_url, restored=restored)
+    bound = result.namespace
+    if result.resync_marked:
+        err.print(f"bound as a restored database ({result.identity}); namespace {bound} is "
+                  "marked for a resync: workers refuse to fire it until `escalation "
+                  "reconcile` has reset Redis to this ledger", markup=False, highlight=False)
     if not applied:
         out.print(f"database already at head ({head_revision()}): nothing to apply; "
                   f"bound to namespace {bound}", markup=False, highlight=False)

@@ -220,6 +220,28 @@ def dead_purge(
         a.close()
 
 
+def _report_ahead(rep: Any, dry_run: bool) -> None:
+    """The lines of a reconcile run about Redis ahead of the ledger (ADR 0014); exit 1 when
+    escalations ahead are still held by a worker's lease."""
+    from escalation.service_layer.reconcile import DiffKind
+
+    if rep.lost_decisions:
+        err.print(f"reconcile: {len(rep.lost_decisions)} decision(s) were notified to the "
+                  "review queue but are not on the ledger (Redis was ahead of it); each is "
+                  "named on a SCHEDULE_RESET row of its dispute and listed under "
+                  "lost_decision_entries", markup=False, highlight=False)
+    if rep.resync_cleared:
+        err.print("reconcile: Redis reset to the ledger; the namespace's resync mark is "
+                  "cleared (workers fire again)", markup=False, highlight=False)
+    held = sum(1 for d in rep.diffs
+               if d.kind is DiffKind.LOCKED and d.detail.startswith(DiffKind.AHEAD.value))
+    if not dry_run and not rep.errors and rep.count(DiffKind.AHEAD, repaired=False) + held:
+        err.print("error: reconcile: escalations ahead of the ledger are still held by a "
+                  "worker's lease; run `escalation reconcile` again", markup=False,
+                  highlight=False)
+        raise typer.Exit(1)
+
+
 @app.command("reconcile")
 def reconcile_cmd(
     dry_run: Annotated[bool, typer.Option(help="Only list the differences.")] = False,
@@ -238,22 +260,28 @@ def reconcile_cmd(
     An item that cannot be repaired (e.g. a due time Redis refuses) does not stop the run: it
     is reported (count and ids, in the JSON and on stderr) and the command exits 1 at the end.
     """
-    from escalation.bootstrap import projection_ledger_for, schedule_for
+    from escalation.bootstrap import namespace_binding_for, projection_ledger_for, schedule_for
     from escalation.entrypoints.progress import cli_progress
-    from escalation.service_layer.reconcile import reconcile
+    from escalation.service_layer.reconcile import AheadRepair, reconcile
 
     a = _app(actor="reconcile")
     try:
+        rel = _rel(a)
+        # Redis ahead of the ledger (a restore, a lossy failover) is reset to the ledger
+        # here, with a SCHEDULE_RESET row per lost decision (ADR 0014)
+        ahead = AheadRepair(mark=namespace_binding_for(a), stream=rel, ledger=a.store,
+                            actor=a.actor)
         with cli_progress("reconcile") as progress:
-            rep = reconcile(scheduler=a.scheduler, store=a.store, redis_side=_rel(a),
+            rep = reconcile(scheduler=a.scheduler, store=a.store, redis_side=rel,
                             dry_run=dry_run, progress=progress,
                             on_restored=schedule_for(a, only_ahead=True),
                             projection=projection_ledger_for(a),
-                            repair_projection=repair_projection)
+                            repair_projection=repair_projection, ahead=ahead)
         _print_json(rep.as_dict())
     finally:
         a.close()
     err.print(rep.summary(), markup=False, highlight=False)
+    _report_ahead(rep, dry_run)
     if rep.errors:
         ids = ", ".join(i for i, _ in rep.errors[:20])
         more = f" (+{len(rep.errors) - 20} more)" if len(rep.errors) > 20 else ""
@@ -289,7 +317,7 @@ def doctor(
     else:
         for c in checks:
             out.print(f"{c.status:<7} {c.name}: {c.detail}", markup=False, highlight=False)
-            if (c.unknown or not c.ok) and c.advice:
+            if (c.unknown or c.warn or not c.ok) and c.advice:
                 out.print(f"     -> {c.advice}", markup=False, highlight=False)
     if not all(c.ok for c in checks):
         raise typer.Exit(1)

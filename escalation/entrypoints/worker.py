@@ -24,7 +24,15 @@ from typing import Any
 import sqlalchemy.exc
 
 from escalation.adapters.redis_client import OUTAGE_ERRORS as REDIS_OUTAGE_ERRORS
-from escalation.bootstrap import App, dead_letters_for, maintenance_for, schedule_for, warnings_for
+from escalation.bootstrap import (
+    App,
+    dead_letters_for,
+    maintenance_for,
+    namespace_binding_for,
+    schedule_for,
+    warnings_for,
+)
+from escalation.domain.errors import EscalationError
 from escalation.entrypoints.worker_metrics import WorkerMetrics
 from escalation.logs import get_logger
 from escalation.service_layer.fire import BatchReport, fire_due
@@ -35,6 +43,16 @@ log = get_logger("escalation.worker")
 
 MAX_BACKOFF_S = 30.0
 BURST_MAX_FAILURES = 5  # --burst gives up after this many consecutive outages (~15 s)
+
+
+RESYNC_CHECK_EVERY_S = 1.0  # how often a firing worker reads the namespace's resync mark
+RESYNC_COMMAND = "escalation reconcile"
+
+
+class RedisAheadOfLedger(EscalationError):
+    """The namespace is marked for a resync (Redis may be ahead of the ledger: a restore,
+    a failover that lost commits; ADR 0014): a ``--burst`` worker refuses to fire it and
+    exits 1 with this one line; a long-running worker waits instead."""
 
 
 class _Shutdown(BaseException):
@@ -259,7 +277,8 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
                 warn_members=partial(warning_members, ladders=app.ladders,
                                      calendars=app.calendars),
                 dead=dead, idle=idle, metrics=metrics,
-                decision_events=str(settings.log_level).upper() == "DEBUG")
+                decision_events=str(settings.log_level).upper() == "DEBUG",
+                resync=namespace_binding_for(app), burst=burst)
     # Wired first, then the handlers and at once the try: a stop signal right after
     # "worker.started" (which is what the demo waits for) ends the loop cleanly (exit 0).
     old = _install_stop_handlers(state, app.actor)
@@ -327,15 +346,22 @@ class _Pass:
     idle: _IdleState
     metrics: WorkerMetrics | None = None
     decision_events: bool = True  # per-decision DEBUG events built only at DEBUG
+    resync: Any = None  # the namespace's resync mark (ports.ResyncMark)
+    resync_next: float = 0.0  # monotonic time of the next read of the mark
+    refusing: bool = False  # the last read found the mark set
+    burst: bool = False  # a --burst run raises RedisAheadOfLedger instead of waiting
 
 
 def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
     """Fire one batch of due escalations, then the pre-breach warnings when one is due (or
     after a wake). Returns the batch report and the Redis time of the claim (epoch ms, 0 when
-    nothing was claimed). Redis/PostgreSQL outages propagate to the loop's backoff.
+    nothing was claimed). Redis/PostgreSQL outages propagate to the loop's backoff. While
+    the namespace's resync mark is set nothing is claimed (an empty report).
     ``ctx.metrics`` (``--metrics-port``) observes every decision event, whatever the log
     level, and the batch."""
     app, settings, metrics = ctx.app, ctx.app.settings, ctx.metrics
+    if _refuses_namespace(ctx, burst=ctx.burst):  # Redis ahead of the ledger (ADR 0014)
+        return BatchReport(), 0  # nothing claimed: the loop sleeps a poll interval
     started = time.monotonic()
     emit = _BatchEmit()
     report = fire_due(
@@ -349,6 +375,8 @@ def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
         # the per-decision events feed the DEBUG log and the metrics (lag histogram)
         decision_events=ctx.decision_events or metrics is not None,
     )
+    if report.ahead:  # Redis ahead of the ledger: every worker stops firing (ADR 0014)
+        _mark_ahead(ctx, report.ahead)
     if report.lease_expired:  # read by the API's /metrics (Redis stats)
         app.redis.hincrby(app.scheduler.shard_keys()[0].stats, "lease_expired",
                           report.lease_expired)
@@ -363,6 +391,51 @@ def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
             max_items=settings.batch_size, emit=_emit)
         ctx.idle.warned(wrep.next_due_ms)
     return report, now_ms
+
+
+def _refuses_namespace(ctx: _Pass, *, burst: bool) -> bool:
+    """True while the namespace's resync mark is set (read at most every
+    ``RESYNC_CHECK_EVERY_S``, at once after a batch found Redis ahead): the worker fires
+    nothing, logs ``worker.redis_ahead`` (ERROR, with the command to run) when it starts
+    refusing and ``worker.redis_ahead_cleared`` when the mark is gone. Redis outages while
+    reading it propagate to the loop's back-off.
+
+    Raises:
+        RedisAheadOfLedger: with ``burst``, instead of waiting.
+    """
+    now = time.monotonic()
+    if now < ctx.resync_next:
+        return ctx.refusing
+    ctx.resync_next = now + RESYNC_CHECK_EVERY_S
+    mark = ctx.resync.resync()
+    was, ctx.refusing = ctx.refusing, mark is not None
+    if mark is not None and not was:
+        log.error("worker.redis_ahead", worker_id=ctx.app.actor,
+                  namespace=ctx.app.settings.namespace, reason=mark.get("reason"),
+                  since_ms=mark.get("since_ms"), detail=mark.get("detail"),
+                  match_decision="REDIS_AHEAD", command=RESYNC_COMMAND,
+                  message="Redis may be ahead of the ledger (a restore or a failover that "
+                          "lost commits): this worker fires nothing until "
+                          f"`{RESYNC_COMMAND}` has reset Redis to the ledger")
+    elif mark is None and was:
+        ctx.idle.woke = True  # look at everything again
+        log.warning("worker.redis_ahead_cleared", worker_id=ctx.app.actor,
+                    namespace=ctx.app.settings.namespace)
+    if mark is not None and burst:
+        raise RedisAheadOfLedger(
+            f"namespace {ctx.app.settings.namespace!r} is marked for a resync "
+            f"({mark.get('reason')}: {mark.get('detail')}): Redis may be ahead of the "
+            f"ledger; run `{RESYNC_COMMAND}`, then the worker again")
+    return ctx.refusing
+
+
+def _mark_ahead(ctx: _Pass, ahead: list[str]) -> None:
+    """A batch claimed escalations whose Redis payload is ahead of the ledger: mark the
+    namespace for a resync (every worker stops firing it) and read the mark again now."""
+    ctx.resync.mark_resync("ahead_on_claim",
+                           f"worker {ctx.app.actor} claimed {len(ahead)} escalation(s) "
+                           f"ahead of the ledger, e.g. {ahead[:5]}")
+    ctx.resync_next = 0.0
 
 
 def _next_step(report: BatchReport, now_ms: int, *, burst: bool, batch_size: int) -> str:

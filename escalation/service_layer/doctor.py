@@ -2,10 +2,12 @@
 (docs/architecture.md, "Known failure symptoms and how each is prevented or detected").
 
 Each check returns a :class:`Check` (``ok``, what was measured, what to do). Checks:
-DOUBLE_ESCALATION, CLOCK_SKEW, STUCK_MEMBER, LOCK_CONTENTION, ZSET_DRIFT, DEAD_LETTERS,
-MAXMEMORY_POLICY.
+DOUBLE_ESCALATION, CLOCK_SKEW, STUCK_MEMBER, LOCK_CONTENTION, ZSET_DRIFT, REDIS_AHEAD,
+DEAD_LETTERS, MAXMEMORY_POLICY, LADDER_FILES, PG_REPLICATION.
 A check that cannot be measured (e.g. ``INFO`` and ``CONFIG`` disabled) is reported with
-status ``unknown`` (not ``ok``, and not a failure: the exit code ignores it).
+status ``unknown`` (not ``ok``, and not a failure: the exit code ignores it); a check that
+passes with a risk worth knowing (asynchronous replication) has status ``WARN`` (not a
+failure either).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from uuid import UUID
 
 from escalation.domain.errors import RELEASE_BROKEN, EscalationError
 from escalation.domain.escalation import Escalation, Status, parse_dispute_id
-from escalation.ports import DEAD_DECISION
+from escalation.ports import DEAD_DECISION, MemberState, ResyncMark
 
 DEFAULT_MAX_SKEW_MS = 1000
 CONTENTION_RATIO = 0.2
@@ -59,6 +61,10 @@ class DoctorRedis(Protocol):
         """Members waiting in the ready ZSETs."""
         ...
 
+    def inspect(self, dispute_ids: list[str]) -> dict[str, MemberState]:
+        """Payload seq (and more) of each member (REDIS_AHEAD)."""
+        ...
+
 
 class ServerProbe(Protocol):
     """Direct questions to the servers (adapter: ``adapters.probes.ServerProbe``)."""
@@ -71,6 +77,12 @@ class ServerProbe(Protocol):
         """Redis ``maxmemory-policy``, or None when ``INFO`` and ``CONFIG GET`` are refused."""
         ...
 
+    def replication(self) -> dict[str, Any] | None:
+        """PostgreSQL replication as seen from the database server: ``in_recovery``,
+        ``synchronous_standby_names`` and ``standbys`` (``[(name, sync_state)]`` from
+        ``pg_stat_replication``); None when it cannot be read."""
+        ...
+
 
 @dataclass(frozen=True)
 class DoctorDeps:
@@ -79,7 +91,8 @@ class DoctorDeps:
     Attributes:
         store: audit-store reads. redis_side: scheduler-state reads. probe: server clocks and
         configuration. scheduler_stats: ``RedisScheduler.stats``. ladder_problems: invalid
-        ladder files and edited files of applied versions (messages).
+        ladder files and edited files of applied versions (messages). resync: the
+        namespace's resync mark (REDIS_AHEAD; ADR 0014).
     """
 
     store: DoctorStore
@@ -87,6 +100,7 @@ class DoctorDeps:
     probe: ServerProbe
     scheduler_stats: Callable[[], Mapping[str, int | None]]
     ladder_problems: Callable[[], list[str]]
+    resync: ResyncMark | None = None
 
 
 @dataclass(frozen=True)
@@ -98,11 +112,15 @@ class Check:
     detail: str
     advice: str = ""
     unknown: bool = False
+    warn: bool = False
 
     @property
     def status(self) -> str:
-        """``"ok"``, ``"FAIL"`` or ``"unknown"`` (could not be measured; not a failure)."""
-        return "unknown" if self.unknown else "ok" if self.ok else "FAIL"
+        """``"ok"``, ``"FAIL"``, ``"unknown"`` (could not be measured; not a failure) or
+        ``"WARN"`` (passes, with a risk to know about; not a failure)."""
+        if self.unknown:
+            return "unknown"
+        return ("WARN" if self.warn else "ok") if self.ok else "FAIL"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (with ``status``)."""
@@ -166,7 +184,10 @@ def _dead_letters(members: list[str]) -> Check:
                  "retry --all [--kind decision|notify] [--match TEXT]`, or `dead purge` one")
 
 
-def _drift(store: DoctorStore, rel: DoctorRedis, dead_members: list[str]) -> Check:
+def _drift(store: DoctorStore, rel: DoctorRedis, dead_members: list[str],
+           ahead: list[str] | None = None) -> Check:
+    """ZSET_DRIFT; the members whose payload seq is above the ledger's go to ``ahead``
+    (REDIS_AHEAD)."""
     counts = store.counts()["by_status"]
     pg_pending = int(counts.get(Status.PENDING.value, 0))
     zset = 0
@@ -184,10 +205,15 @@ def _drift(store: DoctorStore, rel: DoctorRedis, dead_members: list[str]) -> Che
                 except EscalationError:
                     bad.append(m)
             known = store.get_many(list(ids.values()))
+            payloads = rel.inspect(list(ids)) if ahead is not None else {}
             for m, uid in ids.items():
                 esc = known.get(uid)
                 if esc is None or esc.status is not Status.PENDING:
                     bad.append(m)
+                got = payloads.get(m)
+                if (ahead is not None and got is not None and esc is not None
+                        and got.payload_seq is not None and got.payload_seq > esc.seq):
+                    ahead.append(m)
     dead = sum(1 for m in dead_members if m.startswith(DEAD_DECISION))
     ok = not bad and zset + dead == pg_pending
     return Check("ZSET_DRIFT", ok,
@@ -221,10 +247,59 @@ def run_checks(deps: DoctorDeps, *, host_ms: Callable[[], int] | None = None,
     """
     clock = host_ms or (lambda: time.time_ns() // 1_000_000)
     dead = [m for m, _, _ in deps.redis_side.dead_list(100_000)]  # read once, for two checks
+    ahead: list[str] = []
+    drift = _drift(deps.store, deps.redis_side, dead, ahead)
     return [_double(deps.store), _skew(deps.probe, clock, max_skew_ms),
             _stuck(deps.redis_side), _contention(deps.scheduler_stats()),
-            _drift(deps.store, deps.redis_side, dead), _dead_letters(dead),
-            _maxmemory(deps.probe), _ladder_files(deps.ladder_problems())]
+            drift, _redis_ahead(deps.resync, ahead), _dead_letters(dead),
+            _maxmemory(deps.probe), _ladder_files(deps.ladder_problems()),
+            _replication(deps.probe)]
+
+
+def _redis_ahead(resync: ResyncMark | None, ahead: list[str]) -> Check:
+    """REDIS_AHEAD: the namespace's resync mark, and the scheduled members whose Redis
+    payload is ahead of the ledger (a restore to an earlier point, a failover that lost
+    commits, a new database; ADR 0014)."""
+    mark = resync.resync() if resync is not None else None
+    ok = mark is None and not ahead
+    said = ("resync mark not set" if mark is None else
+            f"resync mark set ({mark.get('reason')}: {mark.get('detail')})")
+    return Check("REDIS_AHEAD", ok,
+                 f"{said}; {len(ahead)} scheduled member(s) ahead of the ledger"
+                 + (f", e.g. {ahead[:3]}" if ahead else ""),
+                 "" if ok else "Redis holds decisions the ledger lacks and workers refuse to "
+                 "fire this namespace: run `escalation reconcile` (resets Redis to the "
+                 "ledger, records a SCHEDULE_RESET row per lost decision and lists them; "
+                 "docs/operations.md, 'Restoring the database')")
+
+
+def _replication(probe: ServerProbe) -> Check:
+    """PG_REPLICATION: a standby that is not synchronous may miss the last commits when it
+    is promoted (decisions Redis applied and notified would then be missing from the
+    ledger). A warning, not a failure; docs/operations.md says what zero loss needs."""
+    seen = probe.replication()
+    if seen is None:
+        return Check("PG_REPLICATION", True, "unknown (pg_stat_replication not readable)",
+                     "check that every standby is synchronous", unknown=True)
+    standbys = list(seen.get("standbys") or [])
+    names = str(seen.get("synchronous_standby_names") or "")
+    if seen.get("in_recovery"):
+        return Check("PG_REPLICATION", False, "connected to a standby in recovery "
+                     "(read only)", "point ESCALATION_DATABASE_URL at the primary "
+                     "(target_session_attrs=read-write)")
+    if not standbys:
+        return Check("PG_REPLICATION", True, "no streaming standby connected "
+                     f"(synchronous_standby_names {names!r})")
+    not_sync = [f"{n} ({st})" for n, st in standbys if st not in ("sync", "quorum")]
+    ok_detail = f"{len(standbys)} standby(s): " + ", ".join(
+        f"{n} ({st})" for n, st in standbys) + f"; synchronous_standby_names {names!r}"
+    if not not_sync and names:
+        return Check("PG_REPLICATION", True, ok_detail)
+    return Check("PG_REPLICATION", True, ok_detail,
+                 "asynchronous replication: a failover to such a standby loses the commits it "
+                 "had not received (Redis then runs ahead of the ledger). Set "
+                 "synchronous_standby_names and synchronous_commit = on (or remote_apply) "
+                 "for zero loss (docs/operations.md, 'PostgreSQL replication')", warn=True)
 
 
 def _ladder_files(errors: list[str]) -> Check:

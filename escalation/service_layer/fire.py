@@ -60,6 +60,10 @@ class BatchReport:
     decisions: dict[str, int] = field(default_factory=dict)
     lags_ms: list[int] = field(default_factory=list)
     """Claim lag (Redis TIME at claim - due, ms) of each recorded decision of the batch."""
+    ahead: list[str] = field(default_factory=list)
+    """Dispute ids claimed with a payload seq above the ledger's: Redis is ahead of the
+    ledger (a restore to an earlier point, a failover that lost commits; ADR 0014). Nothing
+    was recorded for them; the worker stops firing the namespace."""
 
 
 def _status_action(status: Status) -> ApplyAction:
@@ -274,6 +278,8 @@ def _ops_from_outcomes(
             # (with the notification of a decision that was recorded but never applied).
             report.stale += 1
             state = outcome.state
+            if state.seq < esc.seq:  # the ledger is behind what Redis applied: ADR 0014
+                report.ahead.append(str(esc.dispute_id))
             stale_ops.append(len(ops))
             ops.append(ApplyOp(state, _status_action(state.status), item.token))
             if not events:

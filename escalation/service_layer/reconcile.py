@@ -13,9 +13,20 @@ index of it. Two passes, both safe alongside live workers:
    ledger commit, or the apply lost in a Redis failover) is repaired by an owner-less apply
    that also sends that decision's review-stream entry (seq-guarded: at most once), so the
    repair does not drop the notification. A locked member is left alone (``LOCKED``:
-   its worker's apply, or its lease expiry, settles it). A payload *ahead* of PostgreSQL
-   (``AHEAD``; audit-before-apply makes this impossible unless someone wrote Redis by hand) is
-   reported, never changed. Escalations dead-lettered as poison decisions are skipped.
+   its worker's apply, or its lease expiry, settles it). Escalations dead-lettered as poison
+   decisions are skipped.
+   A payload *ahead* of PostgreSQL (``AHEAD``: audit-before-apply makes it impossible unless
+   the ledger went back in time -- a restore to an earlier point, a failover to a replica
+   that lacked the last commits), or a missing payload whose review stream holds a decision
+   the ledger lacks (a terminal decision lost from the ledger), means Redis is ahead of the
+   ledger (ADR 0014). With :class:`AheadRepair` and its ``ledger`` (``escalation
+   reconcile``), each is reset to the ledger's state: the Redis member and payload are
+   removed, a SCHEDULE_RESET row naming the decisions Redis held (from the review stream's
+   entries) is appended to the dispute's chain, and the ledger's state is restored (due
+   again: a worker re-decides it, after the SCHEDULE_RESET row). Without the ledger (the
+   maintenance run) the namespace is only marked for a resync (workers refuse to fire it
+   until an operator runs ``escalation reconcile``). A run that leaves nothing ahead and no
+   error clears the mark.
 2. **Redis -> PostgreSQL**: every ZSET member (pending and ready) is looked up; members
    PostgreSQL says are terminal/cancelled (``TERMINAL_MEMBER``) or does not know
    (``UNKNOWN_MEMBER``) are removed, paused ones (``PAUSED_MEMBER``) are taken out of the
@@ -48,8 +59,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import UUID
 
 from escalation.domain.errors import EscalationError
@@ -57,12 +69,16 @@ from escalation.domain.escalation import ENDED, Escalation, Status, parse_disput
 from escalation.domain.projection import ColumnDifference
 from escalation.domain.timeutil import to_ms
 from escalation.logs import get_logger
-from escalation.ports import ApplyOutcome, LedgerRow, Scheduler, SchedulerInspection
+from escalation.ports import ApplyOutcome, LedgerRow, ResyncMark, Scheduler, SchedulerInspection
 from escalation.service_layer.fire import lost_notifications, unapplied_notifications
 from escalation.service_layer.progress import Progress, no_progress
 
 PAGE = 1000
 log = get_logger("escalation.reconcile")
+SCHEDULE_RESET = "SCHEDULE_RESET"
+"""The ledger event of a reset of Redis to the ledger's state (ADR 0014)."""
+REDIS_AHEAD = "REDIS_AHEAD"
+"""Its ``match_decision``: the recovery it names."""
 
 
 class DiffKind(StrEnum):
@@ -107,6 +123,11 @@ class ReconcileReport:
     checked_members: int = 0
     diffs: list[Diff] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
+    lost_decisions: list[dict[str, str]] = field(default_factory=list)
+    """Review-stream entries of decisions Redis applied and notified but the ledger lacks
+    (each with ``dispute_id``, ``seq``, ``match_decision``, ``to_tier``, ``decided_ms``,
+    ``entry_id``): the list for review; each is also named on its SCHEDULE_RESET row."""
+    resync_cleared: bool = False
 
     def count(self, kind: DiffKind | None = None, *, repaired: bool | None = None) -> int:
         """Number of diffs of ``kind`` (all kinds when None), optionally only (un)repaired."""
@@ -130,7 +151,10 @@ class ReconcileReport:
                 "error_ids": [i for i, _ in self.errors[:100]],
                 "error_messages": [m for _, m in self.errors[:100]],
                 "diffs": [{"kind": d.kind.value, "dispute_id": d.dispute_id,
-                           "detail": d.detail, "repaired": d.repaired} for d in self.diffs[:100]]}
+                           "detail": d.detail, "repaired": d.repaired} for d in self.diffs[:100]],
+                "lost_decisions": len(self.lost_decisions),
+                "lost_decision_entries": self.lost_decisions[:100],
+                "resync_cleared": self.resync_cleared}
 
 
 class PendingSource(Protocol):
@@ -150,6 +174,47 @@ class PendingSource(Protocol):
     ) -> dict[UUID, LedgerRow]:
         """Latest PROMOTED/TERMINAL row with after < seq <= upto per (dispute, after, upto)."""
         ...
+
+
+class LostDecisionReader(Protocol):
+    """The review streams read for decisions the ledger lacks (``ReliabilityRedis``)."""
+
+    def review_after(self, wanted: Mapping[str, tuple[int, int]],
+                     count: int = 1000) -> dict[str, list[dict[str, str]]]:
+        """dispute id -> its review-stream entries with a seq above the ledger's;
+        ``wanted``: dispute id -> (ledger seq, epoch ms to read from)."""
+        ...
+
+
+class ResetLedger(Protocol):
+    """The ledger write of a reset (``PostgresAuditStore.append_event``)."""
+
+    def append_event(self, dispute_id: UUID, event: str, match_decision: str, actor: str,
+                     decided_at: datetime, changes: Mapping[str, Any],
+                     details: Mapping[str, Any], *,
+                     expected_seq: int | None = None,
+                     calendar_version: str | None = None) -> Escalation:
+        """Append one ledger row (CAS on ``expected_seq``); the new projection state."""
+        ...
+
+
+@dataclass(frozen=True)
+class AheadRepair:
+    """How a reconcile run treats Redis ahead of the ledger (ADR 0014).
+
+    Attributes:
+        mark: the namespace's resync mark (set when something is found ahead and not reset;
+            cleared by a repairing run that leaves nothing ahead and no error).
+        stream: the review streams (the decisions Redis notified that the ledger lacks).
+        ledger: where the SCHEDULE_RESET rows go; None = do not reset, only report and
+            mark the namespace (the maintenance run: the reset is an operator's command).
+        actor: the actor of the SCHEDULE_RESET rows.
+    """
+
+    mark: ResyncMark
+    stream: LostDecisionReader
+    ledger: ResetLedger | None = None
+    actor: str = "reconcile"
 
 
 class ProjectionLedger(Protocol):
@@ -216,6 +281,7 @@ def reconcile(
     on_restored: Callable[[Sequence[Escalation]], None] | None = None,
     projection: ProjectionLedger | None = None,
     repair_projection: bool = False,
+    ahead: AheadRepair | None = None,
 ) -> ReconcileReport:
     """Compare PostgreSQL with Redis and repair Redis (see the module docstring).
 
@@ -234,6 +300,8 @@ def reconcile(
         projection: compare the projection with the ledger first (pass 0); None skips it
             (the leader's periodic run: a whole-ledger scan every 5 minutes is too dear).
         repair_projection: set differing projection rows from their ledger (pass 0).
+        ahead: what to do with Redis ahead of the ledger (:class:`AheadRepair`); None: only
+            report AHEAD payloads (missing payloads are restored as before).
 
     Returns:
         ReconcileReport.
@@ -249,7 +317,7 @@ def reconcile(
     for page_rows in _pages(store, page):
         report.checked_db += len(page_rows)
         rows = [e for e in page_rows if str(e.dispute_id) not in untrusted]
-        restored = _db_to_redis(rows, scheduler, redis_side, report, dry_run, store)
+        restored = _db_to_redis(rows, scheduler, redis_side, report, dry_run, store, ahead)
         if restored and on_restored is not None:
             on_restored(restored)
         progress("postgres", report.checked_db, None)
@@ -262,7 +330,26 @@ def reconcile(
             members = [m for m in members if m not in untrusted]
             _redis_to_db(members, store, redis_side, report, dry_run, scheduler)
             progress("redis", report.checked_members, None)
+    if ahead is not None and not dry_run:
+        _settle_mark(ahead, report)
     return report
+
+
+def _settle_mark(ahead: AheadRepair, report: ReconcileReport) -> None:
+    """Clear the resync mark after a resetting run that left nothing ahead and no error;
+    mark the namespace when a run that does not reset found Redis ahead."""
+    left = [d.dispute_id for d in report.diffs
+            if (d.kind is DiffKind.AHEAD and not d.repaired)
+            or (d.kind is DiffKind.LOCKED and d.detail.startswith(DiffKind.AHEAD.value))]
+    if ahead.ledger is not None:
+        if not left and not report.errors:
+            report.resync_cleared = ahead.mark.clear_resync()
+        return
+    if left:
+        ahead.mark.mark_resync(
+            "ahead_in_reconcile",
+            f"{len(left)} escalation(s) ahead of the ledger in Redis, e.g. {left[:5]}: run "
+            "`escalation reconcile`")
 
 
 ITEM_ERRORS: tuple[type[BaseException], ...] = (EscalationError, ValueError, OverflowError)
@@ -299,19 +386,24 @@ def _restore(scheduler: Scheduler, todo: list[tuple[Escalation, DiffKind, str]],
     for (esc, kind, detail), outcome in zip(todo, outcomes, strict=True):
         report.diffs.append(Diff(kind, str(esc.dispute_id), f"{detail}: {outcome.value}",
                                  repaired=outcome is ApplyOutcome.APPLIED))
-        if (outcome is ApplyOutcome.APPLIED and kind in (DiffKind.MISSING, DiffKind.BEHIND)
+        if (outcome is ApplyOutcome.APPLIED
+                and kind in (DiffKind.MISSING, DiffKind.BEHIND, DiffKind.AHEAD)
                 and esc.status is Status.PENDING):
             restored.append(esc)
 
 
-def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
-                 redis_side: SchedulerInspection,
-                 report: ReconcileReport, dry_run: bool,
-                 store: PendingSource | None = None) -> list[Escalation]:
-    """Repair one PostgreSQL page's differences; returns the pending escalations restored."""
-    seen = redis_side.inspect([str(e.dispute_id) for e in rows])
-    todo: list[tuple[Escalation, DiffKind, str]] = []
-    gaps: list[tuple[DiffKind, tuple[UUID, int, int]]] = []  # BEHIND / MISSING: seq ranges
+Todo = list[tuple[Escalation, DiffKind, str]]
+Gaps = list[tuple[DiffKind, tuple[UUID, int, int]]]
+
+
+def _classify(rows: list[Escalation], seen: Mapping[str, Any], report: ReconcileReport,
+              find_ahead: bool) -> tuple[Todo, Gaps, list[Escalation]]:
+    """One page's differences: what to restore, the seq ranges of BEHIND / MISSING, and
+    (``find_ahead``) the escalations whose payload is ahead of the ledger (otherwise these
+    are only reported)."""
+    ahead_of: list[Escalation] = []
+    todo: Todo = []
+    gaps: Gaps = []
     for esc in rows:
         did = str(esc.dispute_id)
         got = seen[did]
@@ -323,8 +415,11 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
         elif got.payload_seq < esc.seq:
             kind, detail = DiffKind.BEHIND, f"payload seq {got.payload_seq} < {esc.seq}"
         elif got.payload_seq > esc.seq:
-            report.diffs.append(Diff(DiffKind.AHEAD, did,
-                                     f"payload seq {got.payload_seq} > {esc.seq}"))
+            if find_ahead:
+                ahead_of.append(esc)
+            else:
+                report.diffs.append(Diff(DiffKind.AHEAD, did,
+                                         f"payload seq {got.payload_seq} > {esc.seq}"))
             continue
         elif pending and got.score_ms is None:
             try:
@@ -340,14 +435,28 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
         todo.append((esc, kind, detail))
         if kind in (DiffKind.BEHIND, DiffKind.MISSING):
             gaps.append((kind, (esc.dispute_id, got.payload_seq or 0, esc.seq)))
+    return todo, gaps, ahead_of
+
+
+def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
+                 redis_side: SchedulerInspection,
+                 report: ReconcileReport, dry_run: bool,
+                 store: PendingSource | None = None,
+                 ahead: AheadRepair | None = None) -> list[Escalation]:
+    """Repair one PostgreSQL page's differences; returns the pending escalations restored."""
+    seen = redis_side.inspect([str(e.dispute_id) for e in rows])
+    todo, gaps, ahead_of = _classify(rows, seen, report, ahead is not None)
+    restored: list[Escalation] = []
+    if ahead is not None and (ahead_of or gaps):
+        todo, gaps = _reset_ahead(ahead, ahead_of, todo, gaps, seen, scheduler, redis_side,
+                                  report, dry_run, restored)
     if dry_run or not todo:
         report.diffs += [Diff(k, str(e.dispute_id), d) for e, k, d in todo]
-        return []
+        return restored
     # a decision recorded but never applied (worker killed between record and apply, or the
     # apply lost in a failover) was never notified: the repair sends it, at most once
     # (apply.lua's notify seq guard)
     notes = _repair_notes(store, redis_side, gaps)
-    restored: list[Escalation] = []
     try:
         _restore(scheduler, todo, report, notes, restored)
     except ITEM_ERRORS as exc:  # a batch of one that failed
@@ -355,6 +464,95 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
         report.errors.append((str(esc.dispute_id), f"{kind.value}: {exc}"))
         report.diffs.append(Diff(kind, str(esc.dispute_id), f"{detail}: FAILED: {exc}"))
     return restored
+
+
+def _reset_ahead(
+    ahead: AheadRepair, ahead_of: list[Escalation], todo: Todo, gaps: Gaps,
+    seen: Mapping[str, Any], scheduler: Scheduler, redis_side: SchedulerInspection,
+    report: ReconcileReport, dry_run: bool, restored: list[Escalation],
+) -> tuple[Todo, Gaps]:
+    """Find what is ahead of the ledger on one page -- payloads ahead, and missing payloads
+    whose review stream holds a later decision (a terminal decision the ledger lost) --
+    and reset each (or only report it: dry run, or no ``ahead.ledger``).
+
+    Returns ``todo`` and ``gaps`` without the missing payloads found ahead (handled here)."""
+    missing = [e for e, k, _ in todo if k is DiffKind.MISSING]
+    wanted = {str(e.dispute_id): (e.seq, to_ms(e.entered_tier_at))
+              for e in (*ahead_of, *missing)}
+    later = ahead.stream.review_after(wanted) if wanted else {}
+    lost_missing = {e.dispute_id for e in missing if str(e.dispute_id) in later}
+    if lost_missing:
+        todo = [t for t in todo if t[0].dispute_id not in lost_missing]
+        gaps = [g for g in gaps if g[1][0] not in lost_missing]
+    for esc in (*ahead_of, *(e for e in missing if e.dispute_id in lost_missing)):
+        did = str(esc.dispute_id)
+        entries = later.get(did, [])
+        redis_seq = seen[did].payload_seq
+        top = max([redis_seq or 0, *(int(x.get("seq", "0") or 0) for x in entries)])
+        detail = (f"Redis seq {redis_seq if redis_seq is not None else 'none'}, review "
+                  f"stream up to seq {top}, ledger seq {esc.seq}: {len(entries)} notified "
+                  "decision(s) the ledger lacks")
+        report.lost_decisions += [_entry_summary(did, x) for x in entries]
+        if dry_run or ahead.ledger is None:
+            report.diffs.append(Diff(DiffKind.AHEAD, did, detail))
+            continue
+        _reset_one(ahead, ahead.ledger, esc, entries, top, detail, scheduler, redis_side,
+                   report, restored)
+    return todo, gaps
+
+
+_LOST_FIELDS = ("seq", "match_decision", "from_tier", "to_tier", "decided_ms", "entry_id",
+                "idempotency_key", "trace_id")
+
+
+def _entry_summary(dispute_id: str, entry: Mapping[str, str]) -> dict[str, str]:
+    return {"dispute_id": dispute_id, **{k: str(entry[k]) for k in _LOST_FIELDS if k in entry}}
+
+
+def _reset_one(ahead: AheadRepair, ledger: ResetLedger, esc: Escalation,
+               entries: list[dict[str, str]], top: int, detail: str, scheduler: Scheduler,
+               redis_side: SchedulerInspection, report: ReconcileReport,
+               restored: list[Escalation]) -> None:
+    """Reset one escalation: Redis member and payload removed, one SCHEDULE_RESET row per
+    sequence number Redis used beyond the ledger (each naming the decision notified at that
+    seq, when the stream still holds it), then the ledger's state restored. The re-decision
+    thus gets a seq (and an idempotency key) no lost notification used."""
+    did = str(esc.dispute_id)
+    try:
+        result = redis_side.remove_member(did, esc.seq, "reset")
+    except ITEM_ERRORS as exc:
+        report.errors.append((did, f"AHEAD: {exc}"))
+        report.diffs.append(Diff(DiffKind.AHEAD, did, f"{detail}: FAILED: {exc}"))
+        return
+    if result == "locked":
+        report.diffs.append(Diff(DiffKind.LOCKED, did, f"AHEAD left to its worker: {detail}"))
+        return
+    by_seq = {int(x.get("seq", "0") or 0): x for x in entries}
+    state = esc
+    now = scheduler.time()
+    try:
+        for seq in range(esc.seq + 1, max(top, esc.seq + 1) + 1):
+            entry = by_seq.get(seq)
+            lost: dict[str, Any] = ({k: str(entry[k]) for k in _LOST_FIELDS if k in entry}
+                                    if entry is not None else {"seq": str(seq)})
+            state = ledger.append_event(
+                esc.dispute_id, SCHEDULE_RESET, REDIS_AHEAD, ahead.actor, now, {},
+                {"recovery": "redis_ahead_of_ledger", "ledger_seq": esc.seq,
+                 "redis_seq": top, "lost_decision": lost,
+                 "notified": entry is not None},
+                expected_seq=state.seq)
+    except ITEM_ERRORS as exc:  # ConflictError, NotFound among them
+        # Redis no longer holds the member: the next run finds it missing, with the same
+        # later review-stream entries, and goes on from the ledger's seq
+        report.errors.append((did, f"AHEAD: {exc}"))
+        report.diffs.append(Diff(DiffKind.AHEAD, did, f"{detail}: FAILED: {exc}"))
+        return
+    try:
+        _restore(scheduler, [(state, DiffKind.AHEAD, f"{detail}; reset to seq {state.seq}")],
+                 report, None, restored)
+    except ITEM_ERRORS as exc:
+        report.errors.append((did, f"AHEAD: {exc}"))
+        report.diffs.append(Diff(DiffKind.AHEAD, did, f"{detail}: FAILED: {exc}"))
 
 
 def _repair_notes(store: PendingSource | None, redis_side: SchedulerInspection,

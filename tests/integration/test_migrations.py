@@ -115,7 +115,8 @@ def test_normalize_url_refuses_non_postgresql_urls(bad):
         db.normalize_url(bad)
 
 
-def test_db_upgrade_says_which_revisions_it_applied_or_that_it_was_at_head(server_urls):
+def test_db_upgrade_says_which_revisions_it_applied_or_that_it_was_at_head(
+        server_urls, redis_url, namespace, redis_client):
     import os
     import subprocess
     import sys
@@ -124,8 +125,9 @@ def test_db_upgrade_says_which_revisions_it_applied_or_that_it_was_at_head(serve
         db.upgrade_to_head(url)
         db.downgrade(url, "0003")
         env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
-        env.update(ESCALATION_DATABASE_URL=url, ESCALATION_REDIS_URL=server_urls[0],
-                   ESCALATION_LOG_FORMAT="json")
+        # a namespace of its own: binding stamps the database's identity in its Redis
+        env.update(ESCALATION_DATABASE_URL=url, ESCALATION_REDIS_URL=redis_url,
+                   ESCALATION_NAMESPACE=namespace, ESCALATION_LOG_FORMAT="json")
         cmd = [sys.executable, "-m", "escalation", "db", "upgrade"]
         first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120,
                                check=False)
@@ -135,10 +137,10 @@ def test_db_upgrade_says_which_revisions_it_applied_or_that_it_was_at_head(serve
         assert applied[:2] == ["0004", "0005"] and applied[-1] == db.head_revision()
         assert all(line.startswith("applied ") for line in lines[:-1])
         assert lines[-1] == (f"database now at head ({db.head_revision()}): "
-                             f"{len(applied)} revision(s) applied; bound to namespace esc")
+                             f"{len(applied)} revision(s) applied; bound to namespace {namespace}")
         again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120,
                                check=False)
         assert again.returncode == 0, again.stderr
         assert again.stdout.strip() == (
             f"database already at head ({db.head_revision()}): nothing to apply; "
-            "bound to namespace esc")
+            f"bound to namespace {namespace}")

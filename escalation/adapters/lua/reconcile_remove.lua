@@ -13,11 +13,15 @@
 -- ARGV[1]  member (dispute id), 1..100 bytes; KEYS[2] and KEYS[3] must end with it
 -- ARGV[2]  sequence number recorded in PostgreSQL (decimal integer), or "-1" when PostgreSQL
 --          has no escalation for the member (unknown)
--- ARGV[3]  mode: "remove" (terminal / cancelled / unknown: ZREM + DEL payload) or
---          "unpark" (paused: ZREM only, the payload is kept)
+-- ARGV[3]  mode: "remove" (terminal / cancelled / unknown: ZREM + DEL payload),
+--          "unpark" (paused: ZREM only, the payload is kept) or "reset" (Redis ahead of
+--          the ledger, ADR 0014: ZREM + DEL payload + HDEL prio whatever the payload's seq,
+--          also when the member is in neither ZSET; the caller then restores the ledger's
+--          state)
 -- Returns: "removed" | "locked" (lock held: unchanged) | "ahead" (payload seq > ARGV[2]:
---          unchanged) | "absent" (member not in the ZSET: unchanged) | "behind" (unpark only:
---          payload seq < ARGV[2], left for restore to re-apply the paused state)
+--          unchanged; never in mode "reset") | "absent" (member not in the ZSET: unchanged;
+--          never in mode "reset") | "behind" (unpark only: payload seq < ARGV[2], left for
+--          restore to re-apply the paused state)
 -- Errors:  "EINVAL reconcile_remove: <reason>" (nothing written)
 
 local member, seq, mode = ARGV[1], ARGV[2], ARGV[3]
@@ -30,10 +34,18 @@ end
 if seq ~= '-1' and (string.match(seq or '', '^%d+$') == nil or #seq > 16) then
   return redis.error_reply('EINVAL reconcile_remove: bad seq')
 end
-if mode ~= 'remove' and mode ~= 'unpark' then
+if mode ~= 'remove' and mode ~= 'unpark' and mode ~= 'reset' then
   return redis.error_reply('EINVAL reconcile_remove: bad mode')
 end
 if #KEYS ~= 5 then return redis.error_reply('EINVAL reconcile_remove: expected 5 KEYS') end
+if mode == 'reset' then
+  if redis.call('EXISTS', KEYS[3]) == 1 then return 'locked' end
+  redis.call('ZREM', KEYS[1], member)
+  redis.call('ZREM', KEYS[4], member)
+  redis.call('DEL', KEYS[2])
+  redis.call('HDEL', KEYS[5], member)
+  return 'removed'
+end
 if redis.call('ZSCORE', KEYS[1], member) == false and redis.call('ZSCORE', KEYS[4], member) == false then
   return 'absent'
 end
