@@ -142,3 +142,20 @@ def test_query_times_refuse_a_date_alone_as_such(compliance):
         [err] = r.json()["errors"]
         assert err["field"] == ("from" if path == "/v1/audit" else "to")
         assert "a date alone ('2026-11-30') is not accepted" in err["message"], err
+
+
+def test_search_finds_ladder_events_by_decision(compliance):
+    """The first-use baseline is a ledger event on the version's own chain (ADR 0012);
+    ``decision=LADDER_RELEASED`` was a 422 before ladder events were ledger rows."""
+    from escalation.domain.ladder_ledger import ladder_chain_id
+
+    r = compliance.get("/v1/audit", params={"decision": "LADDER_BASELINE",
+                                            "ladder": "dispute_review", "ladder_version": 1})
+    assert r.status_code == 200, r.text
+    [row] = r.json()["rows"]
+    assert row["dispute_id"] == str(ladder_chain_id("dispute_review", 1)) and row["seq"] == 1
+    assert (row["event"], row["match_decision"], row["actor"]) == (
+        "LADDER_BASELINE", "LADDER_BASELINE", "baseline")
+    assert row["details"]["checksum"] == row["source_hash"] and row["details"]["reason"]
+    for decision in ("LADDER_RELEASED", "LADDER_APPLIED", "LADDER_APPLY_FAILED"):
+        assert compliance.get("/v1/audit", params={"decision": decision}).status_code == 200
