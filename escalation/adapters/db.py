@@ -12,12 +12,17 @@ from __future__ import annotations
 import math
 import os
 import weakref
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, unquote
 
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from psycopg.adapt import Loader
+from psycopg.pq import Format
 
 from escalation.domain.errors import ConfigError, SchemaNotAtHead
 from escalation.resources import migrations_dir
@@ -34,13 +39,17 @@ def normalize_url(url: str) -> str:
     Accepts ``postgresql://``, ``postgres://``, ``postgresql+psycopg://`` (and ``+psycopg2``,
     rewritten to psycopg 3), including socket-directory URLs such as
     ``postgresql://postgres:@/db?host=/tmp/x``. Query parameters and the password are kept.
+    Both libpq multi-host forms are accepted, with ``target_session_attrs`` and the other
+    libpq parameters passed through: ``postgresql://u@h1:5432,h2:5433/db`` is rewritten to
+    the equivalent ``postgresql://u@/db?host=h1,h2&port=5432,5433``, which is kept as is.
 
     Raises:
-        ConfigError: empty, unparsable, or not a PostgreSQL URL.
+        ConfigError: empty, unparsable, or not a PostgreSQL URL (the message names the part).
     """
     text = (url or "").strip()
     if not text:
         raise ConfigError("database URL is empty (set ESCALATION_DATABASE_URL)")
+    text = _multihost_to_query(text)
     try:
         parsed = sa.engine.make_url(text)
     except sa.exc.ArgumentError as exc:
@@ -48,6 +57,80 @@ def normalize_url(url: str) -> str:
     if parsed.drivername not in _ACCEPTED_DRIVERS:
         raise ConfigError(f"database URL must be postgresql:// (got scheme {parsed.drivername!r})")
     return parsed.set(drivername=DRIVER).render_as_string(hide_password=False)
+
+
+def _multihost_to_query(text: str) -> str:
+    """``scheme://[user@]h1[:p1],h2[:p2]/db?q`` -> ``scheme://[user@]/db?host=h1,h2&port=p1,p2&q``
+    (libpq's two spellings of one host list; SQLAlchemy's URL parser reads only the second).
+    Any other URL is returned unchanged. A host without a port gets libpq's 5432.
+
+    Raises:
+        ConfigError: a host entry of the list is empty or its port is not a number.
+    """
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return text
+    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc, tail = rest[:cut], rest[cut:]
+    userinfo, at, hostlist = netloc.rpartition("@")
+    if "," not in hostlist:
+        return text
+    hosts: list[str] = []
+    ports: list[str] = []
+    for entry in hostlist.split(","):
+        if entry.startswith("["):  # [IPv6]:port
+            host, _, port = entry[1:].partition("]")
+            port = port.removeprefix(":")
+        else:
+            host, _, port = entry.partition(":")
+        if not host:
+            raise ConfigError(f"database URL: empty host in the host list {hostlist!r}")
+        if port and not port.isdigit():
+            raise ConfigError(f"database URL: port {port!r} of host {unquote(host)!r} in the "
+                              f"host list is not a number")
+        hosts.append(quote(unquote(host), safe=":"))
+        ports.append(port or "5432")
+    path, q, query = tail.partition("?")
+    params = f"host={','.join(hosts)}&port={','.join(ports)}"
+    return f"{scheme}://{userinfo}{at}{path or '/'}?{params}{'&' + query if q and query else ''}"
+
+
+_UTC_LOADERS: dict[Format, type[Loader]] = {}
+
+
+def _utc_loader(fmt: Format) -> type[Loader]:
+    """A ``timestamptz`` loader that returns every value in UTC (``datetime.UTC``) whatever
+    the session's ``TimeZone``: psycopg's own loader (the C one when installed) does the
+    parsing, the instant is only moved to UTC when the session zone is another one."""
+    if fmt not in _UTC_LOADERS:
+        import psycopg
+
+        inner_cls = psycopg.adapters.get_loader(
+            psycopg.adapters.types["timestamptz"].oid, fmt)
+        if inner_cls is None:  # pragma: no cover - psycopg always ships both
+            raise RuntimeError("psycopg has no timestamptz loader")
+
+        class UtcTimestamptzLoader(Loader):
+            format = fmt
+
+            def __init__(self, oid: int, context: Any = None) -> None:
+                super().__init__(oid, context)
+                self._inner = inner_cls(oid, context)  # type: ignore[misc]
+
+            def load(self, data: Any) -> datetime:
+                value: datetime = self._inner.load(data)
+                return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+        _UTC_LOADERS[fmt] = UtcTimestamptzLoader
+    return _UTC_LOADERS[fmt]
+
+
+def _read_timestamps_in_utc(dbapi_connection: Any, _record: Any) -> None:
+    """SQLAlchemy ``connect`` hook: every ``timestamptz`` this connection reads comes back in
+    UTC, without setting the session's ``TimeZone`` (session state a transaction-pooling
+    pooler would hand to another client or lose; docs/operations.md, "Poolers")."""
+    for fmt in (Format.TEXT, Format.BINARY):
+        dbapi_connection.adapters.register_loader("timestamptz", _utc_loader(fmt))
 
 
 def make_engine(url: str, pool_size: int = 5, io_timeout_s: float | None = None,
@@ -67,12 +150,19 @@ def make_engine(url: str, pool_size: int = 5, io_timeout_s: float | None = None,
             that retries once on a dropped connection itself (the pool replaces a connection
             that failed with a disconnect error).
 
+    Every connection works through a transaction-pooling pooler (pgbouncer
+    ``pool_mode = transaction``) as well as directly: no server-side prepared statements
+    (psycopg's ``prepare_threshold=None``: a pooler hands the next transaction to a server
+    connection that does not have them) and no session settings (no ``options`` startup
+    parameter; ``timestamptz`` values are read in UTC by the client whatever the server's
+    ``TimeZone``, and no SQL of the product depends on the session zone).
+
     Raises:
         ConfigError: the URL is not a PostgreSQL URL.
     """
     connect_args: dict[str, object] = {
         "application_name": "escalation",
-        "options": "-c TimeZone=UTC",  # timestamps come back in UTC
+        "prepare_threshold": None,  # transaction pooling: no server-side prepared statements
     }
     extra: dict[str, object] = {}
     if io_timeout_s is not None:
@@ -90,6 +180,7 @@ def make_engine(url: str, pool_size: int = 5, io_timeout_s: float | None = None,
         connect_args=connect_args,
         **extra,
     )
+    sa.event.listen(engine, "connect", _read_timestamps_in_utc)
     _ENGINES.add(engine)
     return engine
 
