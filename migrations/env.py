@@ -83,7 +83,10 @@ def run_migrations_online() -> None:
     if shared is not None:
         _configure_and_run(shared)
         return
-    engine = sa.create_engine(_database_url(), poolclass=sa.pool.NullPool)
+    # no server-side prepared statements: behind a transaction-pooling pooler they would
+    # stay on a server connection another client gets next (adapters/db.py make_engine)
+    engine = sa.create_engine(_database_url(), poolclass=sa.pool.NullPool,
+                              connect_args={"prepare_threshold": None})
     try:
         with engine.connect() as connection:
             _configure_and_run(connection)
