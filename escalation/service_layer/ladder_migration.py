@@ -44,6 +44,7 @@ from escalation.domain.errors import (
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder
 from escalation.domain.ladder_check import check_ladders
+from escalation.domain.ladder_ledger import run_event
 from escalation.domain.ladder_plan import (
     Blocked,
     MigrationPlan,
@@ -53,6 +54,7 @@ from escalation.domain.ladder_plan import (
     plan_escalation,
     split_plan,
 )
+from escalation.logs import get_logger
 from escalation.ports import (
     ApplyOutcome,
     HistoryRow,
@@ -65,6 +67,7 @@ from escalation.ports import (
 from escalation.service_layer.progress import Progress
 
 PAGE = 5000
+log = get_logger("escalation.ladders")
 Hook = Callable[[str, int], None]
 Replanned = tuple[PlanItem, datetime | None] | Blocked
 
@@ -336,9 +339,19 @@ def apply_migration(
             report.left_to_workers, history, scheduler, lock_wait_s)
     except BaseException as exc:
         history.finish(report.run_id, "failed", scheduler.time(), error=repr(exc)[:500])
+        _log_run(ladder, to_version, "failed", report, target.checksum, plan_hash, actor)
         raise
     history.finish(report.run_id, "done", scheduler.time())
+    _log_run(ladder, to_version, "done", report, target.checksum, plan_hash, actor)
     return report
+
+
+def _log_run(ladder: str, version: int, status: str, report: ApplyReport, checksum: str,
+             plan_hash: str, actor: str) -> None:
+    """One INFO line per ended run, naming the ledger event its end appended (ADR 0012)."""
+    log.info("ladder.apply_ended", ladder=ladder, version=version, run_id=report.run_id,
+             status=status, migrated=report.migrated, plan_hash=plan_hash, actor=actor,
+             trace_id="", source_hash=checksum, match_decision=run_event(status).value)
 
 
 def _release_details(history: LadderHistory, ladder: str, version: int,

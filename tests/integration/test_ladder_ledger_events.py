@@ -219,3 +219,17 @@ def test_a_checkpoint_seals_the_ladder_chain_heads(scratch: sa.Engine) -> None:
             {"c": cp.checkpoint_id}).all())
     assert cp.head_count == 2
     assert sealed == {ladder_chain_id("lad", 1): 1, ladder_chain_id("lad", 2): 2}
+
+
+def test_an_ended_apply_logs_its_ledger_event(env: MigEnv) -> None:
+    from structlog.testing import capture_logs
+
+    env.add("inserted")
+    plan = env.plan(2)
+    with capture_logs() as logs:
+        env.apply(plan.plan_hash, actor="carol@ops")
+    [line] = [e for e in logs if e["event"] == "ladder.apply_ended"]
+    assert (line["match_decision"], line["status"], line["plan_hash"], line["actor"]) == (
+        "LADDER_APPLIED", "done", plan.plan_hash, "carol@ops")
+    assert line["source_hash"] == env.history.releases(env.name)[(env.name, 2)].checksum
+    assert "trace_id" in line
