@@ -950,8 +950,9 @@ class Checkpoint:
     """One sealed checkpoint (hashes as bytes; ``created_at`` aware UTC).
 
     ``retention_count`` / ``retention_hash``: the ``audit_retention`` rows it covers
-    (``merkle.retention_hash``); ``signature``: stored with it. All three are None on a
-    checkpoint sealed before signatures were stored."""
+    (``merkle.retention_hash``), ``retention_covered`` their ``name:action`` keys;
+    ``signature``: stored with it. All are None on a checkpoint sealed before signatures were
+    stored."""
 
     checkpoint_id: int
     created_at: datetime
@@ -962,6 +963,7 @@ class Checkpoint:
     retention_count: int | None = None
     retention_hash: bytes | None = None
     signature: CheckpointSignature | None = None
+    retention_covered: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -978,6 +980,11 @@ class RetentionRecord:
     action: str
     actor: str
     done_at: datetime
+
+    @property
+    def key(self) -> str:
+        """``name:action``, the row's key (a checkpoint's ``retention_covered`` lists them)."""
+        return f"{self.partition_name}:{self.action}"
 
 
 class DigestSigner(Protocol):
@@ -1058,10 +1065,9 @@ class CheckpointStore(Protocol):
         sign: Callable[[Checkpoint], CheckpointSignature] | None = None,
     ) -> Checkpoint:
         """Seal the current chain heads into the next checkpoint (one snapshot, one sealer
-        at a time, and no retention removal in between): heads sorted by dispute id, RFC
-        6962 root over ``merkle.head_leaf``, ``merkle.checkpoint_hash`` chained on the
-        previous checkpoint's hash, the retention rows of the snapshot
-        (``merkle.retention_hash``).
+        at a time): heads sorted by dispute id, RFC 6962 root over ``merkle.head_leaf``,
+        ``merkle.checkpoint_hash`` chained on the previous checkpoint's hash, the retention
+        rows of the snapshot (``merkle.retention_hash`` and their keys).
 
         ``before_seal`` is called with the sealing snapshot (the same transaction, under the
         sealer's lock) before anything is written; whatever it raises aborts the seal.

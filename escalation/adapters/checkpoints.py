@@ -85,31 +85,17 @@ class PostgresCheckpoints:
     ) -> Checkpoint:
         """Seal the current chain heads into a new checkpoint (one transaction).
 
-        Runs in a REPEATABLE READ snapshot taken after the sealer's advisory lock is held
-        (one sealer at a time, ids 1, 2, 3, ...; a retention removal holds the same lock,
-        so the snapshot holds a removal whole or not at all). ``before_seal`` reads that
-        same snapshot first (the service layer verifies the ledger against the last signed
-        checkpoint there); an exception from it rolls back and seals nothing. The
-        checkpoint covers the snapshot's retention rows (``merkle.retention_hash``) and is
-        stored with ``sign``'s signature of its digest. Concurrent appends are fine: the
-        checkpoint covers the snapshot.
+        Runs in a REPEATABLE READ snapshot under a transaction-level advisory lock (one
+        sealer at a time; ids 1, 2, 3, ...). ``before_seal`` reads that same snapshot first
+        (the service layer verifies the ledger against the last signed checkpoint there); an
+        exception from it rolls back and seals nothing. The checkpoint covers the retention
+        rows its snapshot sees (``merkle.retention_hash``, their keys in
+        ``retention_covered``) and is stored with ``sign``'s signature of its digest.
+        Concurrent appends are fine: the checkpoint covers the snapshot.
         """
-        with self._engine.connect() as lock_conn:
-            lock_conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": SEAL_LOCK_KEY})
-            lock_conn.commit()
-            try:
-                return self._seal_locked(actor, before_seal, sign)
-            finally:
-                lock_conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"),
-                                  {"k": SEAL_LOCK_KEY})
-                lock_conn.commit()
-
-    def _seal_locked(
-        self, actor: str, before_seal: Callable[[CheckpointSnapshot], None] | None,
-        sign: Callable[[Checkpoint], CheckpointSignature] | None,
-    ) -> Checkpoint:
         conn_ctx = self._engine.connect().execution_options(isolation_level="REPEATABLE READ")
         with conn_ctx as conn, conn.begin():
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": SEAL_LOCK_KEY})
             if before_seal is not None:
                 before_seal(_Snapshot(conn))
             last = conn.execute(
@@ -126,7 +112,8 @@ class PostgresCheckpoints:
             created = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
             cp = Checkpoint(new_id, created.astimezone(UTC), len(heads), root, prev, digest,
                             len(kept), retention_hash([(r.partition_name, r.action, r.range_from,
-                                                       r.range_to, r.row_count) for r in kept]))
+                                                       r.range_to, r.row_count) for r in kept]),
+                            retention_covered=tuple(r.key for r in kept))
             if sign is not None:
                 cp = replace(cp, signature=sign(cp))
             conn.execute(
@@ -140,6 +127,7 @@ class PostgresCheckpoints:
                     actor=actor,
                     retention_count=cp.retention_count,
                     retention_hash=cp.retention_hash,
+                    retention_covered=list(cp.retention_covered or ()),
                     signature=None if cp.signature is None else cp.signature.value,
                     signing_key=None if cp.signature is None else cp.signature.public_key,
                 )
@@ -239,6 +227,7 @@ def _load_checkpoints(conn: sa.Connection) -> list[Checkpoint]:
             None if r["retention_hash"] is None else bytes(r["retention_hash"]),
             None if r["signature"] is None
             else CheckpointSignature(bytes(r["signing_key"]), bytes(r["signature"])),
+            None if r["retention_covered"] is None else tuple(r["retention_covered"]),
         )
         for r in rows
     ]

@@ -28,8 +28,8 @@ from escalation.ports import RetentionRecord
 
 MAX_AHEAD = 120
 SEAL_LOCK_KEY = 7_305_114_211_003
-"""Advisory lock of the checkpoint sealer; a retention removal holds it too, so a seal sees
-either none or all of a removal (and the removal's ``done_at`` orders it against the seal)."""
+"""Transaction-level advisory lock of the checkpoint sealer; a retention removal holds it
+too (one at a time with a seal)."""
 _NAME = re.compile(r"^escalation_audit_y(\d{4})m(\d{2})$")
 
 _LIST = sa.text(
@@ -272,4 +272,3 @@ def retained_from(engine: sa.Engine) -> datetime | None:
     with engine.connect() as conn:
         value = conn.execute(sa.select(sa.func.max(audit_retention.c.range_to))).scalar_one()
     return None if value is None else value.astimezone(UTC)
-

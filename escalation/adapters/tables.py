@@ -175,16 +175,19 @@ audit_checkpoint = sa.Table(
     sa.Column("signing_key", BYTEA),
     sa.Column("retention_count", sa.BigInteger),
     sa.Column("retention_hash", BYTEA),
+    sa.Column("retention_covered", ARRAY(sa.Text)),
     sa.PrimaryKeyConstraint("checkpoint_id"),
     sa.CheckConstraint("checkpoint_id >= 1", name="id_positive"),
     sa.CheckConstraint(
         "(signature IS NULL) = (signing_key IS NULL)"
-        " AND (retention_count IS NULL) = (retention_hash IS NULL)", name="signature_whole"),
+        " AND (retention_count IS NULL) = (retention_hash IS NULL)"
+        " AND (retention_hash IS NULL) = (retention_covered IS NULL)", name="signature_whole"),
 )
 """One row per checkpoint (append-only): see ``escalation.service_layer.checkpoint``.
 ``signature`` (Ed25519 over the digest) and ``signing_key`` (raw public key) are NULL on
-checkpoints sealed before signatures were stored; ``retention_count`` / ``retention_hash``
-name the ``audit_retention`` rows the checkpoint covers."""
+checkpoints sealed before signatures were stored; ``retention_count`` / ``retention_hash`` /
+``retention_covered`` (``name:action`` keys) name the ``audit_retention`` rows the checkpoint
+covers."""
 
 audit_checkpoint_head = sa.Table(
     "audit_checkpoint_head",

@@ -334,17 +334,16 @@ def _check_retention(snap: CheckpointSnapshot, trusted: Checkpoint | None,
             valid.append(r)
         else:
             report.retention_problems.append((r.partition_name, why))
+    keys = set(() if trusted is None else trusted.retention_covered or ())
     if trusted is not None and trusted.retention_hash is not None:
-        covered = [r for r in records if r.done_at <= trusted.created_at]
+        covered = [r for r in records if r.key in keys]
         got = retention_hash([(r.partition_name, r.action, r.range_from, r.range_to,
                                r.row_count) for r in covered])
         if len(covered) != trusted.retention_count or got != trusted.retention_hash:
             report.checkpoint_errors.append(
                 f"checkpoint {trusted.checkpoint_id}: the retention rows it covers "
                 f"({trusted.retention_count}) differ from the {len(covered)} stored now")
-    later = [r.partition_name for r in records
-             if trusted is None or trusted.retention_hash is None
-             or r.done_at > trusted.created_at]
+    later = [r.partition_name for r in records if r.key not in keys]
     if later:
         report.notes.append(f"retention row(s) not yet covered by a signed checkpoint: "
                             f"{', '.join(later[:5])}")

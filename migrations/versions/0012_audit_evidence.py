@@ -5,8 +5,8 @@ Revises: 0011
 
 * ``audit_checkpoint`` gains ``signature`` (Ed25519, 64 bytes) and ``signing_key`` (the raw
   32-byte public key) over the checkpoint's digest, and ``retention_count`` /
-  ``retention_hash``: the retention rows the checkpoint covers. Rows sealed before this
-  revision keep NULL (no stored signature).
+  ``retention_hash`` / ``retention_covered``: the retention rows the checkpoint covers (their
+  ``name:action`` keys). Rows sealed before this revision keep NULL (no stored signature).
 * ``escalation_app`` may no longer INSERT checkpoint rows: a new role ``escalation_sealer``
   (created ``NOLOGIN`` only if missing, never altered or dropped, like 0002's roles) may
   SELECT the ledger and projection and INSERT checkpoints; the table owner may too.
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects.postgresql import BYTEA
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA
 
 revision: str = "0012"
 down_revision: str | Sequence[str] | None = "0011"
@@ -101,10 +101,12 @@ def upgrade() -> None:
     op.add_column("audit_checkpoint", sa.Column("signing_key", BYTEA))
     op.add_column("audit_checkpoint", sa.Column("retention_count", sa.BigInteger))
     op.add_column("audit_checkpoint", sa.Column("retention_hash", BYTEA))
+    op.add_column("audit_checkpoint", sa.Column("retention_covered", ARRAY(sa.Text)))
     op.create_check_constraint(
         op.f("ck_audit_checkpoint_signature_whole"), "audit_checkpoint",
         "(signature IS NULL) = (signing_key IS NULL)"
-        " AND (retention_count IS NULL) = (retention_hash IS NULL)")
+        " AND (retention_count IS NULL) = (retention_hash IS NULL)"
+        " AND (retention_hash IS NULL) = (retention_covered IS NULL)")
     op.execute(CREATE_SEALER)
     op.execute("REVOKE INSERT ON audit_checkpoint, audit_checkpoint_head FROM escalation_app")
     op.execute(f"GRANT SELECT ON escalation_audit, escalation_state, audit_checkpoint,"
@@ -125,5 +127,6 @@ def downgrade() -> None:
                f" audit_checkpoint_head, audit_retention, alembic_version FROM {SEALER}")
     op.execute("GRANT INSERT ON audit_checkpoint, audit_checkpoint_head TO escalation_app")
     op.drop_constraint(op.f("ck_audit_checkpoint_signature_whole"), "audit_checkpoint")
-    for column in ("retention_hash", "retention_count", "signing_key", "signature"):
+    for column in ("retention_covered", "retention_hash", "retention_count", "signing_key",
+                   "signature"):
         op.drop_column("audit_checkpoint", column)
