@@ -5,7 +5,8 @@ repair of a projection row from its ledger (``domain.projection`` holds the rule
 ordered query through a server-side cursor (``yield_per``: constant memory whatever the
 ledger's size), folds each dispute's rows as they arrive and yields the disputes whose row
 differs. Only the ``details`` keys the fold reads travel (``deadlines``, ``clocks``,
-``binding``, ``member``), not whole row details.
+``binding``, ``member``), not whole row details, and JSON columns travel as text, decoded
+once per dispute (the projection's) or only where present (the facts).
 
 :class:`PostgresProjectionLedger` is the port ``reconcile.ProjectionLedger`` (built by
 ``bootstrap.projection_ledger_for``).
@@ -13,6 +14,7 @@ differs. Only the ``details`` keys the fold reads travel (``deadlines``, ``clock
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -41,16 +43,18 @@ _SCAN = sa.text(
     """
     SELECT s.dispute_id, s.status, s.tier, s.due_at, s.materiality, s.ladder,
            s.ladder_version, s.regulatory_deadline, s.trace_id, s.source_hash,
-           s.external_id, s.deadlines, s.obligations,
+           s.external_id, CAST(s.deadlines AS text) AS deadlines,
+           CAST(s.obligations AS text) AS obligations,
            a.seq AS a_seq, a.event AS a_event, a.to_tier AS a_to_tier,
            a.next_due_at AS a_next_due_at, a.regulatory_deadline AS a_regulatory_deadline,
            a.ladder AS a_ladder, a.ladder_version AS a_ladder_version,
            a.materiality AS a_materiality, a.trace_id AS a_trace_id,
            a.source_hash AS a_source_hash, a.external_id AS a_external_id,
            CASE WHEN a.event IN ('ENQUEUED', 'ACTION_RECORDED', 'RESOLVED', 'PURGED')
-                THEN jsonb_strip_nulls(jsonb_build_object(
+                THEN CAST(jsonb_strip_nulls(jsonb_build_object(
                        'deadlines', a.details -> 'deadlines', 'clocks', a.details -> 'clocks',
                        'binding', a.details -> 'binding', 'member', a.details -> 'member'))
+                     AS text)
            END AS a_facts
       FROM escalation_state AS s
       JOIN escalation_audit AS a
@@ -66,9 +70,11 @@ def _utc(value: datetime | None) -> datetime | None:
 
 
 def _clocks(value: Any) -> Clocks | None:
-    """The JSONB ``[["name", "ISO UTC"], ...]`` of ``deadlines`` / ``obligations`` as a map
-    (None for NULL)."""
-    if value is None:
+    """The JSONB ``[["name", "ISO UTC"], ...]`` of ``deadlines`` / ``obligations`` (decoded,
+    or its text) as a map (None for NULL)."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    if value is None:  # SQL NULL, or a JSON null (how append_event stores "no clocks")
         return None
     return {str(n): datetime.fromisoformat(str(at)).astimezone(UTC) for n, at in value}
 
@@ -94,8 +100,17 @@ def ledger_step(r: Mapping[Any, Any], prefix: str = "a_") -> LedgerStep:
         ladder=r[prefix + "ladder"], ladder_version=int(r[prefix + "ladder_version"]),
         materiality=Decimal(r[prefix + "materiality"]), trace_id=r[prefix + "trace_id"],
         source_hash=r[prefix + "source_hash"], external_id=r[prefix + "external_id"],
-        details=r[prefix + "facts"] or {},
+        details=_decoded(r[prefix + "facts"]),
     )
+
+
+def _decoded(value: Any) -> Mapping[str, Any]:
+    """Ledger facts: JSON text (the scan sends text, decoded only where present) or a
+    mapping."""
+    if value is None:
+        return {}
+    facts: Mapping[str, Any] = json.loads(value) if isinstance(value, str) else value
+    return facts
 
 
 def projection_differences(
