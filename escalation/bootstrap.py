@@ -63,10 +63,10 @@ from escalation.ports import (
     TokenStore,
 )
 from escalation.service_layer.case_file import CaseFilePorts
-from escalation.service_layer.dead_letters import DeadLetters
+from escalation.service_layer.dead_letters import DeadLetterCap, DeadLetters, cap_dead_letters
 from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS, Check, DoctorDeps, run_checks
 from escalation.service_layer.ladder_release import baseline_releases
-from escalation.service_layer.maintenance import Job, Maintenance, log_dead_letters
+from escalation.service_layer.maintenance import Job, Maintenance, alert_dead_letter_cap
 from escalation.service_layer.priority import weight_fn
 from escalation.service_layer.reconcile import AheadRepair, ProjectionLedger, reconcile
 from escalation.service_layer.warnings import (
@@ -453,7 +453,9 @@ def maintenance_jobs(app: App, rel: ReliabilityRedis,
         return {"created": list(made)}
 
     return [Job("reconcile", 300, do_reconcile),
-            Job("dead_letter_alerts", 60, lambda: log_dead_letters(rel.dead_count())),
+            Job("dead_letter_alerts", 60, lambda: alert_dead_letter_cap(cap_dead_letters(
+                DeadLetterCap(app.settings.dead_letter_max, app.settings.dead_letter_max_age_days),
+                dead_letters_for(app)))),
             Job("partitions", 3600, partitions)]
 
 

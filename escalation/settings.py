@@ -76,6 +76,12 @@ class Settings(BaseSettings):
     # Ready-set priority (ADR 0006): one materiality weight is worth this much waiting
     # (docs/sla.md "Priority under backlog", starvation bound)
     priority_aging_s: int = Field(default=300, ge=1, le=86_400)
+    # Dead letters (docs/reliability.md "Dead letters"): beyond this many, or older than
+    # this many days, the maintenance job alerts (ERROR maintenance.dead_letters_over_cap)
+    # and purges the oldest undeliverable notifications (a PURGED ledger row each); a
+    # dead-lettered escalation is never purged by the cap (the ledger still owes it)
+    dead_letter_max: int = Field(default=10_000, ge=1, le=10_000_000)
+    dead_letter_max_age_days: int = Field(default=30, ge=1, le=3650)
     # HTTP API: verified bearer tokens are remembered this long per process (a revocation
     # takes effect within it); 0 = check PostgreSQL on every request
     api_token_cache_s: float = Field(default=5, ge=0, le=300)

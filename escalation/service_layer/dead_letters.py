@@ -26,7 +26,9 @@ bring it back.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from escalation.domain.errors import RELEASE_BROKEN, EscalationError, InvalidInput, NotFound
@@ -192,3 +194,98 @@ class DeadLetters:
             written = False
         self.rel.purge_dead(member, did if decision and did else None)
         return written
+
+
+CAP_SCAN = 100_000
+"""The most dead letters one :func:`cap_dead_letters` run reads (oldest first)."""
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True)
+class DeadLetterCap:
+    """The bounds :func:`cap_dead_letters` enforces.
+
+    Attributes:
+        max_count: dead letters kept at most (``ESCALATION_DEAD_LETTER_MAX``, >= 1).
+        max_age_days: a dead letter older than this many days is over the cap
+            (``ESCALATION_DEAD_LETTER_MAX_AGE_DAYS``, >= 1; age from its dead-lettered
+            instant, Redis TIME).
+    """
+
+    max_count: int
+    max_age_days: int
+
+    def __post_init__(self) -> None:
+        if self.max_count < 1:
+            raise InvalidInput(f"max_count must be >= 1, got {self.max_count}")
+        if self.max_age_days < 1:
+            raise InvalidInput(f"max_age_days must be >= 1, got {self.max_age_days}")
+
+
+@dataclass
+class CapReport:
+    """What one :func:`cap_dead_letters` run found and did.
+
+    Attributes:
+        count: dead letters before the run. decisions: of them, dead-lettered escalations.
+        oldest_age_ms: age of the oldest (ms; None when there is none).
+        purged: undeliverable notifications purged (member names).
+        over_cap: the count or the oldest age is over the cap (before purging) -- the alert.
+        kept_decisions_over_cap: dead-lettered escalations over the age cap (never purged:
+            the ledger still owes them; they need an operator).
+    """
+
+    count: int = 0
+    decisions: int = 0
+    oldest_age_ms: int | None = None
+    purged: list[str] = field(default_factory=list)
+    over_cap: bool = False
+    kept_decisions_over_cap: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (the maintenance job's result)."""
+        return {"dead": self.count, "decisions": self.decisions,
+                "oldest_age_ms": self.oldest_age_ms, "purged": len(self.purged),
+                "over_cap": self.over_cap,
+                "kept_decisions_over_cap": self.kept_decisions_over_cap}
+
+
+def cap_dead_letters(cap: DeadLetterCap, dead: DeadLetters) -> CapReport:
+    """Keep the dead letters within ``cap``: the oldest undeliverable notifications older
+    than ``cap.max_age_days``, then the oldest beyond ``cap.max_count``, are purged through
+    :meth:`DeadLetters.purge` (one PURGED ledger row each, reason naming the cap). A
+    dead-lettered escalation is never purged here: the ledger still owes its escalation
+    (purging would cancel it); it counts towards the cap and keeps the alert on.
+
+    Returns:
+        CapReport (``over_cap``: the alert; the maintenance job logs it as an ERROR).
+
+    Raises:
+        Redis / database errors propagate (the maintenance job logs them; the next run
+        goes on).
+    """
+    rows = dead.rel.dead_list(CAP_SCAN)  # oldest first, every shard
+    now = dead.rel.now_ms()
+    report = CapReport(count=len(rows),
+                       decisions=sum(1 for m, _, _ in rows if m.startswith(DEAD_DECISION)))
+    if not rows:
+        return report
+    report.oldest_age_ms = max(0, now - rows[0][1])
+    limit_ms = cap.max_age_days * DAY_MS
+    too_old = [(m, at) for m, at, _ in rows if now - at > limit_ms]
+    report.over_cap = len(rows) > cap.max_count or bool(too_old)
+    report.kept_decisions_over_cap = sum(1 for m, _ in too_old if m.startswith(DEAD_DECISION))
+    left = len(rows)
+    for member, at, _ in rows:  # oldest first
+        if member.startswith(DEAD_DECISION):
+            continue
+        old = now - at > limit_ms
+        if not old and left <= cap.max_count:
+            break
+        why = (f"dead-letter cap: older than {cap.max_age_days} day(s)" if old
+               else f"dead-letter cap: more than {cap.max_count} dead letters")
+        with contextlib.suppress(NotFound):  # purged or retried meanwhile
+            dead.purge(member, confirm=True, reason=why)
+        report.purged.append(member)
+        left -= 1
+    return report

@@ -112,6 +112,20 @@ def log_dead_letters(count: int) -> dict[str, Any]:
     return {"dead": count}
 
 
+def alert_dead_letter_cap(report: Any) -> dict[str, Any]:
+    """The dead-letter cap job's log lines for a ``dead_letters.CapReport``: ERROR
+    ``maintenance.dead_letters_over_cap`` (the alert) when over the cap, else the WARNING
+    ``maintenance.dead_letters`` while any wait. Returns the report's summary."""
+    summary: dict[str, Any] = report.as_dict()
+    if report.over_cap:
+        log.error("maintenance.dead_letters_over_cap", **summary,
+                  hint="`escalation dead list`; undeliverable notifications over the cap were "
+                       "purged (a PURGED ledger row each); dead-lettered escalations are kept")
+    elif report.count:
+        log_dead_letters(report.count)
+    return summary
+
+
 def poll_safely(maintenance: Maintenance) -> list[str]:
     """``maintenance.poll()`` for the worker loop: a failure is logged, never fatal."""
     try:
