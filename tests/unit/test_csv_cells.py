@@ -52,3 +52,15 @@ def test_the_byte_order_mark_comes_first_only_when_asked() -> None:
     w = CsvWriter(buf, ("a", "b"), bom=True)
     w.row(["@x", None])
     assert buf.getvalue().encode("utf-8") == b"\xef\xbb\xbfa,b\r\n'@x,\r\n"
+
+
+def test_no_module_but_csv_cells_writes_csv() -> None:
+    """The one writer stays the one: a new export path must use ``CsvWriter``."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "escalation"
+    writers = re.compile(r"csv\.(writer|DictWriter)\(|lineterminator")
+    found = [str(p.relative_to(root)) for p in root.rglob("*.py")
+             if writers.search(p.read_text("utf-8"))]
+    assert found == ["domain/csv_cells.py"]
