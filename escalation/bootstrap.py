@@ -59,6 +59,7 @@ from escalation.ports import (
     CheckpointStore,
     DigestSigner,
     DigestVerifier,
+    DocumentSigner,
     SessionStore,
     TokenStore,
 )
@@ -647,3 +648,14 @@ def case_file_ports_for(engine: sa.Engine, settings: Settings,
         ladders=ladders, calendars=calendars,
         files=EvidenceFiles(ladders, settings.calendars_file),
         signer=Ed25519DocumentSigner(key))
+
+def document_signer_for() -> DocumentSigner | None:
+    """The ``DocumentSigner`` of the configured checkpoint signing key
+    (``ESCALATION_CHECKPOINT_KEY_FILE`` / ``ESCALATION_CHECKPOINT_KEY``), or None when no key
+    is configured: signs case files and export manifests. Raises ConfigError for an
+    unreadable or non-Ed25519 key."""
+    from escalation.adapters.evidence import Ed25519DocumentSigner
+    from escalation.adapters.signing import load_private_key
+
+    key = load_private_key()
+    return None if key is None else Ed25519DocumentSigner(key)

@@ -327,3 +327,233 @@ def verify_bundle(raw: bytes, pinned_key: bytes | None = None) -> BundleReport:
                           f"recomputed from their canonical bytes")
     _check_files(doc, used_ladders, used_calendars, report)
     return report
+
+
+# --------------------------------------------------------------------------- ledger export
+EXPORT_INTS = frozenset({"seq", "ladder_version", "fence_token"})
+"""Export columns that hold integers (every other hashed column is text, or ``details``)."""
+
+
+def export_row(columns: Sequence[str], cells: Sequence[str]) -> dict[str, Any]:
+    """One CSV row of ``audit export`` as the values its canonical bytes are made of: an
+    empty cell is NULL (``details``: ``{}``), a neutralised cell loses its one leading
+    ``'`` (``domain.csv_cells``), integers and ``details`` are parsed.
+
+    Raises:
+        InvalidInput: a cell that is not what its column holds.
+    """
+    from escalation.domain.csv_cells import restore_cell
+
+    row: dict[str, Any] = {}
+    for name, cell in zip(columns, cells, strict=True):
+        if cell == "":
+            row[name] = {} if name == "details" else None
+            continue
+        text = restore_cell(cell)
+        try:
+            row[name] = (int(text) if name in EXPORT_INTS
+                         else strict_loads(text) if name == "details" else text)
+        except ValueError:
+            raise InvalidInput(f"{name}: {text!r} is not an integer") from None
+    return row
+
+
+@dataclass(slots=True)
+class _Links:
+    """Per dispute: ``seq -> (prev_hash, row_hash)`` as exported (hex)."""
+
+    by_seq: dict[int, tuple[str, str]] = field(default_factory=dict)
+
+
+def _export_rows(fmt: str, lines: Any, columns: Sequence[str], report: BundleReport) -> Any:
+    """Rows of an export file (CSV or JSON Lines), as dicts of exported values."""
+    import csv
+
+    if fmt == "jsonl":
+        for n, line in enumerate(lines, start=1):
+            try:
+                row = strict_loads(line)
+            except InvalidInput as exc:
+                report.errors.append(f"line {n}: {exc}")
+                continue
+            yield row
+        return
+    reader = csv.reader(line.decode("utf-8").removeprefix("\ufeff") if n == 0
+                        else line.decode("utf-8") for n, line in enumerate(lines))
+    header = next(reader, [])
+    if tuple(header) != tuple(columns):
+        report.errors.append("export: the CSV header is not the manifest's columns")
+        return
+    for cells in reader:
+        try:
+            yield export_row(columns, cells)
+        except (InvalidInput, ValueError) as exc:
+            report.errors.append(f"export row {reader.line_num}: {exc}")
+
+
+def _manifest_trust(manifest: Mapping[str, Any], pinned_key: bytes | None,
+                    report: BundleReport) -> tuple[bytes, int] | None:
+    """The manifest's signature and the digest of the checkpoint it names; return the
+    signed ``(heads_root, head_count)`` or None."""
+    key = _key_of(manifest, report, pinned_key) if "signature" in manifest else pinned_key
+    if "signature" not in manifest:
+        report.warnings.append("the manifest is not signed (no signing key at export): the "
+                               "file's SHA-256 and row count rest on the manifest alone")
+    elif key is not None:
+        problem = signature_error(manifest, key)
+        if problem is not None:
+            report.errors.append(f"manifest: {problem}")
+        else:
+            report.checked.append("manifest signature verifies")
+    cp = manifest.get("checkpoint")
+    signed: tuple[bytes, int] | None = None
+    if not isinstance(cp, dict):
+        report.warnings.append("the manifest names no checkpoint: the rows rest on their "
+                               "chains alone")
+    elif key is None:
+        digest = cp.get("digest") or {}
+        sig = digest.get("signature") if isinstance(digest, dict) else None
+        carried = base64.b64decode(sig["public_key"]) if isinstance(sig, dict) else None
+        if carried is None:
+            report.errors.append("checkpoint digest is not signed")
+        else:
+            report.warnings.append("PUBLIC KEY NOT PINNED: the digest was checked only "
+                                   "against the key it carries; pass --public-key")
+            signed = check_digest(digest, carried, report)
+    else:
+        signed = check_digest(cp.get("digest"), key, report)
+    return signed
+
+
+def _hash_rows(manifest: Mapping[str, Any], lines: Any, report: BundleReport
+               ) -> tuple[dict[str, _Links], int, Any]:
+    """Recompute every exported row's hash; return the links per dispute, the row count
+    and the SHA-256 of the file's bytes."""
+    columns = list(manifest.get("columns") or [])
+    sha = hashlib.sha256()
+
+    def hashed(source: Any) -> Any:
+        for line in source:
+            sha.update(line)
+            yield line
+
+    chains: dict[str, _Links] = {}
+    count = bad = 0
+    for row in _export_rows(str(manifest.get("format")), hashed(lines), columns, report):
+        count += 1
+        try:
+            did, seq = str(row["dispute_id"]), int(row["seq"])
+            prev, stated = str(row["prev_hash"]), str(row["row_hash"])
+            digest_hex = hashlib.sha256(bytes.fromhex(prev) + canonical_bytes(row)).hexdigest()
+        except (KeyError, ValueError, TypeError, InvalidInput) as exc:
+            report.errors.append(f"export row {count}: {exc}")
+            continue
+        if digest_hex != stated:
+            bad += 1
+            if bad <= 10:
+                report.errors.append(f"dispute {did} seq {seq}: row_hash does not recompute")
+        chains.setdefault(did, _Links()).by_seq[seq] = (prev, stated)
+    if bad > 10:
+        report.errors.append(f"... {bad} row(s) in all whose hash does not recompute")
+    return chains, count, sha
+
+
+def verify_export(manifest: Mapping[str, Any], lines: Any, heads: Any,
+                  pinned_key: bytes | None = None) -> BundleReport:
+    """Verify an ``audit export`` file offline against its manifest and the checkpoint the
+    manifest names (docs/audit.md "The examiner's case file").
+
+    Args:
+        manifest: the parsed ``<file>.manifest.json``.
+        lines: the export file's lines as bytes (with their line ends), in order.
+        heads: the lines of the manifest's ``checkpoint.heads_file`` (``dispute_id,seq,
+            row_hash`` per sealed head, in Merkle leaf order), or None when absent.
+        pinned_key: the raw Ed25519 key the examiner trusts, or None (then a warning).
+
+    Checks: the manifest's signature and the digest's, the file's SHA-256 and row count,
+    every row's hash recomputed from its exported values, the links between a dispute's
+    consecutive rows (from 32 zero bytes for seq 1), the heads file against the signed
+    root, and every sealed head present in the export against its row.
+    """
+    report = BundleReport()
+    cp = manifest.get("checkpoint")
+    signed = _manifest_trust(manifest, pinned_key, report)
+    chains, count, sha = _hash_rows(manifest, lines, report)
+    if sha.hexdigest() != manifest.get("sha256"):
+        report.errors.append("export file: SHA-256 differs from the manifest's")
+    if count != manifest.get("row_count"):
+        report.errors.append(f"export file: {count} row(s), the manifest says "
+                             f"{manifest.get('row_count')}")
+    _check_links(chains, manifest, report)
+    report.checked.append(f"{count} exported row(s) of {len(chains)} dispute(s): hashes "
+                          f"recomputed from the exported values, file SHA-256 and row count")
+    if isinstance(cp, dict) and signed is not None:
+        _check_export_heads(cp, heads, chains, signed, report)
+    return report
+
+
+def _check_links(chains: Mapping[str, _Links], manifest: Mapping[str, Any],
+                 report: BundleReport) -> None:
+    """Consecutive rows link; a whole-ledger export has every chain from seq 1."""
+    whole = not any((manifest.get("time_range") or {}).get(k) for k in ("from", "to"))
+    for did, links in chains.items():
+        seqs = sorted(links.by_seq)
+        if whole and seqs[0] != 1:
+            report.errors.append(f"dispute {did}: rows before seq {seqs[0]} are missing")
+        for seq in seqs:
+            prev, _ = links.by_seq[seq]
+            if seq == 1 and prev != GENESIS.hex():
+                report.errors.append(f"dispute {did} seq 1: prev_hash is not 32 zero bytes")
+            before = links.by_seq.get(seq - 1)
+            if before is not None and before[1] != prev:
+                report.errors.append(f"dispute {did} seq {seq}: prev_hash is not seq "
+                                     f"{seq - 1}'s row_hash")
+            elif before is None and seq > 1 and seq - 1 >= seqs[0]:
+                report.errors.append(f"dispute {did}: seq {seq - 1} is missing")
+
+
+def _check_export_heads(cp: Mapping[str, Any], heads: Any, chains: Mapping[str, _Links],
+                        signed: tuple[bytes, int], report: BundleReport) -> None:
+    """The heads file gives the signed root; each sealed head in the export matches."""
+    if heads is None:
+        report.errors.append(f"checkpoint heads file {cp.get('heads_file')} is missing")
+        return
+    sha = hashlib.sha256()
+    leaves: list[bytes] = []
+    sealed: dict[str, tuple[int, str]] = {}
+    try:
+        for line in heads:
+            sha.update(line)
+            did, seq_text, digest_hex = line.decode("ascii").strip().split(",")
+            leaves.append(head_leaf(UUID(did), int(seq_text), bytes.fromhex(digest_hex)))
+            sealed[did] = (int(seq_text), digest_hex)
+    except (ValueError, InvalidInput) as exc:
+        report.errors.append(f"checkpoint heads file: malformed ({exc})")
+        return
+    from escalation.domain.merkle import merkle_root
+
+    root, count = signed
+    if sha.hexdigest() != cp.get("heads_sha256") or len(leaves) != count \
+            or merkle_root(leaves) != root:
+        report.errors.append("checkpoint heads file does not give the signed Merkle root")
+        return
+    newer = uncovered = 0
+    for did, links in chains.items():
+        head = sealed.get(did)
+        if head is None:
+            uncovered += 1
+            continue
+        seq, digest_hex = head
+        row = links.by_seq.get(seq)
+        if row is not None and row[1] != digest_hex:
+            report.errors.append(f"dispute {did} seq {seq} differs from the head checkpoint "
+                                 f"{report.checkpoint_id} sealed")
+        newer += sum(1 for s in links.by_seq if s > seq)
+    report.checked.append(f"{len(leaves)} sealed head(s) give the signed root; every sealed "
+                          f"head present in the export matches its row")
+    if newer:
+        report.warnings.append(f"{newer} row(s) are newer than checkpoint "
+                               f"{report.checkpoint_id} (they rest on their chains)")
+    if uncovered:
+        report.warnings.append(f"{uncovered} dispute(s) are not covered by checkpoint "
+                               f"{report.checkpoint_id} yet")

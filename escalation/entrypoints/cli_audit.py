@@ -403,9 +403,29 @@ def audit_case_file(
     out.print(f"wrote {out_file} ({len(data)} bytes)", markup=False, highlight=False)
 
 
+def _verify_export(manifest_file: Path, pinned: bytes | None) -> Any:
+    """``verify-bundle`` of a whole-ledger export: its manifest, the file it names and the
+    checkpoint heads file, streamed line by line (``domain.case_file.verify_export``)."""
+    from escalation.domain.case_file import strict_loads, verify_export
+
+    manifest = strict_loads(manifest_file.read_bytes())
+    if not isinstance(manifest, dict) or "sha256" not in manifest:
+        raise InvalidInput(f"{manifest_file} is not an audit export manifest")
+    folder = manifest_file.parent
+    cp = manifest.get("checkpoint")
+    heads_name = cp.get("heads_file") if isinstance(cp, dict) else None
+    heads_file = None if heads_name is None else folder / Path(str(heads_name)).name
+    with (folder / Path(str(manifest.get("file"))).name).open("rb") as lines:
+        if heads_file is None or not heads_file.exists():
+            return verify_export(manifest, lines, None, pinned)
+        with heads_file.open("rb") as heads:
+            return verify_export(manifest, lines, heads, pinned)
+
+
 @audit_app.command("verify-bundle")
 def audit_verify_bundle(
-    bundle: Annotated[Path, typer.Argument(help="A case file (audit case-file).")],
+    bundle: Annotated[Path, typer.Argument(
+        help="A case file (audit case-file), or an audit export file or its manifest.")],
     public_key: Annotated[Path | None, typer.Option(
         help="The Ed25519 public key (PEM) you trust; without it the key the file carries "
              "is used and the result says so.")] = None,
@@ -415,15 +435,22 @@ def audit_verify_bundle(
 ) -> None:
     """Offline: verify a case file without a database or Redis: canonical form, signatures,
     every chain recomputed from its canonical bytes, each head's Merkle inclusion proof in
-    the signed root, the ladder and calendar files' SHA-256. Exit 1 on any failure."""
+    the signed root, the ladder and calendar files' SHA-256. Given an `audit export` file
+    (or its .manifest.json), verify the export: manifest and checkpoint signatures, file
+    SHA-256, every row's hash and link, the sealed heads against the signed root. Exit 1 on
+    any failure."""
     from escalation.domain.case_file import public_key_from_pem, verify_bundle
 
+    manifest_file = bundle if bundle.name.endswith(".manifest.json") else bundle.with_name(
+        bundle.name + ".manifest.json")
     try:
-        raw = bundle.read_bytes()
         pinned = None if public_key is None else public_key_from_pem(public_key.read_bytes())
+        if manifest_file.exists():
+            report = _verify_export(manifest_file, pinned)
+        else:
+            report = verify_bundle(bundle.read_bytes(), pinned)
     except OSError as exc:
         raise InvalidInput(f"cannot read {exc.filename}: {exc.strerror}") from None
-    report = verify_bundle(raw, pinned)
     if as_json:
         _print_json({"ok": report.ok, "key_pinned": report.key_pinned,
                      "checkpoint_id": report.checkpoint_id, "checked": list(report.checked),
@@ -440,6 +467,8 @@ def audit_verify_bundle(
     if not report.ok:
         raise typer.Exit(1)
     pin = "the pinned key" if report.key_pinned else "the key it carries (NOT PINNED)"
+    if report.checkpoint_id is None and not report.key_pinned:
+        pin = "no key (NOT SIGNED)"
     out.print(f"ok: {bundle} verifies under {pin}; checkpoint {report.checkpoint_id}",
               markup=False, highlight=False)
 
@@ -650,6 +679,7 @@ def audit_export(
 
     Refused before anything is written (exit 2): a missing output directory, --from after --to.
     """
+    from escalation.bootstrap import checkpoint_store_for, document_signer_for
     from escalation.service_layer.audit_export import (
         AuditFilter,
         check_output_path,
@@ -657,6 +687,7 @@ def audit_export(
         export,
         manifest_path,
     )
+    from escalation.service_layer.case_file import seal_export
 
     if fmt not in ("csv", "jsonl"):
         raise InvalidInput(f"--format must be csv or jsonl, got {fmt!r}")
@@ -676,6 +707,9 @@ def audit_export(
                                   lambda n: bar.update(task, completed=n), bom=bom)
         else:
             manifest = export(ledger, fmt, out_file, flt, bom=bom)  # type: ignore[arg-type]
+        # the manifest names the checkpoint that covers the file, and is signed
+        seal_export(out_file, manifest_path(out_file), checkpoint_store_for(engine),
+                    document_signer_for())
     if as_json:
         _print_json({"rows": manifest.row_count, "file": str(out_file),
                      "sha256": manifest.sha256, "manifest": str(manifest_path(out_file))})
@@ -775,3 +809,4 @@ def report_sla(
     else:
         out_file.write_text(text, "utf-8")
         out.print(f"wrote {out_file}")
+

@@ -8,14 +8,18 @@ its canonical bytes, the RFC 6962 inclusion proof of the head the last checkpoin
 and every deadline with its rule text, citation and state (met, missed, at risk, pending,
 undetermined: ``deadline_outcomes``); for the set, the ladder files and calendars the rows
 name; signs the checkpoint's digest and the whole document with the checkpoint key and
-returns the file's bytes.
+returns the file's bytes. :func:`seal_export` does the same for a whole-ledger export: its
+manifest names the covering checkpoint and is signed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -30,6 +34,7 @@ from escalation.domain.merkle import head_leaf, inclusion_proofs
 from escalation.ports import (
     AuditFilter,
     CaseFileSources,
+    Checkpoint,
     CheckpointStore,
     DocumentSigner,
     EventLog,
@@ -38,7 +43,7 @@ from escalation.ports import (
     LedgerSearch,
     SealedHead,
 )
-from escalation.service_layer.checkpoint import digest_of, verify
+from escalation.service_layer.checkpoint import digest_of, signed_digest, verify
 from escalation.service_layer.sla_report import dispute_deadlines
 
 log = structlog.get_logger("escalation.case_file")
@@ -188,6 +193,23 @@ def _sealed_entries(heads: list[SealedHead], wanted: Sequence[UUID]
             for i in present}
 
 
+def trusted_checkpoint(checkpoints: Sequence[Checkpoint], signer: DocumentSigner
+                       ) -> tuple[Checkpoint, dict[str, Any]] | None:
+    """The newest checkpoint whose stored signature is the signing key's own, with its
+    signed digest; None when there is none.
+
+    Ed25519 is deterministic (RFC 8032): the key's signature of a digest is one fixed value,
+    so a stored signature equal to the one the key makes now is that key's, and any other
+    (an unsigned row, a row signed by another key, a forged value) is passed over: evidence
+    never rests on a checkpoint row someone could insert without the key.
+    """
+    for cp in reversed(checkpoints):
+        stored = signed_digest(cp)
+        if cp.signature is not None and signer.sign(digest_of(cp)) == stored:
+            return cp, stored
+    return None
+
+
 def export_case_file(cmd: ExportCaseFile, ports: CaseFilePorts) -> bytes:
     """Build and sign the case file of the command's disputes; return its bytes
     (``domain.case_file.encode``: canonical JSON and a newline).
@@ -213,11 +235,12 @@ def export_case_file(cmd: ExportCaseFile, ports: CaseFilePorts) -> bytes:
                 f"{report.checkpoint_mismatches[:2]} {report.checkpoint_errors[:2]}); run "
                 f"`escalation audit verify --dispute {did}`")
     with ports.checkpoints.snapshot() as snap:
-        checkpoints = snap.checkpoints()
-        if not checkpoints:
-            raise CaseFileRefused("no checkpoint yet: run `escalation audit checkpoint` first, "
-                                  "so the case file can prove its chains against a signed root")
-        last = checkpoints[-1]
+        trusted = trusted_checkpoint(snap.checkpoints(), ports.signer)
+        if trusted is None:
+            raise CaseFileRefused("no checkpoint yet signed by the configured key: run "
+                                  "`escalation audit checkpoint` first, so the case file can "
+                                  "prove its chains against a signed root")
+        last, digest = trusted
         sealed = _sealed_entries(snap.sealed_heads(last.checkpoint_id), wanted)
     disputes: list[dict[str, Any]] = []
     ladders: set[tuple[str, int]] = set()
@@ -252,7 +275,7 @@ def export_case_file(cmd: ExportCaseFile, ports: CaseFilePorts) -> bytes:
         "created_at": _iso(datetime.now(UTC)),
         "created_by": cmd.actor,
         "hash_spec": HASH_SPEC,
-        "checkpoint": ports.signer.sign(digest_of(last)),
+        "checkpoint": digest,
         "public_key_pem": ports.signer.public_key_pem(),
         "disputes": disputes,
         "ladders": ladder_files,
@@ -270,3 +293,46 @@ def export_case_file(cmd: ExportCaseFile, ports: CaseFilePorts) -> bytes:
              source_hash=[trails[d][-1].source_hash for d in wanted][:20],
              match_decision=[trails[d][-1].match_decision for d in wanted][:20])
     return data
+
+
+def heads_path(out: Path) -> Path:
+    """Where the sealed heads of an export's checkpoint go: ``<out>.heads.csv``."""
+    return out.with_name(out.name + ".heads.csv")
+
+
+def seal_export(out: Path, manifest_file: Path, checkpoints: CheckpointStore,
+                signer: DocumentSigner | None) -> dict[str, Any]:
+    """Name the checkpoint that covers an ``audit export`` in its manifest and sign it.
+
+    The manifest gains ``checkpoint = {digest, heads_file, heads_sha256}``: the signed digest
+    of the newest checkpoint signed by the configured key (:func:`trusted_checkpoint`) and
+    the file :func:`heads_path` of every head it sealed (``dispute_id,seq,row_hash`` per
+    line, in Merkle leaf order), from which ``verify-bundle`` rebuilds the signed root; then
+    the manifest is signed. Without a key (or before any such checkpoint) the manifest says
+    ``checkpoint: null`` and is left unsigned, and ``verify-bundle`` warns about it.
+
+    Returns:
+        The manifest as written.
+    """
+    manifest: dict[str, Any] = json.loads(manifest_file.read_text("utf-8"))
+    manifest["checkpoint"] = None
+    found = None
+    if signer is not None:
+        with checkpoints.snapshot() as snap:
+            found = trusted_checkpoint(snap.checkpoints(), signer)
+            heads = snap.sealed_heads(found[0].checkpoint_id) if found is not None else []
+    if found is not None:
+        text = "".join(f"{h.dispute_id},{h.seq},{h.sealed_hash.hex()}\n"
+                       for h in sorted(heads, key=lambda h: h.dispute_id.bytes))
+        data = text.encode("ascii")
+        heads_path(out).write_bytes(data)
+        manifest["checkpoint"] = {"digest": found[1], "heads_file": heads_path(out).name,
+                                  "heads_sha256": hashlib.sha256(data).hexdigest()}
+    if signer is not None:
+        manifest = signer.sign(manifest)
+    manifest_file.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
+                             "utf-8")
+    log.info("audit_export.sealed", file=out.name, rows=manifest.get("row_count"),
+             checkpoint_id=None if found is None else found[0].checkpoint_id,
+             signed=signer is not None)
+    return manifest

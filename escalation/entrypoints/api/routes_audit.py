@@ -145,6 +145,7 @@ def sla_report(
     return {"from": start.isoformat(), "to": end.isoformat(), "grace_s": grace_s,
             "ladders": rep.grouped(report)}
 
+
 def case_file(did: Dispute, core: Core, token: AuditReader) -> Response:
     """The examiner's case file of one dispute (docs/audit.md "The examiner's case file"):
     the signed canonical JSON ``escalation audit case-file`` writes, as a download; check it
