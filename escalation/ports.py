@@ -489,6 +489,10 @@ class DeadLetterQueue(Protocol):
         """Schedule a dead letter again, due now. Returns the script outcome."""
         ...
 
+    def dead_count(self) -> int:
+        """Dead letters over every shard (ZCARD: the dead-letter cap's cheap check)."""
+        ...
+
     def purge_dead(self, member: str, dispute_id: str | None) -> None:
         """Remove a dead letter (and, for a poison escalation, its Redis state)."""
         ...

@@ -227,7 +227,9 @@ class CapReport:
     """What one :func:`cap_dead_letters` run found and did.
 
     Attributes:
-        count: dead letters before the run. decisions: of them, dead-lettered escalations.
+        count: dead letters before the run. decisions: of them, dead-lettered escalations
+            (-1: not counted, the run found everything within the cap from a ZCARD and the
+            oldest member alone).
         oldest_age_ms: age of the oldest (ms; None when there is none).
         purged: undeliverable notifications purged (member names).
         over_cap: the count or the oldest age is over the cap (before purging) -- the alert.
@@ -264,16 +266,23 @@ def cap_dead_letters(cap: DeadLetterCap, dead: DeadLetters) -> CapReport:
         Redis / database errors propagate (the maintenance job logs them; the next run
         goes on).
     """
-    rows = dead.rel.dead_list(CAP_SCAN)  # oldest first, every shard
+    count = dead.rel.dead_count()
+    if not count:
+        return CapReport()
     now = dead.rel.now_ms()
     report = CapReport(count=len(rows),
                        decisions=sum(1 for m, _, _ in rows if m.startswith(DEAD_DECISION)))
     if not rows:
         return report
     report.oldest_age_ms = max(0, now - rows[0][1])
-    limit_ms = cap.max_age_days * DAY_MS
     too_old = [(m, at) for m, at, _ in rows if now - at > limit_ms]
     report.over_cap = len(rows) > cap.max_count or bool(too_old)
+    limit_ms = cap.max_age_days * DAY_MS
+    oldest = dead.rel.dead_list(1)  # the oldest over every shard (one ZRANGE per shard)
+    if count <= cap.max_count and oldest and now - oldest[0][1] <= limit_ms:
+        # within the cap: no need to read every record (a ZCARD and one member per shard)
+        return CapReport(count=count, decisions=-1, oldest_age_ms=max(0, now - oldest[0][1]))
+    rows = dead.rel.dead_list(CAP_SCAN)  # oldest first, every shard
     report.kept_decisions_over_cap = sum(1 for m, _ in too_old if m.startswith(DEAD_DECISION))
     left = len(rows)
     for member, at, _ in rows:  # oldest first
