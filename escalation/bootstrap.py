@@ -389,6 +389,19 @@ def schedule_resumed(app: App, result: Any) -> int:
                                      calendars=app.calendars)
 
 
+def database_writable_for(app: App) -> Callable[[], bool]:
+    """A cheap probe of ``app``'s database: True when it accepts writes (a primary), False
+    when it is read-only (a hot standby, a failover's read-only window; the pooled
+    connections are dropped so that a multi-host URL picks its host again). Raises the
+    driver's outage errors when nothing answers (``adapters.db.database_writable``)."""
+    from escalation.adapters.db import database_writable
+
+    def probe() -> bool:
+        return database_writable(app.engine)
+
+    return probe
+
+
 def dead_letters_for(app: App, *, actor: str | None = None) -> DeadLetters:
     """DeadLetters wired from an App (the worker's poison hook, the ``dead`` commands, the
     console's operations page); ``actor`` writes its ledger rows (default ``app.actor``)."""

@@ -25,6 +25,7 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
+from escalation.adapters.db import driver_errors
 from escalation.domain import audit_hash
 from escalation.domain.escalation import Escalation, Status
 
@@ -250,7 +251,7 @@ def insert_staged(conn: sa.Connection, lines: Sequence[str], actor: str) -> set[
     driver = conn.connection.driver_connection  # the psycopg 3 Connection
     if driver is None:  # pragma: no cover - only after the connection was invalidated
         raise sa.exc.InvalidRequestError("connection has no live driver connection")
-    with driver.cursor() as cur:
+    with driver_errors(), driver.cursor() as cur:
         cur.execute(CREATE_STAGE)
         with cur.copy(COPY_STAGE) as copy:
             copy.write("".join(lines))
@@ -382,7 +383,7 @@ def insert_staged_ids(conn: sa.Connection, block: str, actor: str) -> set[str]:
     driver = conn.connection.driver_connection
     if driver is None:  # pragma: no cover - only after the connection was invalidated
         raise sa.exc.InvalidRequestError("connection has no live driver connection")
-    with driver.cursor() as cur:
+    with driver_errors(), driver.cursor() as cur:
         cur.execute(CREATE_STAGE)
         with cur.copy(COPY_STAGE) as copy:
             copy.write(block)

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from psycopg.types.json import Jsonb
 from sqlalchemy.dialects import postgresql as pg
 
+from escalation.adapters.db import driver_errors
 from escalation.adapters.tables import escalation_audit, escalation_state
 from escalation.domain.errors import NotFound
 
@@ -169,7 +170,7 @@ def copy_ledger(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     if driver is None:  # pragma: no cover - only after the connection was invalidated
         raise sa.exc.InvalidRequestError("connection has no live driver connection")
     cursor = driver.cursor()
-    with cursor, cursor.copy(COPY_SQL) as copy:
+    with driver_errors(), cursor, cursor.copy(COPY_SQL) as copy:
         copy.set_types(COPY_TYPES)
         for row in rows:
             values = _COPY_VALUES(row)  # one C call for the ~20 columns

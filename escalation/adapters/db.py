@@ -9,9 +9,11 @@ database URL reaches ``migrations/env.py`` through ``Config.attributes["database
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import weakref
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, unquote
@@ -24,7 +26,7 @@ from alembic.script import ScriptDirectory
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 
-from escalation.domain.errors import ConfigError, SchemaNotAtHead
+from escalation.domain.errors import ConfigError, DatabaseReadOnly, SchemaNotAtHead
 from escalation.resources import migrations_dir
 
 DRIVER = "postgresql+psycopg"
@@ -133,6 +135,59 @@ def _read_timestamps_in_utc(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.adapters.register_loader("timestamptz", _utc_loader(fmt))
 
 
+READ_ONLY_SQLSTATE = "25006"
+"""PostgreSQL's ``read_only_sql_transaction``: a write on a hot standby, or on a primary
+in a read-only window (``default_transaction_read_only``, a failover being prepared)."""
+
+
+def _read_only_as_domain_error(context: Any) -> None:
+    """SQLAlchemy ``handle_error`` hook: a write refused because the server is read-only
+    (SQLSTATE 25006, by code, never by message) becomes :class:`DatabaseReadOnly`, and the
+    connection is dropped with every pooled one (``is_disconnect``): the next connection
+    goes through libpq's host selection again, so a multi-host URL with
+    ``target_session_attrs=read-write`` finds the writable primary."""
+    original = context.original_exception
+    if getattr(original, "sqlstate", None) != READ_ONLY_SQLSTATE:
+        return
+    context.is_disconnect = True
+    raise DatabaseReadOnly(
+        "the database is read-only (a hot standby, or a failover in progress): nothing was "
+        "written; retry once a writable primary answers") from original
+
+
+@contextlib.contextmanager
+def driver_errors() -> Iterator[None]:
+    """Around statements run on the psycopg connection itself (the COPY paths), which
+    SQLAlchemy's ``handle_error`` never sees: a read-only refusal (SQLSTATE 25006) becomes
+    :class:`DatabaseReadOnly` there too. Other errors pass unchanged."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.Error as exc:
+        if exc.sqlstate == READ_ONLY_SQLSTATE:
+            raise DatabaseReadOnly(
+                "the database is read-only (a hot standby, or a failover in progress): "
+                "nothing was written; retry once a writable primary answers") from exc
+        raise
+
+
+def database_writable(engine: sa.Engine) -> bool:
+    """True when the server the engine reaches accepts writes (not in recovery, and not
+    read-only by default): one round trip, nothing written.
+
+    Raises:
+        sqlalchemy.exc.OperationalError / InterfaceError: the server does not answer.
+    """
+    with engine.connect() as conn:
+        writable = conn.execute(sa.text(
+            "SELECT NOT pg_is_in_recovery() "
+            "AND current_setting('default_transaction_read_only') = 'off'")).scalar_one()
+    if not writable:
+        engine.dispose()  # the next connection picks its host again (multi-host URLs)
+    return bool(writable)
+
+
 def make_engine(url: str, pool_size: int = 5, io_timeout_s: float | None = None,
                 pre_ping: bool = True) -> sa.Engine:
     """A SQLAlchemy engine on psycopg 3 with ``pool_pre_ping`` (connections checked on checkout).
@@ -156,6 +211,10 @@ def make_engine(url: str, pool_size: int = 5, io_timeout_s: float | None = None,
     connection that does not have them) and no session settings (no ``options`` startup
     parameter; ``timestamptz`` values are read in UTC by the client whatever the server's
     ``TimeZone``, and no SQL of the product depends on the session zone).
+
+    A write the server refuses as read-only (SQLSTATE 25006) raises
+    :class:`~escalation.domain.errors.DatabaseReadOnly` (not a driver error), and drops the
+    pooled connections.
 
     Raises:
         ConfigError: the URL is not a PostgreSQL URL.
@@ -181,6 +240,7 @@ def make_engine(url: str, pool_size: int = 5, io_timeout_s: float | None = None,
         **extra,
     )
     sa.event.listen(engine, "connect", _read_timestamps_in_utc)
+    sa.event.listen(engine, "handle_error", _read_only_as_domain_error)
     _ENGINES.add(engine)
     return engine
 

@@ -3,7 +3,9 @@
 ``EscalationError`` is the root; ``InvalidInput`` (and its subclasses) and ``ConflictError``
 are the caller's mistakes (CLI exit code 2, nothing written); ``NotFound`` is a name that
 exists nowhere (exit code 3, so a script tells "no such dispute" from a mistyped command);
-the others are operational (exit code 1). The table of every exit code is in docs/cli.md.
+a read-only database (a standby, a failover in progress) is ``DatabaseReadOnly`` (exit code 4:
+retry later); the others are operational (exit code 1). The table of every exit code is in
+docs/cli.md.
 """
 
 from __future__ import annotations
@@ -108,6 +110,15 @@ class NotFound(EscalationError):
     from a usage error's 2; nothing is written)."""
 
     exit_code = 3
+
+
+class DatabaseReadOnly(EscalationError):
+    """The database refused a write because it is read-only: a hot standby, or a primary in a
+    failover's read-only window (PostgreSQL SQLSTATE 25006, ``read_only_sql_transaction``).
+    Nothing was written; the same call succeeds once a writable primary answers (the adapter
+    raises it; workers back off, the CLI exits 4, the API answers 503 with ``Retry-After``)."""
+
+    exit_code = 4
 
 
 class ConflictError(EscalationError):

@@ -26,13 +26,14 @@ import sqlalchemy.exc
 from escalation.adapters.redis_client import OUTAGE_ERRORS as REDIS_OUTAGE_ERRORS
 from escalation.bootstrap import (
     App,
+    database_writable_for,
     dead_letters_for,
     maintenance_for,
     namespace_binding_for,
     schedule_for,
     warnings_for,
 )
-from escalation.domain.errors import EscalationError
+from escalation.domain.errors import DatabaseReadOnly, EscalationError
 from escalation.entrypoints.worker_metrics import WorkerMetrics
 from escalation.logs import get_logger
 from escalation.service_layer.fire import BatchReport, fire_due
@@ -227,9 +228,11 @@ def startup_finished() -> None:
 
 
 #: Outages retried with backoff: PostgreSQL away, Redis away (incl. a Cluster or Sentinel
-#: failover: no primary for a slot, a write to a demoted primary).
+#: failover: no primary for a slot, a write to a demoted primary), PostgreSQL read-only (a
+#: hot standby, a failover's read-only window).
 _OUTAGES: tuple[type[Exception], ...] = (
-    sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, *REDIS_OUTAGE_ERRORS)
+    sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, DatabaseReadOnly,
+    *REDIS_OUTAGE_ERRORS)
 
 
 def settle_heap() -> None:
@@ -278,7 +281,8 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
                                      calendars=app.calendars),
                 dead=dead, idle=idle, metrics=metrics,
                 decision_events=str(settings.log_level).upper() == "DEBUG",
-                resync=namespace_binding_for(app), burst=burst)
+                resync=namespace_binding_for(app), burst=burst,
+                writable=database_writable_for(app))
     # Wired first, then the handlers and at once the try: a stop signal right after
     # "worker.started" (which is what the demo waits for) ends the loop cleanly (exit 0).
     old = _install_stop_handlers(state, app.actor)
@@ -350,6 +354,8 @@ class _Pass:
     resync_next: float = 0.0  # monotonic time of the next read of the mark
     refusing: bool = False  # the last read found the mark set
     burst: bool = False  # a --burst run raises RedisAheadOfLedger instead of waiting
+    writable: Callable[[], bool] | None = None  # probe: the database accepts writes
+    read_only: bool = False  # the last write or probe found the database read-only
 
 
 def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
@@ -360,6 +366,8 @@ def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
     ``ctx.metrics`` (``--metrics-port``) observes every decision event, whatever the log
     level, and the batch."""
     app, settings, metrics = ctx.app, ctx.app.settings, ctx.metrics
+    if ctx.read_only:
+        _check_writable(ctx)  # claims nothing until a writable primary answers
     if _refuses_namespace(ctx, burst=ctx.burst):  # Redis ahead of the ledger (ADR 0014)
         return BatchReport(), 0  # nothing claimed: the loop sleeps a poll interval
     started = time.monotonic()
@@ -427,6 +435,19 @@ def _refuses_namespace(ctx: _Pass, *, burst: bool) -> bool:
             f"({mark.get('reason')}: {mark.get('detail')}): Redis may be ahead of the "
             f"ledger; run `{RESYNC_COMMAND}`, then the worker again")
     return ctx.refusing
+
+
+def _check_writable(ctx: _Pass) -> None:
+    """After a read-only refusal: probe the database (one round trip, nothing written) before
+    claiming anything. Still read-only: raise :class:`DatabaseReadOnly` (the loop backs off,
+    nothing claimed, nothing logged again); writable: log ``worker.database_writable`` once
+    and go on."""
+    if ctx.writable is not None and not ctx.writable():
+        raise DatabaseReadOnly("the database is still read-only")
+    ctx.read_only = False
+    ctx.idle.woke = True  # look at everything again
+    log.warning("worker.database_writable", worker_id=ctx.app.actor,
+                match_decision="DATABASE_WRITABLE")
 
 
 def _mark_ahead(ctx: _Pass, ahead: list[str]) -> None:
@@ -526,9 +547,25 @@ def _backoff(ctx: _Pass, exc: Exception, failures: int, rng: random.Random) -> f
     pass looks at everything again (warnings included)."""
     ctx.idle.woke = True  # after an outage, look at everything again
     delay: float = min(MAX_BACKOFF_S, 0.5 * 2 ** min(failures, 8)) * rng.uniform(0.8, 1.2)
+    if isinstance(exc, DatabaseReadOnly):
+        return _read_only_backoff(ctx, exc, delay)
     log.warning("worker.backoff", worker_id=ctx.app.actor, error=str(exc)[:300],
                 attempt=failures, sleep_s=round(delay, 2))
     return delay
+
+
+def _read_only_backoff(ctx: _Pass, exc: DatabaseReadOnly, delay: float) -> float:
+    """The back-off while the database is read-only: one ``worker.database_read_only``
+    line when the state begins (none per attempt, no traceback), then a cheap writability
+    probe every poll interval at most (:func:`_check_writable`), so the worker resumes
+    within one poll interval of a writable primary answering."""
+    if not ctx.read_only:
+        ctx.read_only = True
+        log.warning("worker.database_read_only", worker_id=ctx.app.actor, error=str(exc),
+                    match_decision="DATABASE_READ_ONLY",
+                    message="PostgreSQL refuses writes (a hot standby, or a failover in "
+                            "progress): nothing is claimed until a writable primary answers")
+    return min(delay, float(ctx.app.settings.poll_interval_s))
 
 
 def _add(totals: WorkerTotals, report: BatchReport) -> None:

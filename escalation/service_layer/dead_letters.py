@@ -31,7 +31,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from escalation.domain.errors import RELEASE_BROKEN, EscalationError, InvalidInput, NotFound
+from escalation.domain.errors import (
+    RELEASE_BROKEN,
+    DatabaseReadOnly,
+    EscalationError,
+    InvalidInput,
+    NotFound,
+)
 from escalation.domain.escalation import Status, check_reason, parse_dispute_id
 from escalation.domain.timeutil import from_ms
 from escalation.ports import (
@@ -190,6 +196,8 @@ class DeadLetters:
                                     {"member": member, "kind": item.get("kind", ""),
                                      "reason": reason[:200]})
             written = True
+        except DatabaseReadOnly:
+            raise  # nothing recorded: the dead letter stays until the ledger takes the row
         except EscalationError:
             written = False
         self.rel.purge_dead(member, did if decision and did else None)
@@ -270,6 +278,12 @@ def cap_dead_letters(cap: DeadLetterCap, dead: DeadLetters) -> CapReport:
     if not count:
         return CapReport()
     now = dead.rel.now_ms()
+    limit_ms = cap.max_age_days * DAY_MS
+    oldest = dead.rel.dead_list(1)  # the oldest over every shard (one ZRANGE per shard)
+    if count <= cap.max_count and oldest and now - oldest[0][1] <= limit_ms:
+        # within the cap: no need to read every record (a ZCARD and one member per shard)
+        return CapReport(count=count, decisions=-1, oldest_age_ms=max(0, now - oldest[0][1]))
+    rows = dead.rel.dead_list(CAP_SCAN)  # oldest first, every shard
     report = CapReport(count=len(rows),
                        decisions=sum(1 for m, _, _ in rows if m.startswith(DEAD_DECISION)))
     if not rows:
@@ -277,12 +291,6 @@ def cap_dead_letters(cap: DeadLetterCap, dead: DeadLetters) -> CapReport:
     report.oldest_age_ms = max(0, now - rows[0][1])
     too_old = [(m, at) for m, at, _ in rows if now - at > limit_ms]
     report.over_cap = len(rows) > cap.max_count or bool(too_old)
-    limit_ms = cap.max_age_days * DAY_MS
-    oldest = dead.rel.dead_list(1)  # the oldest over every shard (one ZRANGE per shard)
-    if count <= cap.max_count and oldest and now - oldest[0][1] <= limit_ms:
-        # within the cap: no need to read every record (a ZCARD and one member per shard)
-        return CapReport(count=count, decisions=-1, oldest_age_ms=max(0, now - oldest[0][1]))
-    rows = dead.rel.dead_list(CAP_SCAN)  # oldest first, every shard
     report.kept_decisions_over_cap = sum(1 for m, _ in too_old if m.startswith(DEAD_DECISION))
     left = len(rows)
     for member, at, _ in rows:  # oldest first

@@ -38,7 +38,7 @@ from typing import Any, cast
 
 import structlog
 
-from escalation.domain.errors import EscalationError, InvalidInput
+from escalation.domain.errors import DatabaseReadOnly, EscalationError, InvalidInput
 from escalation.domain.escalation import parse_dispute_id
 from escalation.domain.retry import RetryPolicy
 from escalation.domain.timeutil import from_ms
@@ -277,6 +277,8 @@ def ledger_dead_letter(store: Any, scheduler: Scheduler, dispute_id: str, actor:
         uid = parse_dispute_id(dispute_id)
         state = store.append_event(uid, "DEAD_LETTERED", match_decision, actor, from_ms(at_ms),
                                    {}, details)
+    except DatabaseReadOnly:
+        raise  # not recorded: the caller retries once the database takes writes again
     except EscalationError:
         return False
     if realign:

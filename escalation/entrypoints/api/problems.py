@@ -18,7 +18,9 @@ body over ``api_max_body_bytes``        413     ``/problems/too-large``
 too many failed authentications         429     ``/problems/too-many-requests``
 Redis/PostgreSQL unreachable, schema    503     ``/problems/unavailable``
 not at head, a released ladder file
-missing or edited (``LadderReleaseError``)
+missing or edited (``LadderReleaseError``),
+PostgreSQL read-only (a hot standby, a
+failover in progress: ``DatabaseReadOnly``)
 ======================================  ======  ===========================
 
 A released ladder file that is missing or edited is the deployment's fault, not the
@@ -47,6 +49,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from escalation.domain.errors import (
     ConflictError,
+    DatabaseReadOnly,
     EscalationError,
     InvalidInput,
     InvalidParameter,
@@ -193,8 +196,8 @@ def status_of(exc: EscalationError) -> int:
         return 404
     if isinstance(exc, ConflictError):
         return 409
-    if isinstance(exc, SchemaNotAtHead):
-        return 503
+    if isinstance(exc, (SchemaNotAtHead, DatabaseReadOnly)):
+        return 503  # with Retry-After: the same request succeeds once a primary answers
     return 500
 
 
