@@ -106,7 +106,7 @@ class Settings(BaseSettings):
     # once; one more is answered 503 with Retry-After at once, before authentication (the
     # probes /livez, /readyz, /healthz are never shed). On SIGTERM a process stops accepting
     # and lets the requests in flight finish for up to api_shutdown_grace_s seconds.
-    api_max_in_flight: int = Field(default=64, ge=1, le=100_000)
+    api_max_in_flight: int = Field(default=32, ge=1, le=100_000)
     api_shutdown_grace_s: int = Field(default=30, ge=0, le=3600)
     # OpenTelemetry tracing of the HTTP API (the ``otel`` extra): unset = off; else the OTLP
     # over HTTP traces endpoint, e.g. http://collector:4318/v1/traces

@@ -91,7 +91,9 @@ def start_api_server(env: dict[str, str], workers: int = 1,
 
 def _start(tgt: Target, namespace: str, workers: int) -> tuple[str, subprocess.Popen[bytes]]:
     env = tgt.worker_env(namespace, "api")
-    env.update(ESCALATION_LOG_LEVEL="WARNING")
+    # the client never has more than IN_FLIGHT requests outstanding: no load is shed here
+    # (the overload run below measures shedding)
+    env.update(ESCALATION_LOG_LEVEL="WARNING", ESCALATION_API_MAX_IN_FLIGHT=str(IN_FLIGHT))
     return start_api_server(env, workers)
 
 
@@ -329,3 +331,135 @@ def run(tgt: Target, *, batches: int, batch_size: int, batch_concurrency: int,
         "server_log_tail": server_log[-2000:] if not ok_codes else "",
         "ok": ok_codes and ledger_ok,
     }
+
+
+async def _overload_loop(url: str, token: str, rate: float, seconds: float,
+                         connections: int) -> tuple[list[float], list[float],
+                                                    dict[int | str, int], float]:
+    """Open loop without a client-side bound: POST one escalation every 1/rate s for
+    ``seconds`` whatever the answers (``connections`` keep-alive connections at most; a
+    request waiting for one still counts from its scheduled time). Returns (latencies ms of
+    the 201s, latencies ms of the 503s, status counts, wall seconds)."""
+    n = int(rate * seconds)
+    accepted: list[float] = []
+    shed: list[float] = []
+    codes: dict[int | str, int] = {}
+    async with _Client("aiohttp", url, token, connections) as client:
+
+        async def one(at: float, body: dict[str, str]) -> None:
+            delay = at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            code = await client.post("/v1/escalations", body)
+            ms = (time.perf_counter() - at) * 1000
+            (accepted if code == 201 else shed if code == 503 else []).append(ms)
+            codes[code] = codes.get(code, 0) + 1
+
+        start = time.perf_counter() + 0.2
+        bodies = [_item() for _ in range(n)]
+        await asyncio.gather(*(one(start + i / rate, bodies[i]) for i in range(n)))
+        return accepted, shed, codes, time.perf_counter() - start
+
+
+OVERLOAD_TARGET_P99_MS = 1000.0
+"""The bound the overload run checks on p99 of the accepted requests, or twice the p99 of the
+closed-loop capacity run when that is higher (a machine whose saturated p99 is already over
+a second, e.g. under others' load, is judged against itself): overload must not add more
+than the wait of one more full queue."""
+
+
+def _overload_phase(tgt: Target, token: str, actor: str, *, max_in_flight: int,
+                    workers: int, rate: float | None, factor: float, seconds: float,
+                    connections: int, capacity_n: int) -> dict[str, Any]:
+    """One server with ``api_max_in_flight = max_in_flight``: its capacity (closed loop),
+    then an open loop at ``factor`` x capacity (or at ``rate`` when given)."""
+    ns = new_namespace()
+    tgt.namespaces.append(ns)
+    env = tgt.worker_env(ns, "api")
+    env.update(ESCALATION_LOG_LEVEL="WARNING", ESCALATION_API_MAX_IN_FLIGHT=str(max_in_flight))
+    rows_before = _enqueued_rows(tgt, actor)
+    url, proc = start_api_server(env, workers)
+    try:
+        warm = [_item() for _ in range(200)]
+        _, _, w_codes = asyncio.run(_closed_loop(url, token, warm, "/v1/escalations", 8))
+        bodies = [_item() for _ in range(capacity_n)]
+        c_wall, c_lat, c_codes = asyncio.run(
+            _closed_loop(url, token, bodies, "/v1/escalations", 32))
+        capacity = c_codes.get(201, 0) / c_wall
+        offered = rate if rate is not None else factor * capacity
+        accepted, shed, codes, wall = asyncio.run(
+            _overload_loop(url, token, offered, seconds, connections))
+    finally:
+        proc.terminate()
+        try:
+            exit_code: int | None = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            exit_code = None
+        proc.log_file.close()  # type: ignore[attr-defined]
+    rows = _enqueued_rows(tgt, actor) - rows_before
+    created = w_codes.get(201, 0) + c_codes.get(201, 0) + codes.get(201, 0)
+    errors = sum(n for c, n in codes.items() if c not in (201, 503))
+    dropped = sum(n for phase in (w_codes, c_codes, codes) for c, n in phase.items()
+                  if c not in (201, 503))
+    acc = _stats(accepted)
+    return {
+        "max_in_flight": max_in_flight, "capacity_per_s": round(capacity, 1),
+        "capacity_request_ms": _stats(c_lat),
+        "offered_per_s": round(offered, 1), "seconds": seconds,
+        "sent": int(offered * seconds), "wall_s": round(wall, 2),
+        "accepted": codes.get(201, 0), "accepted_per_s": round(codes.get(201, 0) / wall, 1),
+        "shed_503": codes.get(503, 0), "other": errors, "status": codes,
+        "accepted_ms": acc, "shed_ms": _stats(shed),
+        # every 201 recorded once; a 503 wrote nothing; a dropped connection may or may not
+        # have been written
+        "ledger_ok": created <= rows <= created + dropped,
+        "enqueued_rows": rows, "exit_code_on_sigterm": exit_code,
+    }
+
+
+def run_overload(tgt: Target, *, workers: int, max_in_flight: int, factor: float,
+                 seconds: float, connections: int, capacity_n: int,
+                 compare: bool) -> dict[str, Any]:
+    """Load shedding under an open-loop overload (docs/performance.md, "Load shedding").
+
+    A server with ``api_max_in_flight = max_in_flight``: its single-create capacity is
+    measured closed-loop, then single creates are sent open-loop at ``factor`` x that rate for
+    ``seconds``; latency counts from each request's scheduled send time. Reported: accepted
+    (201) and shed (503) counts, p50/p99/max of each. ``compare``: the same offered rate
+    against a server that does not shed (``api_max_in_flight`` 100,000), to show what the
+    bound buys. ``met``: no error but 503, the ledger holds exactly the accepted requests,
+    and p99 of the accepted ones <= :data:`OVERLOAD_TARGET_P99_MS` (or twice the capacity
+    run's p99 when higher).
+    """
+    import signal
+
+    from escalation.adapters.token_store import PostgresTokenStore
+    from escalation.service_layer.tokens import create_token
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    actor = f"{new_namespace()}-overload"
+    engine = tgt.engine()
+    try:
+        token, _ = create_token(PostgresTokenStore(engine), actor, "service", 1)
+    finally:
+        engine.dispose()
+    load_before = load()
+    shedding = _overload_phase(tgt, token, actor, max_in_flight=max_in_flight,
+                               workers=workers, rate=None, factor=factor, seconds=seconds,
+                               connections=connections, capacity_n=capacity_n)
+    unbounded = None
+    if compare:
+        unbounded = _overload_phase(tgt, token, actor, max_in_flight=100_000, workers=workers,
+                                    rate=shedding["offered_per_s"], factor=factor,
+                                    seconds=seconds, connections=connections,
+                                    capacity_n=capacity_n)
+    p99 = shedding["accepted_ms"]["p99"]
+    bound = max(OVERLOAD_TARGET_P99_MS, 2 * (shedding["capacity_request_ms"]["p99"] or 0))
+    met = (shedding["other"] == 0 and shedding["ledger_ok"] and p99 is not None
+           and p99 <= bound)
+    return {"scenario": "api-overload", "load_before": load_before, "load": load(),
+            "cpus": os.cpu_count(), "uvicorn_workers": workers, "factor": factor,
+            "shedding": shedding, "unbounded": unbounded,
+            "target_p99_ms": round(bound, 1), "met": met,
+            "ok": shedding["ledger_ok"] and (unbounded is None or unbounded["ledger_ok"])}

@@ -267,6 +267,61 @@ def compare_cmd(
         raise typer.Exit(1)
 
 
+@bench_app.command("api-overload")
+def api_overload_cmd(
+    factor: Annotated[float, typer.Option(
+        help="Offered rate as a multiple of the measured capacity (1-20).")] = 2.0,
+    seconds: Annotated[float, typer.Option(help="Duration of the overload (1-600 s).")] = 20,
+    max_in_flight: Annotated[int, typer.Option(
+        help="ESCALATION_API_MAX_IN_FLIGHT of the server (1-100000).")] = 32,
+    workers: Annotated[int, typer.Option(help="uvicorn worker processes (1-64).")] = 2,
+    connections: Annotated[int, typer.Option(
+        help="Client keep-alive connections at most (1-10000).")] = 512,
+    capacity_n: Annotated[int, typer.Option(
+        help="Single creates of the closed-loop capacity measurement (100-1000000).")] = 2000,
+    compare: Annotated[bool, typer.Option(
+        help="Also run the same offered rate against a server that does not shed.")] = True,
+    database_url: DbOpt = None,
+    json_only: JsonOpt = False,
+) -> None:
+    """Load shedding: single creates open-loop at FACTOR x capacity; accepted vs shed, p99."""
+    from escalation.bench import api
+    from escalation.bench.common import fmt, report
+
+    if not 1 <= factor <= 20 or not 1 <= seconds <= 600:
+        raise InvalidInput("--factor must be 1-20 and --seconds 1-600")
+    for name, value, top in (("--max-in-flight", max_in_flight, 100_000),
+                             ("--workers", workers, 64),
+                             ("--connections", connections, 10_000),
+                             ("--capacity-n", capacity_n, 1_000_000)):
+        if not (100 if name == "--capacity-n" else 1) <= value <= top:
+            raise InvalidInput(f"{name} is out of range, got {value}")
+    result = _run(database_url, lambda t: api.run_overload(
+        t, workers=workers, max_in_flight=max_in_flight, factor=factor, seconds=seconds,
+        connections=connections, capacity_n=capacity_n, compare=compare))
+    sh, un = result["shedding"], result["unbounded"]
+    rows = [{"figure": f"accepted p99 at {factor:g}x ({fmt(sh['offered_per_s'])}/s)",
+             "value": f"{fmt(sh['accepted_ms']['p99'])} ms",
+             "target": f"<= {result['target_p99_ms']:g} ms", "met": result["met"]}]
+    if un is not None:
+        rows.append({"figure": "same rate, no shedding: p99", "value":
+                     f"{fmt(un['accepted_ms']['p99'])} ms", "target": "-", "met": None})
+    summary = (f"{workers} uvicorn workers, max in flight {max_in_flight}/process: capacity "
+               f"{fmt(sh['capacity_per_s'])}/s, offered {fmt(sh['offered_per_s'])}/s for "
+               f"{seconds:g} s: accepted {sh['accepted']} ({fmt(sh['accepted_per_s'])}/s, "
+               f"p50/p99/max {fmt(sh['accepted_ms']['p50'])}/{fmt(sh['accepted_ms']['p99'])}/"
+               f"{fmt(sh['accepted_ms']['max'])} ms), shed {sh['shed_503']} (503, p99 "
+               f"{fmt(sh['shed_ms']['p99'])} ms), other {sh['other']}")
+    if un is not None:
+        summary += (f"; without shedding: accepted {un['accepted']}, p50/p99/max "
+                    f"{fmt(un['accepted_ms']['p50'])}/{fmt(un['accepted_ms']['p99'])}/"
+                    f"{fmt(un['accepted_ms']['max'])} ms, other {un['other']}")
+    summary += f"; ledger {'PASS' if result['ok'] else 'FAIL'}"
+    report(result, rows, summary, json_only=json_only)
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
 @bench_app.command("api")
 def api_cmd(
     batches: Annotated[int, typer.Option(help="Batch requests.")] = 40,

@@ -91,7 +91,10 @@ def api_server(redis_url: str, database_url: str, engine: sa.Engine) -> Iterator
                ESCALATION_LOG_LEVEL="WARNING", ESCALATION_API_TOKEN_CACHE_S="0",
                # every test module shares one loopback address: no failed-auth throttle here
                # (tests/api/test_api_hardening.py runs servers of its own with one)
-               ESCALATION_API_AUTH_FAIL_LIMIT="1000000")
+               ESCALATION_API_AUTH_FAIL_LIMIT="1000000",
+               # concurrency tests send more than the default in flight: no load shedding
+               # here (tests/api/test_api_edge.py runs a server that sheds)
+               ESCALATION_API_MAX_IN_FLIGHT="1000")
     tokens, names = make_tokens(engine, f"api{uuid.uuid4().hex[:8]}")
     url, proc = start_server(env)
     try:

@@ -298,8 +298,11 @@ def test_beyond_max_in_flight_requests_are_shed_with_503_and_retry_after(
         n = conn.execute(sa.text("SELECT count(*) FROM escalation_state WHERE dispute_id = "
                                  ":d"), {"d": shed_body["dispute_id"]}).scalar_one()
     assert n == 0
-    [line] = [ln for ln in _access(edge, "shed-1") if ln["event"] == "http.request"]
-    assert line["status"] == 503 and line["shed"] is True
+    # shed requests are logged at most once a second, with how many were shed
+    shed_lines = [ln for ln in edge.log_lines() if ln.get("shed") is True]
+    assert shed_lines and all(ln["status"] == 503 and ln["event"] == "http.request"
+                              and ln["level"] == "warning" for ln in shed_lines)
+    assert sum(ln["shed_count"] for ln in shed_lines) >= 1
     with edge.client("compliance") as c:
         assert _metric(c.get("/metrics").text, "escalation_http_requests_shed_total") >= 1
         r = c.post("/v1/escalations", json=body(), headers={

@@ -180,3 +180,22 @@ def test_api_bench_sends_real_requests_and_the_ledger_holds_each_one(
     assert _number(lat["p50"]) and lat["p50"] <= lat["p99"] <= lat["max"]
     assert summary.startswith("SUMMARY api: 2 uvicorn workers, aiohttp client")
     assert "ledger PASS" in summary
+
+
+def test_api_overload_bench_counts_accepted_and_shed_and_the_ledger_holds_the_accepted(
+    cli_env: dict[str, str], database_url: str
+) -> None:
+    data, summary = _bench(cli_env, "api-overload", "--seconds", "1", "--capacity-n", "100",
+                           "--max-in-flight", "2", "--workers", "1", "--connections", "16",
+                           "--database-url", database_url)
+    assert data["ok"] is True
+    for phase, limit in ((data["shedding"], 2), (data["unbounded"], 100_000)):
+        assert phase["max_in_flight"] == limit
+        assert phase["accepted"] + phase["shed_503"] + phase["other"] == phase["sent"] > 0
+        assert phase["ledger_ok"] is True
+        assert phase["exit_code_on_sigterm"] == 0  # serve drained and exited cleanly
+        assert _number(phase["capacity_per_s"]) and phase["offered_per_s"] > 0
+    assert data["unbounded"]["shed_503"] == 0  # a server that does not shed never says 503
+    assert data["shedding"]["offered_per_s"] == data["unbounded"]["offered_per_s"]
+    assert summary.startswith("SUMMARY api-overload: 1 uvicorn workers, max in flight 2/")
+    assert "ledger PASS" in summary

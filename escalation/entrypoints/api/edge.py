@@ -8,8 +8,10 @@ For every HTTP request, in this order:
    the request, with the W3C ``traceparent``'s trace id as ``trace_id`` when there is one;
 2. **load shedding**: with ``api_max_in_flight`` requests already being served by this
    process, the request is answered 503 ``/problems/unavailable`` with ``Retry-After: 1`` at
-   once (nothing read, nothing written, no token looked up); the probes (:data:`PROBES`) are
-   never shed;
+   once (nothing read, nothing written, no token looked up; the response pre-rendered); the
+   probes (:data:`PROBES`) are never shed. Shed requests are counted one by one
+   (``escalation_http_requests_shed_total``) and logged at most once a second per process
+   (``shed_count`` says how many), so an overload does not also flood the log;
 3. **tracing** (``tracing``; only with ``ESCALATION_OTEL_ENDPOINT``): one SERVER span;
 4. after the response: one access log line ``http.request`` (``request_id``, ``method``,
    ``route`` the route template, ``status``, ``duration_ms``, ``token`` the token's *name*,
@@ -22,6 +24,7 @@ when nothing did: never the raw path, so ids do not reach metric labels.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -31,7 +34,6 @@ import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from escalation.entrypoints.api import http_metrics, tracing
-from escalation.entrypoints.api.problems import problem
 from escalation.logs import get_logger
 
 PROBES = frozenset({"/livez", "/readyz", "/healthz"})
@@ -68,11 +70,21 @@ class Edge:
         self.app = app
         self.in_flight = 0
         """Requests of this process being served now (one event loop: no lock needed)."""
+        self._shed_body: tuple[int, bytes] | None = None
+        self._shed_count = 0
+        self._shed_logged_at = -1.0e9
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one request as the module docstring says."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        app_state = scope["app"].state
+        core = getattr(app_state, "core", None)
+        limit = core.settings.api_max_in_flight if core is not None else None
+        if (limit is not None and self.in_flight >= limit
+                and scope["path"] not in PROBES):
+            await self._shed(scope, send, limit)
             return
         start = time.perf_counter()
         headers: dict[bytes, bytes] = dict(scope["headers"])
@@ -81,9 +93,6 @@ class Edge:
         state["request_id"] = rid
         trace_id = tracing.parse_traceparent(headers.get(b"traceparent"))
         method: str = scope["method"]
-        app_state = scope["app"].state
-        core = getattr(app_state, "core", None)
-        limit = core.settings.api_max_in_flight if core is not None else None
         status = [500]  # what the client got (500 if the app raised before answering)
 
         async def send_with_id(message: Message) -> None:
@@ -93,18 +102,6 @@ class Edge:
                                       (b"x-request-id", rid.encode("latin-1"))]
             await send(message)
 
-        if (limit is not None and self.in_flight >= limit
-                and scope["path"] not in PROBES):
-            http_metrics.SHED.inc()
-            response = problem(503, f"the server is at its limit of {limit} requests in "
-                               f"flight (api_max_in_flight); retry after "
-                               f"{SHED_RETRY_AFTER_S} s", scope["path"],
-                               {"Retry-After": str(SHED_RETRY_AFTER_S)})
-            await response(scope, receive, send_with_id)
-            _log.warning("http.request", request_id=rid, method=method, route=UNMATCHED,
-                         status=503, duration_ms=_ms(start), token=None, shed=True,
-                         client=_client(scope), **({"trace_id": trace_id} if trace_id else {}))
-            return
         self.in_flight += 1
         http_metrics.IN_FLIGHT.inc()
         tracer = getattr(app_state, "tracer", None)
@@ -138,6 +135,37 @@ class Edge:
             else:
                 _log.info("http.request", **fields)
 
+    async def _shed(self, scope: Scope, send: Send, limit: int) -> None:
+        """Answer 503 at once, as cheaply as possible: an overloaded process must refuse
+        faster than requests arrive. The problem document is rendered once per limit; the
+        log gets at most one line per second for shed requests (``shed_count``: how many
+        since the previous line, this one included), the counter every one."""
+        rid = request_id_of(next((v for k, v in scope["headers"] if k == b"x-request-id"),
+                                 None)) or uuid.uuid4().hex
+        if self._shed_body is None or self._shed_body[0] != limit:
+            doc = {"type": "/problems/unavailable",
+                   "title": "A backing service is unavailable", "status": 503,
+                   "detail": f"the server is at its limit of {limit} requests in flight "
+                             f"(api_max_in_flight); retry after {SHED_RETRY_AFTER_S} s"}
+            self._shed_body = (limit, json.dumps(doc).encode())
+        body = self._shed_body[1]
+        await send({"type": "http.response.start", "status": 503, "headers": [
+            (b"content-type", b"application/problem+json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"retry-after", str(SHED_RETRY_AFTER_S).encode()),
+            (b"x-request-id", rid.encode("latin-1"))]})
+        await send({"type": "http.response.body", "body": body})
+        http_metrics.SHED.inc()
+        self._shed_count += 1
+        now = time.monotonic()
+        if now - self._shed_logged_at >= 1.0:
+            _log.warning("http.request", request_id=rid, method=scope["method"],
+                         route=UNMATCHED, status=503, duration_ms=0.0, token=None,
+                         client=_client(scope), shed=True, shed_count=self._shed_count,
+                         limit=limit)
+            self._shed_logged_at = now
+            self._shed_count = 0
+
     async def _serve(self, scope: Scope, receive: Receive, send: Send, rid: str,
                      trace_id: str | None) -> None:
         bound = {"request_id": rid, **({"trace_id": trace_id} if trace_id else {})}
@@ -146,10 +174,6 @@ class Edge:
             await self.app(scope, receive, send)
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
-
-
-def _ms(start: float) -> float:
-    return round((time.perf_counter() - start) * 1000, 3)
 
 
 def _client(scope: Scope) -> str | None:
