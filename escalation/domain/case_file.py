@@ -285,6 +285,15 @@ def verify_bundle(raw: bytes, pinned_key: bytes | None = None) -> BundleReport:
     an entry of ``errors``."""
     report = BundleReport()
     try:
+        return _verify_bundle(raw, pinned_key, report)
+    except (AttributeError, TypeError, KeyError, ValueError, InvalidInput) as exc:
+        report.errors.append(f"malformed case file: {type(exc).__name__}: {exc}")
+        return report
+
+
+def _verify_bundle(raw: bytes, pinned_key: bytes | None, report: BundleReport) -> BundleReport:
+    """:func:`verify_bundle`'s checks; a malformed member raises (the caller reports it)."""
+    try:
         doc = strict_loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, InvalidInput) as exc:
         report.errors.append(f"not a case file: {exc}")
@@ -476,6 +485,16 @@ def verify_export(manifest: Mapping[str, Any], lines: Any, heads: Any,
     root, and every sealed head present in the export against its row.
     """
     report = BundleReport()
+    try:
+        return _verify_export(manifest, lines, heads, pinned_key, report)
+    except (AttributeError, TypeError, KeyError, ValueError, InvalidInput) as exc:
+        report.errors.append(f"malformed export or manifest: {type(exc).__name__}: {exc}")
+        return report
+
+
+def _verify_export(manifest: Mapping[str, Any], lines: Any, heads: Any,
+                   pinned_key: bytes | None, report: BundleReport) -> BundleReport:
+    """:func:`verify_export`'s checks; a malformed member raises (the caller reports it)."""
     cp = manifest.get("checkpoint")
     signed = _manifest_trust(manifest, pinned_key, report)
     chains, count, sha = _hash_rows(manifest, lines, report)

@@ -156,3 +156,47 @@ def test_the_offline_verifier_needs_no_server_library() -> None:
             "bad = {'sqlalchemy', 'psycopg', 'redis'} & set(sys.modules); "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_filtered_set_in_one_case_file_and_bad_requests(scratch: sa.Engine, monkeypatch) -> None:
+    import pytest
+
+    from escalation.adapters.calendar_files import load_institution_calendars
+    from escalation.adapters.checkpoints import PostgresCheckpoints
+    from escalation.adapters.ladder_files import LadderCatalog
+    from escalation.adapters.signing import Ed25519DigestSigner
+    from escalation.bootstrap import case_file_ports_for
+    from escalation.domain.errors import InvalidInput
+    from escalation.ports import AuditFilter
+    from escalation.service_layer.case_file import ExportCaseFile, export_case_file
+    from escalation.service_layer.checkpoint import create_checkpoint
+    from escalation.settings import get_settings
+    from tests.integration.audit_support import T0, make_escalation
+
+    monkeypatch.setenv("ESCALATION_CHECKPOINT_KEY", signing_key_pem())
+    store = PostgresAuditStore(scratch)
+    climbed = {str(_chain(store)) for _ in range(3)}
+    store.record_enqueue(make_escalation(), "svc", T0)  # never promoted: not in the set
+    key = serialization.load_pem_private_key(signing_key_pem().encode(), password=None)
+    assert isinstance(key, Ed25519PrivateKey)
+    create_checkpoint(PostgresCheckpoints(scratch), "test", Ed25519DigestSigner(key))
+    settings = get_settings()
+    cals = load_institution_calendars(None, settings.institution_calendar,
+                                      settings.institution_timezone)
+    ports = case_file_ports_for(scratch, settings,
+                                LadderCatalog.from_dir(settings.ladders_dir, strict=False).get,
+                                cals)
+    data = export_case_file(ExportCaseFile(
+        (), "examiner.desk", AuditFilter(decision="PROMOTED_TO_COMPLIANCE")), ports)
+    doc = json.loads(data)
+    assert {d["dispute_id"] for d in doc["disputes"]} == climbed
+    assert all(len(d["rows"]) == 3 and d["sealed"]["seq"] == 3 for d in doc["disputes"])
+    raw_key = key.public_key().public_bytes(serialization.Encoding.Raw,
+                                            serialization.PublicFormat.Raw)
+    report = verify_bundle(data, raw_key)
+    assert report.ok and report.key_pinned, report.errors
+    # nothing named, or a search that matches nothing: refused, naming the field
+    for cmd in (ExportCaseFile((), "x"),
+                ExportCaseFile((), "x", AuditFilter(decision="PROMOTED_TO_NOWHERE"))):
+        with pytest.raises(InvalidInput, match="dispute_ids"):
+            export_case_file(cmd, ports)
