@@ -154,3 +154,45 @@ def enqueue_while_writable(pg: PgCluster, app: Any, n: int) -> list[uuid.UUID]:
     pg.sql("primary", "SELECT pg_reload_conf()")
     time.sleep(0.3)
     return ids
+
+
+@pytest.mark.timeout(300)
+def test_worker_on_a_multi_host_url_resumes_on_the_promoted_replica(
+        pg_cluster_factory: Callable[..., PgCluster], redis_url: str) -> None:
+    # a synchronous standby: the promotion loses no commit (the asynchronous case, and what
+    # it loses, is the ledger-ahead detection's)
+    pg = pg_cluster_factory(synchronous=True, pgbouncer=False)
+    db = new_database(pg, "promotion")
+    both = pg.multihost_url(db, form="netloc")  # h1:p1,h2:p2/db?target_session_attrs=...
+    env = cli_env(redis_url, both)
+    upgrade(env)
+    app = _app(redis_url, pg.multihost_url(db, form="query"), env["ESCALATION_NAMESPACE"])
+    try:
+        ids = enqueue(app, due_requests(400, app.scheduler.time()))
+        worker = start_worker(env, "--batch-size", "20", "--lock-ttl-s", "5",
+                              "--poll-interval-s", "1")
+        out = lambda: worker_output(worker)  # noqa: E731
+        replica = make_engine(pg.replica_url(db))
+        try:
+            _wait_for(lambda: _promoted(replica, ids) >= 40, 120, "a first part drained", out)
+            pg.kill("primary")
+            pg.promote()
+            promoted_at = time.monotonic()
+            _wait_for(lambda: _promoted(replica, ids) == len(ids), 120, "drain on the new "
+                      "primary", out)
+            took = time.monotonic() - promoted_at
+            assert worker.poll() is None, out()
+            assert "Traceback" not in out(), out()
+        finally:
+            code = _stop(worker)
+            with replica.connect() as conn:
+                dup = conn.execute(sa.text(
+                    "SELECT count(*) FROM (SELECT dispute_id, seq FROM escalation_audit "
+                    "WHERE dispute_id = ANY(:i) GROUP BY 1, 2 HAVING count(*) > 1) d"),
+                    {"i": ids}).scalar_one()
+            replica.dispose()
+        assert dup == 0
+        assert code == 0, worker_output(worker)[-3000:]
+        print(f"drained on the promoted replica {took:.1f} s after the promotion")
+    finally:
+        app.close()
