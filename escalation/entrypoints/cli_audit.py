@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from escalation.domain.errors import InvalidInput, NotFound
+from escalation.domain.errors import ConfigError, InvalidInput, NotFound
 from escalation.entrypoints.cli_common import _app, _print_json, _settings, err, out, parse_time
 
 if TYPE_CHECKING:  # SQLAlchemy is imported by the commands that reach the database
@@ -271,10 +271,20 @@ def audit_checkpoint(
     if signer is None:
         raise InvalidInput(f"set {KEY_FILE_ENV} (or {KEY_ENV}) to an Ed25519 private key: "
                            "checkpoints are signed (generate one with `escalation audit keygen`)")
+    from sqlalchemy.exc import DBAPIError
+
     with _engine() as engine:
-        cp = create_checkpoint(checkpoint_store_for(engine), actor, signer,
-                               digest_verifier_for(),
-                               retention_days=_settings().audit_retention_days)
+        try:
+            cp = create_checkpoint(checkpoint_store_for(engine), actor, signer,
+                                   digest_verifier_for(),
+                                   retention_days=_settings().audit_retention_days)
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) != "42501":
+                raise
+            raise ConfigError(
+                f"the database role {engine.url.username!r} may not seal checkpoints "
+                f"({str(exc.orig).splitlines()[0]}): run `audit checkpoint` as "
+                "escalation_sealer or the owner (docs/audit.md, Defence in depth)") from None
     signed = signed_digest(cp)
     if out_file is not None:
         out_file.write_text(json.dumps(signed, indent=2, sort_keys=True) + "\n", "utf-8")
@@ -809,4 +819,3 @@ def report_sla(
     else:
         out_file.write_text(text, "utf-8")
         out.print(f"wrote {out_file}")
-

@@ -9,7 +9,8 @@ Revises: 0011
   ``name:action`` keys). Rows sealed before this revision keep NULL (no stored signature).
 * ``escalation_app`` may no longer INSERT checkpoint rows: a new role ``escalation_sealer``
   (created ``NOLOGIN`` only if missing, never altered or dropped, like 0002's roles) may
-  SELECT the ledger and projection and INSERT checkpoints; the table owner may too.
+  SELECT every table of the schema (what the seal's verification reads, also tables later
+  revisions create) and INSERT checkpoints; the table owner may too.
 * ``audit_retention`` refuses (BEFORE INSERT trigger, ``ENABLE ALWAYS``) a row whose name is
   not a ledger partition name, whose range is not that partition's month, whose range or
   newest row is not older than its retention period (at least 365 days), or whose partition
@@ -109,8 +110,8 @@ def upgrade() -> None:
         " AND (retention_hash IS NULL) = (retention_covered IS NULL)")
     op.execute(CREATE_SEALER)
     op.execute("REVOKE INSERT ON audit_checkpoint, audit_checkpoint_head FROM escalation_app")
-    op.execute(f"GRANT SELECT ON escalation_audit, escalation_state, audit_checkpoint,"
-               f" audit_checkpoint_head, audit_retention, alembic_version TO {SEALER}")
+    op.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {SEALER}")
+    op.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO {SEALER}")
     op.execute(f"GRANT INSERT ON audit_checkpoint, audit_checkpoint_head TO {SEALER}")
     op.execute(RETENTION_CHECK)
     op.execute("CREATE TRIGGER trg_audit_retention_check BEFORE INSERT ON audit_retention"
@@ -123,8 +124,9 @@ def downgrade() -> None:
     sealer role is left in place, without privileges here."""
     op.execute("DROP TRIGGER trg_audit_retention_check ON audit_retention")
     op.execute("DROP FUNCTION escalation_audit_retention_check()")
-    op.execute(f"REVOKE ALL ON escalation_audit, escalation_state, audit_checkpoint,"
-               f" audit_checkpoint_head, audit_retention, alembic_version FROM {SEALER}")
+    op.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE SELECT ON TABLES"
+               f" FROM {SEALER}")
+    op.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {SEALER}")
     op.execute("GRANT INSERT ON audit_checkpoint, audit_checkpoint_head TO escalation_app")
     op.drop_constraint(op.f("ck_audit_checkpoint_signature_whole"), "audit_checkpoint")
     for column in ("retention_covered", "retention_hash", "retention_count", "signing_key",

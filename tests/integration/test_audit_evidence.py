@@ -354,6 +354,23 @@ def test_the_sealer_role_may_insert_checkpoints(scratch):
         conn.rollback()
 
 
+@pytest.mark.parametrize("role", ["escalation_sealer", "escalation_app"])
+def test_audit_checkpoint_runs_as_the_sealer_not_as_the_application(
+    scratch, cli_env, tmp_path, role
+):
+    _chain(PostgresAuditStore(scratch))
+    env = _env(scratch, cli_env, tmp_path)
+    env["ESCALATION_DATABASE_URL"] += f"?options=-c%20role%3D{role}"
+    res = run_cli(env, "audit", "checkpoint")
+    if role == "escalation_sealer":
+        assert res.returncode == 0, res.stderr
+        assert _verify(scratch).checkpoint_id == 1
+    else:
+        assert res.returncode == 2, res.stderr
+        assert "may not seal checkpoints" in res.stderr and "escalation_sealer" in res.stderr
+        assert "Traceback" not in res.stderr
+
+
 # ------------------------------------------------------------------------- smaller
 def test_digest_without_a_public_key_says_the_signature_was_not_checked(
     scratch, cli_env, tmp_path
