@@ -1,5 +1,7 @@
 """The case file over HTTP: compliance and admin tokens download one dispute's signed case
-file (by id or by external id), the offline verifier accepts it under the server's key;
+file (by id or by external id) or the disputes of an audit search in one file, the offline
+verifier accepts it under the server's key; a search without a filter, with an unknown
+name or matching nothing is a 422 naming the field;
 a service token is refused (403), an unknown dispute is 404, and before the first checkpoint
 the export is refused with 409 (nothing to prove the chains against)."""
 
@@ -57,9 +59,19 @@ def test_case_file_download_verifies_offline(keyed_server: Server, tmp_path: Pat
         assert by_ext.status_code == 200
         assert service.get(f"/v1/escalations/{did}/case-file").status_code == 403
         assert compliance.get(f"/v1/escalations/{uuid.uuid4()}/case-file").status_code == 404
+        # a filtered set: the disputes the service token enqueued
+        found = admin.get("/v1/case-file", params={
+            "decision": "ENQUEUED", "actor": keyed_server.names["service"]})
+        assert found.status_code == 200, found.text
+        assert [d["dispute_id"] for d in found.json()["disputes"]] == [did]
+        for params, field in (({}, "dispute_ids"), ({"decision": "NO_SUCH"}, "decision"),
+                              ({"actor": "nobody-at-all"}, "dispute_ids")):
+            bad = compliance.get("/v1/case-file", params=params)
+            assert bad.status_code == 422 and field in bad.text, (params, bad.text)
     pem = run_cli(keyed_server.env, "audit", "public-key").stdout.encode()
     report = verify_bundle(got.content, public_key_from_pem(pem))
     assert report.ok, report.errors
     assert got.json()["created_by"] == keyed_server.names["compliance"]
     assert got.json()["disputes"][0]["sealed"]["seq"] == 1
     assert verify_bundle(by_ext.content, public_key_from_pem(pem)).ok
+    assert verify_bundle(found.content, public_key_from_pem(pem)).ok

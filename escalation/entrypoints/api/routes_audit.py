@@ -146,32 +146,72 @@ def sla_report(
             "ladders": rep.grouped(report)}
 
 
+def _case_file_response(core: Any, token: Any, cmd: Any, filename: str) -> Response:
+    """Export ``cmd`` (``service_layer.case_file.ExportCaseFile``) as a download; a refusal
+    is 409, a missing signing key 503 (the rest through the usual problem mapping)."""
+    from escalation.bootstrap import case_file_ports_for
+    from escalation.domain.errors import ConfigError, ConflictError
+    from escalation.entrypoints.api.problems import ApiProblem
+    from escalation.service_layer.audit_export import check_filter
+    from escalation.service_layer.case_file import CaseFileRefused, export_case_file
+
+    try:
+        ports = case_file_ports_for(core.engine, core.settings, core.ladders.get,
+                                    core.calendars)
+        if cmd.search is not None:
+            check_filter(ports.ledger, cmd.search, core.ladders.all())
+        data = export_case_file(cmd, ports)
+    except ConfigError as exc:
+        raise ApiProblem(503, str(exc)) from None
+    except CaseFileRefused as exc:
+        raise ConflictError(str(exc)) from None
+    return Response(data, media_type="application/json", headers={
+        "Content-Disposition": f'attachment; filename="{filename}"'})
+
+
 def case_file(did: Dispute, core: Core, token: AuditReader) -> Response:
     """The examiner's case file of one dispute (docs/audit.md "The examiner's case file"):
     the signed canonical JSON ``escalation audit case-file`` writes, as a download; check it
     offline with ``escalation audit verify-bundle``. 404 when the dispute has no ledger rows,
     409 when it does not verify or no checkpoint exists yet, 503 when the server has no
     checkpoint signing key."""
-    from escalation.bootstrap import case_file_ports_for
-    from escalation.domain.errors import ConfigError, ConflictError
-    from escalation.entrypoints.api.problems import ApiProblem
-    from escalation.service_layer.case_file import (
-        CaseFileRefused,
-        ExportCaseFile,
-        export_case_file,
-    )
+    from escalation.service_layer.case_file import ExportCaseFile
 
-    try:
-        ports = case_file_ports_for(core.engine, core.settings, core.ladders.get,
-                                    core.calendars)
-        data = export_case_file(ExportCaseFile((did,), token.name), ports)
-    except ConfigError as exc:
-        raise ApiProblem(503, str(exc)) from None
-    except CaseFileRefused as exc:
-        raise ConflictError(str(exc)) from None
-    return Response(data, media_type="application/json", headers={
-        "Content-Disposition": f'attachment; filename="case-file-{did}.json"'})
+    return _case_file_response(core, token, ExportCaseFile((did,), token.name),
+                               f"case-file-{did}.json")
 
+
+@router.get("/case-file", response_class=Response, responses={**ERRORS, 503: ERRORS[404], 200: {
+    "content": {"application/json": {}},
+    "description": "The case file (format escalation-case-file/1), as an attachment."}})
+def case_file_search(
+    core: Core, token: AuditReader,
+    tier: Annotated[str | None, Query(description="From or to tier id.")] = None,
+    decision: Annotated[str | None, Query(description="Decision or event name.")] = None,
+    since: Annotated[str | None, Query(
+        alias="from", description="decided_at >= (ISO-8601 with offset).")] = None,
+    until: Annotated[str | None, Query(
+        alias="to", description="decided_at < (ISO-8601 with offset).")] = None,
+    actor: Annotated[str | None, Query(description="Actor (worker id or token name).")] = None,
+    ladder: Annotated[str | None, Query(description="Ladder name.")] = None,
+    ladder_version: Annotated[int | None, Query(description="Ladder version.")] = None,
+) -> Response:
+    """One case file of every dispute with a ledger row matching the audit search filters
+    (at most 500 disputes; the CLI's ``audit case-file --ladder/--tier/...``). 422 when no
+    filter is given, a name is unknown or no dispute matches (``dispute_ids``), 409 / 503 as
+    for one dispute."""
+    from escalation.domain.errors import InvalidInput
+    from escalation.ports import AuditFilter
+    from escalation.service_layer.case_file import ExportCaseFile
+
+    flt = AuditFilter(tier=tier, decision=decision, since=parse_time(since, "from"),
+                      until=parse_time(until, "to"), actor=actor, ladder=ladder,
+                      ladder_version=ladder_version)
+    if flt == AuditFilter():
+        raise InvalidInput("dispute_ids: give at least one filter (tier, decision, from, to, "
+                           "actor, ladder, ladder_version)")
+    return _case_file_response(core, token, ExportCaseFile((), token.name, flt),
+                               "case-file.json")
 
 for _path in DISPUTE_PATHS:
     router.add_api_route(
