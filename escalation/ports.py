@@ -1036,10 +1036,11 @@ class CheckpointSnapshot(Protocol):
         ...
 
     def projection_mismatches(self, dispute_id: UUID | None) -> list[tuple[UUID, str]]:
-        """``(dispute_id, "field, field")`` whose projection row (``escalation_state``)
-        disagrees with its ledger: the last row's state-after columns (ladder, version,
-        materiality, ids, regulatory deadline) or the terminal / cancelled status without
-        its TERMINAL / CANCELLED row (or the reverse). ``dispute_id`` None: every dispute."""
+        """``(dispute_id, "column (projection X, ledger Y), ...")`` whose projection row
+        (``escalation_state``) differs from what its ledger chain determines
+        (``domain.projection``: status, tier, due time, deadlines, obligations, materiality,
+        ladder, version, ids, regulatory deadline), streamed in this snapshot.
+        ``dispute_id`` None: every dispute."""
         ...
 
     def retention_records(self) -> list[RetentionRecord]:
