@@ -60,8 +60,9 @@ class VerifyReport:
     ``broken_chains``: ``(dispute_id, first_bad_seq)`` from the hash chains and projection
     heads. ``projection_mismatches``: ``(dispute_id, columns)`` whose projection row
     (``escalation_state``) differs from what its ledger determines, each differing column
-    named with both values (``domain.projection``). ``checkpoint_mismatches``: ``(dispute_id, seq)`` whose
-    row no longer has the hash sealed in the last checkpoint (or is gone).
+    named with both values (``domain.projection``). ``checkpoint_mismatches``:
+    ``(dispute_id, seq)`` whose row no longer has the hash sealed in the last checkpoint (or
+    is gone).
     ``checkpoint_errors``: the checkpoint chain itself or the digest file disagree (text).
     ``sealed_by``: the checkpoint (id) whose sealed head each checkpoint mismatch differs
     from (the last signed one, or the digest file's). ``signature_problems``: checkpoint
