@@ -6,6 +6,7 @@ Scores in Redis are epoch **milliseconds** (docs/architecture.md); the domain wo
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 from escalation.domain.errors import InvalidInput
@@ -44,3 +45,35 @@ def to_ms(value: datetime) -> int:
 def from_ms(ms: int) -> datetime:
     """Integer epoch milliseconds -> aware UTC datetime."""
     return EPOCH + timedelta(milliseconds=ms)
+
+
+_ISO_DURATION = re.compile(
+    r"^P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+)S)?)?$")
+_SHORT_DURATION = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
+
+
+def parse_duration(text: str | None, name: str) -> timedelta | None:
+    """A relative time such as ``due_in``: ISO 8601 days and time (``P2D``, ``PT36H``,
+    ``P1DT2H30M``; no years, months or weeks: their length is not fixed) or the short form
+    ``3d``, ``36h``, ``90m``, ``45s``, ``1h30m`` (days of 24 h: a relative time is an amount
+    of elapsed time, read in no zone). None for None.
+
+    Raises:
+        InvalidInput: naming ``name``, for anything else (blank, negative, fractions, units
+            out of order).
+    """
+    if text is None:
+        return None
+    raw = text.strip()
+    found = _ISO_DURATION.match(raw.upper()) if raw[:1] in "Pp" else _SHORT_DURATION.match(
+        raw.lower())
+    if not raw or found is None or not any(found.groupdict().values()) or raw.upper() in (
+            "P", "PT") or raw.upper().endswith("T"):
+        raise InvalidInput(f"{name} must be a duration such as 36h, 2d, 1h30m or ISO 8601 "
+                           f"PT36H (days, hours, minutes, seconds), got {text!r}")
+    parts = {k: int(v) for k, v in found.groupdict().items() if v}
+    try:
+        return timedelta(days=parts.get("d", 0), hours=parts.get("h", 0),
+                         minutes=parts.get("m", 0), seconds=parts.get("s", 0))
+    except OverflowError:
+        raise InvalidInput(f"{name} is out of range, got {text!r}") from None

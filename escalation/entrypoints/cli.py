@@ -125,6 +125,9 @@ def enqueue(
     opened_at: Annotated[str | None, typer.Option(
         help="Tier entry time, ISO-8601 with offset, or a date (the start of that local "
              "day in the institution's zone).")] = None,
+    due_in: Annotated[str | None, typer.Option(
+        help="Breach delay from now (Redis TIME), e.g. 36h, 2d, 1h30m or PT36H; instead of "
+             "--due-at / --opened-at.")] = None,
     ladder: Annotated[str | None, typer.Option(help="Ladder name.")] = None,
     external_id: Annotated[str | None, typer.Option(help="Source system id.")] = None,
     trace_id: Annotated[str | None, typer.Option(help="Correlation id.")] = None,
@@ -143,8 +146,10 @@ def enqueue(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Schedule an escalation for a dispute (idempotent per dispute). The actor on its
-    ledger row is ESCALATION_OPERATOR when set, else `cli`."""
+    ledger row is ESCALATION_OPERATOR when set, else `cli`. A --due-at more than 5 minutes
+    before now is accepted and flagged (past_due on its ledger row, a note on stderr)."""
     from escalation.bootstrap import schedule_for
+    from escalation.domain.timeutil import parse_duration
     from escalation.service_layer.disputes import resolve_dispute
     from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
 
@@ -160,6 +165,7 @@ def enqueue(
         ladder=ladder, external_id=external_id, trace_id=trace_id,
         anchor_at=parse_time_or_date(notice_at, "--notice-at"),
         timezone=timezone, calendar=calendar, attributes=parse_attributes(attribute),
+        due_in=parse_duration(due_in, "--due-in"),
     )
     # the named operator when set (ESCALATION_OPERATOR), else "cli" (no human known)
     a = _app(actor=_operator(None, "cli"), strict_ladders=True, durable_redis=True)
@@ -182,7 +188,12 @@ def enqueue(
                                     if e.regulatory_deadline else None),
             "deadlines": {n: at.isoformat() for n, at in e.deadlines},
             "institution": {"timezone": e.institution_tz, "calendar": e.institution_calendar},
-            "source_hash_differs": changed}
+            "source_hash_differs": changed, "past_due_ms": res.past_due_ms}
+    if res.past_due_ms is not None:
+        err.print(f"note: --due-at lay {res.past_due_ms // 1000} s before now (more than the "
+                  "5 min tolerance): accepted, escalated at once, and flagged past_due on its "
+                  "ENQUEUED ledger row; give --due-in for a due time relative to now",
+                  markup=False, highlight=False)
     if as_json:
         _print_json(info)
     elif res.created:

@@ -38,6 +38,9 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
         "bound to another namespace. Nothing is written."),
     (3, "Not found: the dispute, dead letter, token or ladder version named does not exist. "
         "Nothing is written."),
+    (4, "The database is read-only (a hot standby, or a failover in progress; SQLSTATE "
+        "25006): nothing is written; run the command again once a writable primary answers "
+        "(docs/operations.md, \"Poolers, read-only databases and multi-host URLs\")."),
     (130, "Interrupted (Ctrl-C); `import` stopped by a signal exits 128 + its number."),
 )
 

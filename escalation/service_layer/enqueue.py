@@ -43,15 +43,25 @@ maximum: one batch request = one transaction)."""
 OPENED_AT_MAX_SKEW = timedelta(minutes=5)
 """How far past Redis TIME an ``opened_at`` may lie (clocks of the sending system drift);
 a dispute cannot have entered its tier later than that."""
+PAST_DUE_TOLERANCE = timedelta(minutes=5)
+"""How far before Redis TIME a ``due_at`` may lie before it is flagged as past due: accepted
+(the dispute did breach; it is escalated at once), with ``past_due`` on its ENQUEUED ledger
+row and in the result (``EnqueueResult.past_due_ms``), so a sender whose clock or arithmetic
+is wrong is seen, not silently escalated. ``due_in`` avoids the question."""
+DUE_IN_MAX = timedelta(days=3650)
+"""The longest ``due_in`` accepted (ten years)."""
 
 
 @dataclass(frozen=True, slots=True)
 class EnqueueRequest:
     """What a dispute service sends when a dispute enters (or sits in) a review tier.
 
-    Exactly one of ``due_at`` (the breach instant) and ``opened_at`` (the instant the dispute
-    entered ``tier``; due = opened_at + the tier's SLA window) is given. Datetimes must be
-    timezone-aware. ``tier`` None = the ladder's first tier (or the materiality band's).
+    Exactly one of ``due_at`` (the breach instant), ``due_in`` (the breach delay from now,
+    Redis TIME: due = now + due_in, no clock or zone of the sender involved) and
+    ``opened_at`` (the instant the dispute entered ``tier``; due = opened_at + the tier's SLA
+    window) is given. Datetimes must be timezone-aware. ``tier`` None = the ladder's first
+    tier (or the materiality band's). A ``due_at`` more than :data:`PAST_DUE_TOLERANCE`
+    before now is flagged (``past_due``), not refused.
     """
 
     dispute_id: object
@@ -75,6 +85,9 @@ class EnqueueRequest:
     attributes: Mapping[str, object] | None = None
     """Dispute attributes the ladder's deadlines need (e.g. ``cycle_closing_day``,
     ``new_account``); missing ones are refused (``Ladder.needs``)."""
+    due_in: timedelta | None = None
+    """The breach delay from now (Redis TIME), 0 to :data:`DUE_IN_MAX`; instead of
+    ``due_at`` / ``opened_at``."""
 
 
 OnScheduled = Callable[[Sequence[Escalation]], None]
@@ -91,6 +104,9 @@ class EnqueueResult:
     status: Status
     requested_source_hash: str | None = None
     """The source hash this request carried (validated, lower-case); None = not known."""
+    past_due_ms: int | None = None
+    """How long before now (ms) the request's ``due_at`` lay when it was more than
+    :data:`PAST_DUE_TOLERANCE` (flagged on the ENQUEUED row as ``past_due``); else None."""
 
     @property
     def source_hash_differs(self) -> bool:
@@ -169,8 +185,9 @@ def build_with_provenance(
     """:func:`build_escalation` plus the ENQUEUED row's provenance details: the institution
     zone and calendar, the attributes used, every deadline with its citation and the rule
     applied, and the deadline bounding the due time (``details["deadline"]``)."""
-    if (req.due_at is None) == (req.opened_at is None):
-        raise InvalidInput("give exactly one of due_at (breach time) or opened_at (tier entry)")
+    if sum(x is not None for x in (req.due_at, req.due_in, req.opened_at)) != 1:
+        raise InvalidInput("give exactly one of due_at (breach time), due_in (breach delay "
+                           "from now) or opened_at (tier entry)")
     cal_id, tz_name = institution_of(req, ladder, calendars)
     scoped = with_institution(calendars, cal_id, tz_name)
     attributes = check_attributes(ladder.needs, req.attributes or {})
@@ -184,7 +201,14 @@ def build_with_provenance(
     elif req.due_at is not None:
         due = _instant(req.due_at, tz_name, "due_at")
         entered = min(require_aware(now, "now"), due)
+    else:
+        due = require_aware(now, "now") + _due_in(req.due_in)
+        entered = now
     details: dict[str, object] = {"institution": {"timezone": tz_name, "calendar": cal_id}}
+    if req.due_at is not None and now - due > PAST_DUE_TOLERANCE:
+        details["past_due"] = {"behind_ms": (now - due) // timedelta(milliseconds=1),
+                               "tolerance_ms": PAST_DUE_TOLERANCE // timedelta(milliseconds=1),
+                               "received_at": now.isoformat()}
     if attributes:
         details["attributes"] = attributes
     deadline = None
@@ -224,6 +248,15 @@ def build_with_provenance(
         institution_calendar=cal_id,
     )
     return esc, details
+
+
+def _due_in(value: object) -> timedelta:
+    """``due_in`` checked: a timedelta, 0 to :data:`DUE_IN_MAX`."""
+    if not isinstance(value, timedelta):
+        raise InvalidInput(f"due_in must be a duration, got {type(value).__name__}")
+    if value < timedelta(0) or value > DUE_IN_MAX:
+        raise InvalidInput(f"due_in must be 0 to {DUE_IN_MAX.days} days, got {value}")
+    return value
 
 
 def _start_tier(ladder: Ladder, materiality: object) -> str:
@@ -403,7 +436,10 @@ def _record_one(
         status = got.status if got is not None else Status.PENDING
         if status is Status.PENDING:
             to_schedule.append(state)
-        firsts.append(EnqueueResult(created, state, status, b.escalation.source_hash))
+        past = b.details.get("past_due")
+        firsts.append(EnqueueResult(created, state, status, b.escalation.source_hash,
+                                    past["behind_ms"] if created and isinstance(past, dict)
+                                    else None))
     if where is None:
         return firsts, to_schedule
     results: list[EnqueueResult] = []

@@ -28,7 +28,7 @@ class _In(BaseModel):
 
 class EscalationIn(_In):
     """One escalation to schedule. Name the dispute by ``dispute_id`` or by ``source`` +
-    ``external_id``; give exactly one of ``due_at`` and ``opened_at``."""
+    ``external_id``; give exactly one of ``due_at``, ``due_in`` and ``opened_at``."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"dispute_id": _EXAMPLE_ID, "source_hash": "9f86d081884c7d65", "materiality": "1250.00",
@@ -48,7 +48,11 @@ class EscalationIn(_In):
     tier: str | None = Field(None, description="Current tier id (default: the ladder's "
                              "first, or the materiality band's start tier).")
     due_at: str | None = Field(None, description="Breach time, ISO-8601 with offset (an "
-                               "instant: a date alone is refused).")
+                               "instant: a date alone is refused). More than 5 minutes "
+                               "before now: accepted and flagged (past_due_ms).")
+    due_in: str | None = Field(None, description="Breach delay from now (the server's clock, "
+                               "Redis TIME): 36h, 2d, 1h30m, or ISO 8601 days and time such "
+                               "as PT36H; instead of due_at / opened_at.")
     opened_at: str | None = Field(None, description="Tier entry time, ISO-8601 with offset "
                                   "(a date alone is refused); due = opened_at + the tier's "
                                   "SLA window.")
@@ -213,6 +217,10 @@ class EscalationOut(BaseModel):
         None, description="Create only: true = the dispute was already there with another "
         "source_hash; this request changed nothing (an escalation is never rewritten: cancel "
         "it and create it again to apply the new content).")
+    past_due_ms: int | None = Field(
+        None, description="Create only: the request's due_at lay this long (ms) before now, "
+        "more than the 5 min tolerance; accepted, escalated at once, and flagged past_due on "
+        "its ENQUEUED ledger row.")
     remaining_ms: int | None = Field(None, description="Pause/resume: SLA window left (ms).")
     basis: str | None = Field(None, description="Pause/resume: 'open' or 'elapsed' time.")
     recorded_seq: int | None = Field(None, description="Actions/resolve: seq of the ledger "
@@ -231,6 +239,9 @@ class BatchItemOut(BaseModel):
     source_hash_differs: bool = Field(
         description="true = the dispute was already there (or earlier in this batch) with "
         "another source_hash; this item changed nothing.")
+    past_due_ms: int | None = Field(
+        None, description="The item's due_at lay this long (ms) before now, more than the 5 "
+        "min tolerance: created and flagged past_due on its ledger row.")
 
 
 class BatchOut(BaseModel):

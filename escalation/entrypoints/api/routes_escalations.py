@@ -18,6 +18,7 @@ from escalation.bootstrap import App, schedule_for
 from escalation.domain.errors import InvalidInput, LadderReleaseError, NotFound
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.obligations import Assessment, DeadlineState, assess
+from escalation.domain.timeutil import parse_duration
 from escalation.entrypoints.api.auth import StatusReader, Writer
 from escalation.entrypoints.api.batching import CreateBatcher
 from escalation.entrypoints.api.deps import (
@@ -84,6 +85,7 @@ def to_request(body: EscalationIn, trace_id: str | None = None) -> EnqueueReques
         trace_id=body.trace_id or trace_id,
         anchor_at=parse_time(body.notice_at, "notice_at"),
         timezone=body.timezone, calendar=body.calendar, attributes=body.attributes,
+        due_in=parse_duration(body.due_in, "due_in"),
     )
 
 
@@ -164,7 +166,8 @@ async def create(body: EscalationIn, request: Request, token: Writer) -> Respons
     # a dispute just created has no actions: its clocks are its projection's (no trail read)
     out = render(core, res.escalation.with_changes(status=res.status), done.now,
                  trail=[] if res.created else None,
-                 created=res.created, source_hash_differs=res.source_hash_differs)
+                 created=res.created, source_hash_differs=res.source_hash_differs,
+                 past_due_ms=res.past_due_ms)
     return Response(out.model_dump_json(), status_code=201 if res.created else 200,
                     media_type="application/json")
 
@@ -198,7 +201,8 @@ def create_batch(body: BatchIn, core: Core, token: Writer, request: Request) -> 
             actor=token.name, on_scheduled=_hook(core),
         )
     items = [BatchItemOut(dispute_id=str(r.escalation.dispute_id), created=r.created,
-                          status=r.status.value, source_hash_differs=r.source_hash_differs)
+                          status=r.status.value, source_hash_differs=r.source_hash_differs,
+                          past_due_ms=r.past_due_ms)
              for r in results]
     created = sum(1 for r in results if r.created)
     return BatchOut(created=created, existing=len(results) - created, results=items)

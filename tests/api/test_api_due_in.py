@@ -1,0 +1,34 @@
+"""The API's relative due time (``due_in``) and the flag on a past ``due_at`` (HTTP against a
+real server, real Redis and PostgreSQL)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from tests.api.conftest import body
+
+
+def test_due_in_counts_from_now_and_a_past_due_at_is_flagged(service) -> None:
+    made = service.post("/v1/escalations", json=body(due_at=None, due_in="PT36H"))
+    assert made.status_code == 201, made.text
+    due = datetime.fromisoformat(made.json()["due_at"].replace("Z", "+00:00"))
+    left = due - datetime.now(UTC)
+    assert timedelta(hours=36) - timedelta(minutes=2) < left <= timedelta(hours=36)
+    assert made.json()["past_due_ms"] is None
+
+    late = (datetime.now(UTC) - timedelta(hours=3)).isoformat()
+    flagged = service.post("/v1/escalations", json=body(due_at=late))
+    assert flagged.status_code == 201, flagged.text
+    assert flagged.json()["past_due_ms"] >= 3 * 3_600_000
+
+    batch = service.post("/v1/escalations/batch", json={"items": [body(due_at=late)]})
+    assert batch.status_code in (200, 201), batch.text
+    assert batch.json()["results"][0]["past_due_ms"] >= 3 * 3_600_000
+
+
+def test_bad_due_in_is_a_422_naming_the_field(service) -> None:
+    bad = service.post("/v1/escalations", json=body(due_at=None, due_in="1.5h"))
+    assert bad.status_code == 422, bad.text
+    assert "due_in must be a duration" in bad.text
+    both = service.post("/v1/escalations", json=body(due_in="2h"))  # and due_at
+    assert both.status_code == 422 and "due_in" in both.text, both.text
