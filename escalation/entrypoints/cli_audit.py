@@ -391,7 +391,7 @@ def audit_case_file(
     from escalation.bootstrap import case_file_ports_for
     from escalation.domain.escalation import parse_dispute_id
     from escalation.entrypoints.cli_common import _operator
-    from escalation.service_layer.audit_export import check_output_path
+    from escalation.service_layer.audit_export import check_filter, check_output_path
     from escalation.service_layer.case_file import ExportCaseFile, export_case_file
     from escalation.service_layer.ladder_release import default_actor
 
@@ -404,6 +404,8 @@ def audit_case_file(
     cals = _institution_calendars()
     with _engine() as engine:
         ports = case_file_ports_for(engine, _settings(), _ladder_lookup(cals), cals)
+        if search is not None:  # unknown names refused as `audit search` refuses them
+            check_filter(ports.ledger, search, _ladder_versions())
         data = export_case_file(
             ExportCaseFile(ids, _operator(actor, default_actor()), search), ports)
     out_file.write_bytes(data)
@@ -819,3 +821,4 @@ def report_sla(
     else:
         out_file.write_text(text, "utf-8")
         out.print(f"wrote {out_file}")
+

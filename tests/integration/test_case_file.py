@@ -149,6 +149,9 @@ def test_case_file_exports_and_verifies_offline(scratch: sa.Engine, cli_env: dic
     assert not (tmp_path / "o.json").exists()
     res = run_cli(env, "audit", "case-file", str(uuid.uuid4()), "--out", str(tmp_path / "n.json"))
     assert res.returncode != 0 and "no audit rows" in res.stderr
+    res = run_cli(env, "audit", "case-file", "--decision", "NO_SUCH", "--out",
+                  str(tmp_path / "n.json"))
+    assert res.returncode == 2 and "unknown decision/event 'NO_SUCH'" in res.stderr, res.stderr
 
 
 def test_the_offline_verifier_needs_no_server_library() -> None:
