@@ -171,8 +171,11 @@ def serve(
     import uvicorn
 
     from escalation.domain.errors import InvalidInput
-    from escalation.entrypoints.api.http_metrics import MULTIPROC_ENV
     from escalation.logs import configure_logging
+
+    # http_metrics.MULTIPROC_ENV, not imported here: importing that module would give this
+    # process (which serves nothing) figures of its own in the shared directory
+    multiproc_env = "PROMETHEUS_MULTIPROC_DIR"
 
     if not 1 <= port <= 65535:
         raise InvalidInput(f"--port must be 1-65535, got {port}")
@@ -195,10 +198,10 @@ def serve(
               f"probes /livez /readyz; {workers} worker process(es)); Ctrl-C or SIGTERM stops "
               "it", markup=False, highlight=False)
     metrics_dir = None
-    if workers > 1 and not os.environ.get(MULTIPROC_ENV):
+    if workers > 1 and not os.environ.get(multiproc_env):
         # every worker process writes its HTTP metrics there; a scrape reads them all
         metrics_dir = tempfile.mkdtemp(prefix="escalation-http-metrics-")
-        os.environ[MULTIPROC_ENV] = metrics_dir
+        os.environ[multiproc_env] = metrics_dir
     # uvicorn stops on SIGTERM/SIGINT after draining, then raises the signal again for the
     # handler that was there before it: ours notes it, so a stop is a normal exit (a service
     # manager reads exit 0 as "stopped cleanly", -15 as "killed")
@@ -213,7 +216,7 @@ def serve(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if metrics_dir is not None:
-            os.environ.pop(MULTIPROC_ENV, None)
+            os.environ.pop(multiproc_env, None)
             shutil.rmtree(metrics_dir, ignore_errors=True)
     if signal.SIGINT in stops and signal.SIGTERM not in stops:
         raise typer.Exit(130)

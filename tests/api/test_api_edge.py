@@ -66,7 +66,8 @@ def _env(redis_url: str, database_url: str, namespace: str, **extra: str) -> dic
                ESCALATION_NAMESPACE=namespace, ESCALATION_LOG_FORMAT="json",
                ESCALATION_LOG_LEVEL="INFO", ESCALATION_API_TOKEN_CACHE_S="0",
                ESCALATION_API_AUTH_FAIL_LIMIT="1000000",
-               ESCALATION_API_MAX_IN_FLIGHT=str(MAX_IN_FLIGHT), **extra)
+               ESCALATION_API_MAX_IN_FLIGHT=str(MAX_IN_FLIGHT))
+    env.update(extra)
     return env
 
 
@@ -345,6 +346,74 @@ def test_serve_exits_0_on_sigterm_after_answering_the_requests_in_flight(
     finally:
         if proc.poll() is None:
             stop_server(proc)
+        import redis
+
+        client = redis.Redis.from_url(redis_url)
+        for key in client.scan_iter(match=f"*{{{namespace}:*", count=1000):
+            client.delete(key)
+        client.close()
+
+
+def test_traceparent_of_the_creating_call_is_in_the_worker_log_lines_of_its_decision(
+        edge: Edge) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from tests.helpers import run_cli
+
+    trace = uuid.uuid4().hex
+    due = datetime.now(UTC) + timedelta(seconds=2)
+    b = body(due_at=due.isoformat())
+    with edge.client("service", traceparent=f"00-{trace}-00f067aa0ba902b7-01") as c:
+        assert c.post("/v1/escalations", json=b).status_code == 201
+    time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()) + 1.0)
+    env = {**edge.env, "ESCALATION_LOG_LEVEL": "DEBUG"}
+    res = run_cli(env, "worker", "--burst")
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(ln) for ln in res.stderr.splitlines() if ln.startswith("{")]
+    mine = [ln for ln in lines if ln.get("dispute_id") == b["dispute_id"]]
+    assert mine, res.stderr[-3000:]
+    assert all(ln.get("trace_id") == trace for ln in mine), mine
+    assert any(ln.get("match_decision", "").startswith("PROMOTED") for ln in mine), mine
+
+
+def test_every_server_log_line_is_json(edge: Edge) -> None:
+    # uvicorn's own records go through the one log configuration; only the listen banner
+    # (written before logging is configured for the server) is plain text
+    text = edge.log_text()
+    other = [ln for ln in text.splitlines()
+             if ln.strip() and not ln.startswith("{") and not ln.startswith("escalation serve: ")]
+    assert other == [], other[:5]
+
+
+def test_with_two_worker_processes_a_scrape_counts_the_requests_of_both(
+        redis_url: str, database_url: str, engine: sa.Engine, tmp_path: Any) -> None:
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    tokens, _ = make_tokens(engine, f"mp{uuid.uuid4().hex[:8]}")
+    # the figures' directory named by the operator (serve makes one of its own otherwise)
+    url, proc = start_server(_env(redis_url, database_url, namespace,
+                                  ESCALATION_API_MAX_IN_FLIGHT="1000",
+                                  PROMETHEUS_MULTIPROC_DIR=str(tmp_path)), workers=2)
+    route = "/v1/escalations/{dispute_id}"
+    try:
+        n = 40
+        for _ in range(n):  # a new connection each: the kernel spreads them over both
+            r = httpx.get(f"{url}/v1/escalations/{uuid.uuid4()}",
+                          headers={"Authorization": f"Bearer {tokens['service']}"})
+            assert r.status_code == 404
+        seen = set()
+        for _ in range(6):  # whichever process answers the scrape, it counts all n
+            r = httpx.get(url + "/metrics",
+                          headers={"Authorization": f"Bearer {tokens['compliance']}"})
+            assert r.status_code == 200
+            assert _metric(r.text, "escalation_http_requests_total", route=route,
+                           method="GET", status="404") == n
+            seen.add(r.headers["x-request-id"])
+        assert len(seen) == 6
+        # both processes served some of them (each writes its own counter file)
+        pids = {f.name.rsplit("_", 1)[1] for f in tmp_path.glob("counter_*.db")}
+        assert len(pids) == 2, sorted(f.name for f in tmp_path.iterdir())
+    finally:
+        stop_server(proc)
         import redis
 
         client = redis.Redis.from_url(redis_url)
