@@ -35,6 +35,12 @@ id (`/v1/sources/{source}/escalations/{external_id}`).
 """
 
 
+def _operation_id(route: Any) -> str:
+    from escalation.entrypoints.api.contract import operation_id
+
+    return operation_id(route)
+
+
 def create_app(settings: Settings | None = None, tracer_provider: Any = None) -> FastAPI:
     """The FastAPI app. ``settings`` None = read them from the environment at startup.
 
@@ -87,6 +93,7 @@ def create_app(settings: Settings | None = None, tracer_provider: Any = None) ->
         # a path with a trailing slash is a 404 problem document, not a 307 redirect that a
         # client would follow without its Authorization header
         redirect_slashes=False,
+        generate_unique_id_function=_operation_id,
         openapi_tags=[
             {"name": "escalations", "description": "Create, read, cancel, pause, resume."},
             {"name": "audit", "description": "The ledger, ladders and the SLA report."},
@@ -94,6 +101,9 @@ def create_app(settings: Settings | None = None, tracer_provider: Any = None) ->
         ],
     )
     problems.install(app)
+    from escalation.entrypoints.api import contract
+
+    contract.install(app)  # named operation ids, every error status declared as problem+json
     from escalation.entrypoints.api.guard import Guard
 
     # authentication, permission and body limits before routing reads anything (ADR 0011)
@@ -106,7 +116,7 @@ def create_app(settings: Settings | None = None, tracer_provider: Any = None) ->
 
     from escalation.entrypoints.api import metrics, routes_audit, routes_escalations, routes_ops
     from escalation.entrypoints.api.auth import authorize
-    from escalation.entrypoints.api.deps import refuse_unknown_query
+    from escalation.entrypoints.api.deps import refuse_unknown_query, require_json
 
     # every API route checks the token's permission before any parameter, then refuses
     # query parameters it does not declare (a misspelt filter must not widen a result
@@ -114,7 +124,8 @@ def create_app(settings: Settings | None = None, tracer_provider: Any = None) ->
     for router in (routes_escalations.router, routes_audit.router, routes_ops.router,
                    metrics.router):
         app.include_router(router, dependencies=[Depends(authorize),
-                                                 Depends(refuse_unknown_query)])
+                                                 Depends(refuse_unknown_query),
+                                                 Depends(require_json)])
     app.include_router(routes_ops.health_router)  # a probe's query string is not a filter
     from escalation.entrypoints.api import console
 

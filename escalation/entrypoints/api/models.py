@@ -10,9 +10,9 @@ the API and the CLI refuse the same inputs with the same messages.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
 
 from escalation.domain.obligations import Outcome
 
@@ -20,6 +20,30 @@ MAX_BATCH = 1000
 RESOLVE_OUTCOMES: list[JsonValue] = [o.value for o in Outcome if o is not Outcome.UNSTATED]
 """The outcome codes a resolve may state (``unstated`` is a cancel's)."""
 _EXAMPLE_ID = "6f1c2f4e-8a51-4c7e-9a53-2d1b7e0c9f10"
+
+# Text the domain parses with its own messages (the API and the CLI refuse the same inputs
+# alike); the schema still says what a valid value looks like.
+UuidText = Annotated[str, WithJsonSchema({"type": "string", "format": "uuid"})]
+"""A dispute UUID, as text."""
+InstantText = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+"""An instant, ISO-8601 / RFC 3339 with its UTC offset (a date alone is refused)."""
+SourceText = Annotated[str, WithJsonSchema({
+    "type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"})]
+"""A source system name (``service_layer.disputes.SOURCE_RE``)."""
+ExternalIdText = Annotated[str, WithJsonSchema({
+    "type": "string", "minLength": 1, "maxLength": 200})]
+"""A source system's dispute id (``domain.escalation.MAX_EXTERNAL_ID_LEN``)."""
+HexText = Annotated[str, WithJsonSchema({
+    "type": "string", "pattern": "^[0-9a-fA-F]{1,128}$"})]
+"""A hex digest (1-128 hex digits)."""
+DISPUTE_NAMED_ONCE: dict[str, Any] = {
+    "oneOf": [
+        {"required": ["dispute_id"], "properties": {"dispute_id": {"type": "string"}}},
+        {"required": ["source", "external_id"],
+         "properties": {"source": {"type": "string"}, "external_id": {"type": "string"}}}],
+}
+"""JSON Schema of a body naming its dispute by ``dispute_id`` or by ``source`` +
+``external_id``, never both (a null member counts as absent)."""
 
 
 class _In(BaseModel):
@@ -30,7 +54,7 @@ class EscalationIn(_In):
     """One escalation to schedule. Name the dispute by ``dispute_id`` or by ``source`` +
     ``external_id``; give exactly one of ``due_at``, ``due_in`` and ``opened_at``."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+    model_config = ConfigDict(extra="forbid", json_schema_extra={**DISPUTE_NAMED_ONCE, "examples": [
         {"dispute_id": _EXAMPLE_ID, "source_hash": "9f86d081884c7d65", "materiality": "1250.00",
          "tier": "standard", "opened_at": "2026-03-02T09:00:00+00:00"},
         {"source": "cfpb", "external_id": "2026-0417-0093", "source_hash": "ab12",
@@ -38,27 +62,30 @@ class EscalationIn(_In):
          "due_at": "2026-03-09T17:00:00-05:00"},
     ]})
 
-    dispute_id: str | None = Field(None, description="Dispute UUID.")
-    source: str | None = Field(None, description="Source system name (with external_id).")
-    external_id: str | None = Field(
+    dispute_id: UuidText | None = Field(None, description="Dispute UUID (or source and "
+                                        "external_id, not both).")
+    source: SourceText | None = Field(None, description="Source system name (with "
+                                      "external_id: both or neither).")
+    external_id: ExternalIdText | None = Field(
         None, description="The source system's dispute id; with source it names the dispute.")
-    source_hash: str = Field(description="Hex digest of the source record (1-128 hex chars).")
+    source_hash: HexText = Field(description="Hex digest of the source record (1-128 hex "
+                                 "chars).")
     materiality: str = Field("0.00", description="Disputed amount, a decimal string "
                              "(JSON numbers are refused: money is never a float).")
     tier: str | None = Field(None, description="Current tier id (default: the ladder's "
                              "first, or the materiality band's start tier).")
-    due_at: str | None = Field(None, description="Breach time, ISO-8601 with offset (an "
+    due_at: InstantText | None = Field(None, description="Breach time, ISO-8601 with offset (an "
                                "instant: a date alone is refused). More than 5 minutes "
                                "before now: accepted and flagged (past_due_ms).")
     due_in: str | None = Field(None, description="Breach delay from now (the server's clock, "
                                "Redis TIME): 36h, 2d, 1h30m, or ISO 8601 days and time such "
                                "as PT36H; instead of due_at / opened_at.")
-    opened_at: str | None = Field(None, description="Tier entry time, ISO-8601 with offset "
+    opened_at: InstantText | None = Field(None, description="Tier entry time, ISO-8601 with offset "
                                   "(a date alone is refused); due = opened_at + the tier's "
                                   "SLA window.")
-    notice_at: str | None = Field(None, description="Regulatory anchor event time, ISO-8601 "
-                                  "with offset, a date alone is refused (default: tier "
-                                  "entry).")
+    notice_at: InstantText | None = Field(
+        None, description="Regulatory anchor event time, ISO-8601 with offset, a date alone "
+        "is refused (default: tier entry).")
     ladder: str | None = Field(None, description="Ladder name (default: the configured one).")
     trace_id: str | None = Field(None, description="Correlation id (1-64 chars).")
     timezone: str | None = Field(None, description="Institution zone of this dispute (IANA; "
@@ -112,7 +139,7 @@ class ActionIn(_In):
     ]})
 
     action: str = Field(description="Action id declared by the dispute's ladder version.")
-    occurred_at: str = Field(description="When the action happened, ISO-8601 with offset; "
+    occurred_at: InstantText = Field(description="When the action happened, ISO-8601 with offset; "
                              "not in the future, not before the dispute's anchor.")
     evidence: EvidenceIn | None = None
     amount: str | None = Field(None, description="Decimal string, required for a money "
@@ -135,7 +162,7 @@ class ResolveIn(_In):
     outcome: str = Field(description="Outcome code (docs/sla.md \"Resolution outcomes\").",
                          json_schema_extra={"enum": RESOLVE_OUTCOMES})
     reason: str | None = Field(None, description="One line, at most 500 characters.")
-    occurred_at: str | None = Field(None, description="When it was resolved, ISO-8601 with "
+    occurred_at: InstantText | None = Field(None, description="When it was resolved, ISO-8601 with "
                                     "offset (default: now).")
     idempotency_key: str | None = Field(
         None, description="Required here or as the Idempotency-Key header.")
@@ -196,7 +223,7 @@ class EscalationOut(BaseModel):
         "source_hash_differs": False,
     }]})
 
-    dispute_id: str
+    dispute_id: UuidText
     external_id: str | None
     status: str
     tier: str
@@ -233,7 +260,7 @@ class BatchItemOut(BaseModel):
     """Per item of a batch: the dispute, whether it was created, its status, and whether
     its source hash differs from the one recorded (then the item changed nothing)."""
 
-    dispute_id: str
+    dispute_id: UuidText
     created: bool
     status: str
     source_hash_differs: bool = Field(
@@ -258,7 +285,7 @@ class LedgerRowOut(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    dispute_id: str
+    dispute_id: UuidText
     seq: int
     event: str
     match_decision: str

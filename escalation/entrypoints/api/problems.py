@@ -15,6 +15,9 @@ token's role lacks the permission,      403     ``/problems/forbidden``
 read-only token writing, or a dispute
 of a source outside the token's scope
 body over ``api_max_body_bytes``        413     ``/problems/too-large``
+a body that is not JSON (its            415     ``/problems/unsupported-media-type``
+``Content-Type``; ``deps.require_json``)
+a JSON body that is not UTF-8           400     ``/problems/bad-request``
 too many failed authentications         429     ``/problems/too-many-requests``
 Redis/PostgreSQL unreachable, schema    503     ``/problems/unavailable``
 not at head, a released ladder file
@@ -70,6 +73,7 @@ TITLES: dict[int, tuple[str, str]] = {
     405: ("/problems/method-not-allowed", "Method not allowed"),
     409: ("/problems/conflict", "Conflict with the escalation's current state"),
     413: ("/problems/too-large", "Request too large"),
+    415: ("/problems/unsupported-media-type", "The body is not JSON"),
     429: ("/problems/too-many-requests", "Too many failed authentications; retry later"),
     422: ("/problems/invalid-input", "Invalid input; nothing was written"),
     500: ("/problems/internal", "Internal error"),

@@ -208,6 +208,14 @@ def create_batch(body: BatchIn, core: Core, token: Writer, request: Request) -> 
     return BatchOut(created=created, existing=len(results) - created, results=items)
 
 
+@router.api_route("/escalations/batch", methods=["GET", "HEAD"], include_in_schema=False)
+def batch_other_method(request: Request) -> None:
+    """``GET /v1/escalations/batch``: 405 with ``Allow: POST`` (without this route the path
+    would match ``/escalations/{dispute_id}`` and answer 422 for a dispute id ``batch``)."""
+    raise ApiProblem(405, f"{request.method} /v1/escalations/batch is not served: POST a "
+                     "batch to it", {"Allow": "POST"})
+
+
 def get_one(did: Dispute, core: Core, token: StatusReader) -> EscalationOut:
     """One escalation: status, tier, due time, every regulatory deadline and its state."""
     got = core.store.get(did)
