@@ -50,6 +50,7 @@ from escalation.adapters.redis_layout import check_shard_count
 from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.adapters.redis_warnings import RedisWarnings
+from escalation.adapters.retired_figures import RedisRetiredFigures
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import RELEASE_BROKEN, ConfigError, LadderError, SchemaNotAtHead
 from escalation.domain.escalation import Escalation
@@ -355,6 +356,12 @@ def reliability_for(app: App) -> ReliabilityRedis:
     """Reliability reads and scripts on ``app``'s namespace, shards and priority aging."""
     return ReliabilityRedis(app.redis, app.settings.namespace, app.settings.shards,
                             aging_ms=app.settings.priority_aging_s * 1000)
+
+
+def retired_figures_for(app: App) -> RedisRetiredFigures:
+    """Decision figures of ledger partitions removed by retention (``/metrics`` counters
+    stay monotonic across ``audit partitions drop-expired``), on ``app``'s namespace."""
+    return RedisRetiredFigures(app.redis, app.settings.namespace)
 
 
 def warnings_for(app: App) -> RedisWarnings:

@@ -41,6 +41,10 @@ def _events() -> list[str]:
     return re.findall(r"'([A-Z_]+)'", str(definition))
 
 
+#: The roles that run ``audit verify`` without owning the tables (migration 0002 creates them).
+_READERS = "escalation_app, escalation_auditor"
+
+
 def _constrain(events: Sequence[str]) -> None:
     listed = ", ".join(f"'{e}'" for e in events)
     op.execute(f"ALTER TABLE escalation_audit DROP CONSTRAINT {_CONSTRAINT}")
@@ -58,6 +62,8 @@ def upgrade() -> None:
     op.add_column("ladder_release", sa.Column("chain_created_at", TZ))
     op.create_check_constraint(op.f("ck_ladder_release_chain_head_whole"), "ladder_release", _WHOLE)
     op.create_unique_constraint(op.f("uq_ladder_release_chain_id"), "ladder_release", ["chain_id"])
+    # verify and the seal read the ladder chains' heads: the roles that verify must see them
+    op.execute(f"GRANT SELECT ON ladder_release TO {_READERS}")
 
 
 def downgrade() -> None:
@@ -65,6 +71,7 @@ def downgrade() -> None:
     ladder event is on the ledger: the ledger is append-only)."""
     op.drop_constraint(op.f("uq_ladder_release_chain_id"), "ladder_release", type_="unique")
     op.drop_constraint(op.f("ck_ladder_release_chain_head_whole"), "ladder_release", type_="check")
+    op.execute(f"REVOKE SELECT ON ladder_release FROM {_READERS}")
     for column in ("chain_created_at", "last_hash", "last_seq", "chain_id"):
         op.drop_column("ladder_release", column)
     _constrain([e for e in _events() if e not in _LADDER_EVENTS])

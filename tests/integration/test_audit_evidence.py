@@ -480,3 +480,16 @@ def test_a_sealed_chain_removed_by_retention_is_excused_only_by_a_true_row(scrat
     assert [n for n, _ in report.retention_problems] == ["escalation_audit_y2016m05"]
     assert report.checkpoint_mismatches == [(hidden, 3)]
     assert kept not in {d for d, _ in report.checkpoint_mismatches}
+
+
+@pytest.mark.parametrize("role", ["escalation_app", "escalation_auditor"])
+def test_verify_runs_as_the_application_and_the_auditor_role(scratch, cli_env, tmp_path, role):
+    """verify reads every table it checks (the ladder chains' heads on ``ladder_release``
+    included) with the grants of the application role and of the read-only auditor role."""
+    _chain(PostgresAuditStore(scratch))
+    _seal(scratch)
+    env = _env(scratch, cli_env, tmp_path)
+    env["ESCALATION_DATABASE_URL"] += f"?options=-c%20role%3D{role}"
+    res = run_cli(env, "audit", "verify", "--all")
+    assert res.returncode == 0, res.stderr
+    assert "permission denied" not in res.stderr
