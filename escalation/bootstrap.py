@@ -666,7 +666,8 @@ def case_file_ports_for(engine: sa.Engine, settings: Settings,
         events=PostgresAuditStore(engine), ledger=PostgresLedgerSearch(engine),
         reports=PostgresReports(engine), checkpoints=PostgresCheckpoints(engine),
         ladders=ladders, calendars=calendars,
-        files=EvidenceFiles(ladders, settings.calendars_file),
+        files=EvidenceFiles(ladders, settings.calendars_file,
+                            LadderHistoryStore(engine).released_checksums),
         signer=Ed25519DocumentSigner(key))
 
 def document_signer_for() -> DocumentSigner | None:

@@ -31,18 +31,22 @@ class EvidenceFiles:
     """The ``CaseFileSources`` port on the ladder directory and the calendars file.
 
     Args:
-        ladder: ``(name, version) -> Ladder`` of the released versions (raises LadderError
-            when unknown or changed since release: ``ReleasedLadders.get``).
+        ladder: ``(name, version) -> Ladder`` (raises LadderError when unknown).
         calendars_file: ``ESCALATION_CALENDARS_FILE`` or None.
+        released: ``() -> {(name, version): checksum}`` of the release rows
+            (``LadderHistoryStore.released_checksums``): a file that differs from its
+            release is not the evidence and is left out. None: no release check.
     """
 
-    def __init__(self, ladder: Callable[[str, int], Ladder], calendars_file: Path | None) -> None:
+    def __init__(self, ladder: Callable[[str, int], Ladder], calendars_file: Path | None,
+                 released: Callable[[], Mapping[tuple[str, int], str]] | None = None) -> None:
         self._ladder = ladder
         self._calendars_file = calendars_file
+        self._released = released
 
     def ladder_file(self, ladder: str, version: int) -> EvidenceFile | None:
         """The file of ``ladder@version`` if it is known, readable and still the released
-        bytes (its SHA-256 equals the checksum the release recorded); else None."""
+        bytes (its SHA-256 equals the checksum its release row recorded); else None."""
         try:
             found = self._ladder(ladder, version)
         except LadderError:
@@ -56,6 +60,10 @@ class EvidenceFiles:
         digest = hashlib.sha256(data).hexdigest()
         if digest != found.checksum:
             return None
+        if self._released is not None:
+            release = self._released().get((ladder, version))
+            if release is not None and release != digest:
+                return None
         return EvidenceFile(Path(found.source).name, data.decode("utf-8"), digest)
 
     def calendar_files(self) -> list[EvidenceFile]:
