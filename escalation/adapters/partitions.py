@@ -16,11 +16,13 @@ retention period are never removed by the application.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 import sqlalchemy as sa
 
+from escalation.adapters.metrics_queries import DecisionFigures, decisions_in
 from escalation.adapters.tables import PARTITION_SCHEMA, audit_retention
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
@@ -145,6 +147,7 @@ def drop_expired(
     actor: str,
     detach_only: bool = False,
     names: list[str] | None = None,
+    retire: Callable[[str, DecisionFigures], None] | None = None,
 ) -> DropResult:
     """Detach (and drop, unless ``detach_only``) partitions entirely older than retention.
 
@@ -158,6 +161,10 @@ def drop_expired(
         now: aware current time. retention_days: >= 1. actor: who runs it.
         names: only consider these partitions (default: all); a named partition that does
             not qualify is reported in ``refused`` with the reason.
+        retire: ``retire(name, figures)`` receives the decision figures of each partition
+            about to be removed, inside its removal transaction before the commit (so the
+            ``/metrics`` counters never fall: ``adapters.retired_figures``); an exception
+            aborts that removal.
 
     Returns:
         :class:`DropResult`; refusals for partitions in ``names`` or, with ``names`` None,
@@ -179,7 +186,7 @@ def drop_expired(
     for part in parts.values():
         if wanted is not None and part.name not in wanted:
             continue
-        reason = _try_remove(engine, part, cutoff, retention_days, actor, detach_only)
+        reason = _try_remove(engine, part, cutoff, retention_days, actor, detach_only, retire)
         if reason is None:
             removed.append(part.name)
         elif wanted is not None:
@@ -194,6 +201,7 @@ def _try_remove(
     retention_days: int,
     actor: str,
     detach_only: bool,
+    retire: Callable[[str, DecisionFigures], None] | None = None,
 ) -> str | None:
     """Remove one partition if it is entirely expired; else return why not."""
     if part.range_to > cutoff:
@@ -216,6 +224,8 @@ def _try_remove(
                 f"holds a row decided/recorded at {newest.isoformat()}, younger than the "
                 f"retention cutoff {cutoff.isoformat()}"
             )
+        if retire is not None:  # saved before the commit: see metrics_queries.decisions
+            retire(part.name, decisions_in(conn, qualified))
         conn.execute(sa.text(f"ALTER TABLE escalation_audit DETACH PARTITION {qualified}"))
         action = "detached"
         if not detach_only:

@@ -19,6 +19,7 @@ all live in one Redis Cluster slot. Layout for shard ``s`` of namespace ``ns``::
     escalations:{ns:s}:leader:<name>  STRING leader lease token (PX = lease)
     escalations:{ns:s}:ready          ZSET   DUE members, score = due - weight * aging (ADR 0006)
     escalations:{ns:s}:prio           HASH   member -> materiality weight (absent = 0)
+    escalations:{ns:0}:retired_decisions HASH removed ledger partition -> its decision figures
 """
 
 from __future__ import annotations
@@ -82,6 +83,12 @@ class Keys:
     def stats(self) -> str:
         """HASH of counters: claimed, stuck, lock_contended, stale_apply, ..."""
         return f"escalations:{self.tag}:stats"
+
+    @property
+    def retired_decisions(self) -> str:
+        """HASH ledger partition name -> JSON decision figures of its rows, saved when
+        retention removes the partition (kept on shard 0 only; docs/operations.md)."""
+        return f"escalations:{self.tag}:retired_decisions"
 
     @property
     def wake(self) -> str:

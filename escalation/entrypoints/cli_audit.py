@@ -527,19 +527,27 @@ def partitions_drop_expired(
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print JSON: removed, refused (name: why).")] = False,
 ) -> None:
-    """Detach/drop partitions entirely older than retention; refuse (exit 1) any other."""
+    """Detach/drop partitions entirely older than retention; refuse (exit 1) any other.
+
+    Each removed partition's decision figures are saved in Redis first, so the ``/metrics``
+    counters never fall (docs/operations.md "Counters across retention")."""
     from escalation.adapters.partitions import drop_expired
+    from escalation.bootstrap import retired_figures_for
 
     settings = _settings(audit_retention_days=retention_days)
-    with _engine() as engine:
+    app = _app()
+    try:
         result = drop_expired(
-            engine,
+            app.engine,
             datetime.now(UTC),
             settings.audit_retention_days,
             actor=actor,
             detach_only=detach_only,
             names=names or None,
+            retire=retired_figures_for(app).save,
         )
+    finally:
+        app.close()
     if as_json:
         _print_json({"removed": list(result.removed), "refused": dict(result.refused)})
         if result.refused:

@@ -9,8 +9,9 @@ metric                                                      source
 ``escalation_pending{ladder,tier}``                         PostgreSQL projection, status pending
 ``escalation_due_now``                                      Redis: members due at Redis TIME
 ``escalation_oldest_overdue_age_seconds``                   Redis: now - earliest due score
-``escalation_decisions_total{kind}``                        ledger PROMOTED/TERMINAL rows
-``escalation_firing_lag_seconds`` (histogram)               ledger: decided_at - due_at
+``escalation_decisions_total{kind}``                        ledger PROMOTED/TERMINAL rows,
+                                                            plus removed partitions' (Redis)
+``escalation_firing_lag_seconds`` (histogram)               ledger: decided_at - due_at (same)
 ``escalation_lease_expiries_total``                         Redis stats ``lease_expired``
 ``escalation_stale_writes_refused_total{reason}``           Redis stats ``not_owner`` (fencing
                                                             token) and ``stale_apply`` (seq)
@@ -42,7 +43,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from escalation.adapters import metrics_queries as q
-from escalation.bootstrap import App
+from escalation.bootstrap import App, retired_figures_for
 from escalation.entrypoints.api.auth import AuditReader
 from escalation.entrypoints.api.deps import Core
 from escalation.entrypoints.api.http_metrics import HttpCollector
@@ -74,7 +75,8 @@ class EscalationCollector(Collector):
             "escalation_oldest_overdue_age_seconds",
             "Redis TIME minus the earliest due time still scheduled (0 = nothing overdue).",
             value=int(stats.get("oldest_overdue_ms") or 0) / 1000)
-        figs = q.decisions(engine)
+        # rows still attached + figures saved by retention: never falls across a drop
+        figs = q.decisions(engine, retired=retired_figures_for(self._core).load)
         kinds = CounterMetricFamily("escalation_decisions",
                                     "Recorded escalation decisions by kind (ledger).",
                                     labels=["kind"])
