@@ -171,27 +171,24 @@ class BusinessCalendar:
 
 # -- the US Federal Reserve calendar ---------------------------------------------------------
 
-FED_RULE_VERSION = "1"
+FED_RULE_VERSION = "2"
+"""2: the ``holidays`` package's ``XFED`` financial calendar. Rule 1 was built here from the
+federal holidays plus the Federal Reserve's Saturday/Sunday rule; both give the same closed
+days on every date 1999-2060 (tests/unit/test_calendars.py holds rule 1 as the reference)."""
 
 
 @functools.lru_cache(maxsize=256)
 def _fed_closed_days(year: int) -> frozenset[date]:
     """Local dates on which Reserve Banks are closed for a holiday, for ``year``.
 
-    Built from ``holidays.US(observed=False)`` (the 11 federal holidays, actual dates) plus
-    the Federal Reserve rule (Federal Reserve Banks' holiday schedules, e.g. the St. Louis
-    and Richmond Fed): a holiday on a Sunday closes the
-    Monday after; a holiday on a Saturday leaves Reserve Banks open the Friday before (the
-    Saturday itself stays listed; it is not a working day anyway). Neighbouring years are
-    read so that a Sunday 31 December would still close 1 January.
+    Source: ``holidays.financial_holidays("XFED")``, the Federal Reserve Banks' published
+    holiday schedule (e.g. the St. Louis and Richmond Fed): the 11 federal holidays
+    (Juneteenth since 2021, a Saturday that year: first closed Monday 2022-06-20); a holiday
+    on a Sunday closes the Monday after; a holiday on a Saturday leaves Reserve Banks open the
+    Friday before (the Saturday itself stays listed; it is not a working day anyway). Cached
+    per year: membership is a frozenset lookup.
     """
-    closed: set[date] = set()
-    federal = holidays_lib.country_holidays("US", years=[year - 1, year, year + 1], observed=False)
-    for holiday in federal:
-        day = holiday + timedelta(days=1) if holiday.isoweekday() == 7 else holiday
-        if day.year == year:
-            closed.add(day)
-    return frozenset(closed)
+    return frozenset(holidays_lib.financial_holidays("XFED", years=year))
 
 
 def is_fed_holiday(day: date) -> bool:
@@ -235,7 +232,7 @@ ALWAYS_OPEN_DAYS = frozenset(range(1, 8))
 def institution_calendar(base: Calendar, tz_name: str) -> BusinessCalendar:
     """``base``'s working days, hours and holidays read in zone ``tz_name``, as id
     ``institution``. Its ``version`` names the base calendar, the zone and the base version
-    (``"us_federal_reserve@America/Los_Angeles:fed-1+holidays-0.62"``), so the
+    (``"us_federal_reserve@America/Los_Angeles:fed-2+holidays-0.109"``), so the
     ``calendar_version`` recorded on a ledger row says which calendar and zone counted.
 
     The always-open ``utc`` calendar becomes a 24x7 calendar in ``tz_name`` (its local days

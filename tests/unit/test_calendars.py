@@ -52,10 +52,30 @@ def test_fed_saturday_and_sunday_rule(day: date, closed: bool) -> None:
     assert FED.is_business_day(day) is not closed
 
 
-def test_fed_rule_agrees_with_holidays_package_xfed_table() -> None:
-    for year in range(2000, 2036):
-        ours = {d for d in _days_of(year) if is_fed_holiday(d)}
-        assert ours == set(holidays.financial_holidays("XFED", years=year)), year
+def _reference_fed_closed_days(year: int) -> set[date]:
+    """The Federal Reserve rule written out (the rule this service used before it read the
+    ``holidays`` package's XFED table): the federal holidays on their actual dates, a Sunday
+    holiday closes the Monday after, a Saturday holiday leaves the Friday before open (the
+    Saturday stays listed). Source: the Reserve Banks' published holiday schedules."""
+    closed: set[date] = set()
+    federal = holidays.country_holidays("US", years=[year - 1, year, year + 1], observed=False)
+    for holiday in federal:
+        day = holiday + timedelta(days=1) if holiday.isoweekday() == 7 else holiday
+        if day.year == year:
+            closed.add(day)
+    return closed
+
+
+def test_fed_calendar_equals_the_written_rule_on_every_date_1999_2060() -> None:
+    """The XFED table the calendar reads gives the same closed days as the written rule, on
+    every date (weekends included) of the range ladders rely on."""
+    reference = {year: _reference_fed_closed_days(year) for year in range(1999, 2061)}
+    differ = [d for year, closed in reference.items() for d in _days_of(year)
+              if is_fed_holiday(d) != (d in closed)]
+    assert differ == []
+    assert sum(is_fed_holiday(d) for d in _days_of(2024)) == 11
+    assert not FED.is_business_day(date(2022, 6, 20))  # Juneteenth 2022 (Sunday) -> Monday
+    assert FED.is_business_day(date(2021, 6, 18))  # Juneteenth 2021 (Saturday): Friday open
 
 
 def _days_of(year: int) -> list[date]:
