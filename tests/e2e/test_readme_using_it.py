@@ -1,78 +1,160 @@
-"""The README's "Using it" block runs as written: the dispute it enqueues is on a ladder that
-declares the action the next lines record, and every per-dispute command after it
-(status, audit show, action record, pause, resume, resolve) exits 0, in order.
+"""The README's shell blocks run as written: "Using it" (the dispute it enqueues, the worker
+burst, the per-dispute commands, the CSV import, notify --burst, audit, report, reconcile,
+doctor), the ladder-change block and "Over HTTP" (token, serve, curl), each through ``bash``
+with ``set -e``, in order, against the test database and Redis.
 
-Commands that need files or long runs (import of ``complaints.csv``, a foreground worker,
-ladder release/apply of a ``v2`` file, benchmarks) are not run here; ``createdb`` and
-``db upgrade`` are the test database's fixture."""
+Each block runs in a new ``bash``, with the ``field`` function the first block defines (the
+reader's shell has it). What the test changes, and only that: the ``export`` of the two
+server URLs and ``createdb`` (the test database is the fixture's), the names that must be
+unique per run (case and complaint ids, the token name), the HTTP port (a free one), and the
+ladder file the ladder block says to add first. Blocks not run: the quick start (``pip
+install``, ``demo``), the test commands, and the console block (it leaves a server for a
+browser)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
-import shlex
+import socket
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import run_cli
+import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-RUN = ("enqueue", "status", "audit show", "action record", "pause", "resume", "resolve")
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
 
 
-def _commands() -> list[list[str]]:
-    """The block's shell lines, continuations joined, comments dropped, split at ``;``."""
+def _blocks() -> dict[str, str]:
+    """The bash blocks of the README by the heading (or first line) they run under."""
     text = README.read_text()
-    block = re.search(r"## Using it\n\n```bash\n(.*?)```", text, re.S)
-    assert block, "README: no bash block under '## Using it'"
-    joined = block.group(1).replace("\\\n", " ")
-    out: list[list[str]] = []
-    for line in joined.splitlines():
-        lex = shlex.shlex(line, posix=True, punctuation_chars=";")
-        lex.whitespace_split = True
-        words: list[str] = []
-        for token in [*lex, ";"]:
-            if token == ";":
-                if words:
-                    out.append(words)
-                words = []
-            else:
-                words.append(token)
-    return out
+    found: dict[str, str] = {}
+    heading = ""
+    for part in re.split(r"(^#{2,3} [^\n]*$|```bash\n.*?```)", text, flags=re.M | re.S):
+        if part.startswith("#"):
+            heading = part.lstrip("#").strip()
+        elif part.startswith("```bash"):
+            body = part[len("```bash\n"):-3]
+            key = heading if heading not in found else f"{heading}: {body.splitlines()[0]}"
+            found[key] = body
+    return found
 
 
-def test_the_readme_using_it_block_runs_in_order(app: Any, cli_env: dict[str, str]) -> None:
-    env = dict(cli_env)
-    names: dict[str, str] = {}
-    ran: list[str] = []
-    for line in _commands():
-        if len(line) == 1 and "=" in line[0]:  # ID=...: a fresh id per run
-            name, value = line[0].split("=", 1)
-            assert uuid.UUID(value), line
-            names[name] = str(uuid.uuid4())
-            continue
-        words = [re.sub(r"\$(\w+)", lambda m: names[m.group(1)], w) for w in line]
-        if words[0] == "export":
-            key, value = words[1].split("=", 1)
-            if key not in ("ESCALATION_REDIS_URL", "ESCALATION_DATABASE_URL"):
-                env[key] = value
-            continue
-        if words[0] != "escalation":
-            continue
-        command = " ".join(words[1:3]) if words[1] in ("audit", "action") else words[1]
-        if command not in RUN or (command == "status" and len(words) > 2):
-            continue
-        res = run_cli(env, *words[1:])
-        assert res.returncode == 0, (words, res.stderr[-2000:])
-        ran.append(command)
-    assert ran == ["enqueue", "status", "audit show", "action record", "pause", "resume",
-                   "resolve"]
-    did = uuid.UUID(names["ID"])
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run(block: str, env: dict[str, str], cwd: Path, timeout: float = 900
+         ) -> subprocess.CompletedProcess[str]:
+    """``bash -e`` on ``block``, ``escalation`` on the PATH as this interpreter's module (an
+    ``exec``: ``$!`` of ``escalation serve &`` is the server) and ``createdb`` a no-op; the
+    URL exports of the block are dropped (the fixture's stay)."""
+    kept = "\n".join(line for line in block.splitlines()
+                     if not re.match(r"export ESCALATION_(REDIS|DATABASE)_URL=", line))
+    bin_dir = cwd / "bin"
+    if not bin_dir.exists():
+        bin_dir.mkdir()
+        script = bin_dir / "escalation"
+        script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m escalation "$@"\n')
+        script.chmod(0o755)
+    env = dict(env, PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")
+    prelude = "createdb() { :; }\nset -e\n"
+    return subprocess.run(["bash", "-c", prelude + kept], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_the_readme_shell_blocks_run_as_written(
+    app: Any, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    blocks = _blocks()
+    using = blocks["Using it"]
+    ladder = next(b for k, b in blocks.items() if "escalation ladder release" in b)
+    http = blocks["Over HTTP"]
+    assert "escalation notify --burst" in using  # the README says how notify ends
+    assert not re.search(r"<\w+>|\.\.\.", using + ladder + http)  # no placeholders
+
+    # unique names per run; everything else exactly as written
+    case, token = f"CASE-{uuid.uuid4().hex[:8]}", f"svc-{uuid.uuid4().hex[:8]}"
+    complaints = [str(9_000_000 + int(uuid.uuid4().int % 900_000)) for _ in range(2)]
+    api_id = f"2026-{uuid.uuid4().hex[:8]}"
+    using = using.replace("CASE-1042", case).replace("9100001", complaints[0]).replace(
+        "9100002", complaints[1])
+    port = str(_free_port())
+    http = http.replace("8080", port).replace("disputes-svc", token).replace(
+        "2026-0417-0093", api_id)
+    (tmp_path / "docs").symlink_to(ROOT / "docs")  # the mapping file the import names
+    ladders = tmp_path / "ladders"
+    ladders.mkdir()
+    shipped = ROOT / "ladders"
+    for f in shipped.glob("*.toml"):
+        (ladders / f.name).write_text(f.read_text())
+    env = dict(cli_env, ESCALATION_LADDERS_DIR=str(ladders), ESCALATION_LOG_LEVEL="WARNING")
+    field = 'field() { python3 -c "import json, sys; print(json.load(sys.stdin)[\'$1\'])"; }'
+    assert field in using, "README: the field() helper changed; update this test"
+
+    res = _run(using + "\necho ID=$ID\n", env, tmp_path)
+    _ok(res)
+    ids = re.findall(r"^ID=(\S+)$", res.stdout, re.M)
+    assert len(ids) == 1
+    did = uuid.UUID(ids[0])
     trail = app.store.trail(did)
     assert trail[0].ladder == "reg_e_error_resolution"
-    events = [r.event for r in trail]
-    assert events == ["ENQUEUED", "ACTION_RECORDED", "PAUSED", "RESUMED", "RESOLVED"]
-    recorded = trail[1]
-    assert recorded.match_decision == "ACTION_PROVISIONAL_CREDIT"
-    # the operator exported above the enqueue is the actor of every row
-    assert {r.actor for r in trail} == {env["ESCALATION_OPERATOR"]}
+    wanted = ["ENQUEUED", "ACTION_RECORDED", "PAUSED", "RESUMED", "RESOLVED"]
+    # (the worker burst may have warned or promoted it in between: the README's dates are past)
+    assert [r.event for r in trail if r.event in wanted] == wanted
+    assert any(r.match_decision == "ACTION_PROVISIONAL_CREDIT" for r in trail)
+    # the exported operator acts on every row but the worker's
+    assert {r.actor for r in trail if r.event in wanted} == {"jane.doe"}
+    assert "burst done:" in res.stdout and "notify: delivered 0" in res.stdout
+    assert (tmp_path / "audit.csv").stat().st_size > 0
+    assert (tmp_path / "sla.html").read_text().lstrip().lower().startswith("<!doctype html")
+    # a log record never lands in the output (stdout): every stdout line is command output
+    assert not any(line.startswith('{"') and '"level"' in line
+                   for line in res.stdout.splitlines()), res.stdout[-3000:]
+
+    # "after adding dispute_review.v2.toml": the one step the README leaves to the reader
+    v1 = (shipped / "dispute_review.v1.toml").read_text()
+    (ladders / "dispute_review.v2.toml").write_text(
+        v1.replace("version = 1\n", "version = 2\nprevious_version = 1\n", 1).replace(
+            "amount = 48,", "amount = 36,", 1))
+    res = _run(field + "\n" + ladder, env, tmp_path)  # the same shell: field() defined
+    _ok(res)
+    assert re.search(r"^run \S+.*", res.stdout, re.M), res.stdout[-2000:]
+
+    res = _run(http, env, tmp_path, timeout=300)
+    _ok(res)
+    created, fetched = (json.loads(doc) for doc in _json_documents(res.stdout))
+    assert created["external_id"] == fetched["external_id"] == api_id
+    assert created["dispute_id"] == fetched["dispute_id"]
+
+
+def _ok(res: subprocess.CompletedProcess[str]) -> None:
+    """Fail with the tails of stdout and stderr unless the block exited 0."""
+    if res.returncode != 0:
+        pytest.fail(f"exit {res.returncode}\n--- stdout\n{res.stdout[-3000:]}\n--- stderr\n"
+                    f"{res.stderr[-3000:]}", pytrace=False)
+
+
+def _json_documents(text: str) -> list[str]:
+    """The top-level JSON objects of ``text`` (curl prints them without a newline)."""
+    decoder, docs, i = json.JSONDecoder(), [], 0
+    while (i := text.find("{", i)) != -1:
+        obj, end = decoder.raw_decode(text, i)
+        docs.append(json.dumps(obj))
+        i = end
+    return docs
+
+
+@pytest.mark.parametrize("command", ["escalation worker", "escalation notify"])
+def test_a_readme_service_command_says_how_it_ends(command: str) -> None:
+    """Where the README runs a long-running command it shows the --burst form, which ends."""
+    text = README.read_text()
+    for line in text.splitlines():
+        if line.startswith(command) and "#" not in line.split(command, 1)[0]:
+            assert "--burst" in line, line
