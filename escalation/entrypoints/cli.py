@@ -438,6 +438,8 @@ def db_upgrade(
         help="This database was restored (or copied) on purpose: bind it to the namespace "
              "whose Redis recorded another database, and mark the namespace for a resync "
              "(then run `escalation reconcile`).")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON: applied, head, namespace, resync_marked.")] = False,
 ) -> None:
     """Bring the database schema to the Alembic head and bind it to this namespace.
 
@@ -472,6 +474,10 @@ def db_upgrade(
         engine.dispose()
     result = bind_deployment(settings, urls.database_url, urls.redis_url, restored=restored)
     bound = result.namespace
+    if as_json:
+        _print_json({"applied": list(applied), "head": head_revision(), "namespace": bound,
+                     "resync_marked": bool(result.resync_marked)})
+        return
     if result.resync_marked:
         err.print(f"bound as a restored database ({result.identity}); namespace {bound} is "
                   "marked for a resync: workers refuse to fire it until `escalation "
