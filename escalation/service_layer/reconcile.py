@@ -311,6 +311,7 @@ def reconcile(
         An error about one item (:data:`ITEM_ERRORS`) does not: it goes to ``report.errors``.
     """
     report = ReconcileReport(dry_run=dry_run)
+    unknown: list[str] = []  # members the ledger does not know (pass 2), for ``ahead``
     untrusted: set[str] = set()
     if projection is not None:
         untrusted = _check_projection(projection, report, dry_run, repair_projection)
@@ -328,11 +329,31 @@ def reconcile(
             seen.update(members)
             report.checked_members += len(members)
             members = [m for m in members if m not in untrusted]
-            _redis_to_db(members, store, redis_side, report, dry_run, scheduler)
+            unknown += _redis_to_db(members, store, redis_side, report, dry_run, scheduler)
             progress("redis", report.checked_members, None)
+    if ahead is not None and unknown:
+        _list_unknown(ahead, unknown, report, dry_run)
     if ahead is not None and not dry_run:
         _settle_mark(ahead, report)
     return report
+
+
+def _list_unknown(ahead: AheadRepair, unknown: list[str], report: ReconcileReport,
+                  dry_run: bool) -> None:
+    """Members the ledger does not know at all (a new or restored database under a used
+    namespace; removed as UNKNOWN_MEMBER): the decisions their review streams hold were
+    notified and have no chain to be named on, so they are listed for review
+    (``lost_decisions``, each with ``unknown_to_ledger``), with one read of each stream.
+    Without a ledger to reset into (the periodic run) the namespace is also marked."""
+    later = ahead.stream.review_after({m: (0, 0) for m in unknown})
+    for member, entries in later.items():
+        report.lost_decisions += [{**_entry_summary(member, x), "unknown_to_ledger": "true"}
+                                  for x in entries]
+    if later and ahead.ledger is None and not dry_run:
+        ahead.mark.mark_resync(
+            "unknown_in_reconcile",
+            f"{len(later)} member(s) unknown to the ledger had notified decisions, e.g. "
+            f"{sorted(later)[:5]}: run `escalation reconcile` to list them")
 
 
 def _settle_mark(ahead: AheadRepair, report: ReconcileReport) -> None:
@@ -605,7 +626,9 @@ def _remove_after_lost_apply(
 
 def _redis_to_db(members: list[str], store: PendingSource, redis_side: SchedulerInspection,
                  report: ReconcileReport, dry_run: bool,
-                 scheduler: Scheduler | None = None) -> None:
+                 scheduler: Scheduler | None = None) -> list[str]:
+    """Pass 2 for one chunk of members. Returns the members the ledger does not know (each
+    removed as UNKNOWN_MEMBER, or listed by a dry run)."""
     ids: dict[str, UUID | None] = {}
     for m in members:
         try:
@@ -643,3 +666,4 @@ def _redis_to_db(members: list[str], store: PendingSource, redis_side: Scheduler
             continue
         report.diffs.append(Diff(kind, member, f"PostgreSQL: {status}; {result}",
                                  repaired=result == "removed"))
+    return [m for m, u in ids.items() if u is not None and u not in known]

@@ -161,3 +161,35 @@ def test_restored_database_is_refused_then_reset_and_every_escalation_decided_on
             (1, "ENQUEUED"), (2, "SCHEDULE_RESET"), (3, "PROMOTED")], rows
     res = run_cli(env_b, "worker", "--burst")  # nothing left: nothing decided twice
     assert res.returncode == 0 and _recorded(res) == 0, res.stderr
+
+
+def test_a_new_database_under_a_used_namespace_is_refused_and_its_lost_decisions_listed(
+    cli_env: dict[str, str], two_dbs: tuple[str, str], redis_client: redis.Redis,
+) -> None:
+    url_a, url_new = two_dbs
+    env_a = dict(cli_env, ESCALATION_DATABASE_URL=url_a)
+    env_new = dict(cli_env, ESCALATION_DATABASE_URL=url_new)
+    assert run_cli(env_a, "db", "upgrade").returncode == 0
+    due = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    ids = [str(uuid.uuid4()) for _ in range(2)]
+    for did in ids:
+        res = run_cli(env_a, "enqueue", "--dispute-id", did, "--source-hash", GOOD_HASH,
+                      "--due-at", due)
+        assert res.returncode == 0, res.stderr
+    res = run_cli(env_a, "worker", "--burst")
+    assert res.returncode == 0 and _recorded(res) == 2, res.stderr
+
+    # a new, empty database: refused; bound on purpose, then reconcile lists what Redis
+    # notified for disputes this ledger has never heard of
+    res = run_cli(env_new, "db", "upgrade")
+    assert res.returncode == 2 and "belongs to another database" in res.stderr, res.stderr
+    assert "none (a new or never-stamped database)" in res.stderr
+    assert run_cli(env_new, "db", "upgrade", "--restored").returncode == 0
+    res = run_cli(env_new, "reconcile")
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert report["differences"].get("UNKNOWN_MEMBER") == 2, report
+    lost = report["lost_decision_entries"]
+    assert {e["dispute_id"] for e in lost} == set(ids)
+    assert all(e["unknown_to_ledger"] == "true" and e["seq"] == "2" for e in lost), lost
+    assert report["resync_cleared"] is True
