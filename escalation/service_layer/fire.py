@@ -20,7 +20,7 @@ from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.decide import Decision, DecisionKind, decide
-from escalation.domain.errors import EscalationError
+from escalation.domain.errors import DatabaseReadOnly, EscalationError
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder
 from escalation.domain.timeutil import to_ms
@@ -131,6 +131,9 @@ def fire_due(
     Raises:
         Database or Redis connection errors propagate (the caller backs off); claimed members
         then come due again when their lease ends.
+        DatabaseReadOnly: the ledger refused the batch's decisions (a hot standby, a
+            failover's read-only window): nothing was recorded, and every claimed member was
+            handed back first (due again at once, lock released), so none waits its lease.
     """
     sink: EventSink = emit or (lambda event, **kw: None)
     hook = crashpoint or (lambda name: None)
@@ -152,7 +155,12 @@ def fire_due(
     decided = _decide_all(claim.items, ladders, calendars, claim.now, ops, report, sink,
                           on_poison)
     hook("before_record")
-    outcomes: list[RecordOutcome] = store.record_decisions(decided, worker_id) if decided else []
+    try:
+        outcomes: list[RecordOutcome] = (store.record_decisions(decided, worker_id)
+                                         if decided else [])
+    except DatabaseReadOnly:
+        _hand_back(claim.items, scheduler)
+        raise
     hook("after_record")
     logs, stale_ops = _ops_from_outcomes(decided, outcomes, claim.now, ops, report,
                                          events=decision_events)
@@ -193,6 +201,15 @@ def batch_summary(report: BatchReport) -> dict[str, Any]:
         "lag_ms_p50": lags[len(lags) // 2] if lags else None,
         "lag_ms_max": lags[-1] if lags else None,
     }
+
+
+def _hand_back(items: Sequence[ClaimedItem], scheduler: Scheduler) -> None:
+    """Give claimed members back without a decision: a reschedule at their own seq under
+    their fencing token puts each back at its payload's due time and releases its lock
+    (apply.lua, "stale_seq" of the owner); a member another worker took meanwhile is left
+    alone (``not_owner``)."""
+    scheduler.apply([ApplyOp(item.escalation, ApplyAction.RESCHEDULE, item.token)
+                     for item in items])
 
 
 def _decide_all(

@@ -76,7 +76,11 @@ def test_enqueue_and_api_against_a_hot_standby_refuse_clearly(
     finally:
         engine.dispose()
     # first use on the primary: the ladder baseline is released (a write) before the standby
-    _app(redis_url, pg_cluster.primary_url(db), env["ESCALATION_NAMESPACE"]).close()
+    app = _app(redis_url, pg_cluster.primary_url(db), env["ESCALATION_NAMESPACE"])
+    try:
+        ids = enqueue(app, due_requests(30, app.scheduler.time()))
+    finally:
+        app.close()
     pg_cluster.wait_replica_caught_up()
     standby = dict(env, ESCALATION_DATABASE_URL=pg_cluster.replica_url(db))
     due = (datetime.now(UTC) + timedelta(days=2)).isoformat()
@@ -86,6 +90,20 @@ def test_enqueue_and_api_against_a_hot_standby_refuse_clearly(
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "read-only" in errors[0], done.stderr
     assert "Traceback" not in done.stderr
+
+    # a worker on the standby: one line when the refusals begin, no traceback; a --burst
+    # run gives up after its attempts with one error line and exit 4, nothing recorded
+    worker = start_worker(standby, "--burst", "--poll-interval-s", "1")
+    code = worker.wait(120)
+    out = worker_output(worker)
+    assert code == 4, out[-3000:]
+    assert out.count("worker.database_read_only") == 1 and "Traceback" not in out, out[-3000:]
+    assert len([ln for ln in out.splitlines() if ln.startswith("error:")]) == 1, out[-3000:]
+    primary = make_engine(pg_cluster.primary_url(db))
+    try:
+        assert _promoted(primary, ids) == 0
+    finally:
+        primary.dispose()
 
     standby.update(ESCALATION_LOG_LEVEL="WARNING", ESCALATION_API_TOKEN_CACHE_S="0",
                    ESCALATION_API_AUTH_FAIL_LIMIT="1000000")
@@ -125,18 +143,18 @@ def test_worker_backs_off_while_read_only_and_resumes_when_writable(
             assert out().count("worker.database_read_only") == 1, out()
             assert "Traceback" not in out() and "worker.backoff" not in out(), out()
             assert _promoted(app.engine, ids) == 0
-            # what it claimed before the refusal is back in 1 lease at most; it claims
-            # nothing more while read-only
+            # the batch it claimed when the ledger refused it was handed back at once (due
+            # again, not leased for 30 s), and nothing more is claimed while read-only
             leased = app.redis.zcount(app.scheduler.shard_keys()[0].pending,
                                       f"({int(time.time() * 1000) + 10_000}", "+inf")
-            assert leased <= 50
+            assert leased == 0
             pg.sql("primary", "ALTER SYSTEM SET default_transaction_read_only = off")
             pg.sql("primary", "SELECT pg_reload_conf()")
             writable_at = time.monotonic()
             _wait_for(lambda: "worker.database_writable" in out(), 30, "resume", out)
             resumed_s = time.monotonic() - writable_at
-            # the claimed batch waits its lease (30 s); the rest goes at once
-            _wait_for(lambda: _promoted(app.engine, ids) >= len(ids) - 50, 60, "drain", out)
+            # every escalation goes at once: none waits the 30 s lease
+            _wait_for(lambda: _promoted(app.engine, ids) == len(ids), 20, "drain", out)
             assert resumed_s < 5, resumed_s
             assert out().count("worker.database_writable") == 1, out()
         finally:
