@@ -4,7 +4,8 @@ For every HTTP request, in this order:
 
 1. **request id**: ``X-Request-ID`` from the client if it is 1-128 characters of
    ``[A-Za-z0-9._:-]`` (:func:`request_id_of`), else a new random one; returned as
-   ``X-Request-ID`` on the response and bound (structlog contextvars) into every log line of
+   ``X-Request-ID`` on the response (with ``Retry-After`` added to any 503 that has none,
+   e.g. a console page's) and bound (structlog contextvars) into every log line of
    the request, with the W3C ``traceparent``'s trace id as ``trace_id`` when there is one;
 2. **load shedding**: with ``api_max_in_flight`` requests already being served by this
    process, the request is answered 503 ``/problems/unavailable`` with ``Retry-After: 1`` at
@@ -34,6 +35,7 @@ import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from escalation.entrypoints.api import http_metrics, tracing
+from escalation.entrypoints.api.problems import RETRY_AFTER_S
 from escalation.logs import get_logger
 
 PROBES = frozenset({"/livez", "/readyz", "/healthz"})
@@ -98,8 +100,11 @@ class Edge:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = int(message["status"])
-                message["headers"] = [*message.get("headers", []),
-                                      (b"x-request-id", rid.encode("latin-1"))]
+                extra = [(b"x-request-id", rid.encode("latin-1"))]
+                if status[0] == 503 and not any(k.lower() == b"retry-after"
+                                                for k, _ in message.get("headers", [])):
+                    extra.append((b"retry-after", str(RETRY_AFTER_S).encode()))
+                message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
         self.in_flight += 1
