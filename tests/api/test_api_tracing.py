@@ -91,6 +91,27 @@ def test_a_batch_write_is_a_child_span_and_a_route_template_names_each_span(
     assert write.attributes is not None and write.attributes["items"] == 2
 
 
+def test_every_ledger_write_route_has_a_ledger_write_child_span(
+        traced: tuple[TestClient, InMemorySpanExporter, str]) -> None:
+    client, exporter, _ = traced
+    b = body()
+    assert client.post("/v1/escalations", json=b).status_code == 201
+    did = b["dispute_id"]
+    for step in ("pause", "resume", "cancel"):
+        assert client.post(f"/v1/escalations/{did}/{step}").status_code == 200, step
+    spans = exporter.get_finished_spans()
+    servers = {s.context.span_id: s for s in spans if s.kind is SpanKind.SERVER}
+    writes = [s for s in spans if s.name == "ledger.write"]
+    assert [w.attributes["operation"] for w in writes if w.attributes] == [
+        "create", "pause", "resume", "cancel"]
+    for w in writes:  # each under its own request's span, run in the thread pool or not
+        assert w.parent is not None and w.parent.span_id in servers
+    assert len({w.parent.span_id for w in writes if w.parent}) == 4
+    names = [servers[w.parent.span_id].name for w in writes if w.parent]
+    assert names[1:] == [f"POST /v1/escalations/{{dispute_id}}/{s}"
+                         for s in ("pause", "resume", "cancel")]
+
+
 def test_a_5xx_marks_the_span_as_an_error(
         traced: tuple[TestClient, InMemorySpanExporter, str]) -> None:
     client, exporter, _ = traced

@@ -159,7 +159,7 @@ async def create(body: EscalationIn, request: Request, token: Writer) -> Respons
     why = source_refusal(token, body.source)
     if why is not None:
         raise ApiProblem(403, why, errors=[{"field": "source", "message": why}])
-    with child_span(request.app.state, "ledger.write", operation="create"):
+    with child_span("ledger.write", operation="create"):
         done = await batcher.submit(
             to_request(body, getattr(request.state, "trace_id", None)), token.name)
     res = done.result
@@ -193,8 +193,7 @@ def create_batch(body: BatchIn, core: Core, token: Writer, request: Request) -> 
             if isinstance(exc, InvalidInput):
                 raise type(exc)(f"request {i + 1}: {exc}") from None
             raise
-    with child_span(request.app.state, "ledger.write", operation="create_batch",
-                    items=len(requests)):
+    with child_span("ledger.write", operation="create_batch", items=len(requests)):
         results = enqueue_many(
             requests, scheduler=core.scheduler, store=core.store, ladders=core.ladders,
             calendars=core.calendars, default_ladder=core.settings.default_ladder,
@@ -239,8 +238,9 @@ def cancel(did: Dispute, core: Core, token: Writer,
     before = core.store.get(did)
     if before is not None and before[1] is Status.CANCELLED:
         return render(core, before[0])
-    state = do_cancel(did, scheduler=core.scheduler, store=core.store, actor=token.name,
-                      reason=(body or CancelIn()).reason)
+    with child_span("ledger.write", operation="cancel"):
+        state = do_cancel(did, scheduler=core.scheduler, store=core.store, actor=token.name,
+                          reason=(body or CancelIn()).reason)
     return render(core, state)
 
 
@@ -249,8 +249,10 @@ def pause(did: Dispute, core: Core, token: Writer,
     """Stop a pending escalation's SLA clock; 409 if it is not pending."""
     from escalation.service_layer.pause import pause as do_pause
 
-    res = do_pause(did, scheduler=core.scheduler, store=core.store, ladders=core.ladders,
-                   calendars=core.calendars, actor=token.name, reason=(body or PauseIn()).reason)
+    with child_span("ledger.write", operation="pause"):
+        res = do_pause(did, scheduler=core.scheduler, store=core.store, ladders=core.ladders,
+                       calendars=core.calendars, actor=token.name,
+                       reason=(body or PauseIn()).reason)
     return render(core, res.escalation, remaining_ms=res.remaining_ms, basis=res.basis)
 
 
@@ -259,8 +261,9 @@ def resume(did: Dispute, core: Core, token: Writer) -> EscalationOut:
     from escalation.bootstrap import schedule_resumed
     from escalation.service_layer.pause import resume as do_resume
 
-    res = do_resume(did, scheduler=core.scheduler, store=core.store, ladders=core.ladders,
-                    calendars=core.calendars, actor=token.name)
+    with child_span("ledger.write", operation="resume"):
+        res = do_resume(did, scheduler=core.scheduler, store=core.store, ladders=core.ladders,
+                        calendars=core.calendars, actor=token.name)
     schedule_resumed(core, res)  # warnings as fractions of active (unpaused) time
     return render(core, res.escalation, remaining_ms=res.remaining_ms, basis=res.basis)
 
@@ -331,9 +334,10 @@ def record(did: Dispute, body: ActionIn, core: Core, token: Writer,
             evidence_ref=None if body.evidence is None else body.evidence.ref,
             evidence_sha256=None if body.evidence is None else body.evidence.sha256,
             amount=body.amount, currency=body.currency, note=body.note)
-        return record_action(cmd, scheduler=core.scheduler, store=core.store,
-                             ladders=core.ladders, calendars=core.calendars,
-                             on_replanned=schedule_for(core, only_ahead=True))
+        with child_span("ledger.write", operation="action"):
+            return record_action(cmd, scheduler=core.scheduler, store=core.store,
+                                 ladders=core.ladders, calendars=core.calendars,
+                                 on_replanned=schedule_for(core, only_ahead=True))
 
     return _answer(core, _obligation(ACTION_FIELDS, run))
 
@@ -348,8 +352,9 @@ def resolve(did: Dispute, body: ResolveIn, core: Core, token: Writer,
             dispute_id=did, outcome=body.outcome, actor=token.name,
             idempotency_key=_key(body.idempotency_key, idempotency_key),
             occurred_at=parse_time(body.occurred_at, "occurred_at"), reason=body.reason)
-        return do_resolve(cmd, scheduler=core.scheduler, store=core.store,
-                          ladders=core.ladders, calendars=core.calendars)
+        with child_span("ledger.write", operation="resolve"):
+            return do_resolve(cmd, scheduler=core.scheduler, store=core.store,
+                              ladders=core.ladders, calendars=core.calendars)
 
     return _answer(core, _obligation(RESOLVE_FIELDS, run))
 

@@ -4,7 +4,8 @@ The ``otel`` extra (``pip install 'escalation[otel]'``: ``opentelemetry-api``,
 ``opentelemetry-sdk``, ``opentelemetry-exporter-otlp-proto-http``) provides it; without the
 extra and without the setting nothing of OpenTelemetry is imported. ``edge.Edge`` opens one
 SERVER span per request (name ``<METHOD> <route template>``, the W3C ``traceparent`` it
-carries as parent) and the routes that write the ledger open a child span around the write
+carries as parent) and every route that writes the ledger (create, batch, cancel, pause,
+resume, actions, resolve) opens a child span ``ledger.write`` around the write
 (:func:`child_span`). docs/adr/0015-http-edge.md says why spans come from a small
 middleware of our own rather than the FastAPI instrumentation package.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from escalation.domain.errors import ConfigError
@@ -64,6 +66,11 @@ def tracer_provider(endpoint: str | None) -> Any:
     return provider
 
 
+_TRACER: ContextVar[Any] = ContextVar("escalation_api_tracer", default=None)
+"""The tracer of the request being served (None: tracing off); a context variable, so a
+route run in the thread pool sees it too (its context is copied)."""
+
+
 @contextmanager
 def server_span(tracer: Any, method: str, headers: dict[bytes, bytes]) -> Iterator[Any]:
     """The request's SERVER span, current for the request (its parent: the ``traceparent``
@@ -77,9 +84,11 @@ def server_span(tracer: Any, method: str, headers: dict[bytes, bytes]) -> Iterat
     span = tracer.start_span(method, context=parent, kind=trace.SpanKind.SERVER,
                              attributes={"http.request.method": method})
     token = context.attach(trace.set_span_in_context(span, parent))
+    current = _TRACER.set(tracer)
     try:
         yield span
     finally:
+        _TRACER.reset(current)
         context.detach(token)
         span.end()
 
@@ -103,10 +112,10 @@ def finish(span: Any, route: str, method: str, status: int, request_id: str) -> 
 
 
 @contextmanager
-def child_span(app_state: Any, name: str, **attributes: str | int) -> Iterator[None]:
-    """A span ``name`` under the current one (e.g. ``ledger.write`` around a route's write),
-    or nothing when tracing is off (``app_state.tracer`` None)."""
-    tracer = getattr(app_state, "tracer", None)
+def child_span(name: str, **attributes: str | int) -> Iterator[None]:
+    """A span ``name`` under the request's SERVER span (e.g. ``ledger.write`` around a
+    route's write), or nothing when tracing is off."""
+    tracer = _TRACER.get()
     if tracer is None:
         yield
         return
