@@ -17,6 +17,13 @@ to the node that owns the key's slot, and the replies are awaited together with 
 
 Idle cost: one BLPOP per shard per wait instead of one per wait (each is one command that
 blocks in Redis, no polling), and one connection per shard while waiting.
+
+A wait cut short logs one ``scheduler.wake_wait_interrupted`` line with a ``reason`` code
+(:class:`WakeWaitInterruption`): after a reshard or a failover moved a shard's slot, the node
+answers ``MOVED <slot> <host:port>`` (or ``ASK`` while the slot migrates); that is routine (the
+slot map is refreshed and the next wait goes to the new owner), so it is an INFO line naming
+the slot and its new node, not a WARNING with the bare server reply. A node that cannot be
+reached or answers another error is a WARNING.
 """
 
 from __future__ import annotations
@@ -24,12 +31,48 @@ from __future__ import annotations
 import contextlib
 import select
 import time
+from enum import StrEnum
 from typing import Any
 
 import redis
 import structlog
 
 log = structlog.get_logger(__name__)
+
+
+class WakeWaitInterruption(StrEnum):
+    """Why a cluster wake-up wait ended early: the ``reason`` of
+    ``scheduler.wake_wait_interrupted``."""
+
+    SLOT_MOVED = "slot_moved"  # MOVED: the slot has a new owner (reshard, failover)
+    SLOT_MIGRATING = "slot_migrating"  # ASK: the slot is being migrated right now
+    NODE_UNREACHABLE = "node_unreachable"  # connection refused, reset or timed out
+    NODE_ERROR = "node_error"  # any other error reply
+
+
+def log_interruption(exc: Exception) -> WakeWaitInterruption:
+    """Log one ``scheduler.wake_wait_interrupted`` line for ``exc`` (what ended a wake-up
+    wait) and return its reason code. A redirect (``MovedError``/``AskError``: read from the
+    exception's ``slot_id``/``host``/``port``, never parsed from its text) is INFO with
+    ``slot`` and ``node`` (``host:port``): the slot map is refreshed and nothing is wrong.
+    Anything else is a WARNING with the error text (first 200 characters)."""
+    if isinstance(exc, redis.exceptions.AskError):  # MovedError is an AskError
+        reason = (WakeWaitInterruption.SLOT_MOVED
+                  if isinstance(exc, redis.exceptions.MovedError)
+                  else WakeWaitInterruption.SLOT_MIGRATING)
+        node = f"{exc.host}:{exc.port}"
+        log.info("scheduler.wake_wait_interrupted", reason=reason.value, slot=exc.slot_id,
+                 node=node, message=f"slot {exc.slot_id} is served by {node} now: slot map "
+                                    "refreshed, the next wait goes there")
+        return reason
+    reason = (WakeWaitInterruption.NODE_UNREACHABLE
+              if isinstance(exc, (redis.exceptions.ConnectionError,
+                                  redis.exceptions.TimeoutError, OSError))
+              else WakeWaitInterruption.NODE_ERROR)
+    log.warning("scheduler.wake_wait_interrupted", reason=reason.value, error=str(exc)[:200],
+                message="a cluster node did not answer the wake-up wait: slot map refreshed; "
+                        "the worker's next command reports an outage if it lasts")
+    return reason
 
 
 def _sock_of(conn: Any) -> Any:
@@ -79,7 +122,7 @@ def cluster_blpop_any(client: Any, wake_keys: list[str], block_s: float,
                     woken = True
     except (redis.RedisError, OSError) as exc:
         failed = True
-        log.warning("scheduler.wake_wait_failed", error=str(exc)[:200])
+        log_interruption(exc)
     finally:
         for pool, conn in in_flight:
             if failed or conn in waiting:
