@@ -24,7 +24,8 @@ does not exist); an operational failure exits 1 (the table below).
 `escalation --install-completion` installs shell completion (bash, zsh, fish, PowerShell)
 and `--show-completion` prints the script. Every command that reports takes `--json`: one
 JSON document on stdout. Command output (tables, summaries, JSON) goes to stdout; log records
-go to stderr (`ESCALATION_LOG_FORMAT`, `ESCALATION_LOG_LEVEL`), never into the output.
+go to stderr (`ESCALATION_LOG_FORMAT`, `ESCALATION_LOG_LEVEL`), never into the output
+([ADR 0019](adr/0019-cli-contract.md)).
 """
 
 # The one table of exit codes (docs/cli.md): what a script may rely on.
