@@ -84,3 +84,17 @@ def test_token_create_prints_the_secret_alone_on_its_first_line(
     revoked = run_cli(cli_env, "token", "revoke", name, "--json")
     assert revoked.returncode == 0, revoked.stderr
     assert json.loads(revoked.stdout)["revoked"] is True
+
+
+def test_json_of_commands_that_printed_text_parses_whole(
+    app: Any, cli_env: dict[str, str]
+) -> None:
+    checked = run_cli(cli_env, "ladder", "check", "--json")
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    report = json.loads(checked.stdout)
+    assert report["ok"] is True and report["files"] > 0 and report["errors"] == []
+    dead = run_cli(cli_env, "dead", "list", "--json")
+    assert dead.returncode == 0 and json.loads(dead.stdout) == []
+    ran = run_cli(cli_env, "maintenance", "run", "--json")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert isinstance(json.loads(ran.stdout)["ran"], list)

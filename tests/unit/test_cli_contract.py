@@ -57,6 +57,18 @@ def _walk(cmd: Any, path: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:
 COMMANDS = _walk(typer.main.get_command(app), ())
 
 
+def _groups(cmd: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """Every command group under ``cmd`` (``audit``, ``dead``, ``audit partitions``...)."""
+    subs = getattr(cmd, "commands", None) or {}
+    found = [path] if path and subs else []
+    for name in sorted(subs):
+        found += _groups(subs[name], (*path, name))
+    return found
+
+
+GROUPS = _groups(typer.main.get_command(app), ())
+
+
 def _opts(cmd: Any) -> set[str]:
     return {o for p in cmd.params for o in (*getattr(p, "opts", ()),
                                             *getattr(p, "secondary_opts", ()))}
@@ -88,7 +100,8 @@ def test_allow_list_names_only_commands_that_exist() -> None:
     assert set(DOES_NOT_REPORT) <= names
 
 
-@pytest.mark.parametrize("path", [" ".join(p) for p, _ in COMMANDS] + [""])
+@pytest.mark.parametrize("path", sorted({" ".join(p) for p, _ in COMMANDS}
+                                         | {" ".join(g) for g in GROUPS} | {""}))
 def test_minus_h_is_help_everywhere(path: str) -> None:
     args = [*path.split(), "-h"]
     res = CliRunner().invoke(app, args)
