@@ -51,6 +51,7 @@ from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.adapters.redis_warnings import RedisWarnings
 from escalation.adapters.retired_figures import RedisRetiredFigures
+from escalation.adapters.webhook import WebhookClient
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import RELEASE_BROKEN, ConfigError, LadderError, SchemaNotAtHead
 from escalation.domain.escalation import Escalation
@@ -362,6 +363,16 @@ def retired_figures_for(app: App) -> RedisRetiredFigures:
     """Decision figures of ledger partitions removed by retention (``/metrics`` counters
     stay monotonic across ``audit partitions drop-expired``), on ``app``'s namespace."""
     return RedisRetiredFigures(app.redis, app.settings.namespace)
+
+
+def webhook_client_for(url: str, key: bytes, timeout_s: float,
+                       max_connections: int) -> WebhookClient:
+    """The pooled, keep-alive webhook client of ``escalation notify`` (the caller closes it).
+
+    Raises:
+        InvalidInput: a URL that is not http(s), a timeout <= 0, ``max_connections`` < 1.
+    """
+    return WebhookClient(url, key, timeout_s, max_connections)
 
 
 def warnings_for(app: App) -> RedisWarnings:

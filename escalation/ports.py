@@ -539,6 +539,11 @@ class ReviewStreams(Protocol):
         """Drop a delivered retry."""
         ...
 
+    def notify_retry_waiting(self, shard: int) -> list[tuple[str, int]]:
+        """Every retry scheduled on the shard, ``(member, retry time epoch ms)``, earliest
+        first (members of every consumer group; ``<group>|<dispute id>:<seq>``)."""
+        ...
+
     def notify_defer(self, shard: int, group: str, entry_id: str, member: str, at_ms: int,
                      record_json: str) -> None:
         """Schedule a retry at ``at_ms`` (acknowledging ``entry_id`` when given)."""

@@ -29,7 +29,7 @@ as name -> instant maps (JSONB keeps no key order); an empty list and NULL are b
 clocks" for ``deadlines``.
 
 Source of the rules: the writers in ``adapters/audit_writes.py``, ``adapters/audit_store.py``,
-``adapters/ladder_history.py`` and ``service_layer/obligations.py`` (docs/audit.md,
+``adapters/ladder_history.py`` and ``service_layer/obligations.py`` (docs/reliability.md,
 "Projection against the ledger").
 """
 

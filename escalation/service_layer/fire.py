@@ -81,12 +81,14 @@ def _notification(item: ClaimedItem, decision: Decision, state: Escalation) -> d
         "dispute_id": dispute_id,
         "seq": seq,
         "idempotency_key": f"{dispute_id}:{seq}",
+        "kind": decision.kind.name,  # the ledger event: PROMOTED / TERMINAL
         "match_decision": decision.match_decision,
         "from_tier": decision.from_tier,
         "to_tier": decision.to_tier or "",
         "ladder": state.ladder_key,
         "trace_id": state.trace_id,
         "source_hash": state.source_hash,
+        "external_id": state.external_id or "",
         "materiality": str(state.materiality),
         "decided_ms": str(to_ms(decision.decided_at)),
     }
@@ -373,10 +375,11 @@ def notification_of_row(row: LedgerRow) -> dict[str, str]:
     the worker's apply sends; idempotency key ``<dispute>:<seq>``)."""
     return {
         "dispute_id": str(row.dispute_id), "seq": str(row.seq),
-        "idempotency_key": f"{row.dispute_id}:{row.seq}",
+        "idempotency_key": f"{row.dispute_id}:{row.seq}", "kind": row.event,
         "match_decision": row.match_decision, "from_tier": row.from_tier or "",
         "to_tier": row.to_tier or "", "ladder": f"{row.ladder}@{row.ladder_version}",
         "trace_id": row.trace_id, "source_hash": row.source_hash,
+        "external_id": row.external_id or "",
         "materiality": str(row.materiality), "decided_ms": str(to_ms(row.decided_at)),
     }
 
