@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import partial
 from types import FrameType
 from typing import Any
@@ -42,8 +43,29 @@ from escalation.service_layer.warnings import fire_warnings, warning_members
 
 log = get_logger("escalation.worker")
 
-MAX_BACKOFF_S = 30.0
+MAX_BACKOFF_S = 30.0  # --burst only: the blind back-off between two attempts, at most
 BURST_MAX_FAILURES = 5  # --burst gives up after this many consecutive outages (~15 s)
+OUTAGE_PROBE_EVERY_S = 1.0  # during an outage: one cheap probe of both servers this often
+OUTAGE_LOG_EVERY_S = 30.0  # while an outage lasts: one worker.outage_continues line this often
+
+
+class OutageCause(StrEnum):
+    """What a worker's outage back-off waits for: the ``reason`` code of its
+    ``worker.backoff`` / ``worker.outage_continues`` / ``worker.outage_ended`` lines."""
+
+    REDIS_UNREACHABLE = "redis_unreachable"  # connection lost or timed out, no primary
+    DATABASE_UNREACHABLE = "database_unreachable"  # PostgreSQL does not answer
+
+
+@dataclass
+class _Outage:
+    """One outage as the worker sees it (host monotonic clock, seconds)."""
+
+    cause: OutageCause
+    since: float  # when the first failed call of the outage was seen
+    logged: float  # when the last line about it was written
+    attempts: int = 0  # failed passes and probes so far
+    error: str = ""  # the latest error, first 300 characters
 
 
 RESYNC_CHECK_EVERY_S = 1.0  # how often a firing worker reads the namespace's resync mark
@@ -260,10 +282,15 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
                metrics: WorkerMetrics | None = None) -> WorkerTotals:
     """Run until SIGTERM/SIGINT (or, with ``burst``, until nothing is due). Returns totals.
 
-    Database or Redis outages are logged (``worker.backoff``) and retried with exponential
-    backoff (capped at 30 s); members claimed before the failure come due again after their
-    lease, so nothing is lost. ``metrics`` (optional) observes every batch and decision
-    (``escalation worker --metrics-port``).
+    Database or Redis outages: one ``worker.backoff`` line when an outage begins, one
+    ``worker.outage_continues`` every ``OUTAGE_LOG_EVERY_S`` while it lasts and one
+    ``worker.outage_ended`` when a pass succeeds again (no traceback); meanwhile both servers
+    are probed every ``OUTAGE_PROBE_EVERY_S`` (:func:`_outage_wait`), so the worker resumes
+    within about a second of the servers answering, however long the outage was. A
+    ``--burst`` run backs off blindly (0.5 s doubling) and gives up after
+    ``BURST_MAX_FAILURES`` outages in a row. Members claimed before the failure come due
+    again after their lease, so nothing is lost. ``metrics`` (optional) observes every
+    batch and decision (``escalation worker --metrics-port``).
     """
     settings = app.settings
     rng = random.Random()
@@ -299,6 +326,8 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
             try:
                 report, now_ms = _fire_pass(ctx)
                 state["in_batch"] = False
+                failures = 0
+                _outage_ended(ctx)  # logs only when an outage was open
                 _add(totals, report)
                 if not burst and idle.maintenance_due():
                     poll_maintenance(maint)  # every maint_every_s at most (idle cost)
@@ -319,7 +348,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
                     raise  # a drain-and-exit run gives up; the CLI prints one error line
                 if state["stop"]:
                     break
-                _waiting(state, partial(time.sleep, delay))
+                _waiting(state, _pause(ctx, delay, rng, burst=burst))
                 continue
             finally:
                 state["in_batch"] = False
@@ -356,6 +385,7 @@ class _Pass:
     burst: bool = False  # a --burst run raises RedisAheadOfLedger instead of waiting
     writable: Callable[[], bool] | None = None  # probe: the database accepts writes
     read_only: bool = False  # the last write or probe found the database read-only
+    outage: _Outage | None = None  # Redis or PostgreSQL unreachable since the last good pass
 
 
 def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
@@ -542,16 +572,100 @@ def _restore_handlers(old: dict[int, Any]) -> None:
 
 
 def _backoff(ctx: _Pass, exc: Exception, failures: int, rng: random.Random) -> float:
-    """Log ``worker.backoff`` for the ``failures``-th consecutive outage and return the delay
-    in seconds (0.5 s doubling, capped at ``MAX_BACKOFF_S``, jittered 0.8-1.2x). The next
-    pass looks at everything again (warnings included)."""
+    """Note the ``failures``-th consecutive failed pass and return the blind delay in
+    seconds a ``--burst`` run (or a read-only database, :func:`_read_only_backoff`) sleeps:
+    0.5 s doubling, capped at ``MAX_BACKOFF_S``, jittered 0.8-1.2x. An unreachable server
+    opens or continues ``ctx.outage`` (:func:`_outage_seen`: one log line per state change);
+    a long-running worker then waits in :func:`_outage_wait` instead of sleeping the delay.
+    The next pass looks at everything again (warnings included)."""
     ctx.idle.woke = True  # after an outage, look at everything again
     delay: float = min(MAX_BACKOFF_S, 0.5 * 2 ** min(failures, 8)) * rng.uniform(0.8, 1.2)
     if isinstance(exc, DatabaseReadOnly):
         return _read_only_backoff(ctx, exc, delay)
-    log.warning("worker.backoff", worker_id=ctx.app.actor, error=str(exc)[:300],
-                attempt=failures, sleep_s=round(delay, 2))
+    _outage_seen(ctx, exc)
     return delay
+
+
+def _pause(ctx: _Pass, delay: float, rng: random.Random, *, burst: bool,
+           ) -> Callable[[], None]:
+    """The wait after a failed pass: the blind ``delay`` (seconds) for a ``--burst`` run or a
+    read-only database (no open ``ctx.outage``), else probing until the servers answer
+    (:func:`_outage_wait`)."""
+    if burst or ctx.outage is None:
+        return partial(time.sleep, delay)
+    return partial(_outage_wait, ctx, rng)
+
+
+def _outage_cause(exc: Exception) -> OutageCause:
+    """The :class:`OutageCause` of an outage error, by exception type (never by message)."""
+    if isinstance(exc, REDIS_OUTAGE_ERRORS):
+        return OutageCause.REDIS_UNREACHABLE
+    return OutageCause.DATABASE_UNREACHABLE
+
+
+def _outage_seen(ctx: _Pass, exc: Exception) -> None:
+    """A pass or a probe failed with ``exc``: open ``ctx.outage`` (``worker.backoff``, one
+    WARNING line, no traceback) or, when the cause changed (Redis back, PostgreSQL still
+    away), log ``worker.backoff`` again; otherwise count the attempt and write one
+    ``worker.outage_continues`` line every ``OUTAGE_LOG_EVERY_S`` seconds at most."""
+    now, cause, error = time.monotonic(), _outage_cause(exc), str(exc)[:300]
+    outage = ctx.outage
+    if outage is None or outage.cause is not cause:
+        since = now if outage is None else outage.since
+        ctx.outage = _Outage(cause=cause, since=since, logged=now, attempts=1, error=error)
+        log.warning("worker.backoff", worker_id=ctx.app.actor, reason=cause.value,
+                    error=error, down_s=round(now - since, 1),
+                    probe_every_s=OUTAGE_PROBE_EVERY_S,
+                    message="a server does not answer: probing it every "
+                            f"{OUTAGE_PROBE_EVERY_S:g} s, the worker resumes when it answers")
+        return
+    outage.attempts += 1
+    outage.error = error
+    if now - outage.logged >= OUTAGE_LOG_EVERY_S:
+        outage.logged = now
+        log.warning("worker.outage_continues", worker_id=ctx.app.actor,
+                    reason=cause.value, error=error, down_s=round(now - outage.since, 1),
+                    attempts=outage.attempts)
+
+
+def _outage_ended(ctx: _Pass) -> None:
+    """A pass succeeded after an outage: log ``worker.outage_ended`` (how long, how many
+    failed attempts) and close ``ctx.outage``."""
+    outage, ctx.outage = ctx.outage, None
+    if outage is not None:
+        log.warning("worker.outage_ended", worker_id=ctx.app.actor, reason=outage.cause.value,
+                    down_s=round(time.monotonic() - outage.since, 1), attempts=outage.attempts)
+
+
+def _servers_answer(ctx: _Pass) -> bool:
+    """One cheap probe of both servers: Redis ``TIME`` (through the scheduler) and one
+    PostgreSQL round trip (the writability probe; a read-only answer counts as an answer: the
+    next pass takes the read-only path). Each call is bounded by ``Settings.io_timeout_s``.
+    False, with the failure noted in ``ctx.outage``, when either does not answer."""
+    try:
+        ctx.app.scheduler.time()
+        if ctx.writable is not None:
+            ctx.writable()
+    except _OUTAGES as exc:
+        _outage_seen(ctx, exc)
+        return False
+    return True
+
+
+def _outage_wait(ctx: _Pass, rng: random.Random,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+    """The back-off of a long-running worker during an outage: sleep
+    ``OUTAGE_PROBE_EVERY_S`` (jittered 0.8-1.2x, so workers do not probe in step), probe both
+    servers (:func:`_servers_answer`), and return as soon as both answer. A fixed probe
+    interval instead of a growing blind sleep: after an outage of any length the worker
+    resumes within one probe interval plus one bounded probe of the network's return (an
+    exponential back-off capped at 30 s left workers idle up to 30 s after the servers were
+    back, past lease + poll interval). Ends early on a stop signal (the caller's
+    :func:`_waiting`)."""
+    while True:
+        sleep(OUTAGE_PROBE_EVERY_S * rng.uniform(0.8, 1.2))
+        if _servers_answer(ctx):
+            return
 
 
 def _read_only_backoff(ctx: _Pass, exc: DatabaseReadOnly, delay: float) -> float:
