@@ -14,10 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from tests.api.conftest import Server, make_tokens, start_server, stop_server
-from tests.conftest import signing_key_pem
+from tests.conftest import scratch_database, signing_key_pem
 
 MAX_EXAMPLES = 12
 """Per operation and phase: the whole run takes about a minute on a loaded machine."""
@@ -33,28 +32,36 @@ expected-statuses = ["2xx", "401", "403", "404", "409", "422"]
 
 
 @pytest.fixture(scope="module")
-def contract_server(redis_url: str, database_url: str, engine: sa.Engine) -> Iterator[Server]:
-    """A server with the checkpoint signing key (so a case file is a 404 or 409, never the
-    503 of a server that cannot sign), no failed-auth throttle and no load shedding."""
+def contract_server(redis_url: str, server_urls: tuple[str, str]) -> Iterator[Server]:
+    """A server on a database of its own (schemathesis creates, pauses and resolves many
+    disputes: they must not reach other tests' ledger reads), with the checkpoint signing
+    key (so a case file is a 404 or 409, never the 503 of a server that cannot sign), no
+    failed-auth throttle and no load shedding."""
     import redis
 
+    from escalation.adapters.db import make_engine
+
     namespace = f"t{uuid.uuid4().hex[:12]}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
-    env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=database_url,
-               ESCALATION_NAMESPACE=namespace, ESCALATION_LOG_FORMAT="json",
-               ESCALATION_LOG_LEVEL="ERROR", ESCALATION_API_TOKEN_CACHE_S="0",
-               ESCALATION_API_AUTH_FAIL_LIMIT="1000000", ESCALATION_API_MAX_IN_FLIGHT="1000",
-               ESCALATION_CHECKPOINT_KEY=signing_key_pem())
-    tokens, names = make_tokens(engine, f"st{uuid.uuid4().hex[:8]}")
-    url, proc = start_server(env)
-    try:
-        yield Server(url, namespace, env, tokens, names, proc)
-    finally:
-        stop_server(proc)
-        client = redis.Redis.from_url(redis_url, decode_responses=True)
-        for key in client.scan_iter(match=f"*{{{namespace}:*", count=1000):
-            client.delete(key)
-        client.close()
+    with scratch_database(server_urls[1], "escalation_contract") as database_url:
+        engine = make_engine(database_url, pool_size=1)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
+        env.update(ESCALATION_REDIS_URL=redis_url, ESCALATION_DATABASE_URL=database_url,
+                   ESCALATION_NAMESPACE=namespace, ESCALATION_LOG_FORMAT="json",
+                   ESCALATION_LOG_LEVEL="ERROR", ESCALATION_API_TOKEN_CACHE_S="0",
+                   ESCALATION_API_AUTH_FAIL_LIMIT="1000000",
+                   ESCALATION_API_MAX_IN_FLIGHT="1000",
+                   ESCALATION_CHECKPOINT_KEY=signing_key_pem())
+        tokens, names = make_tokens(engine, f"st{uuid.uuid4().hex[:8]}")
+        url, proc = start_server(env)
+        try:
+            yield Server(url, namespace, env, tokens, names, proc)
+        finally:
+            stop_server(proc)
+            engine.dispose()
+            client = redis.Redis.from_url(redis_url, decode_responses=True)
+            for key in client.scan_iter(match=f"*{{{namespace}:*", count=1000):
+                client.delete(key)
+            client.close()
 
 
 @pytest.mark.timeout(600)
