@@ -353,6 +353,16 @@ class ReliabilityRedis:
         pipe.hdel(keys.notify_data, member)
         pipe.execute()
 
+    def notify_retry_waiting(self, shard: int) -> list[tuple[str, int]]:
+        """Every retry scheduled on ``shard``: ``(member, retry time epoch ms)``, earliest
+        first (one ZRANGE of ``notify_retry``; the set holds only failed deliveries and the
+        notifications held behind them)."""
+        keys = Keys(self.namespace, shard)
+        raw = cast(list[tuple[Any, float]],
+                   self.client.zrange(keys.notify_retry, 0, -1, withscores=True))
+        return [(m.decode() if isinstance(m, bytes) else str(m), int(score))
+                for m, score in raw]
+
     def notify_defer(self, shard: int, group: str, entry_id: str, member: str, at_ms: int,
                      record_json: str) -> None:
         """notify_defer.lua: schedule a retry of ``member`` at ``at_ms`` (and XACK

@@ -15,7 +15,8 @@ import typer
 
 from escalation.domain.errors import InvalidInput
 
-bench_app = typer.Typer(help="Benchmarks: drain, precision, idle, enqueue, scale, api, compare.",
+bench_app = typer.Typer(help="Benchmarks: drain, precision, idle, enqueue, scale, api, "
+                        "compare, notify.",
                         no_args_is_help=True)
 
 DbOpt = Annotated[str | None, typer.Option(
@@ -154,6 +155,38 @@ def idle_cmd(
     report(result, rows, f"poll {poll_interval_s:g} s, {workers} worker(s), "
            f"{result['seconds']:g} s on a {where}: {result['cmds_per_s_per_worker']:.2f} "
            f"cmds/s per worker ({result['by_command']})", json_only=json_only)
+
+
+@bench_app.command("notify")
+def notify_cmd(
+    n: Annotated[int, typer.Option(help="Notifications to deliver.")] = 100,
+    delay_ms: Annotated[float, typer.Option(
+        help="The loopback receiver answers each POST after this many ms.")] = 100.0,
+    concurrency: Annotated[int, typer.Option(help="Deliveries at once (notify --concurrency).")
+                           ] = 16,
+    per_dispute: Annotated[int, typer.Option(
+        help="Notifications per dispute (delivered in order, one at a time).")] = 1,
+    database_url: DbOpt = None,
+    json_only: JsonOpt = False,
+) -> None:
+    """Webhook deliveries/s: notify's pooled client and delivery threads against a slow
+    loopback receiver that checks every signature and the order per dispute."""
+    from escalation.bench import notify
+    from escalation.bench.common import report
+
+    if n < 1 or per_dispute < 1 or concurrency < 1 or delay_ms < 0:
+        raise InvalidInput("--n, --per-dispute and --concurrency must be positive, "
+                           "--delay-ms >= 0")
+    result = _run(database_url, lambda t: notify.run(t, n, delay_ms, concurrency, per_dispute))
+    rows = [{"deliveries": result["deliveries"], "receiver ms": delay_ms,
+             "concurrency": concurrency, "seconds": result["seconds"],
+             "per s": result["per_s"], "verified": result["verified"],
+             "order ok": result["order_ok"], "connections": result["connections"]}]
+    report(result, rows, f"{result['deliveries']} deliveries to a {delay_ms:g} ms receiver, "
+           f"concurrency {concurrency}: {result['seconds']:.2f} s ({result['per_s']:.0f}/s), "
+           f"{result['verified']}/{result['requests']} signatures verified, order per dispute "
+           f"{'kept' if result['order_ok'] else 'BROKEN'}, {result['connections']} connections",
+           json_only=json_only)
 
 
 @bench_app.command("enqueue")

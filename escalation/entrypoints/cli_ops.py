@@ -45,6 +45,25 @@ def _webhook_key() -> bytes:
     return secret_key(secret.get_secret_value())
 
 
+def _check_notify_options(webhook_url: str | None, discard: bool, timeout_s: float,
+                          concurrency: int, most: int) -> None:
+    """Refuse bad ``notify`` options before anything is read or written.
+
+    Raises:
+        InvalidInput: naming the option: --concurrency outside 1-``most``, --timeout-s <= 0,
+            a non-http(s) --webhook-url, no URL without --discard.
+    """
+    if not 1 <= concurrency <= most:
+        raise InvalidInput(f"--concurrency must be 1-{most}, got {concurrency}")
+    if not timeout_s > 0:
+        raise InvalidInput(f"--timeout-s must be > 0 seconds, got {timeout_s}")
+    if webhook_url and not webhook_url.startswith(("http://", "https://")):
+        raise InvalidInput(f"--webhook-url must be an http:// or https:// URL, got {webhook_url!r}")
+    if not webhook_url and not discard:
+        raise InvalidInput("--webhook-url is required (or ESCALATION_WEBHOOK_URL); pass "
+                           "--discard to acknowledge notifications without delivering them")
+
+
 @app.command()
 def notify(
     webhook_url: Annotated[str | None, typer.Option(
@@ -57,6 +76,9 @@ def notify(
         help="With no webhook URL: acknowledge every notification WITHOUT delivering it "
              "(the review stream is then the only queue).")] = False,
     timeout_s: Annotated[float, typer.Option(help="Webhook timeout, seconds.")] = 10.0,
+    concurrency: Annotated[int, typer.Option(
+        help="Most deliveries at once (1-256; one dispute's notifications are always "
+             "delivered in order, one at a time).")] = 8,
     tier: Annotated[str | None, typer.Option(help="Only this tier's review queue.")] = None,
     burst: Annotated[bool, typer.Option(
         help="Process what is there, print a summary, then exit.")] = False,
@@ -74,17 +96,18 @@ def notify(
     retried / dead-lettered. With --burst it exits 1 when any delivery failed (retried or
     dead-lettered), else 0.
     """
-    from escalation.adapters.webhook import post_notification
+    from escalation.bootstrap import webhook_client_for
     from escalation.entrypoints.progress import cli_progress
     from escalation.logs import get_logger
-    from escalation.service_layer.notify import Notifier, NotifyReport, parse_backoff
+    from escalation.service_layer.notify import (
+        MAX_CONCURRENCY,
+        Notifier,
+        NotifyReport,
+        parse_backoff,
+    )
 
     policy = parse_backoff(backoff)
-    if webhook_url and not webhook_url.startswith(("http://", "https://")):
-        raise InvalidInput(f"--webhook-url must be an http:// or https:// URL, got {webhook_url!r}")
-    if not webhook_url and not discard:
-        raise InvalidInput("--webhook-url is required (or ESCALATION_WEBHOOK_URL); pass "
-                           "--discard to acknowledge notifications without delivering them")
+    _check_notify_options(webhook_url, discard, timeout_s, concurrency, MAX_CONCURRENCY)
     key = _webhook_key() if webhook_url else b""
     a = _app()
     if tier is not None:  # a review queue exists per tier of a released ladder
@@ -100,10 +123,11 @@ def notify(
             detail="no --webhook-url / ESCALATION_WEBHOOK_URL: notifications are acknowledged "
                    "without delivery",
         )
-    deliver = None if not url else (lambda f: post_notification(url, f, timeout_s, key))
+    client = None if not url else webhook_client_for(url, key, timeout_s, concurrency)
+    deliver = None if client is None else client.deliver
     n = Notifier(rel=_rel(a), scheduler=a.scheduler, store=a.store, deliver=deliver,
                  policy=policy, consumer=a.actor, actor=a.actor, tier=tier, idle_ms=idle_ms,
-                 rng=random.Random())
+                 rng=random.Random(), concurrency=concurrency)
     stop = {"flag": False}
 
     def handler(signum: int, frame: Any) -> None:
@@ -122,6 +146,9 @@ def notify(
                 if burst and not (r.handled or r.skipped):
                     break
     finally:
+        n.close()
+        if client is not None:
+            client.close()
         a.close()
         if as_json:
             _print_json({"delivered": total.delivered, "acknowledged": total.acknowledged,
@@ -249,9 +276,18 @@ def reconcile_cmd(
     repair_projection: Annotated[bool, typer.Option(
         help="Set projection rows that differ from their ledger from the ledger (only when "
              "the chain verifies up to the row's head).")] = False,
+    full: Annotated[bool, typer.Option(
+        help="Check every pending escalation and every ZSET member (and the whole "
+             "projection) instead of what changed since the last run plus a sweep slice.")
+    ] = False,
 ) -> None:
     """Repair Redis from PostgreSQL (the truth); safe alongside live workers. Prints the
     report as JSON on stdout and a summary line on stderr.
+
+    A run checks the disputes whose ledger changed since the previous run (a watermark kept
+    in Redis) plus a slice of a sweep over every escalation (one sweep per
+    ESCALATION_RECONCILE_SWEEP_PERIOD_S); --full checks everything, as does a run without a
+    watermark, after the namespace's database changed, or while the resync mark is set.
 
     The projection is compared with the ledger first: each differing column of a dispute is
     reported (kind PROJECTION) and that dispute is left out of the Redis repair, unless
@@ -260,9 +296,10 @@ def reconcile_cmd(
     An item that cannot be repaired (e.g. a due time Redis refuses) does not stop the run: it
     is reported (count and ids, in the JSON and on stderr) and the command exits 1 at the end.
     """
-    from escalation.bootstrap import namespace_binding_for, projection_ledger_for, schedule_for
+    from escalation.bootstrap import namespace_binding_for, reconcile_run_for
     from escalation.entrypoints.progress import cli_progress
-    from escalation.service_layer.reconcile import AheadRepair, reconcile
+    from escalation.service_layer.reconcile import AheadRepair
+    from escalation.service_layer.reconcile_incremental import IncrementalReconcile
 
     a = _app(actor="reconcile")
     try:
@@ -272,12 +309,13 @@ def reconcile_cmd(
         ahead = AheadRepair(mark=namespace_binding_for(a), stream=rel, ledger=a.store,
                             actor=a.actor)
         with cli_progress("reconcile") as progress:
-            rep = reconcile(scheduler=a.scheduler, store=a.store, redis_side=rel,
-                            dry_run=dry_run, progress=progress,
-                            on_restored=schedule_for(a, only_ahead=True),
-                            projection=projection_ledger_for(a),
-                            repair_projection=repair_projection, ahead=ahead)
-        _print_json(rep.as_dict())
+            run = reconcile_run_for(
+                a, IncrementalReconcile(a.settings.reconcile_sweep_period_s, full=full,
+                                        dry_run=dry_run,
+                                        repair_projection=repair_projection),
+                ahead=ahead, rel=rel, progress=progress, full_projection=True)
+        rep = run.report
+        _print_json(run.as_dict())
     finally:
         a.close()
     err.print(rep.summary(), markup=False, highlight=False)

@@ -6,7 +6,8 @@ script that applies the decision. This module is the consumer side:
 - one consumer group per review queue: ``notify`` (every tier) or ``notify.<tier>`` (only
   entries whose ``to_tier`` is that tier; other entries are acknowledged and skipped);
 - ``XREADGROUP`` new entries; deliver each to the optional webhook (``Idempotency-Key`` =
-  ``<dispute id>:<seq>``); ``XACK`` on success;
+  ``<dispute id>:<seq>``), up to ``concurrency`` at once but one dispute's in ``seq`` order
+  and one at a time (see :class:`Notifier`); ``XACK`` on success;
 - on failure: ``notify_defer.lua`` acknowledges the entry and schedules the next attempt in
   the ``notify_retry`` ZSET at ``now + RetryPolicy.delay`` (full jitter);
   retries are claimed with ``notify_claim_retry.lua`` (visibility timeout, so a crash
@@ -33,6 +34,7 @@ import json
 import math
 import random
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -58,7 +60,9 @@ class NotifyReport:
     *without delivery* because no webhook is configured (the stream is then the only review
     queue); ``deferred``: failed deliveries scheduled for a retry; ``dead``: dead-lettered;
     ``skipped``: entries of another tier (group ``notify.<tier>``); ``recovered``: entries
-    taken over from a crashed consumer (also counted in one of the above).
+    taken over from a crashed consumer (also counted in one of the above); ``held``:
+    scheduled behind an earlier notification of the same dispute that waits for a retry
+    (not a failed attempt).
     """
 
     delivered: int = 0
@@ -67,6 +71,7 @@ class NotifyReport:
     skipped: int = 0
     recovered: int = 0
     acknowledged: int = 0
+    held: int = 0
 
     def add(self, other: NotifyReport) -> None:
         """Add ``other``'s counts to this report (in place)."""
@@ -76,7 +81,8 @@ class NotifyReport:
     @property
     def handled(self) -> int:
         """Entries handled in any way except skipping (0 = nothing to do)."""
-        return self.delivered + self.acknowledged + self.deferred + self.dead + self.recovered
+        return (self.delivered + self.acknowledged + self.deferred + self.dead + self.recovered
+                + self.held)
 
     def summary(self) -> str:
         """One line for the end of a run, e.g. ``notify: delivered 3, acknowledged without
@@ -106,6 +112,27 @@ def parse_backoff(text: str) -> RetryPolicy:
     return RetryPolicy(steps)
 
 
+MAX_CONCURRENCY = 256
+"""Most deliveries a notifier runs at once (``notify --concurrency``)."""
+
+
+@dataclass(slots=True)
+class _Item:
+    """One notification to deliver: a stream entry (``entry_id``) or a claimed retry
+    (``retry_member``), with the failed attempts so far."""
+
+    fields: dict[str, str]
+    entry_id: str = ""
+    attempts: int = 0
+    retry_member: str | None = None
+
+
+def _seq(item: _Item) -> int:
+    """The ledger seq of a notification (0 when the entry carries none)."""
+    seq = item.fields.get("seq", "")
+    return int(seq) if seq.isdigit() else 0
+
+
 def group_name(tier: str | None) -> str:
     """Consumer group of a review queue: ``notify`` or ``notify.<tier>``."""
     return DEFAULT_GROUP if not tier else f"{DEFAULT_GROUP}.{tier}"
@@ -126,14 +153,30 @@ class Notifier:
         actor: who writes ledger rows.
         idle_ms: pending entries idle this long are taken over (XAUTOCLAIM).
         lease_ms: visibility timeout of a claimed retry.
+        concurrency: most deliveries at once (1-:data:`MAX_CONCURRENCY`). Per dispute,
+            notifications are delivered in ``seq`` order, one at a time: a step's entries are
+            grouped by dispute and each group is delivered by one thread, stopping at its
+            first failure; the rest of that group, and any later notification of a dispute
+            whose earlier one waits in the retry set, is held behind it (scheduled just
+            after it, attempts unchanged). ``deliver`` must then be safe to call from
+            several threads (``adapters.webhook.WebhookClient`` is). The guarantee holds
+            within one notifier per review queue: several processes consuming the same
+            group may deliver two notifications of a dispute at once.
+
+    Raises:
+        InvalidInput: ``concurrency`` out of range.
     """
 
     def __init__(
         self, *, rel: ReviewStreams, scheduler: Scheduler, store: EventLog,
         deliver: Deliver | None, policy: RetryPolicy, consumer: str, actor: str,
         tier: str | None = None, idle_ms: int = 60_000, lease_ms: int = 30_000,
-        rng: random.Random | None = None,
+        rng: random.Random | None = None, concurrency: int = 1,
     ) -> None:
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise InvalidInput(f"concurrency must be 1-{MAX_CONCURRENCY}, got {concurrency}")
+        self.concurrency = concurrency
+        self._pool: ThreadPoolExecutor | None = None
         self.rel, self.scheduler, self.store = rel, scheduler, store
         self.deliver, self.policy, self.tier = deliver, policy, tier
         self.group = group_name(tier)
@@ -151,6 +194,9 @@ class Notifier:
     def run_once(self, count: int = 100, block_ms: int | None = None) -> NotifyReport:
         """Recover idle entries, read new ones, run due retries, on every shard.
 
+        Each step's entries are delivered with up to ``concurrency`` deliveries at once,
+        one dispute's notifications in ``seq`` order by one thread (see :class:`Notifier`).
+
         Args:
             count: most entries read per step per shard (1-1000).
             block_ms: block the XREADGROUP up to this many ms when nothing is new (None: no).
@@ -164,55 +210,146 @@ class Notifier:
             self._run_retries(shard, count, report)
         return report
 
+    def close(self) -> None:
+        """Stop the delivery threads (idempotent; the notifier is not used afterwards)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
     # ------------------------------------------------------------------ stream
     def _recover(self, shard: int, count: int, report: NotifyReport) -> None:
         entries = self.rel.review_autoclaim(shard, self.group, self.consumer, self.idle_ms,
                                             count)
+        items: list[_Item] = []
         for entry_id, fields in entries:
             if fields is None:  # entry trimmed from the stream while pending
                 self.rel.review_ack(shard, self.group, entry_id)
                 continue
             report.recovered += 1
-            self._handle_entry(shard, entry_id, fields, report)
+            items.append(_Item(fields, entry_id=entry_id))
+        self._deliver_all(shard, self._own_tier(shard, items, report), report)
 
     def _read_new(self, shard: int, count: int, block_ms: int | None,
                   report: NotifyReport) -> None:
-        for entry_id, fields in self.rel.review_read(shard, self.group, self.consumer, count,
-                                                     block_ms):
-            self._handle_entry(shard, entry_id, fields, report)
+        items = [_Item(fields, entry_id=entry_id) for entry_id, fields in
+                 self.rel.review_read(shard, self.group, self.consumer, count, block_ms)]
+        self._deliver_all(shard, self._own_tier(shard, items, report), report)
 
-    def _handle_entry(self, shard: int, entry_id: str, fields: dict[str, str],
-                      report: NotifyReport) -> None:
-        if self.tier and fields.get("to_tier") != self.tier:
-            self.rel.review_ack(shard, self.group, entry_id)
-            report.skipped += 1
-            return
-        error = self._try(fields)
-        if error is None:
-            self.rel.review_ack(shard, self.group, entry_id)
-            if self.deliver is None:
-                report.acknowledged += 1
+    def _own_tier(self, shard: int, items: list[_Item], report: NotifyReport) -> list[_Item]:
+        """``items`` of this queue's tier; the others acknowledged and counted skipped."""
+        if not self.tier:
+            return items
+        kept = []
+        for item in items:
+            if item.fields.get("to_tier") != self.tier:
+                self.rel.review_ack(shard, self.group, item.entry_id)
+                report.skipped += 1
             else:
-                report.delivered += 1
-                self.rel.count_notification(shard, "delivered")  # API /metrics
-            return
-        self._failed(shard, entry_id, fields, 1, error, report)
+                kept.append(item)
+        return kept
 
     # ------------------------------------------------------------------ retries
     def _run_retries(self, shard: int, count: int, report: NotifyReport) -> None:
+        items = []
         for member, blob in self.rel.notify_claim_retries(shard, count, self.lease_ms):
             record = json.loads(blob)
-            fields = cast(dict[str, str], record["fields"])
-            error = self._try(fields)
+            items.append(_Item(cast(dict[str, str], record["fields"]),
+                               attempts=int(record["attempts"]), retry_member=member))
+        self._deliver_all(shard, items, report)
+
+    # ------------------------------------------------------------------ delivery
+    def _deliver_all(self, shard: int, items: list[_Item], report: NotifyReport) -> None:
+        """Deliver ``items``: one thread per dispute at a time (its entries in ``seq``
+        order, stopping at the first failure), up to ``concurrency`` disputes at once; then,
+        on this thread, acknowledge what was delivered, defer the failure and hold the rest
+        of its dispute behind it."""
+        if not items:
+            return
+        groups: dict[str, list[_Item]] = {}
+        for item in items:
+            groups.setdefault(item.fields.get("dispute_id", ""), []).append(item)
+        for group in groups.values():
+            group.sort(key=_seq)
+        waiting = self._waiting_retries(shard, {i.retry_member for i in items})
+        runnable: list[list[_Item]] = []
+        for dispute, group in groups.items():
+            ahead = waiting.get(dispute)
+            if ahead is not None and ahead[0] < _seq(group[0]):
+                self._hold(shard, group, ahead[1] + 1, report)  # an earlier one waits
+            else:
+                runnable.append(group)
+        if self.deliver is None or self.concurrency == 1 or len(runnable) == 1:
+            results = [self._deliver_group(g) for g in runnable]
+        else:
+            pool = self._executor()
+            results = list(pool.map(self._deliver_group, runnable))
+        for group, (done, error) in zip(runnable, results, strict=True):
+            for item in group[:done]:
+                self._delivered(shard, item, report)
             if error is None:
-                self.rel.notify_retry_done(shard, member)
-                if self.deliver is None:
-                    report.acknowledged += 1
-                else:
-                    report.delivered += 1
-                    self.rel.count_notification(shard, "delivered")  # API /metrics
                 continue
-            self._failed(shard, "", fields, int(record["attempts"]) + 1, error, report)
+            at = self._failed(shard, group[done], error, report)
+            if done + 1 < len(group):
+                self._hold(shard, group[done + 1:],
+                           self.rel.now_ms() if at is None else at + 1, report)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.concurrency,
+                                            thread_name_prefix="notify")
+        return self._pool
+
+    def _deliver_group(self, group: list[_Item]) -> tuple[int, str | None]:
+        """Deliver one dispute's items in order: (how many were delivered, the error of the
+        next one or None). Runs on a delivery thread: no Redis or ledger call here."""
+        for i, item in enumerate(group):
+            error = self._try(item.fields)
+            if error is not None:
+                return i, error
+        return len(group), None
+
+    def _waiting_retries(self, shard: int, claimed: set[str | None]) -> dict[str, tuple[int, int]]:
+        """This group's retries waiting on ``shard`` (not claimed by this step): dispute id ->
+        (lowest seq waiting, latest retry time, epoch ms)."""
+        prefix = f"{self.group}|"
+        out: dict[str, tuple[int, int]] = {}
+        for member, at_ms in self.rel.notify_retry_waiting(shard):
+            if not member.startswith(prefix) or member in claimed:
+                continue
+            dispute, _, seq = member.removeprefix(prefix).rpartition(":")
+            if not seq.isdigit():
+                continue
+            low, latest = out.get(dispute, (int(seq), at_ms))
+            out[dispute] = (min(low, int(seq)), max(latest, at_ms))
+        return out
+
+    def _delivered(self, shard: int, item: _Item, report: NotifyReport) -> None:
+        if item.retry_member is not None:
+            self.rel.notify_retry_done(shard, item.retry_member)
+        else:
+            self.rel.review_ack(shard, self.group, item.entry_id)
+        if self.deliver is None:
+            report.acknowledged += 1
+        else:
+            report.delivered += 1
+            self.rel.count_notification(shard, "delivered")  # API /metrics
+
+    def _hold(self, shard: int, items: list[_Item], at_ms: int, report: NotifyReport) -> None:
+        """Schedule ``items`` (one dispute's, in order) at ``at_ms`` and after, behind an
+        earlier notification of the same dispute that is waiting for a retry: not a failed
+        attempt (``attempts`` unchanged)."""
+        for n, item in enumerate(items):
+            record = {"fields": item.fields, "attempts": item.attempts,
+                      "last_error": "held behind an earlier notification of the dispute",
+                      "group": self.group}
+            self.rel.notify_defer(shard, self.group, item.entry_id, self._member(item.fields),
+                                  at_ms + n, json.dumps(record))
+            report.held += 1
+            log.debug("notify.held", dispute_id=item.fields.get("dispute_id", ""),
+                      idempotency_key=item.fields.get("idempotency_key", ""),
+                      trace_id=item.fields.get("trace_id", ""),
+                      source_hash=item.fields.get("source_hash", ""),
+                      match_decision=item.fields.get("match_decision", ""), at_ms=at_ms + n)
 
     def _try(self, fields: Mapping[str, str]) -> str | None:
         if self.deliver is None:
@@ -226,8 +363,10 @@ class Notifier:
     def _member(self, fields: Mapping[str, str]) -> str:
         return f"{self.group}|{fields.get('idempotency_key', '')}"
 
-    def _failed(self, shard: int, entry_id: str, fields: dict[str, str], attempts: int,
-                error: str, report: NotifyReport) -> None:
+    def _failed(self, shard: int, item: _Item, error: str, report: NotifyReport) -> int | None:
+        """Count a failed attempt; schedule the retry (returns its time, epoch ms) or
+        dead-letter the notification (returns None)."""
+        fields, entry_id, attempts = item.fields, item.entry_id, item.attempts + 1
         member = self._member(fields)
         self.rel.count_notification(shard, "failed")  # failed attempts, API /metrics
         record = {"fields": fields, "attempts": attempts, "last_error": error,
@@ -241,12 +380,13 @@ class Notifier:
             log.error("notify.delivery_failed", outcome="dead_lettered", **why)
             self._dead(shard, entry_id, member, record)
             report.dead += 1
-            return
+            return None
         delay_ms = self.policy.next_delay_ms(attempts, self.rng)
         log.warning("notify.delivery_failed", outcome="retry", retry_in_ms=delay_ms, **why)
         at = self.rel.now_ms() + delay_ms
         self.rel.notify_defer(shard, self.group, entry_id, member, at, json.dumps(record))
         report.deferred += 1
+        return at
 
     def _dead(self, shard: int, entry_id: str, member: str, record: dict[str, Any]) -> None:
         fields = cast(dict[str, str], record["fields"])

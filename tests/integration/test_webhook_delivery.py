@@ -25,7 +25,16 @@ from escalation.service_layer.notify import Notifier
 from tests.e2e.helpers import due_requests, enqueue
 from tests.integration.reliability_support import reliability_redis
 
-FIELDS = {"idempotency_key": "7f0c1e9a-1111-4222-8333-444455556666:2", "dispute_id": "d"}
+DID = "7f0c1e9a-1111-4222-8333-444455556666"
+FIELDS = {"idempotency_key": f"{DID}:2", "dispute_id": DID, "seq": "2", "kind": "PROMOTED",
+          "match_decision": "PROMOTED_TO_SENIOR", "from_tier": "standard", "to_tier": "senior",
+          "ladder": "cfpb@3", "trace_id": "t1", "source_hash": "ab12", "external_id": "CFPB-9",
+          "materiality": "1250.00", "decided_ms": "1700000000123"}
+EVENT = {"type": "escalation.promoted", "version": 1, "id": f"{DID}:2", "dispute_id": DID,
+         "external_id": "CFPB-9", "seq": 2, "tier": "senior", "previous_tier": "standard",
+         "match_decision": "PROMOTED_TO_SENIOR", "ladder": "cfpb", "ladder_version": 3,
+         "materiality": "1250.00", "decided_at": "2023-11-14T22:13:20.123Z",
+         "trace_id": "t1", "source_hash": "ab12"}
 
 
 class Server:
@@ -101,7 +110,8 @@ def test_every_delivery_carries_a_standard_webhooks_signature_the_receiver_can_v
     secret = "whsec_" + base64.b64encode(raw).decode()
     assert post_notification(hook.url, FIELDS, 2.0, secret_key(secret), now_s=1_700_000_000) == 204
     ((method, headers, body),) = hook.requests
-    assert method == "POST" and json.loads(body) == FIELDS
+    assert method == "POST" and json.loads(body) == EVENT
+    assert headers["user-agent"].startswith("escalation/")
     assert headers["webhook-id"] == FIELDS["idempotency_key"]
     assert headers["webhook-timestamp"] == "1700000000"
     # verify exactly as the Standard Webhooks spec tells a receiver to: HMAC-SHA256 over
@@ -116,6 +126,29 @@ def test_every_delivery_carries_a_standard_webhooks_signature_the_receiver_can_v
 
 def test_a_plain_string_secret_is_used_as_its_utf8_bytes() -> None:
     assert secret_key("s3cret") == b"s3cret"
+
+
+@pytest.mark.parametrize("secret", [
+    "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode(),
+    "a plain shared secret",
+])
+def test_the_reference_library_verifies_a_delivery_as_docs_reliability_says(
+    servers: Any, secret: str,
+) -> None:
+    """The verifier snippet of docs/reliability.md: a ``whsec_`` secret as the string, any
+    other secret as its UTF-8 bytes."""
+    from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+    hook = servers(200)
+    post_notification(hook.url, FIELDS, 2.0, secret_key(secret))
+    ((_, headers, body),) = hook.requests
+    verifier = Webhook(secret) if secret.startswith("whsec_") else Webhook(secret.encode())
+    assert verifier.verify(body, headers) == EVENT
+    with pytest.raises(WebhookVerificationError):
+        verifier.verify(body + b" ", headers)
+    if not secret.startswith("whsec_"):  # the reason for the snippet: the string form fails
+        with pytest.raises(Exception):  # noqa: B017 - any refusal (bad base64 or mismatch)
+            Webhook(secret).verify(body, headers)
 
 
 def test_each_failed_delivery_is_logged_with_its_reason(app: Any, servers: Any) -> None:
