@@ -4,6 +4,7 @@ commits and added back at scrape time (real PostgreSQL partitions, real Redis)."
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -14,6 +15,7 @@ from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.metrics_queries import decisions
 from escalation.adapters.partitions import drop_expired, list_partitions
 from escalation.adapters.retired_figures import RedisRetiredFigures
+from tests.helpers import run_cli
 from tests.integration.audit_support import T0, claimed, make_escalation, promote, terminal
 
 SEVEN_YEARS = 2557
@@ -89,3 +91,22 @@ def test_a_removal_whose_save_fails_keeps_the_partition(
         drop_expired(scratch, datetime.now(UTC), SEVEN_YEARS, actor="test", retire=broken)
     assert OLD in {p.name for p in list_partitions(scratch)}
     assert sum(decisions(scratch).by_kind.values()) == 2
+
+
+def test_the_drop_expired_command_saves_the_figures_it_removes(
+    scratch: sa.Engine, redis_client: redis.Redis, namespace: str, cli_env: dict[str, str],
+) -> None:
+    store = PostgresAuditStore(scratch)
+    esc = store.record_enqueue(make_escalation(), "svc", T0)[1]
+    store.record_decisions([(claimed(esc), promote(esc))], "w")
+    _old_decisions(scratch, str(esc.dispute_id), 3, lag_s=5)
+    before = decisions(scratch)
+    env = {**cli_env, "ESCALATION_DATABASE_URL":
+           scratch.url.render_as_string(hide_password=False)}
+    res = run_cli(env, "audit", "partitions", "drop-expired", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["removed"] == [OLD]
+    saved = RedisRetiredFigures(redis_client, namespace).load()
+    assert sum(saved[OLD].by_kind.values()) == 3
+    after = decisions(scratch, retired=RedisRetiredFigures(redis_client, namespace).load)
+    assert after.by_kind == before.by_kind and after.lag_buckets == before.lag_buckets
