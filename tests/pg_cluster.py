@@ -374,8 +374,10 @@ class PgCluster:
 
     def pause_replay(self) -> None:
         """``pg_wal_replay_pause()`` on the replica: it keeps receiving WAL but applies none
-        (so a promotion now would lose whatever it has not applied... unless resumed;
-        PostgreSQL applies the received WAL before finishing a promotion)."""
+        (queries on it see the state at the pause). A promotion still applies every WAL
+        record already received before it completes: to lose commits at a promotion, stop
+        the replica receiving them (kill the primary first) or use an asynchronous replica
+        under load."""
         self.sql("replica", "SELECT pg_wal_replay_pause()")
 
     def resume_replay(self) -> None:
