@@ -660,8 +660,8 @@ def _outage_wait(ctx: _Pass, rng: random.Random,
     interval instead of a growing blind sleep: after an outage of any length the worker
     resumes within one probe interval plus one bounded probe of the network's return (an
     exponential back-off capped at 30 s left workers idle up to 30 s after the servers were
-    back, past lease + poll interval). Ends early on a stop signal (the caller's
-    :func:`_waiting`)."""
+    back, past lease + poll interval; docs/adr/0022-outage-back-off-probes.md). Ends early
+    on a stop signal (the caller's :func:`_waiting`)."""
     while True:
         sleep(OUTAGE_PROBE_EVERY_S * rng.uniform(0.8, 1.2))
         if _servers_answer(ctx):
