@@ -29,6 +29,14 @@ def _mapping(mapping: Path | None, **flags: str | None) -> ColumnMapping:
     return ColumnMapping(**clean)
 
 
+def _delimiter(flag: str | None) -> str | None:
+    """``--delimiter``'s value as the character itself: ``tab`` (or ``\\t``) is a tab;
+    anything else is passed on as given (the mapping refuses what it does not read)."""
+    if flag is None:
+        return None
+    return "\t" if flag.lower() in ("tab", "\\t") else flag
+
+
 @app.command("import")
 def import_csv(
     csv_path: Annotated[Path, typer.Argument(help="CSV file with a header row.")],
@@ -49,6 +57,9 @@ def import_csv(
     external_source: Annotated[str | None, typer.Option(help="Namespace of ids.")] = None,
     ladder: Annotated[str | None, typer.Option(help="Ladder name.")] = None,
     skip_invalid: Annotated[bool, typer.Option(help="Import good rows, list bad.")] = False,
+    delimiter: Annotated[str | None, typer.Option(
+        help="Field separator: ',' (the default), ';' or 'tab' ([defaults] delimiter in a "
+             "mapping file).")] = None,
     processes: Annotated[int | None, typer.Option(
         min=1, max=2,
         help="Processes for pass 1 (parse and validate) of a large file: 2 is faster on a "
@@ -69,7 +80,7 @@ def import_csv(
         mapping, dispute_id=id_column, opened_at=opened_column, due_at=due_column,
         tier=tier_column, materiality=materiality_column, default_tier=tier,
         default_materiality=default_materiality, timezone=timezone,
-        external_source=external_source, ladder=ladder,
+        external_source=external_source, ladder=ladder, delimiter=_delimiter(delimiter),
     )
     if not csv_path.is_file():
         why = ("no such file" if not csv_path.exists()

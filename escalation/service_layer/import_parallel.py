@@ -48,6 +48,7 @@ from escalation.service_layer.importer import (
     RowEncoder,
     _layout,
     _lines,
+    _parsed,
     _row_request,
     rebatch,
     row_error,
@@ -75,7 +76,7 @@ def _chunks(stream: TextIO, mapping: ColumnMapping, default_timezone: str
             ) -> Iterator[tuple[int, CsvLayout, list[tuple[int, str, int]]]]:
     """The file's non-blank records as (chunk index, layout, records) in chunks of
     :data:`CHUNK`. Raises InvalidInput for a header that does not fit the mapping."""
-    records = _lines(stream)
+    records = _lines(stream, mapping.delimiter)
     layout = _layout(records, mapping, default_timezone)
     chunk: list[tuple[int, str, int]] = []
     index = 0
@@ -92,12 +93,13 @@ def _chunks(stream: TextIO, mapping: ColumnMapping, default_timezone: str
 
 def _encode_chunk(layout: CsvLayout, records: list[tuple[int, str, int]],
                   encoder: RowEncoder, out: IO[bytes]) -> ChunkResult:
-    """Parse and render one chunk; its rendered rows go to ``out`` as one pickled list."""
+    """Parse (one ``csv.reader`` over the chunk) and render one chunk; its rendered rows go
+    to ``out`` as one pickled list."""
     result = ChunkResult(records=len(records))
     rendered: list[EncodedRow] = []
-    for lineno, raw, count in records:
+    for lineno, raw, count, cells in _parsed(records, layout.mapping.delimiter):
         try:
-            req = _row_request(layout, raw)
+            req = _row_request(layout, raw, cells)
         except (InvalidInput, csv.Error) as exc:
             result.outcomes.append((lineno, None, "", row_error(exc, lineno, count), -1))
             continue

@@ -26,7 +26,6 @@ from __future__ import annotations
 import csv
 import difflib
 import hashlib
-import io
 import os
 import pickle
 import tempfile
@@ -88,6 +87,10 @@ from escalation.service_layer.warnings import schedule_warnings, warning_members
 
 ID_NAMESPACE = uuid.UUID("5b0f6f3e-52c5-4bb9-9a3c-0b6a4e1f7d21")  # escalation import ids
 
+DELIMITERS = (",", ";", "\t")
+"""Field separators an import reads: comma (RFC 4180), semicolon (spreadsheets in locales
+with a decimal comma), tab."""
+
 
 @dataclass(frozen=True, slots=True)
 class ColumnMapping:
@@ -116,6 +119,12 @@ class ColumnMapping:
         outcomes: the ``[outcomes]`` table (``import_outcomes.OutcomeMapping``): the column
             whose values record an action and/or a resolution, and the timeliness column;
             None = the file carries no outcomes.
+        delimiter: the field separator, one of :data:`DELIMITERS` (comma, semicolon, tab;
+            ``[defaults] delimiter`` or ``escalation import --delimiter``). Quoting is
+            RFC 4180's in every case.
+
+    Raises:
+        InvalidInput: a delimiter other than comma, semicolon or tab (naming ``delimiter``).
     """
 
     dispute_id: str = "dispute_id"
@@ -136,6 +145,12 @@ class ColumnMapping:
     attribute_columns: dict[str, str] = field(default_factory=dict)
     default_attributes: dict[str, str] = field(default_factory=dict)
     outcomes: OutcomeMapping | None = None
+    delimiter: str = ","
+
+    def __post_init__(self) -> None:
+        if self.delimiter not in DELIMITERS:
+            raise InvalidInput(f"delimiter: {self.delimiter!r} is not supported; use one of "
+                               "',' (comma), ';' (semicolon) or a tab")
 
     @classmethod
     def from_file(cls, path: Path, **overrides: str | None) -> ColumnMapping:
@@ -193,10 +208,12 @@ class ColumnMapping:
 def _field_name(table: str, key: str) -> str:
     """The :class:`ColumnMapping` field a mapping-file key sets: ``[columns] timezone`` /
     ``calendar`` name per-row columns; ``[defaults]`` keys are ``default_<key>`` except the
-    mapping-wide ``timezone``, ``external_source``, ``ladder`` and ``calendar``."""
+    mapping-wide ``timezone``, ``external_source``, ``ladder``, ``calendar`` and
+    ``delimiter``."""
     if table == "columns":
         return f"{key}_column" if key in ("timezone", "calendar") else key
-    return key if key in ("timezone", "external_source", "ladder", "calendar") else f"default_{key}"
+    mapping_wide = ("timezone", "external_source", "ladder", "calendar", "delimiter")
+    return key if key in mapping_wide else f"default_{key}"
 
 
 @dataclass
@@ -310,12 +327,12 @@ MAX_RECORD_CHARS = 4 * 1024 * 1024
 as a bad row): an unclosed quote cannot swallow the rest of a file into one record."""
 
 
-def _quoted_after(line: str, quoted: bool) -> bool:
+def _quoted_after(line: str, quoted: bool, delimiter: str = ",") -> bool:
     """Whether a quoted field is still open at the end of ``line``, given whether one was
     open at its start, by the rules of Python's ``csv`` module with its default dialect
-    (RFC 4180 quoting, non-strict): a quote opens a quoted field only at the start of a
-    field; inside one, ``""`` is a quote character and a lone ``"`` closes it; a quote
-    anywhere else is an ordinary character."""
+    (RFC 4180 quoting, non-strict) and field separator ``delimiter``: a quote opens a quoted
+    field only at the start of a field; inside one, ``""`` is a quote character and a lone
+    ``"`` closes it; a quote anywhere else is an ordinary character."""
     i = line.find('"')
     while i != -1:
         if quoted:
@@ -323,17 +340,18 @@ def _quoted_after(line: str, quoted: bool) -> bool:
                 i = line.find('"', i + 2)
                 continue
             quoted = False
-        elif i == 0 or line[i - 1] == ",":  # at the start of a field: opens
+        elif i == 0 or line[i - 1] == delimiter:  # at the start of a field: opens
             quoted = True
         i = line.find('"', i + 1)
     return quoted
 
 
-def _lines(stream: TextIO) -> Iterator[tuple[int, str, int]]:
+def _lines(stream: TextIO, delimiter: str = ",") -> Iterator[tuple[int, str, int]]:
     """Records with their starting line numbers and physical line counts: a quoted field
     keeps its newlines inside its record, as Python's ``csv`` reads them
     (:func:`_quoted_after`); a record past :data:`MAX_RECORD_CHARS` inside a quoted field
-    ends there."""
+    ends there. The text of each record is kept (the default source hash is its SHA-256);
+    :func:`_parsed` splits the records into cells."""
     parts: list[str] = []
     size, start, quoted = 0, 0, False
     for lineno, line in enumerate(stream, start=1):
@@ -344,12 +362,46 @@ def _lines(stream: TextIO) -> Iterator[tuple[int, str, int]]:
             start = lineno
         parts.append(line)
         size += len(line)
-        quoted = _quoted_after(line, quoted)
+        quoted = _quoted_after(line, quoted, delimiter)
         if not quoted or size > MAX_RECORD_CHARS:
             yield start, "".join(parts), len(parts)
             parts, size, quoted = [], 0, False
     if parts:
         yield start, "".join(parts), len(parts)
+
+
+ParsedRecord = tuple[int, str, int, list[str] | csv.Error]
+"""(first line, the record's text, its physical lines, its cells or why ``csv`` refused it)."""
+
+
+def _parsed(records: Iterable[tuple[int, str, int]], delimiter: str) -> Iterator[ParsedRecord]:
+    """Each record of ``records`` (from :func:`_lines`) with its cells, read by one
+    ``csv.reader`` over them all (the reader is fed each record's text as one line, and
+    starts afresh after a record it refuses). Should ``csv`` ever need more than one record
+    of :func:`_lines` for a row, those records become one (lines and text joined)."""
+    taken: list[tuple[int, str, int]] = []
+
+    def texts() -> Iterator[str]:
+        for record in records:
+            taken.append(record)
+            yield record[1]
+
+    reader = csv.reader(texts(), delimiter=delimiter)
+    while True:
+        cells: list[str] | csv.Error
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            cells = exc
+        if len(taken) == 1:
+            lineno, raw, count = taken[0]
+        else:
+            lineno, raw, count = (taken[0][0], "".join(r[1] for r in taken),
+                                  sum(r[2] for r in taken))
+        taken.clear()
+        yield lineno, raw, count, cells
 
 
 def _layout(
@@ -359,8 +411,8 @@ def _layout(
     in ``mapping.timezone``, else ``default_timezone``.
 
     Raises:
-        InvalidInput: no header, a mapped column missing, not exactly one of opened_at /
-            due_at mapped, or an unknown time zone.
+        InvalidInput: no header, a header ``csv`` refuses, a mapped column missing, not
+            exactly one of opened_at / due_at mapped, or an unknown time zone.
     """
     zone_name = mapping.timezone or default_timezone
     zone(zone_name)
@@ -368,8 +420,18 @@ def _layout(
         _, header_line, _ = next(records)
     except StopIteration:
         raise InvalidInput("empty CSV file (no header)") from None
-    header = next(csv.reader(io.StringIO(header_line)))
+    try:
+        header = next(csv.reader([header_line], delimiter=mapping.delimiter), [])
+    except csv.Error as exc:
+        raise InvalidInput(f"CSV header (line 1): {exc}") from None
     missing = [c for c in mapping.columns() if c not in header]
+    if missing and len(header) == 1 and mapping.delimiter == ",":
+        other = [name for d, name in ((";", "semicolon"), ("\t", "tab")) if d in header[0]]
+        if other:
+            raise InvalidInput(f"CSV header has one column and holds a {other[0]}: the file "
+                               f"looks {other[0]}-separated (escalation import --delimiter "
+                               f"{'tab' if other[0] == 'tab' else repr(';')}); mapped "
+                               f"column(s) not found: {', '.join(repr(c) for c in missing)}")
     if missing:
         hints = [f"{c!r} (did you mean {close[0]!r}?)" if close else repr(c)
                  for c in missing for close in [difflib.get_close_matches(c, header, 1, 0.8)]]
@@ -394,18 +456,22 @@ def _cell(cells: list[str], layout: CsvLayout, column: str) -> str:
     return cells[layout.index[column]].strip() if column else ""
 
 
-def _row_request(layout: CsvLayout, raw: str) -> EnqueueRequest:
+def _row_request(layout: CsvLayout, raw: str, parsed: list[str] | csv.Error) -> EnqueueRequest:
     """One CSV record -> an :class:`EnqueueRequest` (not yet checked against the ladder).
+    ``raw``: the record's text (its SHA-256 is the default source hash); ``parsed``: its
+    cells, or the error ``csv`` read it with (:func:`_parsed`).
 
     Raises:
-        InvalidInput: wrong field count, a control character in a mapped cell, bad id, money,
-            source hash or time.
-        csv.Error: the record is not valid CSV.
+        InvalidInput: not UTF-8, wrong field count, a control character in a mapped cell,
+            bad id, money, source hash or time.
+        csv.Error: the record is not valid CSV (``parsed``).
     """
     m = layout.mapping
     if not raw.isascii():
         _check_utf8(raw)
-    cells = next(csv.reader(io.StringIO(raw)))
+    if isinstance(parsed, csv.Error):
+        raise parsed
+    cells = parsed
     if len(cells) != len(layout.header):
         raise InvalidInput(f"expected {len(layout.header)} fields, found {len(cells)}")
     for column, i in layout.checked:  # mapped cells only: unmapped free text may hold anything
@@ -461,12 +527,13 @@ def iter_outcomes(
     outcomes = mapping.outcomes
     if outcomes is None:
         raise InvalidInput("the mapping has no [outcomes] table")
-    records = _lines(stream)
+    records = _lines(stream, mapping.delimiter)
     layout = _layout(records, mapping, default_timezone)
-    for lineno, raw, _ in records:
+    for lineno, raw, _, cells in _parsed(records, mapping.delimiter):
         if lineno in skip or not raw.strip():
             continue
-        cells = next(csv.reader(io.StringIO(raw)))
+        if isinstance(cells, csv.Error):  # pass 1 found the row good: not expected
+            raise InvalidInput(f"line {lineno}: {cells}")
         step, timely = _outcome_of(cells, layout, outcomes)
         if step is None or (step.action is None and step.resolution is None):
             continue
@@ -541,13 +608,13 @@ def iter_requests(
     Raises:
         InvalidInput: the header does not fit the mapping (see :func:`_layout`).
     """
-    records = _lines(stream)
+    records = _lines(stream, mapping.delimiter)
     layout = _layout(records, mapping, default_timezone)
-    for lineno, raw, count in records:
+    for lineno, raw, count, cells in _parsed(records, mapping.delimiter):
         if not raw.strip():
             continue
         try:
-            yield lineno, _row_request(layout, raw)
+            yield lineno, _row_request(layout, raw, cells)
         except (InvalidInput, csv.Error) as exc:
             yield lineno, row_error(exc, lineno, count)
 
