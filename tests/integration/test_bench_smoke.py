@@ -199,3 +199,15 @@ def test_api_overload_bench_counts_accepted_and_shed_and_the_ledger_holds_the_ac
     assert data["shedding"]["offered_per_s"] == data["unbounded"]["offered_per_s"]
     assert summary.startswith("SUMMARY api-overload: 1 uvicorn workers, max in flight 2/")
     assert "ledger PASS" in summary
+
+
+def test_notify_delivers_every_notification_signed_and_in_order_per_dispute(
+    cli_env: dict[str, str], database_url: str
+) -> None:
+    data, summary = _bench(cli_env, "notify", "--n", "20", "--per-dispute", "2",
+                           "--delay-ms", "10", "--concurrency", "4",
+                           "--database-url", database_url)
+    assert data["deliveries"] == 20 and data["verified"] == data["requests"] == 20
+    assert data["order_ok"] is True and data["same_dispute_overlaps"] == 0
+    assert 1 <= data["connections"] <= 4 and _number(data["seconds"])
+    assert summary.startswith("SUMMARY notify: 20 deliveries to a 10 ms receiver, concurrency 4")
