@@ -300,6 +300,15 @@ class AuditPage(BaseModel):
     next_cursor: str | None
 
 
+class FieldError(BaseModel):
+    """One bad input of a 422: the body field, query parameter or header at fault (its name
+    in this API: ``due_at``, ``items[3].due_at``, ``from``, ``Content-Type``; null when no
+    one field is), and why."""
+
+    field: str | None = None
+    message: str
+
+
 class Problem(BaseModel):
     """RFC 9457 problem details; 422 adds ``errors`` naming each bad field."""
 
@@ -316,7 +325,21 @@ class Problem(BaseModel):
     status: int
     detail: str
     instance: str | None = None
-    errors: list[dict[str, Any]] | None = None
+    errors: list[FieldError] | None = None
+    error_count: int | None = Field(None, description="422: how many errors were found, when "
+                                    "more than `errors` lists.")
+    errors_truncated: bool | None = Field(None, description="422: true when `errors` lists "
+                                          "only the first `api_max_errors`.")
+    accepted: list[str] | None = Field(None, description="422 for an undeclared query "
+                                       "parameter: the ones the route accepts.")
+
+
+class Liveness(BaseModel):
+    """``GET /livez`` and ``/healthz``: the process serves requests."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
+
+    status: Literal["ok"]
 
 
 class Readiness(BaseModel):

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from escalation.entrypoints.api.models import Problem, Readiness
+from escalation.entrypoints.api.models import Liveness, Problem, Readiness
 from escalation.entrypoints.api.problems import RETRY_AFTER_S
 from escalation.logs import get_logger
 
@@ -23,7 +23,7 @@ may add a cache-busting query string, and a probe that fails on one marks a heal
 down)."""
 
 
-@health_router.get("/healthz")
+@health_router.get("/healthz", response_model=Liveness)
 def healthz() -> dict[str, str]:
     """200 while the process serves requests (no token needed, no backing service touched).
     GET or HEAD (probes use either); any query string is ignored."""
@@ -36,7 +36,7 @@ def healthz_head() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@health_router.get("/livez")
+@health_router.get("/livez", response_model=Liveness)
 def livez() -> dict[str, str]:
     """Liveness (Kubernetes ``livenessProbe``): 200 ``{"status": "ok"}`` while the process
     serves requests. No token, no backing service touched, never shed; GET or HEAD."""
