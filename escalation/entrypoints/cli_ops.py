@@ -153,7 +153,8 @@ def notify(
         if as_json:
             _print_json({"delivered": total.delivered, "acknowledged": total.acknowledged,
                          "retried": total.deferred, "dead_lettered": total.dead,
-                         "recovered": total.recovered, "webhook": bool(url)})
+                         "recovered": total.recovered, "held": total.held,
+                         "webhook": bool(url)})
         else:
             line = total.summary()
             if not url:
