@@ -1,11 +1,11 @@
 """The README's shell blocks run as written: "Using it" (the dispute it enqueues, the worker
 burst, the per-dispute commands, the CSV import, notify --burst, audit, report, reconcile,
 doctor), the ladder-change block and "Over HTTP" (token, serve, curl), each through ``bash``
-with ``set -e``, in order, against the test database and Redis.
+with ``set -e``, in order, against a database of its own and the test Redis.
 
 Each block runs in a new ``bash``, with the ``field`` function the first block defines (the
 reader's shell has it). What the test changes, and only that: the ``export`` of the two
-server URLs and ``createdb`` (the test database is the fixture's), the names that must be
+server URLs and ``createdb`` (the test makes a database of its own), the names that must be
 unique per run (case and complaint ids, the token name), the HTTP port (a free one), and the
 ladder file the ladder block says to add first. Blocks not run: the quick start (``pip
 install``, ``demo``), the test commands, and the console block (it leaves a server for a
@@ -20,10 +20,13 @@ import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+import sqlalchemy as sa
+
+from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -69,8 +72,25 @@ def _run(block: str, env: dict[str, str], cwd: Path, timeout: float = 900
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
+@pytest.fixture()
+def own_database(database_url: str) -> Iterator[str]:
+    """A database of its own (the README's ``createdb``): its ``db upgrade`` binds it to this
+    test's namespace, which must not happen to the session's shared test database."""
+    name = f"escalation_readme_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(database_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield sa.engine.make_url(database_url).set(database=name).render_as_string(
+            hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
 def test_the_readme_shell_blocks_run_as_written(
-    app: Any, cli_env: dict[str, str], tmp_path: Path
+    own_database: str, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     blocks = _blocks()
     using = blocks["Using it"]
@@ -94,7 +114,8 @@ def test_the_readme_shell_blocks_run_as_written(
     shipped = ROOT / "ladders"
     for f in shipped.glob("*.toml"):
         (ladders / f.name).write_text(f.read_text())
-    env = dict(cli_env, ESCALATION_LADDERS_DIR=str(ladders), ESCALATION_LOG_LEVEL="WARNING")
+    env = dict(cli_env, ESCALATION_LADDERS_DIR=str(ladders), ESCALATION_LOG_LEVEL="WARNING",
+               ESCALATION_DATABASE_URL=own_database)
     field = 'field() { python3 -c "import json, sys; print(json.load(sys.stdin)[\'$1\'])"; }'
     assert field in using, "README: the field() helper changed; update this test"
 
@@ -102,15 +123,16 @@ def test_the_readme_shell_blocks_run_as_written(
     _ok(res)
     ids = re.findall(r"^ID=(\S+)$", res.stdout, re.M)
     assert len(ids) == 1
-    did = uuid.UUID(ids[0])
-    trail = app.store.trail(did)
-    assert trail[0].ladder == "reg_e_error_resolution"
+    shown = run_cli(env, "audit", "show", str(uuid.UUID(ids[0])), "--json")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    trail = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert trail[0]["ladder"] == "reg_e_error_resolution"
     wanted = ["ENQUEUED", "ACTION_RECORDED", "PAUSED", "RESUMED", "RESOLVED"]
     # (the worker burst may have warned or promoted it in between: the README's dates are past)
-    assert [r.event for r in trail if r.event in wanted] == wanted
-    assert any(r.match_decision == "ACTION_PROVISIONAL_CREDIT" for r in trail)
+    assert [r["event"] for r in trail if r["event"] in wanted] == wanted
+    assert any(r["match_decision"] == "ACTION_PROVISIONAL_CREDIT" for r in trail)
     # the exported operator acts on every row but the worker's
-    assert {r.actor for r in trail if r.event in wanted} == {"jane.doe"}
+    assert {r["actor"] for r in trail if r["event"] in wanted} == {"jane.doe"}
     assert "burst done:" in res.stdout and "notify: delivered 0" in res.stdout
     assert (tmp_path / "audit.csv").stat().st_size > 0
     assert (tmp_path / "sla.html").read_text().lstrip().lower().startswith("<!doctype html")
