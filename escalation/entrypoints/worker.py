@@ -325,6 +325,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
             state["in_batch"] = True
             try:
                 report, now_ms = _fire_pass(ctx)
+                passed_at = time.monotonic()  # now_ms ages from here (maintenance below)
                 state["in_batch"] = False
                 failures = 0
                 _outage_ended(ctx)  # logs only when an outage was open
@@ -338,7 +339,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
                     continue  # backlog, or something moved: look again before sleeping
                 if step == "drained":
                     break
-                _waiting(state, partial(_idle_wait, ctx, report, now_ms, rng))
+                _waiting(state, partial(_idle_wait, ctx, report, now_ms, rng, passed_at))
                 failures = 0
             except _OUTAGES as exc:
                 failures += 1
@@ -500,11 +501,20 @@ def _next_step(report: BatchReport, now_ms: int, *, burst: bool, batch_size: int
     return "sleep"
 
 
-def _idle_wait(ctx: _Pass, report: BatchReport, now_ms: int, rng: random.Random) -> None:
+def _idle_wait(ctx: _Pass, report: BatchReport, now_ms: int, rng: random.Random,
+               passed_at: float | None = None) -> None:
     """Sleep the jittered poll interval, cut short by the next due escalation or warning
-    (``now_ms``: Redis time, epoch ms) or by a wake marker (which makes the next pass run
-    the warnings)."""
+    or by a wake marker (which makes the next pass run the warnings).
+
+    ``now_ms``: the Redis time of the pass's claim (epoch ms), read at ``passed_at`` (host
+    monotonic seconds); the time spent since (a maintenance run of the leader: a reconcile
+    took 0.7 s on a small test database) is added, so the wait ends at the next due time and
+    not that much after it. Without it, a leader whose maintenance ran just before a frozen
+    worker's lease ended took that batch over a whole maintenance run late.
+    """
     settings, idle = ctx.app.settings, ctx.idle
+    if passed_at is not None and now_ms:
+        now_ms += int((time.monotonic() - passed_at) * 1000)
     wait = sleep_seconds(settings.poll_interval_s, settings.jitter, now_ms,
                          _earliest(report.next_due_ms, idle.warn_next_ms), rng)
     if wait > 0:
