@@ -140,9 +140,12 @@ def test_reconcile_reports_an_item_redis_refuses_and_repairs_the_others(own_app:
     assert report.as_dict()["errors"] == 1
 
 
-def test_reconcile_cli_continues_past_a_bad_item_and_exits_1_naming_it(
+def test_reconcile_cli_continues_past_an_edited_projection_row_and_exits_1_naming_it(
     own_app: Any, own_database_url: str, redis_url: str
 ) -> None:
+    """A projection row whose due time the ledger does not hold (here one Redis would refuse,
+    before 1970) is named with its column, left out of the Redis repair, and the others are
+    repaired; exit 1, one summary line, no traceback."""
     import os
 
     now = own_app.scheduler.time()
@@ -154,10 +157,12 @@ def test_reconcile_cli_continues_past_a_bad_item_and_exits_1_naming_it(
                ESCALATION_NAMESPACE=own_app.settings.namespace, ESCALATION_LOG_FORMAT="json")
     res = run_cli(env, "reconcile")
     assert res.returncode == 1, res.stderr
-    assert f"1 item(s) could not be repaired: {ids[0]}" in res.stderr
+    assert f"projection differs from the ledger: dispute {ids[0]}: due_at (projection 1960" \
+        in res.stderr
+    assert "--repair-projection" in res.stderr
     assert "Traceback" not in res.stderr
     # not a terminal: no progress output, one summary line
-    assert "reconcile: checked 3 rows and" in res.stderr and "1 error(s)" in res.stderr
+    assert "reconcile: checked 3 rows and" in res.stderr and "2 repaired" in res.stderr
     assert set(_zset(own_app)) == {str(ids[1]), str(ids[2])}
 
 
