@@ -823,7 +823,12 @@ def report_sla(
             raise InvalidInput("--out needs --format csv or html")
         out.print(table)
         return
-    text = sla_report.to_csv(report, bom=bom) if fmt == "csv" else sla_report.to_html(report)
+    if fmt == "csv":
+        text = sla_report.to_csv(report, bom=bom)
+    else:
+        from escalation.entrypoints.sla_html import to_html  # Jinja2: only for this format
+
+        text = to_html(report)
     if out_file is None:
         sys.stdout.write(text)
     else:

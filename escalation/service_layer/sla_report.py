@@ -45,7 +45,6 @@ Definitions (docs/audit.md "SLA report"); the window is ``[since, until)`` in UT
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import statistics
@@ -457,81 +456,6 @@ def to_csv(report: SlaReport, *, bom: bool = False) -> str:
     CSV writer (``domain.csv_cells.csv_text``; ``bom`` as for :func:`missed_csv`)."""
     rows = (f.as_row() for f in report.tiers)
     return csv_text(CSV_COLUMNS, ([r.get(k) for k in CSV_COLUMNS] for r in rows), bom=bom)
-
-
-def _bars(title: str, labels: list[str], series: list[tuple[str, str, list[float]]]) -> str:
-    """A grouped horizontal bar chart as inline SVG (no external assets)."""
-    n_series = max(len(series), 1)
-    row_h = 14 * n_series + 10
-    width, left = 640, 180
-    height = 30 + row_h * max(len(labels), 1) + 20
-    top = max([v for _n, _c, vals in series for v in vals] or [0]) or 1
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'role="img" aria-label="{html.escape(title)}">',
-        f'<text x="4" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>',
-    ]
-    for i, label in enumerate(labels):
-        y0 = 30 + i * row_h
-        parts.append(
-            f'<text x="4" y="{y0 + 12}" font-size="11">{html.escape(label)}</text>'
-        )
-        for j, (_name, color, vals) in enumerate(series):
-            value = vals[i]
-            w = (width - left - 60) * value / top
-            y = y0 + j * 14
-            parts.append(
-                f'<rect x="{left}" y="{y}" width="{w:.1f}" height="12" fill="{color}"/>'
-                f'<text x="{left + w + 4:.1f}" y="{y + 10}" font-size="10">{value:g}</text>'
-            )
-    legend_y = height - 6
-    for j, (name, color, _vals) in enumerate(series):
-        x = left + j * 130
-        parts.append(
-            f'<rect x="{x}" y="{legend_y - 9}" width="10" height="10" fill="{color}"/>'
-            f'<text x="{x + 14}" y="{legend_y}" font-size="11">{html.escape(name)}</text>'
-        )
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def to_html(report: SlaReport) -> str:
-    """A self-contained HTML page: the table plus two inline-SVG charts (no external assets)."""
-    labels = [f"{f.ladder} / {f.tier}" for f in report.tiers]
-    counts = _bars(
-        "Escalations per tier",
-        labels,
-        [
-            ("entered", "#4e79a7", [float(f.entered) for f in report.tiers]),
-            ("promoted on time", "#59a14f", [float(f.promoted_on_time) for f in report.tiers]),
-            ("promoted late", "#e15759", [float(f.promoted_late) for f in report.tiers]),
-        ],
-    )
-    times = _bars(
-        "Time in tier (hours)",
-        labels,
-        [
-            ("median", "#76b7b2", [(f.median_s or 0) / 3600 for f in report.tiers]),
-            ("p95", "#f28e2b", [(f.p95_s or 0) / 3600 for f in report.tiers]),
-        ],
-    )
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in CSV_COLUMNS)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in f.as_row().values()) + "</tr>"
-        for f in report.tiers
-    )
-    window = f"{report.since.isoformat()} to {report.until.isoformat()}"
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<title>SLA compliance report</title><style>"
-        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #999;padding:3px 8px;text-align:right}"
-        "</style></head><body>"
-        f"<h1>SLA compliance report</h1><p>Window (UTC, half-open): {html.escape(window)}; "
-        f"on time = decided within {report.grace_s} s of due.</p>"
-        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-        f"<h2>Charts</h2>{counts}<br>{times}</body></html>\n"
-    )
 
 
 def grouped(report: SlaReport) -> dict[str, list[dict[str, Any]]]:

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from escalation.domain.errors import InvalidInput
-from escalation.service_layer.sla_report import CSV_COLUMNS, compute, to_csv, to_html
+from escalation.entrypoints.sla_html import to_html
+from escalation.service_layer.sla_report import CSV_COLUMNS, compute, to_csv
 
 H = timedelta(hours=1)
 W0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -401,3 +402,13 @@ def test_report_sla_and_audit_search_deadlines_agree_with_the_console(app, engin
     cli_missed = {(x["dispute_id"], x["deadline"]) for x in csv.DictReader(io.StringIO(r.stdout))}
     mine = {str(d) for d in ids.values()}
     assert {m for m in cli_missed if m[0] in mine} == {m for m in missed if m[0] in mine}
+
+
+def test_report_sla_html_from_the_cli_is_the_jinja_page(cli_env):
+    from tests.helpers import run_cli
+
+    run = run_cli(cli_env, "report", "sla", "--from", "2026-01-01T00:00:00Z",
+                  "--to", "2027-01-01T00:00:00Z", "--format", "html")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("<!DOCTYPE html>") and run.stdout.count("<svg") == 2
+    assert "<th>median_time_in_tier_s</th>" in run.stdout

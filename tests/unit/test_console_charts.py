@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from escalation.entrypoints.api.console import charts
+from escalation.entrypoints import charts
 from escalation.entrypoints.api.console.routes import fmt_at, fmt_duration
 
 NS = "{http://www.w3.org/2000/svg}"

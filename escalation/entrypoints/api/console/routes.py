@@ -41,8 +41,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from escalation.bootstrap import App
 from escalation.domain.access import Permission, TokenInfo
 from escalation.domain.errors import EscalationError, InvalidInput, NotFound
+from escalation.entrypoints import charts
 from escalation.entrypoints.api.auth import throttle_keys
-from escalation.entrypoints.api.console import HERE, charts
+from escalation.entrypoints.api.console import HERE
 from escalation.service_layer import deadline_outcomes as dl
 
 router = APIRouter(prefix="/console", include_in_schema=False)
