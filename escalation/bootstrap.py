@@ -311,7 +311,8 @@ def build(
         )
         # a ladder may count in any calendar of the deployment's calendars file
         ladders = released_ladders(LadderHistoryStore(engine), settings.ladders_dir,
-                                   from_ms(clock[0]), calendars)
+                                   from_ms(clock[0]), calendars,
+                                   refresh_s=settings.ladder_refresh_s)
     except BaseException:
         client.close()
         engine.dispose()
@@ -337,10 +338,11 @@ def build(
 
 def released_ladders(history: LadderHistoryStore, ladders_dir: Path,
                      now: datetime, calendars: CalendarRegistry | None = None,
-                     ) -> ReleasedLadders:
+                     *, refresh_s: float = 5.0) -> ReleasedLadders:
     """The released ladders of ``ladders_dir``, after a first-use baseline release
     (``service_layer.ladder_release.baseline_releases``), checked against ``calendars``
-    (the deployment's: built-in plus ``ESCALATION_CALENDARS_FILE``; None = built-in).
+    (the deployment's: built-in plus ``ESCALATION_CALENDARS_FILE``; None = built-in),
+    re-read every ``refresh_s`` seconds (``ESCALATION_LADDER_REFRESH_S``).
 
     Raises:
         LadderError: the directory is missing.
@@ -349,7 +351,8 @@ def released_ladders(history: LadderHistoryStore, ladders_dir: Path,
         raise LadderError(f"{ladders_dir}: (directory): ladder directory not found")
     baseline_releases(history, LadderCatalog.from_dir(ladders_dir, strict=False,
                                                       calendars=calendars), now)
-    return ReleasedLadders(ladders_dir, history.released_checksums, calendars=calendars)
+    return ReleasedLadders(ladders_dir, history.released_checksums, calendars=calendars,
+                           refresh_s=refresh_s)
 
 
 # --------------------------------------------------------------------------- use-case wiring

@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     # A deployment's own ladder files (``ESCALATION_LADDERS_DIR``); unset means the ladders
     # shipped inside the package (escalation.resources).
     ladders_dir: Path = Field(default_factory=shipped_ladders_dir)
+    # Seconds between re-reads of the ladder directory and the releases by a running process
+    # (docs/operations.md "Ladder directory out of step with the releases")
+    ladder_refresh_s: float = Field(default=5.0, ge=0.0, le=3600.0)
     calendars_file: Path | None = None
     default_ladder: str = "dispute_review"
     worker_id: str | None = None

@@ -23,6 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import structlog
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit
@@ -31,6 +32,8 @@ from escalation.domain.errors import (
     InvalidInput,
     LadderError,
     LadderReleaseError,
+    ReleaseFault,
+    UnreadableRelease,
 )
 from escalation.domain.ladder import (
     RESOLUTION,
@@ -568,6 +571,9 @@ ReleaseSource = Callable[[], Mapping[tuple[str, int], str]]
 """Reads the released versions: ``(ladder, version) -> checksum`` (``ladder_release``)."""
 
 REFRESH_S = 5.0
+"""Default seconds between re-reads (``ESCALATION_LADDER_REFRESH_S``)."""
+
+_log = structlog.get_logger("escalation.adapters.ladder_files")
 
 
 class ReleasedLadders:
@@ -582,6 +588,13 @@ class ReleasedLadders:
     The files and the release records are re-read every ``refresh_s`` seconds (monotonic)
     and on a miss, so a long-running worker sees a new release and an edited file.
     Thread-safe: a refresh swaps one immutable snapshot.
+
+    A released version that cannot be read (:meth:`unreadable`: e.g. released from a shell
+    whose ``ESCALATION_LADDERS_DIR`` is another directory) affects only itself: every other
+    version is served. Each re-read compares the unreadable versions with the previous
+    reading and logs one WARNING per change (``ladders.directory_degraded`` with ladder,
+    version, fault, expected and found checksum; ``ladders.directory_restored`` once the
+    file is back), never one per request.
 
     Args:
         path: the ladder directory.
@@ -598,6 +611,8 @@ class ReleasedLadders:
         self._lock = threading.Lock()
         self._snap: tuple[LadderCatalog, dict[tuple[str, int], str], float] = (
             LadderCatalog([]), {}, float("-inf"))
+        self._report_lock = threading.Lock()
+        self._unreadable: dict[tuple[str, int], UnreadableRelease] = {}
         self.refresh()
 
     # ------------------------------------------------------------------ snapshot
@@ -611,6 +626,41 @@ class ReleasedLadders:
         released = dict(self._releases())
         with self._lock:
             self._snap = (files, released, self._clock())
+        self._report(files, released)
+
+    def _report(self, files: LadderCatalog, released: Mapping[tuple[str, int], str]) -> None:
+        """Keep :meth:`unreadable` and log each change of it once (one WARNING per state
+        change, whichever thread re-read)."""
+        on_disk = {p.name.split(".v", 1)[0] for p in self.path.glob("*.toml")}
+        now: dict[tuple[str, int], UnreadableRelease] = {}
+        for (name, version), checksum in sorted(released.items()):
+            if name not in on_disk:
+                continue  # another deployment's ladder (a database may hold several)
+            fault = release_fault(self.path, files, name, version, checksum)
+            if fault is not None:
+                now[(name, version)] = fault
+        with self._report_lock:
+            before, self._unreadable = self._unreadable, now
+        for key, fault in now.items():
+            if before.get(key) != fault:
+                _log.warning("ladders.directory_degraded", ladder=fault.ladder,
+                             version=fault.version, fault=fault.fault.value, file=fault.file,
+                             expected_checksum=fault.expected_checksum,
+                             found_checksum=fault.found_checksum, ladders_dir=str(self.path),
+                             action=fault.advice())
+        for key, fault in before.items():
+            if key not in now:
+                _log.warning("ladders.directory_restored", ladder=fault.ladder,
+                             version=fault.version, file=fault.file,
+                             checksum=fault.expected_checksum, ladders_dir=str(self.path))
+
+    def unreadable(self) -> list[UnreadableRelease]:
+        """The released versions of the ladders in this directory that cannot be read from
+        it now (missing, invalid or edited file), by ladder then version; empty when the
+        directory and the releases agree. Re-reads first when the snapshot is stale."""
+        self._fresh()
+        with self._report_lock:
+            return [self._unreadable[k] for k in sorted(self._unreadable)]
 
     def _fresh(self) -> tuple[LadderCatalog, dict[tuple[str, int], str]]:
         files, released, loaded = self._snap
@@ -720,31 +770,57 @@ def _resolve(path: Path, files: LadderCatalog, released: Mapping[tuple[str, int]
     return verify_released(path, files, name, version, checksum)
 
 
+def release_fault(path: Path, files: LadderCatalog, name: str, version: int,
+                  checksum: str) -> UnreadableRelease | None:
+    """Why released ``name@version`` (released with SHA-256 ``checksum``) cannot be read
+    from ``files`` (a reading of ``path``), or None when its file is present, valid and
+    unchanged."""
+    file = path / f"{name}.v{version}.toml"
+    ladder = files.find(name, version)
+    if ladder is not None and ladder.checksum == checksum:
+        return None
+    if ladder is None and not file.exists():
+        fault, found = ReleaseFault.MISSING, None
+    elif ladder is None:
+        fault = ReleaseFault.INVALID
+        try:
+            found = hashlib.sha256(file.read_bytes()).hexdigest()
+        except OSError:
+            found = None
+    else:
+        fault, found = ReleaseFault.EDITED, ladder.checksum
+    return UnreadableRelease(ladder=name, version=version, fault=fault,
+                             expected_checksum=checksum, found_checksum=found,
+                             file=file.name)
+
+
 def verify_released(path: Path, files: LadderCatalog, name: str, version: int,
                     checksum: str) -> Ladder:
     """The file of released ``name@version`` if it is present, valid and has ``checksum``.
 
     Raises:
         LadderReleaseError: missing, invalid, or edited after release (message starts with
-            ``RELEASE_BROKEN`` and names the file).
+            ``RELEASE_BROKEN`` and names the file; ``release`` says which fault as a value).
     """
     file = path / f"{name}.v{version}.toml"
-    ladder = files.find(name, version)
-    if ladder is None and not file.exists():
+    fault = release_fault(path, files, name, version, checksum)
+    if fault is None:
+        ladder = files.find(name, version)
+        assert ladder is not None  # noqa: S101 - release_fault found it intact
+        return ladder
+    if fault.fault is ReleaseFault.MISSING:
         raise LadderReleaseError(
             f"{RELEASE_BROKEN}: {file}: released file of {name}@{version} is missing (released "
-            f"checksum {checksum[:12]}); restore it from version control")
-    if ladder is None:
+            f"checksum {checksum[:12]}); restore it from version control", fault)
+    if fault.fault is ReleaseFault.INVALID:
         why = " | ".join(e for e in files.errors if str(file) in e) or "invalid"
         raise LadderReleaseError(
             f"{RELEASE_BROKEN}: {file}: released file of {name}@{version} is no longer valid "
-            f"({why}); restore the released file")
-    if ladder.checksum != checksum:
-        raise LadderReleaseError(
-            f"{RELEASE_BROKEN}: {file}: released file of {name}@{version} was edited after "
-            f"release (checksum {ladder.checksum[:12]}, released {checksum[:12]}); restore it "
-            f"and put the change in a new version")
-    return ladder
+            f"({why}); restore the released file", fault)
+    raise LadderReleaseError(
+        f"{RELEASE_BROKEN}: {file}: released file of {name}@{version} was edited after "
+        f"release (checksum {(fault.found_checksum or '')[:12]}, released {checksum[:12]}); "
+        f"restore it and put the change in a new version", fault)
 
 
 def check_ladder_dir_with_history(ladders_dir: Path, history: LadderHistory | None,

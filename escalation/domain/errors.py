@@ -11,6 +11,8 @@ docs/cli.md.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
 
 
 class EscalationError(Exception):
@@ -64,10 +66,64 @@ RELEASE_BROKEN = "released ladder file broken"
 the reason string and dead-letters at once (retrying cannot repair a file)."""
 
 
+class ReleaseFault(StrEnum):
+    """Why a released ladder version cannot be read from the ladder directory."""
+
+    MISSING = "missing"
+    """No file ``<ladder>.v<version>.toml`` in the directory (e.g. released from a shell whose
+    ``ESCALATION_LADDERS_DIR`` is another directory)."""
+    INVALID = "invalid"
+    """The file is there but no longer parses or validates."""
+    EDITED = "edited"
+    """The file's SHA-256 differs from the checksum recorded at release."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableRelease:
+    """A released ladder version this process cannot read from its ladder directory.
+
+    Attributes:
+        ladder: the ladder's name.
+        version: the released version.
+        fault: why (:class:`ReleaseFault`).
+        expected_checksum: SHA-256 (hex) recorded by ``ladder release``.
+        found_checksum: SHA-256 (hex) of the file found, or None when there is no file.
+        file: the file name the directory should hold (``<ladder>.v<version>.toml``).
+    """
+
+    ladder: str
+    version: int
+    fault: ReleaseFault
+    expected_checksum: str
+    found_checksum: str | None
+    file: str
+
+    def advice(self) -> str:
+        """What an operator does about it, in one sentence (logs, API problems, console)."""
+        if self.fault is ReleaseFault.MISSING:
+            return (f"copy the released file {self.file} into this server's ladder directory "
+                    "(ESCALATION_LADDERS_DIR), or release from that directory; it is read "
+                    "again without a restart")
+        if self.fault is ReleaseFault.INVALID:
+            return (f"restore the released {self.file} (it no longer validates) in this "
+                    "server's ladder directory (ESCALATION_LADDERS_DIR); it is read again "
+                    "without a restart")
+        return (f"restore the released {self.file} in this server's ladder directory "
+                "(ESCALATION_LADDERS_DIR) and put the change in a new version; it is read "
+                "again without a restart")
+
+
 class LadderReleaseError(LadderError):
     """A released ladder version whose file is missing, invalid, or edited after release
     (its SHA-256 differs from the checksum recorded by ``ladder release``). Escalations pinned
-    to it cannot be decided until the released file is restored; workers dead-letter them."""
+    to it cannot be decided until the released file is restored; workers dead-letter them.
+
+    ``release`` names the ladder, version and fault as values (None only where the caller
+    had no release row at hand): entry points act on it, never on the message."""
+
+    def __init__(self, message: str, release: UnreadableRelease | None = None) -> None:
+        super().__init__(message)
+        self.release = release
 
 
 class UnknownPlanHash(InvalidInput):

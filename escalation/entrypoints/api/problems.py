@@ -59,6 +59,7 @@ from escalation.domain.errors import (
     LadderReleaseError,
     NotFound,
     SchemaNotAtHead,
+    UnreadableRelease,
 )
 from escalation.logs import get_logger
 
@@ -226,6 +227,22 @@ def capped(errors: Sequence[Any], total: int, limit: int) -> dict[str, Any]:
     return out
 
 
+def unreadable_ladder(release: UnreadableRelease) -> tuple[str, dict[str, Any]]:
+    """The ``detail`` and extension members of the 503 for a request that needs released
+    ``release.ladder@release.version``, which this server cannot read from its ladder
+    directory: the ladder, version and fault as members (``ladder``, ``version``,
+    ``reason``: missing / invalid / edited), the file and what to do in the detail, never a
+    path on the server."""
+    fault = {"missing": "is missing from", "invalid": "is invalid in",
+             "edited": "differs from the release in"}[release.fault.value]
+    detail = (f"ladder {release.ladder!r} version {release.version} is released but this "
+              f"server cannot read it: {release.file} {fault} its ladder directory; "
+              f"{release.advice()}. Escalations on other ladders and versions are "
+              "served.")
+    return detail, {"ladder": release.ladder, "version": release.version,
+                    "reason": release.fault.value}
+
+
 def install(app: FastAPI) -> None:
     """Register the exception handlers that turn every error into problem+json."""
 
@@ -234,6 +251,8 @@ def install(app: FastAPI) -> None:
         status = status_of(exc)
         extra: dict[str, Any] = {}
         message = str(exc)  # an InvalidParameter's str() spells parameters as the API does
+        if isinstance(exc, LadderReleaseError) and exc.release is not None:
+            message, extra = unreadable_ladder(exc.release)
         if status == 422:
             field = (exc.params[0] if isinstance(exc, InvalidParameter) and exc.params
                      else field_of(message))

@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from escalation.adapters.ladder_files import ReleasedLadders
 from escalation.entrypoints.api.models import Liveness, Problem, Readiness
 from escalation.entrypoints.api.problems import RETRY_AFTER_S
 from escalation.logs import get_logger
@@ -63,6 +64,21 @@ def _outage(exc: BaseException) -> str:
     return "unreachable"
 
 
+def ladder_check(ladders: ReleasedLadders) -> str | dict[str, Any]:
+    """The ``ladders`` entry of ``/readyz`` details: ``"ok"``, or the released versions
+    this process cannot read from its ladder directory and the invalid files in it."""
+    unreadable = ladders.unreadable()
+    invalid = list(ladders.files.errors)
+    if not unreadable and not invalid:
+        return "ok"
+    return {"state": "degraded",
+            "unreadable": [{"ladder": u.ladder, "version": u.version, "reason": u.fault.value,
+                            "file": u.file, "expected_checksum": u.expected_checksum,
+                            "found_checksum": u.found_checksum,
+                            "action": u.advice()} for u in unreadable],
+            "invalid_files": invalid}
+
+
 @health_router.get("/readyz", responses={
     200: {"model": Readiness, "description": "Ready (`checks` only with a token)."},
     401: {"model": Problem, "content": {"application/problem+json": {}},
@@ -70,11 +86,14 @@ def _outage(exc: BaseException) -> str:
     503: {"model": Readiness, "description": "Not ready (`Retry-After`; `checks`, with a "
           "token, says why)."}})
 def readyz(request: Request) -> JSONResponse:
-    """Readiness (Kubernetes ``readinessProbe``): 200 if Redis and PostgreSQL answer, the
-    schema is at head and the ladders are valid, else 503 with ``Retry-After``. Without a
-    token the body is ``{"status": "ready"}`` or ``{"status": "not ready"}`` and nothing
-    more; with any valid token it adds ``checks`` (each ``ok`` or what failed, never an
-    address). Never shed."""
+    """Readiness (Kubernetes ``readinessProbe``): 200 if Redis and PostgreSQL answer and the
+    schema is at head, else 503 with ``Retry-After``. Without a token the body is
+    ``{"status": "ready"}`` or ``{"status": "not ready"}`` and nothing more; with any valid
+    token it adds ``checks`` (each ``ok`` or what failed, never an address). ``ladders`` is
+    ``ok`` or ``{"state": "degraded", "unreadable": [...], "invalid_files": [...]}``: released
+    versions this server cannot read from its ladder directory (ladder, version, fault,
+    expected and found checksum, what to do) are refused for new escalations while the rest
+    is served, so they do not make the server not ready. Never shed."""
     from escalation.adapters.db import check_at_head
 
     core = request.app.state.core
@@ -89,8 +108,10 @@ def readyz(request: Request) -> JSONResponse:
         checks["postgres"] = "ok"
     except Exception as exc:
         checks["postgres"] = _outage(exc)
-    checks["ladders"] = "ok" if not core.ladders.errors else core.ladders.errors
-    ok = all(v == "ok" for v in checks.values())
+    checks["ladders"] = ladder_check(core.ladders)
+    # the ladder directory never takes the server out of rotation: every escalation pinned
+    # to a version it can read is still served (a create on an unreadable one is refused)
+    ok = all(v == "ok" for k, v in checks.items() if k != "ladders")
     body: dict[str, Any] = {"status": "ready" if ok else "not ready"}
     if getattr(request.state, "token", None) is not None:
         body["checks"] = checks
