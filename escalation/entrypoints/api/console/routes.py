@@ -412,12 +412,16 @@ def overview(request: Request) -> HTMLResponse:
     _user(request)
     core, zone, q = _core(request), _zone(request), _queries(request)
     now = q.now()
+    # released ladder versions this server cannot read from its directory: a banner, while
+    # everything else is served (docs/operations.md "Ladder directory out of step ...")
+    unreadable = core.ladders.unreadable()
     try:
         since, until, since_t, until_t = _period(request, zone, 30, now)
     except InvalidInput as exc:  # the form keeps what was typed; the figures are left out
         return _error(request, exc, "overview.html", load=[], counts={}, now=now,
                       since_t=_param(request, "from") or "",
-                      until_t=_param(request, "to") or "", period="")
+                      until_t=_param(request, "to") or "", period="",
+                      unreadable=unreadable)
     load = dl.tier_load(q.pending(), now, _ladder_lookup(core))
     window = dl.deadline_outcomes(q, core.ladders.get, core.calendars, since, until, now=now)
     ahead = dl.deadline_outcomes(q, core.ladders.get, core.calendars, now,
@@ -438,7 +442,7 @@ def overview(request: Request) -> HTMLResponse:
     }
     period = urlencode({"from": since_t, "to": until_t})
     return render(request, "overview.html", load=load, counts=counts, now=now,
-                  since_t=since_t, until_t=until_t, period=period)
+                  since_t=since_t, until_t=until_t, period=period, unreadable=unreadable)
 
 
 @router.get("/pending", response_class=HTMLResponse)
