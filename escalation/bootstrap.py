@@ -71,7 +71,13 @@ from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS, Check, DoctorDe
 from escalation.service_layer.ladder_release import baseline_releases
 from escalation.service_layer.maintenance import Job, Maintenance, alert_dead_letter_cap
 from escalation.service_layer.priority import weight_fn
-from escalation.service_layer.reconcile import AheadRepair, ProjectionLedger, reconcile
+from escalation.service_layer.progress import Progress
+from escalation.service_layer.reconcile import AheadRepair, ProjectionLedger
+from escalation.service_layer.reconcile_incremental import (
+    IncrementalReconcile,
+    IncrementalReport,
+    reconcile_incremental,
+)
 from escalation.service_layer.warnings import (
     schedule_ahead,
     schedule_warnings,
@@ -438,6 +444,37 @@ def projection_ledger_for(app: App) -> ProjectionLedger:
     return PostgresProjectionLedger(app.engine)
 
 
+def reconcile_run_for(
+    app: App, cmd: IncrementalReconcile, *, ahead: AheadRepair | None,
+    rel: ReliabilityRedis | None = None, progress: Progress | None = None,
+    full_projection: bool = False,
+) -> IncrementalReport:
+    """Run one incremental reconcile (``service_layer.reconcile_incremental``; a full one
+    when ``cmd.full`` or when its state says so) on ``app``'s servers: the watermark and
+    sweep state in Redis, the changed disputes' projection checked against their ledger,
+    pending warnings of restored escalations scheduled. ``full_projection``: a full run
+    also compares the whole projection with the ledger (the CLI; the periodic run does not).
+    """
+    from escalation.adapters.reconcile_state import (
+        PostgresLedgerChanges,
+        PostgresProjectionSubset,
+        RedisMemberSweep,
+        RedisReconcileState,
+    )
+    from escalation.service_layer.progress import no_progress
+
+    rel = rel or reliability_for(app)
+    ns, shards = app.settings.namespace, app.settings.shards
+    return reconcile_incremental(
+        cmd, scheduler=app.scheduler, store=app.store, redis_side=rel,
+        changes=PostgresLedgerChanges(app.engine),
+        members=RedisMemberSweep(app.redis, ns, shards),
+        state_store=RedisReconcileState(app.redis, ns), ahead=ahead,
+        projection=PostgresProjectionSubset(app.engine),
+        full_projection=projection_ledger_for(app) if full_projection else None,
+        progress=progress or no_progress, on_restored=schedule_for(app, only_ahead=True))
+
+
 def token_store_for(app: App) -> TokenStore:
     """The API tokens' digests (``ports.TokenStore``) on ``app``'s engine."""
     from escalation.adapters.token_store import PostgresTokenStore
@@ -475,11 +512,17 @@ def maintenance_jobs(app: App, rel: ReliabilityRedis,
     def do_reconcile() -> dict[str, Any]:
         # Redis ahead of the ledger is not reset here: the namespace is marked and the
         # workers refuse to fire it until an operator runs `escalation reconcile` (ADR 0014)
-        rep = reconcile(scheduler=app.scheduler, store=app.store, redis_side=rel,
-                        progress=between_pages,
-                        on_restored=schedule_for(app, only_ahead=True),
-                        ahead=AheadRepair(mark=namespace_binding_for(app), stream=rel))
-        return {"checked_db": rep.checked_db, "repaired": rep.count(repaired=True),
+        # each run: the disputes whose ledger changed since the last one plus a slice of the
+        # full sweep (docs/reliability.md "Incremental reconcile")
+        run = reconcile_run_for(
+            app, IncrementalReconcile(app.settings.reconcile_sweep_period_s),
+            ahead=AheadRepair(mark=namespace_binding_for(app), stream=rel), rel=rel,
+            progress=between_pages)
+        rep = run.report
+        return {"mode": run.mode, "reason": run.reason, "changed": run.changed,
+                "sweep_rows": run.sweep_rows, "sweep_members": run.sweep_members,
+                "sweep_position": round(run.sweep_position, 6),
+                "checked_db": rep.checked_db, "repaired": rep.count(repaired=True),
                 "differences": rep.count()}
 
     def partitions() -> dict[str, Any]:
@@ -683,6 +726,7 @@ def case_file_ports_for(engine: sa.Engine, settings: Settings,
         files=EvidenceFiles(ladders, settings.calendars_file,
                             LadderHistoryStore(engine).released_checksums),
         signer=Ed25519DocumentSigner(key))
+
 
 def document_signer_for() -> DocumentSigner | None:
     """The ``DocumentSigner`` of the configured checkpoint signing key

@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     # dead-lettered escalation is never purged by the cap (the ledger still owes it)
     dead_letter_max: int = Field(default=10_000, ge=1, le=10_000_000)
     dead_letter_max_age_days: int = Field(default=30, ge=1, le=3650)
+    # Reconcile (docs/reliability.md "Incremental reconcile"): each periodic run checks the
+    # disputes whose ledger changed since the last run plus a slice of a full sweep of every
+    # pending escalation and ZSET member; the sweep covers everything once per this period
+    reconcile_sweep_period_s: int = Field(default=21_600, ge=600, le=2_592_000)
     # HTTP API: verified bearer tokens are remembered this long per process (a revocation
     # takes effect within it); 0 = check PostgreSQL on every request
     api_token_cache_s: float = Field(default=5, ge=0, le=300)
