@@ -10,6 +10,7 @@ as markup).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
@@ -26,6 +27,15 @@ BUCKET_COLOURS = ("#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519
                   "#08306b")
 BAR_H = 16
 BAR_GAP = 4
+EM_PER_CHAR = 0.65
+"""Width of one character in em that a text is given room for: above the average advance
+of sans-serif digits and lower-case letters (DejaVu Sans, Debian's default, draws digits
+0.64 em wide), so that a label never runs past the chart's edge."""
+
+
+def text_width(text: str, font_px: float) -> float:
+    """Room (px, in the chart's own units) given to ``text`` drawn at ``font_px``."""
+    return len(text) * font_px * EM_PER_CHAR
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +67,19 @@ class Row:
 def bar_chart(title: str, rows: Sequence[Row], legend: Sequence[tuple[str, str]],
               legend_step: int, scale: float | None = None) -> str:
     """The one chart renderer: ``rows`` top to bottom, each bar's segments stacked; a segment
-    of value v is ``SPAN * v / scale`` wide (``scale`` None: the largest bar total, so the
-    longest bar spans :data:`SPAN`); ``legend``: (name, colour) boxes every ``legend_step``
-    pixels. Returns an ``<svg>`` element (text, XML-escaped)."""
+    of value v is ``span * v / scale`` wide (``scale`` None: the largest bar total, so the
+    longest bar spans ``span``); ``legend``: (name, colour) boxes every ``legend_step``
+    pixels. ``span`` is :data:`SPAN`, less what the longest text after a bar needs beyond
+    the room :data:`WIDTH` leaves for it; the chart is made wider than :data:`WIDTH` for a
+    row label or legend that needs it, so no text is cut at the edge (the page scales the
+    SVG to its column). Returns an ``<svg>`` element (text, XML-escaped)."""
     top = scale if scale is not None else max(
         [sum(s.value for s in b.segments) for r in rows for b in r.bars] or [1]) or 1
+    after_w = max([text_width(b.after, 12) for r in rows for b in r.bars if b.after] or [0])
+    span = min(SPAN, WIDTH - 6 - after_w - 4)
+    width = max([WIDTH, *(text_width(r.label, 13) + 4 for r in rows),
+                 *(i * legend_step + 16 + text_width(name, 12) + 4
+                   for i, (name, _c) in enumerate(legend))])
     parts: list[str] = []
     y = 10
     for row in rows:
@@ -70,7 +88,7 @@ def bar_chart(title: str, rows: Sequence[Row], legend: Sequence[tuple[str, str]]
         for bar in row.bars:
             x = 0.0
             for seg in bar.segments:
-                w = SPAN * seg.value / top if top else 0.0
+                w = span * seg.value / top if top else 0.0
                 parts.append(f'<rect x="{x:.1f}" y="{bar_y}" width="{w:.1f}" height="{BAR_H}" '
                              f'fill="{seg.colour}"><title>{escape(seg.title)}</title></rect>')
                 x += w
@@ -87,8 +105,9 @@ def bar_chart(title: str, rows: Sequence[Row], legend: Sequence[tuple[str, str]]
                      f"{escape(name)}</text>")
     height = legend_y + 20
     t = escape(title)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
-            f'width="{WIDTH}" height="{height}" role="img" aria-label="{t}">'
+    w_px = str(math.ceil(width))
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w_px} {height}" '
+            f'width="{w_px}" height="{height}" role="img" aria-label="{t}">'
             f"<title>{t}</title>{''.join(parts)}</svg>")
 
 
