@@ -40,7 +40,7 @@ from escalation.adapters.redis_keys import Keys
 from escalation.adapters.tables import LADDER_CHAIN_EVENTS, escalation_state
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.projection import ColumnDifference, compare_projection
-from escalation.domain.reconcile_sweep import ID_SPACE, ReconcileState
+from escalation.domain.reconcile_sweep import ReconcileState
 
 
 def state_key(namespace: str) -> str:
@@ -144,22 +144,23 @@ class PostgresLedgerChanges:
     def pending_range(self, low: int, high: int, limit: int) -> Iterator[list[Escalation]]:
         """Pending and paused escalations with ``low`` <= id < ``high`` (ids as 128-bit
         integers), ascending, in keyset pages of ``limit``."""
+        # no upper bound in the query: ordered by the primary key with a LIMIT, each page
+        # is an index range read that stops after ``limit`` rows (an upper bound made the
+        # planner read the whole remaining range for every page); the last page is cut here
         after: UUID | None = None
         first = UUID(int=low)
-        last = UUID(int=high) if high < ID_SPACE else None
         statuses = [Status.PENDING.value, Status.PAUSED.value]
         while True:
             stmt = sa.select(_S).where(_S.c.status.in_(statuses))
             stmt = (stmt.where(_S.c.dispute_id > after) if after is not None
                     else stmt.where(_S.c.dispute_id >= first))
-            if last is not None:
-                stmt = stmt.where(_S.c.dispute_id < last)
             with self._engine.connect() as conn:
                 rows = [escalation_from_state(r) for r in
                         conn.execute(stmt.order_by(_S.c.dispute_id).limit(limit)).mappings()]
-            if rows:
-                yield rows
-            if len(rows) < limit:
+            inside = [e for e in rows if e.dispute_id.int < high]
+            if inside:
+                yield inside
+            if len(rows) < limit or len(inside) < len(rows):
                 return
             after = rows[-1].dispute_id
 
@@ -204,10 +205,19 @@ class RedisMemberSweep:
         return members, ({} if wrapped else nxt), wrapped
 
 
-_SUBSET = sa.text(str(_SCAN.text).replace(
-    "WHERE (CAST(:id AS uuid) IS NULL OR s.dispute_id = CAST(:id AS uuid))",
-    "WHERE s.dispute_id = ANY(CAST(:ids AS uuid[]))"))
-assert ":ids" in str(_SUBSET.text), "projection scan query changed"  # noqa: S101
+_SUBSET = sa.text(
+    str(_SCAN.text)
+    .replace("WHERE (CAST(:id AS uuid) IS NULL OR s.dispute_id = CAST(:id AS uuid))",
+             "WHERE s.dispute_id = ANY(CAST(:ids AS uuid[]))")
+    # a lateral read per dispute: each ledger partition is read by its primary key (and
+    # pruned by chain_created_at) instead of joined whole
+    .replace("JOIN escalation_audit AS a\n        ON a.dispute_id = s.dispute_id "
+             "AND a.chain_created_at = s.created_at",
+             "CROSS JOIN LATERAL (SELECT * FROM escalation_audit AS x "
+             "WHERE x.dispute_id = s.dispute_id AND x.chain_created_at = s.created_at "
+             "ORDER BY x.seq OFFSET 0) AS a"))
+if ":ids" not in str(_SUBSET.text) or "LATERAL" not in str(_SUBSET.text):
+    raise RuntimeError("the projection scan query changed: update reconcile_state._SUBSET")
 
 
 class PostgresProjectionSubset:
