@@ -320,6 +320,15 @@ def reconcile_cmd(
     finally:
         a.close()
     err.print(rep.summary(), markup=False, highlight=False)
+    if run.mode == "full":
+        err.print(f"reconcile: full run ({run.reason}); the next run checks what changes "
+                  "after it", markup=False, highlight=False)
+    else:
+        err.print(f"reconcile: incremental run: {run.changed} dispute(s) with ledger rows "
+                  f"since {run.watermark_from}, sweep slice {run.sweep_rows} row(s) and "
+                  f"{run.sweep_members} member(s), sweep at {run.sweep_position:.1%}"
+                  f"{' (lap completed)' if run.lap_completed else ''}",
+                  markup=False, highlight=False)
     _report_ahead(rep, dry_run)
     if rep.errors:
         ids = ", ".join(i for i, _ in rep.errors[:20])

@@ -181,6 +181,9 @@ def test_cli_reconcile_is_incremental_after_the_first_run_and_full_when_asked(
         res = run_cli(env, "reconcile", *args)
         assert res.returncode == 0, res.stderr
         out = json.loads(res.stdout)
+        line = ("reconcile: incremental run: " if out["incremental"]["mode"] == "incremental"
+                else f"reconcile: full run ({out['incremental']['reason']})")
+        assert line in res.stderr
         modes.append((out["incremental"]["mode"], out["incremental"]["reason"],
                       out["differences"]))
     assert modes[0][:2] == ("full", "no_state")
