@@ -413,7 +413,8 @@ def overview(request: Request) -> HTMLResponse:
     core, zone, q = _core(request), _zone(request), _queries(request)
     now = q.now()
     # released ladder versions this server cannot read from its directory: a banner, while
-    # everything else is served (docs/operations.md "Ladder directory out of step ...")
+    # everything else is served (docs/operations.md "Ladder directory out of step with the
+    # releases")
     unreadable = core.ladders.unreadable()
     try:
         since, until, since_t, until_t = _period(request, zone, 30, now)
