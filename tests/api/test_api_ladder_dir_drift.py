@@ -153,6 +153,8 @@ def test_release_from_another_directory_degrades_one_ladder_and_recovers(
         assert refused.headers["content-type"].startswith("application/problem+json")
         problem = refused.json()
         assert problem["ladder"] == name and problem["version"] == 2
+        assert problem["reason"] == "missing"
+        assert str(drift.served) not in problem["detail"]  # no path on the server
         assert f"{name}.v2.toml" in problem["detail"]
         assert "ESCALATION_LADDERS_DIR" in problem["detail"]
         assert "Retry-After" in refused.headers
