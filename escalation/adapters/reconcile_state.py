@@ -74,7 +74,7 @@ class RedisReconcileState:
                 sweep_cursor=int(data.get("sweep_cursor", "0"), 16),
                 sweep_at_ms=data.get("sweep_at_ms"), lap_started_ms=data.get("lap_started_ms"),
                 member_cursors={k: int(v) for k, v in data.get("member_cursors", {}).items()},
-                laps=int(data.get("laps", 0)))
+                laps=int(data.get("laps", 0)), stream_ms=data.get("stream_ms"))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -84,7 +84,8 @@ class RedisReconcileState:
             "watermark": state.watermark.astimezone(UTC).isoformat(),
             "database": state.database, "sweep_cursor": format(state.sweep_cursor, "x"),
             "sweep_at_ms": state.sweep_at_ms, "lap_started_ms": state.lap_started_ms,
-            "member_cursors": state.member_cursors, "laps": state.laps}))
+            "member_cursors": state.member_cursors, "laps": state.laps,
+            "stream_ms": state.stream_ms}))
 
     def database_identity(self) -> str | None:
         """The namespace's database identity stamp (``db upgrade``; ADR 0014)."""
@@ -180,6 +181,23 @@ class RedisMemberSweep:
         self._client = client
         self._keys = [k for s in range(shards)
                       for k in (Keys(namespace, s).pending, Keys(namespace, s).ready)]
+        self._streams = [Keys(namespace, s).review for s in range(shards)]
+
+    def notified_since(self, since_ms: int, upto_ms: int,
+                       chunk: int) -> Iterator[list[str]]:
+        """Dispute ids named by review-stream entries with ids in [since_ms, upto_ms]
+        (epoch ms, every shard), in chunks of at most ``chunk`` (XRANGE pages)."""
+        for stream in self._streams:
+            start = str(max(since_ms, 0))
+            while True:
+                page = cast(list[tuple[str, dict[str, str] | None]],
+                            self._client.xrange(stream, start, str(upto_ms), count=chunk))
+                ids = sorted({str((f or {}).get("dispute_id", "")) for _, f in page} - {""})
+                if ids:
+                    yield ids
+                if len(page) < chunk:
+                    break
+                start = "(" + str(page[-1][0])
 
     def sweep_members(self, cursors: dict[str, int],
                       fraction: float) -> tuple[list[str], dict[str, int], bool]:

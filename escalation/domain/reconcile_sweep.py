@@ -35,6 +35,8 @@ class ReconcileState:
         lap_started_ms: Redis time (epoch ms) when the current sweep lap began.
         member_cursors: ZSCAN cursor per scheduled ZSET key (-1: wrapped this lap).
         laps: sweep laps completed.
+        stream_ms: Redis time (epoch ms) up to which the review streams were read (the
+            disputes named by the decisions notified since are checked too).
     """
 
     watermark: datetime
@@ -44,6 +46,7 @@ class ReconcileState:
     lap_started_ms: int | None = None
     member_cursors: dict[str, int] = field(default_factory=dict)
     laps: int = 0
+    stream_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,10 +38,10 @@ from datetime import datetime, timedelta
 from typing import Protocol
 from uuid import UUID
 
-from escalation.domain.errors import InvalidParameter
-from escalation.domain.escalation import ENDED, Escalation, Status
+from escalation.domain.errors import EscalationError, InvalidParameter
+from escalation.domain.escalation import ENDED, Escalation, Status, parse_dispute_id
 from escalation.domain.projection import ColumnDifference
-from escalation.domain.reconcile_sweep import ID_SPACE, ReconcileState, next_slice
+from escalation.domain.reconcile_sweep import ID_SPACE, ReconcileState, SweepSlice, next_slice
 from escalation.logs import get_logger
 from escalation.ports import Scheduler, SchedulerInspection
 from escalation.service_layer.progress import Progress, no_progress
@@ -117,6 +117,11 @@ class MemberSweep(Protocol):
         ``(members, next cursors, every ZSET wrapped around at least once)``."""
         ...
 
+    def notified_since(self, since_ms: int, upto_ms: int,
+                       chunk: int) -> Iterator[list[str]]:
+        """Dispute ids named by the review-stream entries of [since_ms, upto_ms]."""
+        ...
+
 
 class ProjectionSubset(Protocol):
     """The projection against its ledger for named disputes (adapter:
@@ -144,6 +149,8 @@ class IncrementalReconcile:
         repair_projection: set differing projection rows from their ledger.
         page: PostgreSQL page / Redis chunk size, 1-10000.
         overlap_s: seconds below the watermark read again, 0-3600 (:data:`OVERLAP_S`).
+        stream_overlap_s: seconds of review-stream entries read again, 0-3600
+            (:data:`STREAM_OVERLAP_S`).
     """
 
     sweep_period_s: int
@@ -152,6 +159,7 @@ class IncrementalReconcile:
     repair_projection: bool = False
     page: int = PAGE
     overlap_s: int = OVERLAP_S
+    stream_overlap_s: int = 300
 
     def __post_init__(self) -> None:
         if not 600 <= self.sweep_period_s <= 30 * 86_400:
@@ -160,6 +168,9 @@ class IncrementalReconcile:
                 got=self.sweep_period_s)
         if not 1 <= self.page <= 10_000:
             raise InvalidParameter("{page} must be 1-10000, got {got}", "page", got=self.page)
+        if not 0 <= self.stream_overlap_s <= 3600:
+            raise InvalidParameter("{stream_overlap_s} must be 0-3600 seconds, got {got}",
+                                   "stream_overlap_s", got=self.stream_overlap_s)
         if not 0 <= self.overlap_s <= 3600:
             raise InvalidParameter("{overlap_s} must be 0-3600 seconds, got {got}",
                                    "overlap_s", got=self.overlap_s)
@@ -174,6 +185,7 @@ class IncrementalReport:
         reason: why a run was full (``asked``, ``no_state``, ``database_changed``,
             ``resync_mark``), empty for an incremental one.
         changed: disputes with ledger rows since the watermark.
+        notified: other disputes named by review-stream entries since the previous run.
         sweep_rows: pending/paused escalations of the sweep slice.
         sweep_members: ZSET members read by the sweep slice.
         sweep_position: the sweep cursor after the run, as a fraction of the id space.
@@ -185,6 +197,7 @@ class IncrementalReport:
     mode: str
     reason: str = ""
     changed: int = 0
+    notified: int = 0
     sweep_rows: int = 0
     sweep_members: int = 0
     sweep_position: float = 0.0
@@ -196,6 +209,7 @@ class IncrementalReport:
         """JSON-ready: the reconcile report's fields plus ``incremental``."""
         return {**self.report.as_dict(), "incremental": {
             "mode": self.mode, "reason": self.reason, "changed": self.changed,
+            "notified": self.notified,
             "sweep_rows": self.sweep_rows, "sweep_members": self.sweep_members,
             "sweep_position": round(self.sweep_position, 6),
             "lap_completed": self.lap_completed,
@@ -274,7 +288,8 @@ def reconcile_incremental(
         out = IncrementalReport(rep, "full", reason, watermark_to=upto.isoformat())
         if not cmd.dry_run:
             base = state if state is not None else ReconcileState(upto, identity)
-            state_store.save(replace(base, watermark=upto, database=identity))
+            state_store.save(replace(base, watermark=upto, database=identity,
+                                     stream_ms=now_ms))
         _log(out)
         return out
     if state is None:  # unreachable: no state makes the run full
@@ -284,25 +299,29 @@ def reconcile_incremental(
     out = IncrementalReport(report, "incremental", watermark_from=since.isoformat(),
                             watermark_to=upto.isoformat())
     unknown: list[str] = []
+    done: set[UUID] = set()
     for ids in changes.changed_since(since, upto, cmd.page):
+        done.update(ids)
         out.changed += len(ids)
         unknown += _changed(ids, cmd, scheduler, store, redis_side, ahead, projection,
                             report, on_restored)
         progress("changed", out.changed, None)
+    # the disputes of the decisions notified since the previous run: a decision Redis
+    # applied and notified that the ledger lost (an asynchronous replica promoted) shows
+    # as a payload ahead of the ledger here, within one run
+    stream_from = (now_ms if state.stream_ms is None else state.stream_ms) \
+        - cmd.stream_overlap_s * 1000
+    for named in members.notified_since(stream_from, now_ms, cmd.page):
+        ids = [u for u in _uuids(named) if u not in done]
+        done.update(ids)
+        out.notified += len(ids)
+        if ids:
+            unknown += _changed(ids, cmd, scheduler, store, redis_side, ahead, projection,
+                                report, on_restored)
     part = next_slice(state, now_ms, cmd.sweep_period_s)
-    for rows in changes.pending_range(part.low, part.high, cmd.page):
-        out.sweep_rows += len(rows)
-        report.checked_db += len(rows)
-        restored = _db_to_redis(rows, scheduler, redis_side, report, cmd.dry_run, store, ahead)
-        if restored and on_restored is not None:
-            on_restored(restored)
-        progress("sweep", out.sweep_rows, None)
-    swept, cursors, _ = members.sweep_members(dict(state.member_cursors), part.fraction)
-    out.sweep_members = len(swept)
-    report.checked_members += len(swept)
-    for start in range(0, len(swept), cmd.page):
-        unknown += _redis_to_db(swept[start:start + cmd.page], store, redis_side, report,
-                                cmd.dry_run, scheduler)
+    cursors, swept_unknown = _sweep(part, state, cmd, scheduler, store, redis_side, changes,
+                                    members, ahead, out, progress, on_restored)
+    unknown += swept_unknown
     if ahead is not None and unknown:
         _list_unknown(ahead, sorted(set(unknown)), report, cmd.dry_run)
     if ahead is not None and not cmd.dry_run:
@@ -314,13 +333,40 @@ def reconcile_incremental(
                   sweep_cursor=0 if lap_done else part.high, sweep_at_ms=now_ms,
                   lap_started_ms=(now_ms if lap_done or state.lap_started_ms is None
                                   else state.lap_started_ms),
-                  member_cursors=cursors,
+                  member_cursors=cursors, stream_ms=now_ms,
                   laps=state.laps + (1 if lap_done else 0))
     out.sweep_position = nxt.sweep_cursor / ID_SPACE
     if not cmd.dry_run:
         state_store.save(nxt)
     _log(out)
     return out
+
+
+def _sweep(part: SweepSlice, state: ReconcileState, cmd: IncrementalReconcile,
+           scheduler: Scheduler, store: PendingSource, redis_side: SchedulerInspection,
+           changes: LedgerChanges, members: MemberSweep, ahead: AheadRepair | None,
+           out: IncrementalReport, progress: Progress,
+           on_restored: Callable[[Sequence[Escalation]], None] | None,
+           ) -> tuple[dict[str, int], list[str]]:
+    """One sweep slice: pass 1 over the pending/paused escalations of the id range, pass 2
+    over the ZSET members of the ZSCAN step. Returns the next ZSCAN cursors and the members
+    the ledger does not know."""
+    report = out.report
+    for rows in changes.pending_range(part.low, part.high, cmd.page):
+        out.sweep_rows += len(rows)
+        report.checked_db += len(rows)
+        restored = _db_to_redis(rows, scheduler, redis_side, report, cmd.dry_run, store, ahead)
+        if restored and on_restored is not None:
+            on_restored(restored)
+        progress("sweep", out.sweep_rows, None)
+    swept, cursors, _ = members.sweep_members(dict(state.member_cursors), part.fraction)
+    out.sweep_members = len(swept)
+    report.checked_members += len(swept)
+    unknown: list[str] = []
+    for start in range(0, len(swept), cmd.page):
+        unknown += _redis_to_db(swept[start:start + cmd.page], store, redis_side, report,
+                                cmd.dry_run, scheduler)
+    return cursors, unknown
 
 
 def _changed(ids: list[UUID], cmd: IncrementalReconcile, scheduler: Scheduler,
@@ -351,6 +397,16 @@ def _changed(ids: list[UUID], cmd: IncrementalReconcile, scheduler: Scheduler,
     return _redis_to_db(scheduled, store, redis_side, report, cmd.dry_run, scheduler)
 
 
+def _uuids(named: Iterable[str]) -> list[UUID]:
+    out = []
+    for raw in named:
+        try:
+            out.append(parse_dispute_id(raw))
+        except EscalationError:
+            continue
+    return out
+
+
 def _scheduled(redis_side: SchedulerInspection, ids: Iterable[str]) -> list[str]:
     wanted = list(ids)
     if not wanted:
@@ -362,6 +418,7 @@ def _scheduled(redis_side: SchedulerInspection, ids: Iterable[str]) -> list[str]
 def _log(out: IncrementalReport) -> None:
     rep = out.report
     log.info("reconcile.run", mode=out.mode, reason=out.reason, changed=out.changed,
+             notified=out.notified,
              sweep_rows=out.sweep_rows, sweep_members=out.sweep_members,
              sweep_position=round(out.sweep_position, 6), lap_completed=out.lap_completed,
              watermark_from=out.watermark_from, watermark_to=out.watermark_to,

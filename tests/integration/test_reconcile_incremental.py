@@ -132,6 +132,30 @@ def test_a_drift_older_than_the_watermark_is_found_by_the_sweep_within_its_perio
     assert _scheduled(own_app) == {str(d) for d in ids}
 
 
+def test_a_notified_decision_the_ledger_lost_is_found_by_the_next_run(own_app: Any) -> None:
+    """An asynchronous replica promoted without the last commits: Redis applied and
+    notified a decision (payload at seq 2, a review-stream entry) that the ledger lacks, and
+    the ledger shows no row since the watermark. The next periodic run finds it from the
+    review stream and marks the namespace; `escalation reconcile` resets it."""
+    (did,) = enqueue(own_app, due_requests(1, own_app.scheduler.time(), past_s=-3600))
+    assert _run(own_app).mode == "full"
+    keys = own_app.scheduler.keys_for(did)
+    own_app.redis.hset(keys.payload(did), "seq", "2")
+    own_app.redis.xadd(keys.review, {"dispute_id": str(did), "seq": "2",
+                                     "match_decision": "PROMOTED_TO_SENIOR",
+                                     "to_tier": "senior"})
+    run = _run(own_app)
+    assert run.mode == "incremental" and run.changed == 0 and run.notified == 1
+    assert _kinds(run, did) == [(DiffKind.AHEAD, False)]
+    mark = namespace_binding_for(own_app).resync()
+    assert mark is not None and mark["reason"] == "ahead_in_reconcile"
+
+    reset = _run(own_app, reset=True)  # the operator's command: a full run under the mark
+    assert (reset.mode, reset.reason) == ("full", "resync_mark")
+    assert reset.report.resync_cleared and len(reset.report.lost_decisions) == 1
+    assert own_app.store.get(did)[0].seq == 2  # the SCHEDULE_RESET row names seq 2
+
+
 def test_the_watermark_survives_a_restart(own_app: Any) -> None:
     enqueue(own_app, due_requests(5, own_app.scheduler.time(), past_s=-3600))
     first = _run(own_app)

@@ -81,6 +81,12 @@ class World:
                       fraction: float) -> tuple[list[str], dict[str, int], bool]:
         return sorted(self.scheduler.scores), {}, True
 
+    def notified_since(self, since_ms: int, upto_ms: int,
+                       chunk: int) -> Iterator[list[str]]:
+        ids = sorted({e["dispute_id"] for e in self.scheduler.review})
+        if ids:
+            yield ids
+
     # SchedulerInspection
     def inspect(self, dispute_ids: Sequence[str]) -> dict[str, MemberState]:
         out = {}
