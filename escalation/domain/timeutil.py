@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from escalation.domain.errors import InvalidInput
+from escalation.domain.errors import InvalidInput, InvalidParameter
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -59,21 +59,25 @@ def parse_duration(text: str | None, name: str) -> timedelta | None:
     of elapsed time, read in no zone). None for None.
 
     Raises:
-        InvalidInput: naming ``name``, for anything else (blank, negative, fractions, units
-            out of order).
+        InvalidParameter: naming ``name`` (its plain name, ``--due-in`` -> ``due_in``, as
+            ``params[0]``: the API's ``errors[].field``), for anything else (blank, negative,
+            fractions, units out of order) or a duration out of ``timedelta``'s range.
     """
     if text is None:
         return None
+    param = name.lstrip("-").replace("-", "_")  # the plain name: --due-in -> due_in
     raw = text.strip()
     found = _ISO_DURATION.match(raw.upper()) if raw[:1] in "Pp" else _SHORT_DURATION.match(
         raw.lower())
     if not raw or found is None or not any(found.groupdict().values()) or raw.upper() in (
             "P", "PT") or raw.upper().endswith("T"):
-        raise InvalidInput(f"{name} must be a duration such as 36h, 2d, 1h30m or ISO 8601 "
-                           f"PT36H (days, hours, minutes, seconds), got {text!r}")
+        raise InvalidParameter("{" + param + "} must be a duration such as 36h, 2d, 1h30m "
+                               "or ISO 8601 PT36H (days, hours, minutes, seconds), got "
+                               "{got!r}", param, got=text)
     parts = {k: int(v) for k, v in found.groupdict().items() if v}
     try:
         return timedelta(days=parts.get("d", 0), hours=parts.get("h", 0),
                          minutes=parts.get("m", 0), seconds=parts.get("s", 0))
     except OverflowError:
-        raise InvalidInput(f"{name} is out of range, got {text!r}") from None
+        raise InvalidParameter("{" + param + "} is out of range, got {got!r}", param,
+                               got=text) from None

@@ -19,7 +19,7 @@ from functools import lru_cache
 from escalation.domain.business_calendar import institution_defaults, with_institution
 from escalation.domain.calendars import CalendarRegistry, window_end
 from escalation.domain.deadline_rules import check_attributes
-from escalation.domain.errors import ConflictError, InvalidInput
+from escalation.domain.errors import ConflictError, InvalidInput, InvalidParameter
 from escalation.domain.escalation import ENDED, Escalation, Status, check_instant
 from escalation.domain.ladder import Ladder
 from escalation.domain.materiality import Materiality
@@ -251,11 +251,17 @@ def build_with_provenance(
 
 
 def _due_in(value: object) -> timedelta:
-    """``due_in`` checked: a timedelta, 0 to :data:`DUE_IN_MAX`."""
+    """``due_in`` checked: a timedelta, 0 to :data:`DUE_IN_MAX`.
+
+    Raises:
+        InvalidParameter: naming ``due_in`` (the API's ``errors[].field``, the CLI's
+            ``--due-in``), for another type or a delay out of range."""
     if not isinstance(value, timedelta):
-        raise InvalidInput(f"due_in must be a duration, got {type(value).__name__}")
+        raise InvalidParameter("{due_in} must be a duration, got {got}", "due_in",
+                               got=type(value).__name__)
     if value < timedelta(0) or value > DUE_IN_MAX:
-        raise InvalidInput(f"due_in must be 0 to {DUE_IN_MAX.days} days, got {value}")
+        raise InvalidParameter("{due_in} must be 0 to {days} days, got {got}", "due_in",
+                               days=DUE_IN_MAX.days, got=value)
     return value
 
 

@@ -32,3 +32,11 @@ def test_bad_due_in_is_a_422_naming_the_field(service) -> None:
     assert "due_in must be a duration" in bad.text
     both = service.post("/v1/escalations", json=body(due_in="2h"))  # and due_at
     assert both.status_code == 422 and "due_in" in both.text, both.text
+
+
+def test_out_of_range_and_negative_due_in_name_the_field(service) -> None:
+    for text in ("99999999d", "-5h", "1.5h"):
+        bad = service.post("/v1/escalations", json=body(due_at=None, due_in=text))
+        assert bad.status_code == 422, bad.text
+        assert bad.json()["errors"][0]["field"] == "due_in", (text, bad.text)
+        assert bad.json()["errors"][0]["message"].startswith("due_in "), bad.text
