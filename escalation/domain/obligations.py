@@ -26,8 +26,10 @@ action has ``occurred_at`` None, and no instant is ever invented for it. The ass
 speaks of the first deadline the action meets, which is then met (``timely``) or missed per
 the source, with the lateness unknown. A later deadline that the same action meets is met
 per the source when the action was timely. Otherwise it is ``undetermined``: closed, but the
-source does not say when. An action cannot have happened after the ledger recorded it, so
-one recorded before a deadline meets it on record, whatever the source says.
+source does not say when. This holds whatever the current time and whenever the assertion
+was recorded: a late answer is never met on record without an instant. Only an assertion
+that states no timeliness is bounded by its recording: an action cannot have happened after
+the ledger recorded it, so one recorded before a deadline meets it on record.
 
 **What counts** (:func:`effective`): a partial money action (below the disputed amount where
 the ladder needs the full amount) meets and starts nothing. On a version that declares
@@ -113,7 +115,8 @@ class RecordedAction:
         outcome: the outcome code of a resolution, else None.
         recorded_at: aware UTC instant the ledger row was written (Redis TIME), None for an
             action not yet recorded. An action cannot have happened after its recording, so
-            an assertion recorded before a deadline meets it on record.
+            an assertion that states no timeliness (``asserted_timely`` None) recorded
+            before a deadline meets it on record; a stated timeliness is taken as given.
         partial: a money action below the disputed amount where the ladder needs the full
             amount (``ActionDef.full_amount``): recorded, but it meets and starts nothing.
         unchecked: such an action on a dispute whose disputed amount is not on record
@@ -315,8 +318,11 @@ def assess(
         on_record = [a for a in actions if a.action in rule.met_by and a.occurred_at is not None
                      and (c.start is None or a.occurred_at >= c.start)]
         first = min(on_record, key=lambda a: (a.occurred_at, a.seq)) if on_record else None
+        # the recording instant bounds only an assertion that states no timeliness: a source
+        # that says timely or late is taken at its word (docs/sla.md "Imported outcomes")
         bounded = [a for a in actions if a.action in rule.met_by and a.occurred_at is None
-                   and a.recorded_at is not None and c.at is not None and a.recorded_at < c.at]
+                   and a.asserted_timely is None and a.recorded_at is not None
+                   and c.at is not None and a.recorded_at < c.at]
         asserted = _asserted(ladder, actions, rule, at)
         src = rule.source
         if c.at is None:

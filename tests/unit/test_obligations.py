@@ -123,6 +123,11 @@ def act(action: str, at: datetime | None, seq: int, timely: bool | None = None) 
     return RecordedAction(action, at, "ops.alice", seq, timely)
 
 
+def imported(action: str, timely: bool | None, recorded: datetime) -> RecordedAction:
+    """An import's assertion: no instant, the source's timeliness, recorded at ``recorded``."""
+    return RecordedAction(action, None, "importer", 2, timely, recorded_at=recorded)
+
+
 @dataclass(frozen=True)
 class Row:
     """One dispute: its ladder, attributes, actions, when it is looked at, and what must come
@@ -415,6 +420,67 @@ ROWS: dict[str, Row] = {
     "cfpb_source_response_only_leaves_final_open": Row(
         "CFPB 15/60 days", CFPB, (act("response", None, 2, True),), L(2026, 2, 1, 12),
         {CR: E(CR15, MET, 0.0, "response", SRC), FR: pending(FR60)}, (FR,), attrs={}),
+    # --- CFPB import matrix: Timely response? x deadlines passed x outcome ---------------------
+    # Each assertion is recorded at *now*: EARLY = Sat Jan 10 12:00 EST (17:00Z), before CR15
+    # and FR60; LATE = Mon Mar 16 11:00 EDT (15:00Z), after both. A "Closed ..." value is the
+    # resolution (met_by of both deadlines, first: CR15); "In progress" is the response
+    # (met_by of company_response only). A stated timeliness is taken at its word whenever it
+    # was recorded (docs/sla.md "Imported outcomes"): never met on record without an instant.
+    # 40./41. Yes, closed: the first deadline met per source, the later one too (the action
+    #     came before the first). Nothing binds, before or after the deadlines.
+    "cfpb_import_yes_closed_before_deadlines": Row(
+        "CFPB 15/60 days", CFPB, (imported(RESOLUTION, True, Z(2026, 1, 10, 17)),),
+        Z(2026, 1, 10, 17), {CR: E(CR15, MET, 0.0, RESOLUTION, SRC),
+                             FR: E(FR60, MET, 0.0, RESOLUTION, SRC)}, (), attrs={}),
+    "cfpb_import_yes_closed_after_deadlines": Row(
+        "CFPB 15/60 days", CFPB, (imported(RESOLUTION, True, Z(2026, 3, 16, 15)),),
+        Z(2026, 3, 16, 15), {CR: E(CR15, MET, 0.0, RESOLUTION, SRC),
+                             FR: E(FR60, MET, 0.0, RESOLUTION, SRC)}, (), attrs={}),
+    # 42. Yes, in progress, early: CR met per source; FR (not met by a response) pending,
+    #     binding.
+    "cfpb_import_yes_in_progress_before_deadlines": Row(
+        "CFPB 15/60 days", CFPB, (imported("response", True, Z(2026, 1, 10, 17)),),
+        Z(2026, 1, 10, 17), {CR: E(CR15, MET, 0.0, "response", SRC), FR: pending(FR60)},
+        (FR,), attrs={}),
+    # 43. Yes, in progress, late: CR met per source; FR missed while open, Mar 7 05:00Z ->
+    #     Mar 16 15:00Z = 9 days 10 h, binding.
+    "cfpb_import_yes_in_progress_after_deadlines": Row(
+        "CFPB 15/60 days", CFPB, (imported("response", True, Z(2026, 3, 16, 15)),),
+        Z(2026, 3, 16, 15), {CR: E(CR15, MET, 0.0, "response", SRC),
+                             FR: open_miss(FR60, 9 * DAY + 10 * H)}, (FR,), attrs={}),
+    # 44./45. No, closed: CR (the first deadline) missed per source, lateness unknown, even
+    #     though the row was recorded before CR15; FR undetermined (closed, when not known).
+    #     Neither binds: the dispute is closed.
+    "cfpb_import_no_closed_before_deadlines": Row(
+        "CFPB 15/60 days", CFPB, (imported(RESOLUTION, False, Z(2026, 1, 10, 17)),),
+        Z(2026, 1, 10, 17), {CR: E(CR15, MISSED, None, RESOLUTION, SRC),
+                             FR: E(FR60, UNDET, None, RESOLUTION, SRC)}, (), attrs={}),
+    "cfpb_import_no_closed_after_deadlines": Row(
+        "CFPB 15/60 days", CFPB, (imported(RESOLUTION, False, Z(2026, 3, 16, 15)),),
+        Z(2026, 3, 16, 15), {CR: E(CR15, MISSED, None, RESOLUTION, SRC),
+                             FR: E(FR60, UNDET, None, RESOLUTION, SRC)}, (), attrs={}),
+    # 46. No, in progress, early: CR missed per source (not met on record though recorded
+    #     before CR15); FR pending and binding.
+    "cfpb_import_no_in_progress_before_deadlines": Row(
+        "CFPB 15/60 days", CFPB, (imported("response", False, Z(2026, 1, 10, 17)),),
+        Z(2026, 1, 10, 17), {CR: E(CR15, MISSED, None, "response", SRC), FR: pending(FR60)},
+        (FR,), attrs={}),
+    # 47. No, in progress, late: CR missed per source; FR missed while open, 9 days 10 h.
+    "cfpb_import_no_in_progress_after_deadlines": Row(
+        "CFPB 15/60 days", CFPB, (imported("response", False, Z(2026, 3, 16, 15)),),
+        Z(2026, 3, 16, 15), {CR: E(CR15, MISSED, None, "response", SRC),
+                             FR: open_miss(FR60, 9 * DAY + 10 * H)}, (FR,), attrs={}),
+    # 48. No timeliness stated, closed, recorded Jan 10 (before both): the action preceded its
+    #     row, so both deadlines are met on record (the only evidence there is).
+    "cfpb_import_blank_closed_recorded_before_deadlines": Row(
+        "CFPB 15/60 days", CFPB, (imported(RESOLUTION, None, Z(2026, 1, 10, 17)),),
+        Z(2026, 1, 10, 17), {CR: E(CR15, MET, 0.0, RESOLUTION, REC),
+                             FR: E(FR60, MET, 0.0, RESOLUTION, REC)}, (), attrs={}),
+    # 49. No timeliness stated, closed, recorded Mar 16 (after both): both undetermined.
+    "cfpb_import_blank_closed_recorded_after_deadlines": Row(
+        "CFPB 15/60 days", CFPB, (imported(RESOLUTION, None, Z(2026, 3, 16, 15)),),
+        Z(2026, 3, 16, 15), {CR: E(CR15, UNDET, None, RESOLUTION, SRC),
+                             FR: E(FR60, UNDET, None, RESOLUTION, SRC)}, (), attrs={}),
 }
 
 

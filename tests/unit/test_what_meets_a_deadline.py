@@ -162,9 +162,27 @@ def test_a_zero_credit_is_refused_and_a_partial_one_meets_nothing() -> None:
     assert states(full)[D10_NAME] == (DeadlineState.MET, "provisional_credit")
 
 
-def test_an_assertion_recorded_before_the_deadline_meets_it_whatever_the_source_says() -> None:
+def test_an_assertion_without_timeliness_recorded_before_the_deadline_meets_it() -> None:
     """An action cannot happen after the row that records it: an import on Thu Jan 8 that
-    asserts a late determination (no instant) still proves it came before D10."""
+    asserts a determination (no instant, no timeliness) proves it came before D10."""
+    w = World()
+    esc = w.enqueue(tier="standard")
+    w.at(L(2026, 1, 8, 12))
+    from escalation.service_layer.obligations import RecordAction, record_action
+
+    res = record_action(RecordAction(esc.dispute_id, "determination", None, "importer",
+                                     "import:determination", asserted_timely=None,
+                                     asserted_by="Timely response?"), **w.kw())
+    got = {a.name: a for a in res.assessments}[D10_NAME]
+    assert (got.state, got.basis, got.by.occurred_at) == (  # type: ignore[union-attr]
+        DeadlineState.MET, Basis.RECORD, None)
+    assert got.by.recorded_at == L(2026, 1, 8, 12)  # type: ignore[union-attr]
+
+
+def test_an_assertion_of_a_late_action_is_missed_per_source_even_recorded_early() -> None:
+    """docs/sla.md "Imported outcomes": a source that says late is taken at its word, for the
+    first deadline the action meets (D10), whenever the row was written; the later deadline
+    (the investigation, also at D10 without a timely credit) is undetermined."""
     w = World()
     esc = w.enqueue(tier="standard")
     w.at(L(2026, 1, 8, 12))
@@ -173,10 +191,10 @@ def test_an_assertion_recorded_before_the_deadline_meets_it_whatever_the_source_
     res = record_action(RecordAction(esc.dispute_id, "determination", None, "importer",
                                      "import:determination", asserted_timely=False,
                                      asserted_by="Timely response?"), **w.kw())
-    got = {a.name: a for a in res.assessments}[D10_NAME]
-    assert (got.state, got.basis, got.by.occurred_at) == (  # type: ignore[union-attr]
-        DeadlineState.MET, Basis.RECORD, None)
-    assert got.by.recorded_at == L(2026, 1, 8, 12)  # type: ignore[union-attr]
+    by = {a.name: a for a in res.assessments}
+    assert (by[D10_NAME].state, by[D10_NAME].basis, by[D10_NAME].late_s) == (
+        DeadlineState.MISSED, Basis.SOURCE, None)
+    assert (by[INV].state, by[INV].basis) == (DeadlineState.UNDETERMINED, Basis.SOURCE)
 
 
 def test_a_backdated_action_says_when_it_was_recorded() -> None:
