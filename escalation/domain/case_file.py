@@ -346,7 +346,8 @@ EXPORT_INTS = frozenset({"seq", "ladder_version", "fence_token"})
 def export_row(columns: Sequence[str], cells: Sequence[str]) -> dict[str, Any]:
     """One CSV row of ``audit export`` as the values its canonical bytes are made of: an
     empty cell is NULL (``details``: ``{}``), a neutralised cell loses its one leading
-    ``'`` (``domain.csv_cells``), integers and ``details`` are parsed.
+    ``'`` (``domain.csv_cells``; so a lone ``'``, how the export writes the empty string,
+    is ``""``), integers and ``details`` are parsed.
 
     Raises:
         InvalidInput: a cell that is not what its column holds.

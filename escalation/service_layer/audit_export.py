@@ -8,7 +8,9 @@ memory stays constant whatever the row count (``tests/benchmarks/export_1m.py``;
 * money (``materiality``): decimal string, e.g. ``"1250.00"`` (never a float);
 * hashes: lower-case hex; UUIDs: hyphenated lower case;
 * ``details``: canonical JSON (sorted keys, no spaces); in CSV as a JSON string;
-* NULL: empty CSV field / JSON ``null``.
+* NULL: empty CSV field / JSON ``null``; the empty string: a CSV field holding one ``'``
+  (``domain.csv_cells.EMPTY_TEXT_CELL``, restored to ``""`` as any neutralised cell) /
+  JSON ``""``, so NULL and ``""`` (which hash differently) stay distinct.
 
 The manifest (``<file>.manifest.json``) holds the format version, format, columns, row
 count, the requested and actual time range and the SHA-256 of the exported file.
@@ -262,7 +264,7 @@ def export(
 
     The CSV is written by the one CSV writer (``domain.csv_cells.CsvWriter``): every text
     cell neutralised against formula injection (:func:`read_csv` restores it), CRLF line
-    ends.
+    ends, NULL an empty cell and the empty string a lone ``'`` (``distinct_empty``).
 
     Returns:
         The :class:`Manifest` (also written to :func:`manifest_path`).
@@ -279,7 +281,8 @@ def export(
     last: datetime | None = None
     with out.open("wb") as raw:
         sink = _HashingWriter(raw)
-        writer = CsvWriter(sink, COLUMNS, bom=bom) if fmt == "csv" else None
+        writer = (CsvWriter(sink, COLUMNS, bom=bom, distinct_empty=True) if fmt == "csv"
+                  else None)
         for row in ledger.stream(flt, COLUMNS):
             values = [export_value(c, row[c]) for c in COLUMNS]
             if writer is not None:
@@ -319,7 +322,8 @@ def _csv_cells(values: list[Any]) -> list[Any]:
 
 def read_csv(path: Path) -> Iterator[dict[str, Any]]:
     """Re-import an exported CSV: typed rows (UUID, int, Decimal, aware datetime, bytes
-    hashes, dict details; empty -> None), as the ledger holds them.
+    hashes, dict details; an empty cell -> None, a lone ``'`` -> ``""``), as the ledger
+    holds them.
 
     Raises:
         InvalidInput: the header is not :data:`COLUMNS`.
@@ -360,7 +364,7 @@ def write_csv(rows: Iterator[Mapping[str, Any]], out: Path) -> str:
     """Write typed rows (as :func:`read_csv` yields) in the export CSV format; return the
     file's SHA-256 hex. Used to show that a re-import reproduces the file byte for byte."""
     with out.open("wb") as raw:
-        writer = CsvWriter(sink := _HashingWriter(raw), COLUMNS)
+        writer = CsvWriter(sink := _HashingWriter(raw), COLUMNS, distinct_empty=True)
         for row in rows:
             writer.row(_csv_cells([export_value(c, row[c]) for c in COLUMNS]))
     return sink.sha.hexdigest()
