@@ -12,6 +12,7 @@ from uuid import UUID
 from fastapi import Depends, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
+from starlette.convertors import Convertor, register_url_convertor
 
 from escalation.bootstrap import App
 from escalation.domain.access import TokenInfo
@@ -60,6 +61,32 @@ def dispute_from_path(request: Request) -> UUID:
 
 
 Dispute = Annotated[UUID, Depends(dispute_from_path)]
+
+
+DISPUTE_SUFFIXES = ("cancel", "pause", "resume", "actions", "resolve", "audit", "case-file")
+"""The sub-resources after a dispute path (``.../{external_id}/cancel``). A last segment of
+a source's external id equal to one of them is read as that sub-resource: such a dispute is
+reached by its UUID (``/v1/escalations/{dispute_id}``)."""
+
+
+class ExternalIdConvertor(Convertor[str]):
+    """The ``{external_id:external_id}`` path parameter: one or more path segments, so that a
+    source system's id containing ``/`` (``ACC/2026/17``, sent percent-encoded as
+    ``ACC%2F2026%2F17``, which the server decodes before routing) reaches its dispute. It
+    stops before a trailing ``/<sub-resource>`` of :data:`DISPUTE_SUFFIXES`."""
+
+    regex = r"(?:(?!/(?:%s)$).)+" % "|".join(DISPUTE_SUFFIXES)  # noqa: UP031 - a regex
+
+    def convert(self, value: str) -> str:
+        """The id as decoded from the path (no further decoding)."""
+        return value
+
+    def to_string(self, value: str) -> str:
+        """The id as written into a path (``url_path_for``)."""
+        return value
+
+
+register_url_convertor("external_id", ExternalIdConvertor())
 
 
 def path_parameters(path: str) -> dict[str, Any]:

@@ -61,7 +61,9 @@ from escalation.service_layer.tokens import source_refusal
 # a JSON body naming a key twice is refused before anything is written
 router = APIRouter(prefix="/v1", tags=["escalations"],
                    dependencies=[Depends(refuse_duplicate_keys)])
-DISPUTE_PATHS = ("/escalations/{dispute_id}", "/sources/{source}/escalations/{external_id}")
+# the external id may contain '/' (deps.ExternalIdConvertor, registered on import of deps)
+DISPUTE_PATHS = ("/escalations/{dispute_id}",
+                 "/sources/{source}/escalations/{external_id:external_id}")
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Problem, "content": {"application/problem+json": {}}}
     for code in (401, 403, 404, 409, 413, 422, 429)
