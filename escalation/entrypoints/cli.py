@@ -271,7 +271,7 @@ def action_record(
         help="Action id the dispute's ladder version declares, e.g. provisional_credit.")],
     at: Annotated[str, typer.Option(
         help="When it happened, ISO-8601 with offset (not in the future, not before the "
-             "dispute's anchor).")],
+             "dispute's anchor, nor before it was opened).")],
     idempotency_key: Annotated[str, typer.Option(
         help="1-200 characters; the same key with the same content is a replay (nothing "
              "written), with other content an error.")],
@@ -322,7 +322,8 @@ def resolve(
     reason: Annotated[str | None, typer.Option(
         help="Why, on record (one line).")] = None,
     at: Annotated[str | None, typer.Option(
-        help="When it was resolved, ISO-8601 with offset (default: now).")] = None,
+        help="When it was resolved, ISO-8601 with offset (default: now; not before the "
+             "dispute's anchor, nor before it was opened).")] = None,
     actor: ActorOpt = None,
     idempotency_key: Annotated[str | None, typer.Option(
         help="Default: resolve:<dispute id>:<outcome>:<--at or 'now'>, so a retried command "

@@ -107,9 +107,10 @@ class RecordAction:
         dispute_id: the dispute (UUID or its text).
         action: an action id the dispute's ladder version declares (``[[actions]]``).
         occurred_at: aware instant the action happened. It may be in the past, but no later
-            than Redis TIME + 5 min and never before the dispute's anchor. None only for an
-            import's assertion (``asserted_timely`` or ``asserted_by`` set), because no
-            instant is ever invented.
+            than Redis TIME + 5 min and never before the dispute's anchor (on a ladder
+            without regulatory deadlines: never before its opened_at / enqueue instant).
+            None only for an import's assertion (``asserted_timely`` or ``asserted_by``
+            set), because no instant is ever invented.
         actor: who acted: an API token's name, or a named operator (``cli`` alone refused).
         idempotency_key: 1-200 printable characters; a replay returns the first result.
         evidence_ref: document id or URI of the evidence (optional).
@@ -152,6 +153,7 @@ class Resolve:
         occurred_at: aware instant of the resolution; None = now (Redis TIME), or, with
             ``asserted_timely`` or ``asserted_by``, an import's resolution whose instant the
             source omits (never set to now: a late one, ``asserted_timely`` False, included).
+            A given instant is checked as :class:`RecordAction`'s (never before the dispute).
         reason: optional single-line text (at most 500 characters).
         asserted_timely / asserted_by: as for :class:`RecordAction`.
     """
@@ -279,9 +281,18 @@ def _asserts(cmd: RecordAction | Resolve) -> bool:
 
 
 def _check_when(
-    occurred_at: datetime | None, asserted: bool, now: datetime, anchor: str | None,
+    occurred_at: datetime | None, asserted: bool, now: datetime, enqueued: Mapping[str, Any],
 ) -> datetime | None:
-    """The action's instant in UTC, checked (module doc); None only for an assertion."""
+    """The action's instant in UTC, checked (module doc); None only for an assertion.
+
+    ``enqueued``: the ENQUEUED row's details. An instant before the dispute's anchor
+    (``anchor_at``, ladders with regulatory deadlines) is refused; on a ladder without one,
+    an instant before the dispute entered its first tier (``entered_tier_at``: its
+    ``opened_at``, or the enqueue instant) is refused: nothing happens to a dispute before it
+    exists. Rows without either field (none are written today) check neither.
+
+    Raises:
+        InvalidInput: naming ``occurred_at`` (the CLI's ``--at``)."""
     if occurred_at is None:
         if not asserted:
             raise InvalidInput("occurred_at: required (an aware ISO 8601 instant)")
@@ -290,9 +301,14 @@ def _check_when(
     if at > now + FUTURE_SKEW:
         raise InvalidInput(f"occurred_at: {at.isoformat()} is in the future (now "
                            f"{now.isoformat()})")
-    if anchor is not None and at < datetime.fromisoformat(anchor):
-        raise InvalidInput(f"occurred_at: {at.isoformat()} is before the dispute's anchor "
-                           f"{anchor}")
+    anchor, opened = enqueued.get("anchor_at"), enqueued.get("entered_tier_at")
+    if anchor is not None:
+        if at < datetime.fromisoformat(anchor):
+            raise InvalidInput(f"occurred_at: {at.isoformat()} is before the dispute's "
+                               f"anchor {anchor}")
+    elif opened is not None and at < datetime.fromisoformat(opened):
+        raise InvalidInput(f"occurred_at: {at.isoformat()} is before the dispute was opened "
+                           f"({opened}, its entry into its first tier)")
     return at
 
 
@@ -441,7 +457,7 @@ def record_action(
                 a.action == act.after and not a.partial for a in recorded_actions(rows)):
             raise InvalidInput(f"action: {cmd.action!r} needs a {act.after!r} on record first")
         now = scheduler.time()
-        at = _check_when(cmd.occurred_at, _asserts(cmd), now, _enqueued(rows).get("anchor_at"))
+        at = _check_when(cmd.occurred_at, _asserts(cmd), now, _enqueued(rows))
         content: dict[str, Any] = {
             "action": cmd.action, "occurred_at": None if at is None else at.isoformat(),
             **money, "evidence": evidence, "note": cmd.note,
@@ -522,7 +538,10 @@ def resolve(
         now = scheduler.time()
         asserted = _asserts(cmd)
         when = cmd.occurred_at if cmd.occurred_at is not None or asserted else now
-        at = _check_when(when, asserted, now, _enqueued(rows).get("anchor_at"))
+        # a resolution "now" is never before the dispute, which may have been enqueued with
+        # an opened_at up to the clock skew ahead of now: only a given instant is checked
+        at = _check_when(when, asserted, now,
+                         _enqueued(rows) if cmd.occurred_at is not None else {})
         content: dict[str, Any] = {
             "action": RESOLUTION, "outcome": outcome.value,
             "occurred_at": None if at is None else at.isoformat(), "reason": cmd.reason,

@@ -248,3 +248,25 @@ def test_a_read_only_role_may_not_record(api_server: Server, service: httpx.Clie
                    json={"outcome": "closed", "idempotency_key": "ro"})
         assert r.status_code == 403
     assert len(_rows(engine, did)) == 1
+
+
+def test_a_resolution_before_the_dispute_was_opened_is_422_on_every_ladder(
+        service: httpx.Client, engine: Any) -> None:
+    """The default ladder has no regulatory anchor: a resolution instant before the dispute's
+    opened_at is refused on occurred_at, nothing written; at opened_at it is accepted."""
+    opened = _now() - timedelta(days=3)
+    b = body(due_at=None, opened_at=opened.isoformat())
+    assert service.post("/v1/escalations", json=b).status_code == 201
+    did = str(b["dispute_id"])
+    n = len(_rows(engine, did))
+    r = service.post(f"/v1/escalations/{did}/resolve", json={
+        "outcome": "no_error_found", "idempotency_key": "early",
+        "occurred_at": (opened - timedelta(days=365)).isoformat()})
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["field"] == "occurred_at", r.json()
+    assert "before the dispute was opened" in r.json()["detail"]
+    assert len(_rows(engine, did)) == n
+    r = service.post(f"/v1/escalations/{did}/resolve", json={
+        "outcome": "no_error_found", "idempotency_key": "at-open",
+        "occurred_at": opened.isoformat()})
+    assert r.status_code == 201, r.text

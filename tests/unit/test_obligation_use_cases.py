@@ -370,3 +370,59 @@ def test_an_action_after_the_resolution_is_recorded() -> None:
     assert res.due_before is None and res.redis is None
     assert {a.name: a.state for a in res.assessments}["results_notice"] is DeadlineState.MET
     assert str(esc.dispute_id) not in w.scheduler.payloads
+
+
+# ------------------------------------------------------------- nothing before the dispute
+DISPUTE_REVIEW = CATALOG.get("dispute_review", 1)
+# Reg E v3's actions on a version without regulatory deadlines: no anchor is recorded, so
+# the floor of an action's instant is the dispute's entry into its first tier (opened_at).
+NO_DEADLINES = replace(REG_E, name="actions_only", version=1, previous_version=None,
+                       regulatory=None, deadlines=())
+
+
+def _opened_without_anchor(ladder: str) -> tuple[World, Escalation]:
+    """A dispute enqueued with ``opened_at`` = ANCHOR on ``ladder`` (no deadlines, so its
+    ENQUEUED row has no ``anchor_at``); the clock a day later."""
+    w = World()
+    w.ladders.ladders.extend([DISPUTE_REVIEW, NO_DEADLINES])
+    esc = w.enqueue(tier="standard", ladder=ladder, attributes={})
+    assert "anchor_at" not in w.store.trail(esc.dispute_id)[0].details
+    w.at(L(2026, 1, 6, 10))
+    return w, esc
+
+
+@pytest.mark.parametrize("when", [Z(2020, 1, 1), L(2026, 1, 5, 9, 59)],
+                         ids=["years_before", "a_minute_before"])
+def test_a_resolution_before_the_dispute_was_opened_is_refused_on_every_ladder(
+    when: datetime,
+) -> None:
+    """dispute_review has no anchor: the resolution's instant may not precede the dispute's
+    opened_at (Mon Jan 5 10:00 EST); the message names occurred_at, nothing is written and
+    the dispute stays scheduled."""
+    w, esc = _opened_without_anchor("dispute_review")
+    rows, score = w.rows(esc.dispute_id), w.scheduler.scores[str(esc.dispute_id)]
+    with pytest.raises(InvalidInput, match=r"^occurred_at: .* before the dispute was opened"):
+        resolve(Resolve(esc.dispute_id, "no_error_found", "ops.alice", "r-early",
+                        occurred_at=when), **w.kw())
+    assert w.rows(esc.dispute_id) == rows
+    assert w.scheduler.scores[str(esc.dispute_id)] == score
+    # at the instant it was opened, or later, it is accepted
+    res = resolve(Resolve(esc.dispute_id, "no_error_found", "ops.alice", "r-ok",
+                          occurred_at=ANCHOR), **w.kw())
+    assert res.escalation.status is Status.RESOLVED
+
+
+def test_a_resolution_without_an_instant_is_now_and_accepted() -> None:
+    w, esc = _opened_without_anchor("dispute_review")
+    res = resolve(Resolve(esc.dispute_id, "no_error_found", "ops.alice", "r-now"), **w.kw())
+    assert res.escalation.status is Status.RESOLVED
+
+
+def test_an_action_before_the_dispute_was_opened_is_refused_without_an_anchor() -> None:
+    w, esc = _opened_without_anchor("actions_only")
+    rows = w.rows(esc.dispute_id)
+    with pytest.raises(InvalidInput, match=r"^occurred_at: .* before the dispute was opened"):
+        w.record(esc.dispute_id, "determination", L(2025, 12, 31, 10), "d-early")
+    assert w.rows(esc.dispute_id) == rows
+    w.record(esc.dispute_id, "determination", L(2026, 1, 5, 10, 1), "d-ok")
+    assert w.rows(esc.dispute_id) == rows + 1

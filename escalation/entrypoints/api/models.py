@@ -140,7 +140,8 @@ class ActionIn(_In):
 
     action: str = Field(description="Action id declared by the dispute's ladder version.")
     occurred_at: InstantText = Field(description="When the action happened, ISO-8601 with offset; "
-                             "not in the future, not before the dispute's anchor.")
+                             "not in the future, not before the dispute's anchor, nor before "
+                             "the dispute was opened.")
     evidence: EvidenceIn | None = None
     amount: str | None = Field(None, description="Decimal string, required for a money "
                                "action (JSON numbers, NaN and negatives are refused).")
@@ -163,7 +164,8 @@ class ResolveIn(_In):
                          json_schema_extra={"enum": RESOLVE_OUTCOMES})
     reason: str | None = Field(None, description="One line, at most 500 characters.")
     occurred_at: InstantText | None = Field(None, description="When it was resolved, ISO-8601 with "
-                                    "offset (default: now).")
+                                    "offset (default: now); not before the dispute's anchor, "
+                                    "nor before the dispute was opened.")
     idempotency_key: str | None = Field(
         None, description="Required here or as the Idempotency-Key header.")
 
