@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry, window_end
+from escalation.domain.currencies import check_currency
 from escalation.domain.errors import ConflictError, InvalidInput, NotFound
 from escalation.domain.escalation import (
     ENDED,
@@ -84,7 +85,6 @@ _CONTENT_KEYS = frozenset({"action", "amount", "currency", "evidence", "note", "
                            "outcome", "reason"})
 """The request fields a replay must repeat (``occurred_at`` is compared when given: a
 resolve without it means "now", which differs on a retry)."""
-_CURRENCY = re.compile(r"^[A-Z]{3}$")
 
 
 class ObligationStore(EventLog, Protocol):
@@ -117,7 +117,7 @@ class RecordAction:
         evidence_sha256: SHA-256 hex of the evidence document (optional, with a ref).
         amount: Decimal text, for an action with ``money = true`` (required there, refused
             elsewhere); floats, NaN and negatives refused.
-        currency: ISO 4217 code (3 capitals), with ``amount``.
+        currency: an active ISO 4217 code (``domain.currencies``), with ``amount``.
         note: optional single-line text (at most 500 characters).
         asserted_timely: only for an import's assertion without an instant: did the source
             count the action timely (None: it does not say; the deadline is then
@@ -328,9 +328,7 @@ def _money(cmd: RecordAction, act: ActionDef, disputed: Decimal) -> dict[str, An
         raise InvalidInput("amount: " + str(exc).replace("materiality", "the amount")) from None
     if amount <= 0:
         raise InvalidInput(f"amount: must be greater than 0 for the action {cmd.action!r}")
-    if cmd.currency is None or not _CURRENCY.match(cmd.currency):
-        raise InvalidInput("currency: three capital letters in ISO 4217 form such as USD, "
-                           f"got {cmd.currency!r}")
+    check_currency(cmd.currency)  # an active ISO 4217 code (domain.currencies)
     out: dict[str, Any] = {"amount": str(amount), "currency": cmd.currency}
     if act.full_amount and disputed == 0:
         out["amount_unchecked"] = True  # no disputed amount on record to compare with

@@ -145,7 +145,8 @@ class ActionIn(_In):
     evidence: EvidenceIn | None = None
     amount: str | None = Field(None, description="Decimal string, required for a money "
                                "action (JSON numbers, NaN and negatives are refused).")
-    currency: str | None = Field(None, description="ISO 4217 code, with amount.")
+    currency: str | None = Field(None, description="An active ISO 4217 code in capitals "
+                                   "(USD), with amount.")
     note: str | None = Field(None, description="One line, at most 500 characters.")
     idempotency_key: str | None = Field(
         None, description="Required here or as the Idempotency-Key header (1-200 "
