@@ -146,8 +146,9 @@ def enqueue(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Schedule an escalation for a dispute (idempotent per dispute). The actor on its
-    ledger row is ESCALATION_OPERATOR when set, else `cli`. A --due-at more than 5 minutes
-    before now is accepted and flagged (past_due on its ledger row, a note on stderr)."""
+    ledger row is ESCALATION_OPERATOR when set, else `cli`. A due time more than 5 minutes
+    before now (a --due-at, or --opened-at + the tier's SLA window) is accepted and flagged
+    (past_due on its ledger row, a note on stderr)."""
     from escalation.bootstrap import schedule_for
     from escalation.domain.timeutil import parse_duration
     from escalation.service_layer.disputes import resolve_dispute
@@ -190,7 +191,9 @@ def enqueue(
             "institution": {"timezone": e.institution_tz, "calendar": e.institution_calendar},
             "source_hash_differs": changed, "past_due_ms": res.past_due_ms}
     if res.past_due_ms is not None:
-        err.print(f"note: --due-at lay {res.past_due_ms // 1000} s before now (more than the "
+        given = ("--due-at" if due_at is not None
+                 else "the due time from --opened-at and the tier's SLA window")
+        err.print(f"note: {given} lay {res.past_due_ms // 1000} s before now (more than the "
                   "5 min tolerance): accepted, escalated at once, and flagged past_due on its "
                   "ENQUEUED ledger row; give --due-in for a due time relative to now",
                   markup=False, highlight=False)

@@ -44,7 +44,8 @@ OPENED_AT_MAX_SKEW = timedelta(minutes=5)
 """How far past Redis TIME an ``opened_at`` may lie (clocks of the sending system drift);
 a dispute cannot have entered its tier later than that."""
 PAST_DUE_TOLERANCE = timedelta(minutes=5)
-"""How far before Redis TIME a ``due_at`` may lie before it is flagged as past due: accepted
+"""How far before Redis TIME a due time may lie before it is flagged as past due, whether the
+request gave it (``due_at``) or it follows from ``opened_at`` + the tier's SLA window: accepted
 (the dispute did breach; it is escalated at once), with ``past_due`` on its ENQUEUED ledger
 row and in the result (``EnqueueResult.past_due_ms``), so a sender whose clock or arithmetic
 is wrong is seen, not silently escalated. ``due_in`` avoids the question."""
@@ -60,8 +61,9 @@ class EnqueueRequest:
     Redis TIME: due = now + due_in, no clock or zone of the sender involved) and
     ``opened_at`` (the instant the dispute entered ``tier``; due = opened_at + the tier's SLA
     window) is given. Datetimes must be timezone-aware. ``tier`` None = the ladder's first
-    tier (or the materiality band's). A ``due_at`` more than :data:`PAST_DUE_TOLERANCE`
-    before now is flagged (``past_due``), not refused.
+    tier (or the materiality band's). A due time (given as ``due_at``, or derived from
+    ``opened_at``) more than :data:`PAST_DUE_TOLERANCE` before now is flagged
+    (``past_due``), not refused.
     """
 
     dispute_id: object
@@ -105,8 +107,9 @@ class EnqueueResult:
     requested_source_hash: str | None = None
     """The source hash this request carried (validated, lower-case); None = not known."""
     past_due_ms: int | None = None
-    """How long before now (ms) the request's ``due_at`` lay when it was more than
-    :data:`PAST_DUE_TOLERANCE` (flagged on the ENQUEUED row as ``past_due``); else None."""
+    """How long before now (ms) the request's due time (its ``due_at``, or ``opened_at`` +
+    the tier's SLA window) lay when it was more than :data:`PAST_DUE_TOLERANCE` (flagged on
+    the ENQUEUED row as ``past_due``, with ``from`` naming the input); else None."""
 
     @property
     def source_hash_differs(self) -> bool:
@@ -205,10 +208,13 @@ def build_with_provenance(
         due = require_aware(now, "now") + _due_in(req.due_in)
         entered = now
     details: dict[str, object] = {"institution": {"timezone": tz_name, "calendar": cal_id}}
-    if req.due_at is not None and now - due > PAST_DUE_TOLERANCE:
+    # a past due time is flagged whichever input gave it: due_at itself, or opened_at + the
+    # tier's SLA window (due_in is never in the past)
+    if req.due_in is None and now - due > PAST_DUE_TOLERANCE:
         details["past_due"] = {"behind_ms": (now - due) // timedelta(milliseconds=1),
                                "tolerance_ms": PAST_DUE_TOLERANCE // timedelta(milliseconds=1),
-                               "received_at": now.isoformat()}
+                               "received_at": now.isoformat(),
+                               "from": "due_at" if req.due_at is not None else "opened_at"}
     if attributes:
         details["attributes"] = attributes
     deadline = None

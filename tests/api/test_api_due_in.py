@@ -26,6 +26,22 @@ def test_due_in_counts_from_now_and_a_past_due_at_is_flagged(service) -> None:
     assert batch.json()["results"][0]["past_due_ms"] >= 3 * 3_600_000
 
 
+def test_a_past_due_time_from_opened_at_is_flagged_like_a_past_due_at(service) -> None:
+    """The README's create: opened 2026-04-17 on the default ladder (24-hour first tier), so
+    due 2026-04-18 09:00Z, months before now: flagged, alone and in a batch."""
+    opened = "2026-04-17T09:00:00+00:00"
+    made = service.post("/v1/escalations", json=body(due_at=None, opened_at=opened))
+    assert made.status_code == 201, made.text
+    due = datetime.fromisoformat(made.json()["due_at"].replace("Z", "+00:00"))
+    assert due == datetime(2026, 4, 18, 9, tzinfo=UTC)
+    behind = (datetime.now(UTC) - due) // timedelta(milliseconds=1)
+    assert 0 <= behind - made.json()["past_due_ms"] < 120_000
+    batch = service.post("/v1/escalations/batch",
+                         json={"items": [body(due_at=None, opened_at=opened)]})
+    assert batch.status_code in (200, 201), batch.text
+    assert batch.json()["results"][0]["past_due_ms"] >= behind
+
+
 def test_bad_due_in_is_a_422_naming_the_field(service) -> None:
     bad = service.post("/v1/escalations", json=body(due_at=None, due_in="1.5h"))
     assert bad.status_code == 422, bad.text

@@ -53,6 +53,25 @@ def test_a_due_at_beyond_the_tolerance_is_flagged_on_the_ledger_and_in_the_resul
     assert not again.created and again.past_due_ms is None  # a replay writes no flag
 
 
+def test_a_due_time_from_opened_at_in_the_past_is_flagged_the_same_way(app: Any) -> None:
+    """dispute_review's first tier (standard) has a 24-hour window (ladders/dispute_review.v1
+    .toml): opened 3 days ago, it was due 2 days ago, beyond the 5 min tolerance: flagged on
+    the ENQUEUED row (from opened_at) and in the result. Opened an hour ago: due in 23 h, no
+    flag."""
+    now = app.scheduler.time()
+    old = _enqueue(app, opened_at=now - timedelta(days=3))
+    due = old.escalation.due_at
+    assert due < now - timedelta(days=1)
+    assert old.created and old.past_due_ms is not None
+    assert 0 <= old.past_due_ms - (now - due) // timedelta(milliseconds=1) < 60_000
+    (row,) = app.store.trail(old.escalation.dispute_id)
+    assert row.details["past_due"]["behind_ms"] == old.past_due_ms
+    assert row.details["past_due"]["from"] == "opened_at"
+    fresh = _enqueue(app, opened_at=now - timedelta(hours=1))
+    assert fresh.escalation.due_at > now and fresh.past_due_ms is None
+    assert "past_due" not in app.store.trail(fresh.escalation.dispute_id)[0].details
+
+
 def test_due_in_counts_from_redis_time(app: Any) -> None:
     before = to_ms(app.scheduler.time())
     res = _enqueue(app, due_in=timedelta(hours=36))
@@ -93,6 +112,13 @@ def test_cli_due_in_and_the_past_due_note(cli_env: dict[str, str]) -> None:
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["past_due_ms"] >= 3 * 3_600_000
     assert "flagged past_due" in res.stderr and "--due-in" in res.stderr
+
+    opened = (datetime.now(UTC) - timedelta(days=3)).isoformat()
+    res = run_cli(cli_env, "enqueue", "--dispute-id", str(uuid.uuid4()), "--source-hash",
+                  GOOD_HASH, "--opened-at", opened, "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["past_due_ms"] >= 2 * 24 * 3_600_000 - 60_000
+    assert "--opened-at" in res.stderr and "flagged past_due" in res.stderr
 
     res = run_cli(cli_env, "enqueue", "--dispute-id", str(uuid.uuid4()), "--source-hash",
                   GOOD_HASH, "--due-in", "1.5h")

@@ -76,7 +76,8 @@ class EscalationIn(_In):
                              "first, or the materiality band's start tier).")
     due_at: InstantText | None = Field(None, description="Breach time, ISO-8601 with offset (an "
                                "instant: a date alone is refused). More than 5 minutes "
-                               "before now: accepted and flagged (past_due_ms).")
+                               "before now: accepted and flagged (past_due_ms), as is a due "
+                               "time from opened_at that lies there.")
     due_in: str | None = Field(None, description="Breach delay from now (the server's clock, "
                                "Redis TIME): 36h, 2d, 1h30m, or ISO 8601 days and time such "
                                "as PT36H; instead of due_at / opened_at.")
@@ -248,9 +249,9 @@ class EscalationOut(BaseModel):
         "source_hash; this request changed nothing (an escalation is never rewritten: cancel "
         "it and create it again to apply the new content).")
     past_due_ms: int | None = Field(
-        None, description="Create only: the request's due_at lay this long (ms) before now, "
-        "more than the 5 min tolerance; accepted, escalated at once, and flagged past_due on "
-        "its ENQUEUED ledger row.")
+        None, description="Create only: the request's due time (its due_at, or opened_at + "
+        "the tier's SLA window) lay this long (ms) before now, more than the 5 min tolerance; "
+        "accepted, escalated at once, and flagged past_due on its ENQUEUED ledger row.")
     remaining_ms: int | None = Field(None, description="Pause/resume: SLA window left (ms).")
     basis: str | None = Field(None, description="Pause/resume: 'open' or 'elapsed' time.")
     recorded_seq: int | None = Field(None, description="Actions/resolve: seq of the ledger "
@@ -270,8 +271,9 @@ class BatchItemOut(BaseModel):
         description="true = the dispute was already there (or earlier in this batch) with "
         "another source_hash; this item changed nothing.")
     past_due_ms: int | None = Field(
-        None, description="The item's due_at lay this long (ms) before now, more than the 5 "
-        "min tolerance: created and flagged past_due on its ledger row.")
+        None, description="The item's due time (its due_at, or opened_at + the tier's SLA "
+        "window) lay this long (ms) before now, more than the 5 min tolerance: created and "
+        "flagged past_due on its ledger row.")
 
 
 class BatchOut(BaseModel):
