@@ -120,6 +120,13 @@ def test_a_body_that_is_not_utf8_is_400_problem(contract_server: Server) -> None
     assert r.status_code == 400, r.text
     assert r.headers["content-type"] == "application/problem+json"
     assert r.json()["type"] == "/problems/bad-request"
+    assert r.json()["errors"] == [{"field": "body", "message": r.json()["detail"]}]
+    assert "not UTF-8" in r.json()["detail"] and "0xff at offset 17" in r.json()["detail"]
+    with contract_server.client("admin") as c:
+        batch = c.post("/v1/escalations/batch", content=b'{"items": ["\xc3"]}',
+                       headers={"Content-Type": "application/json"})
+    assert batch.status_code == 400, batch.text
+    assert batch.json()["errors"][0]["field"] == "body", batch.text
 
 
 def _doc() -> dict[str, object]:

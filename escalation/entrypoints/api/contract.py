@@ -72,7 +72,8 @@ OPERATION_IDS: dict[str, str] = {
 """Route name (the endpoint function's, or the ``name=`` it was added with) -> operation id."""
 
 _DESCRIPTIONS: dict[int, str] = {
-    400: "The body is not UTF-8 (`/problems/bad-request`).",
+    400: "The body is not UTF-8 (`/problems/bad-request`; `errors[0].field` = `body`, the "
+         "offset of the first byte that does not decode).",
     401: "Missing, invalid, expired or revoked bearer token (`/problems/unauthorized`, "
          "`WWW-Authenticate: Bearer`).",
     403: "The token's role, read-only flag or source scope does not allow this "

@@ -191,6 +191,17 @@ def _validation_error(e: Mapping[str, Any]) -> dict[str, str]:
     return {"field": _loc(loc), "message": str(e.get("msg", ""))}
 
 
+def not_utf8(exc: UnicodeDecodeError) -> dict[str, str]:
+    """``{"field": "body", "message"}`` for a JSON body whose bytes do not decode (RFC 8259
+    section 8.1: JSON exchanged between systems is UTF-8): the offset (bytes from the start
+    of the body) and value of the first byte that does not."""
+    bad = exc.object[exc.start:exc.start + 1]
+    byte = f" 0x{bad[0]:02x}" if bad else ""
+    return {"field": "body",
+            "message": f"the body is not UTF-8 (RFC 8259 section 8.1): byte{byte} at offset "
+                       f"{exc.start} ({exc.reason}); send JSON encoded as UTF-8"}
+
+
 def status_of(exc: EscalationError) -> int:
     """HTTP status of a domain error (see the module table)."""
     if isinstance(exc, LadderReleaseError):
@@ -281,6 +292,9 @@ def install(app: FastAPI) -> None:
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)  # noqa: S101
         extra: dict[str, Any] = dict(getattr(exc, "extra", {}))  # guard.Refused's
+        if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+            error = not_utf8(exc.__cause__)  # FastAPI's "error parsing the body", by its cause
+            return problem(400, error["message"], request.url.path, errors=[error])
         return problem(exc.status_code, str(exc.detail), request.url.path,
                        dict(exc.headers) if exc.headers else None, **extra)
 
