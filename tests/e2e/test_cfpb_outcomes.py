@@ -20,7 +20,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -272,3 +272,31 @@ def test_mapping_refuses_unknown_outcome_codes_and_undeclared_actions(
     assert res.returncode == 2
     assert ("'In progress': action 'reply' is not declared by cfpb_complaint_response v4"
             in res.stderr)
+
+
+def test_a_late_answer_imported_before_its_deadline_is_missed_per_source(
+    own: tuple[dict[str, str], Any], tmp_path: Path,
+) -> None:
+    """"Timely response? No" on complaints sent 10 days ago (the 15-day deadline not yet
+    passed, the import written before it): company_response is missed per the source, never
+    met on record; a closed one's final_response is undetermined, an in-progress one's stays
+    pending (docs/sla.md "Imported outcomes")."""
+    env, _ = own
+    sent = (datetime.now(UTC) - timedelta(days=10)).date().isoformat()
+    path = tmp_path / "late.csv"
+    path.write_text(f"Complaint ID,Date sent to company,{RESPONSE},{TIMELY}\n"
+                    f"9300001,{sent},Closed with explanation,No\n"
+                    f"9300003,{sent},In progress,No\n", encoding="utf-8")
+    summary = _import(env, path, MAPPING)
+    assert summary["created"] == 2 and summary["outcomes"]["added"] == 2
+    want = {"9300001": {"company_response": ("missed", "source"),
+                        "final_response": ("undetermined", "source")},
+            "9300003": {"company_response": ("missed", "source"),
+                        "final_response": ("pending", "")}}
+    for ext, expected in want.items():
+        res = run_cli(env, "audit", "search", "--dispute", ext, "--source", "cfpb",
+                      "--deadlines", "--json")
+        assert res.returncode == 0, res.stderr
+        got = {r["deadline"]: (r["status"], r["basis"] or "")
+               for r in map(json.loads, res.stdout.strip().splitlines())}
+        assert got == expected, (ext, res.stdout)
