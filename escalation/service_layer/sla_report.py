@@ -15,8 +15,10 @@ Definitions (docs/audit.md "SLA report"); the window is ``[since, until)`` in UT
   time whose regulatory cap had already passed to the entry instant, and an imported dispute
   whose window had already elapsed is entered at its due time) is never on time: its SLA
   was breached before it could act. **promoted late** = breached - on time;
-* **resolved**: stays ended by RESOLVED (``resolve``) or CANCELLED (``cancel``: the dispute
-  was resolved in that tier) in the window;
+* **resolved**: resolutions recorded in the tier in the window: stays ended by RESOLVED
+  (``resolve``) or CANCELLED (``cancel``: the dispute was resolved in that tier), and a
+  RESOLVED row after the TERMINAL row that ended a stay in the terminal tier (that stay also
+  counts as breached: its window elapsed before the resolution);
 * **time in tier**: for stays ended in the window, end ``decided_at`` - the instant the
   escalation *entered the tier*, in seconds. For a later tier that is the promotion's
   ``decided_at``; for the first tier it is the escalation's ``entered_tier_at`` (the dispute's
@@ -139,6 +141,15 @@ class TierFigures:
             "regulatory_undetermined": self.regulatory_undetermined,
         }
 
+    def as_json(self) -> dict[str, Any]:
+        """The JSON row (``report sla --json``, ``GET /v1/reports/sla``): :meth:`as_row`
+        with ``median_time_in_tier_s`` and ``p95_time_in_tier_s`` as JSON numbers of
+        seconds (the CSV's digits), or null when no stay ended in the window."""
+        row = self.as_row()
+        row["median_time_in_tier_s"] = _json_num(self.median_s)
+        row["p95_time_in_tier_s"] = _json_num(self.p95_s)
+        return row
+
     def count(self, state: str) -> None:
         """Count one deadline in ``state`` (one of ``deadline_outcomes.STATUSES``)."""
         name = f"regulatory_{state}"
@@ -147,6 +158,12 @@ class TierFigures:
 
 def _num(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
+
+
+def _json_num(value: float | None) -> float | None:
+    """A duration (s) for JSON: the number the CSV cell shows (to the millisecond, the same
+    digits: ``227.367``), None (JSON null) without ended stays."""
+    return None if value is None else float(_num(value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,11 +282,18 @@ def _tier_stays(
     into a tier starts a stay, the next PROMOTED, TERMINAL, RESOLVED or CANCELLED row ends it.
     Entries and endings count when they happen inside the window; an ending adds the stay's
     duration (s) and counts as resolved (RESOLVED or CANCELLED), promoted on time or promoted
-    late. A RESOLVED row after TERMINAL ends no stay (TERMINAL already ended it)."""
+    late. A RESOLVED row after TERMINAL ends no stay (TERMINAL already ended it, as
+    breached) but is a resolution recorded in the terminal tier: it counts in that tier's
+    resolved (no second duration)."""
     stay: Mapping[Any, Any] | None = None
     stay_start: datetime | None = None
+    terminal: Mapping[Any, Any] | None = None  # the stay a TERMINAL row ended
     for row in chain:
         event = row["event"]
+        if terminal is not None and event == "RESOLVED":
+            if inside(row["decided_at"]):
+                fig(terminal["ladder"], terminal["to_tier"]).resolved += 1
+            terminal = None
         if stay is not None and stay_start is not None and event in (
             "PROMOTED", "TERMINAL", "RESOLVED", "CANCELLED"
         ):
@@ -282,6 +306,7 @@ def _tier_stays(
                     f.promoted_on_time += 1
                 else:
                     f.promoted_late += 1
+            terminal = stay if event == "TERMINAL" else None
             stay = None
         if event in ("ENQUEUED", "PROMOTED") and row["to_tier"] is not None:
             stay = row
@@ -459,8 +484,8 @@ def to_csv(report: SlaReport, *, bom: bool = False) -> str:
 
 
 def grouped(report: SlaReport) -> dict[str, list[dict[str, Any]]]:
-    """Rows per ladder (for JSON output)."""
+    """Rows per ladder (for JSON output: :meth:`TierFigures.as_json`)."""
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for f in report.tiers:
-        out[f.ladder].append(f.as_row())
+        out[f.ladder].append(f.as_json())
     return dict(out)

@@ -127,6 +127,11 @@ def test_sla_report_json(compliance, service):
     rows = r.json()["ladders"]["dispute_review"]
     standard = next(row for row in rows if row["tier"] == "standard")
     assert standard["entered"] >= 1
+    for row in rows:  # JSON numbers of seconds, null for a tier where no stay ended
+        for key in ("median_time_in_tier_s", "p95_time_in_tier_s"):
+            assert row[key] is None or isinstance(row[key], int | float), (key, row)
+    assert any(row["median_time_in_tier_s"] is None for row in rows) or all(
+        isinstance(row["p95_time_in_tier_s"], float) for row in rows), rows
     bad = compliance.get("/v1/reports/sla", params={"from": "2026-01-01T00:00:00"})
     assert bad.status_code == 422
     assert service.get("/v1/reports/sla", params={"from": "2000-01-01T00:00:00Z",

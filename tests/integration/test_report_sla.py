@@ -152,7 +152,8 @@ def test_imported_disputes_count_time_from_tier_entry_and_passed_deadlines_as_mi
 
 def test_a_resolved_row_ends_the_tier_stay_as_resolved_like_a_cancel():
     """RESOLVED (``resolve``, ADR 0010) ends a stay as resolved, as CANCELLED does; a
-    resolution after TERMINAL ends no stay (TERMINAL already did)."""
+    resolution after TERMINAL ends no stay (TERMINAL already did) but counts as resolved in
+    the terminal tier."""
     r, c, z = (uuid.UUID(int=i) for i in range(21, 24))
     t = T
     rows = [
@@ -163,7 +164,7 @@ def test_a_resolved_row_ends_the_tier_stay_as_resolved_like_a_cancel():
         _row(c, 1, "ENQUEUED", None, "standard", t, due=t + 24 * H),
         _row(c, 2, "PROMOTED", "standard", "senior", t + 24 * H, due=t + 24 * H),
         _row(c, 3, "CANCELLED", "senior", "senior", t + 26 * H),
-        # Z: terminal out of senior, then resolved: counted as breached, not resolved
+        # Z: terminal out of senior, then resolved: breached and resolved in senior
         _row(z, 1, "ENQUEUED", None, "standard", t, due=t + 24 * H),
         _row(z, 2, "PROMOTED", "standard", "senior", t + 24 * H, due=t + 24 * H),
         _row(z, 3, "TERMINAL", "senior", None, t + 48 * H, due=t + 48 * H),
@@ -172,8 +173,38 @@ def test_a_resolved_row_ends_the_tier_stay_as_resolved_like_a_cancel():
     got = {f.tier: f for f in compute(rows, W0, W1, now=NOW).tiers}
     assert (got["standard"].resolved, got["standard"].breached) == (1, 2)
     assert sorted(got["standard"].durations) == [3 * 3600.0, 24 * 3600.0, 24 * 3600.0]
-    assert (got["senior"].resolved, got["senior"].breached) == (1, 1)
+    assert (got["senior"].resolved, got["senior"].breached) == (2, 1)
     assert sorted(got["senior"].durations) == [2 * 3600.0, 24 * 3600.0]
+    # the same resolution outside the window counts nowhere
+    late = compute(rows, W0, T + 49 * H, now=NOW).tiers
+    assert {f.tier: f.resolved for f in late} == {"standard": 1, "senior": 1}
+
+
+def test_json_rows_give_durations_as_numbers_and_null_when_no_stay_ended():
+    from escalation.service_layer.sla_report import grouped
+
+    a, b = (uuid.UUID(int=i) for i in range(31, 33))
+    t = T
+    rows = [
+        _row(a, 1, "ENQUEUED", None, "standard", t, due=t + 24 * H),
+        _row(a, 2, "RESOLVED", "standard", "standard",
+             t + 227 * S + timedelta(microseconds=367_000)),
+        _row(b, 1, "ENQUEUED", None, "senior", t, due=t + 24 * H),  # still open
+    ]
+    report = compute(rows, W0, W1, now=NOW)
+    doc = grouped(report)["dispute_review"]
+    by_tier = {r["tier"]: r for r in doc}
+    assert by_tier["standard"]["median_time_in_tier_s"] == 227.367
+    assert by_tier["standard"]["p95_time_in_tier_s"] == 227.367
+    assert by_tier["senior"]["median_time_in_tier_s"] is None
+    assert by_tier["senior"]["p95_time_in_tier_s"] is None
+    import json
+
+    text = json.dumps(doc)
+    assert '"median_time_in_tier_s": 227.367' in text and '"p95_time_in_tier_s": null' in text
+    csv_row = {f.tier: f.as_row() for f in report.tiers}  # the CSV keeps its text cells
+    assert csv_row["standard"]["median_time_in_tier_s"] == "227.367"
+    assert csv_row["senior"]["median_time_in_tier_s"] == ""
 
 
 def test_a_deadline_after_now_is_pending_and_one_at_or_before_now_is_missed():
