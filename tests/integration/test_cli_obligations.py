@@ -115,3 +115,23 @@ def test_resolve_derives_its_key_and_cancel_records_a_real_actor(
     assert r.returncode == 0, r.stderr
     actor = _trail(app, anon)[-1].actor
     assert "@" in actor and actor != "cli"
+
+
+def test_resolve_before_the_dispute_was_opened_is_refused_naming_at(
+        cli_env: dict[str, str]) -> None:
+    """The default ladder has no anchor: --at before --opened-at is exit 2 naming --at,
+    nothing written; the dispute stays pending."""
+    ext = f"EARLYRES-{uuid.uuid4().hex[:8]}"
+    opened = (datetime.now(UTC) - timedelta(days=1)).replace(microsecond=0)
+    made = run_cli(cli_env, "enqueue", "--source", "cli-t", "--external-id", ext,
+                   "--source-hash", "ab", "--opened-at", opened.isoformat(), "--json")
+    assert made.returncode == 0, made.stderr
+    did = json.loads(made.stdout)["dispute_id"]
+    early = run_cli(cli_env, "resolve", did, "--outcome", "no_error_found", "--at",
+                    "2020-01-01T00:00:00Z", "--actor", "ops.alice")
+    assert early.returncode == 2, early.stdout
+    assert "--at:" in early.stderr and "before the dispute was opened" in early.stderr, \
+        early.stderr
+    shown = run_cli(cli_env, "audit", "show", did, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert "RESOLVED" not in shown.stdout
