@@ -23,7 +23,8 @@ does not exist); an operational failure exits 1 (the table below).
 `-h` is `--help` on every command; `escalation --version` prints the installed version;
 `escalation --install-completion` installs shell completion (bash, zsh, fish, PowerShell)
 and `--show-completion` prints the script. Every command that reports takes `--json`: one
-JSON document on stdout. Command output (tables, summaries, JSON) goes to stdout; log records
+JSON document on stdout, except the commands named in the next paragraph, which stream
+JSON lines. Command output (tables, summaries, JSON) goes to stdout; log records
 go to stderr (`ESCALATION_LOG_FORMAT`, `ESCALATION_LOG_LEVEL`), never into the output
 ([ADR 0019](adr/0019-cli-contract.md)).
 """
@@ -75,10 +76,33 @@ def _param_line(param: Any) -> str:
     return f"- {names}{required}: {text}{default}".rstrip(": ")
 
 
+def _json_lines(commands: list[tuple[list[str], Any]]) -> list[str]:
+    """The commands whose ``--json`` prints JSON lines rather than one document: those
+    whose ``--json`` help says "JSON line" (read from the live tree, so the list in the
+    header cannot go stale)."""
+    found = []
+    for path, cmd in commands:
+        for p in getattr(cmd, "params", ()):
+            if "--json" in getattr(p, "opts", ()) and "json line" in (p.help or "").lower():
+                found.append(" ".join(path))
+    return found
+
+
+def streams_paragraph(commands: list[tuple[list[str], Any]]) -> str:
+    """The header's paragraph naming the commands that stream JSON lines with ``--json``."""
+    names = ", ".join(f"`{n}`" for n in _json_lines(commands))
+    return ("\nCommands whose `--json` streams JSON lines (one JSON object per line, read "
+            "line by line: `jq -c`, not one `json.load`): " + names + ". `audit show` and "
+            "`audit search` print one ledger row (or, with `--deadlines`, one deadline) per "
+            "line; the `bench` scenarios print one JSON line with every figure, then a "
+            "`SUMMARY` line that is not JSON.\n")
+
+
 def render_reference() -> str:
     """Markdown for every visible command: usage, help text and options."""
     root = typer.main.get_command(app)
-    parts = [HEADER]
+    intro, heading, codes = HEADER.partition("\n## Exit codes")
+    parts = [intro, streams_paragraph(_walk(root, ["escalation"])), heading, codes]
     for path, cmd in _walk(root, ["escalation"]):
         if len(path) == 1:
             continue

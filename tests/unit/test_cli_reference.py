@@ -20,3 +20,12 @@ def test_every_issue_2_command_is_documented() -> None:
     for cmd in ("enqueue", "cancel", "status", "audit show", "db upgrade", "worker", "import",
                 "demo", "services stop"):
         assert f"## `escalation {cmd}`" in text
+
+
+def test_the_commands_that_stream_json_lines_are_named() -> None:
+    head = DOC.read_text().split("\n## Exit codes")[0]
+    assert "one\nJSON document on stdout, except the commands named in the next paragraph" in head
+    streams = next(p for p in head.split("\n\n") if p.startswith("Commands whose `--json`"))
+    for cmd in ("audit show", "audit search", "bench enqueue"):
+        assert f"`escalation {cmd}`" in streams
+    assert "`escalation report sla`" not in streams and "`escalation status`" not in streams
