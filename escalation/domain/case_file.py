@@ -127,13 +127,17 @@ def signature_error(doc: Mapping[str, Any], raw_key: bytes) -> str | None:
 class BundleReport:
     """What :func:`verify_bundle` found. ``errors``: anything that fails the file (exit 1);
     ``warnings``: what holds but is weaker than it could be (an unpinned key, rows newer than
-    the checkpoint); ``checked``: one line per kind of check that passed, with counts."""
+    the checkpoint); ``checked``: one line per kind of check that passed, with counts;
+    ``signed``: False for an export whose manifest carries no signature (only ever without
+    a pinned key: with one that is an error), which then proves nothing about who wrote it.
+    """
 
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
     key_pinned: bool = False
     checkpoint_id: int | None = None
+    signed: bool = True
 
     @property
     def ok(self) -> bool:
@@ -401,14 +405,27 @@ def _export_rows(fmt: str, lines: Any, columns: Sequence[str], report: BundleRep
             report.errors.append(f"export row {reader.line_num}: {exc}")
 
 
+UNSIGNED_EXPORT = ("EXPORT NOT SIGNED: the manifest carries no signature, so anyone can "
+                   "edit rows, recompute their hashes and the file's SHA-256 and pass these "
+                   "checks; the file proves nothing about who exported it")
+"""The warning for an unsigned export checked without a pinned key."""
+
+
 def _manifest_trust(manifest: Mapping[str, Any], pinned_key: bytes | None,
                     report: BundleReport) -> tuple[bytes, int] | None:
     """The manifest's signature and the digest of the checkpoint it names; return the
-    signed ``(heads_root, head_count)`` or None."""
+    signed ``(heads_root, head_count)`` or None. With ``pinned_key`` an unsigned manifest,
+    or one naming no checkpoint, is an error (as for a case file); without it, a warning
+    (an unsigned one also clears ``report.signed``)."""
     key = _key_of(manifest, report, pinned_key) if "signature" in manifest else pinned_key
     if "signature" not in manifest:
-        report.warnings.append("the manifest is not signed (no signing key at export): the "
-                               "file's SHA-256 and row count rest on the manifest alone")
+        report.signed = False
+        if pinned_key is not None:
+            report.key_pinned = True
+            report.errors.append("the file is not signed by the pinned public key (the "
+                                 "manifest carries no signature)")
+        else:
+            report.warnings.append(UNSIGNED_EXPORT)
     elif key is not None:
         problem = signature_error(manifest, key)
         if problem is not None:
@@ -417,7 +434,10 @@ def _manifest_trust(manifest: Mapping[str, Any], pinned_key: bytes | None,
             report.checked.append("manifest signature verifies")
     cp = manifest.get("checkpoint")
     signed: tuple[bytes, int] | None = None
-    if not isinstance(cp, dict):
+    if not isinstance(cp, dict) and pinned_key is not None:
+        report.errors.append("the manifest names no checkpoint signed by the pinned public "
+                             "key: no row is proved against a signed Merkle root")
+    elif not isinstance(cp, dict):
         report.warnings.append("the manifest names no checkpoint: the rows rest on their "
                                "chains alone")
     elif key is None:
@@ -469,7 +489,8 @@ def _hash_rows(manifest: Mapping[str, Any], lines: Any, report: BundleReport
 
 
 def verify_export(manifest: Mapping[str, Any], lines: Any, heads: Any,
-                  pinned_key: bytes | None = None) -> BundleReport:
+                  pinned_key: bytes | None = None, file_name: str | None = None
+                  ) -> BundleReport:
     """Verify an ``audit export`` file offline against its manifest and the checkpoint the
     manifest names (docs/audit.md "The examiner's case file").
 
@@ -478,25 +499,33 @@ def verify_export(manifest: Mapping[str, Any], lines: Any, heads: Any,
         lines: the export file's lines as bytes (with their line ends), in order.
         heads: the lines of the manifest's ``checkpoint.heads_file`` (``dispute_id,seq,
             row_hash`` per sealed head, in Merkle leaf order), or None when absent.
-        pinned_key: the raw Ed25519 key the examiner trusts, or None (then a warning).
+        pinned_key: the raw Ed25519 key the examiner trusts, or None (then a warning). With
+            it, an unsigned manifest or one that names no checkpoint fails.
+        file_name: the name of the file ``lines`` were read from; the manifest's ``file``
+            must be exactly it (a manifest copied next to another file fails).
 
-    Checks: the manifest's signature and the digest's, the file's SHA-256 and row count,
-    every row's hash recomputed from its exported values, the links between a dispute's
-    consecutive rows (from 32 zero bytes for seq 1), the heads file against the signed
-    root, and every sealed head present in the export against its row.
+    Checks: the file name, the manifest's signature and the digest's, the file's SHA-256
+    and row count, every row's hash recomputed from its exported values, the links between
+    a dispute's consecutive rows (from 32 zero bytes for seq 1), the heads file against the
+    signed root, and every sealed head present in the export against its row.
     """
     report = BundleReport()
     try:
-        return _verify_export(manifest, lines, heads, pinned_key, report)
+        return _verify_export(manifest, lines, heads, pinned_key, file_name, report)
     except (AttributeError, TypeError, KeyError, ValueError, InvalidInput) as exc:
         report.errors.append(f"malformed export or manifest: {type(exc).__name__}: {exc}")
         return report
 
 
 def _verify_export(manifest: Mapping[str, Any], lines: Any, heads: Any,
-                   pinned_key: bytes | None, report: BundleReport) -> BundleReport:
+                   pinned_key: bytes | None, file_name: str | None,
+                   report: BundleReport) -> BundleReport:
     """:func:`verify_export`'s checks; a malformed member raises (the caller reports it)."""
     cp = manifest.get("checkpoint")
+    named = manifest.get("file")
+    if file_name is not None and named != file_name:
+        report.errors.append(f"the manifest is the manifest of {named!r}, not of "
+                             f"{file_name!r} (the file checked)")
     signed = _manifest_trust(manifest, pinned_key, report)
     chains, count, sha = _hash_rows(manifest, lines, report)
     if sha.hexdigest() != manifest.get("sha256"):

@@ -415,9 +415,10 @@ def audit_case_file(
     out.print(f"wrote {out_file} ({len(data)} bytes)", markup=False, highlight=False)
 
 
-def _verify_export(manifest_file: Path, pinned: bytes | None) -> Any:
-    """``verify-bundle`` of a whole-ledger export: its manifest, the file it names and the
-    checkpoint heads file, streamed line by line (``domain.case_file.verify_export``)."""
+def _verify_export(manifest_file: Path, data_file: Path, pinned: bytes | None) -> Any:
+    """``verify-bundle`` of a whole-ledger export: its manifest, ``data_file`` (the file
+    given, whose name the manifest must hold) and the checkpoint heads file, streamed line
+    by line (``domain.case_file.verify_export``)."""
     from escalation.domain.case_file import strict_loads, verify_export
 
     manifest = strict_loads(manifest_file.read_bytes())
@@ -427,11 +428,11 @@ def _verify_export(manifest_file: Path, pinned: bytes | None) -> Any:
     cp = manifest.get("checkpoint")
     heads_name = cp.get("heads_file") if isinstance(cp, dict) else None
     heads_file = None if heads_name is None else folder / Path(str(heads_name)).name
-    with (folder / Path(str(manifest.get("file"))).name).open("rb") as lines:
+    with data_file.open("rb") as lines:
         if heads_file is None or not heads_file.exists():
-            return verify_export(manifest, lines, None, pinned)
+            return verify_export(manifest, lines, None, pinned, data_file.name)
         with heads_file.open("rb") as heads:
-            return verify_export(manifest, lines, heads, pinned)
+            return verify_export(manifest, lines, heads, pinned, data_file.name)
 
 
 @audit_app.command("verify-bundle")
@@ -442,30 +443,35 @@ def audit_verify_bundle(
         help="The Ed25519 public key (PEM) you trust; without it the key the file carries "
              "is used and the result says so.")] = None,
     as_json: Annotated[bool, typer.Option(
-        "--json", help="Print JSON: ok, key_pinned, checkpoint_id, checked, warnings, "
+        "--json", help="Print JSON: ok, key_pinned, signed, checkpoint_id, checked, warnings, "
                        "errors.")] = False,
 ) -> None:
     """Offline: verify a case file without a database or Redis: canonical form, signatures,
     every chain recomputed from its canonical bytes, each head's Merkle inclusion proof in
     the signed root, the ladder and calendar files' SHA-256. Given an `audit export` file
     (or its .manifest.json), verify the export: manifest and checkpoint signatures, file
-    SHA-256, every row's hash and link, the sealed heads against the signed root. Exit 1 on
-    any failure."""
+    SHA-256, every row's hash and link, the sealed heads against the signed root; the file
+    checked is FILE itself (or the one FILE.manifest.json is next to), and a manifest naming
+    another file fails. Exit 1 on any failure; with --public-key an unsigned export, or one
+    naming no checkpoint, fails; without it an unsigned export ends NOT SIGNED, not ok."""
     from escalation.domain.case_file import public_key_from_pem, verify_bundle
 
-    manifest_file = bundle if bundle.name.endswith(".manifest.json") else bundle.with_name(
-        bundle.name + ".manifest.json")
+    suffix = ".manifest.json"
+    is_manifest = bundle.name.endswith(suffix)
+    manifest_file = bundle if is_manifest else bundle.with_name(bundle.name + suffix)
+    data_file = bundle.with_name(bundle.name.removesuffix(suffix)) if is_manifest else bundle
     try:
         pinned = None if public_key is None else public_key_from_pem(public_key.read_bytes())
         if manifest_file.exists():
-            report = _verify_export(manifest_file, pinned)
+            report = _verify_export(manifest_file, data_file, pinned)
         else:
             report = verify_bundle(bundle.read_bytes(), pinned)
     except OSError as exc:
         raise InvalidInput(f"cannot read {exc.filename}: {exc.strerror}") from None
     if as_json:
         _print_json({"ok": report.ok, "key_pinned": report.key_pinned,
-                     "checkpoint_id": report.checkpoint_id, "checked": list(report.checked),
+                     "signed": report.signed, "checkpoint_id": report.checkpoint_id,
+                     "checked": list(report.checked),
                      "warnings": list(report.warnings), "errors": list(report.errors)})
         if not report.ok:
             raise typer.Exit(1)
@@ -478,9 +484,11 @@ def audit_verify_bundle(
         err.print(f"error: {line}", markup=False, highlight=False)
     if not report.ok:
         raise typer.Exit(1)
+    if not report.signed:
+        out.print(f"NOT SIGNED: {bundle} is consistent with itself only; nothing signs it, "
+                  f"so it proves nothing about who wrote it", markup=False, highlight=False)
+        return
     pin = "the pinned key" if report.key_pinned else "the key it carries (NOT PINNED)"
-    if report.checkpoint_id is None and not report.key_pinned:
-        pin = "no key (NOT SIGNED)"
     out.print(f"ok: {bundle} verifies under {pin}; checkpoint {report.checkpoint_id}",
               markup=False, highlight=False)
 
