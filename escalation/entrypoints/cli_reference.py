@@ -18,7 +18,11 @@ Every command reads its configuration from `ESCALATION_*` environment variables
 (see [operations](operations.md)); with no `ESCALATION_REDIS_URL` / `ESCALATION_DATABASE_URL`
 it starts or reuses the embedded Valkey and PostgreSQL under `ESCALATION_HOME`.
 A user mistake prints one `error: ...` line on stderr and exits 2 (3 when what it names
-does not exist); an operational failure exits 1 (the table below).
+does not exist); an operational failure exits 1 (the table below). With `--json`, a command
+that fails that way prints nothing on stdout, never part of a document: a script's
+`$(... --json)` is empty, so check the exit status. A check whose JSON report is its output
+(`ladder check`, `audit verify`, `audit verify-bundle`, `audit verify-digest`) prints that
+report, `"ok": false`, with its nonzero exit.
 
 `-h` is `--help` on every command; `escalation --version` prints the installed version;
 `escalation --install-completion` installs shell completion (bash, zsh, fish, PowerShell)
