@@ -56,3 +56,17 @@ def test_actions_and_resolve_by_an_external_id_with_slashes(service: httpx.Clien
         "outcome": "error_corrected", "idempotency_key": f"r-{uuid.uuid4().hex}"})
     assert resolved.status_code == 201, resolved.text
     assert resolved.json()["dispute_id"] == did
+
+
+def test_the_route_template_names_the_parameter_without_its_converter(
+        service: httpx.Client, admin: httpx.Client) -> None:
+    ext = f"ACC/{uuid.uuid4().hex[:8]}"
+    _create(service, ext)
+    path = f"/v1/sources/svc/escalations/{quote(ext, safe='')}"
+    assert service.get(path).status_code == 200
+    template = "/v1/sources/{source}/escalations/{external_id}"
+    odd = service.get(path, params={"verbose": "1"})  # an undeclared query parameter
+    assert odd.status_code == 422 and f"GET {template} accepts" in odd.json()["detail"]
+    metrics = admin.get("/metrics").text
+    assert f'route="{template}"' in metrics
+    assert "{external_id:" not in metrics and ext not in metrics

@@ -175,7 +175,7 @@ def refuse_unknown_query(request: Request) -> None:
     takes = (f"accepts only: {', '.join(accepted)}" if accepted
              else "accepts no query parameters")
     detail = "; ".join(e["message"] for e in errors)
-    raise ApiProblem(422, f"{detail}. {request.method} {route.path} {takes}",
+    raise ApiProblem(422, f"{detail}. {request.method} {route.path_format} {takes}",
                      errors=errors, accepted=list(accepted))
 
 

@@ -56,9 +56,11 @@ def request_id_of(value: bytes | None) -> str | None:
 
 
 def route_template(scope: Scope) -> str:
-    """The template of the route routing matched (with its mount prefix), or ``unmatched``."""
+    """The template of the route routing matched (with its mount prefix), or ``unmatched``;
+    a parameter's converter is left out (``{external_id}``, not ``{external_id:...}``)."""
     route = scope.get("route")
-    path = getattr(route, "path", None) if route is not None else None
+    path = (getattr(route, "path_format", None) or getattr(route, "path", None)
+            if route is not None else None)
     if not isinstance(path, str):
         return UNMATCHED
     return str(scope.get("root_path", "")) + path
