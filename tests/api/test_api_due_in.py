@@ -56,3 +56,13 @@ def test_out_of_range_and_negative_due_in_name_the_field(service) -> None:
         assert bad.status_code == 422, bad.text
         assert bad.json()["errors"][0]["field"] == "due_in", (text, bad.text)
         assert bad.json()["errors"][0]["message"].startswith("due_in "), bad.text
+
+
+def test_a_bad_due_in_in_a_batch_names_the_item_and_the_field(service) -> None:
+    for text in ("99999999d", "-5h"):
+        items = [body(due_at=None, due_in="2h"), body(due_at=None, due_in=text)]
+        bad = service.post("/v1/escalations/batch", json={"items": items})
+        assert bad.status_code == 422, bad.text
+        assert bad.json()["errors"][0]["field"] == "items[1].due_in", (text, bad.text)
+        for item in items:  # nothing written
+            assert service.get(f"/v1/escalations/{item['dispute_id']}").status_code == 404

@@ -86,6 +86,7 @@ TITLES: dict[int, tuple[str, str]] = {
 _FIELD_WORDS: tuple[tuple[str, str], ...] = (
     ("opened_at", "opened_at"),
     ("due_at", "due_at"),
+    ("due_in", "due_in"),
     ("anchor_at", "notice_at"),
     ("notice_at", "notice_at"),
     ("materiality", "materiality"),
