@@ -443,3 +443,22 @@ def test_report_sla_html_from_the_cli_is_the_jinja_page(cli_env):
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("<!DOCTYPE html>") and run.stdout.count("<svg") == 2
     assert "<th>median_time_in_tier_s</th>" in run.stdout
+
+
+def test_report_sla_json_from_the_cli_gives_numbers_or_null(cli_env):
+    import json
+
+    from tests.helpers import run_cli
+
+    enq = run_cli(cli_env, "enqueue", "--dispute-id", str(uuid.uuid4()), "--source-hash",
+                  "ab12", "--due-in", "2h", "--json")
+    assert enq.returncode == 0, enq.stderr
+    run = run_cli(cli_env, "report", "sla", "--from", "2000-01-01T00:00:00Z", "--to",
+                  "2100-01-01T00:00:00Z", "--json")
+    assert run.returncode == 0, run.stderr
+    rows = [r for ladder in json.loads(run.stdout)["tiers"].values() for r in ladder]
+    assert rows
+    for row in rows:
+        for key in ("median_time_in_tier_s", "p95_time_in_tier_s"):
+            assert row[key] is None or type(row[key]) in (int, float), (key, row)
+            assert row[key] != ""
