@@ -1344,6 +1344,7 @@ class ConsoleOpsReads(Protocol):
         """Every maintenance job's last run, by job name."""
         ...
 
+
 # --------------------------------------------------------------------------- case file
 @dataclass(frozen=True, slots=True)
 class EvidenceFile:
