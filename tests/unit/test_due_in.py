@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from escalation.domain.errors import InvalidInput
+from escalation.domain.errors import InvalidParameter
 from escalation.domain.timeutil import parse_duration
 
 
@@ -24,8 +24,10 @@ def test_durations_in_both_spellings(text: str, expected: timedelta) -> None:
 @pytest.mark.parametrize("text", ["", "P", "PT", "P1DT", "-1h", "1.5h", "P1Y", "P1M", "P2W",
                                   "2w", "h", "1h 30m", "30m1h", "99999999999999d"])
 def test_anything_else_is_refused_naming_the_field(text: str) -> None:
-    with pytest.raises(InvalidInput, match=r"^--due-in "):
+    with pytest.raises(InvalidParameter, match=r"^due_in ") as refused:
         parse_duration(text, "--due-in")
+    assert refused.value.params[0] == "due_in"  # the API's errors[].field
+    assert refused.value.render(lambda p: "--" + p.replace("_", "-")).startswith("--due-in ")
 
 
 def test_none_is_none() -> None:
