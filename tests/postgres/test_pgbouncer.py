@@ -14,6 +14,7 @@ import asyncio
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -168,3 +169,64 @@ async def _creates(url: str, token: str, total: int, clients: int) -> list[tuple
 
     await asyncio.gather(*(client() for _ in range(clients)))
     return answers
+
+
+@pytest.mark.timeout(300)
+def test_import_and_a_ladder_release_plan_apply_work_through_pgbouncer(
+        pg_cluster: PgCluster, redis_url: str, tmp_path: Path) -> None:
+    """The CSV import (its bulk COPY path) and a ladder change (release, plan, apply: the
+    migration's batched writes and its ledger event) through transaction pooling."""
+    from tests.helpers import run_cli
+
+    root = Path(__file__).resolve().parents[2]
+    ladders = tmp_path / "ladders"
+    ladders.mkdir()
+    for f in (root / "ladders").glob("*.toml"):
+        (ladders / f.name).write_text(f.read_text())
+    db = new_database(pg_cluster, "bouncer_ladder")
+    env = dict(cli_env(redis_url, pg_cluster.pgbouncer_url(db)),
+               ESCALATION_LADDERS_DIR=str(ladders))
+    upgrade(env)
+
+    csv_file = tmp_path / "complaints.csv"
+    csv_file.write_text("Complaint ID,Date sent to company,Company response to consumer,"
+                        "Timely response?\n9200001,2026-11-20,In progress,Yes\n"
+                        "9200002,2026-11-23,,\n")
+    done = run_cli(env, "import", str(csv_file), "--mapping",
+                   str(root / "docs/examples/cfpb_ladder_mapping.toml"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for bad in SESSION_STATE_ERRORS:
+        assert bad not in done.stdout + done.stderr
+
+    due = (datetime.now(UTC) + timedelta(days=2)).isoformat()
+    for _ in range(3):
+        done = run_cli(env, "enqueue", "--dispute-id", str(uuid.uuid4()), "--tier", "standard",
+                       "--materiality", "10.00", "--source-hash", "abc", "--due-at", due)
+        assert done.returncode == 0, done.stderr
+    v1 = (ladders / "dispute_review.v1.toml").read_text()
+    (ladders / "dispute_review.v2.toml").write_text(
+        v1.replace("version = 1\n", "version = 2\nprevious_version = 1\n", 1).replace(
+            "amount = 48,", "amount = 36,", 1))
+    done = run_cli(env, "ladder", "release", "--ladder", "dispute_review", "--version", "2",
+                   "--reason", "CHG-7")
+    assert done.returncode == 0, done.stdout + done.stderr
+    plan = run_cli(env, "ladder", "plan", "--ladder", "dispute_review", "--to", "2", "--json")
+    assert plan.returncode == 0, plan.stderr
+    plan_hash = json.loads(plan.stdout)["plan_hash"]
+    done = run_cli(env, "ladder", "apply", "--ladder", "dispute_review", "--to", "2",
+                   "--plan-hash", plan_hash, "--reason", "CHG-7")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for bad in SESSION_STATE_ERRORS:
+        assert bad not in done.stdout + done.stderr
+    engine = make_engine(pg_cluster.pgbouncer_url(db))
+    try:
+        with engine.connect() as conn:
+            migrated = conn.execute(sa.text(
+                "SELECT count(*) FROM escalation_audit WHERE event = 'LADDER_MIGRATED'")
+            ).scalar_one()
+            imported = conn.execute(sa.text(
+                "SELECT count(*) FROM escalation_state WHERE ladder = 'cfpb_complaint_response'")
+            ).scalar_one()
+        assert migrated == 3 and imported == 2
+    finally:
+        engine.dispose()
