@@ -74,6 +74,28 @@ def _json_dumps(obj: Any, **_ignored: Any) -> str:
     return _JSON.encode(obj)
 
 
+class _Stderr:
+    """Whatever ``sys.stderr`` is when a record is written, not when logging was configured.
+
+    The CLI configures logging at start-up; run in-process (typer's ``CliRunner``, pytest's
+    capture), ``sys.stderr`` is then a capture stream that is closed when the invocation ends.
+    A logger holding that stream would fail (``I/O operation on closed file``) on every
+    later record of the process; this one follows ``sys.stderr`` as it is replaced.
+    """
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+_STDERR: TextIO = _Stderr()  # type: ignore[assignment]  # write/flush/isatty are all used
+
+
 def _logger_field(_: Any, __: str, event: structlog.typing.EventDict) -> Any:
     """Show the ``logger_name`` a logger was created with as the ``logger`` field."""
     name = event.pop("logger_name", None)
@@ -114,7 +136,7 @@ def configure_logging(
     Args:
         fmt: ``"auto"`` (console on a TTY, JSON otherwise), ``"json"`` or ``"console"``.
         level: a standard level name, case-insensitive (``DEBUG`` ... ``CRITICAL``).
-        stream: where records are written; default ``sys.stderr``.
+        stream: where records are written; default ``sys.stderr`` as it is at each write.
 
     Raises:
         ConfigError: unknown format or level (names ``ESCALATION_LOG_FORMAT`` /
@@ -130,7 +152,7 @@ def configure_logging(
         raise ConfigError(
             f"ESCALATION_LOG_LEVEL (log_level) must be one of {LEVELS}, got {level!r}"
         )
-    out = stream if stream is not None else sys.stderr
+    out = stream if stream is not None else _STDERR  # resolved at each write
     shared = _shared_processors()
 
     # Our own events go through structlog's native write logger (no stdlib LogRecord on the

@@ -86,12 +86,22 @@ def _addr() -> str:
 
 
 def _raw(url: str, head: str, body: bytes = b"", timeout: float = 10) -> tuple[int, str]:
-    """Send a request by hand (headers promising any Content-Length) and read the answer."""
+    """Send a request by hand (headers promising any Content-Length) and read the answer:
+    its head and its whole body (the head alone can be longer than one segment's worth)."""
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
         sock.sendall(head.encode() + b"\r\n" + body)
         data = b""
-        while b"\r\n\r\n" not in data or len(data) < 200:
+        while True:  # the whole answer: the head, then Content-Length bytes of body (or EOF)
+            head_end = data.find(b"\r\n\r\n")
+            if head_end >= 0:
+                length = 0
+                for line in data[:head_end].split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value.strip())
+                if len(data) >= head_end + 4 + length:
+                    break
             chunk = sock.recv(65536)
             if not chunk:
                 break

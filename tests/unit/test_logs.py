@@ -203,3 +203,19 @@ def test_debug_level_keeps_database_and_redis_drivers_quiet() -> None:
             assert not logging.getLogger(name).isEnabledFor(logging.INFO), name
     finally:
         configure_logging("json", "INFO")
+
+
+def test_the_default_stream_is_sys_stderr_as_it_is_at_each_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Configured while ``sys.stderr`` was a capture stream (an in-process CLI run) that is
+    closed afterwards, later records go to the current ``sys.stderr``, not the closed one."""
+    first = io.StringIO()
+    monkeypatch.setattr("sys.stderr", first)
+    configure_logging("json", "INFO")
+    first.close()
+    second = io.StringIO()
+    monkeypatch.setattr("sys.stderr", second)
+    get_logger("t").info("after.capture")
+    logging.getLogger("lib.t").warning("lib.after.capture")
+    assert [r["event"] for r in _json_lines(second)] == ["after.capture", "lib.after.capture"]
