@@ -15,6 +15,22 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return run_cli(env, "ladder", *args)
 
 
+def _log_records(stderr: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """stderr split into its JSON log records and every other line (progress, errors)."""
+    records: list[dict[str, Any]] = []
+    other: list[str] = []
+    for line in stderr.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            rec = None
+        if isinstance(rec, dict) and "event" in rec and "logger" in rec:
+            records.append(rec)
+        else:
+            other.append(line)
+    return records, other
+
+
 def test_check_names_file_and_field_and_exits_2(cli_env: dict[str, str], tmp_path: Path,
                                                 app: Any) -> None:
     mig = MigEnv.make(app, tmp_path)
@@ -65,8 +81,12 @@ def test_release_plan_apply_history_round_trip(cli_env: dict[str, str], tmp_path
     assert applied.returncode == 0, applied.stderr
     out = json.loads(applied.stdout)
     assert (out["planned"], out["migrated"], out["replanned"], out["unchanged"]) == (3, 3, 0, 0)
-    # not a terminal: no progress output, just the summary
-    assert "migrat" not in applied.stderr
+    # not a terminal: no progress output, just the summary; stderr carries log records only
+    # (ADR 0019), among them the run's ladder.apply_ended line naming its ledger event
+    records, other = _log_records(applied.stderr)
+    assert "migrat" not in "".join(other), other
+    [ended] = [r for r in records if r["event"] == "ladder.apply_ended"]
+    assert (ended["migrated"], ended["match_decision"]) == (3, "LADDER_APPLIED")
     assert all(mig.state(d).ladder_version == 2 for d in ids)
     assert all(mig.migrated_rows(d)[0]["actor"] == "carol@ops" for d in ids)
     same = _cli(env, "apply", "--ladder", mig.name, "--to", "2", "--plan-hash",
@@ -217,7 +237,9 @@ def test_escalation_operator_is_the_actor_of_enqueue_pause_resume_release_and_ap
 
     rel = _cli(dana, "release", "--ladder", mig.name, "--version", "2", "--reason", "CHG-9")
     assert rel.returncode == 0, rel.stderr
-    assert rel.stdout.rstrip().endswith("by dana, reason: CHG-9)"), rel.stdout
+    # the release line, then where its ledger event is ("on the ledger: ...")
+    assert rel.stdout.splitlines()[0].endswith("by dana, reason: CHG-9)"), rel.stdout
+    assert rel.stdout.splitlines()[1].startswith("on the ledger: LADDER_RELEASED"), rel.stdout
     plan = json.loads(_cli(env, "plan", "--ladder", mig.name, "--to", "2", "--json").stdout)
     applied = _cli(dana, "apply", "--ladder", mig.name, "--to", "2", "--plan-hash",
                    plan["plan_hash"], "--reason", "CHG-9", "--json")
