@@ -44,21 +44,28 @@ for _path in DISPUTE_PATHS:
         name="audit_trail_" + ("by_external_id" if "{source}" in _path else "by_id"))
 
 
+# The audit search filters, declared once: the search and the filtered case file take the same.
+TierQ = Annotated[str | None, Query(description="From or to tier id.")]
+DecisionQ = Annotated[str | None, Query(description="Decision or event name.")]
+SinceQ = Annotated[str | None, Query(
+    alias="from", description="decided_at >= (ISO-8601 with offset).")]
+UntilQ = Annotated[str | None, Query(
+    alias="to", description="decided_at < (ISO-8601 with offset).")]
+ActorQ = Annotated[str | None, Query(description="Actor (worker id or token name).")]
+LadderQ = Annotated[str | None, Query(description="Ladder name.")]
+LadderVersionQ = Annotated[int | None, Query(description="Ladder version.")]
+
+
+
 @router.get("/audit", response_model=AuditPage, responses=ERRORS)
 def search(
     core: Core, token: AuditReader,
     dispute_id: Annotated[str | None, Query(description="Dispute UUID.")] = None,
     source: Annotated[str | None, Query(description="Source system (with external_id).")] = None,
     external_id: Annotated[str | None, Query(description="The source's dispute id.")] = None,
-    tier: Annotated[str | None, Query(description="From or to tier id.")] = None,
-    decision: Annotated[str | None, Query(description="Decision or event name.")] = None,
-    since: Annotated[str | None, Query(
-        alias="from", description="decided_at >= (ISO-8601 with offset).")] = None,
-    until: Annotated[str | None, Query(
-        alias="to", description="decided_at < (ISO-8601 with offset).")] = None,
-    actor: Annotated[str | None, Query(description="Actor (worker id or token name).")] = None,
-    ladder: Annotated[str | None, Query(description="Ladder name.")] = None,
-    ladder_version: Annotated[int | None, Query(description="Ladder version.")] = None,
+    tier: TierQ = None, decision: DecisionQ = None, since: SinceQ = None,
+    until: UntilQ = None, actor: ActorQ = None, ladder: LadderQ = None,
+    ladder_version: LadderVersionQ = None,
     limit: Annotated[int, Query(description="Rows per page, 1-1000.")] = 100,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page.")]
     = None,
@@ -186,15 +193,9 @@ def case_file(did: Dispute, core: Core, token: AuditReader) -> Response:
     "description": "The case file (format escalation-case-file/1), as an attachment."}})
 def case_file_search(
     core: Core, token: AuditReader,
-    tier: Annotated[str | None, Query(description="From or to tier id.")] = None,
-    decision: Annotated[str | None, Query(description="Decision or event name.")] = None,
-    since: Annotated[str | None, Query(
-        alias="from", description="decided_at >= (ISO-8601 with offset).")] = None,
-    until: Annotated[str | None, Query(
-        alias="to", description="decided_at < (ISO-8601 with offset).")] = None,
-    actor: Annotated[str | None, Query(description="Actor (worker id or token name).")] = None,
-    ladder: Annotated[str | None, Query(description="Ladder name.")] = None,
-    ladder_version: Annotated[int | None, Query(description="Ladder version.")] = None,
+    tier: TierQ = None, decision: DecisionQ = None, since: SinceQ = None,
+    until: UntilQ = None, actor: ActorQ = None, ladder: LadderQ = None,
+    ladder_version: LadderVersionQ = None,
 ) -> Response:
     """One case file of every dispute with a ledger row matching the audit search filters
     (at most 500 disputes; the CLI's ``audit case-file --ladder/--tier/...``). 422 when no
