@@ -18,14 +18,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import sqlalchemy as sa
 
-from escalation.adapters.audit_store import PostgresAuditStore
+# Imported here: what build() wires, which every command that builds an App needs (the
+# audit store, the largest, is imported by build() itself: `db upgrade` builds no App). The
+# adapters and use cases of one command or one worker task are imported inside the
+# ``*_for`` function that wires them, so a command loads only its own
+# (docs/performance.md, "CLI start-up"; tests/integration/test_cli_imports.py holds it).
 from escalation.adapters.calendar_files import load_institution_calendars
-from escalation.adapters.console_ops import ConsoleOpsStore
 from escalation.adapters.db import (
     bind_namespace,
     check_at_head,
@@ -41,51 +44,66 @@ from escalation.adapters.ladder_files import (
     check_ladder_dir_with_history,
 )
 from escalation.adapters.ladder_history import LadderHistoryStore
-from escalation.adapters.leader_lease import LeaderLease
-from escalation.adapters.maintenance_runs import PostgresMaintenanceRuns
-from escalation.adapters.probes import ServerProbe
 from escalation.adapters.redis_binding import NamespaceBinding
 from escalation.adapters.redis_client import OUTAGE_ERRORS, make_redis, ping_checked
 from escalation.adapters.redis_layout import check_shard_count
-from escalation.adapters.redis_reliability import ReliabilityRedis
 from escalation.adapters.redis_scheduler import RedisScheduler
-from escalation.adapters.redis_warnings import RedisWarnings
-from escalation.adapters.retired_figures import RedisRetiredFigures
-from escalation.adapters.webhook import WebhookClient
-from escalation.domain.calendars import CalendarRegistry
-from escalation.domain.errors import RELEASE_BROKEN, ConfigError, LadderError, SchemaNotAtHead
-from escalation.domain.escalation import Escalation
+from escalation.domain.errors import (
+    ConfigError,
+    ErrorCode,
+    LadderError,
+    LadderProblem,
+    SchemaNotAtHead,
+)
 from escalation.domain.timeutil import from_ms
 from escalation.logs import get_logger
-from escalation.ports import (
-    CheckpointStore,
-    DigestSigner,
-    DigestVerifier,
-    DocumentSigner,
-    SessionStore,
-    TokenStore,
-)
-from escalation.service_layer.case_file import CaseFilePorts
-from escalation.service_layer.dead_letters import DeadLetterCap, DeadLetters, cap_dead_letters
-from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS, Check, DoctorDeps, run_checks
+from escalation.service_layer.doctor import DEFAULT_MAX_SKEW_MS
 from escalation.service_layer.ladder_release import baseline_releases
-from escalation.service_layer.maintenance import Job, Maintenance, alert_dead_letter_cap
 from escalation.service_layer.priority import weight_fn
-from escalation.service_layer.progress import Progress
-from escalation.service_layer.reconcile import AheadRepair, ProjectionLedger
-from escalation.service_layer.reconcile_incremental import (
-    IncrementalReconcile,
-    IncrementalReport,
-    reconcile_incremental,
-)
-from escalation.service_layer.warnings import (
-    schedule_ahead,
-    schedule_warnings,
-)
-from escalation.service_layer.warnings import (
-    schedule_resumed as schedule_resumed_warnings,
-)
-from escalation.settings import Settings
+
+if TYPE_CHECKING:
+    from escalation.adapters.audit_store import PostgresAuditStore
+    from escalation.adapters.console_ops import ConsoleOpsStore
+    from escalation.adapters.pipeline import KeptThreads
+    from escalation.adapters.redis_reconcile_notify import ReliabilityRedis
+    from escalation.adapters.redis_warnings import RedisWarnings
+    from escalation.adapters.retired_figures import RedisRetiredFigures
+    from escalation.adapters.webhook import WebhookClient
+    from escalation.domain.calendars import CalendarRegistry
+    from escalation.domain.escalation import Escalation
+    from escalation.ports import (
+        AuditLog,
+        CheckpointStore,
+        DigestSigner,
+        DigestVerifier,
+        DocumentSigner,
+        EventLog,
+        LadderFiles,
+        LadderHistory,
+        LedgerReports,
+        LedgerSearch,
+        MetricsFigures,
+        ReadinessProbe,
+        SessionStore,
+        StatsCounter,
+        TokenStore,
+    )
+    from escalation.service_layer.case_file import CaseFilePorts
+    from escalation.service_layer.core import CorePorts, Fanout, HelperProcess, Pipeline
+    from escalation.service_layer.dead_letters import DeadLetters
+    from escalation.service_layer.deadline_outcomes import ConsoleQueries, RolledDeadlines
+    from escalation.service_layer.doctor import Check
+    from escalation.service_layer.ladder_migration import LadderPorts
+    from escalation.service_layer.maintenance import Job, Maintenance
+    from escalation.service_layer.pause import PausePorts
+    from escalation.service_layer.progress_report import Progress
+    from escalation.service_layer.reconcile import AheadRepair, ProjectionLedger
+    from escalation.service_layer.reconcile_incremental import (
+        IncrementalReconcile,
+        IncrementalReport,
+    )
+    from escalation.service_layer.sla_rollup import RollupStore
+    from escalation.settings import Settings
 
 log = get_logger(__name__)
 _log = log
@@ -159,6 +177,25 @@ def _check_layout(client: redis.Redis, settings: Settings) -> None:
         log.warning("bootstrap.shard_count_unchecked", error=str(exc)[:200])
 
 
+def readiness_probe_for(app: App) -> ReadinessProbe:
+    """``/readyz``'s probe (``ports.ReadinessProbe``): ``app``'s Redis answers a PING, its
+    database answers and its schema is at the Alembic head."""
+    from escalation.adapters.probes import ReadinessChecks
+
+    return ReadinessChecks(app.redis, app.engine)
+
+
+def drop_redis_connections(app: App) -> None:
+    """Disconnect ``app``'s pooled Redis connections (best effort, at a worker's stop; a
+    cluster client has no single pool and reconnects per node by itself)."""
+    pool = getattr(app.redis, "connection_pool", None)
+    if pool is not None:
+        try:
+            pool.disconnect()
+        except Exception:  # shutting down: nothing left to protect
+            log.debug("worker.disconnect_failed", worker_id=app.actor)
+
+
 def ensure_schema(engine: sa.Engine, urls: Urls) -> None:
     """Refuse a configured database behind the Alembic head; upgrade the embedded one."""
     try:
@@ -189,6 +226,11 @@ def redis_io_options(url: str, io_timeout_s: float) -> dict[str, Any]:
                 if hasattr(socket, name)}
         options.update(socket_keepalive=True, socket_keepalive_options=opts)
     return options
+
+
+REDIS_OUTAGE_ERRORS: tuple[type[Exception], ...] = OUTAGE_ERRORS
+"""The Redis client's errors of an outage (no server, a failover, a demoted primary): a
+worker backs off and retries them (``adapters.redis_client.OUTAGE_ERRORS``)."""
 
 
 TRANSIENT_STARTUP_ERRORS: tuple[type[BaseException], ...] = (
@@ -323,6 +365,8 @@ def build(
         client.close()
         engine.dispose()
         raise
+    from escalation.adapters.audit_store import PostgresAuditStore
+
     # materiality weights are written at enqueue; claim.lua ages them (docs/sla.md)
     scheduler = RedisScheduler(
         client, namespace=settings.namespace, shards=settings.shards,
@@ -364,13 +408,71 @@ def released_ladders(history: LadderHistoryStore, ladders_dir: Path,
 # --------------------------------------------------------------------------- use-case wiring
 def reliability_for(app: App) -> ReliabilityRedis:
     """Reliability reads and scripts on ``app``'s namespace, shards and priority aging."""
+    from escalation.adapters.redis_reconcile_notify import ReliabilityRedis
+
     return ReliabilityRedis(app.redis, app.settings.namespace, app.settings.shards,
                             aging_ms=app.settings.priority_aging_s * 1000)
+
+
+@dataclass(frozen=True)
+class WriterLedger:
+    """An audit log on its own connection pool (the HTTP API's group-commit writers);
+    :meth:`close` disposes of the pool."""
+
+    store: AuditLog
+    engine: sa.Engine
+
+    def close(self) -> None:
+        """Dispose of the pool's connections."""
+        self.engine.dispose()
+
+
+def writer_ledger_for(app: App, writers: int) -> WriterLedger:
+    """An audit log on a pool of ``writers`` connections of its own to ``app``'s database,
+    without a pre-ping round trip per checkout (a batch that meets a dropped connection is
+    written again by its caller); the caller closes it."""
+    from escalation.adapters.audit_store import PostgresAuditStore
+
+    engine = make_engine(app.urls.database_url, pool_size=writers,
+                         io_timeout_s=app.settings.io_timeout_s, pre_ping=False)
+    return WriterLedger(PostgresAuditStore(engine), engine)
+
+
+def stats_counter_for(app: App) -> StatsCounter:
+    """The namespace's operational counters in Redis (``ports.StatsCounter``): what the
+    worker counts outside a script, reported by ``/metrics``."""
+    from escalation.adapters.redis_stats import RedisStatsCounter
+
+    return RedisStatsCounter(app.redis, app.settings.namespace)
+
+
+def metrics_figures_for(app: App) -> MetricsFigures:
+    """The ledger's ``/metrics`` figures (``ports.MetricsFigures``) on ``app``'s engine, the
+    decision figures including those retention saved in Redis for removed partitions."""
+    from escalation.adapters.metrics_queries import PostgresMetricsFigures
+
+    return PostgresMetricsFigures(app.engine, retired=retired_figures_for(app).load)
+
+
+def ladder_history_for(app: App) -> LadderHistory:
+    """The ladder releases, apply runs and the per-batch migration write
+    (``ports.LadderHistory``) on ``app``'s engine."""
+    return LadderHistoryStore(app.engine)
+
+
+def ladder_files_for(app: App) -> LadderFiles:
+    """Every ladder file of ``app``'s ladder directory, read now, checked against
+    ``app.calendars`` (``ports.LadderFiles``; lenient: an invalid file is skipped and named in
+    ``errors``): what ``ladder release`` validates and records."""
+    return LadderCatalog.from_dir(app.settings.ladders_dir, strict=False,
+                                  calendars=app.calendars)
 
 
 def retired_figures_for(app: App) -> RedisRetiredFigures:
     """Decision figures of ledger partitions removed by retention (``/metrics`` counters
     stay monotonic across ``audit partitions drop-expired``), on ``app``'s namespace."""
+    from escalation.adapters.retired_figures import RedisRetiredFigures
+
     return RedisRetiredFigures(app.redis, app.settings.namespace)
 
 
@@ -381,12 +483,85 @@ def webhook_client_for(url: str, key: bytes, timeout_s: float,
     Raises:
         InvalidInput: a URL that is not http(s), a timeout <= 0, ``max_connections`` < 1.
     """
+    from escalation.adapters.webhook import WebhookClient
+
     return WebhookClient(url, key, timeout_s, max_connections)
+
+
+def delivery_fanout(concurrency: int) -> KeptThreads:
+    """How ``escalation notify`` delivers the disputes of one step: up to ``concurrency``
+    webhook calls at once on helper threads kept for the whole run (``NotifyPorts.fanout``;
+    the caller closes it after the notifier's last step; docs/performance.md)."""
+    from escalation.adapters.pipeline import KeptThreads
+
+    return KeptThreads(concurrency, "notify")
 
 
 def warnings_for(app: App) -> RedisWarnings:
     """The warnings queue matching ``app.scheduler``'s namespace and shards."""
+    from escalation.adapters.redis_warnings import RedisWarnings
+
     return RedisWarnings(app.redis, app.scheduler.namespace, app.scheduler.shards)
+
+
+def write_pipeline() -> Pipeline:
+    """How enqueue and import write their batches: the Redis step of batch k on one helper
+    thread while batch k+1 is recorded in PostgreSQL (docs/performance.md)."""
+    from escalation.adapters.pipeline import Overlapped
+
+    return Overlapped("enqueue-redis")
+
+
+def pass1_helper(processes: int | None = None) -> HelperProcess | None:
+    """The helper process of the CSV import's two-process pass 1 (``import_parallel``): a
+    forked child (``adapters.helper_process.ForkedHelper``) when ``processes`` is 2, or is
+    None on a machine with ``os.fork`` and at least two CPUs; else None (one process)."""
+    if processes == 1 or not hasattr(os, "fork"):
+        return None
+    if processes is None and (os.cpu_count() or 1) < 2:
+        return None
+    from escalation.adapters.helper_process import ForkedHelper
+
+    return ForkedHelper()
+
+
+def outcome_fanout() -> Fanout:
+    """How the import's pass 3 records outcomes: four rows at once on helper threads (the
+    PostgreSQL pool holds 5 connections plus 5 under load; docs/performance.md)."""
+    from escalation.adapters.pipeline import Threads
+
+    return Threads(OUTCOME_THREADS, "import-outcomes")
+
+
+OUTCOME_THREADS = 4
+"""Rows of the import's pass 3 recorded at once (:func:`outcome_fanout`)."""
+
+
+def core_ports_for(app: App) -> CorePorts:
+    """The scheduler, audit log, ladders and calendars of ``app``, with the overlapped write
+    pipeline (:func:`write_pipeline`)."""
+    from escalation.service_layer.core import CorePorts
+
+    return CorePorts(app.scheduler, app.store, app.ladders, app.calendars, write_pipeline())
+
+
+def pause_ports_for(app: App) -> PausePorts:
+    """The ports of ``pause`` and ``resume`` (``service_layer.pause.PausePorts``) of ``app``."""
+    from escalation.service_layer.pause import PausePorts
+
+    return PausePorts(app.scheduler, app.store, app.ladders, app.calendars)
+
+
+def ladder_ports_for(app: App) -> LadderPorts:
+    """What ``ladder plan`` and ``ladder apply`` run on: the migration history of ``app``'s
+    database, its scheduler, ladder files and calendars, and a pipeline that reads and plans
+    the next page and restores the previous batch into Redis while a batch is recorded
+    (docs/performance.md, "Ladder migrations")."""
+    from escalation.adapters.pipeline import Overlapped
+    from escalation.service_layer.ladder_migration import LadderPorts
+
+    return LadderPorts(LadderHistoryStore(app.engine), app.scheduler, app.ladders, app.calendars,
+                       Overlapped("ladder-apply", read_ahead=True))
 
 
 def schedule_for(
@@ -396,6 +571,8 @@ def schedule_for(
     ``on_scheduled`` of enqueue, import, fire_due and ladder migration). ``only_ahead``:
     drop warnings whose instant has passed (a migration re-schedules a tier already
     running: its earlier warnings belong to the earlier run)."""
+    from escalation.service_layer.warnings import schedule_ahead, schedule_warnings
+
     queue = warnings_for(app)
 
     def hook(escalations: Sequence[Escalation]) -> None:
@@ -412,6 +589,8 @@ def schedule_for(
 def schedule_resumed(app: App, result: Any) -> int:
     """Schedule the warnings of a ``pause.resume`` result as fractions of active (unpaused)
     time. Returns how many were new."""
+    from escalation.service_layer.warnings import schedule_resumed as schedule_resumed_warnings
+
     return schedule_resumed_warnings(result, warnings=warnings_for(app), ladders=app.ladders,
                                      calendars=app.calendars)
 
@@ -432,6 +611,8 @@ def database_writable_for(app: App) -> Callable[[], bool]:
 def dead_letters_for(app: App, *, actor: str | None = None) -> DeadLetters:
     """DeadLetters wired from an App (the worker's poison hook, the ``dead`` commands, the
     console's operations page); ``actor`` writes its ledger rows (default ``app.actor``)."""
+    from escalation.service_layer.dead_letters import DeadLetters
+
     return DeadLetters(rel=reliability_for(app), scheduler=app.scheduler, store=app.store,
                        actor=actor or app.actor)
 
@@ -447,13 +628,13 @@ def projection_ledger_for(app: App) -> ProjectionLedger:
 def reconcile_run_for(
     app: App, cmd: IncrementalReconcile, *, ahead: AheadRepair | None,
     rel: ReliabilityRedis | None = None, progress: Progress | None = None,
-    full_projection: bool = False,
 ) -> IncrementalReport:
     """Run one incremental reconcile (``service_layer.reconcile_incremental``; a full one
     when ``cmd.full`` or when its state says so) on ``app``'s servers: the watermark and
     sweep state in Redis, the changed disputes' projection checked against their ledger,
-    pending warnings of restored escalations scheduled. ``full_projection``: a full run
-    also compares the whole projection with the ledger (the CLI; the periodic run does not).
+    pending warnings of restored escalations scheduled; with ``cmd.check_projection`` a
+    full run also compares the whole projection with the ledger (the CLI; the periodic run
+    does not).
     """
     from escalation.adapters.reconcile_state import (
         PostgresLedgerChanges,
@@ -461,18 +642,26 @@ def reconcile_run_for(
         RedisMemberSweep,
         RedisReconcileState,
     )
-    from escalation.service_layer.progress import no_progress
+    from escalation.service_layer.progress_report import no_progress
+    from escalation.service_layer.reconcile import ReconcileHooks
+    from escalation.service_layer.reconcile_incremental import (
+        IncrementalPorts,
+        reconcile_incremental,
+    )
 
     rel = rel or reliability_for(app)
     ns, shards = app.settings.namespace, app.settings.shards
     return reconcile_incremental(
-        cmd, scheduler=app.scheduler, store=app.store, redis_side=rel,
-        changes=PostgresLedgerChanges(app.engine),
-        members=RedisMemberSweep(app.redis, ns, shards),
-        state_store=RedisReconcileState(app.redis, ns), ahead=ahead,
-        projection=PostgresProjectionSubset(app.engine),
-        full_projection=projection_ledger_for(app) if full_projection else None,
-        progress=progress or no_progress, on_restored=schedule_for(app, only_ahead=True))
+        cmd,
+        IncrementalPorts(
+            scheduler=app.scheduler, store=app.store, redis_side=rel,
+            changes=PostgresLedgerChanges(app.engine),
+            members=RedisMemberSweep(app.redis, ns, shards),
+            state_store=RedisReconcileState(app.redis, ns), ahead=ahead,
+            projection=PostgresProjectionSubset(app.engine),
+            full_projection=projection_ledger_for(app) if cmd.check_projection else None),
+        ReconcileHooks(progress=progress or no_progress,
+                       on_restored=schedule_for(app, only_ahead=True)))
 
 
 def token_store_for(app: App) -> TokenStore:
@@ -492,6 +681,8 @@ def session_store_for(app: App) -> SessionStore:
 def console_ops_for(app: App) -> ConsoleOpsStore:
     """The read-only queries of the console's ladders and operations pages
     (``ports.ConsoleOpsReads``) on ``app``'s engine, Redis, namespace and shards."""
+    from escalation.adapters.console_ops import ConsoleOpsStore
+
     return ConsoleOpsStore(app.engine, app.redis, app.settings.namespace, app.settings.shards,
                            aging_ms=app.settings.priority_aging_s * 1000)
 
@@ -504,6 +695,10 @@ def maintenance_jobs(app: App, rel: ReliabilityRedis,
     there); it may raise to end a long reconcile early when the worker is asked to stop
     (the next leader's run repairs the rest: every repair is idempotent)."""
     from escalation.adapters.partitions import ensure_partitions
+    from escalation.service_layer.dead_letters import DeadLetterCap, cap_dead_letters
+    from escalation.service_layer.maintenance import Job, alert_dead_letter_cap
+    from escalation.service_layer.reconcile import AheadRepair
+    from escalation.service_layer.reconcile_incremental import IncrementalReconcile
 
     def between_pages(phase: str, done: int, total: int | None) -> None:
         if stop_check is not None:
@@ -541,10 +736,14 @@ def maintenance_for(app: App, *, ttl_ms: int | None = None,
                     stop_check: Callable[[], None] | None = None) -> Maintenance:
     """The worker's Maintenance: lease = 3 x lease_ms (>= 15 s), the default jobs
     (``stop_check``: see :func:`maintenance_jobs`)."""
+    from escalation.adapters.leader_lease import LeaderLease, LeaseTerms
+    from escalation.adapters.maintenance_runs import PostgresMaintenanceRuns
+    from escalation.service_layer.maintenance import Maintenance
+
     rel = reliability_for(app)
     ttl = ttl_ms or max(15_000, 3 * int(app.settings.lease_ms))
     return Maintenance(runs=PostgresMaintenanceRuns(app.engine),
-                       lease=LeaderLease(rel, ttl_ms=ttl,
+                       lease=LeaderLease(rel, LeaseTerms(ttl_ms=ttl),
                                          redis_ms=app.scheduler.estimated_now_ms),
                        jobs=maintenance_jobs(app, rel, stop_check),
                        actor=app.actor)
@@ -557,27 +756,31 @@ def _bound(app: App) -> bool:
     return check_namespace(app.engine, app.settings.namespace) is not None
 
 
-def ladder_file_problems(app: App) -> list[str]:
-    """Broken releases (released files missing, invalid or edited, re-read now), then every
-    other ``ladder check`` problem; a failure of the check is reported, never raised."""
+def ladder_file_problems(app: App) -> list[LadderProblem]:
+    """Broken releases (released files missing, invalid or edited, re-read now; code
+    ``RELEASE_BROKEN``), then every other ``ladder check`` problem of the other files (code
+    ``LADDER_INVALID``); a failure of the check is reported, never raised."""
     try:
         ladders = app.ladders
         ladders.refresh()
-        broken = list(ladders.problems())
-        named = {e.split(": ", 2)[1] for e in broken if e.count(": ") >= 2}  # their files
-        others = [e for e in check_ladder_dir_with_history(app.settings.ladders_dir,
-                                                           LadderHistoryStore(app.engine),
-                                                           app.calendars,
-                                                           deployment=_bound(app))
-                  if not e.startswith(RELEASE_BROKEN) and e.split(": ", 1)[0] not in named]
+        broken = ladders.problems()
+        files = {e.release.file for e in broken if e.release is not None}
+        others = check_ladder_dir_with_history(app.settings.ladders_dir,
+                                               LadderHistoryStore(app.engine), app.calendars,
+                                               deployment=_bound(app), skip=files)
     except Exception as exc:  # doctor reports, never crashes
-        return [f"ladder files could not be checked: {exc}"]
-    return broken + others
+        return [LadderProblem(ErrorCode.LADDER_INVALID,
+                              f"ladder files could not be checked: {exc}")]
+    return ([LadderProblem(e.code, str(e)) for e in broken]
+            + [LadderProblem(ErrorCode.LADDER_INVALID, e) for e in others])
 
 
 def run_doctor(app: App, *, host_ms: Callable[[], int] | None = None,
                max_skew_ms: int = DEFAULT_MAX_SKEW_MS) -> list[Check]:
     """``service_layer.doctor.run_checks`` against the live deployment of ``app``."""
+    from escalation.adapters.probes import ServerProbe
+    from escalation.service_layer.doctor import DoctorDeps, run_checks
+
     deps = DoctorDeps(store=app.store, redis_side=reliability_for(app),
                       probe=ServerProbe(app.redis, app.engine),
                       scheduler_stats=app.scheduler.stats,
@@ -604,18 +807,49 @@ def _identity_mismatch(namespace: str, recorded: str, identity: str | None) -> s
 
 def check_database_identity(engine: sa.Engine, binding: NamespaceBinding) -> None:
     """Refuse a database whose identity differs from the one the namespace's Redis recorded
-    at binding (nothing to compare when either side has none yet: ``db upgrade`` stamps
-    both).
+    at binding, an unstamped (new, never-bound) database included: once the namespace's
+    Redis records a database, only that one serves it until ``db upgrade --restored``
+    binds another. Nothing to compare while Redis records none (a new namespace, or one
+    bound before stamps existed: ``db upgrade`` stamps both).
 
     Raises:
         ConfigError: the identities differ (the message names both and the commands).
     """
-    identity = database_identity(engine)
-    if identity is None:
-        return
     recorded = binding.database_identity()
-    if recorded is not None and recorded != identity:
+    if recorded is None:
+        return
+    identity = database_identity(engine)
+    if recorded != identity:
         raise ConfigError(_identity_mismatch(binding.namespace, recorded, identity))
+
+
+def check_identity_before_upgrade(settings: Settings, database_url: str,
+                                  redis_url: str) -> None:
+    """Refuse, before ``db upgrade`` migrates anything, a database other than the one the
+    namespace's Redis recorded (the check :func:`bind_deployment` repeats once migrated), so
+    a refused upgrade writes nothing (docs/cli.md: exit 2). A database without the binding
+    table yet (empty, or an older schema) has no identity.
+
+    Raises:
+        ConfigError: Redis records another database's identity (the message names both and
+            ``db upgrade --restored``).
+        Redis / database connection errors propagate.
+    """
+    client = make_redis(redis_url, **redis_io_options(redis_url, settings.io_timeout_s))
+    engine = make_engine(database_url, pool_size=1)
+    try:
+        recorded = NamespaceBinding(client, settings.namespace).database_identity()
+        if recorded is None:
+            return
+        try:
+            identity = database_identity(engine)
+        except sa.exc.ProgrammingError:  # no deployment_binding (stamp) yet
+            identity = None
+        if recorded != identity:
+            raise ConfigError(_identity_mismatch(settings.namespace, recorded, identity))
+    finally:
+        engine.dispose()
+        client.close()
 
 
 @dataclass(frozen=True)
@@ -667,12 +901,66 @@ def bind_deployment(settings: Settings, database_url: str, redis_url: str, *,
         client.close()
 
 
-def checkpoint_store_for(engine: sa.Engine) -> CheckpointStore:
-    """The ``CheckpointStore`` (``adapters.checkpoints.PostgresCheckpoints``) on ``engine``:
-    checkpoints, verification and the retention rows."""
+def _engine_of(source: App | sa.Engine) -> sa.Engine:
+    """The engine of an ``App``, or ``source`` itself (the commands that build no ``App``)."""
+    return source.engine if isinstance(source, App) else source
+
+
+def checkpoint_store_for(source: App | sa.Engine) -> CheckpointStore:
+    """The ``CheckpointStore`` (``adapters.checkpoints.PostgresCheckpoints``) on ``source``
+    (an ``App``'s database, or an engine): checkpoints, verification and the retention rows."""
     from escalation.adapters.checkpoints import PostgresCheckpoints
 
-    return PostgresCheckpoints(engine)
+    return PostgresCheckpoints(_engine_of(source))
+
+
+def ledger_search_for(source: App | sa.Engine) -> LedgerSearch:
+    """The ledger's search and streaming reads (``ports.LedgerSearch``) on ``source`` (an
+    ``App``'s database, or an engine)."""
+    from escalation.adapters.audit_search import PostgresLedgerSearch
+
+    return PostgresLedgerSearch(_engine_of(source))
+
+
+def ledger_reports_for(source: App | sa.Engine) -> LedgerReports:
+    """The SLA report's rows (``ports.LedgerReports``) on ``source`` (an ``App``'s database,
+    or an engine)."""
+    from escalation.adapters.report_queries import PostgresReports
+
+    return PostgresReports(_engine_of(source))
+
+
+def sla_rollup_for(source: App | sa.Engine) -> RollupStore:
+    """The per-dispute SLA rollup (``sla_rollup.RollupStore``; ADR 0033) on ``source`` (an
+    ``App``'s database, or an engine)."""
+    from escalation.adapters.sla_rollup import PostgresSlaRollup
+
+    return PostgresSlaRollup(_engine_of(source))
+
+
+def rolled_deadlines_for(source: App | sa.Engine) -> RolledDeadlines:
+    """The SLA rollup's deadline rows as the console reads them
+    (``deadline_outcomes.RolledDeadlines``; docs/adr/0037) on ``source`` (an ``App``'s
+    database, or an engine)."""
+    from escalation.adapters.console_queries import PostgresRolledDeadlines
+
+    return PostgresRolledDeadlines(_engine_of(source))
+
+
+def console_queries_for(source: App | sa.Engine) -> ConsoleQueries:
+    """The console's read-only queries (``ports.ConsoleQueries``) on ``source`` (an ``App``'s
+    database, or an engine)."""
+    from escalation.adapters.console_queries import PostgresConsoleQueries
+
+    return PostgresConsoleQueries(_engine_of(source))
+
+
+def event_log_for(source: App | sa.Engine) -> EventLog:
+    """One dispute's state and trail, and event appends (``ports.EventLog``) on ``source`` (an
+    ``App``'s database, or an engine; the commands that need no Redis)."""
+    from escalation.adapters.audit_store import PostgresAuditStore
+
+    return PostgresAuditStore(_engine_of(source))
 
 
 def digest_signer_for() -> DigestSigner | None:
@@ -696,29 +984,32 @@ def digest_verifier_for(public_key: Path | None = None) -> DigestVerifier | None
     return None if key is None else Ed25519DigestVerifier(key)
 
 
-def case_file_ports_for(engine: sa.Engine, settings: Settings,
+def case_file_ports_for(source: App | sa.Engine, settings: Settings,
                         ladders: Callable[[str, int], Any],
                         calendars: CalendarRegistry) -> CaseFilePorts:
-    """The ports of ``service_layer.case_file.export_case_file`` on ``engine``: the ledger
-    (trail, search, report rows), the checkpoints, ``ladders`` (``(name, version) ->
-    Ladder`` of the released versions) and ``calendars``, the ladder and calendars files,
-    and the checkpoint signing key. No Redis is needed.
+    """The ports of ``service_layer.case_file.export_case_file`` on ``source`` (an ``App``'s
+    database, or an engine): the ledger (trail, search, report rows), the checkpoints,
+    ``ladders`` (``(name, version) -> Ladder`` of the released versions) and ``calendars``,
+    the ladder and calendars files, and the checkpoint signing key. No Redis is needed.
 
     Raises:
         ConfigError: no signing key configured (``ESCALATION_CHECKPOINT_KEY_FILE`` /
             ``ESCALATION_CHECKPOINT_KEY``), or one that cannot be read.
     """
     from escalation.adapters.audit_search import PostgresLedgerSearch
+    from escalation.adapters.audit_store import PostgresAuditStore
     from escalation.adapters.checkpoints import PostgresCheckpoints
     from escalation.adapters.evidence import Ed25519DocumentSigner, EvidenceFiles
     from escalation.adapters.report_queries import PostgresReports
     from escalation.adapters.signing import KEY_ENV, KEY_FILE_ENV, load_private_key
     from escalation.domain.errors import ConfigError
+    from escalation.service_layer.case_file import CaseFilePorts
 
     key = load_private_key()
     if key is None:
         raise ConfigError(f"set {KEY_FILE_ENV} (or {KEY_ENV}) to the checkpoint signing key: "
                           "a case file carries the signed checkpoint digest and is signed")
+    engine = _engine_of(source)
     return CaseFilePorts(
         events=PostgresAuditStore(engine), ledger=PostgresLedgerSearch(engine),
         reports=PostgresReports(engine), checkpoints=PostgresCheckpoints(engine),

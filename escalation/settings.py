@@ -18,6 +18,7 @@ No ``Settings()`` is created at import time; entry points call :func:`get_settin
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -211,14 +212,19 @@ class Settings(BaseSettings):
         return int(self.lock_ttl_s * 1000)
 
 
-def get_settings(**overrides: Any) -> Settings:
+def get_settings(*, spelled: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Build Settings from the environment plus explicit overrides (CLI flags; ``None`` ignored).
+
+    ``spelled``: the CLI option of an override whose option is not its setting's name
+    (``{"audit_retention_days": "--retention-days"}``); by default the option of
+    ``batch_size`` is ``--batch-size``.
 
     Raises:
         ConfigError: a value out of range or of the wrong type; the message names the
             parameter the way the user gave it (``--batch-size`` for an override, which is a
             CLI flag; ``ESCALATION_BATCH_SIZE`` for the environment) and the accepted range.
     """
+    options = dict(spelled or {})
     clean = {k: v for k, v in overrides.items() if v is not None}
     try:
         return Settings(**clean)
@@ -227,7 +233,7 @@ def get_settings(**overrides: Any) -> Settings:
         for err in exc.errors():
             name = ".".join(str(p) for p in err["loc"]) or "settings"
             msg = str(err["msg"]).removeprefix("Value error, ")
-            source = (f"--{name.replace('_', '-')}" if name in clean
+            source = (options.get(name, f"--{name.replace('_', '-')}") if name in clean
                       else f"ESCALATION_{name.upper()} ({name})")
             problems.append(f"{source}: {msg}")
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

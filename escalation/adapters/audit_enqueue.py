@@ -1,14 +1,20 @@
 """The bulk ENQUEUED write: one ``COPY`` into a session staging table, then one statement
 that inserts the new projection rows and their ENQUEUED ledger rows.
 
-Why not the general row builders (``audit_writes.enqueue_rows`` + ``audit_rows.chained_row``
-+ ``domain.audit_hash.canonical_bytes``) and ``unnest`` parameters: for the fixed shape of an
-ENQUEUED row (seq 1, GENESIS ``prev_hash``, no ``from_tier`` or fence token) the canonical
-bytes are a template with ten variable values, so :func:`enqueued_canonical_bytes` renders
-them directly (byte-identical to ``audit_hash.reference_canonical_bytes``; the unit tests
-compare both on generated rows), and the values reach PostgreSQL as one COPY text block built
-here instead of psycopg's per-element array dumping. CHANGELOG.md, "CSV import: two streaming
-passes".
+Why not the general row builders (``audit_writes.enqueue_rows`` + ``audit_rows.chained_row``)
+and ``unnest`` parameters: the values reach PostgreSQL as one COPY text block built here
+instead of psycopg's per-element array dumping. The hashed bytes are the one renderer's,
+``domain.audit_hash.canonical_bytes``: :func:`enqueued_canonical_bytes` only builds the
+ENQUEUED row's fields from an escalation and hands them to it (the property tests compare
+those fields and bytes with ``audit_writes.enqueue_rows``'). :class:`EnqueuedLineTemplate`
+keeps, for an import's rows of one shape, the parts of those bytes and of the COPY line that
+do not change from row to row: it renders nothing of its own. Its constant pieces are cut out
+of ``canonical_bytes``' output; each per-row value is filled in as the domain renders that
+value (``audit_hash.canonical_string``, ``audit_hash.canonical_json``), which is what
+``canonical_bytes`` writes for it inside the row (a JSON object's text is its members' texts
+in key order); and the result is checked against :func:`stage_line` when the template is
+made. It stays for speed: about 3 us per row instead of about 16 us through
+``canonical_bytes`` (docs/adr/0008-csv-import-two-streaming-passes.md, "Amendment 2").
 """
 
 from __future__ import annotations
@@ -19,10 +25,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
-from json.encoder import encode_basestring
 from typing import Any
 from uuid import UUID
 
+import orjson
 import sqlalchemy as sa
 
 from escalation.adapters.db import driver_errors
@@ -30,6 +36,8 @@ from escalation.domain import audit_hash
 from escalation.domain.escalation import Escalation, Status
 
 GENESIS_HEX = audit_hash.GENESIS.hex()
+canonical_string = audit_hash.canonical_string
+"""A string's canonical JSON text, as ``canonical_bytes`` writes it (the domain's)."""
 
 STAGE_TABLE = "escalation_enqueue_stage"
 # Session-local (TEMP) and emptied at each commit; PostgreSQL skips the truncation in
@@ -56,10 +64,12 @@ COPY_STAGE = f"COPY {STAGE_TABLE} ({', '.join(STAGE_COLUMNS)}) FROM STDIN"
 # which the ledger row copies. Only the disputes inserted now get their ENQUEUED row.
 INSERT_FROM_STAGE = f"""
 WITH ins AS (
-  INSERT INTO escalation_state (dispute_id, external_id, status, tier, ladder, ladder_version,
-      due_at, entered_tier_at, materiality, source_hash, trace_id, regulatory_deadline,
-      deadlines, institution_tz, institution_calendar, remaining_ms, last_seq, last_hash)
-  SELECT dispute_id, external_id, %(status)s, tier, ladder, ladder_version, due_at,
+  INSERT INTO escalation_state (dispute_id, external_id, source, status, tier, ladder,
+      ladder_version, due_at, entered_tier_at, materiality, source_hash, trace_id,
+      regulatory_deadline, deadlines, institution_tz, institution_calendar, remaining_ms,
+      last_seq, last_hash)
+  SELECT dispute_id, external_id, details ->> 'source', %(status)s, tier, ladder,
+         ladder_version, due_at,
          entered_tier_at, materiality, source_hash, trace_id, regulatory_deadline, deadlines,
          institution_tz, institution_calendar, NULL, 1, row_hash
     FROM {STAGE_TABLE} ORDER BY dispute_id
@@ -77,45 +87,6 @@ SELECT s.dispute_id, 1, 'ENQUEUED', 'ENQUEUED', NULL, s.tier, s.ladder, s.ladder
   FROM ins JOIN {STAGE_TABLE} AS s USING (dispute_id)
 RETURNING dispute_id
 """
-
-_ISO_CACHE: dict[datetime, str] = {}
-_ISO_CACHE_MAX = 65_536
-
-
-def iso_utc(value: datetime) -> str:
-    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` of an aware datetime in UTC (the canonical form of
-    ``domain.audit_hash``), memoised: a batch shares its decision instant and due times."""
-    text = _ISO_CACHE.get(value)
-    if text is None:
-        if len(_ISO_CACHE) >= _ISO_CACHE_MAX:
-            _ISO_CACHE.clear()
-        text = value.astimezone(UTC).replace(tzinfo=None).isoformat(
-            timespec="microseconds") + "Z"
-        _ISO_CACHE[value] = text
-    return text
-
-
-def _plain_json(value: object) -> bool:
-    """True when ``value`` holds only exact str/int/bool/None, str-keyed dicts and lists
-    (where ``json.dumps`` already equals the canonical form); anything else (float,
-    Decimal, datetime, subclasses) takes the general encoder."""
-    kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return True
-    if kind is dict:
-        return all(type(k) is str and _plain_json(v)
-                   for k, v in value.items())  # type: ignore[attr-defined]
-    if kind is list or kind is tuple:
-        return all(_plain_json(v) for v in value)  # type: ignore[attr-defined]
-    return False
-
-
-def _str_or_null(value: str | None) -> str:
-    return "null" if value is None else encode_basestring(value)
-
-
-def _time_or_null(value: datetime | None) -> str:
-    return "null" if value is None else '"' + iso_utc(value) + '"'
 
 
 def enqueued_details(esc: Escalation, extra: Mapping[str, object] | None) -> dict[str, Any]:
@@ -135,47 +106,23 @@ def enqueued_canonical_bytes(
 ) -> bytes:
     """``audit_hash.canonical_bytes`` of the ENQUEUED ledger row of ``esc`` (seq 1).
 
-    ``esc``: a validated escalation (aware datetimes, Decimal cents); ``decided_at``: aware.
-    Values outside the plain shape (a details value that is not plain JSON, a non-exact
-    type) are rendered by ``audit_hash.canonical_bytes`` itself.
-
     Raises:
-        InvalidInput: a value with no canonical form (only possible on the general path).
+        InvalidInput: a value with no canonical form.
     """
-    return _canonical(esc, actor, decided_at, calendar_version, details)[0]
+    return audit_hash.canonical_bytes(
+        _ledger_fields(esc, actor, decided_at, calendar_version, details))
 
 
-def _canonical(
-    esc: Escalation, actor: str, decided_at: datetime, calendar_version: str | None,
-    details: Mapping[str, Any],
-) -> tuple[bytes, str | None]:
-    """(canonical bytes, the details' JSON text when the template rendered it, else None)."""
-    if not (_plain_json(details) and type(esc.materiality.amount) is Decimal
-            and esc.materiality.amount.is_finite() and type(esc.dispute_id) is UUID):
-        return audit_hash.canonical_bytes(
-            _ledger_fields(esc, actor, decided_at, calendar_version, details)), None
-    due = iso_utc(esc.due_at)
-    details_json = json.dumps(details, sort_keys=True, separators=(",", ":"),
+def _details_json(details: Mapping[str, Any]) -> str:
+    """The staging table's ``details`` text (stored as JSONB: key order and spacing do not
+    matter; plain JSON compact and sorted, so a template cuts it out whole)."""
+    if audit_hash.is_canonical_json(details):
+        try:
+            return orjson.dumps(details, option=orjson.OPT_SORT_KEYS).decode("utf-8")
+        except orjson.JSONEncodeError:  # an integer beyond 64 bits, a lone surrogate
+            return json.dumps(details, sort_keys=True, separators=(",", ":"),
                               ensure_ascii=False)
-    text = "".join((
-        '{"actor":', encode_basestring(actor),
-        ',"calendar_version":', _str_or_null(calendar_version),
-        ',"decided_at":"', iso_utc(decided_at),
-        '","details":', details_json,
-        ',"dispute_id":"', str(esc.dispute_id),
-        '","due_at":"', due,
-        '","event":"ENQUEUED","external_id":', _str_or_null(esc.external_id),
-        ',"fence_token":null,"from_tier":null,"ladder":', encode_basestring(esc.ladder),
-        ',"ladder_version":', int.__repr__(int(esc.ladder_version)),
-        ',"match_decision":"ENQUEUED","materiality":"', format(esc.materiality.amount, "f"),
-        '","next_due_at":"', due,
-        '","regulatory_deadline":', _time_or_null(esc.regulatory_deadline),
-        ',"seq":1,"source_hash":', encode_basestring(esc.source_hash),
-        ',"to_tier":', encode_basestring(esc.tier),
-        ',"trace_id":', encode_basestring(esc.trace_id),
-        "}",
-    ))
-    return text.encode("utf-8"), details_json
+    return json.dumps(details, ensure_ascii=False)
 
 
 def _ledger_fields(
@@ -224,10 +171,9 @@ def stage_line(
 ) -> tuple[str, bytes]:
     """(the staging table's COPY text line of ``esc``, its ENQUEUED ``row_hash``)."""
     details = enqueued_details(esc, extra)
-    canonical, details_json = _canonical(esc, actor, decided_at, calendar_version, details)
+    canonical = enqueued_canonical_bytes(esc, actor, decided_at, calendar_version, details)
     digest = hashlib.sha256(audit_hash.GENESIS + canonical).digest()
-    if details_json is None:  # stored as JSONB: key order and spacing do not matter
-        details_json = json.dumps(details, ensure_ascii=False)
+    details_json = _details_json(details)
     deadlines = (None if not esc.deadlines else json.dumps(
         [[n, at.isoformat()] for n, at in esc.deadlines]))
     line = "\t".join((
@@ -268,6 +214,9 @@ _SENTINEL_ID = UUID("00000000-5e17-4e15-8000-0000000d1d00")
 _SENTINEL_EXT = "Xq7SENTINELEXTERNALq7X"
 _SENTINEL_HASH = "abcdef0123456789fedcba9876543210deadbeef"
 _SENTINEL_TRACE = "Xq7SENTINELTRACEq7X"
+_SENTINEL_ATTRS = "Xq7SENTINELATTRIBUTESq7X"
+_ATTRIBUTES = "source_attributes"
+"""The ENQUEUED details key of the source attributes (``domain.source_attributes.FIELD``)."""
 
 
 def _cut(text: str, marks: Sequence[str]) -> list[str] | None:
@@ -287,88 +236,118 @@ def _cut(text: str, marks: Sequence[str]) -> list[str] | None:
 
 class EnqueuedLineTemplate:
     """The staging COPY line (:func:`stage_line`) of every escalation that differs from a
-    prototype only in its dispute id, external id, source hash and trace id: the rest of
+    prototype only in its dispute id, external id, source hash, trace id and source
+    attributes (``details.source_attributes``, ``domain.source_attributes``): the rest of
     the line and of the hashed canonical bytes is rendered once, so a row costs a few string
-    joins and one SHA-256 (about 3 us instead of about 16 us).
+    joins, one small JSON rendering when it has source attributes and one SHA-256 (about
+    3 us instead of about 16 us).
 
     Byte identity: the constant parts are cut out of :func:`stage_line`'s own rendering of
-    the prototype with sentinel values, and :meth:`render` of the prototype's real values is
-    checked against :func:`stage_line` when the template is made; a prototype whose row does
-    not fit (details outside plain JSON, a sentinel colliding with another value) gets
-    ``ok = False`` and every row is then rendered by :func:`stage_line` itself.
+    the prototype with sentinel values, and :meth:`render` of the prototype's real values
+    (with and without source attributes) is checked against :func:`stage_line` when the
+    template is made; a prototype whose row does not fit (details outside plain JSON, a
+    sentinel colliding with another value) gets ``ok = False`` and every row is then
+    rendered by :func:`stage_line` itself.
     """
 
     def __init__(self, proto: Escalation, actor: str, decided_at: datetime,
                  calendar_version: str | None, extra: Mapping[str, object] | None) -> None:
         """``proto``: a validated pending escalation; the other arguments as for
-        :func:`stage_line`. Until :meth:`prepare` has run, rows are rendered by
-        :func:`stage_line` itself (a shape seen once pays nothing for the template)."""
+        :func:`stage_line` (``extra`` without source attributes: they are each row's).
+        Until :meth:`prepare` has run, rows are rendered by :func:`stage_line` itself (a
+        shape seen once pays nothing for the template)."""
         self._proto = proto
         self._args = (actor, decided_at, calendar_version, extra)
-        self._canon: list[str] = []
-        self._line: list[str] = []
+        self._cuts: dict[bool, tuple[list[str], list[str]]] = {}
         self.ok = False
 
     def prepare(self) -> None:
-        """Cut the template out (about five :func:`stage_line` renderings); sets ``ok``."""
+        """Cut the template out (about ten :func:`stage_line` renderings); sets ``ok``."""
         proto = self._proto
-        actor, decided_at, calendar_version, extra = self._args
-        marked = replace(proto, dispute_id=_SENTINEL_ID, source_hash=_SENTINEL_HASH,
-                         trace_id=_SENTINEL_TRACE, external_id=_SENTINEL_EXT)
-        canonical, details_json = _canonical(marked, actor, decided_at, calendar_version,
-                                             enqueued_details(marked, extra))
-        if details_json is None:  # the general encoder's shape: no template
-            return
-        line, digest = stage_line(marked, actor, decided_at, calendar_version, extra)
-        canon = _cut(canonical.decode("utf-8"), (
-            str(_SENTINEL_ID), encode_basestring(_SENTINEL_EXT),
-            encode_basestring(_SENTINEL_HASH), encode_basestring(_SENTINEL_TRACE)))
-        cut = _cut(line, (str(_SENTINEL_ID), _SENTINEL_EXT, _SENTINEL_HASH, _SENTINEL_TRACE,
-                          digest.hex()))
-        if canon is None or cut is None:
-            return
-        self._canon, self._line = canon, cut
+        for per_row in (False, True):
+            cut = self._cut_out(per_row)
+            if cut is None:
+                return
+            self._cuts[per_row] = cut
         did = str(proto.dispute_id)
         self.ok = all(
-            self._fill(did, ext, proto.source_hash, proto.trace_id)
-            == self._reference(did, ext, proto.source_hash, proto.trace_id)
-            for ext in (proto.external_id, None, "x\t\\y\"z\u00e9"))
+            self._fill(did, ext, proto.source_hash, proto.trace_id, attrs)
+            == self._reference(did, ext, proto.source_hash, proto.trace_id, attrs)
+            for ext in (proto.external_id, None, "x\t\\y\"z\u00e9")
+            for attrs in (None, {"Product": "Credit card", "Company": "A \"B\"\\C\u00e9"}))
+
+    def _cut_out(self, per_row: bool) -> tuple[list[str], list[str]] | None:
+        """(canonical bytes' pieces, COPY line's pieces) around the per-row values, with
+        (``per_row``) or without source attributes; None when the row does not fit."""
+        actor, decided_at, calendar_version, extra = self._args
+        if per_row:
+            extra = {**(extra or {}), _ATTRIBUTES: _SENTINEL_ATTRS}
+        marked = replace(self._proto, dispute_id=_SENTINEL_ID, source_hash=_SENTINEL_HASH,
+                         trace_id=_SENTINEL_TRACE, external_id=_SENTINEL_EXT)
+        details = enqueued_details(marked, extra)
+        if not audit_hash.is_canonical_json(details):  # values of other types: no template
+            return None
+        canonical = enqueued_canonical_bytes(marked, actor, decided_at, calendar_version,
+                                             details)
+        line, digest = stage_line(marked, actor, decided_at, calendar_version, extra)
+        attrs = (canonical_string(_SENTINEL_ATTRS),) if per_row else ()
+        # canonical keys are sorted: ``details`` comes before ``dispute_id``
+        canon = _cut(canonical.decode("utf-8"), (
+            *attrs, str(_SENTINEL_ID), canonical_string(_SENTINEL_EXT),
+            canonical_string(_SENTINEL_HASH), canonical_string(_SENTINEL_TRACE)))
+        cut = _cut(line, (str(_SENTINEL_ID), _SENTINEL_EXT, _SENTINEL_HASH, _SENTINEL_TRACE,
+                          *attrs, digest.hex()))
+        if canon is None or cut is None:
+            return None
+        return canon, cut
 
     def _reference(self, dispute_id: str, external_id: str | None, source_hash: str,
-                   trace_id: str) -> str:
+                   trace_id: str, attributes: Mapping[str, str] | None = None) -> str:
         """:func:`stage_line` of the prototype with the given per-row values."""
         esc = replace(self._proto, dispute_id=UUID(dispute_id), external_id=external_id,
                       source_hash=source_hash, trace_id=trace_id)
         actor, decided_at, calendar_version, extra = self._args
+        if attributes:
+            extra = {**(extra or {}), _ATTRIBUTES: dict(attributes)}
         return stage_line(esc, actor, decided_at, calendar_version, extra)[0]
 
     def render(self, dispute_id: str, external_id: str | None, source_hash: str,
-               trace_id: str) -> str:
+               trace_id: str, attributes: Mapping[str, str] | None = None) -> str:
         """The COPY line (with its newline) of the prototype with these per-row values.
 
         ``dispute_id``: the canonical UUID string (``str(UUID)``); ``source_hash``: lower
-        hex (as validated); ``trace_id``: 1-64 characters without control characters.
+        hex (as validated); ``trace_id``: 1-64 characters without control characters;
+        ``attributes``: the row's checked source attributes (None or empty: none).
         """
         if not self.ok:
-            return self._reference(dispute_id, external_id, source_hash, trace_id)
-        return self._fill(dispute_id, external_id, source_hash, trace_id)
+            return self._reference(dispute_id, external_id, source_hash, trace_id, attributes)
+        return self._fill(dispute_id, external_id, source_hash, trace_id, attributes)
 
     def _fill(self, dispute_id: str, external_id: str | None, source_hash: str,
-              trace_id: str) -> str:
+              trace_id: str, attributes: Mapping[str, str] | None = None) -> str:
         """The template filled in (no check)."""
-        c = self._canon
-        ln = self._line
         if external_id is None:
             ext_json, ext_copy = "null", "\\N"
         else:
-            ext_json, ext_copy = encode_basestring(external_id), _copy_text(external_id)
-        hash_json = encode_basestring(source_hash)
-        trace_json = encode_basestring(trace_id)
-        canonical = "".join((c[0], dispute_id, c[1], ext_json, c[2], hash_json, c[3],
-                             trace_json, c[4]))
+            ext_json, ext_copy = canonical_string(external_id), _copy_text(external_id)
+        hash_json = canonical_string(source_hash)
+        trace_json = canonical_string(trace_id)
+        if not attributes:
+            c, ln = self._cuts[False]
+            canonical = "".join((c[0], dispute_id, c[1], ext_json, c[2], hash_json, c[3],
+                                 trace_json, c[4]))
+            digest = hashlib.sha256(_GENESIS + canonical.encode("utf-8")).hexdigest()
+            return "".join((ln[0], dispute_id, ln[1], ext_copy, ln[2],
+                            _copy_text(source_hash), ln[3], _copy_text(trace_id), ln[4],
+                            digest, ln[5]))
+        c, ln = self._cuts[True]
+        attrs_json = audit_hash.canonical_json(attributes)
+        canonical = "".join((c[0], attrs_json, c[1], dispute_id, c[2], ext_json, c[3],
+                             hash_json, c[4], trace_json, c[5]))
         digest = hashlib.sha256(_GENESIS + canonical.encode("utf-8")).hexdigest()
         return "".join((ln[0], dispute_id, ln[1], ext_copy, ln[2], _copy_text(source_hash),
-                        ln[3], _copy_text(trace_id), ln[4], digest, ln[5]))
+                        ln[3], _copy_text(trace_id), ln[4], _copy_text(attrs_json), ln[5],
+                        digest, ln[6]))
 
 
 _GENESIS = audit_hash.GENESIS

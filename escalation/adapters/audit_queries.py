@@ -5,18 +5,25 @@ Mixed into :class:`escalation.adapters.audit_store.PostgresAuditStore`; nothing 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import groupby
+from typing import Any
 from uuid import UUID
 
 import sqlalchemy as sa
 
 from escalation.adapters.audit_rows import escalation_from_state, ledger_row
+from escalation.adapters.ledger_verify import (
+    LedgerWalk,
+    head_bad_seq,
+    partition_bounds,
+    verify_all_chains,
+)
 from escalation.adapters.tables import STATUSES, escalation_audit, escalation_state
 from escalation.domain.audit_hash import verify_chain
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation, Status
-from escalation.ports import LedgerRow
+from escalation.ports import LedgerCheck, LedgerRow
 
 _A = escalation_audit
 _S = escalation_state
@@ -71,10 +78,65 @@ _LADDER_HEAD_MISMATCH = sa.text(
 )
 
 
+# After the partition walk (``adapters.ledger_verify``): the projection rows in the walked
+# partitions' ranges (:covered, a tstzmultirange) were compared there; the rows outside them
+# (a month removed by retention, a partition with no range) are compared here by dispute id.
+_HEAD_MISMATCH_OUTSIDE = sa.text(str(_HEAD_MISMATCH).replace(
+    "WHERE (CAST(:id AS uuid) IS NULL OR s.dispute_id = CAST(:id AS uuid))",
+    "WHERE (CAST(:covered AS tstzmultirange) IS NULL"
+    " OR NOT s.created_at <@ CAST(:covered AS tstzmultirange))"))
+_COVERED = sa.text(
+    "SELECT count(*) FROM escalation_state WHERE created_at <@ CAST(:covered AS tstzmultirange)")
+# Projection rows of one partition's range without a chain in that partition.
+_WITHOUT_CHAIN = sa.text(
+    """
+    SELECT s.dispute_id, s.last_seq
+      FROM escalation_state AS s
+     WHERE s.created_at >= CAST(:lo AS timestamptz) AND s.created_at < CAST(:hi AS timestamptz)
+       AND NOT EXISTS (
+           SELECT 1 FROM escalation_audit AS a
+            WHERE a.dispute_id = s.dispute_id
+              AND a.chain_created_at >= CAST(:lo AS timestamptz)
+              AND a.chain_created_at < CAST(:hi AS timestamptz))
+       AND NOT EXISTS (
+           SELECT 1 FROM audit_retention AS r
+            WHERE s.created_at >= r.range_from AND s.created_at < r.range_to)
+    """
+)
+_PARTITION_BOUNDS = sa.text(
+    "SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
+    " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'escalation_audit'::regclass")
+
+
+def head_mismatches(
+    conn: sa.Connection, walk: LedgerWalk,
+) -> Iterator[tuple[UUID, int, int | None]]:
+    """``(dispute_id, projection last_seq, chain's last seq or None)`` of the projection
+    heads the partition walk did not compare (``adapters.ledger_verify``, module doc): the
+    rows outside the walked ranges, compared by dispute id; and, when the walk met fewer
+    projection rows than its ranges hold, the rows whose chain is not in their month's
+    partition (a chain removed whole, or placed in another month than its projection's
+    ``created_at``), whose ledger seq is None. In ``conn``'s snapshot (the walk's)."""
+    yield from conn.execute(_HEAD_MISMATCH_OUTSIDE, {"covered": walk.covered})
+    if walk.covered is None:
+        return
+    if int(conn.execute(_COVERED, {"covered": walk.covered}).scalar_one()) == walk.heads:
+        return
+    for (bound,) in conn.execute(_PARTITION_BOUNDS).all():
+        bounds = partition_bounds(bound)
+        if bounds is not None:
+            for d, last_seq in conn.execute(_WITHOUT_CHAIN, {"lo": bounds[0], "hi": bounds[1]}):
+                yield d, last_seq, None
+
+
 class AuditQueries:
     """Read-only queries over the ledger and projection (needs ``self._engine``)."""
 
     _engine: sa.Engine
+    parallel_verify: bool = True
+    """``verify`` of every chain walks the partitions in parallel (``adapters.ledger_verify``);
+    False: one ordered scan in this process (the reference the parallel walk is tested
+    against)."""
 
     def get(self, dispute_id: UUID) -> tuple[Escalation, Status] | None:
         """The recorded state of one escalation and its status, or None if never enqueued."""
@@ -130,10 +192,11 @@ class AuditQueries:
         after = [r[1] for r in ranges]
         upto = [r[2] for r in ranges]
         sql = sa.text(
-            "SELECT DISTINCT ON (a.dispute_id) a.* FROM escalation_audit a "
+            "SELECT DISTINCT ON (a.dispute_id) a.*, s.source FROM escalation_audit a "
             "JOIN unnest(CAST(:ids AS uuid[]), CAST(:after AS bigint[]), "
             "CAST(:upto AS bigint[])) AS r(dispute_id, after_seq, upto_seq) "
             "ON a.dispute_id = r.dispute_id AND a.seq > r.after_seq AND a.seq <= r.upto_seq "
+            "LEFT JOIN escalation_state s ON s.dispute_id = a.dispute_id "
             "WHERE a.event IN ('PROMOTED', 'TERMINAL') ORDER BY a.dispute_id, a.seq DESC"
         )
         with self._engine.connect() as conn:
@@ -201,8 +264,10 @@ class AuditQueries:
     ) -> list[tuple[UUID, int]]:
         """Check hash chains; return ``(dispute_id, first_bad_seq)`` per broken chain.
 
-        ``progress`` (optional, ``escalation.service_layer.progress.Progress``) is called as
-        ``progress("chains", chains checked, None)`` every 1,000 chains and at the end.
+        ``progress`` (optional, ``escalation.service_layer.progress_report.Progress``) is called as
+        ``progress("chains", chains checked, None)`` every 1,000 chains (every partition, for
+        all) and at the end. Every chain (``dispute_id`` None) is walked partition by
+        partition in parallel processes sharing this snapshot (:meth:`check_ledger`).
 
         Walks each chain (one dispute, or all with ``dispute_id`` None, streamed) with
         :func:`escalation.domain.audit_hash.verify_chain`, and compares each projection
@@ -211,6 +276,8 @@ class AuditQueries:
         too. Runs in one REPEATABLE READ snapshot, alongside live writers.
         Returns an empty list when everything verifies; sorted by dispute id.
         """
+        if dispute_id is None and self.parallel_verify:
+            return self.check_ledger(progress).broken
         bad: dict[UUID, int] = {}
         stmt = sa.select(_A).order_by(_A.c.dispute_id, _A.c.seq)
         if dispute_id is not None:
@@ -228,20 +295,32 @@ class AuditQueries:
                     progress("chains", chains, None)
             if progress is not None:
                 progress("chains", chains, chains)
-            for d, last_seq, ledger_seq in conn.execute(_HEAD_MISMATCH, {"id": dispute_id}):
-                seq = _head_bad_seq(int(last_seq), None if ledger_seq is None else int(ledger_seq))
-                bad[d] = min(seq, bad.get(d, seq))
-            for d, last_seq, ledger_seq in conn.execute(_LADDER_HEAD_MISMATCH,
-                                                        {"id": dispute_id}):
-                seq = _head_bad_seq(int(last_seq), None if ledger_seq is None else int(ledger_seq))
-                bad[d] = min(seq, bad.get(d, seq))
+            heads = conn.execute(_HEAD_MISMATCH, {"id": dispute_id}).all()
+            _add_heads(bad, heads)
+            _add_heads(bad, conn.execute(_LADDER_HEAD_MISMATCH, {"id": dispute_id}))
         return sorted(bad.items(), key=lambda item: str(item[0]))
 
+    def check_ledger(
+        self, progress: Callable[[str, int, int | None], None] | None = None,
+    ) -> LedgerCheck:
+        """The whole ledger in one snapshot and one read: every partition walked by its own
+        process (``adapters.ledger_verify``: links, projection heads and projection rows),
+        then the projection heads the walk could not compare (:func:`head_mismatches`) and
+        the ladder version chains' heads. ``progress`` as for :meth:`verify`."""
+        bad: dict[UUID, int] = {}
+        repeatable = self._engine.connect().execution_options(isolation_level="REPEATABLE READ")
+        with repeatable as conn, conn.begin():
+            walk = verify_all_chains(conn, self._engine, progress=progress)
+            bad.update(walk.broken)
+            _add_heads(bad, head_mismatches(conn, walk))
+            _add_heads(bad, conn.execute(_LADDER_HEAD_MISMATCH, {"id": None}))
+        return LedgerCheck(sorted(bad.items(), key=lambda item: str(item[0])),
+                           walk.mismatches, walk.chains, walk.rows)
 
-def _head_bad_seq(state_seq: int, ledger_seq: int | None) -> int:
-    """First seq in doubt when the projection head and the chain's last row disagree."""
-    if ledger_seq is None:
-        return 1
-    if ledger_seq == state_seq:
-        return state_seq  # same seq, different hash: the last row was rewritten
-    return min(ledger_seq, state_seq) + 1
+
+def _add_heads(bad: dict[UUID, int], heads: Iterable[Sequence[Any]]) -> None:
+    """Merge ``(dispute_id, projection last_seq, ledger last seq or None)`` head mismatches
+    into ``bad`` (the first seq in doubt per chain)."""
+    for d, last_seq, ledger_seq in heads:
+        seq = head_bad_seq(int(last_seq), None if ledger_seq is None else int(ledger_seq))
+        bad[d] = min(seq, bad.get(d, seq))

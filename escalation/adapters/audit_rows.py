@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from escalation.domain import audit_hash
@@ -64,6 +64,7 @@ def escalation_from_state(row: Mapping[Any, Any]) -> Escalation:
         deadlines=deadlines_from_json(row.get("deadlines")),
         institution_tz=row.get("institution_tz"),
         institution_calendar=row.get("institution_calendar"),
+        source=row.get("source"),
     )
 
 
@@ -83,28 +84,31 @@ def deadlines_from_json(value: Any) -> tuple[tuple[str, datetime], ...]:
     return tuple((str(n), utc(datetime.fromisoformat(str(at)))) for n, at in items)
 
 
-def chained_row(
-    state: Mapping[str, Any],
-    *,
-    event: str,
-    match_decision: str,
-    actor: str,
-    decided_at: datetime,
-    from_tier: str | None,
-    to_tier: str | None,
-    due_at: datetime | None,
-    next_due_at: datetime | None,
-    fence_token: int | None = None,
-    calendar_version: str | None = None,
-    details: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+class RowFacts(NamedTuple):
+    """What one ledger row says beyond its dispute's projection (:func:`chained_row`): the
+    ledger columns of the same names (instants aware). A tuple: it is built once per row on
+    the firing path."""
+
+    event: str
+    match_decision: str
+    actor: str
+    decided_at: datetime
+    from_tier: str | None
+    to_tier: str | None
+    due_at: datetime | None
+    next_due_at: datetime | None
+    fence_token: int | None = None
+    calendar_version: str | None = None
+    details: Mapping[str, Any] | None = None
+
+
+def chained_row(state: Mapping[str, Any], facts: RowFacts) -> dict[str, Any]:
     """The next ledger row of ``state``'s chain, with ``seq``, ``prev_hash`` and ``row_hash``.
 
     Args:
         state: the dispute's projection *after* the event (ladder, materiality, trace id, ...)
             plus ``last_seq``/``last_hash`` *before* it (the chain head being extended).
-        event, match_decision, actor, decided_at, from_tier, to_tier, due_at, next_due_at,
-        fence_token, calendar_version, details: the ledger columns of the same names.
+        facts: the row's own columns (:class:`RowFacts`).
 
     Returns:
         A dict of every ledger column except ``recorded_at`` (the database assigns it).
@@ -114,6 +118,8 @@ def chained_row(
     Raises:
         InvalidInput: a value with no canonical hash form (naive datetime, float in details).
     """
+    (event, match_decision, actor, decided_at, from_tier, to_tier, due_at, next_due_at,
+     fence_token, calendar_version, details) = facts
     fields: dict[str, Any] = {
         "dispute_id": state["dispute_id"],
         "seq": int(state["last_seq"]) + 1,
@@ -170,4 +176,5 @@ def ledger_row(row: Mapping[Any, Any]) -> LedgerRow:
         calendar_version=row.get("calendar_version"),
         regulatory_deadline=utc_opt(row.get("regulatory_deadline")),
         chain_created_at=utc_opt(row.get("chain_created_at")),
+        source=row.get("source"),
     )

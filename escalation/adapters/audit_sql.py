@@ -63,8 +63,7 @@ def _copy_type(column: sa.Column[Any]) -> str:
 
 
 # Binary COPY: each value goes out in PostgreSQL's binary form (psycopg's C dumpers), which
-# costs less to format here and to parse in the server than text (CHANGELOG.md, "Firing path
-# CPU (fourth pass)").
+# costs less to format here and to parse in the server than text.
 COPY_TYPES = tuple(_copy_type(escalation_audit.c[name]) for name in COPY_COLUMNS)
 _COPY_VALUES = operator.itemgetter(*COPY_COLUMNS)  # a ledger row dict -> its COPY values
 _DETAILS = COPY_COLUMNS.index("details")  # the one column wrapped (Jsonb) before dumping

@@ -16,6 +16,7 @@ it is in :mod:`escalation.adapters.audit_sql`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -53,7 +54,7 @@ from escalation.domain.errors import ConflictError, DuplicateEvent, InvalidInput
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.record_rule import check_recordable
 from escalation.domain.timeutil import require_aware
-from escalation.ports import ClaimedItem, RecordOutcome
+from escalation.ports import ClaimedItem, LedgerEvent, RecordOutcome
 
 __all__ = ["MUTABLE_STATE", "PostgresAuditStore"]
 
@@ -217,9 +218,8 @@ class PostgresAuditStore(AuditQueries):
             if state["status"] == Status.RESOLVED.value:
                 raise ConflictError(f"dispute {dispute_id} is already resolved; it cannot be "
                                     "cancelled")
-            return append_row(
-                conn,
-                state,
+            return append_row(conn, state, LedgerEvent(
+                dispute_id,
                 event="CANCELLED",
                 match_decision="CANCELLED",
                 actor=actor,
@@ -228,8 +228,7 @@ class PostgresAuditStore(AuditQueries):
                 details={"reason": reason},
                 # the calendar the escalation was counting in (its last row's), so every
                 # row of the chain names one
-                calendar_version=last_calendar_version(conn, state),
-            )
+                calendar_version=last_calendar_version(conn, state)))
 
     def record_stuck(
         self,
@@ -250,35 +249,24 @@ class PostgresAuditStore(AuditQueries):
                 state = lock_one(conn, dispute_id)
             except NotFound:
                 return None
-            return append_row(
-                conn,
-                state,
+            return append_row(conn, state, LedgerEvent(
+                dispute_id,
                 event="STUCK_MEMBER",
                 match_decision="STUCK_MEMBER",
                 actor=actor,
                 decided_at=decided_at,
                 changes={},
-                details=details or {},
-            )
+                details=details or {}))
 
-    def append_event(
-        self,
-        dispute_id: UUID,
-        event: str,
-        match_decision: str,
-        actor: str,
-        decided_at: datetime,
-        changes: Mapping[str, Any],
-        details: Mapping[str, Any],
-        *,
-        expected_seq: int | None = None,
-        calendar_version: str | None = None,
-    ) -> Escalation:
-        """Append one ledger row and apply ``changes`` to the projection, in one transaction.
+    def append_event(self, entry: LedgerEvent) -> Escalation:
+        """Append ``entry``'s ledger row and apply its ``changes`` to the projection, in one
+        transaction.
 
         The generic verb behind pause, resume, ladder migration, warnings, dead letters.
         The ledger row's ``from_tier``/``due_at`` are the values before, ``to_tier``/
         ``next_due_at``/``ladder``/``ladder_version`` the values after the change.
+
+        ``entry`` (:class:`escalation.ports.LedgerEvent`):
 
         Args:
             event: one of ``tables.LEDGER_EVENTS``.
@@ -295,6 +283,8 @@ class PostgresAuditStore(AuditQueries):
                 for the same dispute, tier seq and fraction); nothing written.
             InvalidInput: unknown event or column, bad status, naive datetime, float.
         """
+        dispute_id, event, expected_seq = entry.dispute_id, entry.event, entry.expected_seq
+        decided_at, changes = entry.decided_at, entry.changes
         if event not in LEDGER_EVENTS:
             raise InvalidInput(f"unknown ledger event {event!r}; expected one of {LEDGER_EVENTS}")
         require_aware(decided_at, "decided_at")
@@ -307,17 +297,7 @@ class PostgresAuditStore(AuditQueries):
                         f"dispute {dispute_id} is at seq {state['last_seq']}, "
                         f"expected {expected_seq}"
                     )
-                return append_row(
-                    conn,
-                    state,
-                    event=event,
-                    match_decision=match_decision,
-                    actor=actor,
-                    decided_at=decided_at,
-                    changes=clean,
-                    details=details,
-                    calendar_version=calendar_version,
-                )
+                return append_row(conn, state, replace(entry, changes=clean))
         except sa.exc.IntegrityError as exc:
             if not isinstance(exc.orig, UniqueViolation):
                 raise
@@ -385,4 +365,4 @@ def _recorded(esc: Escalation) -> Escalation:
         trace_id=esc.trace_id, external_id=esc.external_id,
         regulatory_deadline=esc.regulatory_deadline, status=Status.PENDING,
         deadlines=esc.deadlines, institution_tz=esc.institution_tz,
-        institution_calendar=esc.institution_calendar)
+        institution_calendar=esc.institution_calendar, source=esc.source)

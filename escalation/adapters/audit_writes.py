@@ -15,7 +15,12 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from escalation.adapters.audit_rows import chained_row, deadlines_json, escalation_from_state
+from escalation.adapters.audit_rows import (
+    RowFacts,
+    chained_row,
+    deadlines_json,
+    escalation_from_state,
+)
 from escalation.adapters.tables import STATUSES, escalation_audit, escalation_state
 from escalation.domain.decide import Decision
 from escalation.domain.errors import InvalidInput
@@ -23,7 +28,7 @@ from escalation.domain.escalation import Escalation, Status, status_of
 from escalation.domain.materiality import Materiality
 from escalation.domain.record_rule import ProjectionHead, RecordRequest, plan_record
 from escalation.domain.timeutil import require_aware
-from escalation.ports import ClaimedItem, RecordOutcome, RecordStatus
+from escalation.ports import ClaimedItem, LedgerEvent, RecordOutcome, RecordStatus
 
 _S = escalation_state
 MUTABLE_STATE = frozenset(
@@ -64,6 +69,7 @@ def enqueue_rows(
     state: dict[str, Any] = {
         "dispute_id": esc.dispute_id,
         "external_id": esc.external_id,
+        "source": esc.source,
         "status": Status.PENDING.value,
         "tier": esc.tier,
         "ladder": esc.ladder,
@@ -81,8 +87,7 @@ def enqueue_rows(
         "last_seq": 0,
         "last_hash": b"\x00" * 32,
     }
-    ledger = chained_row(
-        state,
+    ledger = chained_row(state, RowFacts(
         event="ENQUEUED",
         match_decision="ENQUEUED",
         actor=actor,
@@ -97,8 +102,7 @@ def enqueue_rows(
             **({"deadlines": {n: at.isoformat() for n, at in esc.deadlines}}
                if esc.deadlines else {}),
             **(extra or {}),
-        },
-    )
+        }))
     state["last_seq"] = 1
     state["last_hash"] = ledger["row_hash"]
     return {"state": state, "ledger": ledger}
@@ -138,8 +142,7 @@ def apply_decisions(
             continue
         entry, after = plan.entry, plan.head
         state["regulatory_deadline"] = after.regulatory_deadline
-        row = chained_row(
-            state,
+        row = chained_row(state, RowFacts(
             event=entry.event,
             match_decision=entry.match_decision,
             actor=actor,
@@ -150,9 +153,8 @@ def apply_decisions(
             next_due_at=entry.next_due_at,
             fence_token=claimed.token,
             calendar_version=entry.calendar_version,
-            **({"details": {"deadline": decision.deadline_detail}}
-               if decision.deadline_detail is not None else {}),
-        )
+            details=({"deadline": decision.deadline_detail}
+                     if decision.deadline_detail is not None else None)))
         ledger.append(row)
         state.update(
             tier=after.tier,
@@ -189,38 +191,28 @@ def clean_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
     return clean
 
 
-def append_row(
-    conn: sa.Connection,
-    state: dict[str, Any],
-    *,
-    event: str,
-    match_decision: str,
-    actor: str,
-    decided_at: datetime,
-    changes: Mapping[str, Any],
-    details: Mapping[str, Any],
-    calendar_version: str | None = None,
-) -> Escalation:
-    """Append one chained ledger row for ``state`` (locked) and apply ``changes``."""
+def append_row(conn: sa.Connection, state: dict[str, Any], entry: LedgerEvent) -> Escalation:
+    """Append ``entry``'s chained ledger row for ``state`` (locked) and apply its
+    ``changes`` (``entry.dispute_id`` and ``entry.expected_seq`` are the caller's: ``state``
+    is the row it locked and checked)."""
+    changes = entry.changes
     before = dict(state)
     after = {**state, **changes}
     if after["status"] != Status.PENDING.value and "due_at" not in changes:
         after["due_at"] = None
     if after["status"] == Status.PENDING.value and after["due_at"] is None:
         raise InvalidInput("a pending escalation needs due_at")
-    row = chained_row(
-        after,
-        event=event,
-        match_decision=match_decision,
-        actor=actor,
-        decided_at=decided_at,
+    row = chained_row(after, RowFacts(
+        event=entry.event,
+        match_decision=entry.match_decision,
+        actor=entry.actor,
+        decided_at=entry.decided_at,
         from_tier=before["tier"],
         to_tier=after["tier"],
         due_at=before["due_at"],
         next_due_at=after["due_at"],
-        calendar_version=calendar_version,
-        details=details,
-    )
+        calendar_version=entry.calendar_version,
+        details=entry.details))
     conn.execute(sa.insert(escalation_audit), [row])
     values = {k: after[k] for k in MUTABLE_STATE}
     values.update(last_seq=row["seq"], last_hash=row["row_hash"])

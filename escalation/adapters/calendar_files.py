@@ -42,13 +42,15 @@ from escalation.domain.business_calendar import (
 from escalation.domain.calendars import Calendar
 from escalation.domain.errors import ConfigError, InvalidInput
 
+# defer_build: a model's validator is built at its first use, not at import (every command
+# imports this module; only a deployment with a calendars file validates one)
 Clock = Annotated[str, StringConstraints(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$|^24:00$")]
 
 
 class HoursModel(BaseModel):
     """Working hours, local ``"HH:MM"``; ``close = "24:00"`` means midnight."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     open: Clock = "09:00"
     close: Clock = "17:00"
 
@@ -56,7 +58,7 @@ class HoursModel(BaseModel):
 class CalendarModel(BaseModel):
     """One deployment calendar."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     id: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)]
     version: str | None = None
     base: str | None = None
@@ -71,7 +73,7 @@ class CalendarModel(BaseModel):
 class CalendarFile(BaseModel):
     """The calendars file: ``[[calendars]]`` tables."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     calendars: list[CalendarModel] = Field(default_factory=list)
 
 

@@ -12,22 +12,22 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import weakref
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 
 from escalation.domain.errors import ConfigError, DatabaseReadOnly, SchemaNotAtHead
 from escalation.resources import migrations_dir
+
+if TYPE_CHECKING:  # Alembic is imported only by the commands that migrate (CLI start-up)
+    from alembic.config import Config
 
 DRIVER = "postgresql+psycopg"
 _ACCEPTED_DRIVERS = frozenset(
@@ -130,7 +130,7 @@ def _utc_loader(fmt: Format) -> type[Loader]:
 def _read_timestamps_in_utc(dbapi_connection: Any, _record: Any) -> None:
     """SQLAlchemy ``connect`` hook: every ``timestamptz`` this connection reads comes back in
     UTC, without setting the session's ``TimeZone`` (session state a transaction-pooling
-    pooler would hand to another client or lose; docs/operations.md, "Poolers")."""
+    pooler would hand to another client or lose; docs/postgresql.md, "Poolers")."""
     for fmt in (Format.TEXT, Format.BINARY):
         dbapi_connection.adapters.register_loader("timestamptz", _utc_loader(fmt))
 
@@ -266,6 +266,8 @@ def alembic_config(url: str | None = None) -> Config:
 
     With ``url`` None, ``migrations/env.py`` falls back to ``ESCALATION_DATABASE_URL``.
     """
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     if url is not None:
@@ -288,6 +290,9 @@ def upgrade_to_head(url: str) -> list[str]:
         before = current_revision(engine)
     finally:
         engine.dispose()
+    from alembic import command
+    from alembic.script import ScriptDirectory
+
     scripts = ScriptDirectory(str(migrations_dir()))
     pending = [
         f"{rev.revision} ({rev.doc})"
@@ -303,21 +308,53 @@ def downgrade(url: str, rev: str) -> None:
 
     Dropping the ledger destroys the audit record: only for tests and fresh installs.
     """
+    from alembic import command
+
     command.downgrade(alembic_config(url), rev)
 
 
 def current_revision(engine: sa.Engine) -> str | None:
-    """The Alembic revision the database is at, or None if it was never migrated."""
+    """The Alembic revision the database is at, or None if it was never migrated.
+
+    Read from Alembic's ``alembic_version`` table with one query (what
+    ``MigrationContext.get_current_revision`` reads), so a command's schema check does not
+    import Alembic.
+    """
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        if conn.execute(sa.text("SELECT to_regclass('alembic_version')")).scalar() is None:
+            return None
+        return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+
+
+_REVISION_LINE = re.compile(r'^(revision|down_revision)\b[^=]*=\s*["\']([^"\']+)["\']', re.M)
+_head_cache: dict[str, str] = {}
 
 
 def head_revision() -> str:
-    """The head revision of the scripts shipped in ``migrations/versions``."""
+    """The head revision of the scripts shipped in ``migrations/versions``: the revision no
+    other revision names as its ``down_revision``.
+
+    Read from the files' ``revision`` / ``down_revision`` lines without importing Alembic or
+    the scripts (every command checks the schema at start-up; ``tests/unit/test_db_head.py``
+    checks it against Alembic's ``ScriptDirectory``).
+
+    Raises:
+        SchemaNotAtHead: no revision, or not exactly one head.
+    """
     folder = migrations_dir()
-    head = ScriptDirectory(str(folder)).get_current_head()
-    if head is None:  # pragma: no cover - the repository always ships revisions
-        raise SchemaNotAtHead(f"no Alembic revisions found under {folder}")
+    cached = _head_cache.get(str(folder))
+    if cached is not None:
+        return cached
+    revisions: set[str] = set()
+    downs: set[str] = set()
+    for path in (folder / "versions").glob("*.py"):
+        for kind, rev in _REVISION_LINE.findall(path.read_text(encoding="utf-8")):
+            (revisions if kind == "revision" else downs).add(rev)
+    heads = revisions - downs
+    if len(heads) != 1:  # pragma: no cover - the repository ships one linear history
+        raise SchemaNotAtHead(f"expected one Alembic head under {folder}, found "
+                              f"{sorted(heads) or 'none'}")
+    _head_cache[str(folder)] = head = heads.pop()
     return head
 
 

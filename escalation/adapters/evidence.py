@@ -1,5 +1,6 @@
-"""Files and the signature of the examiner's case file (implement ``ports.CaseFileSources``
-and ``ports.DocumentSigner``; the format is ``domain.case_file``).
+"""Files and the signature of the examiner's case file (implement
+``service_layer.case_file.CaseFileSources`` and ``ports.DocumentSigner``; the format is
+``domain.case_file``).
 
 * :class:`EvidenceFiles`: a ladder version's file as released (read through the released
   catalog, so the bytes are the ones whose SHA-256 the release recorded) and the institution

@@ -18,7 +18,7 @@ import re
 import threading
 import time
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -28,7 +28,6 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit
 from escalation.domain.errors import (
-    RELEASE_BROKEN,
     InvalidInput,
     LadderError,
     LadderReleaseError,
@@ -45,6 +44,7 @@ from escalation.domain.ladder import (
     RegulatoryDeadline,
     Requirement,
     Tier,
+    unknown_ladder,
 )
 from escalation.domain.ladder_check import check_ladders
 from escalation.domain.obligations import Outcome
@@ -443,18 +443,20 @@ def load_ladder_file(path: Path) -> Ladder:
 
 def check_ladder_dir(
     path: Path, applied_checksums: Mapping[tuple[str, int], str] | None = None,
-    calendars: CalendarRegistry | None = None,
+    calendars: CalendarRegistry | None = None, skip: Collection[str] = (),
 ) -> list[str]:
     """Everything ``escalation ladder check`` reports for the ``*.toml`` files in ``path``.
 
     File-level errors (parse, schema, naming) plus :func:`check_ladders` over the files that
     parsed, against ``calendars`` (the deployment's: built-in plus its calendars file; None
     = the built-in ones). An empty list means every file is valid. Never raises for a bad
-    file.
+    file. ``skip``: names of files left out (their problems are reported otherwise).
     """
     errors: list[str] = []
     ladders: list[Ladder] = []
     for file in sorted(path.glob("*.toml")):
+        if file.name in skip:
+            continue
         ladder, file_errors = _parse(file)
         errors.extend(file_errors)
         if ladder is not None:
@@ -533,13 +535,15 @@ class LadderCatalog:
             ) from None
 
     def latest(self, name: str) -> Ladder:
-        """The highest version of ladder ``name``. Raises LadderError if unknown."""
+        """The highest version of ladder ``name``.
+
+        Raises:
+            LadderNotFound: no valid file has ``name`` (exit 3; a malformed name: LadderError,
+                :func:`~escalation.domain.ladder.unknown_ladder`).
+        """
         versions = self.versions(name)
         if not versions:
-            raise LadderError(
-                f"ladder {name!r} not found (ladders: {', '.join(self.names())})"
-                + self._invalid_note()
-            )
+            raise unknown_ladder(name, self.names(), self._invalid_note())
         return self._by_key[(name, versions[-1])]
 
     def find(self, name: str, version: int) -> Ladder | None:
@@ -583,7 +587,7 @@ class ReleasedLadders:
     A file that was never released changes nothing (it is not listed by :meth:`latest`,
     :meth:`get` refuses it). A released version whose file went missing, no longer parses,
     or whose SHA-256 differs from the released checksum raises :class:`LadderReleaseError`
-    (message prefix ``RELEASE_BROKEN``: workers dead-letter the escalations pinned to it).
+    (code ``RELEASE_BROKEN``: workers dead-letter the escalations pinned to it).
 
     The files and the release records are re-read every ``refresh_s`` seconds (monotonic)
     and on a miss, so a long-running worker sees a new release and an edited file.
@@ -686,7 +690,7 @@ class ReleasedLadders:
     @property
     def errors(self) -> list[str]:
         """Invalid files on disk plus every broken release (see :meth:`problems`)."""
-        return [*self.files.errors, *self.problems()]
+        return [*self.files.errors, *(str(e) for e in self.problems())]
 
     # ------------------------------------------------------------------ lookups
     def get(self, name: str, version: int) -> Ladder:
@@ -710,7 +714,9 @@ class ReleasedLadders:
         Raises:
             LadderReleaseError: that version's file is missing, invalid or edited (enqueue
                 refuses rather than pin an older version silently).
-            LadderError: ``name`` has no released version.
+            LadderError: ``name`` has files but no released version (exit 2).
+            LadderNotFound: no file and no release has ``name`` (exit 3; a malformed name:
+                LadderError, :func:`~escalation.domain.ladder.unknown_ladder`).
         """
         versions = self.versions(name)
         if not versions:
@@ -718,10 +724,13 @@ class ReleasedLadders:
             versions = self.versions(name)
         if not versions:
             on_disk = self.files.versions(name)
+            if not on_disk and not any(f"{name}.v" in e for e in self.files.errors):
+                raise unknown_ladder(name, self.names(), " (released ladders)")
             hint = (f"; files v{', v'.join(map(str, on_disk))} exist but none is released "
                     f"(`escalation ladder release --ladder {name} --version 1`)"
-                    if on_disk else f" (released ladders: {', '.join(self.names()) or 'none'})")
-            raise LadderError(f"ladder {name!r} has no released version{hint}")
+                    if on_disk else "; only invalid files have it (`escalation ladder check`)")
+            raise LadderError(f"ladder {name!r} has no released version{hint}",
+                              field="ladder")
         return self.get(name, versions[-1])
 
     def versions(self, name: str) -> list[int]:
@@ -742,20 +751,20 @@ class ReleasedLadders:
                 out.append(ladder)
         return out
 
-    def problems(self) -> list[str]:
-        """One line per released version whose file is missing, invalid or edited, for the
-        ladders that have at least one file in the directory (a database may hold the
-        releases of several deployments' directories)."""
+    def problems(self) -> list[LadderReleaseError]:
+        """One error per released version whose file is missing, invalid or edited (its
+        ``release`` names the file), for the ladders that have at least one file in the
+        directory (a database may hold the releases of several deployments' directories)."""
         files, released = self._fresh()
         on_disk = {p.name.split(".v", 1)[0] for p in self.path.glob("*.toml")}
-        out: list[str] = []
+        out: list[LadderReleaseError] = []
         for name, version in sorted(released):
             if name not in on_disk:
                 continue
             try:
                 _resolve(self.path, files, released, name, version)
-            except LadderError as exc:
-                out.append(str(exc))
+            except LadderReleaseError as exc:
+                out.append(exc)
         return out
 
 
@@ -794,13 +803,19 @@ def release_fault(path: Path, files: LadderCatalog, name: str, version: int,
                              file=file.name)
 
 
+_RELEASE_BROKEN = "released ladder file broken"
+"""The first words of every :class:`LadderReleaseError` message this module raises (for
+people: code acts on the error's ``code`` and ``release``)."""
+
+
 def verify_released(path: Path, files: LadderCatalog, name: str, version: int,
                     checksum: str) -> Ladder:
     """The file of released ``name@version`` if it is present, valid and has ``checksum``.
 
     Raises:
         LadderReleaseError: missing, invalid, or edited after release (message starts with
-            ``RELEASE_BROKEN`` and names the file; ``release`` says which fault as a value).
+            ``released ladder file broken`` and names the file, for people; code
+            ``RELEASE_BROKEN`` and ``release`` say what it is, for code).
     """
     file = path / f"{name}.v{version}.toml"
     fault = release_fault(path, files, name, version, checksum)
@@ -810,22 +825,23 @@ def verify_released(path: Path, files: LadderCatalog, name: str, version: int,
         return ladder
     if fault.fault is ReleaseFault.MISSING:
         raise LadderReleaseError(
-            f"{RELEASE_BROKEN}: {file}: released file of {name}@{version} is missing (released "
+            f"{_RELEASE_BROKEN}: {file}: released file of {name}@{version} is missing (released "
             f"checksum {checksum[:12]}); restore it from version control", fault)
     if fault.fault is ReleaseFault.INVALID:
         why = " | ".join(e for e in files.errors if str(file) in e) or "invalid"
         raise LadderReleaseError(
-            f"{RELEASE_BROKEN}: {file}: released file of {name}@{version} is no longer valid "
+            f"{_RELEASE_BROKEN}: {file}: released file of {name}@{version} is no longer valid "
             f"({why}); restore the released file", fault)
     raise LadderReleaseError(
-        f"{RELEASE_BROKEN}: {file}: released file of {name}@{version} was edited after "
+        f"{_RELEASE_BROKEN}: {file}: released file of {name}@{version} was edited after "
         f"release (checksum {(fault.found_checksum or '')[:12]}, released {checksum[:12]}); "
         f"restore it and put the change in a new version", fault)
 
 
 def check_ladder_dir_with_history(ladders_dir: Path, history: LadderHistory | None,
                                   calendars: CalendarRegistry | None = None, *,
-                                  deployment: bool = False) -> list[str]:
+                                  deployment: bool = False,
+                                  skip: Collection[str] = ()) -> list[str]:
     """Every problem ``escalation ladder check`` reports (empty = valid), against
     ``calendars`` (the deployment's; None = the built-in ones).
 
@@ -835,17 +851,20 @@ def check_ladder_dir_with_history(ladders_dir: Path, history: LadderHistory | No
     a scratch ``--dir``) and the database is bound to the deployment (so every release in
     it is this directory's), so a released ladder with no file left in it while escalations
     are pinned to it is reported too (workers dead-letter each of them; moving every file of a
-    ladder away was otherwise invisible).
+    ladder away was otherwise invisible). ``skip``: names of files (``<ladder>.v<N>.toml``)
+    whose problems the caller reports itself (the doctor's broken releases): left out.
     """
     if history is None:
         return check_ladder_dir(ladders_dir, {}, calendars)
     names = {p.name.split(".v", 1)[0] for p in ladders_dir.glob("*.toml")}
-    applied = {k: v for k, v in history.applied_checksums().items() if k[0] in names}
-    errors = check_ladder_dir(ladders_dir, applied, calendars)
+    applied = {k: v for k, v in history.applied_checksums().items()
+               if k[0] in names and f"{k[0]}.v{k[1]}.toml" not in skip}
+    errors = check_ladder_dir(ladders_dir, applied, calendars, skip)
     files = LadderCatalog.from_dir(ladders_dir, strict=False, calendars=calendars)
     released = history.released_checksums()
     for (name, version), checksum in sorted(released.items()):
-        if name in names and not (ladders_dir / f"{name}.v{version}.toml").exists():
+        file = f"{name}.v{version}.toml"
+        if name in names and file not in skip and not (ladders_dir / file).exists():
             try:
                 verify_released(ladders_dir, files, name, version, checksum)
             except LadderError as exc:

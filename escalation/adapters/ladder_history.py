@@ -19,7 +19,10 @@ escalations of one ladder, and the one-transaction-per-batch migration write.
 
 from __future__ import annotations
 
+import threading
+from collections import ChainMap, deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -28,7 +31,13 @@ from uuid import UUID
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
-from escalation.adapters.audit_rows import chained_row, escalation_from_state, utc, utc_opt
+from escalation.adapters.audit_rows import (
+    RowFacts,
+    chained_row,
+    escalation_from_state,
+    utc,
+    utc_opt,
+)
 from escalation.adapters.audit_sql import array_literal as _array_literal
 from escalation.adapters.audit_sql import copy_ledger as _copy_ledger
 from escalation.adapters.tables import (
@@ -41,8 +50,20 @@ from escalation.domain.audit_hash import GENESIS
 from escalation.domain.errors import ConflictError, NotFound
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder_ledger import LadderEvent, ReleaseEvent, ladder_chain_id, run_event
-from escalation.domain.ladder_plan import Blocked, PlanItem
-from escalation.ports import BatchResult, HistoryRow, Page, ReleaseRow, Replan
+from escalation.domain.ladder_plan import PlanItem
+from escalation.domain.migration_rule import OPEN, Checked, LockedHead, check_batch
+from escalation.ports import (
+    ALL_OPEN,
+    BatchResult,
+    HistoryRow,
+    MigrationBatch,
+    NewRelease,
+    NewRun,
+    OpenFilter,
+    Page,
+    ReleaseRow,
+    Replan,
+)
 
 __all__ = ["BatchResult", "HistoryRow", "LadderHistoryStore", "Page", "ReleaseRow", "Replan"]
 
@@ -51,7 +72,7 @@ _H = ladder_history
 _R = ladder_release
 _A = escalation_audit
 _UUIDS = pg.ARRAY(pg.UUID(as_uuid=True))
-_OPEN = (Status.PENDING.value, Status.PAUSED.value)
+_OPEN = tuple(sorted(s.value for s in OPEN))  # the statuses a migration moves
 MAX_PAGE = 10_000
 
 # One statement moves every migrated projection row of a batch (arrays as text literals,
@@ -107,9 +128,17 @@ def _release_of(r: Mapping[Any, Any]) -> ReleaseRow:
     return _release_row(r, first)
 
 
+@dataclass(frozen=True, slots=True)
+class _Stamp:
+    """Who wrote a ledger row of this store, when (aware), and the row's details."""
+
+    actor: str
+    decided_at: datetime
+    details: Mapping[str, Any]
+
+
 def _append_event(
-    conn: sa.Connection, head: Mapping[Any, Any], event: LadderEvent, *, actor: str,
-    decided_at: datetime, details: Mapping[str, Any],
+    conn: sa.Connection, head: Mapping[Any, Any], event: LadderEvent, stamp: _Stamp,
 ) -> dict[str, Any]:
     """Append ``event`` to the chain of the ``ladder_release`` row ``head`` (locked by the
     caller, or inserted in this transaction) and move the head; returns the ledger row.
@@ -129,9 +158,10 @@ def _append_event(
         "regulatory_deadline": None, "trace_id": "", "source_hash": head["checksum"],
         "external_id": None, "created_at": created,
     }
-    row = chained_row(state, event=event.value, match_decision=event.value, actor=actor,
-                      decided_at=decided_at, from_tier=None, to_tier=None, due_at=None,
-                      next_due_at=None, details=details)
+    row = chained_row(state, RowFacts(
+        event=event.value, match_decision=event.value, actor=stamp.actor,
+        decided_at=stamp.decided_at, from_tier=None, to_tier=None, due_at=None,
+        next_due_at=None, details=stamp.details))
     _copy_ledger(conn, [row])
     conn.execute(
         sa.update(_R).where(_R.c.ladder == head["ladder"], _R.c.version == head["version"])
@@ -150,9 +180,9 @@ def _insert_release(
     ).mappings().first()
     if new is None:
         return None
-    row = _append_event(conn, new, event, actor=values["released_by"],
-                        decided_at=values["released_at"],
-                        details={"reason": values["reason"], "checksum": values["checksum"]})
+    row = _append_event(conn, new, event, _Stamp(
+        values["released_by"], values["released_at"],
+        {"reason": values["reason"], "checksum": values["checksum"]}))
     head = {**new, "chain_id": row["dispute_id"], "chain_created_at": row["chain_created_at"]}
     return _release_row(head, row)
 
@@ -175,6 +205,14 @@ class LadderHistoryStore:
 
     def __init__(self, engine: sa.Engine) -> None:
         self._engine = engine
+        self._served = _ServedPages()
+        self._notes: dict[int, tuple[UUID, int]] = {}
+        self._notes_lock = threading.Lock()
+
+    def _take_note(self, run_id: int) -> tuple[UUID, int] | None:
+        """The Redis resume point noted for ``run_id`` since its last write (and forget it)."""
+        with self._notes_lock:
+            return self._notes.pop(run_id, None)
 
     # ------------------------------------------------------------------ releases
     def releases(self, ladder: str | None = None) -> dict[tuple[str, int], ReleaseRow]:
@@ -192,10 +230,7 @@ class LadderHistoryStore:
             return {(r.ladder, r.version): r.checksum
                     for r in conn.execute(sa.select(_R.c.ladder, _R.c.version, _R.c.checksum))}
 
-    def release(
-        self, *, ladder: str, version: int, checksum: str, released_by: str, reason: str,
-        released_at: datetime,
-    ) -> tuple[ReleaseRow, bool]:
+    def release(self, rel: NewRelease) -> tuple[ReleaseRow, bool]:
         """Record ``ladder@version`` as released with ``checksum``.
 
         Returns:
@@ -206,6 +241,8 @@ class LadderHistoryStore:
             ConflictError: it was released with a different checksum (the file was edited
                 after release: a released file is never edited, add a new version instead).
         """
+        ladder, version, checksum = rel.ladder, rel.version, rel.checksum
+        released_by, reason, released_at = rel.released_by, rel.reason, rel.released_at
         values = {"ladder": ladder, "version": version, "checksum": checksum,
                   "released_by": released_by, "reason": reason, "released_at": released_at}
         with self._engine.begin() as conn:
@@ -283,15 +320,15 @@ class LadderHistoryStore:
             return None
         return _row(r)
 
-    def start(
-        self, *, ladder: str, version: int, checksum: str, plan_hash: str, applied_by: str,
-        started_at: datetime, planned: int, reason: str = "",
-    ) -> int:
+    def start(self, run: NewRun) -> int:
         """Insert a ``running`` row; returns its ``run_id``.
 
         Raises:
             ConflictError: another apply of this ladder version is running.
         """
+        ladder, version, checksum, plan_hash = run.ladder, run.version, run.checksum, run.plan_hash
+        applied_by, started_at, planned, reason = (run.applied_by, run.started_at, run.planned,
+                                                   run.reason)
         try:
             with self._engine.begin() as conn:
                 run_id = conn.execute(
@@ -332,10 +369,12 @@ class LadderHistoryStore:
             NotFound: no such run, or its version has no release row.
         """
         event = run_event(status)
+        note = self._take_note(run_id)
         with self._engine.begin() as conn:
             run = conn.execute(
                 sa.update(_H).where(_H.c.run_id == run_id)
-                .values(status=status, finished_at=finished_at, error=error)
+                .values(status=status, finished_at=finished_at, error=error,
+                        **_redis_values(note))
                 .returning(*_H.c)
             ).mappings().first()
             if run is None:
@@ -346,36 +385,28 @@ class LadderHistoryStore:
             ).mappings().first()
             if head is None:
                 raise NotFound(f"{run['ladder']}@{run['version']} has no release row")
-            _append_event(conn, head, event, actor=run["applied_by"], decided_at=finished_at,
-                          details=_run_details(run))
+            _append_event(conn, head, event,
+                          _Stamp(run["applied_by"], finished_at, _run_details(run)))
 
     def note_redis(self, run_id: int, through: UUID, not_owner: int) -> None:
-        """Advance the Redis resume point and add ``not_owner`` to its counter."""
-        with self._engine.begin() as conn:
-            conn.execute(
-                sa.update(_H).where(_H.c.run_id == run_id)
-                .values(redis_synced_through=through, not_owner=_H.c.not_owner + not_owner)
-            )
-
-    def get_run(self, run_id: int) -> HistoryRow:
-        """One run. Raises NotFound."""
-        with self._engine.connect() as conn:
-            r = conn.execute(sa.select(_H).where(_H.c.run_id == run_id)).mappings().first()
-        if r is None:
-            raise NotFound(f"no ladder history run {run_id}")
-        return _row(r)
+        """Advance the Redis resume point and add ``not_owner`` to its counter, with the
+        run's next write (:meth:`migrate_batch` or :meth:`finish`): no transaction of its
+        own per batch. A crash before that write leaves the older point, from which a
+        resume restores again (idempotent)."""
+        with self._notes_lock:
+            old = self._notes.get(run_id)
+            self._notes[run_id] = (through, not_owner + (old[1] if old else 0))
 
     # ------------------------------------------------------------------ reads
-    def open_escalations(
-        self, ladder: str, after: UUID | None, limit: int, *, below_version: int | None = None,
-        at_version: int | None = None, through: UUID | None = None,
-    ) -> list[Escalation]:
+    def open_escalations(self, ladder: str, after: UUID | None, limit: int,
+                         flt: OpenFilter = ALL_OPEN) -> list[Escalation]:
         """A keyset page (dispute id > ``after``, ascending) of pending/paused escalations
         of ``ladder``, pinned below ``below_version`` or at ``at_version``, ids <= ``through``.
 
         Raises:
             ValueError: ``limit`` outside 1..10000.
         """
+        below_version, at_version, through = flt.below_version, flt.at_version, flt.through
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"page limit must be 1-{MAX_PAGE}, got {limit}")
         stmt = sa.select(_S).where(_S.c.ladder == ladder, _S.c.status.in_(_OPEN))
@@ -395,8 +426,9 @@ class LadderHistoryStore:
         self, ladder: str, after: UUID | None, limit: int, *, below_version: int,
     ) -> Page:
         """Like :meth:`open_escalations` (pinned below ``below_version``), keeping the raw
-        rows too: :meth:`migrate_batch` reuses a row whose seq did not move instead of
-        reading it again under its lock."""
+        rows too: :meth:`migrate_batch` of a batch of this page (the two latest pages are
+        kept) reuses a row whose seq did not move instead of reading it again under its
+        lock."""
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"page limit must be 1-{MAX_PAGE}, got {limit}")
         stmt = sa.select(_S).where(_S.c.ladder == ladder, _S.c.status.in_(_OPEN),
@@ -408,8 +440,10 @@ class LadderHistoryStore:
             result = conn.execute(stmt)
             cols = list(result.keys())
             rows = [dict(zip(cols, r, strict=True)) for r in result]
-        return Page({r["dispute_id"]: r for r in rows},
+        page = Page({r["dispute_id"]: r for r in rows},
                     [escalation_from_state(r) for r in rows])
+        self._served.add(page)
+        return page
 
     def count_open(self, ladder: str, below_version: int) -> int:
         """How many pending/paused escalations of ``ladder`` are pinned below
@@ -431,50 +465,26 @@ class LadderHistoryStore:
             }
 
     # ------------------------------------------------------------------ the write
-    def migrate_batch(
-        self,
-        run_id: int,
-        batch: Sequence[tuple[PlanItem, datetime | None]],
-        *,
-        target_version: int,
-        actor: str,
-        decided_at: datetime,
-        details: Mapping[str, Any],
-        replan: Replan,
-        through: UUID | None = None,
-        blocked: int = 0,
-        page_rows: Mapping[UUID, Mapping[str, Any]] | None = None,
-        redis_note: tuple[UUID, int] | None = None,
-        page_escalations: Mapping[UUID, Escalation] | None = None,
-    ) -> BatchResult:
+    def migrate_batch(self, batch_in: MigrationBatch, replan: Replan) -> BatchResult:
         """Migrate one batch in ONE transaction (see the module docstring).
 
-        Args:
-            run_id: the ``ladder_history`` run; its counters and ``last_dispute_id`` advance
-                in the same transaction.
-            batch: ``(planned item, resolved new due time)`` pairs.
-            target_version: the version migrated to.
-            actor: who applies (ledger ``actor``).
-            decided_at: aware UTC time of the migration (Redis TIME).
-            details: extra JSON for every ledger row (migration id, checksum, reason); no
-                floats.
-            replan: re-plans an item whose seq moved, from its locked state.
-            through: the resume point to record (the last dispute id of the page the batch
-                came from; default the batch's last id).
-            blocked: escalations of that page found blocked before the batch (counted).
-            page_rows: the rows the batch was planned from; under the lock only
-                ``last_seq``/status/version are read again, and a row whose seq moved is
-                read in full (default: every row is read in full).
-            redis_note: ``(redis_synced_through, not_owner)`` of the previous batch, recorded
-                in this transaction (saves one transaction per batch; resume restores from
-                the older point, which is idempotent).
-            page_escalations: the page's rows as domain objects (by dispute id); a migrated
-                escalation whose locked row did not move is built from its page object
-                (only tier, version, seq and due time change) instead of from the row again.
+        ``batch_in`` (:class:`~escalation.ports.MigrationBatch`) says what to write;
+        ``replan`` re-plans an item whose seq moved, from its locked state. Under the lock
+        only ``last_seq``/status/version are read again for a row of a page this store
+        served (:meth:`open_page`), and a row whose seq moved is read in full; a migrated
+        escalation whose locked row did not move is built from its page object (only tier,
+        version, seq and due time change) instead of from the row again. A Redis resume
+        point noted since the run's last write (:meth:`note_redis`) is recorded in this
+        transaction.
 
         Returns:
             A :class:`BatchResult`.
         """
+        run_id, batch, target_version = batch_in.run_id, batch_in.items, batch_in.target_version
+        stamp = _Stamp(batch_in.actor, batch_in.decided_at, batch_in.details)
+        through, blocked = batch_in.through, batch_in.blocked
+        page_rows, page_escalations = self._served.rows(), self._served.escalations()
+        redis_note = self._take_note(run_id)
         result = BatchResult()
         if not batch and through is None:
             return result
@@ -482,13 +492,15 @@ class LadderHistoryStore:
         with self._engine.begin() as conn:
             ids = [item.dispute_id for item, _ in ordered]
             locked: Mapping[UUID, Mapping[str, Any]] = (
-                _lock_states(conn, ids) if page_rows is None
+                _lock_states(conn, ids) if not page_rows
                 else _lock_reuse(conn, ids, page_rows))
-            moves = _revalidate(locked, ordered, target_version, replan, result)
+            checked = _check(locked, ordered, target_version, replan)
+            result.replanned, result.skipped = checked.replanned, checked.skipped
+            result.blocked, result.suppressed = checked.blocked, checked.suppressed
             ledger: list[dict[str, Any]] = []
             moved: list[dict[str, Any]] = []
-            for state, item, due in moves:
-                row, after = _migrate_one(state, item, due, actor, decided_at, details)
+            for item, due in checked.moves:
+                row, after = _migrate_one(locked[item.dispute_id], item, due, stamp)
                 ledger.append(row)
                 moved.append(after)
             if ledger:
@@ -507,6 +519,32 @@ class LadderHistoryStore:
                 )
             )
         return result
+
+
+class _ServedPages:
+    """The two pages :meth:`LadderHistoryStore.open_page` served last (the page being
+    migrated and the one read ahead of it), by dispute id: rows and domain objects."""
+
+    def __init__(self) -> None:
+        self._pages: deque[tuple[Mapping[UUID, Mapping[str, Any]],
+                                 Mapping[UUID, Escalation]]] = deque(maxlen=2)
+        self._lock = threading.Lock()  # pages are read ahead on another thread
+
+    def add(self, page: Page) -> None:
+        """Keep ``page`` (the oldest kept one is forgotten)."""
+        by_id = {e.dispute_id: e for e in page.escalations}
+        with self._lock:
+            self._pages.append((page.rows, by_id))
+
+    def rows(self) -> Mapping[UUID, Mapping[str, Any]]:
+        """The raw rows of the kept pages, by dispute id."""
+        with self._lock:
+            return ChainMap(*(p[0] for p in reversed(self._pages)))
+
+    def escalations(self) -> Mapping[UUID, Escalation]:
+        """The domain objects of the kept pages, by dispute id."""
+        with self._lock:
+            return ChainMap(*(p[1] for p in reversed(self._pages)))
 
 
 def _run_details(run: Mapping[Any, Any]) -> dict[str, Any]:
@@ -581,6 +619,7 @@ def _migrated(after: Mapping[str, Any], before: Escalation | None) -> Escalation
         external_id=before.external_id, regulatory_deadline=before.regulatory_deadline,
         status=before.status, deadlines=before.deadlines,
         institution_tz=before.institution_tz, institution_calendar=before.institution_calendar,
+        source=before.source,
     )
 
 
@@ -590,46 +629,18 @@ def _redis_values(note: tuple[UUID, int] | None) -> dict[str, Any]:
     return {"redis_synced_through": note[0], "not_owner": _H.c.not_owner + note[1]}
 
 
-Move = tuple[Mapping[str, Any], PlanItem, "datetime | None"]
-
-
-def _revalidate(
+def _check(
     locked: Mapping[UUID, Mapping[str, Any]],
     batch: Sequence[tuple[PlanItem, datetime | None]],
     target_version: int,
     replan: Replan,
-    result: BatchResult,
-) -> list[Move]:
-    """Check each planned item against its locked row (the per-dispute seq guard).
-
-    An item whose row is closed, gone or already on the target version is counted in
-    ``result.skipped`` (unchanged); one whose seq or status moved (a worker decided it
-    meanwhile) is re-planned from the locked state (``result.replanned``; ``result.blocked``
-    when it can no longer be migrated). Returns ``(locked state, item, due)`` to migrate.
-    """
-    moves: list[Move] = []
-    for item, due in batch:
-        state = locked.get(item.dispute_id)
-        if not _still_open_below(state, target_version):
-            result.skipped += 1
-            continue
-        assert state is not None  # noqa: S101 - _still_open_below(None) is False
-        if int(state["last_seq"]) != item.seq or state["status"] != item.status.value:
-            result.replanned += 1
-            again = replan(escalation_from_state(state))
-            if isinstance(again, Blocked):
-                result.blocked.append(again)
-                continue
-            item, due = again  # noqa: PLW2901 - the re-planned item replaces it
-        moves.append((state, item, due))
-        if item.due.floor_set(due):
-            result.suppressed += 1
-    return moves
-
-
-def _still_open_below(state: Mapping[str, Any] | None, target_version: int) -> bool:
-    return (state is not None and state["status"] in _OPEN
-            and int(state["ladder_version"]) < target_version)
+) -> Checked:
+    """The per-dispute seq guard (``domain.migration_rule.check_batch``) over the locked
+    rows; an item whose row moved is re-planned from its locked row."""
+    heads = {did: LockedHead(Status(r["status"]), int(r["last_seq"]), int(r["ladder_version"]))
+             for did, r in locked.items()}
+    return check_batch(batch, heads, target_version,
+                       lambda did: replan(escalation_from_state(locked[did])))
 
 
 def _state_arrays(moved: Sequence[Mapping[str, Any]]) -> dict[str, str]:
@@ -648,9 +659,7 @@ def _migrate_one(
     state: Mapping[str, Any],
     item: PlanItem,
     due: datetime | None,
-    actor: str,
-    decided_at: datetime,
-    details: Mapping[str, Any],
+    stamp: _Stamp,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The LADDER_MIGRATED ledger row of one locked escalation and its new projection state
     (``(row, state)``; the caller writes both for the whole batch)."""
@@ -658,18 +667,17 @@ def _migrate_one(
     after = {**state, "ladder_version": item.to_version, "tier": item.to_tier}
     if state["status"] == Status.PENDING.value:
         after["due_at"] = due
-    row = chained_row(
-        after,
+    row = chained_row(after, RowFacts(
         event="LADDER_MIGRATED",
         match_decision="LADDER_MIGRATED",
-        actor=actor,
-        decided_at=decided_at,
+        actor=stamp.actor,
+        decided_at=stamp.decided_at,
         from_tier=item.from_tier,
         to_tier=item.to_tier,
         due_at=old_due,
         next_due_at=after["due_at"],
         details={
-            **details,
+            **stamp.details,
             "from_version": item.from_version,
             "to_version": item.to_version,
             "old_tier": item.from_tier,
@@ -681,7 +689,6 @@ def _migrate_one(
             "due_rule": item.due.rule.value,
             "breach_suppressed_by_migration": item.due.floor_set(due),
             **({"deadline": item.deadline} if item.deadline is not None else {}),
-        },
-    )
+        }))
     after.update(last_seq=row["seq"], last_hash=row["row_hash"])
     return row, after

@@ -22,13 +22,33 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import redis
 
 from escalation.adapters.redis_keys import Keys
-from escalation.adapters.redis_reliability import ReliabilityRedis
+from escalation.adapters.redis_reconcile_notify import ReliabilityRedis
 
 LEADER_NAME = "maintenance"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTerms:
+    """What a :class:`LeaderLease` contends for and how.
+
+    ``name``: the lease's name in the namespace; ``ttl_ms``: lease, milliseconds (>= 100);
+    ``margin``: fraction of the lease kept as safety (the leader stops acting after
+    ``ttl * (1 - margin)`` without a successful renewal); ``token``: unique token of this
+    contender (None: random).
+    """
+
+    name: str = LEADER_NAME
+    ttl_ms: int = 30_000
+    margin: float = 0.2
+    token: str | None = None
+
+
+DEFAULT_TERMS = LeaseTerms()
 
 
 class LeaderLease:
@@ -36,10 +56,7 @@ class LeaderLease:
 
     Args:
         rel: reliability Redis access.
-        ttl_ms: lease, milliseconds (>= 100).
-        margin: fraction of the lease kept as safety (the leader stops acting after
-            ``ttl * (1 - margin)`` without a successful renewal).
-        token: unique token of this contender (default: random).
+        terms: name, lease, safety margin and token (:class:`LeaseTerms`).
         clock: monotonic seconds (tests may inject one).
         redis_ms: the Redis clock for :meth:`now_ms` (epoch ms); default one ``TIME`` per
             call. The worker passes the scheduler's estimate (last TIME seen + host monotonic
@@ -47,14 +64,13 @@ class LeaderLease:
             own to an idle worker.
     """
 
-    def __init__(self, rel: ReliabilityRedis, *, name: str = LEADER_NAME, ttl_ms: int = 30_000,
-                 margin: float = 0.2, token: str | None = None,
+    def __init__(self, rel: ReliabilityRedis, terms: LeaseTerms = DEFAULT_TERMS, *,
                  clock: Callable[[], float] = time.monotonic,
                  redis_ms: Callable[[], int] | None = None) -> None:
-        self.rel, self.ttl_ms, self.margin, self.clock = rel, ttl_ms, margin, clock
+        self.rel, self.ttl_ms, self.margin, self.clock = rel, terms.ttl_ms, terms.margin, clock
         self._redis_ms = redis_ms if redis_ms is not None else rel.now_ms
-        self.token = token or uuid.uuid4().hex
-        self.key = Keys(rel.namespace, 0).leader(name)
+        self.token = terms.token or uuid.uuid4().hex
+        self.key = Keys(rel.namespace, 0).leader(terms.name)
         self._valid_until = 0.0
 
     def _grant(self, started: float) -> None:

@@ -6,12 +6,10 @@ the counters never fall), and regulatory deadlines of open escalations due soon.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-LAG_BUCKETS_S: tuple[float, ...] = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
-"""Upper bounds (seconds) of the firing-lag histogram buckets (plus +Inf)."""
+from escalation.ports import LAG_BUCKETS_S, DecisionFigures
 
 _PENDING = sa.text(
     "SELECT ladder, tier, count(*) FROM escalation_state WHERE status = 'pending' "
@@ -36,17 +34,6 @@ _DEADLINES_SOON = sa.text(
     GROUP BY name ORDER BY name
     """
 )
-
-
-@dataclass
-class DecisionFigures:
-    """Counts of PROMOTED/TERMINAL ledger rows by ``match_decision``, and the cumulative
-    histogram of ``decided_at - due_at`` in seconds (bucket upper bound -> count)."""
-
-    by_kind: dict[str, int] = field(default_factory=dict)
-    lag_buckets: dict[float, int] = field(default_factory=dict)
-    lag_count: int = 0
-    lag_sum_s: float = 0.0
 
 
 def pending_by_ladder_tier(engine: sa.Engine) -> list[tuple[str, str, int]]:
@@ -132,3 +119,25 @@ def deadlines_due_within(engine: sa.Engine, hours: int = 24) -> dict[str, int]:
     deadline name (database clock)."""
     with engine.connect() as conn:
         return {str(n): int(c) for n, c in conn.execute(_DEADLINES_SOON, {"hours": hours})}
+
+
+class PostgresMetricsFigures:
+    """``ports.MetricsFigures`` on ``engine``; ``retired()`` gives the figures retention
+    saved for removed partitions (``retired_figures.RedisRetiredFigures.load``)."""
+
+    def __init__(self, engine: sa.Engine,
+                 retired: Callable[[], Mapping[str, DecisionFigures]] | None = None) -> None:
+        self._engine = engine
+        self._retired = retired
+
+    def pending_by_ladder_tier(self) -> list[tuple[str, str, int]]:
+        """(ladder, tier, pending escalations), from the projection."""
+        return pending_by_ladder_tier(self._engine)
+
+    def decisions(self) -> DecisionFigures:
+        """Decision figures of the attached rows plus the retired partitions' (monotonic)."""
+        return decisions(self._engine, retired=self._retired)
+
+    def deadlines_due_within(self, hours: int) -> dict[str, int]:
+        """Regulatory deadlines of open escalations in the next ``hours`` hours, by name."""
+        return deadlines_due_within(self._engine, hours)

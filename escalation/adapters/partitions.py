@@ -22,11 +22,11 @@ from datetime import UTC, date, datetime, timedelta
 
 import sqlalchemy as sa
 
-from escalation.adapters.metrics_queries import DecisionFigures, decisions_in
+from escalation.adapters.metrics_queries import decisions_in
 from escalation.adapters.tables import PARTITION_SCHEMA, audit_retention
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import require_aware
-from escalation.ports import RetentionRecord
+from escalation.ports import DecisionFigures, RetentionRecord
 
 MAX_AHEAD = 120
 SEAL_LOCK_KEY = 7_305_114_211_003
@@ -139,14 +139,25 @@ def retention_cutoff(now: datetime, retention_days: int) -> datetime:
     return require_aware(now, "now").astimezone(UTC) - timedelta(days=retention_days)
 
 
+@dataclass(frozen=True, slots=True)
+class ExpiryRun:
+    """One retention run over the ledger partitions (what :func:`drop_expired` removes).
+
+    ``now``: aware current time; ``retention_days``: >= 1; ``actor``: who runs it (on each
+    ``audit_retention`` row); ``detach_only``: detach without dropping; ``names``: only
+    consider these partitions (None: all).
+    """
+
+    now: datetime
+    retention_days: int
+    actor: str
+    detach_only: bool = False
+    names: list[str] | None = None
+
+
 def drop_expired(
     engine: sa.Engine,
-    now: datetime,
-    retention_days: int,
-    *,
-    actor: str,
-    detach_only: bool = False,
-    names: list[str] | None = None,
+    run: ExpiryRun,
     retire: Callable[[str, DecisionFigures], None] | None = None,
 ) -> DropResult:
     """Detach (and drop, unless ``detach_only``) partitions entirely older than retention.
@@ -158,9 +169,8 @@ def drop_expired(
     (the application role cannot detach or drop).
 
     Args:
-        now: aware current time. retention_days: >= 1. actor: who runs it.
-        names: only consider these partitions (default: all); a named partition that does
-            not qualify is reported in ``refused`` with the reason.
+        run: the run (:class:`ExpiryRun`); a partition named in ``run.names`` that does not
+            qualify is reported in ``refused`` with the reason.
         retire: ``retire(name, figures)`` receives the decision figures of each partition
             about to be removed, inside its removal transaction before the commit (so the
             ``/metrics`` counters never fall: ``adapters.retired_figures``); an exception
@@ -173,9 +183,10 @@ def drop_expired(
     Raises:
         InvalidInput: ``retention_days`` < 1 or naive ``now``.
     """
+    retention_days, names = run.retention_days, run.names
     if retention_days < 1:
         raise InvalidInput(f"retention_days must be >= 1, got {retention_days}")
-    cutoff = retention_cutoff(now, retention_days)
+    cutoff = retention_cutoff(run.now, retention_days)
     removed: list[str] = []
     refused: dict[str, str] = {}
     wanted = None if names is None else set(names)
@@ -186,7 +197,7 @@ def drop_expired(
     for part in parts.values():
         if wanted is not None and part.name not in wanted:
             continue
-        reason = _try_remove(engine, part, cutoff, retention_days, actor, detach_only, retire)
+        reason = _try_remove(engine, part, cutoff, run, retire)
         if reason is None:
             removed.append(part.name)
         elif wanted is not None:
@@ -198,12 +209,11 @@ def _try_remove(
     engine: sa.Engine,
     part: Partition,
     cutoff: datetime,
-    retention_days: int,
-    actor: str,
-    detach_only: bool,
+    run: ExpiryRun,
     retire: Callable[[str, DecisionFigures], None] | None = None,
 ) -> str | None:
     """Remove one partition if it is entirely expired; else return why not."""
+    retention_days, actor, detach_only = run.retention_days, run.actor, run.detach_only
     if part.range_to > cutoff:
         return (
             f"range ends {part.range_to.isoformat()}, after the retention cutoff "

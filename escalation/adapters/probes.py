@@ -1,16 +1,21 @@
-"""Direct questions to the servers for ``escalation doctor`` (implements the service layer's
-``doctor.ServerProbe``): their clocks, Redis's eviction policy and PostgreSQL's replication.
+"""Direct questions to the servers: for ``escalation doctor`` (implements the service layer's
+``doctor.ServerProbe``) their clocks, Redis's eviction policy and PostgreSQL's replication;
+for ``/readyz`` (``ports.ReadinessProbe``) whether both answer and the schema is at head.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import redis
 import sqlalchemy as sa
 
+from escalation.adapters.db import check_at_head
 from escalation.adapters.redis_client import is_cluster
 from escalation.adapters.redis_policy import eviction_policy
+from escalation.domain.errors import SchemaNotAtHead
+from escalation.ports.readiness import BackingServers, ServerCheck, ServerFault
 
 
 class ServerProbe:
@@ -62,3 +67,33 @@ class ServerProbe:
             return None
         return {"in_recovery": in_recovery, "synchronous_standby_names": names,
                 "standbys": [(str(r[0]), str(r[1] or "unknown")) for r in rows]}
+
+
+class ReadinessChecks:
+    """``ports.ReadinessProbe`` on one Redis client and one PostgreSQL engine: a ``PING``,
+    then the Alembic revision (``adapters.db.check_at_head``)."""
+
+    def __init__(self, client: redis.Redis, engine: sa.Engine) -> None:
+        self._client = client
+        self._engine = engine
+
+    def check(self) -> BackingServers:
+        """Redis, then PostgreSQL; a server that does not answer is a fault, not an error."""
+        return BackingServers(
+            redis_check=_answered(self._client.ping),
+            postgres_check=_answered(lambda: check_at_head(self._engine)))
+
+
+def _answered(call: Callable[[], object]) -> ServerCheck:
+    """Run ``call``; what it raises as a :class:`ServerFault` (a timeout when the exception
+    is a ``TimeoutError`` or its class name says timeout; any other one is unreachable)."""
+    try:
+        call()
+    except SchemaNotAtHead:
+        return ServerCheck(ServerFault.SCHEMA_NOT_AT_HEAD)
+    except Exception as exc:  # any driver failure: the probe reports, never raises
+        first = (str(exc).strip().splitlines() or [""])[0]
+        timed_out = isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower()
+        return ServerCheck(ServerFault.TIMEOUT if timed_out else ServerFault.UNREACHABLE,
+                           f"{type(exc).__name__}: {first}")
+    return ServerCheck()

@@ -43,7 +43,7 @@ _SCAN = sa.text(
     """
     SELECT s.dispute_id, s.status, s.tier, s.due_at, s.materiality, s.ladder,
            s.ladder_version, s.regulatory_deadline, s.trace_id, s.source_hash,
-           s.external_id, CAST(s.deadlines AS text) AS deadlines,
+           s.external_id, s.source, CAST(s.deadlines AS text) AS deadlines,
            CAST(s.obligations AS text) AS obligations,
            a.seq AS a_seq, a.event AS a_event, a.to_tier AS a_to_tier,
            a.next_due_at AS a_next_due_at, a.regulatory_deadline AS a_regulatory_deadline,
@@ -53,7 +53,8 @@ _SCAN = sa.text(
            CASE WHEN a.event IN ('ENQUEUED', 'ACTION_RECORDED', 'RESOLVED', 'PURGED')
                 THEN CAST(jsonb_strip_nulls(jsonb_build_object(
                        'deadlines', a.details -> 'deadlines', 'clocks', a.details -> 'clocks',
-                       'binding', a.details -> 'binding', 'member', a.details -> 'member'))
+                       'binding', a.details -> 'binding', 'member', a.details -> 'member',
+                       'source', a.details -> 'source'))
                      AS text)
            END AS a_facts
       FROM escalation_state AS s
@@ -88,6 +89,7 @@ def projection_row(r: Mapping[Any, Any]) -> ProjectionRow:
         regulatory_deadline=_utc(r["regulatory_deadline"]), trace_id=r["trace_id"],
         source_hash=r["source_hash"], external_id=r["external_id"],
         deadlines=_clocks(r["deadlines"]), obligations=_clocks(r["obligations"]),
+        source=r.get("source"),
     )
 
 
@@ -113,20 +115,35 @@ def _decoded(value: Any) -> Mapping[str, Any]:
     return facts
 
 
+def scan_of(ids_sql: str) -> sa.TextClause:
+    """:data:`_SCAN` over the disputes ``ids_sql`` names (a query of ``dispute_id``s,
+    which may refer to parameters of its own), not every projection row."""
+    text = str(_SCAN).replace(
+        "FROM escalation_state AS s",
+        f"FROM ({ids_sql}) AS ids JOIN escalation_state AS s ON s.dispute_id = ids.dispute_id")
+    return sa.text(text)
+
+
 def projection_differences(
     conn: sa.Connection, dispute_id: UUID | None = None,
+    scan: sa.TextClause | None = None, params: dict[str, object] | None = None,
 ) -> Iterator[tuple[UUID, tuple[ColumnDifference, ...]]]:
-    """``(dispute_id, differences)`` of every projection row (or only ``dispute_id``'s) that
-    differs from its ledger, by dispute id; streamed on ``conn`` (inside the caller's
-    transaction, so in its snapshot). A projection row without ledger rows (its chain
-    removed by retention) is not compared."""
-    rows = conn.execute(_SCAN.execution_options(yield_per=STREAM_ROWS),
-                        {"id": dispute_id}).mappings()
-    for did, group in groupby(rows, key=lambda r: r["dispute_id"]):
-        chain = list(group)
-        found = compare_projection(projection_row(chain[0]), [ledger_step(r) for r in chain])
-        if found:
-            yield did, found
+    """``(dispute_id, differences)`` of every projection row (or only ``dispute_id``'s, or
+    those of ``scan`` from :func:`scan_of` with its ``params``) that differs from its
+    ledger, by dispute id; streamed on ``conn`` (inside the caller's transaction, so in its
+    snapshot). A projection row without ledger rows (its chain removed by retention) is not
+    compared."""
+    rows = conn.execute((scan if scan is not None else _SCAN).execution_options(
+        yield_per=STREAM_ROWS), {"id": dispute_id, **(params or {})}).mappings()
+    try:
+        for did, group in groupby(rows, key=lambda r: r["dispute_id"]):
+            chain = list(group)
+            found = compare_projection(projection_row(chain[0]),
+                                       [ledger_step(r) for r in chain])
+            if found:
+                yield did, found
+    finally:
+        rows.close()  # the server-side cursor, also when the caller stops early
 
 
 def render(differences: Sequence[ColumnDifference]) -> str:
@@ -210,5 +227,5 @@ class PostgresProjectionLedger:
 
 def _facts(row: Mapping[str, Any]) -> dict[str, Any]:
     details = row.get("details") or {}
-    return {k: details[k] for k in ("deadlines", "clocks", "binding", "member")
+    return {k: details[k] for k in ("deadlines", "clocks", "binding", "member", "source")
             if details.get(k) is not None}

@@ -139,8 +139,11 @@ class PostgresLedgerChanges:
         with self._engine.connect() as conn:
             result = conn.execution_options(yield_per=max(chunk, 100)).execute(
                 _CHANGED, {"since": since, "upto": upto, "ladder": list(LADDER_CHAIN_EVENTS)})
-            for part in result.partitions(chunk):
-                yield [r[0] for r in part]
+            try:
+                for part in result.partitions(chunk):
+                    yield [r[0] for r in part]
+            finally:
+                result.close()  # the server-side cursor, also when the caller stops early
 
     def pending_range(self, low: int, high: int, limit: int) -> Iterator[list[Escalation]]:
         """Pending and paused escalations with ``low`` <= id < ``high`` (ids as 128-bit
@@ -259,12 +262,15 @@ class PostgresProjectionSubset:
         with ctx as conn, conn.begin():
             rows = conn.execute(_SUBSET.execution_options(yield_per=STREAM_ROWS),
                                 {"ids": list(dispute_ids)}).mappings()
-            for did, group in groupby(rows, key=lambda r: r["dispute_id"]):
-                chain = list(group)
-                found = compare_projection(projection_row(chain[0]),
-                                           [ledger_step(r) for r in chain])
-                if found:
-                    yield did, found
+            try:
+                for did, group in groupby(rows, key=lambda r: r["dispute_id"]):
+                    chain = list(group)
+                    found = compare_projection(projection_row(chain[0]),
+                                               [ledger_step(r) for r in chain])
+                    if found:
+                        yield did, found
+            finally:
+                rows.close()  # the server-side cursor, also when the caller stops early
 
     def repair(self, dispute_id: UUID) -> tuple[ColumnDifference, ...]:
         """``PostgresProjectionLedger.repair``."""

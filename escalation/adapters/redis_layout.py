@@ -7,7 +7,7 @@ dispute in the wrong shard: escalations already scheduled would be stranded (nev
 its shard count in ``escalations:{<namespace>:layout}:shards`` (``SET NX``, no expiry) and
 every later one compares: a different count is refused before anything is written.
 
-Changing the shard count is a migration (docs/operations.md, "Changing the number of shards"):
+Changing the shard count is a migration (docs/redis.md, "Changing the number of shards"):
 stop every worker, start with a NEW namespace and the new count, run ``escalation reconcile``
 (which restores every pending and paused escalation from PostgreSQL into the new shards),
 then delete the old namespace's keys.

@@ -3,8 +3,8 @@
 The payload is kept compact because every pending escalation holds one (memory matters).
 Field names are one letter where the name is read only here: in a small HASH (listpack
 encoding) every field name is stored in every payload, so the long names of earlier
-versions were about a quarter of a payload's bytes (CHANGELOG.md, "Memory per pending
-escalation"). ``seq`` and ``due_ms`` keep their names because Lua scripts
+versions were about a quarter of a payload's bytes (612 -> 549 B per pending escalation
+with one-letter names). ``seq`` and ``due_ms`` keep their names because Lua scripts
 (``apply.lua``, ``cancel.lua``, ``reconcile_remove.lua``) and the reliability sweep read them
 by name.
 
@@ -20,6 +20,7 @@ m      materiality  Decimal string, two fractional digits            ``1250.00``
 h      source_hash  lower-case hex digest of the source record       ``a1b2c3``
 r      trace_id     correlation id                                   ``7f0c...``
 x      external_id  only when set: the source system's non-UUID id   ``CFPB-123``
+s      (none)       only when set: the source system's name          ``cfpb``
 d      deadline_ms  only when set: regulatory deadline, epoch ms UTC ``1767744000000``
 ds     deadlines    only when set: every deadline, ``name=ms``       ``a=1767744000000,...``
                     joined by ``,`` (ladders with several deadlines)
@@ -51,7 +52,7 @@ from escalation.domain.materiality import Materiality
 from escalation.domain.timeutil import EPOCH, from_ms, to_ms
 
 REQUIRED_FIELDS: tuple[str, ...] = ("t", "l", "seq", "due_ms", "e", "m", "h", "r")
-OPTIONAL_FIELDS: tuple[str, ...] = ("x", "d", "ds", "z", "c")
+OPTIONAL_FIELDS: tuple[str, ...] = ("x", "s", "d", "ds", "z", "c")
 PAYLOAD_FIELDS: tuple[str, ...] = REQUIRED_FIELDS + OPTIONAL_FIELDS
 
 #: Short (current) field name -> the long name an earlier version wrote. Read-only: nothing
@@ -66,6 +67,7 @@ LEGACY_NAMES: Mapping[str, str] = {
     "h": "source_hash",
     "r": "trace_id",
     "x": "external_id",
+    "s": "source",  # no earlier version wrote it: the long name is only read
     "d": "deadline_ms",
     "ds": "deadlines",
     "z": "tz",
@@ -76,9 +78,9 @@ LEGACY_NAMES: Mapping[str, str] = {
 def escalation_to_payload(esc: Escalation) -> dict[str, str]:
     """The payload HASH fields of ``esc`` (all values strings; times in epoch ms UTC).
 
-    Optional fields (``x``, ``d``, ``ds``, ``z``, ``c``) appear only when set. ``status`` is not
-    stored: a payload with a ZSET member is pending, one without (after ``apply`` PARK) is
-    paused.
+    Optional fields (``x``, ``s``, ``d``, ``ds``, ``z``, ``c``) appear only when set.
+    ``status`` is not stored: a payload with a ZSET member is pending, one without (after
+    ``apply`` PARK) is paused.
     """
     fields = {
         "t": esc.tier,
@@ -92,6 +94,8 @@ def escalation_to_payload(esc: Escalation) -> dict[str, str]:
     }
     if esc.external_id is not None:
         fields["x"] = esc.external_id
+    if esc.source is not None:
+        fields["s"] = esc.source
     if esc.regulatory_deadline is not None:
         fields["d"] = str(to_ms(esc.regulatory_deadline))
     if esc.deadlines:
@@ -111,6 +115,8 @@ def payload_pairs(esc: Escalation) -> list[str]:
             "m", str(esc.materiality), "h", esc.source_hash, "r", esc.trace_id]
     if esc.external_id is not None:
         flat += ("x", esc.external_id)
+    if esc.source is not None:
+        flat += ("s", esc.source)
     if esc.regulatory_deadline is not None:
         flat += ("d", str(to_ms(esc.regulatory_deadline)))
     if esc.deadlines:
@@ -188,6 +194,7 @@ def payload_to_escalation(
         deadlines=_deadlines(f.get("ds")),
         institution_tz=f.get("z"),
         institution_calendar=f.get("c"),
+        source=f.get("s"),
     )
 
 
@@ -257,6 +264,7 @@ def claimed_payload_to_escalation(member: str, flat: Sequence[str]) -> Escalatio
         deadlines=_deadlines(f.get("ds")),
         institution_tz=f.get("z"),
         institution_calendar=f.get("c"),
+        source=f.get("s"),
     )
 
 

@@ -1,10 +1,24 @@
 """The Redis sorted-set scheduler: the ``Scheduler`` port on Redis (docs/architecture.md).
 
-``RedisScheduler`` is assembled from cohesive parts: ``redis_scheduler_base`` (constructor,
-keys, script runner, Redis TIME clock), ``redis_claim`` (claim), ``redis_inspection``
-(inspection, wake-ups, single-step seed operations) and this module (enqueue, apply,
-restore, cancel). Lua scripts: ``adapters/lua/`` via ``redis_scripts``. Every key a script
-touches is passed in KEYS, so every call addresses one shard (one Redis Cluster slot).
+``RedisScheduler`` is one class in this one module, read top to bottom in the order of the
+firing protocol (docs/architecture.md, "The firing protocol"):
+
+* construction, keys and the clock (Redis ``TIME``, the one clock: ADR 0005);
+* **enqueue** (enqueue.lua): payload + score written atomically, idempotent per dispute; the
+  CSV import's pre-rendered rows (:class:`PayloadTemplate`, :meth:`RedisScheduler.enqueue_encoded`);
+* **claim** (claim.lua, firing step 1): due members locked with fresh fencing tokens and
+  re-scored to now + lease (the visibility timeout), with the idle fast path;
+* **apply** (apply.lua, firing step 4: the ack of a claim): a recorded decision written back
+  under the claim's fencing token and the payload's seq;
+* **restore** (apply.lua in create mode: recovery): owner-less repair from PostgreSQL state
+  (reconcile, the STUCK_MEMBER repair, ladder apply);
+* **cancel** (cancel.lua);
+* the worker's wake-ups and the reads of ``escalation status`` and reconcile
+  (:func:`review_notified`: is a decision's entry in the review stream).
+
+Lua scripts: ``adapters/lua/`` via ``redis_scripts``. Every key a script touches is passed in
+KEYS, so every call addresses one shard (one Redis Cluster slot). Payload encoding:
+``redis_payload``.
 
 Times: scores and payload times are epoch **milliseconds** UTC; the only clock consulted for
 "is it due" is Redis ``TIME`` (inside the scripts, or via ``time()``), never the host clock.
@@ -13,46 +27,83 @@ Times: scores and payload times are epoch **milliseconds** UTC; the only clock c
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from json.encoder import encode_basestring_ascii as _json_str
+from typing import Any, cast
 from uuid import UUID
 
 import orjson
+import redis
+import structlog
+from redis.commands.core import Script
 
-from escalation.adapters.redis_claim import ClaimMixin
-from escalation.adapters.redis_enqueue_rows import EncodedPayload, PayloadTemplate
-from escalation.adapters.redis_inspection import InspectionMixin
-from escalation.adapters.redis_keys import Keys
+from escalation.adapters.redis_client import is_cluster
+from escalation.adapters.redis_keys import Keys, shard_of
 from escalation.adapters.redis_payload import (
     PAYLOAD_FIELDS,
+    claimed_payload_to_escalation,
     escalation_to_payload,
     payload_pairs,
     payload_to_escalation,
 )
-from escalation.adapters.redis_scheduler_base import (
-    DEFAULT_AGING_MS,
-    MAX_BATCH,
-    REVIEW_MAXLEN,
-    SCRIPT_NAMES,
-)
 from escalation.adapters.redis_scripts import (
+    check_range,
     packaged_scripts,
+    run_script,
     script_source,
 )
+from escalation.adapters.redis_wake import cluster_blpop_any
 from escalation.domain.errors import ConflictError, InvalidInput
 from escalation.domain.escalation import Escalation, Status
-from escalation.ports import MAX_OP_WARNINGS, ApplyAction, ApplyOp, ApplyOutcome
+from escalation.domain.timeutil import from_ms
+from escalation.ports import (
+    MAX_OP_WARNINGS,
+    ApplyAction,
+    ApplyOp,
+    ApplyOutcome,
+    ClaimedItem,
+    ClaimResult,
+)
 
 __all__ = [
     "DEFAULT_AGING_MS",
+    "NOTIFIED_SLACK_MS",
     "PAYLOAD_FIELDS",
     "SCRIPT_NAMES",
+    "EncodedPayload",
+    "PayloadTemplate",
     "RedisScheduler",
     "escalation_to_payload",
     "packaged_scripts",
     "payload_to_escalation",
+    "review_notified",
     "script_source",
 ]
+
+log = structlog.get_logger("escalation.adapters.redis_scheduler")
+
+SCRIPT_NAMES: tuple[str, ...] = (
+    "enqueue",
+    "claim",
+    "apply",
+    "cancel",
+    "warn_claim",  # pre-breach warnings: used by adapters.redis_warnings.RedisWarnings
+)
+MAX_BATCH = 500  # batch_size range 1-500 (docs/operations.md, configuration)
+MAX_LEASE_MS = 86_400_000  # claim.lua refuses longer leases
+MAX_CLAIM_ROUNDS = 4  # candidate windows tried per shard before giving up on contention
+REVIEW_MAXLEN = 100_000  # approximate MAXLEN of the review stream
+PROMOTE_MAX = 1000  # claim.lua moves at most this many due members pending -> ready per call
+DEFAULT_AGING_MS = 300_000  # one materiality weight = 5 minutes of waiting (docs/sla.md)
+_WAKE_GRACE_S = 1.0  # socket guard beyond the BLPOP timeout
+WAKE_MARGIN_S = 0.15  # last part of a wait slept locally (Redis hz 10 = 100 ms timer steps)
+CLOCK_RESYNC_S = 60.0  # an idle claim re-reads Redis TIME at most this often (see claim)
+CLOCK_SLACK_MS = 10  # a member due within this of the estimated Redis time gets a script call
 
 
 WarningPoints = tuple[tuple[str, int], ...]
@@ -100,14 +151,6 @@ def _json_strings(flat: Sequence[str]) -> bytes | str:
         return "[" + ", ".join(_json_str(str(x)) for x in flat) + "]"
 
 
-def _json_pairs(mapping: Mapping[str, str]) -> bytes | str:
-    """The JSON array ``[k1, v1, ...]`` of a str -> str mapping (:func:`_json_strings`)."""
-    flat: list[str] = []
-    for kv in mapping.items():
-        flat += kv
-    return _json_strings(flat)
-
-
 def _json_lists(lists: Sequence[Sequence[str]]) -> bytes | str:
     """apply.lua's ARGV[2]: the JSON array of the ops' string lists, in one ``cjson.decode``
     per call. Each list is encoded as :func:`_json_strings` encodes it alone (one orjson
@@ -132,12 +175,112 @@ _OUTCOMES: dict[str, ApplyOutcome] = {
 """apply.lua's outcome codes (its reply holds one character per op)."""
 
 
-class RedisScheduler(ClaimMixin, InspectionMixin):
+EncodedPayload = tuple[int, str, list[str], str | None]
+"""One escalation ready for :meth:`RedisScheduler.enqueue_encoded`: (shard, payload key,
+its enqueue.lua ARGV group, its priority weight or None)."""
+
+
+@dataclass
+class _ShardClaim:
+    """What one claim.lua call (or the idle check) found on one shard."""
+
+    now_ms: int
+    items: list[ClaimedItem] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)
+    contended: int = 0
+    next_due_ms: int | None = None
+
+
+class RedisScheduler:
     """Scheduler port on Redis: pending ZSET + payload HASH + lock per escalation, N shards.
 
-    Constructor arguments and errors: :class:`SchedulerBase` (client, namespace, shards,
-    priority, aging_ms); claim and inspection come from the mixins.
+    Args:
+        client: a ``redis.Redis`` created with ``decode_responses=True``.
+        namespace: key namespace (hash tag ``{<namespace>:<shard>}``, see ``Keys``).
+        shards: number of shards (>= 1); a dispute lives in ``shard_of(dispute_id, shards)``.
+        priority: materiality weight of an escalation, ``(ladder key, materiality text) ->
+            weight >= 0``, written at enqueue (bootstrap passes
+            ``service_layer.priority.weight_fn(ladders)``); None = plain due order.
+        aging_ms: waiting time worth one weight, milliseconds (claim.lua's aging; 1..86 400 000).
+
+    Raises:
+        InvalidInput: ``shards`` < 1, an empty namespace, or ``aging_ms`` out of range.
     """
+
+    def __init__(
+        self, client: redis.Redis, namespace: str = "esc", shards: int = 1, *,
+        priority: Callable[[str, str], int] | None = None, aging_ms: int = DEFAULT_AGING_MS,
+    ) -> None:
+        if not namespace:
+            raise InvalidInput("namespace must not be empty")
+        check_range("shards", shards, 1, 1_000_000)
+        check_range("aging_ms", aging_ms, 1, 86_400_000)  # claim.lua refuses more
+        self._client = client
+        self.namespace = namespace
+        self.shards = shards
+        self.priority = priority
+        self.aging_ms = aging_ms
+        self._scripts: dict[str, Script] = {
+            name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
+        }
+        # Idle-cost state (docs/performance.md, "Idle worker"): shards whose ``ready`` ZSET may
+        # hold members (True until a claim script reports it empty, again after a wake), and the
+        # last Redis TIME seen with the host monotonic instant it was seen at (an estimate of
+        # Redis time).
+        self._ready_maybe: dict[int, bool] = {}
+        self._clock: tuple[int, float] | None = None
+
+    # ------------------------------------------------------------------ helpers
+    def keys_for(self, dispute_id: UUID | str) -> Keys:
+        """The ``Keys`` of the shard holding ``dispute_id``."""
+        return Keys(self.namespace, shard_of(str(dispute_id), self.shards))
+
+    def shard_keys(self) -> list[Keys]:
+        """``Keys`` of every shard, shard 0 first."""
+        return [Keys(self.namespace, s) for s in range(self.shards)]
+
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[str | bytes | int]) -> Any:
+        return run_script(self._scripts[name], keys, args)
+
+    def _by_shard(self, ids: Sequence[UUID | str]) -> dict[int, list[int]]:
+        """Indexes of ``ids`` grouped by shard (one shard: no id is hashed or formatted)."""
+        if self.shards <= 1:
+            return {0: list(range(len(ids)))} if ids else {}
+        groups: dict[int, list[int]] = defaultdict(list)
+        for i, dispute_id in enumerate(ids):
+            groups[shard_of(str(dispute_id), self.shards)].append(i)
+        return groups
+
+    # ------------------------------------------------------------------ clock
+    def time(self) -> datetime:
+        """Redis ``TIME`` as an aware UTC datetime (millisecond precision): the one clock."""
+        return from_ms(self._now_ms())
+
+    def _now_ms(self) -> int:
+        seconds, micros = self._client.time()
+        return self._synced(int(seconds) * 1000 + int(micros) // 1000)
+
+    def _synced(self, redis_ms: int) -> int:
+        """Remember ``redis_ms`` (a Redis TIME just read) for :meth:`_estimated_now_ms`."""
+        self._clock = (redis_ms, time.monotonic())
+        return redis_ms
+
+    def estimated_now_ms(self) -> int:
+        """Redis time, epoch milliseconds, estimated as in :meth:`_estimated_now_ms` (at most
+        one ``TIME`` per ``CLOCK_RESYNC_S``, shared with the idle claim). For clocks that
+        only pick an occurrence or a wake-up (maintenance), never for "is it due"."""
+        return self._estimated_now_ms()
+
+    def _estimated_now_ms(self) -> int:
+        """Redis time estimated from the last TIME seen plus the host *monotonic* time since
+        (no wall-clock comparison); re-reads TIME when the last sync is older than
+        ``CLOCK_RESYNC_S`` (or none exists). Used only to decide whether a claim script call
+        is worth making: the script itself decides what is due, on Redis TIME."""
+        clock = self._clock
+        mono = time.monotonic()
+        if clock is None or mono - clock[1] > CLOCK_RESYNC_S:
+            return self._now_ms()
+        return clock[0] + int((mono - clock[1]) * 1000)
 
     # ------------------------------------------------------------------ enqueue
     def enqueue(self, esc: Escalation) -> bool:
@@ -264,7 +407,155 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         if heavy:
             self._client.hset(keys.prio, mapping=heavy)  # type: ignore[arg-type]
 
-    # ------------------------------------------------------------------ apply / restore
+    # ------------------------------------------------------------------ claim (step 1)
+    def claim(self, batch_size: int, lease_ms: int, worker_id: str) -> ClaimResult:
+        """Claim up to ``batch_size`` due members (claim.lua; docs/architecture.md, firing step 1).
+
+        Shards are visited round-robin from a random one. Per shard: read a window of the
+        earliest members (by rank, no client clock), run claim.lua on it; if the window was all
+        contended / taken by other workers, try the next window (at most ``MAX_CLAIM_ROUNDS``).
+
+        Args:
+            batch_size: 1..500 members.
+            lease_ms: lock TTL and visibility timeout, milliseconds (1..86 400 000).
+            worker_id: non-empty, at most 200 characters; stored as ``"<token>:<worker_id>"``.
+
+        Returns:
+            ClaimResult (now = the latest Redis TIME seen over the shards visited: a script's
+            clock, or when no script ran the estimate described in ``_claim_shard``;
+            next_due_ms = minimum over the shards visited).
+
+        Raises:
+            InvalidInput: an argument out of range.
+        """
+        check_range("batch_size", batch_size, 1, MAX_BATCH)
+        check_range("lease_ms", lease_ms, 1, MAX_LEASE_MS)
+        if not worker_id or len(worker_id) > 200:
+            raise InvalidInput("worker_id must be 1..200 characters")
+        start = random.randrange(self.shards)
+        order = [(start + i) % self.shards for i in range(self.shards)]
+        total: _ShardClaim | None = None
+        for shard in order:
+            need = batch_size - (len(total.items) if total else 0)
+            if need <= 0:
+                break
+            part = self._claim_shard(Keys(self.namespace, shard), need, lease_ms, worker_id)
+            if total is None:
+                total = part
+                continue
+            total.now_ms = max(total.now_ms, part.now_ms)  # the latest clock seen
+            total.items += part.items
+            total.stuck += part.stuck
+            total.contended += part.contended
+            if part.next_due_ms is not None and (
+                total.next_due_ms is None or part.next_due_ms < total.next_due_ms
+            ):
+                total.next_due_ms = part.next_due_ms
+        assert total is not None  # noqa: S101 -- shards >= 1 and batch_size >= 1
+        return ClaimResult(
+            now=from_ms(total.now_ms),
+            items=total.items,
+            stuck=total.stuck,
+            contended=total.contended,
+            next_due_ms=total.next_due_ms,
+        )
+
+    def _claim_shard(self, keys: Keys, need: int, lease_ms: int, worker_id: str) -> _ShardClaim:
+        """claim.lua on one shard (ADR 0006 ready set: pending -> ready by effective priority, then
+        claim the head of ready). Candidates are read from ``ready`` before each call; the
+        script only claims those still in the head, so the order is exact.
+
+        Idle cost (docs/performance.md, "Idle worker"): when nothing is claimable this makes
+        exactly one Redis command, ``ZRANGE pending 0 0 WITHSCORES``, and no script call:
+
+        * the ``ready`` read is skipped while this scheduler's last claim script on the shard
+          reported ``ready`` empty. Only claim.lua puts members into ``ready``, and a claim
+          that leaves members there returned a full batch (the worker loops again at once)
+          and pushes the wake marker (:meth:`_nudge`) so that other workers, whose flag may
+          say "empty", wake up and look at ``ready`` too (a wake sets the flag again).
+        * "is the first pending member due" is answered with an *estimate* of Redis time
+          (last TIME seen + host monotonic time since, re-read every ``CLOCK_RESYNC_S``).
+          The estimate (which lags Redis by up to a millisecond or two: truncation and the
+          reply's trip) only decides whether to call the script: a first member due within
+          ``CLOCK_SLACK_MS`` of it gets the call, and the script re-checks every member
+          against Redis TIME, so nothing is ever claimed early, and a member made due
+          "now" by another client a moment ago is not missed.
+        """
+        shard = keys.shard
+        if not self._ready_maybe.get(shard, True):
+            cheap = self._idle_check(keys)
+            if cheap is not None:
+                return cheap
+        result: _ShardClaim | None = None
+        offset = 0  # locked members seen at the top of ready
+        for _ in range(MAX_CLAIM_ROUNDS):
+            window = cast(list[str], self._client.zrange(keys.ready, offset, offset + need - 1))
+            if not window and result is None:
+                cheap = self._idle_check(keys)
+                if cheap is not None:
+                    self._ready_maybe[shard] = False
+                    return cheap
+            kargs = [keys.pending, keys.fence, keys.stats, keys.ready, keys.prio]
+            for member in window:
+                kargs += [keys.payload(member), keys.lock(member)]
+            raw = self._run("claim", kargs, [lease_ms, worker_id, need, self.aging_ms,
+                                             PROMOTE_MAX, offset, *window])
+            now_ms, next_due, contended, more, stuck, items, _promoted = raw
+            if result is None:
+                result = _ShardClaim(now_ms=int(now_ms))
+            result.now_ms = self._synced(int(now_ms))  # the latest script clock
+            result.next_due_ms = None if int(float(next_due)) < 0 else int(float(next_due))
+            result.contended += int(contended)
+            result.stuck += [str(s) for s in stuck]
+            self._parse_items(items, result)
+            need -= len(items) // 4
+            offset += int(contended)
+            if need <= 0 or (not int(more) and not int(contended)):
+                break
+        assert result is not None  # noqa: S101 -- MAX_CLAIM_ROUNDS >= 1
+        # claim.lua reports next_due = now while ready still holds members.
+        left = result.next_due_ms is not None and result.next_due_ms <= result.now_ms
+        if left:
+            self._nudge(keys)
+        self._ready_maybe[shard] = left
+        return result
+
+    def _idle_check(self, keys: Keys) -> _ShardClaim | None:
+        """One ``ZRANGE pending 0 0 WITHSCORES``: a ``_ShardClaim`` saying "nothing due"
+        (now = estimated Redis time), or None when the first member looks due (call the
+        script)."""
+        first = cast(list[tuple[str, float]],
+                     self._client.zrange(keys.pending, 0, 0, withscores=True))
+        now_ms = self._estimated_now_ms()
+        if first and int(first[0][1]) <= now_ms + CLOCK_SLACK_MS:
+            return None  # due, or nearly: the script decides on Redis TIME
+        return _ShardClaim(now_ms=now_ms, next_due_ms=int(first[0][1]) if first else None)
+
+    def _nudge(self, keys: Keys) -> None:
+        """Push the shard's wake marker (LPUSH + LTRIM to one element, like enqueue.lua):
+        members were left in ``ready``; other workers must look at it."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.lpush(keys.wake, "1")
+        pipe.ltrim(keys.wake, 0, 0)
+        pipe.execute()
+
+    @staticmethod
+    def _parse_items(items: Sequence[Any], result: _ShardClaim) -> None:
+        """claim.lua's flat items (id, token, due_ms, payload per claimed member) into
+        ``result.items``; a payload that does not decode is logged and left out."""
+        for at in range(0, len(items) - 3, 4):
+            member, token, score, flat = items[at], items[at + 1], items[at + 2], items[at + 3]
+            try:
+                esc = claimed_payload_to_escalation(member, flat)
+            except InvalidInput as exc:
+                # Left locked and re-scored: it comes due again after the lease; reconcile
+                # (restore from PostgreSQL) is the repair. One bad payload must not cost
+                # the batch.
+                log.error("escalation.payload_corrupt", dispute_id=member, error=str(exc))
+                continue
+            result.items.append(ClaimedItem(esc, int(token), int(float(score))))
+
+    # ------------------------------------------------------------------ apply (step 4: the ack)
     def apply(self, ops: Sequence[ApplyOp]) -> list[ApplyOutcome]:
         """Apply recorded decisions (apply.lua): one script call per shard per 500 ops.
 
@@ -288,6 +579,7 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         """
         return self._apply(ops, create=False)
 
+    # ------------------------------------------------------------------ restore (recovery)
     def restore(self, escalations: Sequence[Escalation],
                 notifications: Mapping[UUID, dict[str, str]] | None = None,
                 ) -> list[ApplyOutcome]:
@@ -357,8 +649,7 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
         ``[f1, v1, ...]`` lists. ``_apply`` sends the lists of all ops of a call as one JSON
         array (one ``cjson.decode`` per call in Redis): the scalars travel as plain
         arguments, the pairs as JSON, since every extra argument costs the client more
-        (redis-py packs argument by argument) than decoding costs Redis (CHANGELOG.md,
-        "Firing path CPU (fourth pass)" and the seventh).
+        (redis-py packs argument by argument) than decoding costs Redis.
 
         Raises:
             InvalidInput: negative seq or token, more than ``MAX_OP_WARNINGS`` warnings or a
@@ -402,3 +693,263 @@ class RedisScheduler(ClaimMixin, InspectionMixin):
             flat = [x for kv in notify.items() for x in kv]
             args += [notify["seq"], json.dumps(flat), str(REVIEW_MAXLEN)]
         return int(self._run("cancel", kargs, args)) == 1
+
+    # ------------------------------------------------------------------ wake-ups
+    def wait_for_wake(self, timeout_s: float) -> bool:
+        """Block until an enqueue pushed a wake marker, or ``timeout_s`` passed.
+
+        Precision: Redis expires blocking timeouts from its event loop, which runs every
+        ``1000 / hz`` ms on an idle server (100 ms at the default ``hz 10``), so a BLPOP
+        timeout can end up to ~100 ms late. The BLPOP therefore covers only
+        ``timeout_s - WAKE_MARGIN_S`` and the rest is slept locally (``time.sleep``, host
+        monotonic clock, relative to now: no clock comparison), so a wait for the next due
+        time ends within a millisecond or two of it. A marker pushed during the final local
+        sleep (at most ``WAKE_MARGIN_S``) is seen on the next wait. Timeouts are sent in
+        whole milliseconds and never as ``0`` (which would mean "block forever").
+
+        Args:
+            timeout_s: longest wait in seconds (0 or less = just check, no blocking).
+
+        Returns:
+            True if a marker was taken, False on timeout. The socket read is bounded by
+            the BLPOP timeout + 1 s so a lost server cannot hang the worker.
+        """
+        wake_keys = [k.wake for k in self.shard_keys()]
+        if timeout_s <= 0:
+            woken = any(self._client.lpop(key) is not None for key in wake_keys)
+            if woken:
+                self._ready_maybe.clear()  # a wake: look at every shard's ready set again
+            return woken
+        deadline = time.monotonic() + timeout_s
+        block_s = timeout_s - WAKE_MARGIN_S
+        if block_s >= 0.001 and self._blpop(wake_keys, block_s):
+            self._ready_maybe.clear()
+            return True
+        rest = deadline - time.monotonic()
+        if rest > 0:
+            time.sleep(rest)
+        return False
+
+    def _blpop(self, wake_keys: list[str], block_s: float) -> bool:
+        # --- Redis Cluster: one BLPOP per shard (one slot each), awaited together
+        if is_cluster(self._client):
+            return cluster_blpop_any(self._client, wake_keys, block_s, _WAKE_GRACE_S)
+        # --- one server or a Sentinel primary: one BLPOP over every shard's wake key
+        pool = self._client.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_command("BLPOP", *wake_keys, f"{max(block_s, 0.001):.3f}")  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+            reply = conn.read_response(timeout=block_s + _WAKE_GRACE_S)
+        except (redis.TimeoutError, redis.ConnectionError):
+            conn.disconnect()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+            return False
+        except BaseException:
+            # interrupted (SIGTERM's shutdown exception) with the BLPOP still pending: its
+            # late nil reply must not be read back as the next command's reply on this
+            # connection (the pool hands the last released connection out first; a
+            # Sentinel-managed connection is not dropped on errors by redis-py)
+            conn.disconnect()  # type: ignore[no-untyped-call]  # as above
+            raise
+        finally:
+            pool.release(conn)
+        return reply is not None
+
+    # ------------------------------------------------------------------ inspection
+    def _earliest_due_incl_ready(self) -> int | None:
+        """Earliest *due time* over pending and ready (a ready member's due = score + weight *
+        aging_ms), looking at the 1000 best-scored ready members of each shard."""
+        best: int | None = None
+        for keys in self.shard_keys():
+            rows = cast(list[tuple[str, float]],
+                        self._client.zrange(keys.ready, 0, 999, withscores=True))
+            first = cast(list[tuple[str, float]],
+                         self._client.zrange(keys.pending, 0, 0, withscores=True))
+            dues = [int(first[0][1])] if first else []
+            if rows:
+                weights = cast(list[str | None],
+                               self._client.hmget(keys.prio, [m for m, _ in rows]))
+                dues += [int(sc) + int(w or 0) * self.aging_ms
+                         for (_, sc), w in zip(rows, weights, strict=True)]
+            if dues and (best is None or min(dues) < best):
+                best = min(dues)
+        return best
+
+    def payload(self, dispute_id: UUID | str) -> dict[str, str] | None:
+        """The payload HASH of ``dispute_id`` (str -> str), or None if there is none."""
+        fields = cast(
+            dict[str, str], self._client.hgetall(self.keys_for(dispute_id).payload(dispute_id))
+        )
+        return fields or None
+
+    def notified(self, wanted: Mapping[str, tuple[str, int]], count: int = 1000) -> set[str]:
+        """The idempotency keys among ``wanted`` (dispute id -> (``<dispute>:<seq>``, decided
+        epoch ms)) that already have an entry in their shard's review stream
+        (:func:`review_notified`; read by the worker's STUCK_MEMBER repair only)."""
+        return review_notified(self._client, self.namespace, self.shards, wanted, count)
+
+    def pending_members(self, shard: int) -> Iterator[tuple[str, int]]:
+        """ZSCAN of one shard's pending and ready ZSETs: ``(dispute id, due epoch ms)`` (for
+        reconcile). A ready member's due is its ready score + weight * aging_ms."""
+        check_range("shard", shard, 0, self.shards - 1)
+        keys = Keys(self.namespace, shard)
+        for member, score in self._client.zscan_iter(keys.pending):
+            yield str(member), int(score)
+        for member, score in self._client.zscan_iter(keys.ready):
+            weight = int(cast(str, self._client.hget(keys.prio, member) or "0"))
+            yield str(member), int(score) + weight * self.aging_ms
+
+    def stats(self) -> dict[str, int | None]:
+        """Numbers for ``escalation status`` summed over shards.
+
+        Keys: pending (ZCARD pending + ZCARD ready), due_now (pending score <= Redis TIME, plus
+        every ready member), oldest_overdue_ms (now - earliest
+        due score, None when nothing is due), locked (lock keys, counted with SCAN), dead
+        (ZCARD dead), plus every counter of the stats hashes (claimed, stuck, lock_contended,
+        applied, stale_apply, not_owner, restore_held, missing, enqueued, cancelled).
+        """
+        now = self._now_ms()
+        out: dict[str, int | None] = {"pending": 0, "due_now": 0, "locked": 0, "dead": 0}
+        counters: dict[str, int] = defaultdict(int)
+        for keys in self.shard_keys():
+            ready = int(self._client.zcard(keys.ready))  # ready set (ADR 0006): due, waiting
+            in_pending = int(self._client.zcard(keys.pending))
+            out["pending"] = int(out["pending"] or 0) + in_pending + ready
+            out["due_now"] = int(out["due_now"] or 0) + ready + int(
+                self._client.zcount(keys.pending, "-inf", now)
+            )
+            out["dead"] = int(out["dead"] or 0) + int(self._client.zcard(keys.dead))
+            locks = self._client.scan_iter(match=f"{keys.lock_prefix}*", count=1000)
+            out["locked"] = int(out["locked"] or 0) + sum(1 for _ in locks)
+            for name, value in cast(dict[str, str], self._client.hgetall(keys.stats)).items():
+                counters[name] += int(value)
+        earliest = self._earliest_due_incl_ready()
+        out["oldest_overdue_ms"] = (
+            now - earliest if earliest is not None and earliest <= now else None
+        )
+        out.update(counters)
+        return out
+
+
+NOTIFIED_SLACK_MS = 300_000
+"""How far before a decision :func:`review_notified` starts reading a review stream
+(5 minutes, epoch ms): the clock of a promoted replica may be behind the old primary's."""
+
+
+def review_notified(client: redis.Redis, namespace: str, shards: int,
+                    wanted: Mapping[str, tuple[str, int]], count: int = 1000) -> set[str]:
+    """Which of the wanted notifications already have an entry in their review stream.
+
+    The one reader behind ``ReliabilityRedis.notified`` (reconcile) and
+    ``RedisScheduler.notified`` (the worker's STUCK_MEMBER repair): both repairs of a missing
+    payload send the latest decision's entry only when this finds none
+    (docs/reliability.md "Failover and notifications").
+
+    Args:
+        client: ``redis.Redis`` with ``decode_responses=True``.
+        namespace / shards: the scheduler's.
+        wanted: dispute id -> (idempotency key ``<dispute>:<seq>``, decided epoch ms).
+        count: XRANGE page size.
+
+    Returns:
+        the idempotency keys found. Each shard's stream is read (XRANGE, pages of ``count``)
+        from its earliest wanted decision minus :data:`NOTIFIED_SLACK_MS`: an entry is XADDed
+        after its decision (the apply follows the record; its id is the Redis TIME of that
+        apply), so an entry older than that cannot be one of them; the slack covers a
+        promoted replica whose clock is behind the old primary's.
+    """
+    by_shard: dict[int, tuple[set[str], int]] = {}
+    for did, (key, decided_ms) in wanted.items():
+        shard = shard_of(did, shards)
+        keys, since = by_shard.get(shard, (set(), decided_ms))
+        keys.add(key)
+        by_shard[shard] = (keys, min(since, decided_ms))
+    found: set[str] = set()
+    for shard, (keys, since) in by_shard.items():
+        stream = Keys(namespace, shard).review
+        start = str(max(since - NOTIFIED_SLACK_MS, 0))
+        while True:
+            page = cast(list[tuple[str, dict[str, str] | None]],
+                        client.xrange(stream, start, "+", count=count))
+            for _entry_id, fields in page:
+                got = (fields or {}).get("idempotency_key")
+                if got is not None and got in keys:
+                    found.add(got)
+            if len(page) < count:
+                break
+            start = "(" + str(page[-1][0])
+    return found
+
+
+class PayloadTemplate:
+    """The enqueue.lua arguments (``escalation_to_payload``) of every escalation that
+    differs from a prototype only in its dispute id, external id, source hash and trace id
+    (the CSV import renders each row from the template of its shape).
+
+    The fields around the per-row ones are rendered once from the prototype; :meth:`render`
+    yields the same ARGV group, key and shard ``enqueue_many`` would send for the escalation
+    (checked against :func:`escalation_to_payload` when the template is made: ``ok``).
+    """
+
+    def __init__(self, proto: Escalation, namespace: str, shards: int,
+                 weight: str | None) -> None:
+        """``proto``: a pending escalation (its state as recorded: seq 1 for an import);
+        ``weight``: its stored priority weight (None = not stored). Until :meth:`prepare`
+        has run, rows are rendered through ``escalation_to_payload`` itself."""
+        self._shards = shards
+        self._prefix = [Keys(namespace, n).payload_prefix for n in range(max(shards, 1))]
+        self._weight = weight
+        self._proto = proto
+        self._before: list[str] = []
+        self._after: list[str] = []
+        self._count = 0
+        self._due = ""
+        self.ok = False
+
+    def prepare(self) -> None:
+        """Render the template's fixed parts once and check them; sets ``ok``."""
+        proto = self._proto
+        fields = escalation_to_payload(proto)
+        names = list(fields)
+        h = names.index("h")
+        self._before = [v for item in list(fields.items())[:h] for v in item]
+        after = [k for k in names[h:] if k not in ("h", "r", "x")]
+        self._after = [v for k in after for v in (k, fields[k])]
+        self._count = len(names) - (1 if "x" in fields else 0)
+        self._due = fields["due_ms"]
+        did = str(proto.dispute_id)
+        self.ok = True  # render() fills the template itself while it is checked
+        self.ok = all(
+            self.render(did, ext, proto.source_hash, proto.trace_id)
+            == self._reference(did, ext, proto.source_hash, proto.trace_id)
+            for ext in (proto.external_id, None, "x\t\\y\"z\u00e9"))
+
+    def _reference(self, dispute_id: str, external_id: str | None, source_hash: str,
+                   trace_id: str) -> EncodedPayload:
+        """What ``enqueue_many`` sends for the prototype with these per-row values."""
+        esc = replace(self._proto, dispute_id=UUID(dispute_id), external_id=external_id,
+                      source_hash=source_hash, trace_id=trace_id)
+        fields = escalation_to_payload(esc)
+        args = [dispute_id, fields["due_ms"], str(len(fields))]
+        for item in fields.items():
+            args += item
+        shard = shard_of(dispute_id, self._shards)
+        return (shard, self._prefix[shard] + dispute_id, args, self._weight)
+
+    def render(self, dispute_id: str, external_id: str | None, source_hash: str,
+               trace_id: str) -> EncodedPayload:
+        """(shard, payload key, ARGV group, weight) of the prototype with these values;
+        ``dispute_id`` is the canonical UUID string."""
+        if not self.ok:
+            return self._reference(dispute_id, external_id, source_hash, trace_id)
+        shard = shard_of(dispute_id, self._shards) if self._shards > 1 else 0
+        args = [dispute_id, self._due]
+        if external_id is None:
+            args.append(str(self._count))
+            args += self._before
+            args += ("h", source_hash, "r", trace_id)
+        else:
+            args.append(str(self._count + 1))
+            args += self._before
+            args += ("h", source_hash, "r", trace_id, "x", external_id)
+        args += self._after
+        return (shard, self._prefix[shard] + dispute_id, args, self._weight)

@@ -4,10 +4,17 @@ One Lua script per atomic operation lives in ``adapters/lua/`` (``claim.lua`` <-
 ``RedisScheduler.claim``); each opens with a header giving its KEYS, ARGV and returns.
 Scripts are read through the installed package (``importlib.resources``) and registered per
 client with ``register_script`` (which re-sends a script on NOSCRIPT).
+
+Helpers several scripts share live once in ``adapters/lua/includes/<name>.lua``. A script
+names one with a line ``-- @include "<name>"`` (a Lua comment, so the file stays valid Lua
+as it is); :func:`script_source` replaces that line with the helper's text when the script
+is loaded. A helper included twice in one script (directly or through another helper) is
+inserted once, at its first include; an unknown name or an include cycle raises.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
@@ -53,18 +60,41 @@ def run_script(script: Script, keys: Sequence[str], args: Sequence[str | bytes |
         raise ScriptRefused(str(exc)) from exc
 
 
+INCLUDE = re.compile(r'^--[ \t]*@include[ \t]+"([a-z_]+)"[ \t]*$', re.MULTILINE)
+"""An include line: ``-- @include "<helper>"`` alone on its line."""
+
+
+def _lua_file(*parts: str) -> str:
+    return (resources.files("escalation.adapters").joinpath("lua", *parts)
+            .read_text(encoding="utf-8"))
+
+
+def _expand(text: str, done: set[str], stack: tuple[str, ...]) -> str:
+    """``text`` with each include line replaced by its helper's (expanded) text; a helper
+    already in ``done`` is replaced by nothing."""
+    def one(match: re.Match[str]) -> str:
+        helper = match.group(1)
+        if helper in stack:
+            raise ValueError(f"Lua include cycle: {' -> '.join((*stack, helper))}")
+        if helper in done:
+            return ""
+        done.add(helper)
+        body = _lua_file("includes", f"{helper}.lua")
+        return _expand(body, done, (*stack, helper)).rstrip("\n")
+    return INCLUDE.sub(one, text)
+
+
 @cache
 def script_source(name: str) -> str:
-    """Text of ``adapters/lua/<name>.lua`` read through the installed package.
+    """Text of ``adapters/lua/<name>.lua`` read through the installed package, its
+    ``-- @include "<helper>"`` lines replaced by ``adapters/lua/includes/<helper>.lua``
+    (see the module doc): the text Redis runs.
 
     Raises:
-        FileNotFoundError: the package data is missing (a packaging bug).
+        FileNotFoundError: the script or an included helper is missing (a packaging bug).
+        ValueError: the includes form a cycle.
     """
-    return (
-        resources.files("escalation.adapters")
-        .joinpath("lua", f"{name}.lua")
-        .read_text(encoding="utf-8")
-    )
+    return _expand(_lua_file(f"{name}.lua"), set(), (name,))
 
 
 def packaged_scripts() -> list[str]:

@@ -89,6 +89,9 @@ _SLA_SELECT = """
       FROM escalation_audit a
       LEFT JOIN escalation_state s ON s.dispute_id = a.dispute_id
 """
+SLA_SELECT = _SLA_SELECT
+"""The report rows' columns (``SELECT ... FROM escalation_audit a LEFT JOIN escalation_state
+s``), without a condition: :data:`SLA_ROWS` and the SLA rollup's per-dispute read add one."""
 SLA_ROWS = sa.text(
     _SLA_SELECT
     + """

@@ -15,8 +15,8 @@ import json
 
 import redis
 
-from escalation.adapters.metrics_queries import DecisionFigures
 from escalation.adapters.redis_keys import Keys
+from escalation.ports import DecisionFigures
 
 
 class RedisRetiredFigures:

@@ -164,12 +164,6 @@ class Ed25519DigestVerifier:
         return SignatureStatus.VALID
 
 
-def signature_member(signature: CheckpointSignature) -> dict[str, str]:
-    """The digest file's ``signature`` member for a stored signature (see the module doc)."""
-    return {"alg": "Ed25519", "public_key": base64.b64encode(signature.public_key).decode(),
-            "value": base64.b64encode(signature.value).decode()}
-
-
 def configured_public_key(environ: Mapping[str, str] | None = None,
                           path: Path | None = None) -> Ed25519PublicKey | None:
     """The public key checkpoints are trusted under: ``path`` if given, else

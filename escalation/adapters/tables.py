@@ -25,6 +25,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSONB, UUID
 
+from escalation.domain.audit_hash import LEDGER_COLUMNS
+
 NAMING_CONVENTION: dict[str, str] = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -104,6 +106,7 @@ escalation_audit = sa.Table(
     sa.Index(None, "decided_at"),
     sa.Index(None, "event", "decided_at"),
     sa.Index(None, "actor"),
+    sa.Index(None, "recorded_at"),  # migration 0016: the SLA rollup's refresh reads by it
     # Migration 0004: a pre-breach warning (dispute, tier-entry seq, fraction) is
     # recorded at most once.
     sa.Index(
@@ -117,6 +120,9 @@ escalation_audit = sa.Table(
     ),
     postgresql_partition_by="RANGE (chain_created_at)",
 )
+if {c.name for c in escalation_audit.columns} != set(LEDGER_COLUMNS):  # pragma: no cover
+    raise RuntimeError("escalation_audit's columns differ from domain.audit_hash.LEDGER_COLUMNS")
+
 PARTITION_SCHEMA = "escalation_ledger_parts"
 """Schema holding the monthly partitions ``escalation_audit_yYYYYmMM`` (revision 0001)."""
 
@@ -125,6 +131,9 @@ escalation_state = sa.Table(
     metadata,
     sa.Column("dispute_id", UUID(as_uuid=True), nullable=False),
     sa.Column("external_id", sa.Text),
+    # migration 0015: the source system's name (NULL: not known, e.g. named by UUID over the
+    # API, or enqueued before the name was kept); the ENQUEUED row's ``details.source``
+    sa.Column("source", sa.Text),
     sa.Column("status", sa.Text, nullable=False),
     sa.Column("tier", sa.Text, nullable=False),
     sa.Column("ladder", sa.Text, nullable=False),
@@ -159,7 +168,80 @@ escalation_state = sa.Table(
         "due_at",
         postgresql_where=sa.text("status = 'pending'"),
     ),
+    # migration 0017: ``audit show EXTERNAL_ID`` (find_by_external_id)
+    sa.Index("ix_escalation_state_external_id", "external_id"),
 )
+
+escalation_clock = sa.Table(
+    "escalation_clock",
+    metadata,
+    sa.Column("dispute_id", UUID(as_uuid=True), nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("at", TZ, nullable=False),
+    sa.Column("ladder", sa.Text, nullable=False),
+    sa.Column("ladder_version", sa.Integer, nullable=False),
+    sa.Column("external_id", sa.Text),
+    sa.Column("open", sa.Boolean, nullable=False),
+    sa.Column("ended", sa.Boolean, nullable=False),
+    sa.PrimaryKeyConstraint("dispute_id", "name"),
+    sa.Index("ix_escalation_clock_at", "at", "dispute_id", "name"),
+    sa.Index("ix_escalation_clock_open", "at",
+             postgresql_where=sa.text("open AND NOT ended")),
+    sa.Index("ix_escalation_clock_settled", "at", "dispute_id", "name",
+             postgresql_where=sa.text("NOT (open AND NOT ended)")),
+    sa.Index("ix_escalation_clock_after_end", "name", "at", postgresql_where=sa.text("ended")),
+)
+"""Migration 0017: every clock of the projection with a known instant, one row each (kept
+by triggers on ``escalation_state``; never written by the code): ``open`` = among the
+binding ``deadlines``, ``ended`` = the dispute is resolved or cancelled. The console's
+deadline lists page through it (``console_queries``)."""
+
+sla_rollup = sa.Table(
+    "sla_rollup",
+    metadata,
+    sa.Column("dispute_id", UUID(as_uuid=True), nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("at", TZ, nullable=False),
+    sa.Column("ladder", sa.Text, nullable=False),
+    sa.Column("tier", sa.Text, nullable=False),
+    sa.Column("duration_s", sa.Float),
+    sa.Column("state", sa.Text),
+    sa.Column("name", sa.Text(collation="C")),
+    sa.Column("late_s", sa.Float),
+    sa.Column("open_miss", sa.Boolean),
+    sa.CheckConstraint("kind IN ('entered', 'on_time', 'late', 'resolved', 'deadline')",
+                       name="kind_known"),
+    sa.Index(None, "at"),
+    sa.Index(None, "dispute_id"),
+    sa.Index("ix_sla_rollup_open_deadlines", "at",
+             postgresql_where=sa.text("kind = 'deadline' AND state IN ('at_risk', 'pending')")),
+    sa.Index("ix_sla_rollup_deadline_keys", "at", "dispute_id", "name",
+             postgresql_where=sa.text("kind = 'deadline'")),
+    sa.Index("ix_sla_rollup_deadline_state", "state", "at", "dispute_id", "name",
+             postgresql_where=sa.text("kind = 'deadline'")),
+    sa.Index("ix_sla_rollup_open_miss", "at", "dispute_id", "name",
+             postgresql_where=sa.text("kind = 'deadline' AND open_miss")),
+)
+"""What each dispute contributes to the SLA report (migration 0016, ADR 0033): one row per
+tier-stay event and per regulatory deadline, as ``service_layer.sla_report.rollup_rows``
+computes them, a deadline with its lateness and whether it is a miss still open (migration
+0019: the console's lists and overview); replaced per dispute by each refresh
+(``adapters.sla_rollup``)."""
+
+sla_rollup_state = sa.Table(
+    "sla_rollup_state",
+    metadata,
+    sa.Column("id", sa.Integer, nullable=False),
+    sa.Column("watermark", TZ, nullable=False),
+    sa.Column("computed_at", TZ, nullable=False),
+    sa.Column("grace_s", sa.Integer, nullable=False),
+    sa.Column("backfill_after", UUID(as_uuid=True)),
+    sa.PrimaryKeyConstraint("id"),
+    sa.CheckConstraint("id = 1", name="one_row"),
+)
+"""The SLA rollup's one state row: the ledger watermark of its last refresh, the instant its
+deadline states were computed at, the grace its stays were counted with, and while a full
+refresh (backfill) is unfinished the last dispute id it committed (migration 0018)."""
 
 audit_checkpoint = sa.Table(
     "audit_checkpoint",
@@ -176,6 +258,7 @@ audit_checkpoint = sa.Table(
     sa.Column("retention_count", sa.BigInteger),
     sa.Column("retention_hash", BYTEA),
     sa.Column("retention_covered", ARRAY(sa.Text)),
+    sa.Column("heads_complete", sa.Boolean, nullable=False, server_default=sa.true()),
     sa.PrimaryKeyConstraint("checkpoint_id"),
     sa.CheckConstraint("checkpoint_id >= 1", name="id_positive"),
     sa.CheckConstraint(
@@ -187,7 +270,9 @@ audit_checkpoint = sa.Table(
 ``signature`` (Ed25519 over the digest) and ``signing_key`` (raw public key) are NULL on
 checkpoints sealed before signatures were stored; ``retention_count`` / ``retention_hash`` /
 ``retention_covered`` (``name:action`` keys) name the ``audit_retention`` rows the checkpoint
-covers."""
+covers. ``heads_complete`` (migration 0020): the checkpoint stores every head it seals
+(every checkpoint before 0020, and a first one), or only those changed since the checkpoint
+before it."""
 
 audit_checkpoint_head = sa.Table(
     "audit_checkpoint_head",
@@ -197,10 +282,16 @@ audit_checkpoint_head = sa.Table(
     sa.Column("last_seq", sa.BigInteger, nullable=False),
     sa.Column("last_hash", BYTEA, nullable=False),
     sa.Column("chain_created_at", TZ, nullable=False),
+    sa.Column("removed", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.PrimaryKeyConstraint("checkpoint_id", "dispute_id"),
     sa.ForeignKeyConstraint(["checkpoint_id"], ["audit_checkpoint.checkpoint_id"]),
+    sa.Index("ix_audit_checkpoint_head_chain", "dispute_id", "checkpoint_id"),
 )
-"""The chain heads a checkpoint covers (its Merkle leaves), append-only."""
+"""The chain heads a checkpoint stores (append-only): all of its Merkle leaves on a complete
+checkpoint, else those changed since the checkpoint before it, ``removed`` marking a chain
+no longer sealed from that checkpoint on (migration 0020). The heads checkpoint k seals are,
+per chain, the row of the newest checkpoint <= k from the newest complete one <= k on
+(``adapters.checkpoints``)."""
 
 audit_retention = sa.Table(
     "audit_retention",
@@ -220,8 +311,6 @@ audit_retention = sa.Table(
 """Partitions removed by retention (append-only; a BEFORE INSERT trigger refuses a row that
 is not a past-retention, really removed partition). Verify excuses a sealed chain's absence
 only by a row whose month holds the chain and which passes the same checks."""
-
-LADDER_RUN_STATUSES: tuple[str, ...] = ("running", "done", "failed")
 
 ladder_history = sa.Table(
     "ladder_history",

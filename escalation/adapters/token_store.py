@@ -13,7 +13,7 @@ import sqlalchemy.exc
 from escalation.adapters.tables import api_tokens, console_sessions
 from escalation.domain.access import Role, TokenInfo
 from escalation.domain.errors import ConflictError
-from escalation.ports import SessionSeen
+from escalation.ports import NewToken, SessionSeen
 
 _T = api_tokens
 _S = console_sessions
@@ -39,12 +39,14 @@ class PostgresTokenStore:
     def __init__(self, engine: sa.Engine) -> None:
         self._engine = engine
 
-    def insert(self, name: str, role: Role, digest: str, expires_at: datetime,
-               sources: tuple[str, ...] | None = None, read_only: bool = False) -> TokenInfo:
-        """Store a new token. Raises ConflictError if ``name`` (or the digest) exists."""
+    def insert(self, token: NewToken) -> TokenInfo:
+        """Store a new token. Raises ConflictError if its name (or the digest) exists."""
+        name = token.name
         stmt = _T.insert().values(
-            name=name, role=role.value, token_sha256=digest, expires_at=expires_at,
-            sources=None if sources is None else list(sources), read_only=read_only,
+            name=name, role=token.role.value, token_sha256=token.digest,
+            expires_at=token.expires_at,
+            sources=None if token.sources is None else list(token.sources),
+            read_only=token.read_only,
         ).returning(*_T.c)
         try:
             with self._engine.begin() as conn:

@@ -32,8 +32,9 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import sqlalchemy as sa
@@ -41,7 +42,7 @@ import sqlalchemy as sa
 from escalation.bench.common import Target, load, new_namespace, percentile
 
 IN_FLIGHT = 64
-DUE = (datetime.now(UTC) + timedelta(days=3650)).isoformat()
+DUE = (datetime.now(UTC) + timedelta(days=3000)).isoformat()  # within DUE_IN_MAX (3650 d)
 
 
 def _item() -> dict[str, str]:
@@ -62,7 +63,8 @@ def start_api_server(env: dict[str, str], workers: int = 1,
                      timeout_s: float = 90) -> tuple[str, subprocess.Popen[bytes]]:
     """Start ``escalation serve`` on a free loopback port with ``env``; wait for /healthz.
 
-    Returns ``(base URL, process)``; the process's output is in ``process.log_file``.
+    Returns ``(base URL, process)``; the process's output is in ``process.log_file``, an
+    anonymous temporary file the caller closes once the process has ended.
 
     Raises:
         RuntimeError: the server exited, or did not answer within ``timeout_s`` seconds.
@@ -79,13 +81,17 @@ def start_api_server(env: dict[str, str], workers: int = 1,
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             log.seek(0)
-            raise RuntimeError("api server exited: " + log.read().decode(errors="replace"))
+            text = log.read().decode(errors="replace")
+            log.close()
+            raise RuntimeError("api server exited: " + text)
         try:
             if httpx.get(url + "/healthz", timeout=1).status_code == 200:
                 return url, proc
         except httpx.HTTPError:
             time.sleep(0.2)
     proc.kill()
+    proc.wait()
+    log.close()
     raise RuntimeError(f"api server did not answer /healthz within {timeout_s:.0f} s")
 
 
@@ -149,11 +155,20 @@ class _Client:
             return type(exc).__name__
 
 
-async def _closed_loop(url: str, token: str, bodies: list[Any], path: str,
-                       concurrency: int, client_kind: str = "aiohttp",
+class _Endpoint(NamedTuple):
+    """Where requests go: the server's base ``url``, the bearer ``token`` and the ``path``."""
+
+    url: str
+    token: str
+    path: str = "/v1/escalations"
+
+
+async def _closed_loop(ep: _Endpoint, bodies: list[Any], concurrency: int,
+                       client_kind: str = "aiohttp",
                        ) -> tuple[float, list[float], dict[int | str, int]]:
-    """Send ``bodies`` from ``concurrency`` connections as fast as answered.
+    """Send ``bodies`` to ``ep`` from ``concurrency`` connections as fast as answered.
     Returns (wall seconds, latencies ms, status counts)."""
+    url, token, path = ep
     queue: asyncio.Queue[Any] = asyncio.Queue()
     for b in bodies:
         queue.put_nowait(b)
@@ -240,19 +255,36 @@ def _stats(lat: list[float]) -> dict[str, float | None]:
             "max": max(lat) if lat else None}
 
 
-def run(tgt: Target, *, batches: int, batch_size: int, batch_concurrency: int,
-        single_n: int, concurrency: int, rate: float, seconds: float,
-        workers: int, client: str = "aiohttp") -> dict[str, Any]:
-    """Run the three measurements (see the module docstring) with the ``client`` HTTP
-    client (one of :data:`CLIENTS`). Returns the figures.
+@dataclass(frozen=True, slots=True)
+class ApiRound:
+    """The three HTTP API measurements (the command of :func:`run`): ``batches`` batch
+    creates of ``batch_size`` items from ``batch_concurrency`` connections; ``single_n``
+    single creates from ``concurrency`` connections; single creates at ``rate`` per second
+    for ``seconds`` s; a server of ``workers`` processes; ``client``: one of
+    :data:`CLIENTS`."""
+
+    batches: int
+    batch_size: int
+    batch_concurrency: int
+    single_n: int
+    concurrency: int
+    rate: float
+    seconds: float
+    workers: int
+    client: str = "aiohttp"
+
+
+def run(tgt: Target, cmd: ApiRound) -> dict[str, Any]:
+    """Run the three measurements (see the module docstring) with ``cmd.client``. Returns
+    the figures.
 
     Raises:
         ValueError: an unknown client (from the first request phase).
     """
     import signal
 
-    from escalation.adapters.token_store import PostgresTokenStore
-    from escalation.service_layer.tokens import create_token
+    from escalation.composition_bench import token_store_on
+    from escalation.service_layer.tokens import CreateToken, create_token
 
     # SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so the server is stopped and the bench
     # database and namespace are removed
@@ -261,27 +293,30 @@ def run(tgt: Target, *, batches: int, batch_size: int, batch_concurrency: int,
     tgt.namespaces.append(ns)
     engine = tgt.engine()
     try:
-        token, _ = create_token(PostgresTokenStore(engine), f"{ns}-bench", "service", 1)
+        token, _ = create_token(CreateToken(f"{ns}-bench", "service", 1), token_store_on(engine))
     finally:
         engine.dispose()
     load_before = load()
-    url, proc = _start(tgt, ns, workers)
+    url, proc = _start(tgt, ns, cmd.workers)
     try:
         warm = [_item() for _ in range(200)]
-        asyncio.run(_closed_loop(url, token, warm, "/v1/escalations", 8, client))
-        batch_bodies = [{"items": [_item() for _ in range(batch_size)]} for _ in range(batches)]
+        asyncio.run(_closed_loop(_Endpoint(url, token), warm, 8, cmd.client))
+        batch_bodies = [{"items": [_item() for _ in range(cmd.batch_size)]}
+                        for _ in range(cmd.batches)]
         cpu = [_tree_cpu_s(proc.pid)]
         b_wall, b_lat, b_codes = asyncio.run(_closed_loop(
-            url, token, batch_bodies, "/v1/escalations/batch", batch_concurrency, client))
+            _Endpoint(url, token, "/v1/escalations/batch"), batch_bodies, cmd.batch_concurrency,
+            cmd.client))
         cpu.append(_tree_cpu_s(proc.pid))
-        singles = [_item() for _ in range(single_n)]
+        singles = [_item() for _ in range(cmd.single_n)]
         own = time.process_time()
         s_wall, s_lat, s_codes = asyncio.run(
-            _closed_loop(url, token, singles, "/v1/escalations", concurrency, client))
+            _closed_loop(_Endpoint(url, token), singles, cmd.concurrency, cmd.client))
         own_single = time.process_time() - own
         cpu.append(_tree_cpu_s(proc.pid))
         own = time.process_time()
-        r_lat, r_codes, achieved = asyncio.run(_open_loop(url, token, rate, seconds, client))
+        r_lat, r_codes, achieved = asyncio.run(_open_loop(url, token, cmd.rate, cmd.seconds,
+                                                          cmd.client))
         own_rate = time.process_time() - own
         cpu.append(_tree_cpu_s(proc.pid))
     finally:
@@ -294,36 +329,37 @@ def run(tgt: Target, *, batches: int, batch_size: int, batch_concurrency: int,
         log.seek(0)
         server_log = log.read().decode(errors="replace")
         log.close()
-    sent = len(warm) + batches * batch_size + single_n + int(rate * seconds)
+    sent = len(warm) + cmd.batches * cmd.batch_size + cmd.single_n + int(cmd.rate * cmd.seconds)
     rows = _enqueued_rows(tgt, f"{ns}-bench")
-    batch_rate = batches * batch_size / b_wall
-    single_rate = single_n / s_wall
+    batch_rate = cmd.batches * cmd.batch_size / b_wall
+    single_rate = cmd.single_n / s_wall
     r_stats = _stats(r_lat)
-    answered = (b_codes.get(200, 0) * batch_size + s_codes.get(201, 0) + r_codes.get(201, 0)
+    answered = (b_codes.get(200, 0) * cmd.batch_size + s_codes.get(201, 0) + r_codes.get(201, 0)
                 + len(warm))
     ok_codes = (set(b_codes) == {200} and set(s_codes) == {201} and set(r_codes) == {201})
     ledger_ok = answered <= rows <= sent  # every answered request recorded, nothing extra
     return {
         "scenario": "api", "load": load(), "load_before": load_before,
-        "cpus": os.cpu_count(), "uvicorn_workers": workers, "client": client,
-        "batch": {"requests": batches, "size": batch_size, "concurrency": batch_concurrency,
+        "cpus": os.cpu_count(), "uvicorn_workers": cmd.workers, "client": cmd.client,
+        "batch": {"requests": cmd.batches, "size": cmd.batch_size,
+                  "concurrency": cmd.batch_concurrency,
                   "seconds": round(b_wall, 3), "escalations_per_s": round(batch_rate, 1),
                   "request_ms": _stats(b_lat), "status": b_codes,
                   "server_cpu_ms_per_escalation": round(
-                      (cpu[1] - cpu[0]) * 1000 / (batches * batch_size), 3),
+                      (cpu[1] - cpu[0]) * 1000 / (cmd.batches * cmd.batch_size), 3),
                   "target_per_s": 10_000, "met": batch_rate >= 10_000},
-        "single": {"requests": single_n, "concurrency": concurrency,
+        "single": {"requests": cmd.single_n, "concurrency": cmd.concurrency,
                    "seconds": round(s_wall, 3), "requests_per_s": round(single_rate, 1),
                    "request_ms": _stats(s_lat), "status": s_codes,
-                   "server_cpu_ms_per_request": round((cpu[2] - cpu[1]) * 1000 / single_n, 3),
-                   "client_cpu_ms_per_request": round(own_single * 1000 / single_n, 3),
+                   "server_cpu_ms_per_request": round((cpu[2] - cpu[1]) * 1000 / cmd.single_n, 3),
+                   "client_cpu_ms_per_request": round(own_single * 1000 / cmd.single_n, 3),
                    "target_per_s": 1_000, "met": single_rate >= 1_000},
-        "fixed_rate": {"rate_per_s": rate, "achieved_per_s": round(achieved, 1),
-                       "seconds": seconds, "latency_ms": r_stats, "status": r_codes,
+        "fixed_rate": {"rate_per_s": cmd.rate, "achieved_per_s": round(achieved, 1),
+                       "seconds": cmd.seconds, "latency_ms": r_stats, "status": r_codes,
                        "server_cpu_ms_per_request": round(
-                           (cpu[3] - cpu[2]) * 1000 / max(1, int(rate * seconds)), 3),
+                           (cpu[3] - cpu[2]) * 1000 / max(1, int(cmd.rate * cmd.seconds)), 3),
                        "client_cpu_ms_per_request": round(
-                           own_rate * 1000 / max(1, int(rate * seconds)), 3),
+                           own_rate * 1000 / max(1, int(cmd.rate * cmd.seconds)), 3),
                        "target_p99_ms": 25,
                        "met": r_stats["p99"] is not None and r_stats["p99"] <= 25},
         "ledger": {"sent": sent, "answered_2xx": answered, "enqueued_rows": rows,
@@ -368,11 +404,30 @@ a second, e.g. under others' load, is judged against itself): overload must not 
 than the wait of one more full queue."""
 
 
-def _overload_phase(tgt: Target, token: str, actor: str, *, max_in_flight: int,
-                    workers: int, rate: float | None, factor: float, seconds: float,
-                    connections: int, capacity_n: int) -> dict[str, Any]:
-    """One server with ``api_max_in_flight = max_in_flight``: its capacity (closed loop),
-    then an open loop at ``factor`` x capacity (or at ``rate`` when given)."""
+@dataclass(frozen=True, slots=True)
+class OverloadRound:
+    """Load shedding under an open-loop overload (the command of :func:`run_overload`): a
+    server of ``workers`` processes with ``api_max_in_flight = max_in_flight``, offered
+    ``factor`` x its capacity for ``seconds`` s from ``connections`` connections, its
+    capacity measured with ``capacity_n`` single creates; ``compare``: the same offered rate
+    against a server that does not shed."""
+
+    workers: int
+    max_in_flight: int
+    factor: float
+    seconds: float
+    connections: int
+    capacity_n: int
+    compare: bool = False
+
+
+def _overload_phase(tgt: Target, token: str, actor: str, cmd: OverloadRound,
+                    rate: float | None) -> dict[str, Any]:
+    """One server with ``api_max_in_flight = cmd.max_in_flight``: its capacity (closed
+    loop), then an open loop at ``cmd.factor`` x capacity (or at ``rate`` when given)."""
+    max_in_flight, workers, factor, seconds = (cmd.max_in_flight, cmd.workers, cmd.factor,
+                                               cmd.seconds)
+    connections, capacity_n = cmd.connections, cmd.capacity_n
     ns = new_namespace()
     tgt.namespaces.append(ns)
     env = tgt.worker_env(ns, "api")
@@ -381,10 +436,10 @@ def _overload_phase(tgt: Target, token: str, actor: str, *, max_in_flight: int,
     url, proc = start_api_server(env, workers)
     try:
         warm = [_item() for _ in range(200)]
-        _, _, w_codes = asyncio.run(_closed_loop(url, token, warm, "/v1/escalations", 8))
+        _, _, w_codes = asyncio.run(_closed_loop(_Endpoint(url, token), warm, 8))
         bodies = [_item() for _ in range(capacity_n)]
         c_wall, c_lat, c_codes = asyncio.run(
-            _closed_loop(url, token, bodies, "/v1/escalations", 32))
+            _closed_loop(_Endpoint(url, token), bodies, 32))
         capacity = c_codes.get(201, 0) / c_wall
         offered = rate if rate is not None else factor * capacity
         accepted, shed, codes, wall = asyncio.run(
@@ -418,9 +473,7 @@ def _overload_phase(tgt: Target, token: str, actor: str, *, max_in_flight: int,
     }
 
 
-def run_overload(tgt: Target, *, workers: int, max_in_flight: int, factor: float,
-                 seconds: float, connections: int, capacity_n: int,
-                 compare: bool) -> dict[str, Any]:
+def run_overload(tgt: Target, cmd: OverloadRound) -> dict[str, Any]:
     """Load shedding under an open-loop overload (docs/performance.md, "Load shedding").
 
     A server with ``api_max_in_flight = max_in_flight``: its single-create capacity is
@@ -434,26 +487,23 @@ def run_overload(tgt: Target, *, workers: int, max_in_flight: int, factor: float
     """
     import signal
 
-    from escalation.adapters.token_store import PostgresTokenStore
-    from escalation.service_layer.tokens import create_token
+    from escalation.composition_bench import token_store_on
+    from escalation.service_layer.tokens import CreateToken, create_token
 
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     actor = f"{new_namespace()}-overload"
     engine = tgt.engine()
     try:
-        token, _ = create_token(PostgresTokenStore(engine), actor, "service", 1)
+        token, _ = create_token(CreateToken(actor, "service", 1), token_store_on(engine))
     finally:
         engine.dispose()
     load_before = load()
-    shedding = _overload_phase(tgt, token, actor, max_in_flight=max_in_flight,
-                               workers=workers, rate=None, factor=factor, seconds=seconds,
-                               connections=connections, capacity_n=capacity_n)
+    workers, factor = cmd.workers, cmd.factor
+    shedding = _overload_phase(tgt, token, actor, cmd, None)
     unbounded = None
-    if compare:
-        unbounded = _overload_phase(tgt, token, actor, max_in_flight=100_000, workers=workers,
-                                    rate=shedding["offered_per_s"], factor=factor,
-                                    seconds=seconds, connections=connections,
-                                    capacity_n=capacity_n)
+    if cmd.compare:
+        unbounded = _overload_phase(tgt, token, actor, replace(cmd, max_in_flight=100_000),
+                                    shedding["offered_per_s"])
     p99 = shedding["accepted_ms"]["p99"]
     bound = max(OVERLOAD_TARGET_P99_MS, 2 * (shedding["capacity_request_ms"]["p99"] or 0))
     met = (shedding["other"] == 0 and shedding["ledger_ok"] and p99 is not None

@@ -1,6 +1,6 @@
 // The BullMQ side of `escalation bench compare` (docs/performance.md, "Method").
-// Run with node from a scratch directory where `npm install bullmq` was done at run time;
-// no BullMQ code is kept in this repository.
+// Run with node from a scratch directory where `npm install bullmq ioredis pg` was done at
+// run time; no BullMQ code is kept in this repository.
 //
 // Usage:
 //   node bullmq_side.mjs produce <redis-url> <prefix> <queue> <n> <due-ms>
@@ -8,6 +8,7 @@
 //     delay = due - Date.now() per chunk), removeOnComplete/removeOnFail true; prints
 //     {"produced": n, "done_ms": ...} and exits.
 //   node bullmq_side.mjs worker <redis-url> <prefix> <queue> <concurrency> <out.json> [job]
+//       [table] [pool-size]
 //     one Worker with that concurrency; prints {"ready": true} once connected; records
 //     Date.now() - due at every 'completed' event (after BullMQ moved the job to
 //     finished); on SIGTERM closes the worker and writes {"lags": [...], "last_ms": ...,
@@ -17,6 +18,12 @@
 //     a BullMQ user would build it: it adds the job to the next tier's queue ("<queue>-senior",
 //     delayed by a 24 h SLA window, jobId = "d<i>-2" as the idempotency key) and appends a
 //     review-stream entry (XADD "<prefix>:<queue>:review", dispute + idempotency key).
+//     job = "audit": the processor records the decision the way a BullMQ user would: one
+//     INSERT of one audit row per job into <table> of the PostgreSQL database named by the
+//     environment variable BENCH_PG_URL, through a `pg` Pool of [pool-size] connections
+//     (default 10, pg's default), autocommit (the row is durable when the job completes).
+//     The pool's connections are opened before "ready" and kept (no idle timeout), so the
+//     bench counts their backends' CPU over the whole drain.
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { writeFileSync } from 'node:fs';
@@ -56,6 +63,7 @@ if (mode === 'produce') {
   const lags = [];
   let last = 0;
   let processor = async () => null;
+  let pool = null;
   if (job === 'escalate') {
     const next = new Queue(`${queueName}-senior`, { connection, prefix });
     const client = new Redis(connection);
@@ -65,6 +73,26 @@ if (mode === 'produce') {
       await next.add('escalate', { ...j.data, tier: 'senior' },
         { delay: 86400000, jobId: key, removeOnComplete: true, removeOnFail: true });
       await client.xadd(stream, '*', 'dispute', String(j.data.i), 'idempotency_key', key);
+    };
+  } else if (job === 'audit') {
+    const table = rest[3];
+    const poolSize = Number(rest[4] || 10);
+    if (!/^[a-z_][a-z0-9_]*$/.test(table || '') || !(poolSize >= 1)) {
+      console.error('audit: a plain table name and a positive pool size are needed');
+      process.exit(2);
+    }
+    const { default: pg } = await import('pg');
+    pool = new pg.Pool({
+      connectionString: process.env.BENCH_PG_URL, max: poolSize, idleTimeoutMillis: 0,
+    });
+    const opened = await Promise.all(Array.from({ length: poolSize }, () => pool.connect()));
+    opened.forEach((c) => c.release());
+    const sql = `INSERT INTO ${table} (job_id, dispute_id, event, from_tier, to_tier, due_at, `
+      + 'worker, details) VALUES ($1, $2, $3, $4, $5, to_timestamp($6 / 1000.0), $7, $8)';
+    const workerName = `bullmq-${process.pid}`;
+    processor = async (j) => {
+      await pool.query(sql, [j.id, `d${j.data.i}`, 'PROMOTED', 'agent', 'senior', j.data.due,
+        workerName, { queue: queueName, attempt: j.attemptsMade + 1 }]);
     };
   } else if (job !== 'empty') {
     console.error(`unknown job ${job}`);
@@ -86,6 +114,7 @@ if (mode === 'produce') {
   console.log(JSON.stringify({ ready: true }));
   process.on('SIGTERM', async () => {
     await worker.close();
+    if (pool !== null) await pool.end();
     writeFileSync(out, JSON.stringify({
       lags, last_ms: last, count: lags.length, failed, first_error: firstError,
     }));

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,9 +39,9 @@ from typing import IO, Any
 import redis
 import sqlalchemy as sa
 
-from escalation.adapters.db import make_engine, normalize_url, upgrade_to_head
-from escalation.adapters.redis_client import make_redis
+from escalation import composition_bench as cb
 from escalation.bootstrap import App, build, resolve_urls
+from escalation.composition_cli import upgrade_database_url
 from escalation.domain.errors import InvalidInput
 from escalation.settings import Settings, get_settings
 
@@ -99,24 +100,32 @@ class Target:
     namespaces: list[str] = field(default_factory=list)
 
     @classmethod
-    def open(cls, database_url: str | None = None, redis_url: str | None = None) -> Target:
+    def open(cls, database_url: str | None = None, redis_url: str | None = None,
+             keep_database: str | None = None) -> Target:
         """Resolve servers like the CLI does; create + migrate a bench database unless given.
+
+        ``keep_database``: create the bench database under this name instead of a random one
+        and keep it after the run (refused when it exists: a bench never writes into a
+        database it did not create).
 
         Raises:
             EscalationError subclasses when no server can be reached / started;
             SchemaNotAtHead when a given ``database_url`` is not at the Alembic head.
         """
         base = get_settings(redis_url=redis_url,
-                            database_url=normalize_url(database_url) if database_url else None)
+                            database_url=cb.database_url(database_url) if database_url else None)
         started: Path | None = None
         if not (base.redis_url and base.database_url):
-            from escalation.adapters.embedded import services_status
+            from escalation.composition_cli import embedded_status
 
-            before = services_status(base.home)
+            before = embedded_status(base.home)
             if not before["valkey"]["running"] and not before["postgres"]["running"]:
                 started = base.home
         urls = resolve_urls(base)
-        name = f"escbench_{uuid.uuid4().hex[:8]}"
+        name = keep_database or f"escbench_{uuid.uuid4().hex[:8]}"
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", name):
+            raise InvalidInput(f"--keep-database: {name!r} is not a plain lower-case "
+                               "database name")
         admin = sa.make_url(urls.database_url)
         engine = sa.create_engine(admin, isolation_level="AUTOCOMMIT")
         try:
@@ -134,10 +143,12 @@ class Target:
         try:
             url = admin.set(database=name).render_as_string(hide_password=False)
             tgt.database_url = url
-            upgrade_to_head(url)
+            upgrade_database_url(url)
         except BaseException:
             tgt.close()
             raise
+        if keep_database:
+            tgt.created_db = None  # kept: close() leaves it
         return tgt
 
     def settings(self, namespace: str, **overrides: Any) -> Settings:
@@ -156,7 +167,7 @@ class Target:
 
     def redis(self) -> redis.Redis:
         """A client (decode_responses) on the target Redis (adapters/redis_client URLs)."""
-        return make_redis(self.redis_url)  # one server, a Cluster or a Sentinel primary
+        return cb.redis_client(self.redis_url)  # one server, a Cluster or a Sentinel primary
 
     def worker_env(self, namespace: str, worker_id: str, **settings: Any) -> dict[str, str]:
         """Environment for ``python -m escalation worker`` on this target and namespace."""
@@ -206,21 +217,22 @@ class Target:
 
     def engine(self) -> sa.Engine:
         """A small engine on the bench database (caller disposes)."""
-        return make_engine(self.database_url, pool_size=1)
+        return cb.small_engine(self.database_url)
 
 
 def _stop_started(home: Path | None) -> None:
     """Stop the embedded servers under ``home`` if this bench run started them."""
     if home is not None:
-        from escalation.adapters.embedded import stop_services
+        from escalation.composition_cli import stop_embedded
 
-        stop_services(home)
+        stop_embedded(home)
 
 
 @contextlib.contextmanager
-def target(database_url: str | None = None, redis_url: str | None = None) -> Iterator[Target]:
+def target(database_url: str | None = None, redis_url: str | None = None,
+           keep_database: str | None = None) -> Iterator[Target]:
     """:meth:`Target.open` ... :meth:`Target.close` as a context manager."""
-    tgt = Target.open(database_url, redis_url)
+    tgt = Target.open(database_url, redis_url, keep_database)
     try:
         yield tgt
     finally:

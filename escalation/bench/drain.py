@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -28,8 +29,9 @@ from escalation.bench.common import (
     percentile,
     wait_started,
 )
+from escalation.bootstrap import core_ports_for
 from escalation.domain.timeutil import from_ms
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many
+from escalation.service_layer.enqueue import EnqueueMany, EnqueueRequest, enqueue_many
 
 ENQUEUE_CHUNK = 2000
 
@@ -52,25 +54,40 @@ def _enqueue_rate(app: Any, sample: int = 500) -> float:
     so the whole enqueue ends before the due instant even on a loaded machine."""
     due_ms = int(app.scheduler.time().timestamp() * 1000) + 86_400_000
     t0 = time.monotonic()
-    enqueue_many(_requests(sample, due_ms), scheduler=app.scheduler, store=app.store,
-                 ladders=app.ladders, calendars=app.calendars,
-                 default_ladder=app.settings.default_ladder, actor=app.actor)
+    enqueue_many(
+        EnqueueMany(requests=_requests(sample, due_ms), actor=app.actor,
+                    default_ladder=app.settings.default_ladder),
+        core_ports_for(app),
+    )
     return sample / max(time.monotonic() - t0, 1e-3)
 
 
 def _applied(client: Any, namespace: str, shards: int = 1) -> int:
     """The ``applied`` counters of every shard's stats hash, summed."""
-    from escalation.adapters.redis_keys import Keys
+    from escalation.composition_bench import applied_count
 
-    return sum(int(client.hget(Keys(namespace, s).stats, "applied") or 0)
-               for s in range(shards))
+    return applied_count(client, namespace, shards)
 
 
-def run_once(tgt: Target, n: int, workers: int, batch_size: int,
-             lead_s: float | None = None, timeout_s: float | None = None,
-             shards: int = 1) -> dict[str, Any]:
-    """One drain of ``n`` escalations with ``workers`` processes at ``batch_size`` over
-    ``shards`` shards (``ESCALATION_SHARDS`` of the client and of every worker).
+@dataclass(frozen=True, slots=True)
+class DrainRound:
+    """One drain (the command of :func:`run_once`): ``n`` escalations, ``workers``
+    processes claiming ``batch_size`` at a time over ``shards`` shards; ``lead_s``: how far
+    ahead of the enqueue's end they fall due, s (None: from the enqueue rate);
+    ``timeout_s``: how long the drain may take, s (None: from ``n``)."""
+
+    n: int
+    workers: int
+    batch_size: int
+    lead_s: float | None = None
+    timeout_s: float | None = None
+    shards: int = 1
+
+
+def run_once(tgt: Target, cmd: DrainRound) -> dict[str, Any]:
+    """One drain of ``cmd.n`` escalations with ``cmd.workers`` processes at
+    ``cmd.batch_size`` over ``cmd.shards`` shards (``ESCALATION_SHARDS`` of the client and
+    of every worker).
 
     Returns:
         dict with n, workers, batch_size, shards, redis (the URL's scheme), rate_per_s,
@@ -80,6 +97,8 @@ def run_once(tgt: Target, n: int, workers: int, batch_size: int,
     Raises:
         RuntimeError: a worker failed to start; TimeoutError: not drained in ``timeout_s``.
     """
+    n, workers, batch_size, shards = cmd.n, cmd.workers, cmd.batch_size, cmd.shards
+    lead_s, timeout_s = cmd.lead_s, cmd.timeout_s
     ns = new_namespace()
     app = tgt.app(ns, shards=shards)
     client = tgt.redis()
@@ -96,9 +115,11 @@ def run_once(tgt: Target, n: int, workers: int, batch_size: int,
         reqs = _requests(n, due_ms)
         t0 = time.monotonic()
         for start in range(0, n, ENQUEUE_CHUNK):
-            enqueue_many(reqs[start : start + ENQUEUE_CHUNK], scheduler=app.scheduler,
-                         store=app.store, ladders=app.ladders, calendars=app.calendars,
-                         default_ladder=app.settings.default_ladder, actor=app.actor)
+            enqueue_many(
+                EnqueueMany(requests=reqs[start : start + ENQUEUE_CHUNK], actor=app.actor,
+                            default_ladder=app.settings.default_ladder),
+                core_ports_for(app),
+            )
         enqueue_s = time.monotonic() - t0
         enq_done_ms = int(app.scheduler.time().timestamp() * 1000)
         wait_started(procs)
@@ -162,11 +183,23 @@ def _ledger_count(tgt: Target, namespace: str) -> tuple[int, int]:
         engine.dispose()
 
 
-def run(tgt: Target, n: int, workers: list[int], batch_sizes: list[int],
-        lead_s: float | None = None, shards: int = 1) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class DrainGrid:
+    """Every drain of a grid (the command of :func:`run`): ``n`` escalations each, every
+    worker count of ``workers`` with every batch size of ``batch_sizes``; ``lead_s`` and
+    ``shards`` as in :class:`DrainRound`."""
+
+    n: int
+    workers: list[int]
+    batch_sizes: list[int]
+    lead_s: float | None = None
+    shards: int = 1
+
+
+def run(tgt: Target, cmd: DrainGrid) -> dict[str, Any]:
     """Every (workers, batch size) combination; returns ``{"scenario": "drain", "runs": [...]}``
     with ``ok`` = every run's ledger check passed."""
-    runs = [run_once(tgt, n, w, b, lead_s, shards=shards)
-            for w in workers for b in batch_sizes]
+    runs = [run_once(tgt, DrainRound(cmd.n, w, b, cmd.lead_s, shards=cmd.shards))
+            for w in cmd.workers for b in cmd.batch_sizes]
     return {"scenario": "drain", "runs": runs, "ok": all(r["ledger_ok"] for r in runs),
             "load": load()}

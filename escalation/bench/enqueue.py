@@ -18,9 +18,11 @@ from datetime import timedelta
 from typing import Any
 
 from escalation.bench.common import Target, load, new_namespace
-from escalation.bootstrap import App
+from escalation.bootstrap import App, core_ports_for
 from escalation.domain.escalation import Escalation
 from escalation.service_layer.enqueue import (
+    EnqueueMany,
+    EnqueueOne,
     EnqueueRequest,
     build_escalation,
     enqueue_many,
@@ -56,13 +58,13 @@ def run(tgt: Target, n: int = 5000, n_single: int = 1000, batch: int = 500) -> d
         result[kind] = {"n": count, "seconds": round(dt, 3), "per_s": round(count / dt, 1)}
 
     app = tgt.app(new_namespace())
-    kw: dict[str, Any] = {"scheduler": app.scheduler, "store": app.store,
-                          "ladders": app.ladders, "calendars": app.calendars,
-                          "default_ladder": app.settings.default_ladder, "actor": app.actor}
+    ports, actor, ladder = core_ports_for(app), app.actor, app.settings.default_ladder
     singles = _requests(app, n_single)
-    timed("single", n_single, lambda: [enqueue_on_breach(r, **kw) for r in singles])
+    timed("single", n_single, lambda: [enqueue_on_breach(EnqueueOne(r, actor, ladder), ports)
+                                       for r in singles])
     reqs = _requests(app, n)
-    timed("batched", n, lambda: [enqueue_many(reqs[i : i + batch], **kw)
+    timed("batched", n, lambda: [enqueue_many(EnqueueMany(reqs[i : i + batch], actor, ladder),
+                                              ports)
                                  for i in range(0, n, batch)])
     rapp = tgt.app(new_namespace())
     escs = _escalations(rapp, n_single)

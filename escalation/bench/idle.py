@@ -20,6 +20,7 @@ lease; anything else: maintenance).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from escalation.bench.common import Target, WorkerProc, load, new_namespace, wait_started
@@ -30,17 +31,32 @@ def _commandstats(client: Any) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
 
-def run(tgt: Target, seconds: float = 10.0, poll_interval_s: float = 5.0,
-        settle_s: float = 2.0, workers: int = 1, *, private: bool = True) -> dict[str, Any]:
-    """Measure ``workers`` idle workers for ``seconds``. Returns commands per second per worker.
+@dataclass(frozen=True, slots=True)
+class IdleRound:
+    """One idle measurement (the command of :func:`run`).
 
-    Args:
-        private: True when ``tgt``'s Redis is a server of this run alone (the figure is then
-            exact); False on a shared server (an upper bound).
+    ``seconds``: the measured window, s; ``poll_interval_s``: the workers' poll interval,
+    s; ``settle_s``: wait after the workers start, s; ``workers``: idle worker processes;
+    ``private``: True when the target's Redis is a server of this run alone (the figure is
+    then exact); False on a shared server (an upper bound).
+    """
+
+    seconds: float = 10.0
+    poll_interval_s: float = 5.0
+    settle_s: float = 2.0
+    workers: int = 1
+    private: bool = True
+
+
+def run(tgt: Target, cmd: IdleRound) -> dict[str, Any]:
+    """Measure ``cmd.workers`` idle workers for ``cmd.seconds``. Returns commands per second
+    per worker.
 
     Raises:
         RuntimeError: a worker did not start.
     """
+    seconds, poll_interval_s, settle_s = cmd.seconds, cmd.poll_interval_s, cmd.settle_s
+    workers, private = cmd.workers, cmd.private
     ns = new_namespace()
     procs = [WorkerProc.start(tgt.worker_env(ns, f"{ns}-w{i}", poll_interval_s=poll_interval_s,
                                              log_level="INFO"), f"{ns}-w{i}")

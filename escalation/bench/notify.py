@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from escalation.adapters.redis_keys import Keys, shard_of
-from escalation.adapters.webhook import secret_key, sign
 from escalation.bench.common import Target, load
-from escalation.bootstrap import reliability_for, webhook_client_for
+from escalation.bootstrap import delivery_fanout, reliability_for, webhook_client_for
+from escalation.composition_bench import keys, shard_for, webhook_signature
+from escalation.composition_cli import webhook_key
 from escalation.domain.retry import RetryPolicy
-from escalation.service_layer.notify import Notifier, NotifyReport
+from escalation.service_layer.notify import ConsumeReviews, Notifier, NotifyPorts, NotifyReport
 
 BENCH_SECRET = "whsec_" + base64.b64encode(b"escalation-bench-notify-secret!!").decode()
 
@@ -98,7 +98,7 @@ class LoopbackReceiver:
         event = json.loads(body)
         dispute, seq = str(event["dispute_id"]), int(event["seq"])
         ts = int(headers.get("webhook-timestamp", "0"))
-        verified = headers.get("webhook-signature") == sign(
+        verified = headers.get("webhook-signature") == webhook_signature(
             self.key, headers.get("webhook-id", ""), ts, body)
         with self._lock:
             if dispute in self._busy:
@@ -134,7 +134,7 @@ def write_entries(client: Any, namespace: str, shards: int, disputes: int,
     for k in range(per_dispute):
         for did in ids:
             seq = k + 2
-            pipe.xadd(Keys(namespace, shard_of(did, shards)).review, {
+            pipe.xadd(keys(namespace, shard_for(did, shards)).review, {
                 "dispute_id": did, "seq": str(seq), "idempotency_key": f"{did}:{seq}",
                 "kind": "PROMOTED", "match_decision": "PROMOTED_TO_SENIOR",
                 "from_tier": "standard", "to_tier": "senior", "ladder": "bench@1",
@@ -144,33 +144,55 @@ def write_entries(client: Any, namespace: str, shards: int, disputes: int,
     return ids
 
 
-def run(tgt: Target, n: int = 100, delay_ms: float = 100.0, concurrency: int = 16,
-        per_dispute: int = 1, timeout_s: float = 120.0) -> dict[str, Any]:
-    """Deliver ``n`` notifications to a receiver answering in ``delay_ms``; returns the
-    figures (``seconds``, ``per_s``, ``verified``, ``order_ok``, ``connections``, ...).
+@dataclass(frozen=True, slots=True)
+class NotifyRound:
+    """One webhook delivery measurement (the command of :func:`run`).
+
+    ``n``: notifications; ``delay_ms``: the receiver's answer delay, ms; ``concurrency``:
+    deliveries at once; ``per_dispute``: notifications per dispute (delivered in order);
+    ``timeout_s``: how long every delivery may take, s.
+    """
+
+    n: int = 100
+    delay_ms: float = 100.0
+    concurrency: int = 16
+    per_dispute: int = 1
+    timeout_s: float = 120.0
+
+
+def run(tgt: Target, cmd: NotifyRound) -> dict[str, Any]:
+    """Deliver ``cmd.n`` notifications to a receiver answering in ``cmd.delay_ms``; returns
+    the figures (``seconds``, ``per_s``, ``verified``, ``order_ok``, ``connections``, ...).
 
     Raises:
         RuntimeError: not every notification was delivered within ``timeout_s``.
     """
+    n, delay_ms, concurrency = cmd.n, cmd.delay_ms, cmd.concurrency
+    per_dispute, timeout_s = cmd.per_dispute, cmd.timeout_s
     app = tgt.app()
     ns, shards = app.settings.namespace, app.settings.shards
-    key = secret_key(BENCH_SECRET)
+    key = webhook_key(BENCH_SECRET)
     receiver = LoopbackReceiver(delay_ms, key)
     client = webhook_client_for(receiver.url, key, 30.0, concurrency)
-    notifier = Notifier(rel=reliability_for(app), scheduler=app.scheduler, store=app.store,
-                        deliver=client.deliver, policy=RetryPolicy((1.0, 1.0, 1.0)),
-                        consumer="bench", actor="bench", concurrency=concurrency)
+    fanout = delivery_fanout(concurrency)
+    notifier = Notifier(
+        ConsumeReviews("bench", "bench", RetryPolicy((1.0, 1.0, 1.0)), concurrency=concurrency),
+        NotifyPorts(reliability_for(app), app.scheduler, app.store, client.deliver, fanout))
     start_load = load()
     try:
         notifier.ensure_groups()
-        write_entries(app.redis, ns, shards, max(1, n // per_dispute), per_dispute)
+        seeder = tgt.redis()  # the target's Redis, where ``app`` reads the streams
+        try:
+            write_entries(seeder, ns, shards, max(1, n // per_dispute), per_dispute)
+        finally:
+            seeder.close()
         total = NotifyReport()
         t0 = time.monotonic()
         while total.delivered < n and time.monotonic() - t0 < timeout_s:
             total.add(notifier.run_once(count=1000))
         elapsed = time.monotonic() - t0
     finally:
-        notifier.close()
+        fanout.close()
         client.close()
         receiver.close()
     if total.delivered < n:

@@ -29,8 +29,9 @@ from escalation.bench.common import (
     percentile,
     wait_started,
 )
+from escalation.bootstrap import core_ports_for
 from escalation.domain.timeutil import from_ms
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
+from escalation.service_layer.enqueue import EnqueueOne, EnqueueRequest, enqueue_on_breach
 
 POLL_INTERVAL_S = 5
 
@@ -65,12 +66,12 @@ def run(tgt: Target, rounds: int = 20, ahead_s: float = 2.0, busy: int = 0) -> d
             did = uuid.uuid4()
             due_ms = int(app.scheduler.time().timestamp() * 1000) + int(ahead_s * 1000)
             enqueue_on_breach(
-                EnqueueRequest(dispute_id=did, materiality="100.00",
+                EnqueueOne(request=EnqueueRequest(dispute_id=did, materiality="100.00",
                                source_hash=hashlib.sha256(did.bytes).hexdigest(),
                                due_at=from_ms(due_ms)),
-                scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                calendars=app.calendars, default_ladder=app.settings.default_ladder,
-                actor=app.actor)
+                           actor=app.actor, default_ladder=app.settings.default_ladder),
+                core_ports_for(app),
+            )
             end = time.monotonic() + ahead_s + 15
             event = None
             while event is None:

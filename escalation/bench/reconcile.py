@@ -37,16 +37,23 @@ from typing import Any
 import sqlalchemy as sa
 from redis.connection import AbstractConnection
 
-from escalation.adapters.reconcile_state import PostgresLedgerChanges, RedisReconcileState
 from escalation.bench.common import Target, load, new_namespace, report
 from escalation.bootstrap import (
     App,
+    core_ports_for,
     namespace_binding_for,
     reconcile_run_for,
     reliability_for,
 )
+from escalation.composition_bench import (
+    analyze_ledger,
+    close_database_connections,
+    drop_scheduled,
+    ledger_horizon,
+    reconcile_state_for,
+)
 from escalation.domain.reconcile_sweep import ReconcileState
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many
+from escalation.service_layer.enqueue import EnqueueMany, EnqueueRequest, enqueue_many
 from escalation.service_layer.reconcile import AheadRepair
 from escalation.service_layer.reconcile_incremental import IncrementalReconcile
 
@@ -96,9 +103,7 @@ def _rows_read(tgt: Target) -> int:
 def _build(app: App, n: int, keep: list[uuid.UUID] | None = None) -> float:
     """Enqueue ``n`` pending escalations; their ids appended to ``keep`` when given."""
     due = app.scheduler.time() + timedelta(days=1)
-    kw: dict[str, Any] = {"scheduler": app.scheduler, "store": app.store,
-                          "ladders": app.ladders, "calendars": app.calendars,
-                          "default_ladder": app.settings.default_ladder, "actor": app.actor}
+    ports = core_ports_for(app)
     t0 = time.perf_counter()
     for start in range(0, n, BATCH):
         reqs = []
@@ -109,12 +114,12 @@ def _build(app: App, n: int, keep: list[uuid.UUID] | None = None) -> float:
             reqs.append(EnqueueRequest(dispute_id=did, materiality=f"{i % 5000}.25",
                                        source_hash=hashlib.sha256(did.bytes).hexdigest(),
                                        due_at=due + timedelta(milliseconds=i)))
-        enqueue_many(reqs, **kw)
+        enqueue_many(EnqueueMany(reqs, app.actor, app.settings.default_ladder), ports)
     return time.perf_counter() - t0
 
 
 def _measured(tgt: Target, app: App, label: str, period_s: int) -> dict[str, Any]:
-    app.engine.dispose()
+    close_database_connections(app)
     rows0 = _rows_read(tgt)
     rel = reliability_for(app)
     ahead = AheadRepair(mark=namespace_binding_for(app), stream=rel)
@@ -125,7 +130,7 @@ def _measured(tgt: Target, app: App, label: str, period_s: int) -> dict[str, Any
                                 ahead=ahead, rel=rel)
         seconds = time.perf_counter() - t0
         commands = counter.count - before
-    app.engine.dispose()  # every backend flushes its table counters on exit
+    close_database_connections(app)  # every backend flushes its table counters on exit
     time.sleep(0.5)
     rep = run.report
     return {"run": label, "mode": run.mode, "seconds": round(seconds, 3),
@@ -140,21 +145,16 @@ def run(tgt: Target, n: int, changes: int = 1000, slices: int = 3,
     """Build ``n`` pending, then measure the incremental runs (module doc)."""
     app = tgt.app(new_namespace())
     build_s = _build(app, n)
-    with app.engine.connect() as conn:  # what autovacuum does after a bulk load
-        conn.execute(sa.text("ANALYZE escalation_state"))
-        conn.execute(sa.text("ANALYZE escalation_audit"))
-        conn.commit()
-    store = RedisReconcileState(app.redis, app.settings.namespace)
-    horizon = PostgresLedgerChanges(app.engine).horizon()
+    analyze_ledger(app)  # what autovacuum does after a bulk load
+    store = reconcile_state_for(app)
+    horizon = ledger_horizon(app)
     store.save(ReconcileState(horizon, store.database_identity(),
                               sweep_at_ms=store.now_ms() - 300_000))
     rows = [_measured(tgt, app, "idle", period_s)]
     fresh: list[uuid.UUID] = []
     _build(app, changes, fresh)
     for did in fresh[: changes // 10]:  # a tenth of the changed ones lose their Redis entry
-        keys = app.scheduler.keys_for(did)
-        app.redis.delete(keys.payload(did))
-        app.redis.zrem(keys.pending, str(did))
+        drop_scheduled(app, did)
     state = store.load()
     if state is not None:
         store.save(ReconcileState(state.watermark, state.database, state.sweep_cursor,

@@ -27,10 +27,9 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from escalation.adapters.redis_keys import Keys
-from escalation.adapters.redis_payload import LEGACY_NAMES
-from escalation.adapters.redis_scheduler import escalation_to_payload
 from escalation.bench.common import Target, load, new_namespace, percentile
+from escalation.composition_bench import keys as redis_keys
+from escalation.composition_bench import long_field_names, payload_fields
 from escalation.domain.escalation import Escalation
 from escalation.service_layer.enqueue import EnqueueRequest, build_escalation
 
@@ -93,7 +92,7 @@ def one_size(tgt: Target, size: int, rounds: int, claim_batch: int) -> dict[str,
             app.scheduler.enqueue_many(chunk)
             ids += [str(e.dispute_id) for e in chunk]
             if len(fields) < 1:
-                fields.append(escalation_to_payload(chunk[0]))
+                fields.append(payload_fields(chunk[0]))
         load_s = time.perf_counter() - t0
         mem1 = _used_memory(client)
         claims: list[float] = []
@@ -121,10 +120,10 @@ def _bare(tgt: Target, client: Any, ids: list[str], payload: dict[str, str]) -> 
     """Bytes per member of a bare ZSET member + 5-field HASH (same ids, same key lengths)."""
     ns = new_namespace()
     tgt.namespaces.append(ns)
-    keys = Keys(ns, 0)
+    keys = redis_keys(ns, 0)
     # The baseline keeps its long field names (the reference stays the same across payload
     # formats); the values are the real payload's.
-    by_long = {LEGACY_NAMES[short]: value for short, value in payload.items()}
+    by_long = {long_field_names()[short]: value for short, value in payload.items()}
     values = {f: by_long[f] for f in BARE_FIELDS}
     mem0 = _used_memory(client)
     base = int(payload["due_ms"])

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from functools import lru_cache
-from json.encoder import encode_basestring  # the encoder json.dumps(ensure_ascii=False) uses
+from json.encoder import encode_basestring
 from typing import Any
 from uuid import UUID
 
@@ -44,11 +44,12 @@ HASH_VERSION = 1
 GENESIS = bytes(32)
 """``prev_hash`` of the first row (seq 1) of every dispute's chain: 32 zero bytes."""
 
-HASHED_FIELDS: tuple[str, ...] = (
+LEDGER_COLUMNS: tuple[str, ...] = (
     "dispute_id",
     "seq",
     "event",
     "match_decision",
+    "actor",
     "from_tier",
     "to_tier",
     "ladder",
@@ -59,14 +60,26 @@ HASHED_FIELDS: tuple[str, ...] = (
     "next_due_at",
     "regulatory_deadline",
     "decided_at",
-    "actor",
+    "recorded_at",
     "trace_id",
     "source_hash",
     "external_id",
     "fence_token",
     "details",
+    "prev_hash",
+    "row_hash",
+    "chain_created_at",
 )
-"""Ledger columns covered by the hash (everything except recorded_at, prev_hash, row_hash)."""
+"""Every column of the ledger (``escalation_audit``), the one list of their names, in the
+order the audit export writes them (who, what, when, why, chain; docs/audit.md). The table
+definition (``adapters.tables``) is checked against it when it is built."""
+
+_NOT_HASHED = frozenset({"recorded_at", "prev_hash", "row_hash", "chain_created_at"})
+
+HASHED_FIELDS: tuple[str, ...] = tuple(c for c in LEDGER_COLUMNS if c not in _NOT_HASHED)
+"""Ledger columns covered by the hash: all but ``recorded_at`` (the database's clock),
+``prev_hash`` and ``row_hash`` (the chain itself) and ``chain_created_at`` (the partition
+key)."""
 
 
 def _canonical_scalar(value: Any, path: str) -> Any:
@@ -123,6 +136,105 @@ def _fast_form(value: Any) -> Any:
 _SLOW = object()
 
 
+def is_canonical_json(value: Any) -> bool:
+    """True when ``value`` is its own canonical form: only exact ``str``/``int``/``bool``/
+    None, ``dict`` with ``str`` keys and ``list``/``tuple``, at every depth (what
+    ``json.dumps`` writes as it is). Anything else (float, Decimal, datetime, UUID, bytes,
+    subclasses) needs :func:`canonical_bytes`' conversions or is refused there."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is dict:
+        return all(type(k) is str and is_canonical_json(v) for k, v in value.items())
+    if kind is list or kind is tuple:
+        return all(is_canonical_json(v) for v in value)
+    return False
+
+
+class CanonicalJson:
+    """A JSON value decoded by :func:`decode_canonical_json`: float-free, so it is its own
+    canonical form, and :func:`canonical_bytes` writes ``value`` as it is (a stored row's
+    ``details``, read back for ``audit verify``, without walking it again)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        """Only :func:`decode_canonical_json` makes one (its ``value`` is checked there)."""
+        self.value = value
+
+
+class _NotCanonical(Exception):
+    """A JSON number with a fraction or exponent (or NaN/Infinity): no canonical form."""
+
+
+def _refuse(text: str) -> Any:
+    raise _NotCanonical(text)
+
+
+_DECODER = json.JSONDecoder(parse_float=_refuse, parse_constant=_refuse)
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+
+
+def decode_canonical_json(text: str) -> CanonicalJson:
+    """JSON text (e.g. a stored ``details``, as PostgreSQL prints ``jsonb``) decoded into
+    its canonical form: integers at any magnitude stay exact; what the canonical form
+    refuses (a number with a fraction or exponent, NaN, Infinity) is refused here. A decoded
+    float-free JSON value (``str``/``int``/``bool``/None/``dict`` with string keys/
+    ``list``) is its own canonical form, so :func:`canonical_bytes` takes it as it is.
+
+    Raises:
+        InvalidInput: a number with no canonical form. ValueError: not JSON.
+    """
+    try:
+        value, end = _SCAN(text, 0)
+        if end != len(text):  # something follows the value: the full decoder raises
+            value = _DECODER.decode(text)
+    except StopIteration:
+        value = _decode_or_refuse(text)
+    except _NotCanonical as exc:
+        raise InvalidInput(f"JSON number {exc} has no canonical form (a float)") from None
+    return CanonicalJson(value)
+
+
+def _decode_or_refuse(text: str) -> Any:
+    """The full decoder's answer for text the scanner found no value at (it raises)."""
+    try:
+        return _DECODER.decode(text)
+    except _NotCanonical as exc:
+        raise InvalidInput(f"JSON number {exc} has no canonical form (a float)") from None
+
+
+canonical_string: Callable[[str], str] = encode_basestring
+"""The canonical JSON text of one string, as :func:`canonical_bytes` writes it (quoted, the
+escapes of ``json.dumps``, non-ASCII kept): the definition's own string encoder, for a
+template that fills a string into bytes cut from :func:`canonical_bytes`' output."""
+
+
+def canonical_json(value: Any) -> str:
+    """The canonical JSON text of one value, as :func:`canonical_bytes` writes it inside a
+    row (the same conversions and the same serialiser), for a template that fills a value
+    into bytes cut from :func:`canonical_bytes`' output.
+
+    Raises:
+        InvalidInput: a value with no canonical form. UnicodeEncodeError: a lone surrogate.
+    """
+    form = value if is_canonical_json(value) else _canonical_value(value, "value")
+    return _render(form).decode("utf-8")
+
+
+def _render(doc: Any) -> bytes:
+    """The one serialiser: a document already in canonical form to its UTF-8 JSON bytes,
+    keys sorted, no whitespace. orjson with sorted keys yields exactly what ``json.dumps(...,
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` gives (the definition);
+    what orjson refuses (an integer beyond 64 bits, a lone surrogate) is serialised by that
+    ``json.dumps``, which gives the same bytes or raises (UnicodeEncodeError)."""
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False).encode("utf-8")
+
+
 def _canonical_value(value: Any, path: str) -> Any:
     """JSON-ready form of ``value``, recursing into dicts (string keys only) and lists.
 
@@ -145,16 +257,21 @@ def _canonical_value(value: Any, path: str) -> Any:
 
 
 def canonical_bytes(fields: Mapping[str, Any]) -> bytes:
-    """The canonical UTF-8 JSON bytes of a ledger row's hashed fields.
+    """The canonical UTF-8 JSON bytes of a ledger row's hashed fields: the one renderer
+    (every ledger writer, the ENQUEUED rows of an enqueue or import, ``audit verify``, the
+    projection check and the case file call it; docs/audit.md, "Canonical bytes (hash
+    version 1)").
 
     Each value is first put in its canonical JSON-ready form (:func:`_fast_form` for the
-    common exact types, :func:`_canonical_value` for the rest), then the document is
-    serialised by orjson with sorted keys, which yields exactly what
-    ``json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` gives
-    (:func:`reference_canonical_bytes` is that definition; the tests compare both on
-    generated rows and on every single character). What orjson refuses (an integer beyond
-    64 bits, a lone surrogate) takes the field-by-field encoder :func:`_canonical_text`,
-    which gives the reference's bytes or raises as it does.
+    common exact types, :func:`_canonical_value` for the rest; a value already in that form,
+    e.g. a stored row's text and a :class:`CanonicalJson`, as it is), then the document is
+    serialised by :func:`_render` (``tests/unit/test_audit_spec.py`` checks these bytes
+    against a verifier written from docs/audit.md alone).
+
+    The same function takes a row in either shape: the Python values of a writer (aware
+    datetimes, Decimal, UUID, dicts) or a stored row read back in canonical form (``audit
+    verify --all``: instants, UUID and amount as the text PostgreSQL renders them, which is
+    their canonical text, and ``details`` decoded by :func:`decode_canonical_json`).
 
     Args:
         fields: a mapping holding (a superset of) :data:`HASHED_FIELDS`; other keys such as
@@ -162,7 +279,7 @@ def canonical_bytes(fields: Mapping[str, Any]) -> bytes:
 
     Raises:
         InvalidInput: a value that has no canonical form (naive datetime, float, ...).
-        UnicodeEncodeError: a string holding a lone surrogate (as the reference does).
+        UnicodeEncodeError: a string holding a lone surrogate (no UTF-8 bytes).
     """
     get = fields.get
     doc: dict[str, Any] = {}
@@ -172,78 +289,36 @@ def canonical_bytes(fields: Mapping[str, Any]) -> bytes:
         if kind is str or kind is int or value is None:  # most fields: already canonical
             doc[name] = value
             continue
+        if kind is CanonicalJson:  # decoded by decode_canonical_json: its own form
+            doc[name] = value.value
+            continue
         form = _fast_form(value)
         doc[name] = _canonical_value(value, name) if form is _SLOW else form
-    try:
-        return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
-    except orjson.JSONEncodeError:
-        return _canonical_text(fields).encode("utf-8")
+    return _render(doc)
 
 
 _SORTED_FIELDS: tuple[str, ...] = tuple(sorted(HASHED_FIELDS))
 
 
-def _canonical_text(fields: Mapping[str, Any]) -> str:
-    """:func:`canonical_bytes` as text, built field by field with the standard library's
-    encoders (pre-encoded sorted keys; :func:`_json_fast` per value, ``json.dumps`` of the
-    canonical form for the rest). Raises InvalidInput as :func:`canonical_bytes`."""
-    parts: list[str] = []
-    get = fields.get
-    for prefix, name in _PLAN:
-        value = get(name)
-        text = _json_fast(value)
-        if text is None:
-            text = json.dumps(_canonical_value(value, name), sort_keys=True,
-                              separators=(",", ":"), ensure_ascii=False)
-        parts.append(prefix)
-        parts.append(text)
-    parts.append("}")
-    return "".join(parts)
+def stored_canonical_bytes(fields: dict[str, str | int | None],
+                           details: CanonicalJson) -> bytes:
+    """:func:`canonical_bytes` of a stored row read back in canonical form, in one step:
+    ``fields`` holds exactly the hashed fields but ``details``, each an exact ``str``,
+    ``int`` or None (instants, UUID and amount as their canonical text, as ``audit verify
+    --all`` reads them), and ``details`` is decoded by :func:`decode_canonical_json`.
 
+    The same bytes as ``canonical_bytes({**fields, "details": details})`` by construction:
+    there each of these values is its own canonical form (the identity step), and the
+    document goes through the same serialiser (:func:`_render`); here the identity step is
+    left out, which saves about a microsecond per row of a ledger walk
+    (``tests/unit/test_audit_hash.py`` compares the two on generated rows). ``fields`` is
+    used as the document (``details`` is added to it).
 
-def reference_canonical_bytes(fields: Mapping[str, Any]) -> bytes:
-    """The definition of :func:`canonical_bytes` (one generic ``json.dumps``); slower, kept
-    as the reference the fast path is tested against."""
-    doc = {name: _canonical_value(fields.get(name), name) for name in HASHED_FIELDS}
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return text.encode("utf-8")
-
-
-_PLAN: tuple[tuple[str, str], ...] = tuple(
-    (("{" if i == 0 else ",") + encode_basestring(name) + ":", name)
-    for i, name in enumerate(sorted(HASHED_FIELDS))
-)
-
-
-def _datetime_json(value: datetime) -> str | None:
-    return None if value.utcoffset() is None else '"' + _iso_utc(value) + '"'
-
-
-def _decimal_json(value: Decimal) -> str | None:
-    return '"' + format(value, "f") + '"' if value.is_finite() else None
-
-
-_FAST_JSON: dict[type, Callable[[Any], str | None]] = {
-    str: encode_basestring,
-    int: int.__repr__,
-    type(None): lambda _value: "null",
-    bool: lambda value: "true" if value else "false",
-    datetime: _datetime_json,
-    Decimal: _decimal_json,
-    UUID: lambda value: '"' + str(value) + '"',
-    dict: lambda value: None if value else "{}",  # the common empty ``details``
-}
-
-
-def _json_fast(value: Any) -> str | None:
-    """JSON text of the canonical form of a value of an exact common type, else None.
-
-    The quoted renderings (datetime, Decimal, UUID) hold only ASCII digits, letters and
-    ``-:.TZ``, which JSON never escapes, so quoting them by hand equals ``json.dumps``.
-    Naive datetimes and non-finite Decimals return None (the full path raises for them).
+    Raises:
+        UnicodeEncodeError: a string holding a lone surrogate (as :func:`canonical_bytes`).
     """
-    render = _FAST_JSON.get(type(value))
-    return None if render is None else render(value)
+    fields["details"] = details.value  # its canonical form
+    return _render(fields)
 
 
 def row_hash(prev_hash: bytes, fields: Mapping[str, Any]) -> bytes:

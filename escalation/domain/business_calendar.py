@@ -143,7 +143,7 @@ class BusinessCalendar:
             return self.resolve_wall(wall)
         if unit is WindowUnit.BUSINESS_DAYS:
             return self._add_business_days(start, amount)
-        return self._add_business_hours(start, amount)
+        return self.add_open_time(start, timedelta(hours=amount))
 
     def _add_business_days(self, start: datetime, amount: int) -> datetime:
         day = start.astimezone(self.tz).date()
@@ -153,8 +153,15 @@ class BusinessCalendar:
             day = self.next_business_day(day)
         return self.closes_at(day)
 
-    def _add_business_hours(self, start: datetime, amount: int) -> datetime:
-        remaining = timedelta(hours=amount)
+    def add_open_time(self, start: datetime, amount: timedelta) -> datetime:
+        """The instant ``amount`` (>= 0) of working time after aware ``start``: the one walk
+        over working hours (a ``business_hours`` window, and the remainder of a paused
+        window on resume, ``sla_timing.advance_open_ms``).
+
+        Raises:
+            InvalidInput: the working time does not fit in :data:`MAX_SCAN_DAYS` days.
+        """
+        remaining = amount
         if not remaining:
             return start
         day = start.astimezone(self.tz).date()

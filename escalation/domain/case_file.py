@@ -511,16 +511,27 @@ def verify_export(manifest: Mapping[str, Any], lines: Any, heads: Any,
     """
     report = BundleReport()
     try:
-        return _verify_export(manifest, lines, heads, pinned_key, file_name, report)
+        return _verify_export(_Export(manifest, lines, heads, pinned_key, file_name), report)
     except (AttributeError, TypeError, KeyError, ValueError, InvalidInput) as exc:
         report.errors.append(f"malformed export or manifest: {type(exc).__name__}: {exc}")
         return report
 
 
-def _verify_export(manifest: Mapping[str, Any], lines: Any, heads: Any,
-                   pinned_key: bytes | None, file_name: str | None,
-                   report: BundleReport) -> BundleReport:
+@dataclass(frozen=True, slots=True)
+class _Export:
+    """What :func:`verify_export` checks (its arguments, described there)."""
+
+    manifest: Mapping[str, Any]
+    lines: Any
+    heads: Any
+    pinned_key: bytes | None
+    file_name: str | None
+
+
+def _verify_export(export: _Export, report: BundleReport) -> BundleReport:
     """:func:`verify_export`'s checks; a malformed member raises (the caller reports it)."""
+    manifest, lines, heads = export.manifest, export.lines, export.heads
+    pinned_key, file_name = export.pinned_key, export.file_name
     cp = manifest.get("checkpoint")
     named = manifest.get("file")
     if file_name is not None and named != file_name:

@@ -42,5 +42,5 @@ def check_currency(code: str | None, field: str = "currency") -> str:
         form = ("" if code is not None and len(code) == 3 and code.isascii() and code.isupper()
                 else " (three capital letters such as USD)")
         raise InvalidInput(f"{field}: not an active ISO 4217 currency code{form}, got "
-                           f"{code!r}")
+                           f"{code!r}", field=field)
     return code

@@ -18,6 +18,7 @@ from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation
 from escalation.domain.ladder import Ladder
 from escalation.domain.sla_timing import (
+    DueCap,
     calendar_of,
     cap_due,
     cap_provenance,
@@ -26,7 +27,6 @@ from escalation.domain.sla_timing import (
     tier_window,
 )
 from escalation.domain.timeutil import require_aware
-from escalation.domain.values import fast_init
 
 TERMINAL_ESCALATION = "TERMINAL_ESCALATION"
 NOT_DUE = "NOT_DUE"
@@ -40,7 +40,6 @@ class DecisionKind(StrEnum):
     NOT_DUE = "not_due"
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The outcome of :func:`decide`.
@@ -116,7 +115,7 @@ def decide(
     detail = cap_provenance(
         ladder, nxt.id,
         deadline_values(ladder, escalation.deadlines, escalation.regulatory_deadline),
-        calendars, uncapped, due, at=deadline,
+        calendars, DueCap(uncapped, due, at=deadline),
     ) if ladder.deadlines else None
     return Decision(
         DecisionKind.PROMOTED, nxt.decision_name, current.id, nxt.id, due, now, version,

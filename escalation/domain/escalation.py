@@ -18,15 +18,16 @@ from escalation.domain.errors import InvalidInput
 from escalation.domain.ladder import Ladder
 from escalation.domain.materiality import Materiality
 from escalation.domain.timeutil import require_aware
-from escalation.domain.values import fast_init
 
 MAX_SOURCE_HASH_LEN = 128  # SHA-512 hex; SHA-256 hex is 64
 MAX_EXTERNAL_ID_LEN = 200
+MAX_SOURCE_LEN = 64
+"""The longest source system name (``disputes.check_source``: 1-64 characters)."""
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
-def check_text(value: str, name: str) -> str:
+def check_text(value: str, name: str, field: str | None = None) -> str:
     """``value`` unchanged when it holds no control character (C0, DEL, C1: NUL, newline, tab...)
     and no lone surrogate (not Unicode text: it has no UTF-8 bytes, so it cannot be stored).
 
@@ -36,16 +37,17 @@ def check_text(value: str, name: str) -> str:
 
     Raises:
         InvalidInput: a control character or a lone surrogate; the message names ``name``
-            and its position.
+            and its position; the error's ``field`` is ``field`` (default ``name``).
     """
     m = _CONTROL.search(value)
     if m is not None:
         if "\ud800" <= m.group() <= "\udfff":
             raise InvalidInput(f"{name}: not valid Unicode text (a lone surrogate, or a byte "
-                               f"that is not UTF-8) at position {m.start()} in {value[:40]!r}")
+                               f"that is not UTF-8) at position {m.start()} in {value[:40]!r}",
+                               field=field or name)
         raise InvalidInput(
-            f"{name}: control character {m.group()!r} at position {m.start()} in {value[:40]!r}"
-        )
+            f"{name}: control character {m.group()!r} at position {m.start()} in {value[:40]!r}",
+            field=field or name)
     return value
 
 
@@ -63,9 +65,11 @@ def check_reason(value: str, name: str = "reason") -> str:
     """
     check_text(value, name)
     if not value.strip():
-        raise InvalidInput(f"{name} must not be empty: the ledger records it as the why")
+        raise InvalidInput(f"{name} must not be empty: the ledger records it as the why",
+                           field=name)
     if len(value) > MAX_REASON_CHARS:
-        raise InvalidInput(f"{name}: at most {MAX_REASON_CHARS} characters, got {len(value)}")
+        raise InvalidInput(f"{name}: at most {MAX_REASON_CHARS} characters, got {len(value)}",
+                           field=name)
     return value
 
 
@@ -108,7 +112,7 @@ def parse_dispute_id(value: object) -> UUID:
             return UUID(value.strip())
         except ValueError:
             pass
-    raise InvalidInput(f"dispute id must be a UUID, got {value!r}")
+    raise InvalidInput(f"dispute id must be a UUID, got {value!r}", field="dispute_id")
 
 
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
@@ -127,8 +131,7 @@ def check_instant(value: object, name: str) -> datetime:
     aware = require_aware(value, name)  # type: ignore[arg-type]
     if not EARLIEST <= aware < LATEST:
         raise InvalidInput(
-            f"{name} {aware.isoformat()} is outside 1970-01-01 .. 9000-01-01 (UTC)"
-        )
+            f"{name} {aware.isoformat()} is outside 1970-01-01 .. 9000-01-01 (UTC)", field=name)
     return aware
 
 
@@ -139,17 +142,42 @@ def check_source_hash(value: object) -> str:
         InvalidInput: empty, not hex, or longer than 128 characters.
     """
     if not isinstance(value, str) or not value:
-        raise InvalidInput("source hash must be a non-empty hex string")
+        raise InvalidInput("source hash must be a non-empty hex string", field="source_hash")
     if len(value) > MAX_SOURCE_HASH_LEN:
         raise InvalidInput(
-            f"source hash is {len(value)} characters; at most {MAX_SOURCE_HASH_LEN} allowed"
-        )
+            f"source hash is {len(value)} characters; at most {MAX_SOURCE_HASH_LEN} allowed",
+            field="source_hash")
     if not _HEX.match(value):
-        raise InvalidInput(f"source hash must be hexadecimal, got {value[:20]!r}")
+        raise InvalidInput(f"source hash must be hexadecimal, got {value[:20]!r}",
+                           field="source_hash")
     return value.lower()
 
 
-@fast_init
+@dataclass(frozen=True, slots=True)
+class NewEscalation:
+    """What a new escalation is built from (:meth:`Escalation.new`), before it is checked.
+
+    The fields are :class:`Escalation`'s, unvalidated: ``dispute_id`` a UUID or its text,
+    ``materiality`` a Decimal, int or decimal text (never a float), ``source_hash`` hex
+    text, every instant aware. The ladder version is given to :meth:`Escalation.new` beside
+    it (its name and version are pinned; ``tier`` must be one of its tiers).
+    """
+
+    dispute_id: object
+    tier: str
+    due_at: datetime
+    materiality: object
+    source_hash: object
+    entered_tier_at: datetime
+    trace_id: str
+    external_id: str | None = None
+    regulatory_deadline: datetime | None = None
+    deadlines: tuple[tuple[str, datetime], ...] = ()
+    institution_tz: str | None = None
+    institution_calendar: str | None = None
+    source: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Escalation:
     """One dispute's escalation state.
@@ -177,6 +205,9 @@ class Escalation:
             before it was stored).
         institution_calendar: base calendar id the ``institution`` calendar counts in for
             this escalation; None = the deployment default.
+        source: the source system's name (e.g. ``crm``): given with ``external_id``, or the
+            import mapping's; None when not known (named by UUID over the API or CLI, or
+            enqueued before the name was kept).
     """
 
     dispute_id: UUID
@@ -195,51 +226,46 @@ class Escalation:
     deadlines: tuple[tuple[str, datetime], ...] = ()
     institution_tz: str | None = None
     institution_calendar: str | None = None
+    source: str | None = None
 
     @classmethod
-    def new(
-        cls,
-        *,
-        dispute_id: object,
-        tier: str,
-        due_at: datetime,
-        materiality: object,
-        source_hash: object,
-        ladder: Ladder,
-        entered_tier_at: datetime,
-        trace_id: str,
-        external_id: str | None = None,
-        regulatory_deadline: datetime | None = None,
-        deadlines: tuple[tuple[str, datetime], ...] = (),
-        institution_tz: str | None = None,
-        institution_calendar: str | None = None,
-    ) -> Escalation:
-        """Validate inputs and build a fresh escalation (``seq`` 0: not yet recorded).
+    def new(cls, spec: NewEscalation, ladder: Ladder) -> Escalation:
+        """Validate ``spec`` and build a fresh escalation on ``ladder`` (``seq`` 0: not yet
+        recorded).
 
         Raises:
             InvalidInput: naive datetime, non-UUID id, float/NaN/negative materiality,
-                bad source hash, over-long external id, a control character (NUL, newline,
-                ...) in the tier, external id or trace id.
+                bad source hash, over-long external id or source, a control character (NUL,
+                newline, ...) in the tier, external id, source or trace id.
             UnknownTier: ``tier`` is not in ``ladder``.
         """
+        tier, trace_id = spec.tier, spec.trace_id
+        external_id, source = spec.external_id, spec.source
+        regulatory_deadline = spec.regulatory_deadline
         ladder.tier(check_text(tier, "tier"))
         if external_id is not None:
-            check_text(external_id, "external id")
-        check_text(trace_id, "trace id")
+            check_text(external_id, "external id", "external_id")
+        check_text(trace_id, "trace id", "trace_id")
         if external_id is not None and len(external_id) > MAX_EXTERNAL_ID_LEN:
-            raise InvalidInput(f"external id longer than {MAX_EXTERNAL_ID_LEN} characters")
+            raise InvalidInput(f"external id longer than {MAX_EXTERNAL_ID_LEN} characters",
+                               field="external_id")
+        if source is not None:
+            check_text(source, "source", "source")
+            if not source or len(source) > MAX_SOURCE_LEN:
+                raise InvalidInput(f"source must be 1-{MAX_SOURCE_LEN} characters",
+                                   field="source")
         if not trace_id or len(trace_id) > 64:
-            raise InvalidInput("trace id must be 1-64 characters")
+            raise InvalidInput("trace id must be 1-64 characters", field="trace_id")
         return cls(
-            dispute_id=parse_dispute_id(dispute_id),
+            dispute_id=parse_dispute_id(spec.dispute_id),
             tier=tier,
-            due_at=check_instant(due_at, "due_at"),
-            materiality=Materiality.parse(materiality),
-            source_hash=check_source_hash(source_hash),
+            due_at=check_instant(spec.due_at, "due_at"),
+            materiality=Materiality.parse(spec.materiality),
+            source_hash=check_source_hash(spec.source_hash),
             ladder=ladder.name,
             ladder_version=ladder.version,
             seq=0,
-            entered_tier_at=check_instant(entered_tier_at, "entered_tier_at"),
+            entered_tier_at=check_instant(spec.entered_tier_at, "entered_tier_at"),
             trace_id=trace_id,
             external_id=external_id,
             regulatory_deadline=(
@@ -247,9 +273,11 @@ class Escalation:
                 if regulatory_deadline is None
                 else check_instant(regulatory_deadline, "regulatory_deadline")
             ),
-            deadlines=tuple((n, check_instant(at, f"deadline {n}")) for n, at in deadlines),
-            institution_tz=institution_tz,
-            institution_calendar=institution_calendar,
+            deadlines=tuple((n, check_instant(at, f"deadline {n}"))
+                            for n, at in spec.deadlines),
+            institution_tz=spec.institution_tz,
+            institution_calendar=spec.institution_calendar,
+            source=source,
         )
 
     @property

@@ -10,13 +10,14 @@ ladder changes only through a reviewed migration, never by editing configuration
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
 from escalation.domain.calendars import MAX_WINDOW, CalendarRegistry, SlaWindow, WindowUnit
-from escalation.domain.errors import InvalidInput, LadderError, UnknownTier
+from escalation.domain.errors import InvalidInput, LadderError, LadderNotFound, UnknownTier
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,7 +402,7 @@ class Ladder:
                 return a
         names = ", ".join(a.id for a in self.actions) or "none"
         raise InvalidInput(f"action: unknown action {action_id!r} for ladder {self.key}; "
-                           f"declared: {names}")
+                           f"declared: {names}", field="action")
 
     @property
     def key(self) -> str:
@@ -423,8 +424,8 @@ class Ladder:
             if t.id == tier_id:
                 return t
         raise UnknownTier(
-            f"unknown tier {tier_id!r} for ladder {self.key}; tiers: {', '.join(self.tier_ids)}"
-        )
+            f"unknown tier {tier_id!r} for ladder {self.key}; tiers: {', '.join(self.tier_ids)}",
+            field="tier")
 
     def next_tier(self, tier_id: str) -> Tier | None:
         """The tier after ``tier_id``, or ``None`` when ``tier_id`` is terminal.
@@ -458,6 +459,19 @@ class Ladder:
         """Dispute attributes any of this ladder's deadlines needs (sorted)."""
         return tuple(sorted({a for d in self.deadlines for a in d.needs}))
 
-    def is_terminal(self, tier_id: str) -> bool:
-        """True when ``tier_id`` is this ladder's terminal tier. Raises UnknownTier."""
-        return self.tier(tier_id).id == self.terminal_tier
+
+LADDER_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+"""A well-formed ladder name: the ``<name>`` of a ladder file ``<name>.v<N>.toml``."""
+
+
+def unknown_ladder(name: str, known: Iterable[str], hint: str = "") -> LadderError:
+    """The error for a ladder ``name`` that no file and no release has: a
+    :class:`LadderNotFound` (exit 3, code ``NOT_FOUND``) naming the ``known`` ladders, or a
+    plain :class:`LadderError` (exit 2) when ``name`` is not even a well-formed ladder name
+    (:data:`LADDER_NAME`). ``hint`` is appended to the message. Field ``ladder``."""
+    names = ", ".join(sorted(known)) or "none"
+    if not LADDER_NAME.match(name):
+        return LadderError(f"ladder: {name!r} is not a ladder name (lower-case letters, digits "
+                           f"and _, starting with a letter; ladders: {names}){hint}",
+                           field="ladder")
+    return LadderNotFound(f"unknown ladder {name!r} (ladders: {names}){hint}", field="ladder")

@@ -302,8 +302,7 @@ def plan_escalation(
         to_tier=new.id,
         old_next=None if old_next is None else old_next.id,
         new_next=None if new_next is None else new_next.id,
-        due=_due_plan(esc, pinned, target, new.id, esc.calendars(calendars),
-                      window_changed=_window_changed(esc, pinned, target, new.id)),
+        due=_due_plan(esc, pinned, target, new.id, esc.calendars(calendars)),
         deadline=_deadline_detail(esc, target, new.id, esc.calendars(calendars)),
     )
 
@@ -340,8 +339,7 @@ def _window_changed(esc: Escalation, pinned: Ladder, target: Ladder, tier: str) 
 
 
 def _due_plan(esc: Escalation, pinned: Ladder, target: Ladder, tier: str,
-              calendars: CalendarRegistry,
-              *, window_changed: bool = True) -> DuePlan:
+              calendars: CalendarRegistry) -> DuePlan:
     """The due rule of a migrated escalation under ``recompute_due = "from_tier_entry"``.
 
     The direction comes from the two windows counted from the same tier entry (each with the
@@ -358,11 +356,13 @@ def _due_plan(esc: Escalation, pinned: Ladder, target: Ladder, tier: str,
       due stays due and fires), never a burst of retroactive breaches.
 
     A shortened window therefore never delays an escalation, and a lengthened one never
-    brings it forward."""
+    brings it forward. The due time also stays when the tier and its SLA window do not
+    change (:func:`_window_changed`)."""
     if esc.status is not Status.PENDING:
         return DuePlan(DueRule.KEEP, None)
     policy = target.migration
-    if policy.recompute_due != DUE_FROM_TIER_ENTRY or not window_changed:
+    if (policy.recompute_due != DUE_FROM_TIER_ENTRY
+            or not _window_changed(esc, pinned, target, tier)):
         return DuePlan(DueRule.KEEP, esc.due_at)
     amount = esc.materiality.amount
 

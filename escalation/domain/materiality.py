@@ -15,14 +15,12 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from escalation.domain.errors import InvalidInput
-from escalation.domain.values import fast_init
 
 CENT = Decimal("0.01")
 MAX_INTEGER_DIGITS = 15  # numeric(18,2) in PostgreSQL leaves 16; we keep one in reserve
 _PLAIN_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 
-@fast_init
 @dataclass(frozen=True, order=True, slots=True)
 class Materiality:
     """A non-negative amount in the dispute's currency, in whole cents.
@@ -50,7 +48,7 @@ class Materiality:
         if isinstance(value, Materiality):
             return value
         if isinstance(value, (bool, float)):
-            raise InvalidInput(
+            raise _invalid(
                 f"materiality must be a Decimal or a decimal string, not {type(value).__name__}"
                 f" ({value!r}); floats cannot represent cents exactly"
             )
@@ -61,20 +59,20 @@ class Materiality:
         elif isinstance(value, str):
             dec = _parse_text(value)
         else:
-            raise InvalidInput(
+            raise _invalid(
                 f"materiality must be a Decimal or string, not {type(value).__name__}"
             )
         if not dec.is_finite():
-            raise InvalidInput(f"materiality must be finite, got {value!r}")
+            raise _invalid(f"materiality must be finite, got {value!r}")
         if dec < 0:
-            raise InvalidInput(f"materiality must not be negative, got {value!r}")
+            raise _invalid(f"materiality must not be negative, got {value!r}")
         if dec.adjusted() >= MAX_INTEGER_DIGITS:
-            raise InvalidInput(
+            raise _invalid(
                 f"materiality {value!r} has more than {MAX_INTEGER_DIGITS} integer digits"
             )
         cents = dec.quantize(CENT)
         if cents != dec:
-            raise InvalidInput(
+            raise _invalid(
                 f"materiality {value!r} has digits below a cent; money is never rounded: "
                 "give at most two decimal places"
             )
@@ -84,24 +82,27 @@ class Materiality:
         return format(self.amount, "f")
 
 
+def _invalid(message: str) -> InvalidInput:
+    """A refusal of an amount: the error names the ``materiality`` field."""
+    return InvalidInput(message, field="materiality")
+
+
 def _parse_text(value: str) -> Decimal:
     """Plain decimal text -> Decimal. Raises InvalidInput (see :meth:`Materiality.parse`)."""
     text = value.strip()
     if not text.isascii():
-        raise InvalidInput(f"materiality {value!r} must use ASCII digits")
+        raise _invalid(f"materiality {value!r} must use ASCII digits")
     if text.lstrip("+-").lower() in ("nan", "snan", "inf", "infinity"):
-        raise InvalidInput(f"materiality must be finite, got {value!r}")
+        raise _invalid(f"materiality must be finite, got {value!r}")
     if text.startswith("-") and _PLAIN_DECIMAL.fullmatch(text[1:]):
-        raise InvalidInput(f"materiality must not be negative, got {value!r}")
+        raise _invalid(f"materiality must not be negative, got {value!r}")
     if not _PLAIN_DECIMAL.fullmatch(text):
-        raise InvalidInput(
+        raise _invalid(
             f"materiality {value!r} is not a plain decimal amount such as 1250.00 "
             "(no exponent, underscores, signs or thousands separators)"
         )
     try:
         return Decimal(text)
     except InvalidOperation:  # pragma: no cover - the pattern admits only valid numbers
-        raise InvalidInput(f"materiality {value!r} is not a decimal number") from None
+        raise _invalid(f"materiality {value!r} is not a decimal number") from None
 
-
-ZERO = Materiality(Decimal("0.00"))

@@ -46,6 +46,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from escalation.domain.calendars import CalendarRegistry
+from escalation.domain.errors import ConflictError
+from escalation.domain.escalation import Status
 from escalation.domain.ladder import RESOLUTION, Ladder, RegulatoryDeadline
 from escalation.domain.sla_timing import regulatory_cap
 
@@ -186,13 +188,38 @@ class Assessment:
         return self.at if self.state is DeadlineState.MISSED else None
 
 
+def cancel_is_resolution(ladder: Ladder) -> bool:
+    """Whether a ``cancel`` counts as the dispute's resolution under ``ladder``: only on a
+    version that declares no actions (docs/sla.md, "What a cancel meets"). There a cancelled
+    dispute is resolved and a later ``resolve`` is refused; on a version that declares
+    actions a cancel records no finding and a ``resolve`` may follow it."""
+    return not ladder.actions
+
+
+def check_resolvable(ladder: Ladder, status: Status, dispute: object) -> None:
+    """Refuse a ``resolve`` of ``dispute`` (its id, for the message) whose escalation, pinned
+    to ``ladder``, is in ``status`` and already has its resolution: resolved, or cancelled
+    on a version where the cancel counts as the resolution (:func:`cancel_is_resolution`).
+
+    Raises:
+        ConflictError: (code ``CONFLICT``) already resolved, or cancelled on a version that
+            declares no actions; nothing may be written.
+    """
+    if status is Status.RESOLVED:
+        raise ConflictError(f"dispute {dispute} is already resolved; nothing written")
+    if status is Status.CANCELLED and cancel_is_resolution(ladder):
+        raise ConflictError(
+            f"dispute {dispute} is cancelled, and on ladder {ladder.key} (no actions "
+            "declared) the cancel is its resolution; nothing written")
+
+
 def effective(ladder: Ladder, actions: Iterable[RecordedAction]) -> list[RecordedAction]:
     """The actions that count under ``ladder``: a partial money action never counts, and on a
     version that declares actions a ``cancel`` (a resolution with the outcome ``unstated``)
     is no resolution. It stops the escalation, but it records no finding, so only
     ``resolve`` meets a deadline there. On older versions a cancel still counts as the
-    resolution, as it always did."""
-    obligations = bool(ladder.actions)
+    resolution, as it always did (:func:`cancel_is_resolution`)."""
+    obligations = not cancel_is_resolution(ladder)
     return [a for a in actions if not a.partial
             and not (obligations and a.action == RESOLUTION
                      and a.outcome == Outcome.UNSTATED.value)]

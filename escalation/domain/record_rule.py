@@ -10,7 +10,7 @@ their own locking.
 
 The rule's values are immutable named tuples rather than frozen dataclasses: four of them
 are built per recorded decision on the firing path, and a named tuple costs about a third
-of a frozen dataclass's ``__init__`` (CHANGELOG.md, "Firing path CPU (sixth pass)").
+of a frozen dataclass's ``__init__``.
 """
 
 from __future__ import annotations

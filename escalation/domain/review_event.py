@@ -67,12 +67,13 @@ def review_event(fields: Mapping[str, str]) -> dict[str, Any]:
     Args:
         fields: the entry (``dispute_id``, ``seq``, ``idempotency_key``, ``kind``,
             ``match_decision``, ``from_tier``, ``to_tier``, ``ladder`` = ``name@version``,
-            ``external_id``, ``materiality`` (decimal text, cents), ``decided_ms`` (Redis TIME
-            at the claim, epoch ms), ``trace_id``, ``source_hash``).
+            ``external_id``, ``source``, ``materiality`` (decimal text, cents), ``decided_ms``
+            (Redis TIME at the claim, epoch ms), ``trace_id``, ``source_hash``).
 
     Returns:
         ``type``, ``version``, ``id`` (= the ``webhook-id`` header), ``dispute_id``,
-        ``external_id`` (null when the dispute was named by UUID), ``seq`` (int), ``tier``
+        ``external_id`` (null when the dispute was named by UUID), ``source`` (the source
+        system's name; null when not known), ``seq`` (int), ``tier``
         (the tier entered; null for a terminal decision), ``previous_tier``,
         ``match_decision``, ``ladder``, ``ladder_version`` (int or null), ``materiality``
         (decimal string, never a float: money is not rounded), ``decided_at`` (RFC 3339
@@ -90,6 +91,7 @@ def review_event(fields: Mapping[str, str]) -> dict[str, Any]:
         "id": fields.get("idempotency_key", ""),
         "dispute_id": fields.get("dispute_id", ""),
         "external_id": fields.get("external_id") or None,
+        "source": fields.get("source") or None,
         "seq": _int(fields, "seq"),
         "tier": fields.get("to_tier") or None,
         "previous_tier": fields.get("from_tier") or None,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
@@ -32,7 +33,6 @@ from escalation.domain.calendars import (
     CalendarRegistry,
     SlaWindow,
     WindowUnit,
-    window_end,
 )
 from escalation.domain.errors import InvalidInput
 from escalation.domain.ladder import Ladder, MaterialityBand, RegulatoryDeadline, ResolvedDeadline
@@ -135,29 +135,20 @@ def deadline_values(
     return values
 
 
-def compute_deadlines(
+def resolve_deadlines(
     ladder: Ladder, anchor_at: datetime, calendars: CalendarRegistry,
     attributes: Mapping[str, object] | None = None,
-) -> tuple[tuple[str, datetime], ...]:
-    """Every regulatory deadline of ``ladder`` for an anchor event at ``anchor_at``:
-    ``((name, aware UTC deadline), ...)`` in the ladder's order (docs/sla.md "Several regulatory
-    deadlines").
+) -> tuple[ResolvedDeadline, ...]:
+    """Every regulatory deadline of ``ladder`` for an anchor event at ``anchor_at``, in the
+    ladder's order (docs/sla.md "Several regulatory deadlines"), each with its aware UTC
+    instant, its citation and the rule applied. A clock started by an action (``started_by``)
+    has no anchor instant and is skipped (``domain.obligations.clocks`` places it once the
+    action is recorded).
 
     Raises:
         InvalidInput: naive ``anchor_at``, an unknown calendar, or a dispute attribute the
             ladder needs is missing (``RegulatoryDeadline.needs``).
     """
-    return tuple((r.name, r.at) for r in resolve_deadlines(ladder, anchor_at, calendars,
-                                                           attributes))
-
-
-def resolve_deadlines(
-    ladder: Ladder, anchor_at: datetime, calendars: CalendarRegistry,
-    attributes: Mapping[str, object] | None = None,
-) -> tuple[ResolvedDeadline, ...]:
-    """Like :func:`compute_deadlines` with each deadline's citation and the rule applied.
-    A clock started by an action (``started_by``) has no anchor instant and is skipped
-    (``domain.obligations.clocks`` places it once the action is recorded)."""
     return tuple(d.resolve(anchor_at, calendars, attributes) for d in ladder.deadlines
                  if not d.started_by)
 
@@ -204,30 +195,44 @@ def capping_rule(
     return None if best is None else best[1]
 
 
+@dataclass(frozen=True, slots=True)
+class DueCap:
+    """How a tier's due time came out of its cap (:func:`tier_cap` and ``cap_due``), as
+    :func:`cap_provenance` records it."""
+
+    uncapped: datetime
+    """The due time from the tier's SLA window alone (aware)."""
+    due: datetime
+    """The due time after the cap (aware); earlier than ``uncapped`` when the cap moved it."""
+    at: datetime | None = None
+    """The deadline :func:`tier_cap` returned (picks the rule without recomputing caps);
+    None = find the capping rule again."""
+    sources: Mapping[str, str] | None = None
+    """Citations overriding a rule's ``source`` by rule name (a variant's); None = none."""
+
+
 def cap_provenance(
     ladder: Ladder, tier_id: str, deadlines: dict[str, datetime], calendars: CalendarRegistry,
-    uncapped: datetime, due: datetime, sources: dict[str, str] | None = None,
-    at: datetime | None = None,
+    cap: DueCap,
 ) -> dict[str, object] | None:
     """Ledger ``details["deadline"]`` for a due time set for tier ``tier_id``: the deadline
     that bounds it (name, citation, ISO UTC instant, buffer) and ``capped`` = True when the
-    cap moved the due time earlier than the tier window alone (``uncapped``). None when no
-    deadline bounds the tier. ``sources`` overrides a rule's citation (a variant's). ``at``:
-    the deadline :func:`tier_cap` returned (picks the rule without recomputing caps)."""
+    cap moved the due time earlier than the tier window alone (``cap.uncapped``). None when
+    no deadline bounds the tier."""
     rule = None
-    if at is not None:
-        rule = next((r for r in ladder.deadlines_for(tier_id) if deadlines.get(r.name) == at),
-                    None)
+    if cap.at is not None:
+        rule = next((r for r in ladder.deadlines_for(tier_id)
+                     if deadlines.get(r.name) == cap.at), None)
     if rule is None:
         rule = capping_rule(ladder, tier_id, deadlines, calendars)
     if rule is None:
         return None
     return {
         "name": rule.name,
-        "citation": (sources or {}).get(rule.name) or rule.source,
+        "citation": (cap.sources or {}).get(rule.name) or rule.source,
         "at": deadlines[rule.name].isoformat(),
         "buffer": f"{rule.buffer} {rule.window.unit.value}",
-        "capped": due < uncapped,
+        "capped": cap.due < cap.uncapped,
     }
 
 
@@ -295,19 +300,7 @@ def advance_open_ms(cal: Calendar, start: datetime, amount_ms: int) -> datetime:
         raise InvalidInput(f"amount_ms must be >= 0, got {amount_ms}")
     if not isinstance(cal, BusinessCalendar):
         return start + amount_ms * _MS
-    remaining = amount_ms * _MS
-    if not remaining:
-        return start
-    day = start.astimezone(cal.tz).date()
-    for _ in range(3660):
-        if cal.is_business_day(day):
-            begin, close = max(start, cal.opens_at(day)), cal.closes_at(day)
-            if begin < close:
-                if begin + remaining <= close:
-                    return begin + remaining
-                remaining -= close - begin
-        day = cal.next_business_day(day)
-    raise InvalidInput(f"calendar {cal.id}: working time does not fit in ten years")
+    return cal.add_open_time(start, amount_ms * _MS)
 
 
 def remaining_ms(window: SlaWindow, cal: Calendar, now: datetime, due: datetime) -> int:
@@ -359,21 +352,34 @@ def active_ms_between(window: SlaWindow, cal: Calendar, start: datetime, end: da
     return max(0, -((require_aware(start, "start") - require_aware(end, "end")) // _MS))
 
 
+@dataclass(frozen=True, slots=True)
+class ActiveTime:
+    """A tier's SLA window in **active** (unpaused) milliseconds: open ms for business units,
+    elapsed ms otherwise."""
+
+    total_ms: int
+    """The whole window."""
+    consumed_ms: int
+    """What ran before the clock (re)started."""
+
+
 def active_warning_times(
-    window: SlaWindow, cal: Calendar, resumed_at: datetime, total_ms: int, consumed_ms: int,
+    window: SlaWindow, cal: Calendar, resumed_at: datetime, active: ActiveTime,
     fractions: tuple[Decimal, ...],
 ) -> list[tuple[Decimal, datetime]]:
     """Warnings as fractions of **active** (unpaused) SLA time after a resume.
 
-    The tier's window is ``total_ms`` of active time (open ms for business units, elapsed
-    otherwise), ``consumed_ms`` of which ran before the clock (re)started at ``resumed_at``.
-    The warning at fraction ``f`` is due once ``f * total_ms`` of active time has run:
+    The tier's window is ``active.total_ms`` of active time (open ms for business units,
+    elapsed otherwise), ``active.consumed_ms`` of which ran before the clock (re)started at
+    ``resumed_at``. The warning at fraction ``f`` is due once ``f * total_ms`` of active
+    time has run:
     ``resumed_at`` + the rest, counted like the due time (``resume_due``). Fractions already
     reached before the pause are left out (they were scheduled in the earlier run).
 
     Raises:
         InvalidInput: a fraction not strictly between 0 and 1.
     """
+    total_ms, consumed_ms = active.total_ms, active.consumed_ms
     out: list[tuple[Decimal, datetime]] = []
     for f in fractions:
         if not Decimal(0) < f < Decimal(1):
@@ -401,10 +407,3 @@ def band_weight(ladder: Ladder, materiality: Decimal) -> int:
     ordered = sorted(ladder.bands, key=lambda b: b.min_amount)
     return ordered.index(band) + 1
 
-
-def window_end_for(
-    ladder: Ladder, tier_id: str, materiality: Decimal, start: datetime,
-    calendars: CalendarRegistry,
-) -> datetime:
-    """End of ``tier_id``'s window (band factor applied) started at ``start``."""
-    return window_end(start, tier_window(ladder, tier_id, materiality), calendars)

@@ -25,6 +25,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from escalation.domain.errors import InvalidInput
+from escalation.domain.timeutil import iso_text
 
 _DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -90,11 +91,14 @@ def parse_wall_time(text: str, tz: ZoneInfo, name: str) -> tuple[datetime, bool]
         (the instant is then the start of that local day in ``tz``).
 
     Raises:
-        InvalidInput: empty or not ISO-8601 (the message names ``name``).
+        InvalidInput: empty or not ISO-8601 (the message names ``name``), or refused by
+            :func:`~escalation.domain.timeutil.iso_text` (a week date, a fraction past
+            microseconds; lower-case ``t``/``z`` are read).
     """
     value = text.strip()
     if not value:
         raise InvalidInput(f"{name}: empty")
+    value = iso_text(value, name)
     try:
         if _DATE_ONLY.match(value):
             return start_of_local_day(date.fromisoformat(value), tz), True

@@ -158,3 +158,32 @@ def grouped(title: str, labels: Sequence[str],
                     for name, colour, values in series])
         for i, label in enumerate(labels)
     ], [(name, colour) for name, colour, _v in series], legend_step=150)
+
+
+def percent(good: int, total: int) -> str:
+    """``good`` of ``total`` as a percentage to one decimal (``87.5 %``); the counts are
+    shown beside it, so the figure is never only the rounded one."""
+    return f"{100 * good / total:.1f} %"
+
+
+def achievement(title: str, lines: Sequence[tuple[str, Sequence[tuple[str, int, int]]]],
+                names: tuple[str, str]) -> str:
+    """An achievement trend: per line (its label above), one bar per span (oldest first),
+    100 % stacked: the share achieved (green, ``names[0]``) then not (red, ``names[1]``) of
+    what was decided in the span; after each bar the span's name, the rate and the counts
+    (``2024-02-05: 87.5 % (7 of 8)``), or ``none decided``. ``lines``: (label, [(span name,
+    achieved, not achieved), ...])."""
+    rows = []
+    for label, cells in lines:
+        bars = []
+        for span, good, bad in cells:
+            total = good + bad
+            if not total:
+                bars.append(Bar([], f"{span}: none decided"))
+                continue
+            bars.append(Bar([Segment(good / total, MET, f"{label}, {span}: {good} {names[0]}"),
+                             Segment(bad / total, MISSED, f"{label}, {span}: {bad} {names[1]}")],
+                            f"{span}: {percent(good, total)} ({good} of {total})"))
+        rows.append(Row(label, bars))
+    return bar_chart(title, rows, [(names[0], MET), (names[1], MISSED)], legend_step=100,
+                     scale=1.0)

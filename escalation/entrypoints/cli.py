@@ -6,14 +6,15 @@ Every user mistake becomes a one-line ``error: ...`` on stderr and exit code 2 (
 
 from __future__ import annotations
 
-import contextlib
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from escalation.domain.errors import EscalationError, InvalidInput, InvalidParameter
+from escalation.domain.timeutil import parse_time, parse_time_or_date
 from escalation.entrypoints import (
     cli_api,
     cli_audit,
@@ -32,13 +33,14 @@ from escalation.entrypoints.cli_common import (
     option_name,
     out,
     parse_attributes,
-    parse_time,
-    parse_time_or_date,
     redact_url,
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from escalation.domain.obligations import Assessment
+    from escalation.service_layer.enqueue import EnqueueRequest, EnqueueResult
     from escalation.service_layer.obligations import ObligationResult
 
 # The outcome codes `resolve --outcome` takes: the values of domain.obligations.Outcome but
@@ -110,7 +112,7 @@ app.add_typer(action_app, name="action")
 
 # --------------------------------------------------------------------------- enqueue/cancel
 @app.command()
-def enqueue(
+def enqueue(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     source_hash: Annotated[str, typer.Option(help="Hex digest of the source record.")],
     dispute_id: Annotated[str | None, typer.Option(
         help="Dispute id (UUID); or give --source and --external-id instead.")] = None,
@@ -121,13 +123,14 @@ def enqueue(
     tier: Annotated[str | None, typer.Option(help="Current tier id (default: first).")] = None,
     due_at: Annotated[str | None, typer.Option(
         help="Breach time, ISO-8601 with offset, or a date: the START of that local day in "
-             "the institution's zone (a time without offset is refused).")] = None,
+             "the institution's zone (a time without offset, or more than 3650 days after "
+             "now, is refused).")] = None,
     opened_at: Annotated[str | None, typer.Option(
         help="Tier entry time, ISO-8601 with offset, or a date (the start of that local "
              "day in the institution's zone).")] = None,
     due_in: Annotated[str | None, typer.Option(
-        help="Breach delay from now (Redis TIME), e.g. 36h, 2d, 1h30m or PT36H; instead of "
-             "--due-at / --opened-at.")] = None,
+        help="Breach delay from now (Redis TIME), e.g. 36h, 2d, 1h30m or PT36H, at most "
+             "3650 days; instead of --due-at / --opened-at.")] = None,
     ladder: Annotated[str | None, typer.Option(help="Ladder name.")] = None,
     external_id: Annotated[str | None, typer.Option(help="Source system id.")] = None,
     trace_id: Annotated[str | None, typer.Option(help="Correlation id.")] = None,
@@ -149,10 +152,9 @@ def enqueue(
     ledger row is ESCALATION_OPERATOR when set, else `cli`. A due time more than 5 minutes
     before now (a --due-at, or --opened-at + the tier's SLA window) is accepted and flagged
     (past_due on its ledger row, a note on stderr)."""
-    from escalation.bootstrap import schedule_for
     from escalation.domain.timeutil import parse_duration
     from escalation.service_layer.disputes import resolve_dispute
-    from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
+    from escalation.service_layer.enqueue import EnqueueRequest
 
     did: object = dispute_id
     if source is not None:  # (source, external id) names the dispute, as in the API
@@ -164,20 +166,57 @@ def enqueue(
         due_at=parse_time_or_date(due_at, "--due-at"),
         opened_at=parse_time_or_date(opened_at, "--opened-at"),
         ladder=ladder, external_id=external_id, trace_id=trace_id,
+        source=source if external_id is not None else None,
         anchor_at=parse_time_or_date(notice_at, "--notice-at"),
         timezone=timezone, calendar=calendar, attributes=parse_attributes(attribute),
         due_in=parse_duration(due_in, "--due-in"),
     )
+    _enqueue(EnqueueCall(request=req, due_at_given=due_at is not None, as_json=as_json))
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueCall:
+    """One ``escalation enqueue``: the service layer's request (the dispute named, its times
+    parsed) and how the command answers."""
+
+    request: EnqueueRequest
+    due_at_given: bool
+    """``--due-at`` was given (the past-due note names it; else the due time came from
+    ``--opened-at`` and the tier's SLA window, or from ``--due-in``)."""
+    as_json: bool
+    """``--json``: print the result as one JSON object."""
+
+
+def _enqueue(call: EnqueueCall) -> None:
+    """Run ``enqueue_on_breach`` for ``call`` on a freshly built application (closed after)
+    and print its answer."""
+    from escalation.bootstrap import core_ports_for, schedule_for
+    from escalation.service_layer.enqueue import EnqueueOne, enqueue_on_breach
+
     # the named operator when set (ESCALATION_OPERATOR), else "cli" (no human known)
+    from escalation.service_layer.obligations import deadline_states
+
     a = _app(actor=_operator(None, "cli"), strict_ladders=True, durable_redis=True)
     try:
         res = enqueue_on_breach(
-            req, scheduler=a.scheduler, store=a.store, ladders=a.ladders, calendars=a.calendars,
-            default_ladder=a.settings.default_ladder, actor=a.actor,
-            on_scheduled=schedule_for(a),
+            EnqueueOne(request=call.request, actor=a.actor,
+                       default_ladder=a.settings.default_ladder),
+            core_ports_for(a),
+            schedule_for(a),
         )
+        # the API's create answer: a new dispute's clocks are its projection's (no trail)
+        e = res.escalation
+        states = (deadline_states(a.ladders, [] if res.created else a.store.trail(
+            e.dispute_id), e, a.calendars, a.scheduler.time()) if call.as_json else [])
     finally:
         a.close()
+    _print_enqueued(call, res, states)
+
+
+def _print_enqueued(call: EnqueueCall, res: EnqueueResult,
+                    states: Sequence[Assessment]) -> None:
+    """``enqueue``'s answer: JSON (``deadlines``: ``states``, each as the API's create
+    answer lists it) or one line on stdout, notes on stderr."""
     e = res.escalation
     # an existing escalation is never rewritten by enqueue: say so when the request differs
     # (the service layer's flag, which the API's create responses report too)
@@ -187,17 +226,17 @@ def enqueue(
             "status": res.status.value,
             "regulatory_deadline": (e.regulatory_deadline.isoformat()
                                     if e.regulatory_deadline else None),
-            "deadlines": {n: at.isoformat() for n, at in e.deadlines},
+            "deadlines": [_deadline_json(a) for a in states],
             "institution": {"timezone": e.institution_tz, "calendar": e.institution_calendar},
             "source_hash_differs": changed, "past_due_ms": res.past_due_ms}
     if res.past_due_ms is not None:
-        given = ("--due-at" if due_at is not None
+        given = ("--due-at" if call.due_at_given
                  else "the due time from --opened-at and the tier's SLA window")
         err.print(f"note: {given} lay {res.past_due_ms // 1000} s before now (more than the "
                   "5 min tolerance): accepted, escalated at once, and flagged past_due on its "
                   "ENQUEUED ledger row; give --due-in for a due time relative to now",
                   markup=False, highlight=False)
-    if as_json:
+    if call.as_json:
         _print_json(info)
     elif res.created:
         out.print(f"enqueued {e.dispute_id}: tier {e.tier}, due {e.due_at.isoformat()}")
@@ -232,12 +271,15 @@ def _spelled(exc: InvalidInput) -> InvalidInput:
 
 
 def _deadline_json(a: Assessment) -> dict[str, object]:
-    """One deadline's state as ``--json`` prints it (the API's ``deadlines`` entries)."""
+    """One deadline's state as ``--json`` prints it: the keys of the API's ``deadlines``
+    entries (``DeadlineOut``), instants RFC 3339."""
     by = None if a.by is None else {
         "action": a.by.action, "actor": a.by.actor,
-        "occurred_at": None if a.by.occurred_at is None else a.by.occurred_at.isoformat()}
-    return {"name": a.name, "citation": a.citation,
-            "deadline_at": None if a.at is None else a.at.isoformat(),
+        "occurred_at": None if a.by.occurred_at is None else a.by.occurred_at.isoformat(),
+        "recorded_at": None if a.by.recorded_at is None else a.by.recorded_at.isoformat(),
+        "amount_unchecked": a.by.unchecked}
+    at = None if a.at is None else a.at.isoformat()
+    return {"name": a.name, "citation": a.citation, "deadline_at": at, "at": at,
             "state": a.state.value, "basis": None if a.basis is None else a.basis.value,
             "met_by": by, "late_seconds": a.late_s if a.state.value == "missed" else None,
             "rule": a.rule}
@@ -267,7 +309,7 @@ def _print_obligation(res: ObligationResult, verb: str, as_json: bool) -> None:
 
 
 @action_app.command("record")
-def action_record(
+def action_record(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     dispute_id: Annotated[str, typer.Argument(
         help="Dispute id (UUID), or the external id with --source.")],
     action: Annotated[str, typer.Option(
@@ -296,7 +338,7 @@ def action_record(
     ESCALATION_OPERATOR; with neither the command is refused (exit 2)."""
     from escalation.bootstrap import schedule_for
     from escalation.service_layer.disputes import dispute_arg
-    from escalation.service_layer.obligations import RecordAction, record_action
+    from escalation.service_layer.obligations import ObligationPorts, RecordAction, record_action
 
     did = dispute_arg(dispute_id, source)
     who = _operator(actor)
@@ -306,9 +348,8 @@ def action_record(
         evidence_sha256=evidence_sha256, amount=amount, currency=currency, note=note)
     a = _app(actor=who)
     try:
-        res = record_action(cmd, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
-                            calendars=a.calendars,
-                            on_replanned=schedule_for(a, only_ahead=True))
+        res = record_action(cmd, ObligationPorts(a.scheduler, a.store, a.ladders, a.calendars),
+                            schedule_for(a, only_ahead=True))
     except InvalidInput as exc:
         raise _spelled(exc) from None
     finally:
@@ -317,7 +358,7 @@ def action_record(
 
 
 @app.command()
-def resolve(
+def resolve(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     dispute_id: Annotated[str, typer.Argument(
         help="Dispute id (UUID), or the external id with --source.")],
     outcome: Annotated[str, typer.Option(
@@ -453,33 +494,18 @@ def db_upgrade(
     namespace. Binding also stamps the database's identity in PostgreSQL and in the
     namespace's Redis: a database other than the one the namespace's Redis recorded (a
     restore into another database, a copy, a new database) is refused (exit 2) unless
-    ``--restored`` says the restore is planned (docs/operations.md, "Restoring the
+    ``--restored`` says the restore is planned (docs/postgresql.md, "Restoring the
     database").
     """
-    from escalation.adapters.db import (
-        check_namespace,
-        head_revision,
-        make_engine,
-        upgrade_to_head,
-    )
-    from escalation.bootstrap import bind_deployment, resolve_urls
+    from escalation.bootstrap import bind_deployment
+    from escalation.composition_cli import schema_head, upgrade_schema
 
     settings = _settings()
-    urls = resolve_urls(settings)
-    engine = make_engine(urls.database_url, pool_size=1)
-    try:
-        import sqlalchemy.exc
-
-        # refuse a mismatch before migrating; an older schema has no binding table yet
-        with contextlib.suppress(sqlalchemy.exc.ProgrammingError):
-            check_namespace(engine, settings.namespace)
-        applied = upgrade_to_head(urls.database_url)
-    finally:
-        engine.dispose()
-    result = bind_deployment(settings, urls.database_url, urls.redis_url, restored=restored)
+    database_url, redis_url, applied = upgrade_schema(settings, restored=restored)
+    result = bind_deployment(settings, database_url, redis_url, restored=restored)
     bound = result.namespace
     if as_json:
-        _print_json({"applied": list(applied), "head": head_revision(), "namespace": bound,
+        _print_json({"applied": list(applied), "head": schema_head(), "namespace": bound,
                      "resync_marked": bool(result.resync_marked)})
         return
     if result.resync_marked:
@@ -487,12 +513,12 @@ def db_upgrade(
                   "marked for a resync: workers refuse to fire it until `escalation "
                   "reconcile` has reset Redis to this ledger", markup=False, highlight=False)
     if not applied:
-        out.print(f"database already at head ({head_revision()}): nothing to apply; "
+        out.print(f"database already at head ({schema_head()}): nothing to apply; "
                   f"bound to namespace {bound}", markup=False, highlight=False)
         return
     for rev in applied:
         out.print(f"applied {rev}", markup=False, highlight=False)
-    out.print(f"database now at head ({head_revision()}): {len(applied)} revision(s) applied; "
+    out.print(f"database now at head ({schema_head()}): {len(applied)} revision(s) applied; "
               f"bound to namespace {bound}", markup=False, highlight=False)
 
 
@@ -501,9 +527,9 @@ def services_stop(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Stop the embedded Valkey and PostgreSQL servers of ESCALATION_HOME."""
-    from escalation.adapters.embedded import stop_services
+    from escalation.composition_cli import stop_embedded
 
-    stopped = stop_services(_settings().home)
+    stopped = stop_embedded(_settings().home)
     if as_json:
         _print_json({"stopped": list(stopped)})
         return
@@ -516,9 +542,9 @@ def services_status(
         "--json", help="Print JSON (the output is JSON either way).")] = False,
 ) -> None:
     """Show the embedded servers of ESCALATION_HOME (JSON)."""
-    from escalation.adapters.embedded import services_status as st
+    from escalation.composition_cli import embedded_status
 
-    status = st(_settings().home)
+    status = embedded_status(_settings().home)
     for server in status.values():  # passwords stay in the 0600 credentials file
         if isinstance(server, dict) and "url" in server:
             server["url"] = redact_url(server["url"])
@@ -527,7 +553,7 @@ def services_status(
 
 # --------------------------------------------------------------------------- worker
 @app.command()
-def worker(
+def worker(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     burst: Annotated[bool, typer.Option(help="Drain what is due, then exit.")] = False,
     batch_size: Annotated[int | None, typer.Option(help="1-500 (default 50).")] = None,
     poll_interval_s: Annotated[float | None, typer.Option(help="1-60 s (default 5).")] = None,
@@ -554,7 +580,6 @@ def worker(
         settle_heap,
         startup_finished,
     )
-    from escalation.entrypoints.worker_metrics import WorkerMetrics
 
     if as_json and not burst:
         raise InvalidInput("--json goes with --burst (a worker without --burst runs until "
@@ -569,6 +594,9 @@ def worker(
                  jitter=jitter, worker_id=worker_id)
         metrics = None
         if metrics_port is not None:
+            # local: prometheus_client is loaded only by a worker that serves metrics
+            from escalation.entrypoints.worker_metrics import WorkerMetrics
+
             metrics = WorkerMetrics()
             try:
                 metrics.serve(metrics_port, metrics_addr)

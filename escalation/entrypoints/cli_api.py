@@ -5,6 +5,8 @@ Token secrets are shown once by ``token create`` and stored only as SHA-256 dige
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -13,27 +15,23 @@ from rich.table import Table
 from escalation.entrypoints.cli_common import _print_json, _settings, err, out
 
 if TYPE_CHECKING:
-    import sqlalchemy as sa
-
-    from escalation.adapters.token_store import PostgresTokenStore
+    from escalation.ports import TokenStore
 
 app = typer.Typer()  # top-level commands (serve), merged into the root by cli.py
 token_app = typer.Typer(help="HTTP API bearer tokens (stored hashed).", no_args_is_help=True)
 
 
-def _store() -> tuple[sa.Engine, PostgresTokenStore]:
-    from escalation.adapters.db import make_engine
-    from escalation.adapters.token_store import PostgresTokenStore
-    from escalation.bootstrap import ensure_schema, resolve_urls
+@contextmanager
+def _store() -> Iterator[TokenStore]:
+    """The API tokens on the configured database at the head (closed on exit)."""
+    from escalation.composition_cli import token_store
 
-    urls = resolve_urls(_settings())
-    engine = make_engine(urls.database_url)
-    ensure_schema(engine, urls)
-    return engine, PostgresTokenStore(engine)
+    with token_store(_settings()) as store:
+        yield store
 
 
 @token_app.command("create")
-def token_create(
+def token_create(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     name: Annotated[str, typer.Option(help="Token name; the actor on ledger rows it causes.")],
     role: Annotated[str, typer.Option(help="service, compliance or admin.")],
     ttl_days: Annotated[int, typer.Option(help="Valid for N days (1-3660).")] = 365,
@@ -49,16 +47,13 @@ def token_create(
     on the first line of stdout (`TOKEN=$(escalation token create ... | head -n 1)`), what it
     is on the next; --json prints both as one object."""
     from escalation.domain.access import check_name, check_scope, parse_role
-    from escalation.service_layer.tokens import create_token
+    from escalation.service_layer.tokens import CreateToken, create_token
 
     check_name(name)
     check_scope(parse_role(role), source)
-    engine, store = _store()
-    try:
-        secret, info = create_token(store, name, role, ttl_days, sources=source,
-                                    read_only=read_only)
-    finally:
-        engine.dispose()
+    with _store() as store:
+        secret, info = create_token(CreateToken(name, role, ttl_days, sources=source,
+                                                read_only=read_only), store)
     if as_json:
         _print_json({"name": info.name, "role": info.role.value, "token": secret,
                      "expires_at": info.expires_at.isoformat(),
@@ -76,12 +71,9 @@ def token_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.
                ) -> None:
     """Every token: name, role, scope (sources or unscoped; read-only or read-write),
     created, expires, revoked, state (never the secret)."""
-    engine, store = _store()
-    try:
+    with _store() as store:
         tokens = store.all()
         now = store.now()
-    finally:
-        engine.dispose()
     rows = [{"name": t.name, "role": t.role.value, "scope": t.scope_text(),
              "sources": None if t.sources is None else list(t.sources),
              "read_only": t.read_only, "created_at": t.created_at.isoformat(),
@@ -110,17 +102,15 @@ def token_revoke(
     from escalation.domain.errors import ConflictError
     from escalation.service_layer.tokens import revoke_token
 
-    engine, store = _store()
-    try:
-        info = revoke_token(store, name)
-    except ConflictError as exc:  # one rule with cancel/pause/resume: "already ...", exit 0
-        if as_json:
-            _print_json({"name": name, "revoked": False, "detail": str(exc)})
-        else:
-            out.print(str(exc), highlight=False)
-        return
-    finally:
-        engine.dispose()
+    with _store() as store:
+        try:
+            info = revoke_token(store, name)
+        except ConflictError as exc:  # one rule with cancel/pause/resume: "already ...", exit 0
+            if as_json:
+                _print_json({"name": name, "revoked": False, "detail": str(exc)})
+            else:
+                out.print(str(exc), highlight=False)
+            return
     assert info.revoked_at is not None  # noqa: S101 - revoke_token sets it
     if as_json:
         _print_json({"name": info.name, "revoked": True,

@@ -8,21 +8,26 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
+from uuid import UUID
 
 import typer
 from rich.table import Table
 
 from escalation.domain.errors import ConfigError, InvalidInput, NotFound
-from escalation.entrypoints.cli_common import _app, _print_json, _settings, err, out, parse_time
+from escalation.domain.timeutil import parse_time
+from escalation.entrypoints.cli_common import _app, _print_json, _settings, err, json_default, out
 
 if TYPE_CHECKING:  # SQLAlchemy is imported by the commands that reach the database
     import sqlalchemy as sa
+
+    from escalation.domain.calendars import CalendarRegistry
+    from escalation.domain.ladder import Ladder
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -37,37 +42,28 @@ audit_app.add_typer(partitions_app, name="partitions")
 @contextmanager
 def _engine() -> Iterator[sa.Engine]:
     """An engine on the configured database at the Alembic head (see bootstrap)."""
-    from escalation.adapters.db import make_engine
-    from escalation.bootstrap import ensure_schema, resolve_urls
+    from escalation.composition_cli import ledger_engine
 
-    urls = resolve_urls(_settings())
-    engine = make_engine(urls.database_url)
-    try:
-        ensure_schema(engine, urls)  # the embedded database is migrated, others refused
+    with ledger_engine(_settings()) as engine:
         yield engine
-    finally:
-        engine.dispose()
 
 
-def _catalog(calendars: Any = None) -> Any:
-    """The ladder catalog of ``ESCALATION_LADDERS_DIR`` (lenient: invalid files skipped)."""
-    from escalation.adapters.ladder_files import LadderCatalog
-
-    return LadderCatalog.from_dir(_settings().ladders_dir, strict=False, calendars=calendars)
-
-
-def _ladder_versions() -> list[Any]:
+def _ladder_versions() -> list[Ladder]:
     """Every ladder version of ``ESCALATION_LADDERS_DIR`` (for the decisions they can record:
     a search for one no dispute has reached yet finds no rows instead of being refused; and
     for the tier ids a filter may name)."""
-    return list(_catalog().all())
+    from escalation.composition_cli import ladder_versions
+
+    return ladder_versions(_settings())
 
 
-def _ladder_lookup(calendars: Any) -> Any:
+def _ladder_lookup(calendars: CalendarRegistry) -> Callable[[str, int], Ladder]:
     """``(name, version) -> Ladder`` over ``ESCALATION_LADDERS_DIR`` (LadderError when
     unknown): the deadlines' ``met_by`` and clocks for ``report sla`` and ``audit search
     --deadlines``, as the console reads them."""
-    return _catalog(calendars).get
+    from escalation.composition_cli import ladder_lookup
+
+    return ladder_lookup(_settings(), calendars)
 
 
 def _uuid(value: str | None) -> Any:
@@ -85,25 +81,12 @@ def audit_show(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
 ) -> None:
     """One dispute's audit trail, oldest first."""
-    from escalation.domain.escalation import parse_dispute_id
     from escalation.entrypoints.render import FULL_TRAIL_WIDTH, compact_trail_table, trail_table
+    from escalation.service_layer.disputes import dispute_named
 
     a = _app(actor="cli")
     try:
-        try:
-            did = parse_dispute_id(dispute_id)
-        except InvalidInput:
-            found = a.store.find_by_external_id(dispute_id.strip())
-            if not found:
-                raise NotFound(
-                    f"no dispute with id or external id {dispute_id!r}"
-                ) from None
-            if len(found) > 1:
-                raise InvalidInput(
-                    f"external id {dispute_id!r} names {len(found)} disputes: "
-                    + ", ".join(str(f) for f in found[:5]) + "; give the dispute UUID"
-                ) from None
-            did = found[0]
+        did = dispute_named(dispute_id, a.store.find_by_external_id)
         rows = a.store.trail(did)
     finally:
         a.close()
@@ -111,7 +94,7 @@ def audit_show(
         raise NotFound(f"no audit rows for dispute {did}")
     if as_json:
         for r in rows:
-            sys.stdout.write(json.dumps(asdict(r), default=str) + "\n")
+            sys.stdout.write(json.dumps(asdict(r), default=json_default) + "\n")
         return
     if out.width >= FULL_TRAIL_WIDTH:
         out.print(trail_table(rows))
@@ -142,11 +125,10 @@ def audit_verify(
 ) -> None:
     """Recompute hash chains, projection heads, checkpoints, their signatures and the
     retention rows; compare the ledger with the last signed checkpoint; exit 1 on any break."""
-    from escalation.adapters.audit_store import PostgresAuditStore
-    from escalation.adapters.signing import configured_public_key, verify_signature
-    from escalation.bootstrap import checkpoint_store_for, digest_verifier_for
-    from escalation.entrypoints.progress import cli_progress
-    from escalation.service_layer.checkpoint import read_digest, verify
+    from escalation.bootstrap import checkpoint_store_for, digest_verifier_for, event_log_for
+    from escalation.composition_cli import configured_digest_checker
+    from escalation.entrypoints.progress_bars import cli_progress
+    from escalation.service_layer.checkpoint import VerifyLedger, read_digest, verify_ledger
 
     if dispute is not None and all_:
         raise InvalidInput("give --dispute ID or --all, not both")
@@ -155,19 +137,20 @@ def audit_verify(
     bad_signature = None
     signature_checked: bool | None = None  # None: no --digest
     if dig is not None:
-        key = configured_public_key(path=public_key)
-        signature_checked = key is not None
-        if key is None:
+        check = configured_digest_checker(public_key)
+        signature_checked = check is not None
+        if check is None:
             err.print(f"WARNING: the signature of {digest} was NOT checked: no public key "
                       "(give --public-key or set ESCALATION_CHECKPOINT_PUBLIC_KEY_FILE); the "
                       "digest file is trusted as it stands", markup=False, highlight=False)
         else:
-            bad_signature = verify_signature(dig, key)
+            bad_signature = check(dig)
     did = _uuid(dispute)
     with _engine() as engine, cli_progress("audit verify") as progress:
-        known = did is None or PostgresAuditStore(engine).get(did) is not None
-        report = verify(checkpoint_store_for(engine), did, dig, progress=progress,
-                        verifier=verifier, retention_days=_settings().audit_retention_days)
+        known = did is None or event_log_for(engine).get(did) is not None
+        report = verify_ledger(
+            VerifyLedger(did, dig, retention_days=_settings().audit_retention_days),
+            checkpoint_store_for(engine), verifier, progress)
     if bad_signature is not None:
         report.checkpoint_errors.insert(0, f"{digest}: {bad_signature}")
     if report.ok and not known:
@@ -258,26 +241,28 @@ def audit_checkpoint(
         "--json", help="Print JSON (the signed digest is printed as JSON either way).")]
         = False,
 ) -> None:
-    """Seal a checkpoint: verify every chain and retention row against the last signed
-    checkpoint (refuse on any break), then a Merkle root over all chain heads, chained to the
-    previous one, signed with Ed25519 (ESCALATION_CHECKPOINT_KEY_FILE or
-    ESCALATION_CHECKPOINT_KEY); the signature is stored with it. Needs a database role that
-    may insert checkpoints (escalation_sealer or the owner), not escalation_app."""
-    from escalation.adapters.signing import KEY_ENV, KEY_FILE_ENV
+    """Seal a checkpoint: verify every chain changed since the last signed checkpoint (every
+    chain for the first one) and the retention rows against it (refuse on any break), then a
+    Merkle root over all chain heads, chained to the previous one, signed with Ed25519
+    (ESCALATION_CHECKPOINT_KEY_FILE or ESCALATION_CHECKPOINT_KEY); the signature is stored
+    with it. Needs a database role that may insert checkpoints (escalation_sealer or the
+    owner), not escalation_app."""
     from escalation.bootstrap import checkpoint_store_for, digest_signer_for, digest_verifier_for
-    from escalation.service_layer.checkpoint import create_checkpoint, signed_digest
+    from escalation.composition_cli import SIGNING_KEY_ENV, SIGNING_KEY_FILE_ENV
+    from escalation.service_layer.checkpoint import seal_checkpoint, signed_digest
 
     signer = digest_signer_for()
     if signer is None:
-        raise InvalidInput(f"set {KEY_FILE_ENV} (or {KEY_ENV}) to an Ed25519 private key: "
+        raise InvalidInput(f"set {SIGNING_KEY_FILE_ENV} (or {SIGNING_KEY_ENV}) to an Ed25519 "
+                           "private key: "
                            "checkpoints are signed (generate one with `escalation audit keygen`)")
     from sqlalchemy.exc import DBAPIError
 
     with _engine() as engine:
         try:
-            cp = create_checkpoint(checkpoint_store_for(engine), actor, signer,
-                                   digest_verifier_for(),
-                                   retention_days=_settings().audit_retention_days)
+            cp, check = seal_checkpoint(checkpoint_store_for(engine), actor, signer,
+                                        digest_verifier_for(),
+                                        retention_days=_settings().audit_retention_days)
         except DBAPIError as exc:
             if getattr(exc.orig, "sqlstate", None) != "42501":
                 raise
@@ -285,6 +270,10 @@ def audit_checkpoint(
                 f"the database role {engine.url.username!r} may not seal checkpoints "
                 f"({str(exc.orig).splitlines()[0]}): run `audit checkpoint` as "
                 "escalation_sealer or the owner (docs/audit.md, Defence in depth)") from None
+    since = ("every chain" if check.since is None
+             else f"the chains changed since checkpoint {check.since}")
+    err.print(f"checkpoint {cp.checkpoint_id}: verified {since}: {check.chains} chain(s), "
+              f"{check.rows} row(s)", markup=False, highlight=False)
     signed = signed_digest(cp)
     if out_file is not None:
         out_file.write_text(json.dumps(signed, indent=2, sort_keys=True) + "\n", "utf-8")
@@ -298,9 +287,9 @@ def audit_keygen(
     as_json: JsonOpt = False,
 ) -> None:
     """Generate an Ed25519 checkpoint signing key pair (PEM)."""
-    from escalation.adapters.signing import generate_keypair
+    from escalation.composition_cli import generate_signing_keypair
 
-    generate_keypair(private_out, public_out)
+    generate_signing_keypair(private_out, public_out)
     if as_json:
         _print_json({"private_key": str(private_out), "public_key": str(public_out)})
         return
@@ -311,12 +300,12 @@ def audit_keygen(
 @audit_app.command("public-key")
 def audit_public_key() -> None:
     """Print the public key (PEM) of the configured checkpoint signing key."""
-    from escalation.adapters.signing import KEY_FILE_ENV, load_private_key, public_pem
+    from escalation.composition_cli import SIGNING_KEY_FILE_ENV, configured_public_pem
 
-    key = load_private_key()
-    if key is None:
-        raise InvalidInput(f"no signing key configured ({KEY_FILE_ENV})")
-    sys.stdout.write(public_pem(key.public_key()).decode())
+    pem = configured_public_pem()
+    if pem is None:
+        raise InvalidInput(f"no signing key configured ({SIGNING_KEY_FILE_ENV})")
+    sys.stdout.write(pem.decode())
 
 
 @audit_app.command("verify-digest")
@@ -331,15 +320,15 @@ def audit_verify_digest(
 ) -> None:
     """Offline: check a digest's signature (and its link to the previous digest), no database.
     Exit 1 when it does not verify."""
-    from escalation.adapters.signing import load_public_key, verify_signature
+    from escalation.composition_cli import digest_checker
     from escalation.service_layer.checkpoint import read_digest
 
-    key = load_public_key(public_key)
+    check = digest_checker(public_key)
     dig = read_digest(digest)
-    problems = [p for p in [verify_signature(dig, key)] if p]
+    problems = [p for p in [check(dig)] if p]
     if previous is not None:
         prev = read_digest(previous)
-        problems += [f"{previous}: {p}" for p in [verify_signature(prev, key)] if p]
+        problems += [f"{previous}: {p}" for p in [check(prev)] if p]
         pid, did = int(prev.get("checkpoint_id", -1)), int(dig.get("checkpoint_id", -2))
         if pid + 1 != did:
             # the link is checked or the digest is refused: it printed "ok" for a --previous
@@ -367,7 +356,7 @@ def audit_verify_digest(
 
 # --------------------------------------------------------------------------- case file
 @audit_app.command("case-file")
-def audit_case_file(
+def audit_case_file(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     disputes: Annotated[list[str] | None, typer.Argument(
         help="Dispute ids (UUID or external id), any number.")] = None,
     out_file: Annotated[Path, typer.Option("--out", help="The case file to write.")] = Path(
@@ -389,7 +378,6 @@ def audit_case_file(
     Check it offline with `escalation audit verify-bundle FILE --public-key P`. Exit 1 when
     a dispute does not verify or no checkpoint exists (nothing written)."""
     from escalation.bootstrap import case_file_ports_for
-    from escalation.domain.escalation import parse_dispute_id
     from escalation.entrypoints.cli_common import _operator
     from escalation.service_layer.audit_export import check_filter, check_output_path
     from escalation.service_layer.case_file import ExportCaseFile, export_case_file
@@ -400,7 +388,7 @@ def audit_case_file(
     if any(v is not None for v in (ladder, tier, decision, since, until)):
         search = _filter(dispute=None, tier=tier, decision=decision, since=since,
                          until=until, actor=None, ladder=ladder, ladder_version=None)
-    ids = tuple(parse_dispute_id(d) for d in disputes or [])
+    ids = _disputes_named(disputes or [])
     cals = _institution_calendars()
     with _engine() as engine:
         ports = case_file_ports_for(engine, _settings(), _ladder_lookup(cals), cals)
@@ -413,6 +401,34 @@ def audit_case_file(
         _print_json({"file": str(out_file), "bytes": len(data)})
         return
     out.print(f"wrote {out_file} ({len(data)} bytes)", markup=False, highlight=False)
+
+
+def _disputes_named(names: list[str]) -> tuple[UUID, ...]:
+    """The disputes of ``audit case-file``'s arguments: UUIDs, or external ids resolved as
+    ``audit show`` resolves them (``service_layer.disputes.dispute_named``). Only an external
+    id opens the application (Redis and the database) to look it up.
+
+    Raises:
+        NotFound: an id or external id no dispute has.
+        InvalidInput: an external id that names several disputes.
+    """
+    from escalation.domain.escalation import parse_dispute_id
+    from escalation.service_layer.disputes import dispute_named
+
+    ids: list[UUID | None] = []
+    for name in names:
+        try:
+            ids.append(parse_dispute_id(name))
+        except InvalidInput:
+            ids.append(None)
+    if all(i is not None for i in ids):
+        return tuple(i for i in ids if i is not None)
+    a = _app(actor="cli")
+    try:
+        return tuple(i if i is not None else dispute_named(n, a.store.find_by_external_id)
+                     for i, n in zip(ids, names, strict=True))
+    finally:
+        a.close()
 
 
 def _verify_export(manifest_file: Path, data_file: Path, pinned: bytes | None) -> Any:
@@ -506,12 +522,12 @@ def partitions_main(
     """Create this month's and the next N months' partitions, then list them."""
     if ctx.invoked_subcommand is not None:
         return
-    from escalation.adapters.partitions import ensure_partitions, list_partitions
+    from escalation.composition_cli import ensure_ledger_partitions, ledger_partitions
 
     n = _settings().audit_partitions_ahead if ahead is None else ahead
     with _engine() as engine:
-        created = ensure_partitions(engine, datetime.now(UTC), n)
-        parts = list_partitions(engine)
+        created = ensure_ledger_partitions(engine, datetime.now(UTC), n)
+        parts = ledger_partitions(engine)
     if as_json:
         _print_json({"created": list(created), "partitions": [
             {"name": p.name, "from": p.range_from.isoformat(), "to": p.range_to.isoformat()}
@@ -539,21 +555,15 @@ def partitions_drop_expired(
 
     Each removed partition's decision figures are saved in Redis first, so the ``/metrics``
     counters never fall (docs/operations.md "Counters across retention")."""
-    from escalation.adapters.partitions import drop_expired
-    from escalation.bootstrap import retired_figures_for
+    from escalation.composition_cli import DropExpired, drop_expired_partitions
 
-    settings = _settings(audit_retention_days=retention_days)
+    settings = _settings(audit_retention_days=retention_days,
+                         spelled={"audit_retention_days": "--retention-days"})
     app = _app()
     try:
-        result = drop_expired(
-            app.engine,
-            datetime.now(UTC),
-            settings.audit_retention_days,
-            actor=actor,
-            detach_only=detach_only,
-            names=names or None,
-            retire=retired_figures_for(app).save,
-        )
+        result = drop_expired_partitions(app, DropExpired(
+            datetime.now(UTC), settings.audit_retention_days, actor=actor,
+            detach_only=detach_only, names=names or None))
     finally:
         app.close()
     if as_json:
@@ -584,33 +594,35 @@ def _filter(**kw: Any) -> Any:
     )
 
 
-def _institution_calendars() -> Any:
+def _institution_calendars() -> CalendarRegistry:
     """The calendar registry with the deployment's institution zone and calendar."""
-    from escalation.adapters.calendar_files import load_institution_calendars
+    from escalation.composition_cli import deployment_calendars
 
-    settings = _settings()
-    return load_institution_calendars(settings.calendars_file, settings.institution_calendar,
-                                      settings.institution_timezone)
+    return deployment_calendars(_settings())
 
 
 def _search_deadlines(dispute: str | None, name: str | None, as_json: bool) -> None:
     """``audit search --dispute ID --deadlines [--deadline NAME]``."""
-    from escalation.adapters.report_queries import PostgresReports
+    from escalation.bootstrap import ledger_reports_for
     from escalation.domain.escalation import parse_dispute_id
-    from escalation.service_layer.sla_report import MISSED_COLUMNS, dispute_deadlines
+    from escalation.service_layer.sla_report import (
+        MISSED_COLUMNS,
+        DisputeDeadlines,
+        dispute_deadlines,
+    )
 
     if dispute is None:
         raise InvalidInput("--deadlines needs --dispute")
     did = parse_dispute_id(dispute)
     cals = _institution_calendars()
     with _engine() as engine:
-        found = dispute_deadlines(PostgresReports(engine), did, name, cals,
-                                  ladders=_ladder_lookup(cals))
+        found = dispute_deadlines(DisputeDeadlines(did, name), ledger_reports_for(engine), cals,
+                                  _ladder_lookup(cals))
     if name is not None and not found:
         raise InvalidInput(f"dispute {did} has no deadline {name!r}")
     if as_json:
         for o in found:
-            sys.stdout.write(json.dumps(o.as_json(), default=str) + "\n")
+            sys.stdout.write(json.dumps(o.as_json(), default=json_default) + "\n")
         return
     table = Table(title=f"{len(found)} regulatory deadline(s) of {did}")
     for col in MISSED_COLUMNS[2:]:
@@ -621,7 +633,7 @@ def _search_deadlines(dispute: str | None, name: str | None, as_json: bool) -> N
 
 
 @audit_app.command("search")
-def audit_search(
+def audit_search(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     dispute: Annotated[str | None, typer.Option(
         help="Dispute id (UUID), or the external id with --source.")] = None,
     source: Annotated[str | None, typer.Option(
@@ -648,7 +660,8 @@ def audit_search(
     """Search the ledger; rows ordered by decision time.
 
     An unknown --decision (neither a ledger event nor a recorded decision), a --tier no
-    ladder has and --from after --to are refused (exit 2) with the known names listed.
+    ladder has and --from after --to are refused (exit 2) with the known names listed; a
+    --ladder no ladder has exits 3 (not found).
     """
     from escalation.service_layer.disputes import dispute_arg
 
@@ -667,10 +680,10 @@ def audit_search(
     )
     flt = _filter(dispute=dispute, tier=tier, decision=decision, since=since, until=until,
                   actor=actor, ladder=ladder, ladder_version=ladder_version)
-    from escalation.adapters.audit_search import PostgresLedgerSearch
+    from escalation.bootstrap import ledger_search_for
 
     with _engine() as engine:
-        ledger = PostgresLedgerSearch(engine)
+        ledger = ledger_search_for(engine)
         check_filter(ledger, flt, _ladder_versions())
         rows = search(ledger, flt, limit)
     if as_json:
@@ -692,7 +705,7 @@ def audit_search(
 
 
 @audit_app.command("export")
-def audit_export(
+def audit_export(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     fmt: Annotated[str, typer.Option("--format", help="csv or jsonl.")] = "csv",
     since: Annotated[str | None, typer.Option("--from", help="decided_at >= (ISO-8601).")] = None,
     until: Annotated[str | None, typer.Option("--to", help="decided_at < (ISO-8601).")] = None,
@@ -705,36 +718,40 @@ def audit_export(
 ) -> None:
     """Stream the ledger to a file in constant memory, plus <file>.manifest.json.
 
-    Refused before anything is written (exit 2): a missing output directory, --from after --to.
+    Refused before anything is written (exit 2): a missing output directory, --from after --to,
+    --bom with jsonl.
     """
     from escalation.bootstrap import checkpoint_store_for, document_signer_for
     from escalation.service_layer.audit_export import (
         AuditFilter,
+        ExportLedger,
         check_output_path,
         count_rows,
-        export,
+        export_ledger,
         manifest_path,
     )
     from escalation.service_layer.case_file import seal_export
 
     if fmt not in ("csv", "jsonl"):
         raise InvalidInput(f"--format must be csv or jsonl, got {fmt!r}")
+    if bom and fmt != "csv":
+        raise InvalidInput("--bom is for CSV output: it needs --format csv")
     check_output_path(out_file)
     flt = AuditFilter(since=parse_time(since, "--from"), until=parse_time(until, "--to"))
-    from escalation.adapters.audit_search import PostgresLedgerSearch
+    cmd = ExportLedger("csv" if fmt == "csv" else "jsonl", out_file, flt, bom)
+    from escalation.bootstrap import ledger_search_for
 
     with _engine() as engine:
-        ledger = PostgresLedgerSearch(engine)
+        ledger = ledger_search_for(engine)
         if sys.stderr.isatty():
             from rich.progress import Progress
 
             total = count_rows(ledger, flt)
             with Progress(console=err) as bar:
                 task = bar.add_task("exporting", total=total)
-                manifest = export(ledger, fmt, out_file, flt,  # type: ignore[arg-type]
-                                  lambda n: bar.update(task, completed=n), bom=bom)
+                manifest = export_ledger(cmd, ledger, lambda n: bar.update(task, completed=n))
         else:
-            manifest = export(ledger, fmt, out_file, flt, bom=bom)  # type: ignore[arg-type]
+            manifest = export_ledger(cmd, ledger)
         # the manifest names the checkpoint that covers the file, and is signed
         seal_export(out_file, manifest_path(out_file), checkpoint_store_for(engine),
                     document_signer_for())
@@ -746,42 +763,72 @@ def audit_export(
 
 
 # --------------------------------------------------------------------------- report
-def _print_missed(report: Any, fmt: str, out_file: Path | None, bom: bool = False) -> None:
-    """``report sla --missed``: one row per missed deadline (table, csv; html refused)."""
-    from escalation.service_layer.sla_report import MISSED_COLUMNS, missed_csv
+def _print_missed(report: Any, listed: Iterable[Any], fmt: str, out_file: Path | None,
+                  bom: bool = False) -> None:
+    """``report sla --missed``: one row per missed deadline of ``listed`` (streamed: csv
+    writes each row as it comes; the table holds them to print)."""
+    from escalation.domain.csv_cells import CsvWriter
+    from escalation.service_layer.sla_report import MISSED_COLUMNS
 
-    if fmt == "html":
-        raise InvalidInput("--missed supports --format table or csv")
     if fmt == "csv":
-        text = missed_csv(report, bom=bom)
-        if out_file is None:
-            sys.stdout.write(text)
-        else:
-            out_file.write_text(text, "utf-8")
+        sink = sys.stdout if out_file is None else out_file.open("w", encoding="utf-8",
+                                                                 newline="")
+        try:
+            writer = CsvWriter(sink, MISSED_COLUMNS, bom=bom)
+            for o in listed:
+                row = o.as_row()
+                writer.row(row.get(k) for k in MISSED_COLUMNS)
+        finally:
+            if out_file is not None:
+                sink.close()
+        if out_file is not None:
             out.print(f"wrote {out_file}")
         return
-    if out_file is not None:
-        raise InvalidInput("--out needs --format csv")
+    rows = [o.as_row() for o in listed]
     table = Table(title=f"Missed regulatory deadlines {report.since.isoformat()} .. "
-                        f"{report.until.isoformat()}: {len(report.missed)}")
+                        f"{report.until.isoformat()}: {len(rows)}")
     for col in MISSED_COLUMNS:
         table.add_column(col)
-    for o in report.missed:
-        table.add_row(*[str(v) for v in o.as_row().values()])
+    for row in rows:
+        table.add_row(*[str(v) for v in row.values()])
     out.print(table)
 
 
+def _check_sla_options(fmt: str, as_json: bool, out_file: Path | None, missed: bool,
+                       bom: bool) -> None:
+    """``report sla``'s options checked together, before the database is reached (a
+    month's report reads much of the ledger).
+
+    Raises:
+        InvalidInput: an unknown format, ``--json`` with ``--format`` or ``--out``,
+            ``--missed`` with html, ``--out`` with the table format, ``--bom`` with any
+            output but CSV.
+    """
+    if fmt not in ("table", "csv", "html"):
+        raise InvalidInput(f"--format must be table, csv or html, got {fmt!r}")
+    if as_json and (fmt != "table" or out_file is not None):
+        raise InvalidInput("--json prints JSON on stdout: leave out --format and --out")
+    if missed and fmt == "html":
+        raise InvalidInput("--missed supports --format table or csv")
+    if out_file is not None and fmt == "table":
+        raise InvalidInput("--out needs --format csv" if missed
+                           else "--out needs --format csv or html")
+    if bom and (fmt != "csv" or as_json):
+        raise InvalidInput("--bom is for CSV output: it needs --format csv (and no --json)")
+
+
 @report_app.command("sla")
-def report_sla(
+def report_sla(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     since: Annotated[str, typer.Option("--from", help="Window start (ISO-8601).")],
     until: Annotated[str, typer.Option("--to", help="Window end, exclusive (ISO-8601).")],
     fmt: Annotated[str, typer.Option("--format", help="table, csv or html.")] = "table",
     out_file: Annotated[Path | None, typer.Option("--out", help="Write to this file.")] = None,
     grace_s: Annotated[int, typer.Option(help="On time = decided within N s of due.")] = 60,
     as_json: Annotated[bool, typer.Option(
-        "--json", help="Print the report as JSON on stdout: window, grace_s, tiers per "
-                       "ladder, deadlines (with --missed: the missed ones); not with --format "
-                       "or --out.")] = False,
+        "--json", help="Print the report as JSON on stdout: the answer of GET "
+                       "/v1/reports/sla (from, to, grace_s, ladders: the tier rows per "
+                       "ladder) plus deadlines (with --missed: the missed ones); not with "
+                       "--format or --out.")] = False,
     missed: Annotated[bool, typer.Option(
         "--missed", help="List every missed regulatory deadline in the window instead: "
         "dispute, ladder@version, deadline, citation, instant in the institution's zone, "
@@ -795,40 +842,46 @@ def report_sla(
     (every deadline of a multi-deadline ladder); --missed lists the missed ones."""
     from escalation.service_layer import sla_report
 
-    if fmt not in ("table", "csv", "html"):
-        raise InvalidInput(f"--format must be table, csv or html, got {fmt!r}")
-    if as_json and (fmt != "table" or out_file is not None):
-        raise InvalidInput("--json prints JSON on stdout: leave out --format and --out")
+    _check_sla_options(fmt, as_json, out_file, missed, bom)
     start = parse_time(since, "--from")
     end = parse_time(until, "--to")
     assert start is not None and end is not None  # noqa: S101 - required options
+    sla_report.check_window(start, end, grace_s)
     if out_file is not None:
         from escalation.service_layer.audit_export import check_output_path
 
         check_output_path(out_file)
-    from escalation.adapters.report_queries import PostgresReports
-
     cals = _institution_calendars()
+    lookup = _ladder_lookup(cals)
     with _engine() as engine:
-        report = sla_report.build(PostgresReports(engine), start, end, grace_s,
-                                  calendars=cals, ladders=_ladder_lookup(cals))
-    if as_json:
-        shown = report.missed if missed else report.deadlines
-        _print_json({"from": start.isoformat(), "to": end.isoformat(), "grace_s": grace_s,
-                     "tiers": sla_report.grouped(report),
-                     "deadlines": [d.as_json() for d in shown]})
-        return
-    if missed:
-        _print_missed(report, fmt, out_file, bom)
-        return
+        if grace_s != sla_report.DEFAULT_GRACE_S:  # the rollup counts at the default grace
+            from escalation.bootstrap import ledger_reports_for
+
+            report = sla_report.build(sla_report.ReportSla(start, end, grace_s),
+                                      ledger_reports_for(engine), cals, lookup)
+            listed: Iterable[Any] = report.missed if missed else report.deadlines
+        else:  # the rollup, refreshed first (ADR 0033); deadlines streamed page by page
+            from escalation.bootstrap import sla_rollup_for
+            from escalation.service_layer import sla_rollup
+
+            ports = sla_rollup.RollupPorts(sla_rollup_for(engine), cals, lookup)
+            report, at = sla_rollup.report(sla_rollup.RollupReport(start, end), ports)
+            listed = sla_rollup.deadlines(
+                sla_rollup.RollupDeadlines(start, end, at, missed_only=missed), ports)
+        if as_json:
+            _print_json({"from": start.isoformat(), "to": end.isoformat(),
+                         "grace_s": grace_s, "ladders": sla_report.grouped(report),
+                         "deadlines": [d.as_json() for d in listed]})
+            return
+        if missed:
+            _print_missed(report, listed, fmt, out_file, bom)
+            return
     if fmt == "table":
         table = Table(title=f"SLA report {start.isoformat()} .. {end.isoformat()}")
         for col in sla_report.CSV_COLUMNS:
             table.add_column(col, justify="left" if col in ("ladder", "tier") else "right")
         for f in report.tiers:
             table.add_row(*[str(v) for v in f.as_row().values()])
-        if out_file is not None:
-            raise InvalidInput("--out needs --format csv or html")
         out.print(table)
         return
     if fmt == "csv":
@@ -842,4 +895,31 @@ def report_sla(
     else:
         out_file.write_text(text, "utf-8")
         out.print(f"wrote {out_file}")
+
+
+@report_app.command("sla-refresh")
+def report_sla_refresh(
+    full: Annotated[bool, typer.Option(
+        "--full", help="Fold every dispute again (after a ladder or calendars change that "
+                       "alters past outcomes).")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON document: full, disputes, watermark, now.")] = False,
+) -> None:
+    """Bring the SLA rollup up to date without printing a report: the first run on a
+    database folds the whole ledger (the backfill; resumable: an interrupted run keeps its
+    committed chunks and the next one continues), later runs only what changed."""
+    from escalation.bootstrap import sla_rollup_for
+    from escalation.service_layer import sla_rollup
+
+    cals = _institution_calendars()
+    lookup = _ladder_lookup(cals)
+    with _engine() as engine:
+        done = sla_rollup.refresh(sla_rollup.RefreshRollup(full=full),
+                                  sla_rollup.RollupPorts(sla_rollup_for(engine), cals, lookup))
+    if as_json:
+        _print_json({"full": done.full, "disputes": done.disputes,
+                     "watermark": done.watermark.isoformat(), "now": done.now.isoformat()})
+        return
+    out.print(f"{'backfill' if done.full else 'refresh'}: {done.disputes} disputes "
+              f"recomputed; watermark {done.watermark.isoformat()}")
 

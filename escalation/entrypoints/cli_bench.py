@@ -16,7 +16,7 @@ import typer
 from escalation.domain.errors import InvalidInput
 
 bench_app = typer.Typer(help="Benchmarks: drain, precision, idle, enqueue, scale, api, "
-                        "compare, notify.",
+                        "compare, notify, ledger.",
                         no_args_is_help=True)
 
 DbOpt = Annotated[str | None, typer.Option(
@@ -46,17 +46,18 @@ def _ints(text: str, name: str) -> list[int]:
     return out
 
 
-def _run(database_url: str | None, fn: Any, redis_url: str | None = None) -> Any:
+def _run(database_url: str | None, fn: Any, redis_url: str | None = None,
+         keep_database: str | None = None) -> Any:
     from escalation.bench.common import target
     from escalation.logs import configure_logging
 
     configure_logging("console", "WARNING")
-    with target(database_url, redis_url=redis_url) as tgt:
+    with target(database_url, redis_url=redis_url, keep_database=keep_database) as tgt:
         return fn(tgt)
 
 
 @bench_app.command("drain")
-def drain_cmd(
+def drain_cmd(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     n: Annotated[int, typer.Option(help="Escalations due at one instant.")] = 20_000,
     workers: Annotated[str, typer.Option(help="Worker counts, e.g. 1,2,4.")] = "1,2,4",
     batch_size: Annotated[str, typer.Option(help="Batch sizes 1-500, e.g. 100,250,500.")] = "500",
@@ -76,7 +77,8 @@ def drain_cmd(
     ws, bs = _ints(workers, "--workers"), _ints(batch_size, "--batch-size")
     if any(b > 500 for b in bs):
         raise InvalidInput("--batch-size: at most 500 (settings.batch_size range 1-500)")
-    result = _run(database_url, lambda t: drain.run(t, n, ws, bs, lead_s, shards))
+    result = _run(database_url, lambda t: drain.run(
+        t, drain.DrainGrid(n, ws, bs, lead_s, shards)))
     rows = [{"workers": r["workers"], "batch": r["batch_size"], "esc/s": r["rate_per_s"],
              "lag p50 ms": r["lag_ms"]["p50"], "lag p99 ms": r["lag_ms"]["p99"],
              "lag max ms": r["lag_ms"]["max"], "ledger": "PASS" if r["ledger_ok"] else "FAIL",
@@ -118,7 +120,7 @@ def precision_cmd(
 
 
 @bench_app.command("idle")
-def idle_cmd(
+def idle_cmd(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     seconds: Annotated[float, typer.Option(help="Measurement window.")] = 90.0,
     poll_interval_s: Annotated[float, typer.Option(help="Worker poll interval 1-60 s.")] = 5.0,
     workers: Annotated[int, typer.Option(help="Idle worker processes.")] = 1,
@@ -136,14 +138,14 @@ def idle_cmd(
         raise InvalidInput("--workers and --seconds must be positive")
     if shared_redis:
         result = _run(database_url, lambda t: idle.run(
-            t, seconds, poll_interval_s, workers=workers, private=False))
+            t, idle.IdleRound(seconds, poll_interval_s, workers=workers, private=False)))
     else:
         from escalation.bench.compare import PrivateRedis
 
         srv = PrivateRedis.start()
         try:
             result = _run(database_url, lambda t: idle.run(
-                t, seconds, poll_interval_s, workers=workers, private=True),
+                t, idle.IdleRound(seconds, poll_interval_s, workers=workers, private=True)),
                 redis_url=srv.url)
         finally:
             srv.stop()
@@ -158,7 +160,7 @@ def idle_cmd(
 
 
 @bench_app.command("notify")
-def notify_cmd(
+def notify_cmd(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     n: Annotated[int, typer.Option(help="Notifications to deliver.")] = 100,
     delay_ms: Annotated[float, typer.Option(
         help="The loopback receiver answers each POST after this many ms.")] = 100.0,
@@ -177,7 +179,8 @@ def notify_cmd(
     if n < 1 or per_dispute < 1 or concurrency < 1 or delay_ms < 0:
         raise InvalidInput("--n, --per-dispute and --concurrency must be positive, "
                            "--delay-ms >= 0")
-    result = _run(database_url, lambda t: notify.run(t, n, delay_ms, concurrency, per_dispute))
+    result = _run(database_url, lambda t: notify.run(
+        t, notify.NotifyRound(n, delay_ms, concurrency, per_dispute)))
     rows = [{"deliveries": result["deliveries"], "receiver ms": delay_ms,
              "concurrency": concurrency, "seconds": result["seconds"],
              "per s": result["per_s"], "verified": result["verified"],
@@ -234,36 +237,98 @@ def scale_cmd(
            json_only=json_only)
 
 
+def _bullmq_jobs(text: str) -> tuple[str, ...]:
+    """``"audit,empty"`` -> ``("audit", "empty")``: BullMQ processors, the headline first.
+
+    Raises:
+        InvalidInput: an empty list, an unknown job or one given twice (field ``--bullmq-job``).
+    """
+    from escalation.bench.compare import BULLMQ_JOBS
+
+    jobs = tuple(part.strip() for part in text.split(",") if part.strip())
+    known = ", ".join(repr(j) for j in BULLMQ_JOBS)
+    if not jobs:
+        raise InvalidInput(f"--bullmq-job: give one or more of {known}", field="--bullmq-job")
+    for job in jobs:
+        if job not in BULLMQ_JOBS:
+            raise InvalidInput(f"--bullmq-job: {known} (comma-separated), not {job!r}",
+                               field="--bullmq-job")
+    if len(set(jobs)) != len(jobs):
+        raise InvalidInput(f"--bullmq-job: each job once, not {text!r}", field="--bullmq-job")
+    return jobs
+
+
+def _compare_summary(result: dict[str, Any]) -> str:
+    """The ``SUMMARY compare`` text: every round's sides and ratios, then the ratios'
+    minimum and median per BullMQ job and the checks."""
+    from escalation.bench.common import fmt
+
+    def side(name: str, s: dict[str, Any], unit: str) -> str:
+        return (f"{name} {fmt(s['rate_per_s'])}/s {fmt(s['cpu_us_per_item'])} us/{unit} "
+                f"p50/p99 {fmt(s['lag_ms']['p50'])}/{fmt(s['lag_ms']['p99'])} ms")
+
+    rounds = "; ".join(
+        f"round {i}: " + ", ".join(
+            [side("escalation", r["escalation"], "esc")]
+            + [f"{side(f'bullmq {job}', b, 'job')} ratio {fmt(r['ratio'][job])}"
+               for job, b in r["bullmq"].items()])
+        for i, r in enumerate(result["rounds"], 1))
+    ratios = ", ".join(
+        f"{job} {fmt(m['ratio_min'])}/{fmt(m['ratio'])}"
+        for job, m in result["median"]["bullmq"].items())
+    ledger_ok = all(r["escalation"]["ledger_ok"] for r in result["rounds"])
+    checks = f"ledger {'PASS' if ledger_ok else 'FAIL'}"
+    if result["audit_ok"] is not None:
+        checks += f", audit rows {'PASS' if result['audit_ok'] else 'FAIL'}"
+    return (f"N={result['n']} W={result['workers']} B={result['batch_size']} bullmq "
+            f"{result['bullmq_version']} c={result['concurrency']} pool={result['pg_pool']} "
+            f"jobs={','.join(result['bullmq_jobs'])}: {rounds}; ratio min/median {ratios}; "
+            f"{checks}")
+
+
 @bench_app.command("compare")
-def compare_cmd(
+def compare_cmd(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     n: Annotated[int, typer.Option(help="Escalations / jobs due at one instant.")] = 20_000,
     workers: Annotated[int, typer.Option(help="Worker processes on each side.")] = 2,
-    rounds: Annotated[int, typer.Option(help="Interleaved rounds (both systems each).")] = 3,
+    rounds: Annotated[int, typer.Option(help="Interleaved rounds (every side each).")] = 3,
     batch_size: Annotated[int, typer.Option(help="Product batch size 1-500.")] = 500,
     concurrency: Annotated[int, typer.Option(help="BullMQ worker concurrency.")] = 100,
     bullmq_version: Annotated[str | None, typer.Option(
         help="npm version spec of bullmq (default: the registry's latest).")] = None,
     lead_s: Annotated[float | None, typer.Option(
         help="Seconds between now and the due instant (default: product 2 + 1.5x the "
-             "measured enqueue time, BullMQ 3 + 1 ms per job).")] = None,
+             "measured enqueue time, BullMQ 5 s).")] = None,
     bullmq_job: Annotated[str, typer.Option(
-        help="BullMQ processor: 'empty' (no work) or 'escalate' (adds the job to the next "
-             "tier's delayed queue and a review-stream entry, as an escalation does).")
-    ] = "empty",
+        help="BullMQ processors, comma-separated, each run every round, the first the "
+             "headline: 'audit' (one INSERT of an audit row per job into a PostgreSQL table "
+             "through a pg Pool, the user's alternative), 'empty' (no work), 'escalate' "
+             "(adds the job to the next tier's delayed queue and a review-stream entry).")
+    ] = "audit,empty",
+    bullmq_pg_pool: Annotated[int, typer.Option(
+        help="Connections of the audit job's pg Pool per BullMQ worker process (pg's "
+             "default 10).")] = 10,
+    keep_audit_database: Annotated[str | None, typer.Option(
+        help="Create BullMQ's audit database under this name and keep it with every "
+             "round's audit table, to inspect its rows (default: a scratch database, dropped "
+             "at the end).")] = None,
     database_url: DbOpt = None,
     json_only: JsonOpt = False,
 ) -> None:
     """The product's drain beside BullMQ's (npm, installed at run time) on a private
-    redis-server: throughput, lag, CPU per escalation and the ratio, interleaved rounds."""
+    redis-server: throughput, lag, CPU per item and the ratio per BullMQ job, interleaved
+    rounds."""
     from escalation.bench import compare
-    from escalation.bench.common import fmt, report
+    from escalation.bench.common import report
 
     if not 1 <= batch_size <= 500:
         raise InvalidInput("--batch-size: 1-500 (settings.batch_size range)")
-    if n < 1 or workers < 1 or rounds < 1 or concurrency < 1:
-        raise InvalidInput("--n, --workers, --rounds and --concurrency must be positive")
-    if bullmq_job not in ("empty", "escalate"):
-        raise InvalidInput(f"--bullmq-job: 'empty' or 'escalate', not {bullmq_job!r}")
+    if n < 1 or workers < 1 or rounds < 1 or concurrency < 1 or bullmq_pg_pool < 1:
+        raise InvalidInput("--n, --workers, --rounds, --concurrency and --bullmq-pg-pool "
+                           "must be positive")
+    opts = compare.CompareOptions(n=n, workers=workers, rounds=rounds, batch_size=batch_size,
+                                  concurrency=concurrency, lead_s=lead_s,
+                                  bullmq_jobs=_bullmq_jobs(bullmq_job), pg_pool=bullmq_pg_pool,
+                                  keep_audit_database=keep_audit_database)
     with compare.bullmq_dir(bullmq_version) as workdir:
         srv = compare.PrivateRedis.start()
         try:
@@ -272,36 +337,27 @@ def compare_cmd(
 
             configure_logging("console", "WARNING")
             with target(database_url, redis_url=srv.url) as tgt:
-                result = compare.run(tgt, srv, workdir, n, workers, rounds, batch_size,
-                                     concurrency, lead_s, bullmq_job)
+                result = compare.run(tgt, srv, workdir, opts)
         finally:
             srv.stop()
     rows = []
     for i, r in enumerate(result["rounds"], 1):
-        for system in r["order"]:
-            s = r[system]
-            rows.append({"round": i, "system": system, "per s": s["rate_per_s"],
-                         "lag p50 ms": s["lag_ms"]["p50"], "lag p99 ms": s["lag_ms"]["p99"],
-                         "CPU us/esc": s["cpu_us_per_item"],
+        for name in r["order"]:
+            job = name.split(":", 1)[1] if ":" in name else None
+            s = r["bullmq"][job] if job else r["escalation"]
+            rows.append({"round": i, "system": f"bullmq {job}" if job else name,
+                         "per s": s["rate_per_s"], "lag p50 ms": s["lag_ms"]["p50"],
+                         "lag p99 ms": s["lag_ms"]["p99"], "CPU us/item": s["cpu_us_per_item"],
                          "CPU s": " ".join(f"{k}={v}" for k, v in s["cpu_s"].items()),
-                         "ratio": r["ratio"], "load": " ".join(map(str, s["load"]))})
-    parts = "; ".join(
-        f"round {i}: escalation {fmt(r['escalation']['rate_per_s'])}/s p50/p99 "
-        f"{fmt(r['escalation']['lag_ms']['p50'])}/{fmt(r['escalation']['lag_ms']['p99'])} ms "
-        f"{fmt(r['escalation']['cpu_us_per_item'])} us/esc, bullmq "
-        f"{fmt(r['bullmq']['rate_per_s'])}/s p50/p99 {fmt(r['bullmq']['lag_ms']['p50'])}/"
-        f"{fmt(r['bullmq']['lag_ms']['p99'])} ms {fmt(r['bullmq']['cpu_us_per_item'])} us/job, "
-        f"ratio {r['ratio']}" for i, r in enumerate(result["rounds"], 1))
-    med = result["median"]
-    report(result, rows, f"N={n} W={workers} B={batch_size} bullmq {result['bullmq_version']} "
-           f"c={concurrency} job={bullmq_job}: {parts}; median ratio {med['ratio']} "
-           f"ledger {'PASS' if result['ok'] else 'FAIL'}", json_only=json_only)
+                         "ratio": r["ratio"][job] if job else None,
+                         "load": " ".join(map(str, s["load"]))})
+    report(result, rows, _compare_summary(result), json_only=json_only)
     if not result["ok"]:
         raise typer.Exit(1)
 
 
 @bench_app.command("api-overload")
-def api_overload_cmd(
+def api_overload_cmd(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     factor: Annotated[float, typer.Option(
         help="Offered rate as a multiple of the measured capacity (1-20).")] = 2.0,
     seconds: Annotated[float, typer.Option(help="Duration of the overload (1-600 s).")] = 20,
@@ -329,9 +385,9 @@ def api_overload_cmd(
                              ("--capacity-n", capacity_n, 1_000_000)):
         if not (100 if name == "--capacity-n" else 1) <= value <= top:
             raise InvalidInput(f"{name} is out of range, got {value}")
-    result = _run(database_url, lambda t: api.run_overload(
-        t, workers=workers, max_in_flight=max_in_flight, factor=factor, seconds=seconds,
-        connections=connections, capacity_n=capacity_n, compare=compare))
+    result = _run(database_url, lambda t: api.run_overload(t, api.OverloadRound(
+        workers=workers, max_in_flight=max_in_flight, factor=factor, seconds=seconds,
+        connections=connections, capacity_n=capacity_n, compare=compare)))
     sh, un = result["shedding"], result["unbounded"]
     rows = [{"figure": f"accepted p99 at {factor:g}x ({fmt(sh['offered_per_s'])}/s)",
              "value": f"{fmt(sh['accepted_ms']['p99'])} ms",
@@ -356,7 +412,7 @@ def api_overload_cmd(
 
 
 @bench_app.command("api")
-def api_cmd(
+def api_cmd(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     batches: Annotated[int, typer.Option(help="Batch requests.")] = 40,
     batch_size: Annotated[int, typer.Option(help="Escalations per batch (1-1000).")] = 1000,
     batch_concurrency: Annotated[int, typer.Option(help="Concurrent batch requests.")] = 4,
@@ -386,10 +442,10 @@ def api_cmd(
         raise InvalidInput("--rate must be in (0, 100000] and --seconds in (0, 3600]")
     if client not in api.CLIENTS:
         raise InvalidInput(f"--client must be one of {', '.join(api.CLIENTS)}, got {client!r}")
-    result = _run(database_url, lambda t: api.run(
-        t, batches=batches, batch_size=batch_size, batch_concurrency=batch_concurrency,
+    result = _run(database_url, lambda t: api.run(t, api.ApiRound(
+        batches=batches, batch_size=batch_size, batch_concurrency=batch_concurrency,
         single_n=single_n, concurrency=concurrency, rate=rate, seconds=seconds,
-        workers=workers, client=client))
+        workers=workers, client=client)))
     b, s, f = result["batch"], result["single"], result["fixed_rate"]
     rows = [
         {"figure": "batch create", "value": f"{fmt(b['escalations_per_s'])} esc/s",
@@ -413,4 +469,54 @@ def api_cmd(
            f"ledger {'PASS' if result['ledger']['ok'] else 'FAIL'}",
            json_only=json_only)
     if not result["ok"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("ledger")
+def ledger_cmd(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
+    disputes: Annotated[str, typer.Option(
+        help="Disputes to build (k/m suffixes: 2m).")] = "2m",
+    months: Annotated[int, typer.Option(min=1, max=120, help="Monthly partitions they span "
+                                                           "(the newest is this month).")] = 24,
+    jobs: Annotated[int, typer.Option(min=1, max=64, help="Processes writing months.")] = 2,
+    changes: Annotated[int, typer.Option(
+        min=0, help="Chains changed between the first and the incremental checkpoint.")] = 500,
+    keep_database: Annotated[str | None, typer.Option(
+        help="Build into a new database of this name and keep it (e.g. "
+             "escalation_bench_ledger); default: a bench database dropped at the end.")] = None,
+    skip_verify: Annotated[bool, typer.Option(
+        "--skip-verify", help="Do not time `audit verify --all`.")] = False,
+    build_only: Annotated[bool, typer.Option(
+        "--build-only", help="Build the ledger, time nothing (with --keep-database).")] = False,
+    database_url: DbOpt = None,
+    json_only: JsonOpt = False,
+) -> None:
+    """A ledger of N disputes cloned from chains the product made, then the audit answers
+    timed on it: audit show / search / export of a month / verify --all / checkpoint."""
+    from escalation.bench import ledger
+    from escalation.bench.common import fmt, report
+
+    (n,) = _ints(disputes, "--disputes")
+    result = _run(database_url, lambda t: ledger.run(t, ledger.LedgerRound(
+        n, months, jobs, changes, skip_verify=skip_verify, time_it=not build_only)),
+        keep_database=keep_database)
+    b, lg = result["build"], result["ledger"]
+    rows = [{"figure": "build", "value": f"{fmt(b['disputes'])} disputes, {fmt(b['rows'])} rows "
+             f"in {fmt(b['build_s'])} s ({fmt(b['rows_per_s'])} rows/s)"},
+            {"figure": "partitions", "value": f"{lg['partitions']} ({lg['months_with_disputes']} "
+             f"months with disputes), {lg['database_bytes'] / 2**30:.1f} GiB"}]
+    parts = [f"{fmt(b['disputes'])} disputes, {fmt(b['rows'])} rows, {lg['months_with_disputes']}"
+             f" months: built in {fmt(b['build_s'])} s ({fmt(b['rows_per_s'])} rows/s)"]
+    for name, fig in result.get("audit", {}).items():
+        if isinstance(fig, dict) and "s" in fig:
+            extra = f", {fmt(fig['rows_per_s'])} rows/s" if fig.get("rows_per_s") else ""
+            rows.append({"figure": name, "value": f"{fig['s']} s (exit {fig['exit']}){extra}"})
+            parts.append(f"{name} {fig['s']} s{extra}" + ("" if fig["exit"] == 0
+                                                           else f" EXIT {fig['exit']}"))
+    if keep_database:
+        parts.append(f"kept in {keep_database}")
+    report(result, rows, "; ".join(parts), json_only=json_only)
+    failed = [k for k, v in result.get("audit", {}).items()
+              if isinstance(v, dict) and v.get("exit") not in (None, 0)]
+    if failed:
         raise typer.Exit(1)

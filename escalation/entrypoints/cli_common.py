@@ -1,5 +1,5 @@
-"""What every ``escalation`` command module shares: the two consoles, ISO-8601 option
-parsing, settings and the wired application.
+"""What every ``escalation`` command module shares: the two consoles, option parsing,
+settings and the wired application (ISO-8601 times: ``domain.timeutil.parse_time``).
 
 The command modules (``cli_*.py``) import this module and never ``cli.py``; ``cli.py``
 imports them and assembles their typer apps with ``add_typer`` (dependencies run one way).
@@ -11,12 +11,15 @@ import json
 import os
 import sys
 from datetime import date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from escalation.domain.errors import InvalidInput
-from escalation.domain.timeutil import require_aware
+
+if TYPE_CHECKING:  # the wiring is imported by the commands that build an App
+    from escalation.bootstrap import App
+    from escalation.settings import Settings
 
 
 # emoji=False: rich would turn ":100:" in "file.csv:100: ..." (and any ":name:" in user data,
@@ -42,53 +45,6 @@ def option_name(param: str) -> str:
     return "--" + param.replace("_", "-")
 
 
-def parse_time(value: str | None, name: str) -> datetime | None:
-    """ISO-8601 text -> aware datetime (None passes through).
-
-    Raises InvalidInput, naming the option or field ``name``, for unparseable or naive
-    values. A date alone (``2026-11-30``) is refused as such: ``fromisoformat`` reads it as
-    naive midnight, and "must be timezone-aware (got naive 2026-11-30T00:00:00)" would blame
-    a time the caller never wrote. Where a date is meaningful (``enqueue``'s times: the start
-    of that local day) the caller uses :func:`parse_time_or_date` instead.
-    """
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidInput(f"{name}: not an ISO-8601 time: {value!r}") from None
-    if parsed.tzinfo is None and _is_date(value):
-        raise InvalidInput(
-            f"{name}: a date alone ({value!r}) is not accepted: give an instant, an ISO-8601 "
-            f"time with offset, e.g. {parsed.date().isoformat()}T09:00:00-05:00")
-    return require_aware(parsed, name)
-
-
-def _is_date(value: str) -> bool:
-    """Whether ``value`` is an ISO-8601 date without a time (``2026-11-30``, ``20261130``)."""
-    try:
-        date.fromisoformat(value)
-    except ValueError:
-        return False
-    return True
-
-
-def parse_time_or_date(value: str | None, name: str) -> datetime | date | None:
-    """ISO-8601 text -> aware datetime, or a ``date`` for ``YYYY-MM-DD`` (a local date in the
-    escalation's institution zone). Raises InvalidInput for bad or naive date-times.
-
-    Every date form :func:`parse_time` calls "a date alone" is a date here (``20261130``
-    too), so that message never reaches a command that takes dates."""
-    if value is not None and len(value.strip()) == 10:
-        try:
-            return date.fromisoformat(value.strip())
-        except ValueError:
-            raise InvalidInput(f"{name}: not an ISO-8601 date: {value!r}") from None
-    if value is not None and _is_date(value):
-        return date.fromisoformat(value)
-    return parse_time(value, name)
-
-
 def parse_attributes(values: list[str] | None) -> dict[str, object] | None:
     """``["name=value", ...]`` -> ``{name: value}``. Raises InvalidInput on a missing ``=`` or
     a name given twice (the last one would silently win)."""
@@ -105,7 +61,7 @@ def parse_attributes(values: list[str] | None) -> dict[str, object] | None:
     return out
 
 
-def _settings(**overrides: Any) -> Any:
+def _settings(**overrides: Any) -> Settings:
     """The ``Settings`` from ``ESCALATION_*`` variables, with ``overrides`` applied."""
     from escalation.settings import get_settings
 
@@ -136,7 +92,7 @@ def _operator(actor: str | None, fallback: str | None = None) -> str:
 def _app(
     actor: str | None = None, check_schema: bool = True, strict_ladders: bool = False,
     durable_redis: bool = False, **overrides: Any,
-) -> Any:
+) -> App:
     """Configure logging and build the wired ``bootstrap.App`` (the caller closes it).
 
     ``durable_redis``: refuse a Redis that may evict keys (workers, enqueue, import).
@@ -150,9 +106,20 @@ def _app(
                  strict_ladders=strict_ladders, durable_redis=durable_redis)
 
 
+def json_default(value: object) -> object:
+    """A ``json.dumps`` default for every ``--json`` output: an instant (``datetime``) or a
+    date as RFC 3339 / ISO 8601 with its ``T`` (``2026-12-08T22:00:00+00:00``, as the API
+    writes it; ``str`` would give ``2026-12-08 22:00:00+00:00``), anything else via ``str``
+    (UUIDs, decimals, paths)."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)
+
+
 def _print_json(data: Any) -> None:
-    """Print ``data`` as JSON on stdout (non-JSON values via ``str``)."""
-    out.print_json(json.dumps(data, default=str))
+    """Print ``data`` as JSON on stdout (instants RFC 3339, other non-JSON values via
+    ``str``: :func:`json_default`)."""
+    out.print_json(json.dumps(data, default=json_default))
 
 
 def redact_url(url: str | None) -> str | None:

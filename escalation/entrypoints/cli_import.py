@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -38,7 +39,7 @@ def _delimiter(flag: str | None) -> str | None:
 
 
 @app.command("import")
-def import_csv(
+def import_csv(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     csv_path: Annotated[Path, typer.Argument(help="CSV file with a header row.")],
     mapping: Annotated[Path | None, typer.Option(help="TOML mapping file.")] = None,
     id_column: Annotated[str | None, typer.Option(help="Dispute id column.")] = None,
@@ -60,6 +61,10 @@ def import_csv(
     delimiter: Annotated[str | None, typer.Option(
         help="Field separator: ',' (the default), ';' or 'tab' ([defaults] delimiter in a "
              "mapping file).")] = None,
+    keep_column: Annotated[list[str] | None, typer.Option(
+        help="A column whose cells each escalation keeps as a source attribute (shown with "
+             "the dispute, recorded in its ENQUEUED ledger row); repeat for more; added to "
+             "[columns] keep in a mapping file. None is kept unless named.")] = None,
     processes: Annotated[int | None, typer.Option(
         min=1, max=2,
         help="Processes for pass 1 (parse and validate) of a large file: 2 is faster on a "
@@ -71,10 +76,22 @@ def import_csv(
 
     Every row is validated first; a file with any bad row imports nothing unless
     --skip-invalid.
+
+    Source attributes: each --keep-column (or [columns] keep = ["Product", "Company"] in a
+    mapping file) names a column whose non-blank cells each escalation keeps under that
+    header, recorded in its ENQUEUED ledger row and shown on the console's dispute page and
+    in the API's dispute JSON; no other column is kept. A kept column the header lacks
+    stops the import before anything is written; a cell over 500 characters is a bad row.
     """
-    from escalation.bootstrap import schedule_for, warnings_for
-    from escalation.entrypoints.progress import cli_progress
-    from escalation.service_layer.importer import ImportTarget, import_csv
+    from escalation.bootstrap import (
+        outcome_fanout,
+        pass1_helper,
+        schedule_for,
+        warnings_for,
+        write_pipeline,
+    )
+    from escalation.entrypoints.progress_bars import cli_progress
+    from escalation.service_layer.importer import ImportCsv, ImportTarget, import_csv
 
     cmap = _mapping(
         mapping, dispute_id=id_column, opened_at=opened_column, due_at=due_column,
@@ -82,6 +99,9 @@ def import_csv(
         default_materiality=default_materiality, timezone=timezone,
         external_source=external_source, ladder=ladder, delimiter=_delimiter(delimiter),
     )
+    if keep_column:  # the file's kept columns, then the flags' (each once)
+        cmap = replace(cmap, keep_columns=tuple(dict.fromkeys((*cmap.keep_columns,
+                                                                *keep_column))))
     if not csv_path.is_file():
         why = ("no such file" if not csv_path.exists()
                else "a directory" if csv_path.is_dir()
@@ -92,16 +112,19 @@ def import_csv(
                           calendars=a.calendars, default_ladder=a.settings.default_ladder,
                           actor=a.actor, warnings=warnings_for(a),  # pre-breach warnings
                           events=a.store,  # outcomes: record_action / resolve
-                          on_replanned=schedule_for(a, only_ahead=True))
+                          on_replanned=schedule_for(a, only_ahead=True),
+                          pipeline=write_pipeline(), helper=pass1_helper(processes),
+                          fanout=outcome_fanout())
     seen = _WriteProgress()
     previous = {s: signal.signal(s, seen.on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         with cli_progress("import") as progress:
             # surrogateescape: a byte that is not UTF-8 fails its own row, with its line
-            res = import_csv(lambda: csv_path.open(newline="", encoding="utf-8-sig",
-                                                   errors="surrogateescape"), cmap, target,
-                             skip_invalid=skip_invalid, progress=seen.wrap(progress),
-                             processes=processes)
+            res = import_csv(ImportCsv(
+                lambda: csv_path.open(newline="", encoding="utf-8-sig",
+                                      errors="surrogateescape"),
+                cmap, skip_invalid=skip_invalid, processes=processes),
+                target, seen.wrap(progress))
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{csv_path}: cannot read: {exc}") from None
     except _Interrupted as stop:
@@ -261,7 +284,9 @@ def demo(
         float, typer.Option(help="Give up after this many seconds.", min=1.0)
     ] = 120.0,
 ) -> None:
-    """Run the main job end to end on the embedded servers (or the configured ones)."""
+    """Run the main job end to end on the embedded servers (or the configured ones). Worker
+    logs go to ESCALATION_HOME/demo-logs; on configured servers with no ESCALATION_HOME
+    set, to a new temporary directory (named on stderr and in the summary)."""
     from escalation.entrypoints.demo import run_demo
 
     code = run_demo(count=count, workers=workers, csv_path=csv_path, mapping=mapping,

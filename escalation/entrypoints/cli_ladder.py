@@ -16,7 +16,15 @@ import typer
 from rich.table import Table
 
 from escalation.domain.errors import LadderError
-from escalation.entrypoints.cli_common import _app, _operator, _print_json, _settings, err, out
+from escalation.entrypoints.cli_common import (
+    _app,
+    _operator,
+    _print_json,
+    _settings,
+    err,
+    json_default,
+    out,
+)
 
 ladder_app = typer.Typer(help="Ladder files and ladder migrations.", no_args_is_help=True)
 
@@ -38,33 +46,6 @@ def _actor(actor: str | None) -> str:
     return _operator(actor, default_actor())
 
 
-def _history_for_check(settings: Any) -> tuple[Any, str]:
-    """(LadderHistoryStore or None, where the checksums came from / why not)."""
-    from escalation.adapters.db import make_engine
-    from escalation.adapters.ladder_history import LadderHistoryStore
-
-    url = settings.database_url
-    if not url:
-        from escalation.adapters.embedded import services_status
-
-        pg = services_status(settings.home)["postgres"]
-        if not pg["running"]:
-            return None, "no database configured: checked the files only (no applied checksums)"
-        url = pg["url"]
-    engine = make_engine(url, pool_size=1)
-    try:
-        from sqlalchemy import inspect
-
-        if not inspect(engine).has_table("ladder_history"):
-            engine.dispose()
-            return None, "database has no ladder_history table (run `escalation db upgrade`): "\
-                "checked the files only"
-    except Exception as exc:
-        engine.dispose()
-        return None, f"database not reachable ({type(exc).__name__}): checked the files only"
-    return LadderHistoryStore(engine), "applied checksums compared with ladder_history"
-
-
 @ladder_app.command("check")
 def ladder_check(
     directory: Annotated[Path | None, typer.Option("--dir", help="Ladder directory.")] = None,
@@ -72,7 +53,7 @@ def ladder_check(
         "--json", help="Print JSON: ok, files, directory, errors, history.")] = False,
 ) -> None:
     """Validate every ladder file (and the checksums of applied versions). Exit 2 on errors."""
-    from escalation.adapters.ladder_files import check_ladder_dir_with_history as check
+    from escalation.composition_cli import check_ladder_directory
 
     settings = _settings()
     path = directory or settings.ladders_dir
@@ -80,24 +61,9 @@ def ladder_check(
         raise LadderError(f"{path}: (directory): ladder directory not found")
     if not any(path.glob("*.toml")):
         raise LadderError(f"{path}: (directory): no ladder files (*.toml) in it")
-    from escalation.adapters.calendar_files import load_institution_calendars
-
-    # the deployment's calendars: a ladder may name any calendar of its calendars file
-    calendars = load_institution_calendars(settings.calendars_file,
-                                           settings.institution_calendar,
-                                           settings.institution_timezone)
-    history, note = _history_for_check(settings)
     own = directory is None or directory.resolve() == settings.ladders_dir.resolve()
-    try:
-        if own and history is not None:
-            from escalation.adapters.db import check_namespace
-
-            # a bound database is one deployment's: every release in it is this directory's
-            own = check_namespace(history._engine, settings.namespace) is not None
-        errors = check(path, history, calendars, deployment=own)
-    finally:
-        if history is not None:
-            history._engine.dispose()
+    found = check_ladder_directory(settings, path, own=own)
+    errors, note = found.errors, found.note
     files = len(list(path.glob("*.toml")))
     if as_json:
         _print_json({"ok": not errors, "files": files, "directory": str(path),
@@ -160,17 +126,15 @@ def ladder_plan(
     as_json: JsonOpt = False,
 ) -> None:
     """Dry run: what a migration to VERSION does to every pending escalation. No writes."""
-    from escalation.adapters.ladder_history import LadderHistoryStore
-    from escalation.entrypoints.progress import cli_progress
-    from escalation.service_layer.ladder_migration import plan_migration
+    from escalation.bootstrap import ladder_ports_for
+    from escalation.entrypoints.progress_bars import cli_progress
+    from escalation.service_layer.ladder_migration import PlanMigration, plan_migration
 
     a = _app(actor="cli")
     try:
         name = ladder or a.settings.default_ladder
         with cli_progress(f"ladder plan {name}") as progress:
-            plan = plan_migration(history=LadderHistoryStore(a.engine), ladders=a.ladders,
-                                  calendars=a.calendars, ladder=name, to_version=to,
-                                  progress=progress)
+            plan = plan_migration(PlanMigration(name, to), ladder_ports_for(a), progress)
         now = a.scheduler.time()
     finally:
         a.close()
@@ -228,24 +192,20 @@ def ladder_release(
     New escalations are pinned to the newest released version; pending ones stay on theirs
     until `ladder apply`. Releasing an already released, unchanged file does nothing.
     """
-    from escalation.adapters.ladder_files import LadderCatalog
-    from escalation.adapters.ladder_history import LadderHistoryStore
-    from escalation.service_layer.ladder_release import release_version
+    from escalation.bootstrap import ladder_files_for, ladder_history_for
+    from escalation.service_layer.ladder_release import ReleaseVersion, release_version
 
     who = _actor(actor)
     a = _app(actor="cli")
     try:
         name = ladder or a.settings.default_ladder
-        res = release_version(history=LadderHistoryStore(a.engine),
-                              files=LadderCatalog.from_dir(a.settings.ladders_dir, strict=False,
-                                                           calendars=a.calendars),
-                              ladder=name, version=version,
-                              actor=who, reason=reason, now=a.scheduler.time())
+        res = release_version(ReleaseVersion(name, version, who, reason, a.scheduler.time()),
+                              history=ladder_history_for(a), files=ladder_files_for(a))
     finally:
         a.close()
     row = res.row
     if as_json:
-        out.print_json(json.dumps({**_asdict(row), "new": res.new}, default=str))
+        out.print_json(json.dumps({**_asdict(row), "new": res.new}, default=json_default))
         return
     verb = "released" if res.new else "already released"
     out.print(f"{row.ladder}@{row.version} {verb} (checksum {row.checksum[:12]}, on "
@@ -260,7 +220,7 @@ def ladder_release(
 
 
 @ladder_app.command("apply")
-def ladder_apply(
+def ladder_apply(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     to: Annotated[int, typer.Option("--to", help="Target version (released).")],
     plan_hash: Annotated[str, typer.Option("--plan-hash", help="Hash printed by `plan`.")],
     ladder: LadderOpt = None,
@@ -276,10 +236,13 @@ def ladder_apply(
     same plan hash does nothing and exits 0 ("version N of LADDER is already applied (on
     DATE by ACTOR); nothing to do").
     """
-    from escalation.adapters.ladder_history import LadderHistoryStore
-    from escalation.bootstrap import schedule_for
-    from escalation.entrypoints.progress import cli_progress
-    from escalation.service_layer.ladder_migration import apply_migration
+    from escalation.bootstrap import ladder_ports_for, schedule_for
+    from escalation.entrypoints.progress_bars import cli_progress
+    from escalation.service_layer.ladder_migration import (
+        ApplyHooks,
+        ApplyMigration,
+        apply_migration,
+    )
 
     who = _actor(actor)
     a = _app(actor=who)
@@ -287,11 +250,11 @@ def ladder_apply(
     try:
         with cli_progress(f"ladder apply {name}") as progress:
             report = apply_migration(
-                history=LadderHistoryStore(a.engine), scheduler=a.scheduler, ladders=a.ladders,
-                calendars=a.calendars, ladder=name, to_version=to, plan_hash=plan_hash,
-                actor=who, reason=reason, batch_size=batch_size,
-                lock_wait_s=a.settings.lock_ttl_s, progress=progress,
-                on_scheduled=schedule_for(a, only_ahead=True),
+                ApplyMigration(ladder=name, to_version=to, plan_hash=plan_hash, actor=who,
+                               reason=reason, batch_size=batch_size,
+                               lock_wait_s=a.settings.lock_ttl_s),
+                ladder_ports_for(a),
+                ApplyHooks(progress=progress, on_scheduled=schedule_for(a, only_ahead=True)),
             )
     finally:
         a.close()
@@ -328,12 +291,12 @@ def _print_apply(report: Any, as_json: bool) -> None:
 @ladder_app.command("history")
 def ladder_history(ladder: LadderOpt = None, as_json: JsonOpt = False) -> None:
     """Releases (who, when, why, checksum) and `ladder apply` runs (one row per run)."""
-    from escalation.adapters.ladder_history import LadderHistoryStore
+    from escalation.bootstrap import ladder_history_for
     from escalation.service_layer.ladder_migration import require_known_ladder
 
     a = _app(actor="cli")
     try:
-        store = LadderHistoryStore(a.engine)
+        store = ladder_history_for(a)
         rows = store.history(ladder)
         releases = list(store.releases(ladder).values())
         if ladder is not None and not rows and not releases:
@@ -342,7 +305,7 @@ def ladder_history(ladder: LadderOpt = None, as_json: JsonOpt = False) -> None:
         a.close()
     if as_json:
         out.print_json(json.dumps({"releases": [_asdict(r) for r in releases],
-                                   "runs": [_asdict(r) for r in rows]}, default=str))
+                                   "runs": [_asdict(r) for r in rows]}, default=json_default))
         return
     rel = Table(title="ladder releases")
     for col in ("ladder", "version", "released", "by", "reason", "checksum"):

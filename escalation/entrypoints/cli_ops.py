@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import random
 import signal
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from escalation.domain.errors import InvalidInput
 from escalation.entrypoints.cli_common import _app, _print_json, _settings, err, out
+
+if TYPE_CHECKING:
+    from escalation.bootstrap import App
+    from escalation.service_layer.dead_letters import DeadLetters
 
 app = typer.Typer()  # top-level commands, merged into the root by cli.py
 dead_app = typer.Typer(help="Dead letters: poison escalations, undeliverable notifications.",
@@ -18,16 +22,10 @@ maint_app = typer.Typer(help="Recurring maintenance (leader-elected, run once)."
                         no_args_is_help=True)
 
 
-def _rel(a: Any) -> Any:
-    from escalation.adapters.redis_reliability import ReliabilityRedis
+def _dead(a: App) -> DeadLetters:
+    from escalation.bootstrap import dead_letters_for
 
-    return ReliabilityRedis(a.redis, a.settings.namespace, a.settings.shards)
-
-
-def _dead(a: Any) -> Any:
-    from escalation.service_layer.dead_letters import DeadLetters
-
-    return DeadLetters(rel=_rel(a), scheduler=a.scheduler, store=a.store, actor=a.actor)
+    return dead_letters_for(a)
 
 
 def _webhook_key() -> bytes:
@@ -36,13 +34,13 @@ def _webhook_key() -> bytes:
     Raises:
         InvalidInput: the secret is not set.
     """
-    from escalation.adapters.webhook import secret_key
+    from escalation.composition_cli import webhook_key
 
     secret = _settings().webhook_secret
     if secret is None or not secret.get_secret_value():
         raise InvalidInput("ESCALATION_WEBHOOK_SECRET must be set: every webhook delivery "
                            "is signed (Standard Webhooks, HMAC-SHA256)")
-    return secret_key(secret.get_secret_value())
+    return webhook_key(secret.get_secret_value())
 
 
 def _check_notify_options(webhook_url: str | None, discard: bool, timeout_s: float,
@@ -65,7 +63,7 @@ def _check_notify_options(webhook_url: str | None, discard: bool, timeout_s: flo
 
 
 @app.command()
-def notify(
+def notify(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 0036)
     webhook_url: Annotated[str | None, typer.Option(
         envvar="ESCALATION_WEBHOOK_URL",
         help="POST each notification here (or set ESCALATION_WEBHOOK_URL). Required unless "
@@ -96,12 +94,14 @@ def notify(
     retried / dead-lettered. With --burst it exits 1 when any delivery failed (retried or
     dead-lettered), else 0.
     """
-    from escalation.bootstrap import webhook_client_for
-    from escalation.entrypoints.progress import cli_progress
+    from escalation.bootstrap import delivery_fanout, reliability_for, webhook_client_for
+    from escalation.entrypoints.progress_bars import cli_progress
     from escalation.logs import get_logger
     from escalation.service_layer.notify import (
         MAX_CONCURRENCY,
+        ConsumeReviews,
         Notifier,
+        NotifyPorts,
         NotifyReport,
         parse_backoff,
     )
@@ -125,9 +125,12 @@ def notify(
         )
     client = None if not url else webhook_client_for(url, key, timeout_s, concurrency)
     deliver = None if client is None else client.deliver
-    n = Notifier(rel=_rel(a), scheduler=a.scheduler, store=a.store, deliver=deliver,
-                 policy=policy, consumer=a.actor, actor=a.actor, tier=tier, idle_ms=idle_ms,
-                 rng=random.Random(), concurrency=concurrency)
+    fanout = delivery_fanout(concurrency)
+    n = Notifier(
+        ConsumeReviews(a.actor, a.actor, policy, tier=tier, idle_ms=idle_ms,
+                       concurrency=concurrency),
+        NotifyPorts(reliability_for(a), a.scheduler, a.store, deliver, fanout),
+        rng=random.Random())
     stop = {"flag": False}
 
     def handler(signum: int, frame: Any) -> None:
@@ -146,7 +149,7 @@ def notify(
                 if burst and not (r.handled or r.skipped):
                     break
     finally:
-        n.close()
+        fanout.close()
         if client is not None:
             client.close()
         a.close()
@@ -237,6 +240,8 @@ def dead_purge(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Remove a dead letter for good (leaves a PURGED ledger row). Needs --yes and --reason."""
+    if not yes:  # a usage error, before any server is reached
+        raise InvalidInput("purge is permanent: confirm with --yes")
     a = _app(actor="admin")
     try:
         written = _dead(a).purge(member, confirm=yes, reason=reason)
@@ -261,8 +266,7 @@ def _report_ahead(rep: Any, dry_run: bool) -> None:
     if rep.resync_cleared:
         err.print("reconcile: Redis reset to the ledger; the namespace's resync mark is "
                   "cleared (workers fire again)", markup=False, highlight=False)
-    held = sum(1 for d in rep.diffs
-               if d.kind is DiffKind.LOCKED and d.detail.startswith(DiffKind.AHEAD.value))
+    held = sum(1 for d in rep.diffs if d.held is DiffKind.AHEAD)
     if not dry_run and not rep.errors and rep.count(DiffKind.AHEAD, repaired=False) + held:
         err.print("error: reconcile: escalations ahead of the ledger are still held by a "
                   "worker's lease; run `escalation reconcile` again", markup=False,
@@ -297,14 +301,14 @@ def reconcile_cmd(
     An item that cannot be repaired (e.g. a due time Redis refuses) does not stop the run: it
     is reported (count and ids, in the JSON and on stderr) and the command exits 1 at the end.
     """
-    from escalation.bootstrap import namespace_binding_for, reconcile_run_for
-    from escalation.entrypoints.progress import cli_progress
+    from escalation.bootstrap import namespace_binding_for, reconcile_run_for, reliability_for
+    from escalation.entrypoints.progress_bars import cli_progress
     from escalation.service_layer.reconcile import AheadRepair
     from escalation.service_layer.reconcile_incremental import IncrementalReconcile
 
     a = _app(actor="reconcile")
     try:
-        rel = _rel(a)
+        rel = reliability_for(a)
         # Redis ahead of the ledger (a restore, a lossy failover) is reset to the ledger
         # here, with a SCHEDULE_RESET row per lost decision (ADR 0014)
         ahead = AheadRepair(mark=namespace_binding_for(a), stream=rel, ledger=a.store,
@@ -313,8 +317,9 @@ def reconcile_cmd(
             run = reconcile_run_for(
                 a, IncrementalReconcile(a.settings.reconcile_sweep_period_s, full=full,
                                         dry_run=dry_run,
-                                        repair_projection=repair_projection),
-                ahead=ahead, rel=rel, progress=progress, full_projection=True)
+                                        repair_projection=repair_projection,
+                                        check_projection=True),
+                ahead=ahead, rel=rel, progress=progress)
         rep = run.report
         _print_json(run.as_dict())
     finally:
@@ -350,7 +355,8 @@ def reconcile_cmd(
 @app.command()
 def doctor(
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
-    max_skew_ms: Annotated[int, typer.Option(help="Tolerated clock skew, ms.")] = 1000,
+    max_skew_ms: Annotated[int, typer.Option(
+        min=0, help="Tolerated clock skew, ms (0 or more).")] = 1000,
 ) -> None:
     """Check the known failure symptoms on this deployment; exit 1 if one fails."""
     from escalation.bootstrap import run_doctor
@@ -392,10 +398,10 @@ def maintenance_run(
 @maint_app.command("status")
 def maintenance_status(as_json: JsonAlways = False) -> None:
     """Last run of each maintenance job (JSON)."""
-    from escalation.adapters.maintenance_runs import runs
+    from escalation.composition_cli import maintenance_rows
 
     a = _app()
     try:
-        _print_json(runs(a.engine))
+        _print_json(maintenance_rows(a))
     finally:
         a.close()

@@ -22,15 +22,19 @@ does not exist); an operational failure exits 1 (the table below). With `--json`
 that fails that way prints nothing on stdout, never part of a document: a script's
 `$(... --json)` is empty, so check the exit status. A check whose JSON report is its output
 (`ladder check`, `audit verify`, `audit verify-bundle`, `audit verify-digest`) prints that
-report, `"ok": false`, with its nonzero exit.
+report, `"ok": false`, with its nonzero exit, and so does `import` when rows are bad
+(`"imported": false` and every bad row, docs/imports.md).
 
 `-h` is `--help` on every command; `escalation --version` prints the installed version;
 `escalation --install-completion` installs shell completion (bash, zsh, fish, PowerShell)
 and `--show-completion` prints the script. Every command that reports takes `--json`: one
 JSON document on stdout, except the commands named in the next paragraph, which stream
-JSON lines. Command output (tables, summaries, JSON) goes to stdout; log records
-go to stderr (`ESCALATION_LOG_FORMAT`, `ESCALATION_LOG_LEVEL`), never into the output
-([ADR 0019](adr/0019-cli-contract.md)).
+JSON lines. Every instant in that JSON is RFC 3339 with its `T`
+(`2026-12-08T22:00:00+00:00`), and where the API answers for the same data the document has
+the API's shape (`enqueue --json`'s `deadlines` is the API's list; `report sla --json` is
+`GET /v1/reports/sla` plus its `deadlines`). Command output (tables, summaries, JSON) goes
+to stdout; log records go to stderr (`ESCALATION_LOG_FORMAT`, `ESCALATION_LOG_LEVEL`),
+never into the output ([ADR 0019](adr/0019-cli-contract.md)).
 """
 
 # The one table of exit codes (docs/cli.md): what a script may rely on.
@@ -42,11 +46,11 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (2, "Usage error: unknown command or option, bad or missing input, a transition not "
         "allowed now (e.g. pause a paused dispute), a database not at the schema head or "
         "bound to another namespace. Nothing is written."),
-    (3, "Not found: the dispute, dead letter, token or ladder version named does not exist. "
-        "Nothing is written."),
+    (3, "Not found: the dispute, dead letter, token, ladder or ladder version named does not "
+        "exist (a malformed ladder name is a usage error, 2). Nothing is written."),
     (4, "The database is read-only (a hot standby, or a failover in progress; SQLSTATE "
         "25006): nothing is written; run the command again once a writable primary answers "
-        "(docs/operations.md, \"Poolers, read-only databases and multi-host URLs\")."),
+        "(docs/postgresql.md, \"Poolers, read-only databases and multi-host URLs\")."),
     (130, "Interrupted (Ctrl-C); `import` stopped by a signal exits 128 + its number."),
 )
 

@@ -48,16 +48,16 @@ def pause_cmd(
 ) -> None:
     """Stop a pending escalation's SLA clock (e.g. waiting for the cardholder). The actor on
     record is ESCALATION_OPERATOR when set, else `cli`."""
+    from escalation.bootstrap import pause_ports_for
     from escalation.service_layer.disputes import dispute_arg
-    from escalation.service_layer.pause import pause
+    from escalation.service_layer.pause import PauseClock, pause
 
     did = dispute_arg(dispute_id, source)
     a = _app(actor=_operator(None, "cli"))  # ESCALATION_OPERATOR, else cli
     try:
         if _already(a, did, "paused", "paused", as_json):
             return
-        res = pause(did, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
-                    calendars=a.calendars, actor=a.actor, reason=reason)
+        res = pause(PauseClock(did, a.actor, reason), pause_ports_for(a))
     finally:
         a.close()
     e = res.escalation
@@ -79,17 +79,16 @@ def resume_cmd(
 ) -> None:
     """Restart a paused escalation's SLA clock: due = now + the remaining window. The actor
     on record is ESCALATION_OPERATOR when set, else `cli`."""
-    from escalation.bootstrap import schedule_resumed
+    from escalation.bootstrap import pause_ports_for, schedule_resumed
     from escalation.service_layer.disputes import dispute_arg
-    from escalation.service_layer.pause import resume
+    from escalation.service_layer.pause import ResumeClock, resume
 
     did = dispute_arg(dispute_id, source)
     a = _app(actor=_operator(None, "cli"))  # ESCALATION_OPERATOR, else cli
     try:
         if _already(a, did, "pending", "running (resumed or never paused)", as_json):
             return
-        res = resume(did, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
-                     calendars=a.calendars, actor=a.actor)
+        res = resume(ResumeClock(did, a.actor), pause_ports_for(a))
         schedule_resumed(a, res)  # warnings as fractions of active (unpaused) time
     finally:
         a.close()

@@ -24,6 +24,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from datetime import datetime, timedelta
@@ -33,15 +34,14 @@ from typing import Any
 
 from rich.table import Table
 
-from escalation.adapters.db import upgrade_to_head
-from escalation.adapters.report_queries import decision_counts, duplicate_decisions, undecided_due
-from escalation.bootstrap import App, build, resolve_urls
+from escalation.bootstrap import App, build, core_ports_for, resolve_urls
+from escalation.composition_cli import demo_figures, upgrade_database_url
 from escalation.entrypoints.cli_common import err, out, redact_url
 from escalation.entrypoints.render import compact_trail_table
 from escalation.logs import configure_logging
-from escalation.service_layer.bulk import BulkResult, bulk_enqueue
+from escalation.service_layer.bulk import BulkEnqueue, BulkResult, bulk_enqueue
 from escalation.service_layer.enqueue import EnqueueRequest
-from escalation.settings import get_settings
+from escalation.settings import Settings, get_settings
 
 
 def generated_batch(count: int, now_ms: int, seed: int | None = None) -> list[EnqueueRequest]:
@@ -167,7 +167,7 @@ def _wait_decided(a: App, ids: list[uuid.UUID], last_due: datetime, deadline: fl
     remaining = len(ids)
     while time.monotonic() < deadline:
         at = max(a.scheduler.time(), last_due + timedelta(milliseconds=1))
-        remaining = undecided_due(a.engine, ids, at)
+        remaining = demo_figures(a).undecided_due(ids, at)
         if remaining == 0 and a.scheduler.time() > last_due:
             break
         time.sleep(0.3)
@@ -201,6 +201,18 @@ def _summary(res: BulkResult, counts: dict[str, int], remaining: int, dupes: int
     return table
 
 
+def demo_log_dir(settings: Settings, embedded: bool) -> Path:
+    """Where the demo's worker logs go: ``<home>/demo-logs`` when the demo runs on the
+    embedded servers (they live under ``settings.home``) or ``ESCALATION_HOME`` is set;
+    on your own servers with no ``ESCALATION_HOME``, a new temporary directory (the default
+    data directory holds nothing of such a run, and is not created for it). Created here."""
+    if embedded or "home" in settings.model_fields_set:
+        log_dir = settings.home / "demo-logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        return log_dir
+    return Path(tempfile.mkdtemp(prefix="escalation-demo-logs-"))
+
+
 def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path | None,
              timeout_s: float) -> int:
     """Run the demo; returns the process exit code (0 = all due decided exactly once).
@@ -218,17 +230,17 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
     configure_logging(settings.log_format, settings.log_level)
     urls = resolve_urls(settings)
     err.print(f"servers: redis {redact_url(urls.redis_url)} | postgres "
-              f"{'embedded' if urls.embedded else 'configured'} (home {settings.home})")
-    upgrade_to_head(urls.database_url)
+              + (f"embedded (home {settings.home})" if urls.embedded else "configured"))
+    upgrade_database_url(urls.database_url)
     a = build(settings, actor="demo", strict_ladders=True, durable_redis=True)
     try:
         now = a.scheduler.time()
         lines, prior = _requests(count=count, csv_path=csv_path, mapping=mapping, now=now,
                                  app=a)
         lines, walk = _with_walkthrough(lines, a.ladders, now)
-        res = bulk_enqueue(lines, scheduler=a.scheduler, store=a.store, ladders=a.ladders,
-                           calendars=a.calendars, default_ladder=settings.default_ladder,
-                           actor=a.actor, prior_errors=prior, skip_invalid=True)
+        res = bulk_enqueue(BulkEnqueue(lines, a.actor, settings.default_ladder,
+                                       prior_errors=prior, skip_invalid=True),
+                           core_ports_for(a))
         ids = [r.escalation.dispute_id for r in res.results]
         horizon = now + timedelta(seconds=10)  # what this run waits for: due within 10 s
         due_now = [r.escalation.due_at for r in res.results
@@ -243,8 +255,8 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
                   f"{len(res.errors)}{walk_note}); starting {workers} workers")
         env = dict(os.environ, ESCALATION_REDIS_URL=urls.redis_url,
                    ESCALATION_DATABASE_URL=urls.database_url, ESCALATION_LOG_FORMAT="json")
-        log_dir = settings.home / "demo-logs"
-        log_dir.mkdir(parents=True, exist_ok=True)
+        log_dir = demo_log_dir(settings, urls.embedded)
+        err.print(f"worker logs: {log_dir}", markup=False, highlight=False, soft_wrap=True)
         procs = _start_workers(workers, env, log_dir)
         deadline = time.monotonic() + timeout_s
         remaining = len(ids)
@@ -252,8 +264,8 @@ def run_demo(*, count: int, workers: int, csv_path: Path | None, mapping: Path |
             remaining = _wait_decided(a, ids, last_due, deadline)
         finally:
             codes = _stop_workers(procs, log_dir, deadline)
-        counts = decision_counts(a.engine, ids, since=now)
-        dupes = duplicate_decisions(a.engine, ids)
+        counts = demo_figures(a).decision_counts(ids, since=now)
+        dupes = demo_figures(a).duplicate_decisions(ids)
         out.print(_summary(res, counts, remaining, dupes, codes))
         _print_walkthrough(a, walk)
         out.print(f"worker logs: {log_dir}/worker-*.log", markup=False, highlight=False,

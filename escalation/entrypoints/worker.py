@@ -15,31 +15,44 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy.exc
 
-from escalation.adapters.redis_client import OUTAGE_ERRORS as REDIS_OUTAGE_ERRORS
 from escalation.bootstrap import (
+    REDIS_OUTAGE_ERRORS,
     App,
     database_writable_for,
     dead_letters_for,
+    drop_redis_connections,
     maintenance_for,
     namespace_binding_for,
     schedule_for,
+    stats_counter_for,
     warnings_for,
 )
 from escalation.domain.errors import DatabaseReadOnly, EscalationError
-from escalation.entrypoints.worker_metrics import WorkerMetrics
+from escalation.domain.escalation import Escalation
 from escalation.logs import get_logger
-from escalation.service_layer.fire import BatchReport, fire_due
+from escalation.ports import ResyncMark, StatsCounter, WarningMember, WarningQueue
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.dead_letters import DeadLetters
+from escalation.service_layer.fire import BatchReport, FireDue, FiringHooks, fire_due
 from escalation.service_layer.maintenance import poll_safely as poll_maintenance
-from escalation.service_layer.warnings import fire_warnings, warning_members
+from escalation.service_layer.warnings import (
+    FireWarnings,
+    WarningPorts,
+    fire_warnings,
+    warning_members,
+)
+
+if TYPE_CHECKING:  # prometheus_client: imported only by a worker given --metrics-port
+    from escalation.entrypoints.worker_metrics import WorkerMetrics
 
 log = get_logger("escalation.worker")
 
@@ -105,9 +118,9 @@ class _BatchEmit:
 
     ``log`` is structlog's lazy proxy, which builds a new bound logger (and a new write
     logger) on every call -- about 3.5 us per event, one event per decision at DEBUG or with
-    ``--metrics-port`` (CHANGELOG.md, "Firing path CPU (sixth pass)"). The bound
-    logger is the one the proxy builds, from the configuration current at the batch's first
-    event, so the lines are the same; a reconfiguration takes effect from the next batch.
+    ``--metrics-port``. The bound logger is the one the proxy builds, from the configuration
+    current at the batch's first event, so the lines are the same; a reconfiguration takes
+    effect from the next batch.
     """
 
     __slots__ = ("_bound",)
@@ -188,7 +201,7 @@ class _IdleState:
         return True
 
 
-def crashpoint_from_env() -> Any:
+def crashpoint_from_env() -> Callable[[str], None] | None:
     """Test hook: ``ESCALATION_CRASHPOINT=<name>:<n>`` SIGKILLs this process the n-th time the
     protocol passes boundary ``<name>`` (after_claim, before_record, after_record, after_apply).
     Unset = no-op.
@@ -268,10 +281,9 @@ def settle_heap() -> None:
     allocates per batch objects that live across young collections (the 500 claimed
     escalations, ledger rows, script replies), which were promoted and then walked by full
     collections every few batches. Measured with ``gc.callbacks`` over a 10,000-escalation
-    drain: ~0.5 s of collector time before, ~0.02 s after (CHANGELOG.md,
-    "Firing path CPU (fourth pass)"). Reference counting still frees everything acyclic at
-    once; cyclic garbage waits for at most 100,000 allocations. Frozen objects are never
-    collected: only what exists at start-up is frozen, once.
+    drain: ~0.5 s of collector time before, ~0.02 s after. Reference counting still frees
+    everything acyclic at once; cyclic garbage waits for at most 100,000 allocations. Frozen
+    objects are never collected: only what exists at start-up is frozen, once.
     """
     gc.collect()
     gc.freeze()
@@ -304,6 +316,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
     idle = _IdleState(maint_every_s=maintenance_every_s(maint.lease.ttl_ms, maint.lease.margin))
     idle.maint_next = time.monotonic() + idle.maint_every_s
     ctx = _Pass(app=app, crashpoint=hook, warn_adapter=warn_adapter, warn_schedule=warn_schedule,
+                stats=stats_counter_for(app),
                 warn_members=partial(warning_members, ladders=app.ladders,
                                      calendars=app.calendars),
                 dead=dead, idle=idle, metrics=metrics,
@@ -356,7 +369,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
     except _Shutdown:
         # the wait's command was cut off mid-reply: drop the pooled connections so that
         # the lease release below cannot read that stale reply as its own
-        _drop_connections(app)
+        drop_redis_connections(app)
     except MaintenanceStopped:
         log.info("worker.maintenance_cut_short", worker_id=app.actor,
                  reason="stop requested during reconcile; the next run repairs the rest")
@@ -372,15 +385,17 @@ class _Pass:
     """What one pass of the worker loop works with (wired once by :func:`run_worker`)."""
 
     app: App
-    crashpoint: Any
-    warn_adapter: Any
-    warn_schedule: Any
-    warn_members: Any  # escalations -> their pre-breach warnings (sent with the apply call)
-    dead: Any
+    crashpoint: Callable[[str], None] | None  # test hook (ESCALATION_CRASHPOINT)
+    warn_adapter: WarningQueue
+    warn_schedule: Callable[[Sequence[Escalation]], None]
+    # escalations -> their pre-breach warnings (sent with the apply call)
+    warn_members: Callable[[Sequence[Escalation]], list[WarningMember]]
+    dead: DeadLetters
     idle: _IdleState
+    stats: StatsCounter  # the namespace's counters read by /metrics
+    resync: ResyncMark  # the namespace's resync mark (ADR 0014)
     metrics: WorkerMetrics | None = None
     decision_events: bool = True  # per-decision DEBUG events built only at DEBUG
-    resync: Any = None  # the namespace's resync mark (ports.ResyncMark)
     resync_next: float = 0.0  # monotonic time of the next read of the mark
     refusing: bool = False  # the last read found the mark set
     burst: bool = False  # a --burst run raises RedisAheadOfLedger instead of waiting
@@ -404,30 +419,31 @@ def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
     started = time.monotonic()
     emit = _BatchEmit()
     report = fire_due(
-        scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-        calendars=app.calendars, batch_size=settings.batch_size,
-        lease_ms=settings.lease_ms, worker_id=app.actor,
-        emit=emit if metrics is None else metrics.sink(emit, started),
-        crashpoint=ctx.crashpoint, on_scheduled=ctx.warn_schedule,
-        warning_members=ctx.warn_members,  # scheduled by the apply script itself
-        on_poison=ctx.dead.on_decision_failed,  # poison -> dead letter (docs/reliability.md)
-        # the per-decision events feed the DEBUG log and the metrics (lag histogram)
-        decision_events=ctx.decision_events or metrics is not None,
+        FireDue(batch_size=settings.batch_size, lease_ms=settings.lease_ms, worker_id=app.actor,
+                # the per-decision events feed the DEBUG log and the metrics (lag histogram)
+                decision_events=ctx.decision_events or metrics is not None),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+        FiringHooks(emit=emit if metrics is None else metrics.sink(emit, started),
+                    crashpoint=ctx.crashpoint,
+                    # poison -> dead letter (docs/reliability.md)
+                    on_poison=ctx.dead.on_decision_failed,
+                    on_scheduled=ctx.warn_schedule,
+                    warning_members=ctx.warn_members),  # scheduled by the apply script itself
     )
     if report.ahead:  # Redis ahead of the ledger: every worker stops firing (ADR 0014)
         _mark_ahead(ctx, report.ahead)
     if report.lease_expired:  # read by the API's /metrics (Redis stats)
-        app.redis.hincrby(app.scheduler.shard_keys()[0].stats, "lease_expired",
-                          report.lease_expired)
+        ctx.stats.add("lease_expired", report.lease_expired)
     if metrics is not None:
         metrics.batch(report)
     now_ms = int(report.now.timestamp() * 1000) if report.now else 0
     if ctx.idle.warnings_due(now_ms):
         # pre-breach warnings: only when one is due or after a wake (idle cost)
         wrep = fire_warnings(
-            warnings=ctx.warn_adapter, scheduler=app.scheduler, store=app.store,
-            ladders=app.ladders, calendars=app.calendars, actor=app.actor,
-            max_items=settings.batch_size, emit=_emit)
+            FireWarnings(app.actor, settings.batch_size),
+            WarningPorts(ctx.warn_adapter, app.scheduler, app.store, app.ladders,
+                         app.calendars), _emit)
         ctx.idle.warned(wrep.next_due_ms)
     return report, now_ms
 
@@ -544,17 +560,6 @@ def _waiting(state: dict[str, bool], wait: Callable[[], None]) -> None:
             wait()
     finally:
         state["waiting"] = False
-
-
-def _drop_connections(app: App) -> None:
-    """Disconnect ``app.redis``'s pooled connections (best effort; a cluster client has no
-    single pool and reconnects per node by itself)."""
-    pool = getattr(app.redis, "connection_pool", None)
-    if pool is not None:
-        try:
-            pool.disconnect()
-        except Exception:  # shutting down: nothing left to protect
-            log.debug("worker.disconnect_failed", worker_id=app.actor)
 
 
 def _install_stop_handlers(state: dict[str, bool], actor: str) -> dict[int, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
-from escalation.adapters.metrics_queries import LAG_BUCKETS_S
+from escalation.ports import LAG_BUCKETS_S
 from escalation.service_layer.fire import BatchReport, EventSink
 
 

@@ -30,41 +30,17 @@ from pathlib import Path
 from typing import IO, Any, Literal
 from uuid import UUID
 
+from escalation.domain.audit_hash import LEDGER_COLUMNS
 from escalation.domain.csv_cells import CsvWriter, restore_cell
 from escalation.domain.decide import TERMINAL_ESCALATION
 from escalation.domain.errors import InvalidInput, InvalidParameter
-from escalation.domain.ladder import Ladder
+from escalation.domain.ladder import Ladder, unknown_ladder
 from escalation.ports import AuditFilter as AuditFilter  # noqa: PLC0414 -- re-export
 from escalation.ports import LedgerRow, LedgerSearch
 
 FORMAT_VERSION = 1
 Format = Literal["csv", "jsonl"]
-COLUMNS: tuple[str, ...] = (
-    "dispute_id",
-    "seq",
-    "event",
-    "match_decision",
-    "actor",
-    "from_tier",
-    "to_tier",
-    "ladder",
-    "ladder_version",
-    "calendar_version",
-    "materiality",
-    "due_at",
-    "next_due_at",
-    "regulatory_deadline",
-    "decided_at",
-    "recorded_at",
-    "trace_id",
-    "source_hash",
-    "external_id",
-    "fence_token",
-    "details",
-    "prev_hash",
-    "row_hash",
-    "chain_created_at",
-)
+COLUMNS: tuple[str, ...] = LEDGER_COLUMNS
 """Exported columns, in order: every ledger column (who, what, when, why, chain)."""
 _TIMES = frozenset(
     {"due_at", "next_due_at", "regulatory_deadline", "decided_at", "recorded_at",
@@ -102,17 +78,26 @@ def check_decision(ledger: LedgerSearch, decision: str | None,
     known = known_decisions(ledger, producible)
     if decision not in known:
         raise InvalidInput(
-            f"unknown decision/event {decision!r}; known: {', '.join(known)}"
-        )
+            f"unknown decision/event {decision!r}; known: {', '.join(known)}", field="decision")
 
 
 def check_filter(ledger: LedgerSearch, flt: AuditFilter, ladders: Iterable[Ladder]) -> None:
     """The name checks of an audit search, the same for the CLI, the API and the console:
-    :func:`check_decision` (with the decisions ``ladders`` can record) and
-    :func:`check_tier`. Raises InvalidInput."""
+    :func:`check_decision` (with the decisions ``ladders`` can record), :func:`check_tier`
+    and the ladder filter (a name none of ``ladders`` has would search with no rows, which
+    reads as "no such decisions").
+
+    Raises:
+        InvalidInput: an unknown decision or tier (exit 2, 422).
+        LadderNotFound: a ``ladder`` filter no ladder has (exit 3; a 422 naming ``ladder``
+            over HTTP); a malformed ladder name is a LadderError (exit 2).
+    """
     versions = list(ladders)
     check_decision(ledger, flt.decision, ladder_decisions(versions))
     check_tier(flt.tier, versions)
+    names = {ladder.name for ladder in versions}
+    if flt.ladder is not None and flt.ladder not in names:
+        raise unknown_ladder(flt.ladder, names)
 
 
 def check_tier(tier: str | None, ladders: Iterable[Ladder]) -> None:
@@ -126,7 +111,8 @@ def check_tier(tier: str | None, ladders: Iterable[Ladder]) -> None:
         return
     known = sorted({t.id for ladder in ladders for t in ladder.tiers})
     if tier not in known:
-        raise InvalidInput(f"unknown tier {tier!r}; the ladders' tiers: {', '.join(known)}")
+        raise InvalidInput(f"unknown tier {tier!r}; the ladders' tiers: {', '.join(known)}",
+                           field="tier")
 
 
 def check_output_path(out: Path) -> None:
@@ -243,24 +229,39 @@ def count_rows(ledger: LedgerSearch, flt: AuditFilter) -> int:
     return ledger.count(flt)
 
 
-def export(
-    ledger: LedgerSearch,
-    fmt: Format,
-    out: Path,
-    flt: AuditFilter,
-    progress: Callable[[int], None] | None = None,
-    bom: bool = False,
-) -> Manifest:
-    """Stream matching rows to ``out`` as CSV (header row) or JSON Lines; write a manifest.
+@dataclass(frozen=True, slots=True)
+class ExportLedger:
+    """Export ledger rows to a file (the command of :func:`export_ledger`).
+
+    ``fmt``: ``"csv"`` or ``"jsonl"``; ``out``: the file to (over)write, in an existing
+    directory; ``flt``: usually ``since``/``until`` only (half-open on decided_at, aware
+    times); ``bom``: CSV only: write the UTF-8 byte order mark first (it is part of the file
+    and of its SHA-256; :func:`read_csv` skips it).
+    """
+
+    fmt: Format
+    out: Path
+    flt: AuditFilter
+    bom: bool = False
+
+
+def export(ledger: LedgerSearch, fmt: Format, out: Path, flt: AuditFilter,
+           bom: bool = False) -> Manifest:
+    """:func:`export_ledger` of ``ExportLedger(fmt, out, flt, bom)`` with no progress
+    callback (the console's download and the tests). Raises what it raises."""
+    return export_ledger(ExportLedger(fmt, out, flt, bom), ledger)
+
+
+def export_ledger(cmd: ExportLedger, ledger: LedgerSearch,
+                  progress: Callable[[int], None] | None = None) -> Manifest:
+    """Stream the rows ``cmd.flt`` matches to ``cmd.out`` as CSV (header row) or JSON Lines;
+    write a manifest.
 
     Args:
+        cmd: what to export and where (:class:`ExportLedger`).
         ledger: the ledger's search port (adapter ``adapters.audit_search.PostgresLedgerSearch``,
             which streams with a server-side cursor in one snapshot).
-        fmt: ``"csv"`` or ``"jsonl"``. out: the file to (over)write.
-        flt: usually ``since``/``until`` only (half-open on decided_at).
         progress: called with the number of rows written so far, every 1000 rows and at end.
-        bom: CSV only: write the UTF-8 byte order mark first (it is part of the file and
-            of its SHA-256; :func:`read_csv` skips it).
 
     The CSV is written by the one CSV writer (``domain.csv_cells.CsvWriter``): every text
     cell neutralised against formula injection (:func:`read_csv` restores it), CRLF line
@@ -273,6 +274,7 @@ def export(
         InvalidInput: unknown format, naive times, or ``out``'s directory does not exist
             (:func:`check_output_path`; nothing written).
     """
+    fmt, out, flt = cmd.fmt, cmd.out, cmd.flt
     if fmt not in ("csv", "jsonl"):
         raise InvalidInput(f"format must be csv or jsonl, got {fmt!r}")
     check_output_path(out)
@@ -281,7 +283,7 @@ def export(
     last: datetime | None = None
     with out.open("wb") as raw:
         sink = _HashingWriter(raw)
-        writer = (CsvWriter(sink, COLUMNS, bom=bom, distinct_empty=True) if fmt == "csv"
+        writer = (CsvWriter(sink, COLUMNS, bom=cmd.bom, distinct_empty=True) if fmt == "csv"
                   else None)
         for row in ledger.stream(flt, COLUMNS):
             values = [export_value(c, row[c]) for c in COLUMNS]
@@ -312,6 +314,41 @@ def export(
     )
     manifest_path(out).write_text(json.dumps(manifest.as_dict(), indent=2) + "\n", "utf-8")
     return manifest
+
+
+def export_stream(
+    ledger: LedgerSearch, fmt: Format, flt: AuditFilter, bom: bool = False,
+    rows_per_chunk: int = 1000,
+) -> Iterator[bytes]:
+    """The bytes :func:`export` writes to its file, in pieces of ``rows_per_chunk`` rows
+    (the console's download: it starts before the last row is read; the manifest is
+    :func:`export`'s, of the same bytes).
+
+    Raises:
+        InvalidInput: unknown format (before anything is read).
+    """
+    if fmt not in ("csv", "jsonl"):
+        raise InvalidInput(f"format must be csv or jsonl, got {fmt!r}")
+    return _chunks(ledger, fmt, flt, bom, rows_per_chunk)
+
+
+def _chunks(ledger: LedgerSearch, fmt: Format, flt: AuditFilter, bom: bool,
+            rows_per_chunk: int) -> Iterator[bytes]:
+    buf = io.StringIO(newline="")
+    writer = (CsvWriter(buf, COLUMNS, bom=bom, distinct_empty=True) if fmt == "csv"
+              else None)
+    for n, row in enumerate(ledger.stream(flt, COLUMNS), 1):
+        values = [export_value(c, row[c]) for c in COLUMNS]
+        if writer is not None:
+            writer.row(_csv_cells(values))
+        else:
+            buf.write(json.dumps(dict(zip(COLUMNS, values, strict=True)), sort_keys=False,
+                                 separators=(",", ":"), ensure_ascii=False) + "\n")
+        if n % rows_per_chunk == 0:
+            yield buf.getvalue().encode("utf-8")
+            buf.seek(0)
+            buf.truncate()
+    yield buf.getvalue().encode("utf-8")
 
 
 def _csv_cells(values: list[Any]) -> list[Any]:

@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import InvalidInput
-from escalation.ports import AuditLog, LadderSource, Scheduler
+from escalation.ports import LadderSource, Scheduler
+from escalation.service_layer.core import CorePorts
 from escalation.service_layer.enqueue import (
+    EnqueueMany,
     EnqueueRequest,
     EnqueueResult,
     OnScheduled,
@@ -52,19 +54,26 @@ def validate_requests(
     return errors
 
 
-def bulk_enqueue(
-    requests: Sequence[tuple[int, EnqueueRequest]],
-    *,
-    scheduler: Scheduler,
-    store: AuditLog,
-    ladders: LadderSource,
-    calendars: CalendarRegistry,
-    default_ladder: str,
-    actor: str,
-    prior_errors: Sequence[tuple[int, str]] = (),
-    skip_invalid: bool = False,
-    on_scheduled: OnScheduled | None = None,
-) -> BulkResult:
+@dataclass(frozen=True, slots=True)
+class BulkEnqueue:
+    """Enqueue many requests, each known by its line number (the command of
+    :func:`bulk_enqueue`).
+
+    ``requests``: ``(line number, request)`` pairs. ``actor``: who enqueues (ledger
+    ``actor``). ``default_ladder``: the ladder of a request that names none.
+    ``prior_errors``: ``(line, message)`` of lines that did not even parse. ``skip_invalid``:
+    enqueue the good ones when some are bad (default: nothing is written then).
+    """
+
+    requests: Sequence[tuple[int, EnqueueRequest]]
+    actor: str
+    default_ladder: str
+    prior_errors: Sequence[tuple[int, str]] = ()
+    skip_invalid: bool = False
+
+
+def bulk_enqueue(cmd: BulkEnqueue, ports: CorePorts,
+                 on_scheduled: OnScheduled | None = None) -> BulkResult:
     """Validate all, then enqueue the valid ones.
 
     ``on_scheduled``: as for ``enqueue_many`` (the CLI passes the warnings hook, so imported
@@ -73,19 +82,18 @@ def bulk_enqueue(
     With any bad row (including ``prior_errors`` from parsing) and not ``skip_invalid``,
     nothing is written and the result carries only the errors.
     """
-    errors = list(prior_errors) + validate_requests(
-        requests, scheduler=scheduler, ladders=ladders, calendars=calendars,
-        default_ladder=default_ladder,
+    requests = cmd.requests
+    errors = list(cmd.prior_errors) + validate_requests(
+        requests, scheduler=ports.scheduler, ladders=ports.ladders, calendars=ports.calendars,
+        default_ladder=cmd.default_ladder,
     )
     result = BulkResult(errors=sorted(errors))
-    if errors and not skip_invalid:
+    if errors and not cmd.skip_invalid:
         return result
     bad = {line for line, _ in errors}
     good = [req for line, req in requests if line not in bad]
-    result.results = enqueue_many(
-        good, scheduler=scheduler, store=store, ladders=ladders, calendars=calendars,
-        default_ladder=default_ladder, actor=actor, on_scheduled=on_scheduled,
-    )
+    result.results = enqueue_many(EnqueueMany(good, cmd.actor, cmd.default_ladder), ports,
+                                  on_scheduled)
     result.created = sum(1 for r in result.results if r.created)
     result.existing = len(result.results) - result.created
     return result

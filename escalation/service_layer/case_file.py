@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import structlog
@@ -33,18 +33,33 @@ from escalation.domain.ladder import Ladder
 from escalation.domain.merkle import head_leaf, inclusion_proofs
 from escalation.ports import (
     AuditFilter,
-    CaseFileSources,
     Checkpoint,
     CheckpointStore,
     DocumentSigner,
     EventLog,
+    EvidenceFile,
     LedgerReports,
     LedgerRow,
     LedgerSearch,
     SealedHead,
 )
 from escalation.service_layer.checkpoint import digest_of, signed_digest, verify
-from escalation.service_layer.sla_report import dispute_deadlines
+from escalation.service_layer.sla_report import DisputeDeadlines, dispute_deadlines
+
+
+class CaseFileSources(Protocol):
+    """The files behind a dispute's rows (adapter: ``adapters.evidence.EvidenceFiles``)."""
+
+    def ladder_file(self, ladder: str, version: int) -> EvidenceFile | None:
+        """The released file of ``ladder@version`` (its SHA-256 is the released checksum),
+        or None when the deployment no longer has it."""
+        ...
+
+    def calendar_files(self) -> list[EvidenceFile]:
+        """The institution calendars file, when one is configured (else the built-in
+        calendars, which have no file: an empty list)."""
+        ...
+
 
 log = structlog.get_logger("escalation.case_file")
 
@@ -103,10 +118,10 @@ def _dispute_ids(cmd: ExportCaseFile, ledger: LedgerSearch) -> list[UUID]:
                 break
     if not wanted:
         raise InvalidInput("dispute_ids: name at least one dispute (or a search that "
-                           "matches one)")
+                           "matches one)", field="dispute_ids")
     if len(wanted) > MAX_DISPUTES:
         raise InvalidInput(f"dispute_ids: at most {MAX_DISPUTES} disputes per case file; "
-                           f"narrow the search")
+                           f"narrow the search", field="dispute_ids")
     return wanted
 
 
@@ -138,7 +153,8 @@ def _iso(value: datetime | None) -> str | None:
 
 def _deadlines(ports: CaseFilePorts, did: UUID) -> list[dict[str, Any]]:
     """Every deadline of ``did``: the console's CSV columns plus the rule text."""
-    found = dispute_deadlines(ports.reports, did, None, ports.calendars, ladders=ports.ladders)
+    found = dispute_deadlines(DisputeDeadlines(did, None), ports.reports, ports.calendars,
+                              ports.ladders)
     return [{**o.as_row(), "rule": o.outcome.rule} for o in found]
 
 

@@ -40,11 +40,12 @@ from escalation.ports import (
     CheckpointStore,
     DigestSigner,
     DigestVerifier,
+    LedgerCheck,
     RetentionRecord,
     SealedHead,
     SignatureStatus,
 )
-from escalation.service_layer.progress import Progress
+from escalation.service_layer.progress_report import Progress
 
 DIGEST_FORMAT = "escalation-checkpoint-digest/1"
 GENESIS = bytes(32)
@@ -135,9 +136,67 @@ def create_checkpoint(
             checkpoint row, or a forged or premature retention row (the message counts each
             kind and names the first few).
     """
+    return seal_checkpoint(store, actor, signer, verifier, retention_days)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class SealCheck:
+    """What a seal verified. ``since``: the signed checkpoint an incremental seal started
+    from (None: a full seal, every chain). ``chains`` / ``rows``: chains recomputed and
+    ledger rows read for that (an incremental seal reads only the chains changed since
+    ``since``)."""
+
+    since: int | None
+    chains: int
+    rows: int
+
+
+def seal_checkpoint(
+    store: CheckpointStore, actor: str, signer: DigestSigner | None = None,
+    verifier: DigestVerifier | None = None, retention_days: int | None = None,
+) -> tuple[Checkpoint, SealCheck]:
+    """:func:`create_checkpoint`, and what it verified.
+
+    **Full seal** (no checkpoint yet, or none trusted: no signed one under ``verifier``, or
+    no ``verifier``): every chain is recomputed and every projection row compared, as
+    :func:`verify` does, and the new checkpoint seals every chain's last ledger row.
+
+    **Incremental seal** (a trusted checkpoint T exists): only the chains changed since T
+    are read -- those whose current head (projection ``last_seq`` / ``last_hash``, a ladder
+    chain's on ``ladder_release``) differs from the head T sealed, or that T did not seal.
+    Each is recomputed end to end, its tail compared with its current head, its row at T's
+    sealed seq with T's sealed hash, and its projection row with its ledger. T's stored heads
+    must still give T's signed Merkle root, the checkpoint and signature chain and the
+    retention rows are checked as in a full seal. The new checkpoint seals the current
+    heads: for an unchanged chain that is exactly the head T signed. What an incremental
+    seal does not do -- re-read unchanged chains -- is the job of a full ``audit verify``
+    (docs/audit.md, "Incremental seals").
+    """
+    seen: list[SealCheck] = []
+
     def refuse_unless_verified(snap: CheckpointSnapshot) -> None:
-        check = VerifyReport(broken_chains=store.broken_chains(None))
-        trusted = _check_snapshot(snap, check, None, verifier, retention_days)
+        cps = snap.checkpoints()
+        probe = VerifyReport()
+        trusted = _trusted(cps, verifier, probe) if verifier is not None else None
+        if trusted is None:
+            check = _ledger_report(store.check_ledger())
+            trusted = _check_snapshot(snap, check, None, verifier, retention_days)
+            seen.append(SealCheck(None, check.disputes or 0, check.rows or 0))
+        else:
+            check = VerifyReport()
+            _check_checkpoint_chain(cps, check)
+            trusted = _trusted(cps, verifier, check) or trusted
+            check.checkpoint_id = trusted.checkpoint_id
+            _check_retention(snap, trusted, retention_days, check)
+            _check_root(snap.stored_heads(trusted.checkpoint_id), trusted, check)
+            changed = snap.changed_since(trusted.checkpoint_id)
+            check.broken_chains = changed.broken
+            check.projection_mismatches = changed.projection_mismatches
+            for d, seq in changed.sealed_mismatches:
+                check.checkpoint_mismatches.append((d, seq))
+                check.sealed_by[(d, seq)] = trusted.checkpoint_id
+            snap.seal_current_heads()
+            seen.append(SealCheck(trusted.checkpoint_id, changed.chains, changed.rows))
         if not check.ok:
             raise SealRefused(_refusal(check, trusted))
 
@@ -148,7 +207,19 @@ def create_checkpoint(
         def sign(cp: Checkpoint) -> CheckpointSignature:
             return key.sign_digest(digest_of(cp))
 
-    return store.seal(actor, refuse_unless_verified, sign)
+    cp = store.seal(actor, refuse_unless_verified, sign)
+    return cp, seen[-1]
+
+
+def _check_root(heads: list[SealedHead], cp: Checkpoint, report: VerifyReport) -> None:
+    """The stored heads of ``cp`` still give its signed Merkle root and count (the heads an
+    incremental seal carries forward are the ones that checkpoint signed)."""
+    sealed = _sort_heads(heads)
+    root = merkle_root([head_leaf(h.dispute_id, h.seq, h.sealed_hash) for h in sealed])
+    if root != cp.heads_root or len(sealed) != cp.head_count:
+        report.checkpoint_errors.append(
+            f"checkpoint {cp.checkpoint_id}: stored heads do not give its Merkle root"
+        )
 
 
 def _refusal(check: VerifyReport, previous: Checkpoint | None) -> str:
@@ -356,8 +427,9 @@ def _check_snapshot(snap: CheckpointSnapshot, report: VerifyReport, dispute_id: 
                     retention_days: int | None) -> Checkpoint | None:
     """Everything of :func:`verify` that reads the snapshot except the digest file; returns
     the trusted checkpoint."""
-    report.projection_mismatches = snap.projection_mismatches(dispute_id)
-    report.disputes, report.rows = snap.ledger_counts(dispute_id)
+    if report.disputes is None:  # not counted by CheckpointStore.check_ledger
+        report.projection_mismatches = snap.projection_mismatches(dispute_id)
+        report.disputes, report.rows = snap.ledger_counts(dispute_id)
     cps = snap.checkpoints()
     _check_checkpoint_chain(cps, report)
     trusted = _trusted(cps, verifier, report)
@@ -367,6 +439,14 @@ def _check_snapshot(snap: CheckpointSnapshot, report: VerifyReport, dispute_id: 
         _check_heads(snap.sealed_heads(trusted.checkpoint_id), trusted, report, dispute_id,
                      valid)
     return trusted
+
+
+def _ledger_report(check: LedgerCheck) -> VerifyReport:
+    """A report begun with the whole-ledger check (chains, projection heads and rows,
+    counts); :func:`_check_snapshot` adds the rest."""
+    return VerifyReport(broken_chains=check.broken,
+                        projection_mismatches=check.projection_mismatches,
+                        disputes=check.disputes, rows=check.rows)
 
 
 def _check_heads(heads: list[SealedHead], cp: Checkpoint, report: VerifyReport,
@@ -394,30 +474,49 @@ def _check_heads(heads: list[SealedHead], cp: Checkpoint, report: VerifyReport,
             report.sealed_by[(h.dispute_id, h.seq)] = cp.checkpoint_id
 
 
-def verify(
-    store: CheckpointStore, dispute_id: UUID | None = None, digest: dict[str, Any] | None = None,
-    progress: Progress | None = None, verifier: DigestVerifier | None = None,
-    retention_days: int | None = None,
-) -> VerifyReport:
+@dataclass(frozen=True, slots=True)
+class VerifyLedger:
+    """Verify the ledger (the command of :func:`verify_ledger`).
+
+    ``dispute_id``: one dispute, or None for all (checkpoint, signature and retention
+    problems are the whole ledger's and are reported either way). ``digest``: a digest
+    loaded with :func:`read_digest` to compare with the stored checkpoint of the same id (an
+    attacker who rewrote the checkpoint tables too is caught by the copy kept elsewhere).
+    ``retention_days``: the configured retention period in days (see
+    :func:`retention_fault`; None: not checked against a period).
+    """
+
+    dispute_id: UUID | None = None
+    digest: dict[str, Any] | None = None
+    retention_days: int | None = None
+
+
+def verify(store: CheckpointStore, dispute_id: UUID | None = None) -> VerifyReport:
+    """:func:`verify_ledger` of one dispute (or all: None) with no digest, no public key, no
+    retention period and no progress (the console, the case file and the tests)."""
+    return verify_ledger(VerifyLedger(dispute_id), store)
+
+
+def verify_ledger(cmd: VerifyLedger, store: CheckpointStore,
+                  verifier: DigestVerifier | None = None,
+                  progress: Progress | None = None) -> VerifyReport:
     """Recompute chains, compare projection heads, the checkpoint chain, its signatures,
     the retention rows and the heads of the last signed checkpoint.
 
     Args:
-        dispute_id: one dispute, or None for all (checkpoint, signature and retention
-            problems are the whole ledger's and are reported either way).
-        digest: a digest loaded with :func:`read_digest` to compare with the stored
-            checkpoint of the same id (an attacker who rewrote the checkpoint tables too
-            is caught by the copy kept elsewhere).
-        progress: called ``("chains", chains checked, None)`` while the chains are walked.
+        cmd: what to verify (:class:`VerifyLedger`).
+        store: the checkpoint store (the ledger, its checkpoints and retention rows).
         verifier: the configured public key; the heads are compared with the last
             checkpoint whose stored signature verifies under it (None: the last stored
             one, and a note says signatures were not checked).
-        retention_days: the configured retention period (see :func:`retention_fault`).
+        progress: called ``("chains", chains checked, None)`` while the chains are walked.
 
     Returns:
         A :class:`VerifyReport`.
     """
-    report = VerifyReport(broken_chains=store.broken_chains(dispute_id, progress))
+    dispute_id, digest, retention_days = cmd.dispute_id, cmd.digest, cmd.retention_days
+    report = (_ledger_report(store.check_ledger(progress)) if dispute_id is None
+              else VerifyReport(broken_chains=store.broken_chains(dispute_id, progress)))
     with store.snapshot() as snap:
         trusted = _check_snapshot(snap, report, dispute_id, verifier, retention_days)
         if digest is not None:

@@ -7,7 +7,7 @@ dead-lettered time, epoch ms) and its ``dead_data`` HASH of JSON records:
 - ``decision:<dispute id>``: an escalation whose decision failed ``max_attempts`` times in a
   row (poison input: a ladder version missing, an unknown tier). Each failure increments a
   counter (``decision_failures`` HASH); a released ladder file that is missing or was
-  edited after release (``RELEASE_BROKEN``) dead-letters at the first failure; below the
+  edited after release (code ``RELEASE_BROKEN``) dead-letters at the first failure; below the
   bound the member stays leased and comes due again after its lease, so it never blocks
   the rest of the batch; at the bound
   ``dead_letter.lua`` removes it from the pending ZSET -- and from the ready ZSET and prio
@@ -29,11 +29,11 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from escalation.domain.errors import (
-    RELEASE_BROKEN,
     DatabaseReadOnly,
+    ErrorCode,
     EscalationError,
     InvalidInput,
     NotFound,
@@ -44,11 +44,50 @@ from escalation.ports import (
     DEAD_DECISION,
     DEAD_NOTIFY,
     ClaimedItem,
-    DeadLetterQueue,
     EventLog,
+    LedgerEvent,
     Scheduler,
 )
-from escalation.service_layer.notify import ledger_dead_letter
+from escalation.service_layer.notify import DeadLetterRow, ledger_dead_letter
+
+
+class DeadLetterQueue(Protocol):
+    """The dead-letter set and its scripts (adapter:
+    ``adapters.redis_reconcile_notify.ReliabilityRedis``; see ``service_layer.dead_letters``)."""
+
+    def now_ms(self) -> int:
+        """Redis TIME, epoch milliseconds."""
+        ...
+
+    def count_decision_failure(self, dispute_id: str) -> int:
+        """Count one more failed decision; returns the count so far."""
+        ...
+
+    def dead_letter_decision(self, dispute_id: str, token: int, record_json: str) -> int:
+        """Dead-letter a poison escalation under its claim token; dead-lettered time (epoch
+        ms), 0 when the token no longer holds the lock."""
+        ...
+
+    def dead_list(self, limit: int = 100) -> list[tuple[str, int, dict[str, Any]]]:
+        """Dead letters, oldest first: ``(member, dead-lettered ms, record)``."""
+        ...
+
+    def dead_get(self, member: str) -> tuple[int, dict[str, Any]] | None:
+        """One dead letter's (dead-lettered ms, record), or None."""
+        ...
+
+    def retry_dead(self, member: str, kind: str, target: str, record_json: str) -> str:
+        """Schedule a dead letter again, due now. Returns the script outcome."""
+        ...
+
+    def dead_count(self) -> int:
+        """Dead letters over every shard (ZCARD: the dead-letter cap's cheap check)."""
+        ...
+
+    def purge_dead(self, member: str, dispute_id: str | None) -> None:
+        """Remove a dead letter (and, for a poison escalation, its Redis state)."""
+        ...
+
 
 DEFAULT_MAX_DECISION_ATTEMPTS = 5
 MAX_LIST = 10_000
@@ -74,8 +113,9 @@ class DeadLetters:
         self.max_decision_attempts = max_decision_attempts
 
     # ------------------------------------------------------------------ poison decisions
-    def on_decision_failed(self, item: ClaimedItem, error: str) -> bool:
-        """``fire_due``'s ``on_poison`` hook: count a failed decision; dead-letter at the bound.
+    def on_decision_failed(self, item: ClaimedItem, code: ErrorCode, error: str) -> bool:
+        """``fire_due``'s ``on_poison`` hook: count a failed decision; dead-letter at the bound,
+        or at once for ``code`` ``RELEASE_BROKEN``. ``error`` (the message) is only recorded.
 
         Returns:
             True when the member was moved to the dead-letter set now.
@@ -83,7 +123,7 @@ class DeadLetters:
         did = str(item.escalation.dispute_id)
         attempts = self.rel.count_decision_failure(did)
         # a broken released ladder file (missing or edited) does not heal by retrying
-        if attempts < self.max_decision_attempts and not error.startswith(RELEASE_BROKEN):
+        if attempts < self.max_decision_attempts and code is not ErrorCode.RELEASE_BROKEN:
             return False
         record = {"kind": "decision", "dispute_id": did, "reason": error[:300],
                   "attempts": attempts, "ladder": item.escalation.ladder_key,
@@ -91,10 +131,10 @@ class DeadLetters:
         dead_ms = self.rel.dead_letter_decision(did, item.token, json.dumps(record))
         if dead_ms == 0:
             return False  # the lease ended and another worker holds the claim now
-        ledger_dead_letter(self.store, self.scheduler, did, self.actor, dead_ms,
-                           "DECISION_DEAD_LETTERED",
-                           {"kind": "decision", "attempts": attempts, "error": error[:200]},
-                           realign=False)
+        ledger_dead_letter(DeadLetterRow(
+            did, self.actor, dead_ms, "DECISION_DEAD_LETTERED",
+            {"kind": "decision", "attempts": attempts, "error": error[:200]}),
+            self.store, self.scheduler, realign=False)
         return True
 
     # ------------------------------------------------------------------ admin
@@ -177,12 +217,14 @@ class DeadLetters:
             True if a ledger row was written (False: the dispute is unknown to PostgreSQL).
 
         Raises:
-            InvalidInput: ``confirm`` is False (the CLI's ``--yes``); ``reason`` blank, over
-                500 characters or multi-line (the PURGED row's why).
+            InvalidInput: ``confirm`` is False (field ``confirm``: the CLI's ``--yes``, the
+                console's confirmation box, each entry point names its own); ``reason``
+                blank, over 500 characters or multi-line (the PURGED row's why).
             NotFound: no such dead letter.
         """
         if not confirm:
-            raise InvalidInput("purge is permanent: confirm with --yes")
+            raise InvalidInput("purge is permanent and was not confirmed; nothing purged",
+                               field="confirm")
         check_reason(reason)
         item = self.show(member)
         did = str(item.get("dispute_id", ""))
@@ -191,10 +233,10 @@ class DeadLetters:
         try:
             uid = parse_dispute_id(did)
             changes: dict[str, Any] = {"status": Status.CANCELLED} if decision else {}
-            self.store.append_event(uid, "PURGED", "DEAD_LETTER_PURGED", self.actor,
-                                    from_ms(self.rel.now_ms()), changes,
-                                    {"member": member, "kind": item.get("kind", ""),
-                                     "reason": reason[:200]})
+            self.store.append_event(LedgerEvent(
+                uid, "PURGED", "DEAD_LETTER_PURGED", self.actor, from_ms(self.rel.now_ms()),
+                changes, {"member": member, "kind": item.get("kind", ""),
+                          "reason": reason[:200]}))
             written = True
         except DatabaseReadOnly:
             raise  # nothing recorded: the dead letter stays until the ledger takes the row

@@ -27,27 +27,132 @@ A dispute pinned to a ladder version this deployment does not know keeps the def
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+import io
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, Protocol, cast
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from escalation.domain.business_calendar import INSTITUTION, BusinessCalendar, with_institution
 from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit
-from escalation.domain.csv_cells import csv_text
+from escalation.domain.csv_cells import CsvWriter, csv_text
 from escalation.domain.errors import EscalationError, InvalidInput, LadderError
 from escalation.domain.ladder import RESOLUTION, ActionDef, Ladder, RegulatoryDeadline
 from escalation.domain.obligations import AT_RISK as _AT_RISK
 from escalation.domain.obligations import STATES as _STATES
 from escalation.domain.obligations import Assessment, Basis, DeadlineState, assess
-from escalation.ports import ConsoleQueries, DeadlineChain, PendingEscalation
+from escalation.ports import (
+    ClockFilter,
+    ClockKey,
+    DeadlineChain,
+    DeadlineList,
+    PendingEscalation,
+    PendingFilter,
+    TierCount,
+)
 from escalation.service_layer.obligations import (
     base_clocks,
     dispute_clocks,
     recorded_actions,
 )
+
+
+class ConsoleQueries(Protocol):
+    """Read-only queries of the compliance console (adapter:
+    ``adapters.console_queries.PostgresConsoleQueries``)."""
+
+    def now(self) -> datetime:
+        """The database clock (aware UTC)."""
+        ...
+
+    def deadline_chains(
+        self, since: datetime | None = None, until: datetime | None = None,
+        dispute_id: UUID | None = None,
+    ) -> list[DeadlineChain]:
+        """Disputes having a clock (``COALESCE(obligations, deadlines)``) in ``[since,
+        until)`` (None = unbounded), or the one ``dispute_id``, with their ledger events."""
+        ...
+
+    def open_miss_chains(
+        self, now: datetime, closed_by_resolution: Sequence[tuple[str, int]],
+    ) -> list[DeadlineChain]:
+        """The candidates for a deadline missed and still open at ``now``: disputes with a
+        clock at or before ``now``, except ended (resolved / cancelled) disputes pinned to a
+        ``(ladder, version)`` of ``closed_by_resolution`` (every deadline there is met by the
+        resolution, so an ended dispute has no open miss). A superset: the rule decides."""
+        ...
+
+    def pending(self) -> list[PendingEscalation]:
+        """Every pending escalation (status ``pending``), by due time."""
+        ...
+
+    def clock_keys(
+        self, now: datetime, flt: ClockFilter, after: ClockKey | None, limit: int,
+        descending: bool = False,
+    ) -> list[ClockKey]:
+        """At most ``limit`` clocks matching ``flt`` at ``now`` in (instant, dispute id,
+        name) order (or the reverse), after the keyset ``after``."""
+        ...
+
+    def clock_count(self, now: datetime, flt: ClockFilter, cap: int) -> int:
+        """How many clocks match ``flt`` at ``now``, counting no further than ``cap``."""
+        ...
+
+    def chains_of(self, dispute_ids: Sequence[UUID]) -> list[DeadlineChain]:
+        """The named disputes with their clocks and ledger events (a bounded list)."""
+        ...
+
+    def tier_counts(self, now: datetime) -> list[TierCount]:
+        """Pending counts per (ladder, version, tier) at ``now``, counted by the database."""
+        ...
+
+    def pending_page(
+        self, now: datetime, flt: PendingFilter, after: tuple[str, ...] | None, limit: int,
+    ) -> list[tuple[PendingEscalation, tuple[str, ...]]]:
+        """At most ``limit`` escalations matching ``flt`` in its sort order, after the
+        keyset ``after`` (None: from the first), each with its own keyset (opaque strings,
+        ``after`` of the next page). ``now`` must be the same on every page of one walk."""
+        ...
+
+    def pending_total(self, now: datetime, flt: PendingFilter) -> int:
+        """How many escalations match ``flt`` at ``now``."""
+        ...
+
+
+class RolledDeadlines(Protocol):
+    """The deadline rows of the SLA rollup, as the console's lists and overview read them
+    (adapter: ``adapters.console_queries.PostgresRolledDeadlines``; docs/adr/0037). Each
+    row is one deadline with a known instant and its state as of the rollup's last refresh
+    (``sla_rollup.refresh``): read them right after a refresh, at its instant. A
+    ``ClockFilter``'s ``state`` is the stored state (``open_miss``: missed, and no action
+    ended it); ``ladder`` is the dispute's ladder as it stands; ``at_risk_s``,
+    ``after_end`` and ``ended`` are not read (the rule decided when the row was stored)."""
+
+    def keys(self, flt: ClockFilter, after: ClockKey | None, limit: int,
+             descending: bool = False) -> list[ClockKey]:
+        """At most ``limit`` deadlines matching ``flt`` in (instant, dispute id, name)
+        order (names in code point order; or the reverse), after the keyset ``after``."""
+        ...
+
+    def count(self, flt: ClockFilter, cap: int | None = None) -> int:
+        """How many deadlines match ``flt`` (counting no further than ``cap`` when given)."""
+        ...
+
+    def counts(self, since: datetime | None, until: datetime | None,
+               states: Sequence[str]) -> dict[str, int]:
+        """How many deadlines of each of ``states`` (stored state) have their instant in
+        ``[since, until)`` (None = unbounded)."""
+        ...
+
+    def sorted_keys(self, lst: DeadlineList, offset: int, limit: int) -> list[ClockKey]:
+        """The keys of the deadlines matching ``lst.flt`` ordered by ``lst.sort`` (a key of
+        :data:`SORT_KEYS` other than ``deadline_at``, as :func:`select` orders; a miss
+        still open late up to ``lst.now``; ``lst.descending``: the reverse), ``limit`` of
+        them after the first ``offset``."""
+        ...
+
 
 AT_RISK = _AT_RISK
 """An open deadline within this span of *now* is at risk (``domain.obligations.AT_RISK``)."""
@@ -64,6 +169,18 @@ UNKNOWN = "unknown"
 """What a lateness that the source does not give reads as (never 0)."""
 
 LadderLookup = Callable[[str, int], Ladder]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineSources:
+    """What the console's deadline functions read: the ledger's clocks and chains
+    (``queries``), the ladder versions (``ladders``: ``(name, version) -> Ladder``,
+    LadderError = unknown, as :func:`outcomes_of` reads it) and the deployment's
+    calendars."""
+
+    queries: ConsoleQueries
+    ladders: LadderLookup
+    calendars: CalendarRegistry
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,20 +458,18 @@ def closed_by_resolution(ladders: Iterable[Ladder]) -> list[tuple[str, int]]:
 
 
 def open_misses(
-    queries: ConsoleQueries, ladders: LadderLookup, calendars: CalendarRegistry,
-    known: Iterable[Ladder], now: datetime | None = None,
+    src: DeadlineSources, known: Iterable[Ladder], now: datetime | None = None,
 ) -> list[DeadlineOutcome]:
     """Every deadline missed and still open at ``now`` (default: the database clock),
     whatever its instant: the overview's count that no period hides. ``known``: the
     deployment's ladder versions (to skip ended disputes that cannot have one)."""
-    now = queries.now() if now is None else now
-    chains = queries.open_miss_chains(now, closed_by_resolution(known))
-    return [o for o in outcomes_of(chains, now, ladders, calendars) if o.open_miss]
+    now = src.queries.now() if now is None else now
+    chains = src.queries.open_miss_chains(now, closed_by_resolution(known))
+    return [o for o in outcomes_of(chains, now, src.ladders, src.calendars) if o.open_miss]
 
 
 def deadline_outcomes(
-    queries: ConsoleQueries, ladders: LadderLookup, calendars: CalendarRegistry,
-    since: datetime | None = None, until: datetime | None = None,
+    src: DeadlineSources, since: datetime | None = None, until: datetime | None = None,
     dispute_id: UUID | None = None, now: datetime | None = None,
 ) -> list[DeadlineOutcome]:
     """Outcomes of the deadlines falling in ``[since, until)`` (aware UTC; None =
@@ -370,13 +485,122 @@ def deadline_outcomes(
             raise InvalidInput(f"{label} must carry a UTC offset")
     if since is not None and until is not None and since >= until:
         raise InvalidInput("from must be before to")
-    now = queries.now() if now is None else now
-    found = outcomes_of(queries.deadline_chains(since, until, dispute_id), now, ladders,
-                        calendars)
+    now = src.queries.now() if now is None else now
+    found = outcomes_of(src.queries.deadline_chains(since, until, dispute_id), now,
+                        src.ladders, src.calendars)
     if since is None and until is None:
         return found
     return [o for o in found if o.deadline is not None
             and (since is None or o.deadline >= since) and (until is None or o.deadline < until)]
+
+
+SCAN_BATCH = 200
+"""Clocks read per query while a deadline list fills a page."""
+SCAN_CAP = 4000
+"""At most this many clocks are read for one page: a page of a rare state in a long list
+stops there, with a cursor to go on from (bounded time per request)."""
+COUNT_CAP = 20_000
+"""Lists sorted other than by instant, and the overview's period figures, are computed
+whole only up to this many clocks (else the page says so: narrow the period or ladder)."""
+
+
+def after_end(known: Iterable[Ladder]) -> tuple[str, ...]:
+    """``ladder@version:name`` of every deadline the resolution does not meet (a notice
+    owed after it): on an ended dispute only these can still be open."""
+    return tuple(f"{lad.name}@{lad.version}:{d.name}" for lad in known
+                 for d in lad.deadlines if RESOLUTION not in d.met_by)
+
+
+def _keep(o: DeadlineOutcome, state: str | None) -> bool:
+    if state is None:
+        return True
+    if state == "open_miss":
+        return o.open_miss
+    return o.status == state
+
+
+def walk(
+    src: DeadlineSources, lst: DeadlineList, after: ClockKey | None = None,
+    batch: int = SCAN_BATCH,
+) -> Iterator[tuple[DeadlineOutcome | None, ClockKey]]:
+    """Every clock ``lst.flt`` selects, in (instant, dispute id, name) order (the reverse
+    with ``lst.descending``; ``lst.sort`` is not read) after ``after``, with its outcome at
+    ``lst.now`` when the rule gives it ``lst.flt.state`` (None otherwise: the clock was
+    read, and did not match). Reads ``batch`` clocks and their disputes' chains at a
+    time."""
+    flt, now = lst.flt, lst.now
+    cursor = after
+    while True:
+        keys = src.queries.clock_keys(now, flt, cursor, batch, lst.descending)
+        if not keys:
+            return
+        chains = src.queries.chains_of(list(dict.fromkeys(k[1] for k in keys)))
+        found = {(o.dispute_id, o.name): o for o in outcomes_of(
+            chains, now, src.ladders, src.calendars, timedelta(seconds=flt.at_risk_s))}
+        for k in keys:
+            o = found.get((k[1], k[2]))
+            yield (o if o is not None and _keep(o, flt.state) else None), k
+        if len(keys) < batch:
+            return
+        cursor = keys[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlinePage:
+    """One page of a deadline list: its rows, the keyset to go on from (None: the list
+    ends here) and how many clocks were read for it."""
+
+    rows: list[DeadlineOutcome]
+    next_key: ClockKey | None
+    scanned: int
+
+
+def deadline_page(
+    src: DeadlineSources, lst: DeadlineList, after: ClockKey | None, limit: int,
+    scan_cap: int = SCAN_CAP,
+) -> DeadlinePage:
+    """Up to ``limit`` outcomes of :func:`walk`; stops early after ``scan_cap`` clocks
+    (the page then holds fewer rows and a keyset to go on from)."""
+    rows: list[DeadlineOutcome] = []
+    last: ClockKey | None = None
+    scanned = 0
+    for o, key in walk(src, lst, after):
+        if o is not None:
+            if len(rows) == limit:
+                return DeadlinePage(rows, last, scanned)
+            rows.append(o)
+        scanned += 1
+        last = key
+        if scanned >= scan_cap:
+            return DeadlinePage(rows, last, scanned)
+    return DeadlinePage(rows, None, scanned)
+
+
+def count_state(src: DeadlineSources, flt: ClockFilter, now: datetime) -> int:
+    """How many clocks have ``flt.state`` (``open_miss`` or ``at_risk``) at ``now``: those
+    of disputes not ended counted by the database (open there means binding: no action
+    met or ended it), those of ended disputes (only deadlines the resolution does not
+    meet can be open) decided by the rule one by one."""
+    live = src.queries.clock_count(now, replace(flt, ended=False), 1 << 62)
+    ended = sum(o is not None for o, _k in walk(
+        src, DeadlineList(replace(flt, ended=True), now)))
+    return live + ended
+
+
+def period_counts(
+    src: DeadlineSources, since: datetime | None, until: datetime | None, now: datetime,
+    cap: int = COUNT_CAP,
+) -> dict[str, int] | None:
+    """Outcomes per state of the clocks in ``[since, until)`` at ``now``, or None when
+    more than ``cap`` clocks fall there (not computed: the lists page through them)."""
+    flt = ClockFilter(since=since, until=until)
+    if src.queries.clock_count(now, flt, cap + 1) > cap:
+        return None
+    counts = dict.fromkeys(STATUSES, 0)
+    for o, _k in walk(src, DeadlineList(flt, now), batch=1000):
+        if o is not None:
+            counts[o.status] += 1
+    return counts
 
 
 _NEVER = datetime.max.replace(tzinfo=UTC)
@@ -396,16 +620,28 @@ SORT_KEYS: dict[str, Callable[[DeadlineOutcome], Any]] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which outcomes :func:`select` keeps and in which order: ``status`` (one of
+    :data:`STATUSES`), ``ladder`` (name) and ``deadline`` (name), None = any; ``sort``: a
+    key of :data:`SORT_KEYS`, then dispute id and name; ``descending``: the reverse."""
+
+    status: str | None = None
+    ladder: str | None = None
+    deadline: str | None = None
+    sort: str = "deadline_at"
+    descending: bool = False
+
+
 def select(
-    outcomes: Sequence[DeadlineOutcome], *, status: str | None = None,
-    ladder: str | None = None, deadline: str | None = None, sort: str = "deadline_at",
-    descending: bool = False,
+    outcomes: Sequence[DeadlineOutcome], sel: Selection = Selection(),
 ) -> list[DeadlineOutcome]:
-    """Filter by status / ladder name / deadline name and sort (:data:`SORT_KEYS`).
+    """Filter by status / ladder name / deadline name and sort (:class:`Selection`).
 
     Raises:
         InvalidInput: unknown status or sort key.
     """
+    status, ladder, deadline, sort = sel.status, sel.ladder, sel.deadline, sel.sort
     if status is not None and status not in STATUSES:
         raise InvalidInput(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
     if sort not in SORT_KEYS:
@@ -415,7 +651,8 @@ def select(
             and (ladder is None or o.ladder == ladder)
             and (deadline is None or o.name == deadline)]
     key = SORT_KEYS[sort]
-    return sorted(rows, key=lambda o: (key(o), str(o.dispute_id), o.name), reverse=descending)
+    return sorted(rows, key=lambda o: (key(o), str(o.dispute_id), o.name),
+                  reverse=sel.descending)
 
 
 def late_cells(o: DeadlineOutcome) -> tuple[str, str]:
@@ -469,6 +706,22 @@ def to_csv(outcomes: Iterable[DeadlineOutcome], zone: ZoneInfo, *, bom: bool = F
     return csv_text(CSV_COLUMNS, ([row[c] for c in CSV_COLUMNS] for row in rows), bom=bom)
 
 
+def csv_chunks(outcomes: Iterable[DeadlineOutcome], zone: ZoneInfo, *, bom: bool = False,
+               rows_per_chunk: int = 500) -> Iterator[str]:
+    """:func:`to_csv` in pieces of ``rows_per_chunk`` rows (the header with the first), for
+    a download that starts before the last row is known."""
+    buf = io.StringIO(newline="")
+    writer = CsvWriter(buf, CSV_COLUMNS, bom=bom)
+    for n, o in enumerate(outcomes, 1):
+        row = row_of(o, zone)
+        writer.row([row[c] for c in CSV_COLUMNS])
+        if n % rows_per_chunk == 0:
+            yield buf.getvalue()
+            buf.seek(0)
+            buf.truncate()
+    yield buf.getvalue()
+
+
 @dataclass(frozen=True, slots=True)
 class TierLoad:
     """Pending escalations of one (ladder, tier): counts at ``now``."""
@@ -511,6 +764,26 @@ def tier_load(
     return sorted(rows, key=lambda t: (t.ladder, t.rank, t.tier))
 
 
+def tier_load_of(counts: Iterable[TierCount], ladders: LadderLookup) -> list[TierLoad]:
+    """:func:`tier_load` from the database's counts per (ladder, version, tier)
+    (``ConsoleQueries.tier_counts``): versions of one ladder added up per tier, the rank
+    from the first version that knows the tier (unknown tiers last)."""
+    acc: dict[tuple[str, str], list[int]] = {}
+    ranks: dict[tuple[str, str], int] = {}
+    for c in sorted(counts, key=lambda c: (c.ladder, -c.ladder_version, c.tier)):
+        key = (c.ladder, c.tier)
+        if ranks.get(key, 1 << 30) == 1 << 30:
+            try:
+                ranks[key] = ladders(c.ladder, c.ladder_version).tier(c.tier).rank
+            except EscalationError:  # unknown ladder or tier: listed last
+                ranks[key] = 1 << 30
+        row = acc.setdefault(key, [0, 0, 0, 0])
+        for i, n in enumerate((c.pending, c.due_hour, c.due_day, c.overdue)):
+            row[i] += n
+    rows = [TierLoad(k[0], k[1], ranks[k], *v) for k, v in acc.items()]
+    return sorted(rows, key=lambda t: (t.ladder, t.rank, t.tier))
+
+
 def pending_window(p: PendingEscalation, now: datetime, window: str | None) -> bool:
     """True when ``p`` is in the overview's ``window``: ``hour``, ``day``, ``overdue`` or
     None (any). Raises InvalidInput for another value."""
@@ -529,3 +802,74 @@ def pending_window(p: PendingEscalation, now: datetime, window: str | None) -> b
 def utc(value: datetime) -> datetime:
     """``value`` in UTC (aware)."""
     return value.astimezone(UTC)
+
+
+# --------------------------------------------------------------------------- from the rollup
+def _outcomes_at(
+    src: DeadlineSources, keys: Sequence[ClockKey], now: datetime, state: str | None,
+) -> list[DeadlineOutcome]:
+    """The outcomes of ``keys`` at ``now`` in their order, from those disputes' chains
+    only: a key whose outcome no longer has ``state`` (the ledger moved since the refresh
+    that stored it) is left out."""
+    if not keys:
+        return []
+    chains = src.queries.chains_of(list(dict.fromkeys(k[1] for k in keys)))
+    found = {(o.dispute_id, o.name): o
+             for o in outcomes_of(chains, now, src.ladders, src.calendars)}
+    out = []
+    for at, did, name in keys:
+        o = found.get((did, name))
+        if o is not None and o.deadline == at and _keep(o, state):
+            out.append(o)
+    return out
+
+
+def rolled_page(
+    src: DeadlineSources, rolled: RolledDeadlines, lst: DeadlineList,
+    after: ClockKey | None, limit: int,
+) -> DeadlinePage:
+    """Up to ``limit`` outcomes of the deadlines ``lst.flt`` selects in the rollup, in
+    (instant, dispute id, name) order (the reverse with ``lst.descending``; ``lst.sort``
+    is not read) after ``after``: one index range scan of ``limit + 1`` keys, then the
+    outcomes (basis, action, actor, lateness) of those disputes only, at ``lst.now`` (the
+    instant of the refresh just made). The page costs what it returns, whatever the
+    ledger holds or how rare the state is."""
+    keys = rolled.keys(lst.flt, after, limit + 1, lst.descending)
+    rows = _outcomes_at(src, keys[:limit], lst.now, lst.flt.state)
+    nxt = keys[limit - 1] if len(keys) > limit else None
+    return DeadlinePage(rows, nxt, len(keys[:limit]))
+
+
+def rolled_walk(
+    src: DeadlineSources, rolled: RolledDeadlines, lst: DeadlineList,
+    after: ClockKey | None = None, batch: int = 1000,
+) -> Iterator[DeadlineOutcome]:
+    """Every outcome :func:`rolled_page` would give, page after page (a CSV download):
+    ``batch`` keys and their chains in memory at a time."""
+    cursor = after
+    while True:
+        keys = rolled.keys(lst.flt, cursor, batch, lst.descending)
+        yield from _outcomes_at(src, keys, lst.now, lst.flt.state)
+        if len(keys) < batch:
+            return
+        cursor = keys[-1]
+
+
+def rolled_sorted(
+    src: DeadlineSources, rolled: RolledDeadlines, lst: DeadlineList, offset: int,
+    limit: int,
+) -> list[DeadlineOutcome]:
+    """Rows ``offset`` to ``offset + limit`` of the list sorted by ``lst.sort`` (as
+    :func:`select` sorts; ``lst.descending``: the reverse), ordered by the database, with
+    their outcomes at ``lst.now``."""
+    keys = rolled.sorted_keys(lst, offset, limit)
+    return _outcomes_at(src, keys, lst.now, lst.flt.state)
+
+
+def rolled_counts(rolled: RolledDeadlines, since: datetime | None,
+                  until: datetime | None) -> dict[str, int]:
+    """Outcomes per state (every one of :data:`STATUSES`, 0 when none) of the deadlines
+    with their instant in ``[since, until)``, as the rollup stores them: the overview's
+    period figures, whatever the period's size."""
+    got = rolled.counts(since, until, STATUSES)
+    return {s: got.get(s, 0) for s in STATUSES}

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
-from escalation.domain.errors import RELEASE_BROKEN, EscalationError
+from escalation.domain.errors import ErrorCode, EscalationError, LadderProblem
 from escalation.domain.escalation import Escalation, Status, parse_dispute_id
 from escalation.ports import DEAD_DECISION, MemberState, ResyncMark
 
@@ -91,7 +91,7 @@ class DoctorDeps:
     Attributes:
         store: audit-store reads. redis_side: scheduler-state reads. probe: server clocks and
         configuration. scheduler_stats: ``RedisScheduler.stats``. ladder_problems: invalid
-        ladder files and edited files of applied versions (messages). resync: the
+        ladder files and edited files of applied versions (code and message). resync: the
         namespace's resync mark (REDIS_AHEAD; ADR 0014).
     """
 
@@ -99,7 +99,7 @@ class DoctorDeps:
     redis_side: DoctorRedis
     probe: ServerProbe
     scheduler_stats: Callable[[], Mapping[str, int | None]]
-    ladder_problems: Callable[[], list[str]]
+    ladder_problems: Callable[[], list[LadderProblem]]
     resync: ResyncMark | None = None
 
 
@@ -302,11 +302,11 @@ def _replication(probe: ServerProbe) -> Check:
                  "for zero loss (docs/operations.md, 'PostgreSQL replication')", warn=True)
 
 
-def _ladder_files(errors: list[str]) -> Check:
+def _ladder_files(errors: list[LadderProblem]) -> Check:
     """Invalid ladder files, and released versions whose file is missing, invalid or edited
-    after release (lines starting with ``RELEASE_BROKEN``): the escalations pinned to a
-    broken release are dead-lettered by the workers until the released file is restored."""
-    broken = [e for e in errors if e.startswith(RELEASE_BROKEN)]
+    after release (code ``RELEASE_BROKEN``): the escalations pinned to a broken release are
+    dead-lettered by the workers until the released file is restored."""
+    broken = [e for e in errors if e.code is ErrorCode.RELEASE_BROKEN]
     advice = ""
     if broken:
         advice = ("restore each released file from version control (a released file is never "

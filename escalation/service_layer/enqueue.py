@@ -10,7 +10,6 @@ two writes).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -19,12 +18,21 @@ from functools import lru_cache
 from escalation.domain.business_calendar import institution_defaults, with_institution
 from escalation.domain.calendars import CalendarRegistry, window_end
 from escalation.domain.deadline_rules import check_attributes
-from escalation.domain.errors import ConflictError, InvalidInput, InvalidParameter
-from escalation.domain.escalation import ENDED, Escalation, Status, check_instant
+from escalation.domain.errors import (
+    ConflictError,
+    InvalidInput,
+    InvalidItems,
+    InvalidParameter,
+    LadderReleaseError,
+    about,
+    invalid_items,
+)
+from escalation.domain.escalation import ENDED, Escalation, NewEscalation, Status, check_instant
 from escalation.domain.ladder import Ladder
 from escalation.domain.materiality import Materiality
 from escalation.domain.obligations import clocks as obligation_clocks
 from escalation.domain.sla_timing import (
+    DueCap,
     calendar_of,
     cap_due,
     cap_provenance,
@@ -32,10 +40,13 @@ from escalation.domain.sla_timing import (
     tier_cap,
     tier_window,
 )
+from escalation.domain.source_attributes import FIELD as SOURCE_ATTRIBUTES
+from escalation.domain.source_attributes import check_source_attributes
 from escalation.domain.timeutil import require_aware
 from escalation.domain.wall_time import start_of_local_day, zone
 from escalation.ports import AuditLog, LadderSource, Scheduler
-from escalation.service_layer import trace_ids
+from escalation.service_layer import trace_id_source
+from escalation.service_layer.core import CorePorts
 
 ENQUEUE_CHUNK = 1_000
 """Escalations per transaction + Redis enqueue round of :func:`enqueue_many` (the API batch
@@ -50,7 +61,9 @@ request gave it (``due_at``) or it follows from ``opened_at`` + the tier's SLA w
 row and in the result (``EnqueueResult.past_due_ms``), so a sender whose clock or arithmetic
 is wrong is seen, not silently escalated. ``due_in`` avoids the question."""
 DUE_IN_MAX = timedelta(days=3650)
-"""The longest ``due_in`` accepted (ten years)."""
+"""The farthest after now (Redis TIME) a due time may lie, whichever input gives it
+(``due_at``, ``due_in``, or ``opened_at`` + the tier's SLA window): ten years. One bound for
+every due instant; a later one is refused naming the field that gave it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +103,15 @@ class EnqueueRequest:
     due_in: timedelta | None = None
     """The breach delay from now (Redis TIME), 0 to :data:`DUE_IN_MAX`; instead of
     ``due_at`` / ``opened_at``."""
+    source: str | None = None
+    """The source system's name (the API's and CLI's ``source`` given with the external id;
+    an import mapping's ``external_source``): kept on the ENQUEUED row (``details.source``),
+    the projection and the webhook event; None = not known."""
+    source_attributes: Mapping[str, str] | None = None
+    """The source system's own facts about the dispute (a CFPB complaint's product, issue,
+    company, state...; ``domain.source_attributes``): recorded in the ENQUEUED row's
+    ``details.source_attributes`` and shown beside the dispute; nothing acts on them.
+    None or empty = none."""
 
 
 OnScheduled = Callable[[Sequence[Escalation]], None]
@@ -132,8 +154,10 @@ def institution_of(
     base_cal, base_tz = institution_defaults(calendars)
     cal_id = req.calendar or ladder.institution_calendar or base_cal
     tz_name = req.timezone or ladder.institution_timezone or base_tz
-    zone(tz_name)
-    with_institution(calendars, cal_id, tz_name)
+    with about("timezone"):
+        zone(tz_name)
+    with about("calendar"):
+        with_institution(calendars, cal_id, tz_name)
     return cal_id, tz_name
 
 
@@ -162,8 +186,8 @@ def _not_future(at: datetime, now: datetime, name: str = "opened_at") -> datetim
         raise InvalidInput(
             f"{name} {at.isoformat()} is in the future (now "
             f"{now.isoformat(timespec='seconds')}); {what} later "
-            f"than now + {int(OPENED_AT_MAX_SKEW.total_seconds() // 60)} min of clock skew"
-        )
+            f"than now + {int(OPENED_AT_MAX_SKEW.total_seconds() // 60)} min of clock skew",
+            field=name)
     return at
 
 
@@ -174,9 +198,11 @@ def build_escalation(
 
     Raises:
         InvalidInput: both or neither of due_at/opened_at, naive datetimes, bad money/ids,
-            unknown zone/calendar, a dispute attribute the ladder needs is missing,
+            unknown zone/calendar, a dispute attribute the ladder needs is missing, source
+            attributes past their bounds (``domain.source_attributes``, naming the field),
             ``opened_at`` or ``notice_at`` (``anchor_at``) later than ``now`` +
-            :data:`OPENED_AT_MAX_SKEW`.
+            :data:`OPENED_AT_MAX_SKEW`, a due time more than :data:`DUE_IN_MAX` after
+            ``now`` (InvalidParameter naming ``due_at``, ``due_in`` or ``opened_at``).
         UnknownTier: ``req.tier`` not in ``ladder``.
     """
     return build_with_provenance(req, ladder, calendars, now)[0]
@@ -188,12 +214,20 @@ def build_with_provenance(
     """:func:`build_escalation` plus the ENQUEUED row's provenance details: the institution
     zone and calendar, the attributes used, every deadline with its citation and the rule
     applied, and the deadline bounding the due time (``details["deadline"]``)."""
-    if sum(x is not None for x in (req.due_at, req.due_in, req.opened_at)) != 1:
-        raise InvalidInput("give exactly one of due_at (breach time), due_in (breach delay "
-                           "from now) or opened_at (tier entry)")
+    given = [n for n, v in (("due_at", req.due_at), ("due_in", req.due_in),
+                            ("opened_at", req.opened_at)) if v is not None]
+    if len(given) != 1:
+        # the field: the second one given (the first would have done), else due_at
+        field = given[1] if given else "due_at"
+        raise InvalidParameter(
+            "give exactly one of {due_at} (breach time), {due_in} (breach delay from now) or "
+            "{opened_at} (tier entry); got "
+            + (" and ".join("{" + n + "}" for n in given) if given else "none"),
+            field, *(n for n in ("due_at", "due_in", "opened_at") if n != field))
     cal_id, tz_name = institution_of(req, ladder, calendars)
     scoped = with_institution(calendars, cal_id, tz_name)
-    attributes = check_attributes(ladder.needs, req.attributes or {})
+    with about("attributes"):
+        attributes = check_attributes(ladder.needs, req.attributes or {})
     money = Materiality.parse(req.materiality)
     tier_id = req.tier or _start_tier(ladder, money)
     tier = ladder.tier(tier_id)
@@ -207,6 +241,10 @@ def build_with_provenance(
     else:
         due = require_aware(now, "now") + _due_in(req.due_in)
         entered = now
+    if due - now > DUE_IN_MAX:  # due_in is checked by _due_in against the same bound
+        raise InvalidParameter("{" + given[0] + "} gives a due time {due} more than {days} "
+                               "days after now", given[0], due=due.isoformat(),
+                               days=DUE_IN_MAX.days)
     details: dict[str, object] = {"institution": {"timezone": tz_name, "calendar": cal_id}}
     # a past due time is flagged whichever input gave it: due_at itself, or opened_at + the
     # tier's SLA window (due_in is never in the past)
@@ -217,6 +255,10 @@ def build_with_provenance(
                                "from": "due_at" if req.due_at is not None else "opened_at"}
     if attributes:
         details["attributes"] = attributes
+    if req.source is not None:
+        details["source"] = req.source
+    if req.source_attributes:
+        details[SOURCE_ATTRIBUTES] = check_source_attributes(req.source_attributes)
     deadline = None
     deadlines: tuple[tuple[str, datetime], ...] = ()
     if ladder.deadlines:  # deadlines from the anchor; the due time is capped by the tier's ones
@@ -234,25 +276,25 @@ def build_with_provenance(
         cap, deadline = tier_cap(ladder, tier.id, dict(deadlines), scoped)
         uncapped = due
         due = cap_due(due, cap, entered)
-        prov = cap_provenance(ladder, tier.id, dict(deadlines), scoped, uncapped, due, sources,
-                              at=deadline)
+        prov = cap_provenance(ladder, tier.id, dict(deadlines), scoped,
+                              DueCap(uncapped, due, at=deadline, sources=sources))
         if prov is not None:
             details["deadline"] = prov
-    esc = Escalation.new(
+    esc = Escalation.new(NewEscalation(
         dispute_id=req.dispute_id,
         tier=tier.id,
         due_at=due,
         materiality=money,
         source_hash=req.source_hash,
-        ladder=ladder,
         entered_tier_at=entered,
-        trace_id=req.trace_id or trace_ids.new_trace_id(),
+        trace_id=req.trace_id or trace_id_source.new_trace_id(),
         external_id=req.external_id,
         regulatory_deadline=deadline,
         deadlines=deadlines,
         institution_tz=tz_name,
         institution_calendar=cal_id,
-    )
+        source=req.source),
+        ladder)
     return esc, details
 
 
@@ -307,123 +349,79 @@ def build_many(
     """Validate every request at ``now`` (aware) into :class:`BuiltEnqueue` values.
 
     Raises:
-        InvalidInput / UnknownTier: the first bad request (prefixed with its index when >1).
+        InvalidInput / UnknownTier: the bad request (its ``item`` set when there are more
+            than one); :class:`~escalation.domain.errors.InvalidItems` holding each one
+            when several are bad.
         LadderError: a named ladder does not exist.
+        LadderReleaseError: a released ladder file that cannot be read (at once).
     """
     built: list[BuiltEnqueue] = []
+    bad: list[InvalidInput] = []
     resolved: dict[str, Ladder] = {}
     for i, req in enumerate(requests):
         name = req.ladder or default_ladder
         ladder = resolved.get(name)
         if ladder is None:
-            ladder = resolved[name] = ladders.latest(name)
+            with about("ladder"):
+                ladder = resolved[name] = ladders.latest(name)
         try:
             built.append(build_one(req, ladder, calendars, now))
+        except LadderReleaseError:
+            raise  # the deployment's fault, not the request's
         except InvalidInput as exc:
             if len(requests) == 1:
                 raise
-            raise type(exc)(f"request {i + 1}: {exc}") from None
+            bad.append(exc.in_item(i))
+    if bad:
+        raise invalid_items(bad)
     return built
 
 
 def record_built(
-    built: Sequence[BuiltEnqueue],
-    *,
-    scheduler: Scheduler,
-    store: AuditLog,
-    actor: str,
-    now: datetime,
+    built: Sequence[BuiltEnqueue], ports: CorePorts, actor: str, now: datetime,
     on_scheduled: OnScheduled | None = None,
-    chunk_size: int = ENQUEUE_CHUNK,
 ) -> list[EnqueueResult]:
     """Record (PostgreSQL first) then schedule (Redis) already validated escalations,
-    ``chunk_size`` per transaction + script call; one result per input, in input order.
-
-    ``now`` (aware) is the ENQUEUED rows' decision instant (the one they were built at).
+    :data:`ENQUEUE_CHUNK` per transaction + script call; one result per input, in input
+    order. ``actor`` is who enqueues (ledger ``actor``); ``now`` (aware) is the ENQUEUED
+    rows' decision instant (the one they were built at).
     """
-    chunks = (built[i : i + chunk_size] for i in range(0, len(built), chunk_size))
+    chunks = (built[i : i + ENQUEUE_CHUNK] for i in range(0, len(built), ENQUEUE_CHUNK))
     results: list[EnqueueResult] = []
-    for part in record_batches(chunks, scheduler=scheduler, store=store, actor=actor, now=now,
-                               on_scheduled=on_scheduled):
+    for part in record_batches(chunks, ports, actor, now, on_scheduled):
         results += part
     return results
 
 
-class BatchBehind:
-    """Runs one step (the Redis write of a batch) in one helper thread, one batch behind the
-    caller (which records the next batch in PostgreSQL meanwhile), so the two servers'
-    waits overlap: at most one step is in flight.
-
-    Use: :meth:`wait` before starting the next step, :meth:`run` to start it (the last
-    batch's step runs in the caller's thread), :meth:`close` in a ``finally``. The step's
-    error is raised by :meth:`wait` or :meth:`close`.
-    """
-
-    def __init__(self, thread_name: str) -> None:
-        """``thread_name``: prefix of the helper thread's name (made on first use)."""
-        self._name = thread_name
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: Future[None] | None = None
-
-    def wait(self) -> None:
-        """Wait for the step in flight, if any; raises its error."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
-
-    def run(self, step: Callable[..., None], *args: object, last: bool) -> None:
-        """Start ``step(*args)``: in the helper thread, or here and now when ``last``.
-        Call :meth:`wait` first (one step in flight at most)."""
-        if last:
-            step(*args)
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._name)
-        self._pending = self._pool.submit(step, *args)
-
-    def close(self) -> None:
-        """Wait for the step in flight (raising its error) and end the helper thread."""
-        try:
-            self.wait()
-        finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-
-
 def record_batches(
-    batches: Iterable[Sequence[BuiltEnqueue]],
-    *,
-    scheduler: Scheduler,
-    store: AuditLog,
-    actor: str,
-    now: datetime,
+    batches: Iterable[Sequence[BuiltEnqueue]], ports: CorePorts, actor: str, now: datetime,
     on_scheduled: OnScheduled | None = None,
 ) -> Iterator[list[EnqueueResult]]:
     """:func:`record_built` over a stream of batches (one transaction each), yielding each
     batch's results once PostgreSQL has recorded it.
 
-    Each batch is recorded in PostgreSQL before it is scheduled in Redis (the order of
-    :func:`enqueue_many`). When another batch follows, the Redis step of batch k (and
-    ``on_scheduled``) runs in one helper thread while batch k+1 is recorded, so the two
-    servers' waits overlap; the last batch is scheduled in the caller's thread, and the
-    generator does not finish before every Redis step has. An error from either step is
-    raised here after the pending Redis step has ended.
+    Each batch is recorded in PostgreSQL (``ports.store``) before it is scheduled in Redis
+    (``ports.scheduler``; the order of :func:`enqueue_many`), and ``on_scheduled`` receives
+    the escalations each Redis step newly scheduled. ``ports.pipeline`` decides whether the
+    Redis step of one batch overlaps the recording of the next; either way the generator
+    does not finish before every Redis step has, and an error from either step is raised
+    here.
     """
-    it = iter(batches)
-    current = next(it, None)
-    behind = BatchBehind("enqueue-redis")
-    try:
-        while current is not None:
-            results, to_schedule = _record_one(current, store, actor, now)
-            following = next(it, None)
-            behind.wait()
-            if to_schedule:
-                behind.run(schedule, scheduler, to_schedule, on_scheduled,
-                           last=following is None)
-            yield results
-            current = following
-    finally:
-        behind.close()
+    store, scheduler = ports.store, ports.scheduler
+
+    def record(part: Sequence[BuiltEnqueue]) -> tuple[list[EnqueueResult], list[Escalation]]:
+        return _record_one(part, store, actor, now)
+
+    def behind(recorded: tuple[list[EnqueueResult], list[Escalation]]) -> None:
+        if recorded[1]:
+            schedule(scheduler, recorded[1], on_scheduled)
+
+    for results, _ in ports.pipeline.run(batches, record, behind, _nothing):
+        yield results
+
+
+def _nothing(recorded: object, behind: object) -> None:
+    """Nothing to do in the caller's thread once a batch's Redis step ended."""
 
 
 def _record_one(
@@ -496,18 +494,34 @@ def schedule(scheduler: Scheduler, escalations: list[Escalation],
         on_scheduled([e for e, new in zip(escalations, flags, strict=True) if new])
 
 
-def enqueue_many(
-    requests: Sequence[EnqueueRequest],
-    *,
-    scheduler: Scheduler,
-    store: AuditLog,
-    ladders: LadderSource,
-    calendars: CalendarRegistry,
-    default_ladder: str,
-    actor: str,
-    on_scheduled: OnScheduled | None = None,
-    now: datetime | None = None,
-) -> list[EnqueueResult]:
+@dataclass(frozen=True, slots=True)
+class EnqueueMany:
+    """Enqueue a batch of disputes (the command of :func:`enqueue_many`).
+
+    ``requests``: one :class:`EnqueueRequest` each (validated first, all of them: nothing is
+    written when one is bad). ``actor``: who enqueues (ledger ``actor``). ``default_ladder``:
+    the ladder of a request that names none. ``now``: the aware instant the requests are
+    built at (default: Redis TIME).
+    """
+
+    requests: Sequence[EnqueueRequest]
+    actor: str
+    default_ladder: str
+    now: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueOne:
+    """Enqueue one dispute (the command of :func:`enqueue_on_breach`): ``request``, who
+    enqueues (``actor``) and the ladder of a request that names none (``default_ladder``)."""
+
+    request: EnqueueRequest
+    actor: str
+    default_ladder: str
+
+
+def enqueue_many(cmd: EnqueueMany, ports: CorePorts,
+                 on_scheduled: OnScheduled | None = None) -> list[EnqueueResult]:
     """Validate every request first (nothing is written if one is bad), then record and schedule.
 
     Returns one :class:`EnqueueResult` per request, in request order. Idempotent per dispute:
@@ -520,41 +534,58 @@ def enqueue_many(
     row per dispute.
 
     ``on_scheduled`` (optional) receives each chunk of escalations newly written to Redis
-    (used to schedule pre-breach warnings, ``service_layer.warnings``). ``now`` (aware; default
-    Redis TIME) is the instant requests are built at.
+    (used to schedule pre-breach warnings, ``service_layer.warnings``).
 
     Raises:
         InvalidInput / UnknownTier: the first bad request (prefixed with its index when >1).
         ConflictError: never for duplicates (they return ``created=False``).
     """
-    now = scheduler.time() if now is None else now
-    built = build_many(requests, ladders=ladders, calendars=calendars,
-                       default_ladder=default_ladder, now=now)
-    return record_built(built, scheduler=scheduler, store=store, actor=actor, now=now,
-                        on_scheduled=on_scheduled)
+    now = ports.scheduler.time() if cmd.now is None else cmd.now
+    built = build_many(cmd.requests, ladders=ports.ladders, calendars=ports.calendars,
+                       default_ladder=cmd.default_ladder, now=now)
+    return record_built(built, ports, cmd.actor, now, on_scheduled)
 
 
-def enqueue_on_breach(
-    req: EnqueueRequest,
-    *,
-    scheduler: Scheduler,
-    store: AuditLog,
-    ladders: LadderSource,
-    calendars: CalendarRegistry,
-    default_ladder: str,
-    actor: str,
-    on_scheduled: OnScheduled | None = None,
-) -> EnqueueResult:
+def validation_errors(cmd: EnqueueMany, ports: CorePorts,
+                      positions: Sequence[int]) -> list[InvalidInput]:
+    """The errors validating ``cmd.requests`` finds (as :func:`enqueue_many` would, at
+    ``cmd.now`` or Redis TIME), each about its position in the caller's batch
+    (``positions[k]`` for ``cmd.requests[k]``, :meth:`InvalidInput.in_item`); nothing is
+    written. An error about no one request (an unknown ladder among several requests) is
+    left out: the caller reports it once the rest is fixed.
+
+    Raises:
+        LadderReleaseError: a released ladder file that cannot be read.
+    """
+    if not cmd.requests:
+        return []
+    now = cmd.now if cmd.now is not None else ports.scheduler.time()
+    try:
+        build_many(cmd.requests, ladders=ports.ladders, calendars=ports.calendars,
+                   default_ladder=cmd.default_ladder, now=now)
+    except LadderReleaseError:
+        raise
+    except InvalidItems as exc:
+        found: Sequence[InvalidInput] = exc.errors
+    except InvalidInput as exc:
+        found = [exc]
+    else:
+        return []
+    if len(cmd.requests) == 1:
+        return [found[0].in_item(positions[0])]
+    return [e.in_item(positions[e.item]) for e in found if e.item is not None]
+
+
+def enqueue_on_breach(cmd: EnqueueOne, ports: CorePorts,
+                      on_scheduled: OnScheduled | None = None) -> EnqueueResult:
     """Schedule one escalation (see module doc). Returns whether it was created.
 
     Raises:
         InvalidInput, UnknownTier: bad request; nothing written.
         ConflictError: the dispute's escalation is already terminal or cancelled.
     """
-    result = enqueue_many(
-        [req], scheduler=scheduler, store=store, ladders=ladders, calendars=calendars,
-        default_ladder=default_ladder, actor=actor, on_scheduled=on_scheduled,
-    )[0]
+    result = enqueue_many(EnqueueMany([cmd.request], cmd.actor, cmd.default_ladder), ports,
+                          on_scheduled)[0]
     if not result.created and result.status in ENDED:
         raise ConflictError(
             f"dispute {result.escalation.dispute_id} already has a {result.status.value} "

@@ -18,9 +18,8 @@ from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
-from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.decide import Decision, DecisionKind, decide
-from escalation.domain.errors import DatabaseReadOnly, EscalationError
+from escalation.domain.errors import DatabaseReadOnly, ErrorCode, EscalationError, code_of
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder
 from escalation.domain.timeutil import to_ms
@@ -31,13 +30,14 @@ from escalation.ports import (
     ApplyOutcome,
     AuditLog,
     ClaimedItem,
-    LadderSource,
+    ClaimResult,
     LedgerRow,
     RecordOutcome,
     RecordStatus,
     Scheduler,
     WarningMember,
 )
+from escalation.service_layer.core import CorePorts
 
 EventSink = Callable[..., None]
 
@@ -89,46 +89,68 @@ def _notification(item: ClaimedItem, decision: Decision, state: Escalation) -> d
         "trace_id": state.trace_id,
         "source_hash": state.source_hash,
         "external_id": state.external_id or "",
+        "source": state.source or "",
         "materiality": str(state.materiality),
         "decided_ms": str(to_ms(decision.decided_at)),
     }
 
 
-def fire_due(
-    *,
-    scheduler: Scheduler,
-    store: AuditLog,
-    ladders: LadderSource,
-    calendars: CalendarRegistry,
-    batch_size: int,
-    lease_ms: int,
-    worker_id: str,
-    emit: EventSink | None = None,
-    crashpoint: Callable[[str], None] | None = None,
-    on_poison: Callable[[ClaimedItem, str], object] | None = None,
-    on_scheduled: Callable[[list[Escalation]], None] | None = None,
-    decision_events: bool = True,
-    warning_members: Callable[[Sequence[Escalation]], list[WarningMember]] | None = None,
-) -> BatchReport:
-    """Fire one batch. Returns a :class:`BatchReport`.
+@dataclass(frozen=True, slots=True)
+class FireDue:
+    """Fire one batch of due escalations (the command of :func:`fire_due`).
+
+    ``batch_size``: members claimed at most, across the shards (1-500); ``lease_ms``: how
+    long a claimed member stays locked to this worker, in milliseconds (its visibility
+    timeout: due again by itself when the worker dies); ``worker_id``: who acts, on the
+    ledger rows and in the locks. ``decision_events=False`` (the worker at any level above
+    DEBUG) skips building the per-decision DEBUG events (promoted / terminal / stale_claim)
+    altogether: their fields are never formatted on the firing path; warnings (unknown
+    member) are always emitted. Nothing here is validated again: the settings bound them.
+    """
+
+    batch_size: int
+    lease_ms: int
+    worker_id: str
+    decision_events: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class FiringHooks:
+    """What a caller observes of a batch, and the pre-breach warnings' scheduling.
 
     ``emit(event, **fields)`` receives one structured event per decision
     (``escalation.promoted`` / ``escalation.terminal`` / ``escalation.stale`` / ...), with the
     seed's ``trace_id``, ``source_hash`` and ``match_decision``. ``crashpoint(name)`` is a test
     hook called at each protocol boundary (``after_claim``, ``after_record``, ``after_apply``).
-    ``on_poison(item, error)`` is called for a claimed member whose decision failed (poison
-    input, e.g. a missing ladder version); it counts attempts and dead-letters the member
+    ``on_poison(item, code, error)`` is called for a claimed member whose decision failed
+    (poison input, e.g. a missing ladder version) with the error's code (the hook acts on
+    it) and its message (kept for people); it counts attempts and dead-letters the member
     after a bounded number (docs/reliability.md). Without it the member stays leased, due
     again later.
-    ``decision_events=False`` (the worker at any level above DEBUG) skips building the
-    per-decision DEBUG events (promoted / terminal / stale_claim) altogether: their fields
-    are never formatted on the firing path; warnings (unknown member) are always emitted.
     ``on_scheduled(escalations)`` receives the escalations that entered a new tier (applied
     RESCHEDULE ops with a notification) to schedule their pre-breach warnings. With
     ``warning_members(escalations) -> members`` as well, those warnings travel inside the
     apply call instead (``ApplyOp.warnings``: the apply script adds them for the ops it
     applies, no round trip of their own); only an escalation with more than
     ``MAX_OP_WARNINGS`` warnings still goes to ``on_scheduled``.
+    """
+
+    emit: EventSink | None = None
+    crashpoint: Callable[[str], None] | None = None
+    on_poison: Callable[[ClaimedItem, ErrorCode, str], object] | None = None
+    on_scheduled: Callable[[list[Escalation]], None] | None = None
+    warning_members: Callable[[Sequence[Escalation]], list[WarningMember]] | None = None
+
+
+NO_HOOKS = FiringHooks()
+"""A batch nobody observes (events dropped, no poison counting, no warnings)."""
+
+
+def fire_due(cmd: FireDue, ports: CorePorts, hooks: FiringHooks = NO_HOOKS) -> BatchReport:
+    """Fire one batch: claim -> decide -> record -> apply. Returns a :class:`BatchReport`.
+
+    ``ports``: the scheduler claims and applies, the store records, the ladders and
+    calendars decide; ``hooks``: see :class:`FiringHooks`.
 
     Raises:
         Database or Redis connection errors propagate (the caller backs off); claimed members
@@ -137,10 +159,13 @@ def fire_due(
             failover's read-only window): nothing was recorded, and every claimed member was
             handed back first (due again at once, lock released), so none waits its lease.
     """
+    scheduler, store, worker_id = ports.scheduler, ports.store, cmd.worker_id
+    emit, crashpoint = hooks.emit, hooks.crashpoint
+    on_scheduled, warning_members = hooks.on_scheduled, hooks.warning_members
     sink: EventSink = emit or (lambda event, **kw: None)
     hook = crashpoint or (lambda name: None)
     report = BatchReport()
-    claim = scheduler.claim(batch_size, lease_ms, worker_id)
+    claim = scheduler.claim(cmd.batch_size, cmd.lease_ms, worker_id)
     report.now, report.claimed = claim.now, len(claim.items)
     report.contended, report.next_due_ms = claim.contended, claim.next_due_ms
     # a member re-scored to claim time + lease still carries that score when claimed again
@@ -148,14 +173,13 @@ def fire_due(
     hook("after_claim")
 
     if claim.stuck:  # rare: a member without payload
-        _repair_stuck(claim.stuck, scheduler, store, worker_id, claim.now, sink)
+        _repair_stuck(claim.stuck, ports, worker_id, claim.now, sink)
         report.stuck += len(claim.stuck)
     if not claim.items:
         return report
 
     ops: list[ApplyOp] = []
-    decided = _decide_all(claim.items, ladders, calendars, claim.now, ops, report, sink,
-                          on_poison)
+    decided = _decide_all(claim, ports, ops, report, hooks)
     hook("before_record")
     try:
         outcomes: list[RecordOutcome] = (store.record_decisions(decided, worker_id)
@@ -164,8 +188,8 @@ def fire_due(
         _hand_back(claim.items, scheduler)
         raise
     hook("after_record")
-    logs, stale_ops = _ops_from_outcomes(decided, outcomes, claim.now, ops, report,
-                                         events=decision_events)
+    logs, stale_ops = _ops_from_outcomes(decided, outcomes, ops, report,
+                                         events=cmd.decision_events)
     if stale_ops:
         _attach_unapplied_notifications(ops, stale_ops, claim.items, store)
     folded = _attach_warnings(ops, warning_members) if warning_members is not None else None
@@ -215,15 +239,18 @@ def _hand_back(items: Sequence[ClaimedItem], scheduler: Scheduler) -> None:
 
 
 def _decide_all(
-    items: list[ClaimedItem], ladders: LadderSource, calendars: CalendarRegistry, now: datetime,
-    ops: list[ApplyOp], report: BatchReport, sink: EventSink,
-    on_poison: Callable[[ClaimedItem, str], object] | None,
+    claim: ClaimResult, ports: CorePorts, ops: list[ApplyOp], report: BatchReport,
+    hooks: FiringHooks,
 ) -> list[tuple[ClaimedItem, Decision]]:
-    """Decide each claimed item (step 2). NOT_DUE items get a RESCHEDULE op appended to
-    ``ops``; poison items are reported (``report.poison``, ``on_poison``); the rest are
-    returned, in claim order, for the record step."""
+    """Decide each claimed item at the claim's instant (step 2). NOT_DUE items get a
+    RESCHEDULE op appended to ``ops``; poison items are reported (``report.poison``,
+    ``hooks.emit``, ``hooks.on_poison``); the rest are returned, in claim order, for the
+    record step."""
+    items, now, on_poison = claim.items, claim.now, hooks.on_poison
+    sink: EventSink = hooks.emit or (lambda event, **kw: None)
     decided: list[tuple[ClaimedItem, Decision]] = []
     seen: dict[tuple[str, int], Ladder] = {}  # a batch shares a few pinned ladder versions
+    ladders, calendars = ports.ladders, ports.calendars
     for item in items:
         esc = item.escalation
         try:
@@ -242,7 +269,7 @@ def _decide_all(
                  match_decision="DECISION_FAILED", error=str(exc), level="error")
             # bounded attempts -> dead letter (service_layer/dead_letters.py)
             if on_poison is not None:
-                on_poison(item, str(exc))
+                on_poison(item, code_of(exc), str(exc))
             continue
         if decision.kind is DecisionKind.NOT_DUE:
             ops.append(ApplyOp(esc.with_changes(seq=esc.seq), ApplyAction.RESCHEDULE, item.token))
@@ -252,7 +279,7 @@ def _decide_all(
 
 
 def _ops_from_outcomes(
-    decided: list[tuple[ClaimedItem, Decision]], outcomes: list[RecordOutcome], now: datetime,
+    decided: list[tuple[ClaimedItem, Decision]], outcomes: list[RecordOutcome],
     ops: list[ApplyOp], report: BatchReport, *, events: bool = True,
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[int]]:
     """Turn record outcomes into apply ops (appended to ``ops``) and log events (the DEBUG
@@ -263,7 +290,7 @@ def _ops_from_outcomes(
     """
     logs: list[tuple[str, dict[str, Any]]] = []
     stale_ops: list[int] = []
-    now_ms = to_ms(now)
+    now_ms = to_ms(report.now) if report.now is not None else 0
     for (item, decision), outcome in zip(decided, outcomes, strict=True):
         esc = item.escalation
         if outcome.status is RecordStatus.RECORDED and outcome.state is not None:
@@ -379,7 +406,7 @@ def notification_of_row(row: LedgerRow) -> dict[str, str]:
         "match_decision": row.match_decision, "from_tier": row.from_tier or "",
         "to_tier": row.to_tier or "", "ladder": f"{row.ladder}@{row.ladder_version}",
         "trace_id": row.trace_id, "source_hash": row.source_hash,
-        "external_id": row.external_id or "",
+        "external_id": row.external_id or "", "source": row.source or "",
         "materiality": str(row.materiality), "decided_ms": str(to_ms(row.decided_at)),
     }
 
@@ -454,14 +481,15 @@ def lost_notifications(store: UnappliedSource, stream: NotifiedSource,
 
 
 def _repair_stuck(
-    members: Sequence[str], scheduler: Scheduler, store: AuditLog, worker_id: str,
-    now: datetime, sink: EventSink,
+    members: Sequence[str], ports: CorePorts, worker_id: str, now: datetime, sink: EventSink,
 ) -> None:
     """ZSET members without payload (STUCK_MEMBER; claim.lua removed them from the ZSETs):
     record each on its chain, restore the pending ones from PostgreSQL with the entry of
     their latest decision unless the review stream still holds it (:func:`lost_notifications`,
     reconcile's MISSING rule). Runs only when a claim reports stuck members."""
     from escalation.domain.escalation import parse_dispute_id
+
+    scheduler, store = ports.scheduler, ports.store
 
     found: list[tuple[str, UUID, Escalation | None]] = []
     todo: list[Escalation] = []

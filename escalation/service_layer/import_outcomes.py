@@ -22,10 +22,8 @@ nothing (no answer stated).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
 from uuid import UUID
 
@@ -34,24 +32,23 @@ from escalation.domain.errors import ConflictError, InvalidInput, NotFound
 from escalation.domain.ladder import Ladder
 from escalation.domain.obligations import Outcome
 from escalation.ports import LadderSource, Scheduler
+from escalation.service_layer.core import ONE_BY_ONE, Fanout
 from escalation.service_layer.enqueue import OnScheduled
 from escalation.service_layer.obligations import (
+    ObligationPorts,
     ObligationStore,
     RecordAction,
     Resolve,
     record_action,
     resolve,
 )
-from escalation.service_layer.progress import Progress, no_progress
+from escalation.service_layer.progress_report import Progress, no_progress
 
 KEY_PREFIX = "import:"
 """Idempotency keys of imported outcomes: ``import:<action id>`` and ``import:resolution``."""
 RESOLUTION_KEY = f"{KEY_PREFIX}resolution"
-THREADS = 4
-"""Rows of pass 3 recorded at once (:func:`record_outcomes`); the PostgreSQL pool holds 5
-connections plus 5 under load."""
 WINDOW = 500
-"""Rows read ahead of the threads (and between two progress calls)."""
+"""Rows recorded between two progress calls."""
 
 _TABLE_KEYS = frozenset({"column", "timely_column", "timely_yes", "timely_no", "source",
                          "values"})
@@ -227,70 +224,81 @@ class OutcomeReport:
 
 @dataclass(frozen=True, slots=True)
 class OutcomePorts:
-    """The ports the outcome use cases need (the import target's), and the hook that
+    """The ports the outcome use cases need (the import target's), the hook that
     schedules the pre-breach warnings of a due time an action re-planned (``record_action``'s
-    ``on_replanned``; None: none scheduled)."""
+    ``on_replanned``; None: none scheduled), and how rows are recorded at once
+    (``fanout``: the edge's choice, e.g. four helper threads; :data:`ONE_BY_ONE` here)."""
 
     scheduler: Scheduler
     store: ObligationStore
     ladders: LadderSource
     calendars: CalendarRegistry
     on_replanned: OnScheduled | None = None
+    fanout: Fanout = ONE_BY_ONE
 
 
-def record_outcomes(
-    rows: Iterable[OutcomeRow], mapping: OutcomeMapping, ports: OutcomePorts, actor: str,
-    total: int, progress: Progress = no_progress, threads: int = THREADS,
-) -> OutcomeReport:
-    """Record each row's action, then its resolution, through ``record_action`` /
-    ``resolve`` (one transaction each; module doc). ``total``: rows for the progress bar
-    (the good rows of the file; those without an outcome are not in ``rows``).
+@dataclass(frozen=True, slots=True)
+class RecordOutcomes:
+    """The command of :func:`record_outcomes`.
 
-    ``threads`` rows are recorded at once (each row is one dispute: pass 1 refused a dispute
-    id seen twice, so no two threads write the same dispute; each write keeps its own seq
-    compare-and-set). The time is the round trips to PostgreSQL and Redis, which threads
-    overlap. Nothing raises for one dispute: its refusal is listed in ``not_applied`` (in
-    line order).
+    Attributes:
+        rows: the good rows that carry an outcome, in line order.
+        mapping: the ``[outcomes]`` table that read them.
+        actor: who records them (the import's actor).
+        total: rows for the progress bar (the good rows of the file; those without an
+            outcome are not in ``rows``).
     """
+
+    rows: Iterable[OutcomeRow]
+    mapping: OutcomeMapping
+    actor: str
+    total: int
+
+
+def record_outcomes(cmd: RecordOutcomes, ports: OutcomePorts,
+                    progress: Progress = no_progress) -> OutcomeReport:
+    """Record each row's action, then its resolution, through ``record_action`` /
+    ``resolve`` (one transaction each; module doc).
+
+    ``ports.fanout`` decides how many rows are recorded at once: each row is one dispute
+    (pass 1 refused a dispute id seen twice, so no two calls write the same dispute; each
+    write keeps its own seq compare-and-set), and the time is the round trips to PostgreSQL
+    and Redis, which the edge's helper threads overlap. Nothing raises for one dispute: its
+    refusal is listed in ``not_applied`` (in line order).
+    """
+    mapping, actor, total = cmd.mapping, cmd.actor, cmd.total
     report = OutcomeReport()
     done = 0
+    obligations = ObligationPorts(ports.scheduler, ports.store, ports.ladders, ports.calendars)
     progress("outcomes", 0, total)
-    with ThreadPoolExecutor(max_workers=max(1, threads),
-                            thread_name_prefix="import-outcomes") as pool:
-        for window in batched(rows, WINDOW):
-            for added, on_record, refused in pool.map(
-                    lambda row: _record_row(row, mapping, ports, actor), window):
-                report.added += added
-                report.on_record += on_record
-                if refused is not None:
-                    report.not_applied.append(refused)
-            done += len(window)
+    for added, on_record, refused in ports.fanout.map(
+            lambda row: _record_row(row, mapping, ports, obligations, actor), cmd.rows):
+        report.added += added
+        report.on_record += on_record
+        if refused is not None:
+            report.not_applied.append(refused)
+        done += 1
+        if done % WINDOW == 0:
             progress("outcomes", done, total)
     progress("outcomes", max(done, total), total)  # rows without an outcome were skipped
     report.not_applied.sort()
     return report
 
 
-def batched(rows: Iterable[OutcomeRow], size: int) -> Iterator[list[OutcomeRow]]:
-    """``rows`` in lists of ``size`` (the last may be shorter)."""
-    it = iter(rows)
-    while window := list(islice(it, size)):
-        yield window
-
-
 def _record_row(
-    row: OutcomeRow, mapping: OutcomeMapping, ports: OutcomePorts, actor: str,
+    row: OutcomeRow, mapping: OutcomeMapping, ports: OutcomePorts, obligations: ObligationPorts,
+    actor: str,
 ) -> tuple[int, int, tuple[int, str, str] | None]:
-    """One row's action then resolution: (added, already on record, refusal or None)."""
+    """One row's action then resolution: (added, already on record, refusal or None);
+    ``obligations``: ``ports`` as :func:`record_action` takes them."""
     lineno, did, shown, step, timely = row
     added = on_record = 0
     try:
         if step.action is not None:
             res = record_action(RecordAction(
                 did, step.action, None, actor, f"{KEY_PREFIX}{step.action}",
-                asserted_timely=timely, asserted_by=mapping.source), scheduler=ports.scheduler,
-                store=ports.store, ladders=ports.ladders, calendars=ports.calendars,
-                on_replanned=ports.on_replanned)
+                asserted_timely=timely, asserted_by=mapping.source), obligations,
+                ports.on_replanned)
             added, on_record = (added, on_record + 1) if res.replayed else (added + 1, on_record)
         if step.resolution is not None:
             res = resolve(Resolve(

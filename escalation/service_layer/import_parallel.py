@@ -2,41 +2,34 @@
 
 Pass 1 (parse, validate, render every row) is pure CPU on one core while PostgreSQL and Redis
 wait for pass 2, so on a machine with a second core it runs in two processes: this one and
-one ``os.fork`` child. Both read the whole file; its non-blank records are cut into chunks of
-:data:`CHUNK` and the chunks alternate (even: this process, odd: the child). Each process
-parses, validates and renders its own chunks exactly as the one-process pass does
-(``_row_request``, ``RowEncoder.encode``) and writes each chunk's rendered rows as one pickled
-record to a temporary file of its own. The child sends back, per chunk, the line number,
-dispute id and outcome of every parsed row; this process merges the chunks in file order and
-runs the duplicate-id check there, so the errors are the one-process pass's errors, line for
-line (a duplicate row the child already rendered is left out of pass 2). Pass 2 reads the
-chunks back in order from the two files (:class:`ChunkSpill`).
+the import target's helper process (``core.HelperProcess``: the composition root gives a
+forked child, ``adapters.helper_process.ForkedHelper``; the unit tests an in-process one).
+Both read the whole file; its non-blank records are cut into chunks of :data:`CHUNK` and the
+chunks alternate (even: this process, odd: the helper). Each process parses, validates and
+renders its own chunks exactly as the one-process pass does (``_row_request``,
+``RowEncoder.encode``) and writes each chunk's rendered rows as one pickled record to a
+temporary file of its own. The helper sends back, per chunk, the line number, dispute id and
+outcome of every parsed row; this process merges the chunks in file order and runs the
+duplicate-id check there, so the errors are the one-process pass's errors, line for line (a
+duplicate row the helper already rendered is left out of pass 2). Pass 2 reads the chunks
+back in order from the two files (:class:`ChunkSpill`).
 
-Fork safety: the child touches no connection this process opened. It renders from the
-ladder, calendars and templates in memory; a ladder-release refresh it may make reaches
-PostgreSQL through a new connection (``db.make_engine`` discards, in a child, every pooled
-connection of its parent without closing it); Redis pools reconnect in a child by themselves.
-The child ends with ``os._exit`` (no exit handlers of this process run twice) and is waited
-for, or killed and waited for if this process fails first.
+The helper renders from the ladder, calendars and templates in memory (its copy of this
+process's); how it is started, and kept safe across a fork, is the edge's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import gc
-import os
 import pickle
-import signal
 import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from multiprocessing import Pipe
-from multiprocessing.connection import Connection
 from typing import IO, Any, TextIO
 
 from escalation.domain.errors import InvalidInput
+from escalation.service_layer.core import HelperProcess, Send
 from escalation.service_layer.importer import (
     PROGRESS_EVERY,
     ColumnMapping,
@@ -53,10 +46,11 @@ from escalation.service_layer.importer import (
     rebatch,
     row_error,
 )
-from escalation.service_layer.progress import Progress, no_progress
+from escalation.service_layer.progress_report import Progress, no_progress
 
 CHUNK = 2_000
-"""Non-blank records per chunk; chunk k is this process's when k is even, else the child's."""
+"""Non-blank records per chunk; chunk k is this process's when k is even, else the
+helper's."""
 
 RowOutcome = tuple[int, bytes | None, str, str | None, int]
 """One parsed record of a chunk: (line, dispute id bytes or None when the row did not parse,
@@ -150,68 +144,42 @@ class ChunkSpill:
             f.close()
 
 
-def parallel_validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, default_timezone: str,
-                           encoder: RowEncoder, spill: ChunkSpill,
+@dataclass(frozen=True, slots=True)
+class ParallelPass:
+    """What both processes of pass 1 read and render with: the file, its mapping, the
+    institution zone of rows that name none, and the row encoder."""
+
+    open_csv: OpenCsv
+    mapping: ColumnMapping
+    default_timezone: str
+    encoder: RowEncoder
+
+
+def parallel_validate_pass(job: ParallelPass, spill: ChunkSpill, helper: HelperProcess,
                            progress: Progress = no_progress) -> ImportResult:
-    """Pass 1 of the bulk path in this process and one forked child (module docstring).
+    """Pass 1 of the bulk path in this process and ``helper`` (module docstring).
 
     Returns the row count and the bad rows (file order), as the one-process pass does;
     ``spill`` receives the rendered rows.
 
     Raises:
         InvalidInput: the header does not fit the mapping. OSError / UnicodeDecodeError:
-            reading the file (in either process). RuntimeError: the child process ended
-            without its results.
+            reading the file (in either process). RuntimeError: the helper ended without
+            its results, or sent something other than the next chunk.
     """
-    receive, send = Pipe(duplex=False)
-    # While the child lives, the objects that exist at the fork are left out of the garbage
-    # collector's passes in both processes (gc.freeze, its documented use before a fork): a
-    # full collection writes into every tracked object, which would give each process its
-    # own copy of every page they share (measured: the child's private memory grew from 12
-    # to 50 MiB at this process's first full collection).
-    frozen_before = gc.get_freeze_count()  # a caller's own frozen objects stay frozen
-    gc.freeze()
-    try:
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child's coverage is not collected
-            receive.close()
-            _child(open_csv, mapping, default_timezone, encoder, spill.files[1], send)
-        send.close()
-        try:
-            result = _merge(open_csv, mapping, default_timezone, encoder, spill, receive,
-                            progress)
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            raise
-        finally:
-            receive.close()
-            os.waitpid(pid, 0)
-    finally:
-        if frozen_before == 0:
-            gc.unfreeze()
-    return result
+    out = spill.files[1]
 
-
-def _child(open_csv: OpenCsv, mapping: ColumnMapping, default_timezone: str,
-           encoder: RowEncoder, out: IO[bytes], send: Connection) -> None:
-    """The child: render the odd chunks, send each chunk's outcomes as ``("chunk", index,
-    ChunkResult)``, then ``("done", None, None)``; an exception is sent as ``("error", None,
-    exc)``. Never returns (``os._exit``: 0, or 1 after an exception)."""
-    code = 0
-    try:
-        with open_csv() as stream:
-            for index, layout, records in _chunks(stream, mapping, default_timezone):
+    def render_odd_chunks(send: Send) -> None:
+        """The helper's share: render the odd chunks, send each one's ``(index,
+        ChunkResult)``."""
+        with job.open_csv() as stream:
+            for index, layout, records in _chunks(stream, job.mapping, job.default_timezone):
                 if index % 2 == 1:
-                    send.send(("chunk", index, _encode_chunk(layout, records, encoder, out)))
+                    send((index, _encode_chunk(layout, records, job.encoder, out)))
         out.flush()
-        send.send(("done", None, None))
-    except BaseException as exc:  # every failure goes to the parent
-        code = 1
-        with contextlib.suppress(BaseException):  # else the parent sees EOF
-            send.send(("error", None, exc))
-    finally:
-        os._exit(code)
+
+    with helper.start(render_odd_chunks) as received:
+        return _merge(job, spill, received, progress)
 
 
 class _Merger:
@@ -246,40 +214,39 @@ class _Merger:
             self._progress("validate", result.rows, None)
 
 
-def _receive(receive: Connection) -> tuple[str, Any, Any]:
-    """The child's next message; an error it sent is raised here.
-
-    Raises:
-        RuntimeError: the child ended without sending (EOF).
-    """
-    try:
-        kind, index, payload = receive.recv()
-    except EOFError:
-        raise RuntimeError("import pass 1: the helper process ended without its "
-                           "results") from None
-    if kind == "error":
-        raise payload
-    return kind, index, payload
+_END = object()
 
 
-def _merge(open_csv: OpenCsv, mapping: ColumnMapping, default_timezone: str,
-           encoder: RowEncoder, spill: ChunkSpill, receive: Connection,
+def _merge(job: ParallelPass, spill: ChunkSpill, received: Iterator[object],
            progress: Progress) -> ImportResult:
-    """Render the even chunks here, take the odd ones from the child, and merge all of them
-    in file order (duplicate ids, errors, counts)."""
+    """Render the even chunks here, take the odd ones from the helper (``received``), and
+    merge all of them in file order (duplicate ids, errors, counts)."""
     merger = _Merger(spill, progress)
-    with open_csv() as stream:
-        for index, layout, records in _chunks(stream, mapping, default_timezone):
+    with job.open_csv() as stream:
+        for index, layout, records in _chunks(stream, job.mapping, job.default_timezone):
             if index % 2 == 0:
-                merger.merge(index, _encode_chunk(layout, records, encoder, spill.files[0]))
+                merger.merge(index, _encode_chunk(layout, records, job.encoder,
+                                                  spill.files[0]))
                 continue
-            kind, got, chunk = _receive(receive)
-            if kind != "chunk" or got != index:
+            got = next(received, _END)
+            if got is _END:
+                raise RuntimeError(f"import pass 1: the helper process ended before chunk "
+                                   f"{index}")
+            if not (isinstance(got, tuple) and len(got) == 2 and got[0] == index
+                    and isinstance(got[1], ChunkResult)):
                 raise RuntimeError(f"import pass 1: expected chunk {index} from the helper "
-                                   f"process, got {kind} {got}")
-            merger.merge(index, chunk)
-    kind, _, _ = _receive(receive)
-    if kind != "done":
-        raise RuntimeError(f"import pass 1: unexpected {kind} from the helper process")
+                                   f"process, got {_shown(got)}")
+            merger.merge(index, got[1])
+    extra = next(received, _END)
+    if extra is not _END:
+        raise RuntimeError(f"import pass 1: unexpected {_shown(extra)} from the helper "
+                           "process")
     progress("validate", merger.result.rows, merger.result.rows)
     return merger.result
+
+
+def _shown(message: object) -> str:
+    """A helper's message as an error names it: the chunk index it carries, or its type."""
+    if isinstance(message, tuple) and message:
+        return f"chunk {message[0]!r}"
+    return type(message).__name__

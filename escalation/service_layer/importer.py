@@ -26,18 +26,18 @@ from __future__ import annotations
 import csv
 import difflib
 import hashlib
-import os
 import pickle
 import tempfile
 import tomllib
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import date, datetime
 from itertools import chain, islice
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol, TextIO, runtime_checkable
+from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from escalation.domain.business_calendar import institution_defaults
@@ -53,19 +53,28 @@ from escalation.domain.escalation import (
 )
 from escalation.domain.ladder import Ladder
 from escalation.domain.materiality import Materiality
+from escalation.domain.source_attributes import (
+    MAX_NAME_CHARS,
+    MAX_SOURCE_ATTRIBUTES,
+    MAX_VALUE_CHARS,
+)
 from escalation.domain.wall_time import parse_wall_time, zone
 from escalation.ports import (
     AuditLog,
-    EncodedScheduler,
     LadderSource,
-    RowTemplate,
     Scheduler,
-    StagedEnqueueLog,
     WarningQueue,
 )
-from escalation.service_layer import trace_ids
+from escalation.service_layer import trace_id_source
+from escalation.service_layer.core import (
+    IN_ORDER,
+    ONE_BY_ONE,
+    CorePorts,
+    Fanout,
+    HelperProcess,
+    Pipeline,
+)
 from escalation.service_layer.enqueue import (
-    BatchBehind,
     BuiltEnqueue,
     EnqueueRequest,
     OnScheduled,
@@ -79,11 +88,84 @@ from escalation.service_layer.import_outcomes import (
     OutcomeReport,
     OutcomeRow,
     OutcomeStep,
+    RecordOutcomes,
     record_outcomes,
 )
 from escalation.service_layer.obligations import ObligationStore
-from escalation.service_layer.progress import Progress, no_progress
+from escalation.service_layer.progress_report import Progress, no_progress
 from escalation.service_layer.warnings import schedule_warnings, warning_members
+
+
+class RowTemplate(Protocol):
+    """Renders the write of one escalation that differs from a prototype only in its
+    dispute id (canonical UUID string), external id, source hash and trace id."""
+
+    ok: bool
+    """True when the template renders rows itself (else each row takes the general path)."""
+
+    def prepare(self) -> None:
+        """Build the template (worth it for a shape seen more than once); sets ``ok``."""
+        ...
+
+    def render(self, dispute_id: str, external_id: str | None, source_hash: str,
+               trace_id: str) -> Any:
+        """The rendered row (picklable; the matching ``record``/``enqueue`` method's input)."""
+        ...
+
+
+class LineTemplate(RowTemplate, Protocol):
+    """A :class:`RowTemplate` of the ENQUEUED staging line, whose rows may also differ in
+    their source attributes (``details.source_attributes``)."""
+
+    def render(self, dispute_id: str, external_id: str | None, source_hash: str,
+               trace_id: str, attributes: Mapping[str, str] | None = None) -> Any:
+        """The rendered line; ``attributes``: the row's checked source attributes."""
+        ...
+
+
+@runtime_checkable
+class StagedEnqueueLog(Protocol):
+    """The bulk ENQUEUED write of the CSV import (adapter: ``AuditStore``)."""
+
+    def enqueued_line_template(
+        self, proto: Escalation, actor: str, decided_at: datetime,
+        calendar_version: str | None, details: Mapping[str, object] | None,
+    ) -> LineTemplate:
+        """The template of ``proto``'s ENQUEUED row (as ``record_enqueue_many`` writes it);
+        ``details`` without source attributes (each row's own, given to ``render``)."""
+        ...
+
+    def get_many(self, dispute_ids: Iterable[UUID]) -> dict[UUID, Escalation]:
+        """Recorded states by dispute id, in one read (unknown ids absent)."""
+        ...
+
+    def record_staged(self, lines: Sequence[str], actor: str) -> set[str]:
+        """Record rendered rows in one transaction; the dispute ids recorded now."""
+        ...
+
+
+@runtime_checkable
+class EncodedScheduler(Protocol):
+    """The bulk Redis enqueue of the CSV import (adapter: ``RedisScheduler``)."""
+
+    def payload_template(self, proto: Escalation) -> RowTemplate:
+        """The template of ``proto``'s enqueue (as ``enqueue_many`` writes it)."""
+        ...
+
+    namespace: str
+    """Key namespace: the warnings it writes are those of a warnings queue of the same
+    namespace and shards."""
+    shards: int
+
+    def enqueue_encoded(self, items: Sequence[Any],
+                        warnings: Sequence[tuple[tuple[str, int], ...] | None] | None = None,
+                        ) -> list[bool]:
+        """``enqueue_many`` of rendered rows; False where already scheduled. ``warnings``
+        (one entry per row, or None): the pre-breach warnings of each row as
+        ``(member suffix after the dispute id, due epoch ms)`` pairs, scheduled in the same
+        call for the rows it newly schedules."""
+        ...
+
 
 ID_NAMESPACE = uuid.UUID("5b0f6f3e-52c5-4bb9-9a3c-0b6a4e1f7d21")  # escalation import ids
 
@@ -122,9 +204,15 @@ class ColumnMapping:
         delimiter: the field separator, one of :data:`DELIMITERS` (comma, semicolon, tab;
             ``[defaults] delimiter`` or ``escalation import --delimiter``). Quoting is
             RFC 4180's in every case.
+        keep_columns: the columns whose cells each escalation keeps as its source
+            attributes (``[columns] keep = [...]``, ``escalation import --keep-column``;
+            ``domain.source_attributes``), named by their header; none unless named. A
+            blank cell is left out; a cell longer than the value bound is a bad row.
 
     Raises:
-        InvalidInput: a delimiter other than comma, semicolon or tab (naming ``delimiter``).
+        InvalidInput: a delimiter other than comma, semicolon or tab (naming ``delimiter``);
+            a kept column named twice, blank, longer than a source attribute's name may be,
+            or more of them than a dispute may carry (naming ``keep_columns``).
     """
 
     dispute_id: str = "dispute_id"
@@ -146,11 +234,13 @@ class ColumnMapping:
     default_attributes: dict[str, str] = field(default_factory=dict)
     outcomes: OutcomeMapping | None = None
     delimiter: str = ","
+    keep_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.delimiter not in DELIMITERS:
             raise InvalidInput(f"delimiter: {self.delimiter!r} is not supported; use one of "
                                "',' (comma), ';' (semicolon) or a tab")
+        _check_kept(self.keep_columns)
 
     @classmethod
     def from_file(cls, path: Path, **overrides: str | None) -> ColumnMapping:
@@ -186,6 +276,13 @@ class ColumnMapping:
             raise InvalidInput(f"{path}: [{table}] must be a table of key = \"value\" lines")
         values: dict[str, Any] = {}
         for key, val in content.items():
+            if table == "columns" and key == "keep":
+                if not isinstance(val, list) or not all(isinstance(c, str) for c in val):
+                    raise InvalidInput(f"{path}: [columns] keep: a list of column names, "
+                                       "e.g. keep = [\"Product\", \"Company\"]",
+                                       field="keep_columns")
+                values["keep_columns"] = tuple(val)
+                continue
             if key == "attributes" and isinstance(val, dict):
                 target = "attribute_columns" if table == "columns" else "default_attributes"
                 values[target] = {str(k): str(v) for k, v in val.items()}
@@ -202,7 +299,28 @@ class ColumnMapping:
                             self.materiality, self.source_hash, self.anchor_at,
                             self.timezone_column, self.calendar_column,
                             *self.attribute_columns.values(),
-                            *(self.outcomes.columns() if self.outcomes else ())) if c]
+                            *(self.outcomes.columns() if self.outcomes else ()),
+                            *self.keep_columns) if c]
+
+
+def _check_kept(columns: tuple[str, ...]) -> None:
+    """The bounds of a mapping's kept columns (their headers become source attribute names).
+
+    Raises:
+        InvalidInput: naming ``keep_columns`` (module ``domain.source_attributes``'s bounds).
+    """
+    if len(columns) > MAX_SOURCE_ATTRIBUTES:
+        raise InvalidInput(f"keep_columns: at most {MAX_SOURCE_ATTRIBUTES} columns, got "
+                           f"{len(columns)}", field="keep_columns")
+    twice = sorted({c for c in columns if columns.count(c) > 1})
+    if twice:
+        raise InvalidInput(f"keep_columns: {', '.join(map(repr, twice))} named more than "
+                           "once", field="keep_columns")
+    for column in columns:
+        if not column.strip() or len(column) > MAX_NAME_CHARS:
+            raise InvalidInput(f"keep_columns: {column[:40]!r} is not a usable column name "
+                               f"(1 to {MAX_NAME_CHARS} characters)", field="keep_columns")
+        check_text(column, "keep_columns")
 
 
 def _field_name(table: str, key: str) -> str:
@@ -240,6 +358,8 @@ class CsvLayout:
     checked: tuple[tuple[str, int], ...] = ()
     """The mapped columns (``mapping.columns()`` order) with their positions: the cells
     checked for control characters."""
+    kept: tuple[tuple[str, int], ...] = ()
+    """The kept columns (``mapping.keep_columns``) with their positions."""
 
 
 NO_AMOUNT = "0.00"
@@ -448,7 +568,8 @@ def _layout(
         raise InvalidInput("map exactly one of opened_at or due_at to a column")
     index = {name: i for i, name in enumerate(header)}
     return CsvLayout(header, mapping, zone_name, index,
-                     tuple((c, index[c]) for c in mapping.columns()))
+                     tuple((c, index[c]) for c in mapping.columns()),
+                     tuple((c, index[c]) for c in mapping.keep_columns))
 
 
 def _cell(cells: list[str], layout: CsvLayout, column: str) -> str:
@@ -497,10 +618,34 @@ def _row_request(layout: CsvLayout, raw: str, parsed: list[str] | csv.Error) -> 
         tier=_cell(cells, layout, m.tier) or m.default_tier,
         opened_at=when if m.opened_at else None, due_at=when if m.due_at else None,
         ladder=m.ladder, external_id=external, anchor_at=anchor,
+        source=m.external_source,  # every row's: one shape key for the whole file
         timezone=zone_name,
         calendar=_cell(cells, layout, m.calendar_column) or m.calendar or None,
         attributes=attributes or None,
+        source_attributes=_kept(cells, layout) if layout.kept else None,
     )
+
+
+def _kept(cells: list[str], layout: CsvLayout) -> dict[str, str] | None:
+    """The row's source attributes: each kept column's non-blank cell (stripped), under its
+    header; None when every such cell is blank.
+
+    Raises:
+        InvalidInput: a cell past the value bound (``domain.source_attributes``), naming
+            ``source_attributes.<column>``.
+    """
+    # the names were checked with the mapping and every kept cell for control characters
+    # with the other mapped cells (``_row_request``): only the value bound is left
+    kept: dict[str, str] = {}
+    for column, i in layout.kept:
+        cell = cells[i].strip()
+        if cell:
+            if len(cell) > MAX_VALUE_CHARS:
+                where = f"source_attributes.{column}"
+                raise InvalidInput(f"{where}: {len(cell)} characters; at most "
+                                   f"{MAX_VALUE_CHARS}", field=where)
+            kept[column] = cell
+    return kept or None
 
 
 def _outcome_of(cells: list[str], layout: CsvLayout,
@@ -719,7 +864,14 @@ class ImportTarget:
     same call (``EncodedScheduler.enqueue_encoded``). ``events``: the same audit store as
     the event log of ``record_action`` / ``resolve``, required by a mapping with
     ``[outcomes]``. ``on_replanned``: the hook scheduling the pre-breach warnings of a due
-    time an imported action re-planned (``record_action``'s).
+    time an imported action re-planned (``record_action``'s). ``pipeline``: how pass 2
+    overlaps a batch's Redis step with the next batch's PostgreSQL step (the CLI's:
+    ``bootstrap.write_pipeline``). ``helper``: the process that renders every other chunk
+    of pass 1 of a large file (``import_parallel``; the CLI's: ``bootstrap.pass1_helper``,
+    a forked child where the machine has two CPUs); None: pass 1 in this process only.
+    ``fanout``: how pass 3 records several rows' outcomes at once (the CLI's:
+    ``bootstrap.outcome_fanout``, helper threads); :data:`~escalation.service_layer.core.
+    ONE_BY_ONE` by default.
     """
 
     scheduler: Scheduler
@@ -732,6 +884,9 @@ class ImportTarget:
     warnings: WarningQueue | None = None
     events: ObligationStore | None = None
     on_replanned: OnScheduled | None = None
+    pipeline: Pipeline = IN_ORDER
+    helper: HelperProcess | None = None
+    fanout: Fanout = ONE_BY_ONE
 
     def hook(self) -> OnScheduled | None:
         """``on_scheduled`` and the warnings of :attr:`warnings` as one hook (the general
@@ -884,7 +1039,7 @@ class _Shape:
     and whether the templates were prepared (on the shape's second row: a shape seen once,
     e.g. every row of a file of distinct timestamps, is rendered the general way)."""
 
-    line: RowTemplate
+    line: LineTemplate
     payload: RowTemplate
     recorded: Escalation
     warnings: tuple[tuple[str, int], ...] | None
@@ -896,8 +1051,9 @@ class RowEncoder:
     the final values pass 2 writes (the staging COPY line with the ENQUEUED row's hash and
     the Redis enqueue arguments), so pass 2 only streams.
 
-    A request's *shape* is everything but its dispute id, external id, source hash and trace
-    id (materiality, tier, opening or due time, anchor, zone, calendar, attributes). The
+    A request's *shape* is everything but its dispute id, external id, source hash, trace
+    id and source attributes (materiality, tier, opening or due time, anchor, zone, calendar,
+    attributes, source name, and whether it has source attributes). The
     build (``build_one``: ladder, calendars, deadlines, due time, provenance) depends only on
     the shape, so it runs once per shape (at most :data:`_SHAPE_CACHE_MAX` remembered), and
     its error, if any, is the error of every row of that shape. The per-row checks of
@@ -905,22 +1061,20 @@ class RowEncoder:
     they do in ``build_one``. A CFPB file has a few hundred shapes (one per opening day).
     """
 
-    def __init__(self, store: StagedEnqueueLog, scheduler: EncodedScheduler, ladder: Ladder,
-                 calendars: CalendarRegistry, now: datetime, actor: str,
-                 keep_escalations: bool = False, warnings_of: LadderSource | None = None,
-                 ) -> None:
-        """``now``: the import's decision instant (aware); ``keep_escalations``: also carry
-        each row's recorded field values (an ``on_scheduled`` hook needs the escalations);
-        ``warnings_of``: also carry each row's pre-breach warnings (``warning_members`` of
-        its shape, with the ladder versions of this source)."""
-        self._warnings_of = warnings_of
-        self._store = store
-        self._scheduler = scheduler
+    def __init__(self, ports: BulkPorts, target: ImportTarget, ladder: Ladder,
+                 now: datetime) -> None:
+        """``ports``: the target's bulk store and scheduler (:func:`bulk_ports`); ``target``
+        gives the calendars and actor, and whether each row also carries its recorded field
+        values (an ``on_scheduled`` hook needs the escalations) and its pre-breach warnings
+        (a warnings queue: ``warning_members`` of its shape, with the target's ladders);
+        ``now``: the import's decision instant (aware)."""
+        self._warnings_of = None if target.warnings is None else target.ladders
+        self._store, self._scheduler = ports
         self._ladder = ladder
-        self._calendars = calendars
+        self._calendars = target.calendars
         self._now = now
-        self._actor = actor
-        self._keep = keep_escalations
+        self._actor = target.actor
+        self._keep = target.on_scheduled is not None
         self._shapes: dict[tuple[object, ...], _Shape | str] = {}
 
     def encode(self, req: EnqueueRequest) -> EncodedRow:
@@ -951,8 +1105,9 @@ class RowEncoder:
         did = str(req.dispute_id)
         source_hash = req.source_hash
         assert isinstance(source_hash, str)  # noqa: S101 - checked by _row_request
-        trace = req.trace_id or trace_ids.new_trace_id()
-        line = shape.line.render(did, ext, source_hash, trace)
+        trace = req.trace_id or trace_id_source.new_trace_id()
+        # the source attributes were checked when the row was read (``_row_request``)
+        line = shape.line.render(did, ext, source_hash, trace, req.source_attributes)
         payload = shape.payload.render(did, ext, source_hash, trace)
         values = None
         if self._keep:
@@ -964,14 +1119,15 @@ class RowEncoder:
         """Everything of ``req`` its build depends on (all but the per-row values)."""
         attrs = req.attributes
         return (req.materiality, req.tier, req.due_at, req.opened_at, req.ladder,
-                req.anchor_at, req.timezone, req.calendar,
-                None if attrs is None else tuple(attrs.items()))
+                req.anchor_at, req.timezone, req.calendar, req.source,
+                None if attrs is None else tuple(attrs.items()), bool(req.source_attributes))
 
     def _shape(self, req: EnqueueRequest) -> _Shape | str:
         """The templates of ``req``'s shape, or the message of the error its build raises
         (built with no external id: its per-row checks are :meth:`encode`'s)."""
         try:
-            built = build_one(replace(req, external_id=None, trace_id=req.trace_id or "0"),
+            built = build_one(replace(req, external_id=None, trace_id=req.trace_id or "0",
+                                      source_attributes=None),
                               self._ladder, self._calendars, self._now)
         except InvalidInput as exc:
             return str(exc)
@@ -1013,7 +1169,11 @@ _HASH = _ESC_FIELDS.index("source_hash")
 _TRACE = _ESC_FIELDS.index("trace_id")
 
 
-def bulk_ports(target: ImportTarget) -> tuple[StagedEnqueueLog, EncodedScheduler] | None:
+BulkPorts = tuple[StagedEnqueueLog, EncodedScheduler]
+"""The store and scheduler of the bulk path."""
+
+
+def bulk_ports(target: ImportTarget) -> BulkPorts | None:
     """The target's store and scheduler when both offer the bulk path, else None (the rows
     then go through ``build_one`` and ``record_batches``)."""
     store, scheduler = target.store, target.scheduler
@@ -1035,12 +1195,46 @@ def shapes_repeat(head: Sequence[ParsedRow]) -> bool:
     return len(set(keys)) * 2 <= len(keys) or not keys
 
 
-def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget,
-                  now: datetime, progress: Progress = no_progress,
-                  spill: SpillFile | None = None,
+@dataclass(frozen=True, slots=True)
+class ImportCsv:
+    """The command of :func:`import_csv`: which file, read how, written how.
+
+    Attributes:
+        open_csv: opens the CSV afresh (each pass reads it from the start).
+        mapping: how its columns map to an escalation (:class:`ColumnMapping`).
+        skip_invalid: write the good rows of a file that has bad ones (else nothing).
+        batch_size: rows per transaction of pass 2 (:data:`IMPORT_BATCH`).
+        bulk: take the bulk path when the target's store and scheduler offer it
+            (:func:`bulk_ports`); False = the general path, which writes the same rows.
+        processes: pass 1 of a large file on the bulk path in 2 processes (this one and
+            the target's ``helper``), or in this one (1); None = 2 when the target has a
+            helper, else 1.
+    """
+
+    open_csv: OpenCsv
+    mapping: ColumnMapping
+    skip_invalid: bool = False
+    batch_size: int = IMPORT_BATCH
+    bulk: bool = True
+    processes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ImportRun:
+    """One import under way: where it writes, its decision instant (Redis TIME, read once),
+    the progress callback and pass 2's batch size."""
+
+    target: ImportTarget
+    now: datetime
+    progress: Progress = no_progress
+    batch_size: int = IMPORT_BATCH
+
+
+def validate_pass(cmd: ImportCsv, run: ImportRun, spill: SpillFile | None = None,
                   encoder: RowEncoder | None = None,
                   defer_large: bool = False) -> ImportResult | None:
-    """Pass 1: every row parsed and built at ``now``; returns the row count and bad rows.
+    """Pass 1: every row of ``cmd``'s file parsed and built at ``run.now``; returns the row
+    count and bad rows.
 
     ``spill`` (optional) receives every good row as built (pass 2 writes those); with an
     ``encoder``, as rendered by it (:meth:`SpillFile.add_row`), else as built. The encoder
@@ -1053,10 +1247,11 @@ def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarge
     Raises:
         InvalidInput: the header does not fit the mapping. LadderError: unknown ladder.
     """
+    target, mapping, now, progress = run.target, cmd.mapping, run.now, run.progress
     ladder = target.ladders.latest(mapping.ladder or target.default_ladder)
     result = ImportResult()
     seen = DuplicateIds()
-    with open_csv() as stream:
+    with cmd.open_csv() as stream:
         items: Iterator[ParsedRow] = iter_requests(stream, mapping,
                                                    target.default_timezone(mapping))
         if encoder is not None:  # templates pay only when shapes repeat: look at the start
@@ -1090,13 +1285,13 @@ def validate_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarge
     return result
 
 
-def write_pass(spill: SpillFile, target: ImportTarget, now: datetime, result: ImportResult,
-               progress: Progress = no_progress, batch_size: int = IMPORT_BATCH) -> None:
-    """Pass 2: record and schedule the rows pass 1 built (``spill``), ``batch_size`` per
+def write_pass(spill: SpillFile, run: ImportRun, result: ImportResult) -> None:
+    """Pass 2: record and schedule the rows pass 1 built (``spill``), ``run.batch_size`` per
     transaction (Redis of one batch overlapping PostgreSQL of the next: ``record_batches``).
 
     Updates ``result.created`` / ``result.existing`` and sets ``result.written``.
     """
+    target, now, progress, batch_size = run.target, run.now, run.progress, run.batch_size
     done = 0
     progress("write", 0, spill.rows)  # pass 2 begins: from here on rows may be recorded
     sent: deque[list[BuiltEnqueue]] = deque()  # batches handed to record_batches, in order
@@ -1107,9 +1302,9 @@ def write_pass(spill: SpillFile, target: ImportTarget, now: datetime, result: Im
             yield batch
 
     counting = _CountingHook(target.hook())
-    for res in record_batches(batches(), scheduler=target.scheduler,
-                              store=target.store, actor=target.actor, now=now,
-                              on_scheduled=counting):
+    ports = CorePorts(target.scheduler, target.store, target.ladders, target.calendars,
+                      target.pipeline)
+    for res in record_batches(batches(), ports, target.actor, now, counting):
         created = sum(1 for r in res if r.created)
         result.created += created
         result.existing += len(res) - created
@@ -1131,7 +1326,7 @@ def write_pass(spill: SpillFile, target: ImportTarget, now: datetime, result: Im
 class _CountingHook:
     """An ``on_scheduled`` hook that counts the escalations it is handed (the newly
     scheduled ones) and passes them on to ``inner`` (if any). Called from one thread at a
-    time (``BatchBehind`` keeps one step in flight)."""
+    time (the pipeline keeps one Redis step in flight)."""
 
     def __init__(self, inner: OnScheduled | None) -> None:
         self.inner = inner
@@ -1155,55 +1350,63 @@ class RenderedRows(Protocol):
         ...
 
 
-def write_encoded_pass(spill: RenderedRows, store: StagedEnqueueLog, scheduler: EncodedScheduler,
-                       target: ImportTarget, result: ImportResult,
-                       progress: Progress = no_progress, batch_size: int = IMPORT_BATCH) -> None:
+def write_encoded_pass(spill: RenderedRows, ports: BulkPorts, run: ImportRun,
+                       result: ImportResult) -> None:
     """Pass 2 of the bulk path: the rows pass 1 rendered (``spill``, :class:`RowEncoder`),
-    ``batch_size`` per transaction, with the order and overlap of ``record_batches``: each
+    ``run.batch_size`` per transaction, with the order and overlap of ``record_batches``: each
     batch is recorded in PostgreSQL (one COPY + one INSERT ... SELECT) before its new
-    disputes are scheduled in Redis, and that Redis step runs in one helper thread while the
-    next batch is recorded. A dispute PostgreSQL already knew is answered as ``enqueue``
-    answers it: counted as existing and, when still pending, its recorded state re-scheduled
-    (a no-op unless its Redis entry was lost).
+    disputes are scheduled in Redis (``target.pipeline`` decides whether that Redis step
+    overlaps the recording of the next batch). A dispute PostgreSQL already knew is answered
+    as ``enqueue`` answers it: counted as existing and, when still pending, its recorded
+    state re-scheduled (a no-op unless its Redis entry was lost).
 
     Updates ``result.created`` / ``result.existing`` and sets ``result.written``.
     """
-    done = 0
+    (store, scheduler), target, progress = ports, run.target, run.progress
     progress("write", 0, spill.rows)  # pass 2 begins: from here on rows may be recorded
-    behind = BatchBehind("import-redis")
     queue = target.warnings
     # the scheduler's own enqueue call writes the warnings when they land in this queue
     fold = queue is not None and (queue.namespace, queue.shards) == (scheduler.namespace,
                                                                       scheduler.shards)
     hook = _BulkHook(target.on_scheduled, None if fold else queue, fold)
-    try:
-        batches = spill.raw_batches(batch_size)
-        current = next(batches, None)
-        while current is not None:
-            created = store.record_staged([r[1] for r in current], target.actor)
-            # the COPY lines are written: drop them now (a batch of lines is several MB)
-            new = [(r[0], "", r[2], r[3], r[4], r[5], r[6]) for r in current
-                   if r[0] in created]
-            old = [r for r in current if r[0] not in created] if len(new) < len(current) else []
-            n_rows = len(current)
-            current = []
-            result.created += len(new)
-            result.existing += len(old)
-            behind.wait()  # before reading the next batch: two batches in memory
-            following = next(batches, None)
-            if old:  # rare (a re-import): their recorded states, as record_batches does
-                changed, rescheduled = _schedule_existing(old, store, scheduler, target, hook)
-                result.changed += changed
-                result.rescheduled += rescheduled
-            if new:
-                behind.run(_schedule_encoded, scheduler, new, hook, last=following is None)
-            done += n_rows
-            progress("write", done, spill.rows)
-            current = following
-    finally:
-        behind.close()
+
+    def record(batch: list[Any]) -> _Staged:
+        created = store.record_staged([r[1] for r in batch], target.actor)
+        # the COPY lines are written: drop them (a batch of lines is several MB)
+        new = [(r[0], "", r[2], r[3], r[4], r[5], r[6]) for r in batch if r[0] in created]
+        old = [r for r in batch if r[0] not in created] if len(new) < len(batch) else []
+        result.created += len(new)
+        result.existing += len(old)
+        return _Staged(new, old, len(batch))
+
+    def behind(staged: _Staged) -> None:
+        if staged.new:
+            _schedule_encoded(scheduler, staged.new, hook)
+
+    def existing(staged: _Staged, _: None) -> None:
+        if staged.old:  # rare (a re-import): their recorded states, as record_batches does
+            changed, rescheduled = _schedule_existing(staged.old, store, scheduler, target,
+                                                      hook)
+            result.changed += changed
+            result.rescheduled += rescheduled
+
+    done = 0
+    for staged in target.pipeline.run(spill.raw_batches(run.batch_size), record, behind,
+                                      existing):
+        done += staged.rows
+        progress("write", done, spill.rows)
     progress("write", done, spill.rows)
     result.written = True
+
+
+@dataclass(slots=True)
+class _Staged:
+    """One batch of pass 2 recorded in PostgreSQL: the rows it created (to schedule), the
+    rows PostgreSQL already held, and how many rows the batch had."""
+
+    new: list[EncodedRow]
+    old: list[EncodedRow]
+    rows: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -1272,19 +1475,17 @@ def _shown(external_id: str | None, dispute_id: object) -> str:
     return external_id if external_id is not None else str(dispute_id)
 
 
-def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, *,
-               skip_invalid: bool = False, progress: Progress = no_progress,
-               batch_size: int = IMPORT_BATCH, bulk: bool = True,
-               processes: int | None = None) -> ImportResult:
+def import_csv(cmd: ImportCsv, target: ImportTarget,
+               progress: Progress = no_progress) -> ImportResult:
     """Validate the whole CSV, then (if allowed) write it in batches; constant memory.
 
-    Nothing is written when a row is bad and not ``skip_invalid``, or when no row is good.
-    ``bulk`` (default): take the bulk path when the target's store and scheduler offer it
-    (:func:`bulk_ports`); False = the general path (``build_one`` + ``record_batches``),
-    which writes the same rows.
-    ``processes``: 2 runs pass 1 of the bulk path in this process and a forked child
-    (``import_parallel``; the same rows and errors), 1 in this process only; None (default):
-    2 where ``os.fork`` exists and there are at least two CPUs. Files of fewer than
+    Nothing is written when a row is bad and not ``cmd.skip_invalid``, or when no row is
+    good. ``cmd.bulk`` (default): take the bulk path when the target's store and scheduler
+    offer it (:func:`bulk_ports`); False = the general path (``build_one`` +
+    ``record_batches``), which writes the same rows.
+    ``cmd.processes``: 2 runs pass 1 of the bulk path in this process and the target's
+    helper process (``import_parallel``; the same rows and errors), 1 in this process only;
+    None (default): 2 when the target has a helper. Files of fewer than
     :data:`SHAPE_SAMPLE` rows always use one process.
     Memory: one spill chunk, two batches of rows and at most 512 request shapes, plus about
     100 B per row for the duplicate check; the rows wait in a temporary file (about 800 B
@@ -1292,90 +1493,90 @@ def import_csv(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, 
 
     With ``mapping.outcomes``, pass 3 records each good row's outcome (action, resolution)
     through the use cases after pass 2, for new and already enqueued disputes alike
-    (``import_outcomes``); a re-import adds only the missing ones.
+    (``import_outcomes``); a re-import adds only the missing ones. With
+    ``mapping.keep_columns``, each escalation's ENQUEUED row records those cells as its
+    source attributes (``domain.source_attributes``).
 
     Raises:
-        InvalidInput: the header does not fit the mapping, or ``[outcomes]`` names an action
-            the ladder does not declare (or the target has no ``events``). LadderError:
-            unknown ladder.
+        InvalidInput: the header does not fit the mapping (a mapped or kept column it lacks
+            is named), ``[outcomes]`` names an action the ladder does not declare (or the
+            target has no ``events``), or ``processes`` is 2 and the target has no helper
+            process. LadderError: unknown ladder.
         OSError / UnicodeDecodeError: from ``open_csv`` or reading.
-        RuntimeError: the pass 1 child process ended without its results.
+        RuntimeError: the pass 1 helper process ended without its results.
     """
+    mapping = cmd.mapping
+    if cmd.processes == 2 and target.helper is None:
+        raise InvalidInput("processes: 2 needs a helper process and this import target has "
+                           "none (1: pass 1 in this process only)")
     if mapping.outcomes is not None:
         if target.events is None:
             raise InvalidInput("[outcomes]: this import target records no outcomes (no "
                                "event log)")
         mapping.outcomes.check(target.ladders.latest(mapping.ladder or target.default_ladder))
-    result = _import_rows(open_csv, mapping, target, skip_invalid=skip_invalid,
-                          progress=progress, batch_size=batch_size, bulk=bulk,
-                          processes=processes)
+    run = ImportRun(target, target.scheduler.time(), progress, cmd.batch_size)
+    result = _import_rows(cmd, run)
     if result.written and mapping.outcomes is not None and target.events is not None:
-        result.outcomes = _outcomes_pass(open_csv, mapping, target, target.events, result,
-                                         progress)
+        result.outcomes = _outcomes_pass(cmd, target, target.events, result, progress)
     return result
 
 
-def _outcomes_pass(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget,
-                   events: ObligationStore, result: ImportResult,
-                   progress: Progress) -> OutcomeReport:
+def _outcomes_pass(cmd: ImportCsv, target: ImportTarget, events: ObligationStore,
+                   result: ImportResult, progress: Progress) -> OutcomeReport:
     """Pass 3: the outcomes of the rows written (``import_outcomes.record_outcomes``)."""
+    mapping = cmd.mapping
     assert mapping.outcomes is not None  # noqa: S101 - the caller's check
     skip = {line for line, _ in result.errors}
     ports = OutcomePorts(target.scheduler, events, target.ladders, target.calendars,
-                         target.on_replanned)
-    with open_csv() as stream:
+                         target.on_replanned, target.fanout)
+    with cmd.open_csv() as stream:
         rows = iter_outcomes(stream, mapping, target.default_timezone(mapping), skip)
-        return record_outcomes(rows, mapping.outcomes, ports, target.actor,
-                               result.rows - len(skip), progress)
+        return record_outcomes(RecordOutcomes(rows, mapping.outcomes, target.actor,
+                                              result.rows - len(skip)), ports, progress)
 
 
-def _import_rows(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget, *,
-                 skip_invalid: bool, progress: Progress, batch_size: int, bulk: bool,
-                 processes: int | None) -> ImportResult:
+def _import_rows(cmd: ImportCsv, run: ImportRun) -> ImportResult:
     """Passes 1 and 2 of :func:`import_csv` (the disputes, without their outcomes)."""
-    now = target.scheduler.time()
-    ports = bulk_ports(target) if bulk else None
+    target = run.target
+    ports = bulk_ports(target) if cmd.bulk else None
     encoder = None
     if ports is not None:
-        ladder = target.ladders.latest(mapping.ladder or target.default_ladder)
-        encoder = RowEncoder(ports[0], ports[1], ladder, target.calendars, now, target.actor,
-                             keep_escalations=target.on_scheduled is not None,
-                             warnings_of=None if target.warnings is None else target.ladders)
-    if processes is None:
-        processes = 2 if hasattr(os, "fork") and (os.cpu_count() or 1) >= 2 else 1
+        ladder = target.ladders.latest(cmd.mapping.ladder or target.default_ladder)
+        encoder = RowEncoder(ports, target, ladder, run.now)
+    helper = None if cmd.processes == 1 else target.helper
     spill = SpillFile()
     try:
-        result = validate_pass(open_csv, mapping, target, now, progress, spill, encoder,
-                               defer_large=ports is not None and processes >= 2)
+        result = validate_pass(cmd, run, spill, encoder,
+                               defer_large=ports is not None and helper is not None)
         if result is None:  # a large file of repeating shapes: pass 1 in two processes
             assert ports is not None and encoder is not None  # noqa: S101 - defer_large
-            return _import_two_processes(open_csv, mapping, target, ports, encoder,
-                                         skip_invalid, progress, batch_size)
-        if result.errors and (not skip_invalid or len(result.errors) == result.rows):
+            assert helper is not None  # noqa: S101 - defer_large
+            return _import_two_processes(cmd, run, ports, encoder, helper)
+        if result.errors and (not cmd.skip_invalid or len(result.errors) == result.rows):
             return result
         if ports is not None and spill.rendered:
-            write_encoded_pass(spill, ports[0], ports[1], target, result, progress, batch_size)
+            write_encoded_pass(spill, ports, run, result)
         else:
-            write_pass(spill, target, now, result, progress, batch_size)
+            write_pass(spill, run, result)
     finally:
         spill.close()
     return result
 
 
-def _import_two_processes(open_csv: OpenCsv, mapping: ColumnMapping, target: ImportTarget,
-                          ports: tuple[StagedEnqueueLog, EncodedScheduler],
-                          encoder: RowEncoder, skip_invalid: bool, progress: Progress,
-                          batch_size: int) -> ImportResult:
-    """:func:`import_csv` of the bulk path with pass 1 in two processes (``import_parallel``)."""
+def _import_two_processes(cmd: ImportCsv, run: ImportRun, ports: BulkPorts,
+                          encoder: RowEncoder, helper: HelperProcess) -> ImportResult:
+    """:func:`import_csv` of the bulk path with pass 1 in this process and ``helper``
+    (``import_parallel``)."""
     from escalation.service_layer import import_parallel  # it imports this module
 
     chunks = import_parallel.ChunkSpill()
     try:
-        result = import_parallel.parallel_validate_pass(
-            open_csv, mapping, target.default_timezone(mapping), encoder, chunks, progress)
-        if result.errors and (not skip_invalid or len(result.errors) == result.rows):
+        job = import_parallel.ParallelPass(
+            cmd.open_csv, cmd.mapping, run.target.default_timezone(cmd.mapping), encoder)
+        result = import_parallel.parallel_validate_pass(job, chunks, helper, run.progress)
+        if result.errors and (not cmd.skip_invalid or len(result.errors) == result.rows):
             return result
-        write_encoded_pass(chunks, ports[0], ports[1], target, result, progress, batch_size)
+        write_encoded_pass(chunks, ports, run, result)
     finally:
         chunks.close()
     return result

@@ -24,25 +24,25 @@ whose lock a worker holds at restore time (NOT_OWNER) is retried until the lock 
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar, cast
+from typing import Protocol
 from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import (
+    EscalationError,
     LadderError,
     LadderMigrationError,
     LadderNotReleased,
+    LadderVersionNotFound,
     LadderVersionSuperseded,
     UnknownPlanHash,
 )
 from escalation.domain.escalation import Escalation, Status
-from escalation.domain.ladder import Ladder
+from escalation.domain.ladder import Ladder, unknown_ladder
 from escalation.domain.ladder_check import check_ladders
 from escalation.domain.ladder_ledger import run_event
 from escalation.domain.ladder_plan import (
@@ -58,18 +58,104 @@ from escalation.logs import get_logger
 from escalation.ports import (
     ApplyOutcome,
     HistoryRow,
-    LadderDirectory,
     LadderFiles,
     LadderHistory,
-    Page,
+    LadderSource,
+    MigrationBatch,
+    NewRun,
+    OpenFilter,
     Scheduler,
 )
-from escalation.service_layer.progress import Progress
+from escalation.service_layer.core import IN_ORDER, Pipeline
+from escalation.service_layer.progress_report import Progress
+
+
+class LadderVersions(LadderSource, Protocol):
+    """A :class:`LadderSource` that can list a ladder's versions (adapter:
+    ``adapters.ladder_files.LadderCatalog``)."""
+
+    def versions(self, name: str) -> list[int]:
+        """Versions of ladder ``name``, ascending (empty if unknown)."""
+        ...
+
+
+class LadderDirectory(LadderVersions, Protocol):
+    """The ladders ``ladder plan``/``apply`` read (adapters: ``LadderCatalog``,
+    ``ReleasedLadders``): :meth:`on_disk` re-reads the files as they are now."""
+
+    def on_disk(self) -> LadderFiles:
+        """The files of the directory as they are now (released or not)."""
+        ...
+
 
 PAGE = 5000
 log = get_logger("escalation.ladders")
 Hook = Callable[[str, int], None]
 Replanned = tuple[PlanItem, datetime | None] | Blocked
+
+
+@dataclass(frozen=True, slots=True)
+class PlanMigration:
+    """Plan the migration of ``ladder`` to version ``to_version`` (a released version number,
+    1 or more). Refused (``LadderMigrationError``) when that version is not released or its
+    file is invalid, a released file of the path is missing or edited, the files fail
+    ``ladder check``, or a later version is already applied."""
+
+    ladder: str
+    to_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyMigration:
+    """Apply the migration of ``ladder`` to ``to_version`` that ``plan_hash`` names.
+
+    ``plan_hash``: the hash ``ladder plan`` printed (it names the change, so it stays valid
+    while workers decide escalations; a failed/crashed run with it is resumed). ``actor``,
+    ``reason``: who applies and why (e.g. a change ticket): on the history row, on the run's
+    LADDER_APPLIED / LADDER_APPLY_FAILED ledger row, and on every LADDER_MIGRATED ledger row
+    (whose reason also names the release migrated to). ``batch_size``: escalations per
+    PostgreSQL transaction, 1-5000 (else ``LadderMigrationError``). ``lock_wait_s``: seconds
+    to retry members whose lock a worker holds (NOT_OWNER). An unknown hash is refused with
+    ``UnknownPlanHash``.
+    """
+
+    ladder: str
+    to_version: int
+    plan_hash: str
+    actor: str
+    reason: str = ""
+    batch_size: int = 500
+    lock_wait_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class LadderPorts:
+    """What planning and applying read and write: the migration runs and their batched
+    writes (``history``), Redis (``scheduler``: restores, and TIME as the clock), the ladder
+    files on disk (``ladders``), the calendars, and how a batch's PostgreSQL and Redis steps
+    overlap (``pipeline``; the edge picks it: ``bootstrap.ladder_pipeline``)."""
+
+    history: LadderHistory
+    scheduler: Scheduler
+    ladders: LadderDirectory
+    calendars: CalendarRegistry
+    pipeline: Pipeline = IN_ORDER
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyHooks:
+    """What a caller observes of an apply. ``progress``: called as ``progress("migrate",
+    done, total)`` after each batch; ``hook``: test hook ``hook(stage, batch_index)`` at
+    ``after_record`` / ``after_restore``; ``on_scheduled``: called with each batch's migrated
+    pending escalations after their Redis restore (the CLI schedules their pre-breach
+    warnings still ahead)."""
+
+    progress: Progress | None = None
+    hook: Hook | None = None
+    on_scheduled: Callable[[Sequence[Escalation]], None] | None = None
+
+
+NO_APPLY_HOOKS = ApplyHooks()
 
 
 # --------------------------------------------------------------------------- the change
@@ -94,6 +180,7 @@ def _change(
     """Every version ``1..to_version`` of ``name`` (by number) and the target, validated.
 
     Raises:
+        LadderVersionNotFound: the target has neither a file nor a release (exit 3).
         LadderMigrationError: the target is not released or its file is invalid; a version
             of the path is released but its file is missing or edited; the files fail
             ``ladder check``.
@@ -123,33 +210,47 @@ def _change(
 
 def require_known_ladder(files: LadderFiles, released: Mapping[tuple[str, int], str],
                          name: str) -> None:
-    """Raise :class:`LadderNotReleased` (exit 2) for a ladder name that no file (valid or
-    not) and no release has, naming the ladders that exist (plan, apply, history)."""
+    """Raise :class:`~escalation.domain.errors.LadderNotFound` (exit 3, code ``NOT_FOUND``)
+    for a ladder name that no file (valid or not) and no release has, naming the ladders
+    that exist (plan, apply, history); a malformed name is a LadderError (exit 2,
+    :func:`~escalation.domain.ladder.unknown_ladder`)."""
     known = sorted({ld.name for ld in files.all()} | {k[0] for k in released})
     if name not in known and not any(f"{name}.v" in e for e in files.errors):
-        raise LadderNotReleased(f"unknown ladder {name!r} (ladders: {', '.join(known) or 'none'})")
+        raise unknown_ladder(name, known)
 
 
 def _require_released(files: LadderFiles, released: Mapping[tuple[str, int], str],
                       name: str, version: int) -> None:
     """Raise :class:`LadderNotReleased` naming why ``name@version`` is not a released version
-    (an unknown ladder is named as such, with the ladders that exist)."""
+    (an unknown ladder is named as such, with the ladders that exist), or
+    :class:`LadderVersionNotFound` (exit 3) when the version has neither a file nor a
+    release."""
     if (name, version) in released:
         return
     require_known_ladder(files, released, name)
+    state, error = _why_unreleased(files, released, name, version)
+    raise error(
+        f"ladder {name!r} version {version} {state}; plan and apply only migrate to a "
+        f"released version (`escalation ladder check`, then `escalation ladder release "
+        f"--ladder {name} --version {version}`)")
+
+
+def _why_unreleased(files: LadderFiles, released: Mapping[tuple[str, int], str],
+                    name: str, version: int) -> tuple[str, type[EscalationError]]:
+    """Why ``name@version`` (a known ladder) is not released, and the error that says it:
+    its file is invalid or not released yet (:class:`LadderNotReleased`), or there is no
+    file at all (:class:`LadderVersionNotFound`)."""
     target = files.find(name, version)
     if target is not None:
         chain = [ld for ld in files.all() if ld.name == name and ld.version <= version]
         problems = check_ladders(chain, {k: c for k, c in released.items() if k[0] == name},
                                  files.calendars)
-        state = (f"is invalid ({' | '.join(problems)})" if problems else "is not released")
-    else:
-        bad = [e for e in files.errors if f"{name}.v{version}.toml" in e]
-        state = f"is invalid ({' | '.join(bad)})" if bad else "has no file"
-    raise LadderNotReleased(
-        f"ladder {name!r} version {version} {state}; plan and apply only migrate to a "
-        f"released version (`escalation ladder check`, then `escalation ladder release "
-        f"--ladder {name} --version {version}`)")
+        return (f"is invalid ({' | '.join(problems)})" if problems else "is not released",
+                LadderNotReleased)
+    bad = [e for e in files.errors if f"{name}.v{version}.toml" in e]
+    if bad:
+        return f"is invalid ({' | '.join(bad)})", LadderNotReleased
+    return "has no file", LadderVersionNotFound
 
 
 def _files_of(versions: Mapping[int, Ladder]) -> tuple[tuple[int, str], ...]:
@@ -163,7 +264,7 @@ def _open_escalations(
     """Keyset pages of the pending/paused escalations of ``name`` pinned below ``below``."""
     after: UUID | None = None
     while True:
-        rows = history.open_escalations(name, after, page, below_version=below)
+        rows = history.open_escalations(name, after, page, OpenFilter(below_version=below))
         if rows:
             yield rows
         if len(rows) < page:
@@ -171,19 +272,13 @@ def _open_escalations(
         after = rows[-1].dispute_id
 
 
-def plan_migration(
-    *,
-    history: LadderHistory,
-    ladders: LadderDirectory,
-    calendars: CalendarRegistry,
-    ladder: str,
-    to_version: int,
-    progress: Progress | None = None,
-) -> MigrationPlan:
-    """Dry run: plan every pending/paused escalation of ``ladder`` pinned below ``to_version``.
+def plan_migration(cmd: PlanMigration, ports: LadderPorts,
+                   progress: Progress | None = None) -> MigrationPlan:
+    """Dry run: plan every pending/paused escalation of ``cmd.ladder`` pinned below
+    ``cmd.to_version``. Reads ``ports.history``, ``ports.ladders`` and ``ports.calendars``.
 
     Args:
-        progress: a :class:`escalation.service_layer.progress.Progress`, called as
+        progress: a :class:`escalation.service_layer.progress_report.Progress`, called as
             ``progress("plan", planned so far, total)`` after each page of 5,000.
 
     Raises:
@@ -191,7 +286,8 @@ def plan_migration(
             file of the path is missing or edited, or the files fail ``ladder check``;
             :class:`LadderVersionSuperseded` when a later version is already applied.
     """
-    versions, target = _change(history, ladders, ladder, to_version)
+    history, ladder, to_version = ports.history, cmd.ladder, cmd.to_version
+    versions, target = _change(history, ports.ladders, ladder, to_version)
     total = history.count_open(ladder, to_version) if progress else 0
     done = 0
 
@@ -203,7 +299,7 @@ def plan_migration(
             if progress:
                 progress("plan", done, max(total, done))
 
-    return build_plan(pages(), versions, target, calendars)
+    return build_plan(pages(), versions, target, ports.calendars)
 
 
 # --------------------------------------------------------------------------- apply
@@ -266,38 +362,12 @@ class _Target:
     details: dict[str, object]
 
 
-def apply_migration(
-    *,
-    history: LadderHistory,
-    scheduler: Scheduler,
-    ladders: LadderDirectory,
-    calendars: CalendarRegistry,
-    ladder: str,
-    to_version: int,
-    plan_hash: str,
-    actor: str,
-    reason: str = "",
-    batch_size: int = 500,
-    lock_wait_s: float = 30.0,
-    progress: Progress | None = None,
-    hook: Hook | None = None,
-    on_scheduled: Callable[[Sequence[Escalation]], None] | None = None,
-) -> ApplyReport:
-    """Apply the migration of ``ladder`` to ``to_version`` that ``plan_hash`` names.
-
-    Args:
-        plan_hash: the hash ``ladder plan`` printed (it names the change, so it stays valid
-            while workers decide escalations; a failed/crashed run with it is resumed).
-        actor, reason: who applies and why (e.g. a change ticket): on the history row, on
-            the run's LADDER_APPLIED / LADDER_APPLY_FAILED ledger row, and on every
-            LADDER_MIGRATED ledger row (whose reason also names the release migrated to).
-        batch_size: escalations per PostgreSQL transaction (1..5000).
-        lock_wait_s: how long to retry members whose lock a worker holds (NOT_OWNER).
-        progress: a :class:`escalation.service_layer.progress.Progress`, called as
-            ``progress("migrate", done, total)`` after each batch.
-        hook: test hook ``hook(stage, batch_index)`` at ``after_record`` / ``after_restore``.
-        on_scheduled: called with each batch's migrated pending escalations after their
-            Redis restore (the CLI schedules their pre-breach warnings still ahead).
+def apply_migration(cmd: ApplyMigration, ports: LadderPorts,
+                    hooks: ApplyHooks = NO_APPLY_HOOKS) -> ApplyReport:
+    """Apply the migration ``cmd`` names (:class:`ApplyMigration`): check that the hash names
+    the change the files describe now, then plan and migrate page by page, each batch in one
+    PostgreSQL transaction, then restored into Redis (``ports.pipeline`` decides whether
+    those steps overlap).
 
     Returns:
         ApplyReport; ``already_applied`` is set (and nothing is written) when a finished run
@@ -306,14 +376,18 @@ def apply_migration(
     Raises:
         UnknownPlanHash: ``plan_hash`` is not the hash of this change (mistyped, or the files
             changed since the plan: plan and review again).
+        LadderVersionNotFound: the target has neither a file nor a release (exit 3).
         LadderMigrationError: the target is not released or invalid, or a released file of
             the path is missing or edited; :class:`LadderVersionSuperseded` when a later
             version is already applied.
         ConflictError: another apply of this ladder version is running.
     """
+    history, scheduler, ladder, to_version = ports.history, ports.scheduler, cmd.ladder, \
+        cmd.to_version
+    plan_hash, actor, reason, batch_size = cmd.plan_hash, cmd.actor, cmd.reason, cmd.batch_size
     if not 1 <= batch_size <= PAGE:
         raise LadderMigrationError(f"batch size must be 1-{PAGE}, got {batch_size}")
-    versions, target = _change(history, ladders, ladder, to_version)
+    versions, target = _change(history, ports.ladders, ladder, to_version)
     expected = change_hash(ladder, to_version, _files_of(versions))
     if plan_hash != expected:
         # the given hash in full (a typo after its 16th digit shows); the expected one is
@@ -327,30 +401,28 @@ def apply_migration(
     done = _finished_run(history, ladder, to_version, plan_hash)
     if done is not None:
         return ApplyReport(run_id=done.run_id, planned=done.planned, already_applied=done)
-    report = _start(history, scheduler, ladder, target, plan_hash, actor, reason)
-    change = _Target(ladder, versions, target, calendars, actor, {
+    report = _start(ports, cmd, target)
+    change = _Target(ladder, versions, target, ports.calendars, actor, {
         "migration_id": report.run_id, "checksum": target.checksum, "plan_hash": plan_hash,
         **_release_details(history, ladder, to_version, reason)})
     try:
-        _run_batches(change, report, history=history, scheduler=scheduler,
-                     batch_size=batch_size, progress=progress, hook=hook,
-                     on_scheduled=on_scheduled)
+        _run_batches(change, report, ports, batch_size, hooks)
         report.left_to_workers = _retry_not_owner(
-            report.left_to_workers, history, scheduler, lock_wait_s)
+            report.left_to_workers, history, scheduler, cmd.lock_wait_s)
     except BaseException as exc:
         history.finish(report.run_id, "failed", scheduler.time(), error=repr(exc)[:500])
-        _log_run(ladder, to_version, "failed", report, target.checksum, plan_hash, actor)
+        _log_run(cmd, "failed", report, target.checksum)
         raise
     history.finish(report.run_id, "done", scheduler.time())
-    _log_run(ladder, to_version, "done", report, target.checksum, plan_hash, actor)
+    _log_run(cmd, "done", report, target.checksum)
     return report
 
 
-def _log_run(ladder: str, version: int, status: str, report: ApplyReport, checksum: str,
-             plan_hash: str, actor: str) -> None:
+def _log_run(cmd: ApplyMigration, status: str, report: ApplyReport, checksum: str) -> None:
     """One INFO line per ended run, naming the ledger event its end appended (ADR 0012)."""
-    log.info("ladder.apply_ended", ladder=ladder, version=version, run_id=report.run_id,
-             status=status, migrated=report.migrated, plan_hash=plan_hash, actor=actor,
+    log.info("ladder.apply_ended", ladder=cmd.ladder, version=cmd.to_version,
+             run_id=report.run_id, status=status, migrated=report.migrated,
+             plan_hash=cmd.plan_hash, actor=cmd.actor,
              trace_id="", source_hash=checksum, match_decision=run_event(status).value)
 
 
@@ -380,9 +452,10 @@ def _finished_run(history: LadderHistory, ladder: str, version: int,
     return runs[-1] if history.count_open(ladder, version) == 0 else None
 
 
-def _start(history: LadderHistory, scheduler: Scheduler, ladder: str, target: Ladder,
-           plan_hash: str, actor: str, reason: str) -> ApplyReport:
+def _start(ports: LadderPorts, cmd: ApplyMigration, target: Ladder) -> ApplyReport:
     """Resume the unfinished run with this hash, or start a new one (superseding another)."""
+    history, scheduler, ladder = ports.history, ports.scheduler, cmd.ladder
+    plan_hash, actor, reason = cmd.plan_hash, cmd.actor, cmd.reason
     planned = history.count_open(ladder, target.version)
     report = ApplyReport(planned=planned)
     run = history.open_run(ladder, target.version)
@@ -395,175 +468,97 @@ def _start(history: LadderHistory, scheduler: Scheduler, ladder: str, target: La
     now = scheduler.time()
     if run is not None:
         history.finish(run.run_id, "failed", now, error="superseded by a new plan")
-    report.run_id = history.start(
-        ladder=ladder, version=target.version, checksum=target.checksum, plan_hash=plan_hash,
-        applied_by=actor, started_at=now, planned=planned, reason=reason)
+    report.run_id = history.start(NewRun(ladder=ladder, version=target.version,
+                                         checksum=target.checksum, plan_hash=plan_hash,
+                                         applied_by=actor, started_at=now, planned=planned,
+                                         reason=reason))
     return report
 
 
 @dataclass
 class _Planned:
-    """One page read and planned at apply time (by the read-ahead thread)."""
+    """One page read and planned at apply time."""
 
-    page: Page
+    escalations: list[Escalation]
     items: list[PlanItem]
     blocked: list[Blocked]
+    index: int = 0
 
 
 @dataclass
-class _Restoring:
-    """The Redis restore of one committed batch, running on the restore thread."""
+class _Recorded:
+    """One page's batch, committed in PostgreSQL: what the Redis restore writes."""
 
     index: int
     last: UUID
     migrated: list[Escalation]
-    future: Future[list[UUID]]
+    size: int
 
 
-@dataclass
-class _Synced:
-    """Redis resume point not yet recorded in ``ladder_history``: the last dispute id of the
-    newest batch whose restore finished, and the NOT_OWNER count of those restores."""
-
-    through: UUID | None = None
-    not_owner: int = 0
-
-    def take(self) -> tuple[UUID, int] | None:
-        """The note to record (and forget it), or None when nothing new was restored."""
-        if self.through is None:
-            return None
-        note = (self.through, self.not_owner)
-        self.through, self.not_owner = None, 0
-        return note
-
-
-def _run_batches(
-    change: _Target,
-    report: ApplyReport,
-    *,
-    history: LadderHistory,
-    scheduler: Scheduler,
-    batch_size: int,
-    progress: Progress | None,
-    hook: Hook | None,
-    on_scheduled: Callable[[Sequence[Escalation]], None] | None = None,
-) -> None:
+def _run_batches(change: _Target, report: ApplyReport, ports: LadderPorts, batch_size: int,
+                 hooks: ApplyHooks) -> None:
     """Plan and migrate page by page (dispute-id order) until nothing is pinned below.
 
-    Three stages overlap (docs/performance.md, "Ladder migrations"): a read-ahead thread reads
-    and plans page k+1 while this thread runs the PostgreSQL transaction of page k, and a
-    restore thread restores batch k-1 into Redis meanwhile (at most one restore in flight:
-    batch k-1's is waited for before batch k's starts). Each batch is still planned from a
-    read older than its lock and re-validated under the lock (the seq guard), so reading
-    ahead changes nothing there.
-
-    The Redis resume point (``redis_synced_through``) only ever names a batch whose restore
-    finished: it rides in the next transaction after that, and is recorded after the last
-    batch -- or, best effort, when the apply fails (after the in-flight restore ended)."""
+    Per page: read it and plan it, record it (one PostgreSQL transaction, each row
+    re-validated under its lock: the seq guard), restore its migrated escalations into
+    Redis, then note how far Redis got (``LadderHistory.note_redis``, the resume point; it
+    only ever names a batch whose restore finished). ``ports.pipeline`` runs these steps;
+    the overlapped one reads the next page and restores the previous batch while a batch
+    is recorded (docs/performance.md, "Ladder migrations"), which changes nothing for the
+    seq guard: each batch is planned from a read older than its lock either way."""
+    history, scheduler = ports.history, ports.scheduler
     done = 0
-    synced = _Synced()
-    restoring: _Restoring | None = None
 
-    def finish(job: _Restoring) -> None:
-        busy = job.future.result()
-        if on_scheduled is not None:
-            on_scheduled([s for s in job.migrated if s.status is Status.PENDING])
+    def record(planned: _Planned) -> _Recorded:
+        report.blocked.extend(planned.blocked)
+        last = planned.escalations[-1].dispute_id
+        migrated = _record(change, report, ports, planned, (last, len(planned.blocked)))
+        if hooks.hook:
+            hooks.hook("after_record", planned.index)
+        return _Recorded(planned.index, last, migrated, len(planned.escalations))
+
+    def restore(batch: _Recorded) -> list[UUID]:
+        return _restore(scheduler, batch.migrated)
+
+    def restored(batch: _Recorded, busy: list[UUID]) -> None:
+        if hooks.on_scheduled is not None:
+            hooks.on_scheduled([s for s in batch.migrated if s.status is Status.PENDING])
         report.not_owner += len(busy)
         report.left_to_workers = _retry_not_owner(
             [*report.left_to_workers, *busy], history, scheduler, 0.0)
-        synced.through = job.last
-        synced.not_owner += len(busy)
-        if hook:
-            hook("after_restore", job.index)
+        history.note_redis(report.run_id, batch.last, len(busy))
+        if hooks.hook:
+            hooks.hook("after_restore", batch.index)
 
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ladder-apply") as pool:
-        try:
-            for index, planned in enumerate(
-                    _read_ahead(pool, _planned_pages(history, change, batch_size))):
-                report.blocked.extend(planned.blocked)
-                last = planned.page.escalations[-1].dispute_id
-                if restoring is not None and restoring.future.done():
-                    job, restoring = restoring, None
-                    finish(job)
-                migrated = _record(change, report, history, scheduler, planned.items,
-                                   planned.page, (last, len(planned.blocked)), synced.take())
-                if hook:
-                    hook("after_record", index)
-                if restoring is not None:
-                    job, restoring = restoring, None
-                    finish(job)
-                restoring = _Restoring(index, last, migrated,
-                                       pool.submit(_restore, scheduler, migrated))
-                done += len(planned.page.escalations)
-                if progress:
-                    progress("migrate", done, max(report.planned, done))
-            if restoring is not None:
-                job, restoring = restoring, None
-                finish(job)
-        except BaseException:
-            _settle(restoring, finish, synced, history, report.run_id)
-            raise
-    note = synced.take()
-    if note is not None:
-        history.note_redis(report.run_id, *note)
-
-
-def _settle(restoring: _Restoring | None, finish: Callable[[_Restoring], None],
-            synced: _Synced, history: LadderHistory, run_id: int) -> None:
-    """On failure: wait for the in-flight restore and record how far Redis got (best
-    effort: the caller re-raises the original error; resume is correct from an older
-    point too, since restoring is idempotent)."""
-    with contextlib.suppress(Exception):  # the apply's own error is the one to report
-        if restoring is not None:
-            finish(restoring)
-    with contextlib.suppress(Exception):  # same: never mask the apply's own error
-        note = synced.take()
-        if note is not None:
-            history.note_redis(run_id, *note)
-
-
-_T = TypeVar("_T")
-
-
-def _read_ahead(pool: ThreadPoolExecutor, items: Iterator[_T]) -> Iterator[_T]:
-    """Yield ``items``, computing the next one on ``pool`` while the caller uses this one.
-
-    ``items`` is only ever advanced by one thread at a time (one future in flight)."""
-    end = object()
-    ahead: Future[object] = pool.submit(next, items, end)
-    while True:
-        item = ahead.result()
-        if item is end:
-            return
-        ahead = pool.submit(next, items, end)
-        yield cast(_T, item)
+    pages = _planned_pages(history, change, batch_size)
+    for batch in ports.pipeline.run(pages, record, restore, restored):
+        done += batch.size
+        if hooks.progress:
+            hooks.progress("migrate", done, max(report.planned, done))
 
 
 def _planned_pages(history: LadderHistory, change: _Target, size: int) -> Iterator[_Planned]:
-    """Each page of :func:`_pages`, planned at read time."""
-    for page in _pages(history, change, size):
-        items, blocked = split_plan(page.escalations, change.versions, change.target,
-                                    change.calendars)
-        yield _Planned(page, items, blocked)
-
-
-def _pages(history: LadderHistory, change: _Target, size: int) -> Iterator[Page]:
+    """Each keyset page of the escalations still pinned below the target, planned at read
+    time."""
     after: UUID | None = None
+    index = 0
     while True:
         page = history.open_page(change.ladder, after, size,
-                                 below_version=change.target.version)
-        if page.escalations:
-            yield page
-        if len(page.escalations) < size:
+                                 below_version=change.target.version).escalations
+        if page:
+            items, blocked = split_plan(page, change.versions, change.target,
+                                        change.calendars)
+            yield _Planned(page, items, blocked, index)
+            index += 1
+        if len(page) < size:
             return
-        after = page.escalations[-1].dispute_id
+        after = page[-1].dispute_id
 
 
-def _record(change: _Target, report: ApplyReport, history: LadderHistory,
-            scheduler: Scheduler, items: Sequence[PlanItem], page: Page,
-            through: tuple[UUID, int], note: tuple[UUID, int] | None) -> list[Escalation]:
+def _record(change: _Target, report: ApplyReport, ports: LadderPorts, planned: _Planned,
+            through: tuple[UUID, int]) -> list[Escalation]:
     """One PostgreSQL transaction for one page's items; returns the migrated states."""
-    now = scheduler.time()
+    now = ports.scheduler.time()
     calendars = change.calendars
 
     def replan(esc: Escalation) -> Replanned:
@@ -572,13 +567,10 @@ def _record(change: _Target, report: ApplyReport, history: LadderHistory,
             return again
         return again, again.due.resolve(now, calendars)
 
-    result = history.migrate_batch(
-        report.run_id, [(i, i.due.resolve(now, calendars)) for i in items],
+    result = ports.history.migrate_batch(MigrationBatch(
+        run_id=report.run_id, items=[(i, i.due.resolve(now, calendars)) for i in planned.items],
         target_version=change.target.version, actor=change.actor, decided_at=now,
-        details=change.details, replan=replan, through=through[0], blocked=through[1],
-        page_rows=page.rows, redis_note=note,
-        page_escalations={e.dispute_id: e for e in page.escalations},
-    )
+        details=change.details, through=through[0], blocked=through[1]), replan)
     report.migrated += len(result.migrated)
     report.replanned += result.replanned
     report.unchanged += result.skipped
@@ -627,7 +619,8 @@ def _repair_redis(
     after = run.redis_synced_through
     repaired = 0
     while True:
-        page = history.open_escalations(ladder, after, PAGE, at_version=version, through=last)
+        page = history.open_escalations(ladder, after, PAGE,
+                                        OpenFilter(at_version=version, through=last))
         _restore(scheduler, page)
         repaired += len(page)
         if len(page) < PAGE:

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from escalation.domain.calendars import CalendarRegistry
-from escalation.domain.errors import LadderError
+from escalation.domain.errors import LadderError, LadderVersionNotFound
 from escalation.domain.ladder import Ladder
 from escalation.domain.ladder_check import check_ladders
 from escalation.logs import get_logger
-from escalation.ports import LadderFiles, LadderHistory, ReleaseRow
+from escalation.ports import LadderFiles, LadderHistory, NewRelease, ReleaseRow
 
 BASELINE_ACTOR = "baseline"
 BASELINE_REASON = "first use: every version that passes `ladder check` released as baseline"
@@ -53,24 +53,36 @@ class ReleaseResult:
     new: bool
 
 
+@dataclass(frozen=True, slots=True)
+class ReleaseVersion:
+    """Release one ladder version (the command of :func:`release_version`): ``ladder`` and
+    ``version``, who releases and why (``actor``, ``reason``, e.g. a change ticket; both on
+    record, the actor must not be blank) and ``now`` (aware UTC, Redis TIME)."""
+
+    ladder: str
+    version: int
+    actor: str
+    reason: str
+    now: datetime
+
+
 def release_version(
-    *, history: LadderHistory, files: LadderFiles, ladder: str, version: int, actor: str,
-    reason: str, now: datetime,
+    cmd: ReleaseVersion, *, history: LadderHistory, files: LadderFiles,
 ) -> ReleaseResult:
-    """Release ``ladder@version``: validate it and record its checksum.
+    """Release ``cmd.ladder@cmd.version``: validate it and record its checksum.
 
     Args:
         files: the ladder directory as read now (``LadderCatalog.from_dir(dir,
             strict=False)``: invalid files are listed in its errors).
-        actor, reason: who releases and why (e.g. a change ticket); both on record.
-        now: aware UTC (Redis TIME).
 
     Raises:
-        LadderError: the file is missing or invalid, the ladder's files up to ``version``
+        LadderVersionNotFound: no file for ``ladder@version`` (exit 3).
+        LadderError: the file is invalid, the ladder's files up to ``version``
             fail ``ladder check`` (maps, demotions, regulatory fit, an edited released
             file), or ``version - 1`` is not released yet.
         ConflictError: already released with a different checksum (the file was edited).
     """
+    ladder, version, actor, reason, now = cmd.ladder, cmd.version, cmd.actor, cmd.reason, cmd.now
     if not actor.strip():
         raise LadderError("--actor: must not be empty")
     target = _target_file(files, ladder, version)
@@ -85,8 +97,8 @@ def release_version(
     if errors:
         raise LadderError(f"{ladder}@{version} fails `ladder check`, nothing released:\n"
                           + "\n".join(errors))
-    row, new = history.release(ladder=ladder, version=version, checksum=target.checksum,
-                               released_by=actor, reason=reason, released_at=now)
+    row, new = history.release(NewRelease(ladder=ladder, version=version, checksum=target.checksum,
+                                          released_by=actor, reason=reason, released_at=now))
     if new:
         log.info("ladder.released", ladder=ladder, version=version, checksum=target.checksum,
                  actor=actor, reason=reason, trace_id="", source_hash=target.checksum,
@@ -95,14 +107,21 @@ def release_version(
 
 
 def _target_file(files: LadderFiles, ladder: str, version: int) -> Ladder:
-    """The parsed file of ``ladder@version``. Raises LadderError naming the file."""
+    """The parsed file of ``ladder@version``.
+
+    Raises:
+        LadderError: the file exists but fails validation (the message names it).
+        LadderVersionNotFound: no such file (exit 3).
+    """
     target = files.find(ladder, version)
     if target is not None:
         return target
     bad = [e for e in files.errors if f"{ladder}.v{version}.toml" in e]
-    raise LadderError(bad[0] if bad else (
+    if bad:
+        raise LadderError(bad[0])
+    raise LadderVersionNotFound(
         f"{files.path / f'{ladder}.v{version}.toml'}: (file): no such ladder file; "
-        "nothing released"))
+        "nothing released")
 
 
 def baseline_prefix(versions: list[Ladder],

@@ -6,8 +6,8 @@ script that applies the decision. This module is the consumer side:
 - one consumer group per review queue: ``notify`` (every tier) or ``notify.<tier>`` (only
   entries whose ``to_tier`` is that tier; other entries are acknowledged and skipped);
 - ``XREADGROUP`` new entries; deliver each to the optional webhook (``Idempotency-Key`` =
-  ``<dispute id>:<seq>``), up to ``concurrency`` at once but one dispute's in ``seq`` order
-  and one at a time (see :class:`Notifier`); ``XACK`` on success;
+  ``<dispute id>:<seq>``), up to ``concurrency`` at once (on the ports' ``fanout``) but one
+  dispute's in ``seq`` order and one at a time (see :class:`Notifier`); ``XACK`` on success;
 - on failure: ``notify_defer.lua`` acknowledges the entry and schedules the next attempt in
   the ``notify_retry`` ZSET at ``now + RetryPolicy.delay`` (full jitter);
   retries are claimed with ``notify_claim_retry.lua`` (visibility timeout, so a crash
@@ -34,9 +34,8 @@ import json
 import math
 import random
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import structlog
 
@@ -44,7 +43,70 @@ from escalation.domain.errors import DatabaseReadOnly, EscalationError, InvalidI
 from escalation.domain.escalation import parse_dispute_id
 from escalation.domain.retry import RetryPolicy
 from escalation.domain.timeutil import from_ms
-from escalation.ports import EventLog, ReviewStreams, Scheduler
+from escalation.ports import EventLog, LedgerEvent, NotifyRetry, Scheduler
+from escalation.service_layer.core import ONE_BY_ONE, Fanout
+
+
+class ReviewStreams(Protocol):
+    """The review streams (one per shard) that notifications are read from, with their retry
+    and dead-letter scripts (adapter: ``adapters.redis_reconcile_notify.ReliabilityRedis``; see
+    ``service_layer.notify``). Entry fields and ids are strings."""
+
+    def now_ms(self) -> int:
+        """Redis TIME, epoch milliseconds."""
+        ...
+
+    def review_shards(self) -> range:
+        """Shard indexes, 0 first."""
+        ...
+
+    def ensure_review_group(self, shard: int, group: str) -> None:
+        """Create consumer group ``group`` on the shard's stream (idempotent)."""
+        ...
+
+    def review_autoclaim(
+        self, shard: int, group: str, consumer: str, idle_ms: int, count: int
+    ) -> list[tuple[str, dict[str, str] | None]]:
+        """Take over entries pending longer than ``idle_ms`` (fields None: trimmed)."""
+        ...
+
+    def review_read(
+        self, shard: int, group: str, consumer: str, count: int, block_ms: int | None
+    ) -> list[tuple[str, dict[str, str]]]:
+        """New entries for ``consumer`` (blocking up to ``block_ms``; None = no block)."""
+        ...
+
+    def review_ack(self, shard: int, group: str, entry_id: str) -> None:
+        """Acknowledge one entry."""
+        ...
+
+    def notify_claim_retries(self, shard: int, count: int, lease_ms: int) -> list[tuple[str, str]]:
+        """Due retries ``(member, record JSON)``, leased for ``lease_ms``."""
+        ...
+
+    def notify_retry_done(self, shard: int, member: str) -> None:
+        """Drop a delivered retry."""
+        ...
+
+    def notify_retry_waiting(self, shard: int) -> list[tuple[str, int]]:
+        """Every retry scheduled on the shard, ``(member, retry time epoch ms)``, earliest
+        first (members of every consumer group; ``<group>|<dispute id>:<seq>``)."""
+        ...
+
+    def notify_defer(self, shard: int, retry: NotifyRetry) -> None:
+        """Schedule a retry at ``retry.at_ms`` (acknowledging ``retry.entry_id`` when
+        given)."""
+        ...
+
+    def dead_letter_notify(self, shard: int, member: str, record_json: str) -> int:
+        """Dead-letter an undeliverable notification; dead-lettered time, epoch ms."""
+        ...
+
+    def count_notification(self, shard: int, outcome: str) -> None:
+        """Count one delivery attempt (``outcome``: ``delivered`` or ``failed``) in the
+        shard's stats, which the API's ``/metrics`` reads."""
+        ...
+
 
 log = structlog.get_logger("escalation.notify")
 
@@ -138,50 +200,81 @@ def group_name(tier: str | None) -> str:
     return DEFAULT_GROUP if not tier else f"{DEFAULT_GROUP}.{tier}"
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumeReviews:
+    """How a :class:`Notifier` consumes the review streams (its command).
+
+    ``consumer``: consumer name within the group (unique per process); ``actor``: who writes
+    ledger rows; ``policy``: retry ladder (full jitter over each gap); ``tier``: deliver only
+    entries for this tier (group ``notify.<tier>``), or every entry; ``idle_ms``: pending
+    entries idle this long, in milliseconds, are taken over (XAUTOCLAIM); ``lease_ms``:
+    visibility timeout of a claimed retry, milliseconds; ``concurrency``: most deliveries at
+    once (1-:data:`MAX_CONCURRENCY`, checked by :class:`Notifier`).
+    """
+
+    consumer: str
+    actor: str
+    policy: RetryPolicy
+    tier: str | None = None
+    idle_ms: int = 60_000
+    lease_ms: int = 30_000
+    concurrency: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyPorts:
+    """What a :class:`Notifier` reads and writes.
+
+    ``rel``: reliability Redis access (namespace, shards); ``scheduler``: to re-align a
+    payload after a DEAD_LETTERED row (``restore``); ``store``: the audit store
+    (``append_event``, ``get``); ``deliver``: ``deliver(fields)`` raises on failure (None =
+    acknowledge only: the stream itself is the review queue); ``fanout``: how the disputes
+    of one step are delivered when ``concurrency`` > 1 (default ``core.ONE_BY_ONE``: one
+    after the other; the composition root gives ``bootstrap.delivery_fanout(concurrency)``,
+    helper threads, so that up to ``concurrency`` deliveries wait on the webhook at once).
+    """
+
+    rel: ReviewStreams
+    scheduler: Scheduler
+    store: EventLog
+    deliver: Deliver | None
+    fanout: Fanout = ONE_BY_ONE
+
+
 class Notifier:
     """Consumer of the review streams of one namespace.
 
     Args:
-        rel: reliability Redis access (namespace, shards).
-        scheduler: to re-align a payload after a DEAD_LETTERED row (``restore``).
-        store: the audit store (``append_event``, ``get``).
-        deliver: ``deliver(fields)`` raises on failure (None = acknowledge only: the stream
-            itself is the review queue).
-        policy: retry ladder (full jitter over each gap).
-        tier: deliver only entries for this tier (group ``notify.<tier>``), or every entry.
-        consumer: consumer name within the group (unique per process).
-        actor: who writes ledger rows.
-        idle_ms: pending entries idle this long are taken over (XAUTOCLAIM).
-        lease_ms: visibility timeout of a claimed retry.
-        concurrency: most deliveries at once (1-:data:`MAX_CONCURRENCY`). Per dispute,
-            notifications are delivered in ``seq`` order, one at a time: a step's entries are
-            grouped by dispute and each group is delivered by one thread, stopping at its
-            first failure; the rest of that group, and any later notification of a dispute
-            whose earlier one waits in the retry set, is held behind it (scheduled just
-            after it, attempts unchanged). ``deliver`` must then be safe to call from
-            several threads (``adapters.webhook.WebhookClient`` is). The guarantee holds
-            within one notifier per review queue: several processes consuming the same
-            group may deliver two notifications of a dispute at once.
+        cmd: how to consume (:class:`ConsumeReviews`).
+        ports: the streams, scheduler, ledger and webhook (:class:`NotifyPorts`).
+        rng: the jitter's random source (None: a fresh ``random.Random``).
+
+    Per dispute, notifications are delivered in ``seq`` order, one at a time: a step's
+    entries are grouped by dispute and each group is one call of ``ports.fanout`` (up to
+    ``cmd.concurrency`` groups at once, as many as the fanout runs), stopping at its first
+    failure; the rest of that group, and any later notification of a dispute whose earlier
+    one waits in the retry set, is held behind it (scheduled just after it, attempts
+    unchanged). With a fanout that runs several calls at once, ``deliver`` must be safe to
+    call from several threads (``adapters.webhook.WebhookClient`` is). The guarantee holds
+    within one notifier per review queue: several processes consuming the same group may
+    deliver two notifications of a dispute at once.
 
     Raises:
         InvalidInput: ``concurrency`` out of range.
     """
 
-    def __init__(
-        self, *, rel: ReviewStreams, scheduler: Scheduler, store: EventLog,
-        deliver: Deliver | None, policy: RetryPolicy, consumer: str, actor: str,
-        tier: str | None = None, idle_ms: int = 60_000, lease_ms: int = 30_000,
-        rng: random.Random | None = None, concurrency: int = 1,
-    ) -> None:
+    def __init__(self, cmd: ConsumeReviews, ports: NotifyPorts,
+                 rng: random.Random | None = None) -> None:
+        concurrency, tier = cmd.concurrency, cmd.tier
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise InvalidInput(f"concurrency must be 1-{MAX_CONCURRENCY}, got {concurrency}")
         self.concurrency = concurrency
-        self._pool: ThreadPoolExecutor | None = None
-        self.rel, self.scheduler, self.store = rel, scheduler, store
-        self.deliver, self.policy, self.tier = deliver, policy, tier
+        self.fanout = ports.fanout
+        self.rel, self.scheduler, self.store = ports.rel, ports.scheduler, ports.store
+        self.deliver, self.policy, self.tier = ports.deliver, cmd.policy, tier
         self.group = group_name(tier)
-        self.consumer, self.actor = consumer, actor
-        self.idle_ms, self.lease_ms = idle_ms, lease_ms
+        self.consumer, self.actor = cmd.consumer, cmd.actor
+        self.idle_ms, self.lease_ms = cmd.idle_ms, cmd.lease_ms
         self.rng = rng or random.Random()
         self._ready = False
 
@@ -195,7 +288,7 @@ class Notifier:
         """Recover idle entries, read new ones, run due retries, on every shard.
 
         Each step's entries are delivered with up to ``concurrency`` deliveries at once,
-        one dispute's notifications in ``seq`` order by one thread (see :class:`Notifier`).
+        one dispute's notifications in ``seq`` order by one call (see :class:`Notifier`).
 
         Args:
             count: most entries read per step per shard (1-1000).
@@ -209,12 +302,6 @@ class Notifier:
             self._read_new(shard, count, block_ms, report)
             self._run_retries(shard, count, report)
         return report
-
-    def close(self) -> None:
-        """Stop the delivery threads (idempotent; the notifier is not used afterwards)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
 
     # ------------------------------------------------------------------ stream
     def _recover(self, shard: int, count: int, report: NotifyReport) -> None:
@@ -259,9 +346,9 @@ class Notifier:
 
     # ------------------------------------------------------------------ delivery
     def _deliver_all(self, shard: int, items: list[_Item], report: NotifyReport) -> None:
-        """Deliver ``items``: one thread per dispute at a time (its entries in ``seq``
-        order, stopping at the first failure), up to ``concurrency`` disputes at once; then,
-        on this thread, acknowledge what was delivered, defer the failure and hold the rest
+        """Deliver ``items``: one fanout call per dispute (its entries in ``seq`` order,
+        stopping at the first failure), up to ``concurrency`` disputes at once; then, in the
+        caller's thread, acknowledge what was delivered, defer the failure and hold the rest
         of its dispute behind it."""
         if not items:
             return
@@ -281,8 +368,7 @@ class Notifier:
         if self.deliver is None or self.concurrency == 1 or len(runnable) == 1:
             results = [self._deliver_group(g) for g in runnable]
         else:
-            pool = self._executor()
-            results = list(pool.map(self._deliver_group, runnable))
+            results = list(self.fanout.map(self._deliver_group, runnable))
         for group, (done, error) in zip(runnable, results, strict=True):
             for item in group[:done]:
                 self._delivered(shard, item, report)
@@ -293,15 +379,10 @@ class Notifier:
                 self._hold(shard, group[done + 1:],
                            self.rel.now_ms() if at is None else at + 1, report)
 
-    def _executor(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.concurrency,
-                                            thread_name_prefix="notify")
-        return self._pool
-
     def _deliver_group(self, group: list[_Item]) -> tuple[int, str | None]:
         """Deliver one dispute's items in order: (how many were delivered, the error of the
-        next one or None). Runs on a delivery thread: no Redis or ledger call here."""
+        next one or None). May run on a helper thread of the fanout: no Redis or ledger call
+        here."""
         for i, item in enumerate(group):
             error = self._try(item.fields)
             if error is not None:
@@ -342,8 +423,9 @@ class Notifier:
             record = {"fields": item.fields, "attempts": item.attempts,
                       "last_error": "held behind an earlier notification of the dispute",
                       "group": self.group}
-            self.rel.notify_defer(shard, self.group, item.entry_id, self._member(item.fields),
-                                  at_ms + n, json.dumps(record))
+            self.rel.notify_defer(shard, NotifyRetry(
+                self.group, item.entry_id, self._member(item.fields), at_ms + n,
+                json.dumps(record)))
             report.held += 1
             log.debug("notify.held", dispute_id=item.fields.get("dispute_id", ""),
                       idempotency_key=item.fields.get("idempotency_key", ""),
@@ -384,7 +466,8 @@ class Notifier:
         delay_ms = self.policy.next_delay_ms(attempts, self.rng)
         log.warning("notify.delivery_failed", outcome="retry", retry_in_ms=delay_ms, **why)
         at = self.rel.now_ms() + delay_ms
-        self.rel.notify_defer(shard, self.group, entry_id, member, at, json.dumps(record))
+        self.rel.notify_defer(shard, NotifyRetry(self.group, entry_id, member, at,
+                                                 json.dumps(record)))
         report.deferred += 1
         return at
 
@@ -396,15 +479,31 @@ class Notifier:
         dead_ms = self.rel.dead_letter_notify(shard, member, json.dumps(dead_record))
         if entry_id:
             self.rel.review_ack(shard, self.group, entry_id)
-        ledger_dead_letter(self.store, self.scheduler, fields.get("dispute_id", ""),
-                           self.actor, dead_ms, "NOTIFICATION_DEAD_LETTERED",
-                           {"kind": "notify", "idempotency_key": fields.get("idempotency_key", ""),
-                            "attempts": int(record["attempts"]), "group": self.group,
-                            "last_error": str(record["last_error"])[:200]})
+        ledger_dead_letter(DeadLetterRow(
+            fields.get("dispute_id", ""), self.actor, dead_ms, "NOTIFICATION_DEAD_LETTERED",
+            {"kind": "notify", "idempotency_key": fields.get("idempotency_key", ""),
+             "attempts": int(record["attempts"]), "group": self.group,
+             "last_error": str(record["last_error"])[:200]}), self.store, self.scheduler)
 
 
-def ledger_dead_letter(store: Any, scheduler: Scheduler, dispute_id: str, actor: str,
-                       at_ms: int, match_decision: str, details: dict[str, Any], *,
+@dataclass(frozen=True, slots=True)
+class DeadLetterRow:
+    """The DEAD_LETTERED ledger row of :func:`ledger_dead_letter`.
+
+    ``dispute_id``: the dispute's id as Redis held it (text; not a UUID: nothing written);
+    ``actor``: who writes the row; ``at_ms``: when it was dead-lettered, epoch ms (Redis
+    time); ``match_decision``: ``DECISION_DEAD_LETTERED`` or ``NOTIFICATION_DEAD_LETTERED``;
+    ``details``: the row's details.
+    """
+
+    dispute_id: str
+    actor: str
+    at_ms: int
+    match_decision: str
+    details: dict[str, Any]
+
+
+def ledger_dead_letter(row: DeadLetterRow, store: Any, scheduler: Scheduler, *,
                        realign: bool = True) -> bool:
     """Append a DEAD_LETTERED row on the dispute's chain; with ``realign``, then bring the
     Redis payload to the new seq (``scheduler.restore``; a poison escalation is not realigned,
@@ -414,9 +513,10 @@ def ledger_dead_letter(store: Any, scheduler: Scheduler, dispute_id: str, actor:
     See the module docstring for the sequence-number semantics.
     """
     try:
-        uid = parse_dispute_id(dispute_id)
-        state = store.append_event(uid, "DEAD_LETTERED", match_decision, actor, from_ms(at_ms),
-                                   {}, details)
+        uid = parse_dispute_id(row.dispute_id)
+        state = store.append_event(LedgerEvent(
+            uid, "DEAD_LETTERED", row.match_decision, row.actor, from_ms(row.at_ms), {},
+            row.details))
     except DatabaseReadOnly:
         raise  # not recorded: the caller retries once the database takes writes again
     except EscalationError:

@@ -32,7 +32,7 @@ from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry, window_end
 from escalation.domain.currencies import check_currency
-from escalation.domain.errors import ConflictError, InvalidInput, NotFound
+from escalation.domain.errors import ConflictError, InvalidInput, InvalidParameter, NotFound
 from escalation.domain.escalation import (
     ENDED,
     Escalation,
@@ -50,6 +50,7 @@ from escalation.domain.obligations import (
     RecordedAction,
     assess,
     binding,
+    check_resolvable,
     clocks,
     late_at,
 )
@@ -60,6 +61,7 @@ from escalation.ports import (
     ApplyOutcome,
     EventLog,
     LadderSource,
+    LedgerEvent,
     LedgerRow,
     Scheduler,
 )
@@ -97,6 +99,22 @@ class ObligationStore(EventLog, Protocol):
     ) -> dict[UUID, LedgerRow]:
         """Latest PROMOTED/TERMINAL row with after < seq <= upto per range."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class ObligationPorts:
+    """What :func:`record_action` reads and writes.
+
+    ``scheduler``: Redis (its TIME is the clock; a re-planned due time is applied there);
+    ``store``: the ledger and projection (:class:`ObligationStore`); ``ladders``: the
+    released ladder versions (the action's definition); ``calendars``: the calendars the
+    dispute's clocks count in.
+    """
+
+    scheduler: Scheduler
+    store: ObligationStore
+    ladders: LadderSource
+    calendars: CalendarRegistry
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +257,24 @@ def _enqueued(rows: Sequence[Any]) -> dict[str, Any]:
     return next(((r.details or {}) for r in rows if r.event == "ENQUEUED"), {})
 
 
+def deadline_states(
+    ladders: LadderSource, trail: Sequence[Any], esc: Escalation,
+    calendars: CalendarRegistry, now: datetime,
+) -> list[Assessment]:
+    """Every clock of ``esc`` and its state at ``now`` (aware UTC, Redis TIME), from the
+    dispute's ledger ``trail`` (``[]`` for a dispute just created: its clocks are its
+    projection's). The ``deadlines`` of the API's escalation answers and of the CLI's
+    ``enqueue --json``.
+
+    Raises:
+        LadderReleaseError: the released ladder file of ``esc`` is missing or edited.
+    """
+    ladder = ladders.get(esc.ladder, esc.ladder_version)
+    actions = recorded_actions(trail)
+    placed = dispute_clocks(ladder, trail, actions, esc.calendars(calendars), esc.deadlines)
+    return list(assess(ladder, placed, actions, now))
+
+
 def dispute_clocks(
     ladder: Ladder, rows: Sequence[Any], actions: Sequence[RecordedAction],
     calendars: CalendarRegistry, fallback: Sequence[tuple[str, datetime]],
@@ -254,14 +290,16 @@ def _check_actor(actor: str) -> str:
     check_text(actor, "actor")
     if actor.strip().lower() in RESERVED_ACTORS or len(actor) > 200:
         raise InvalidInput("actor: name who acted (a token name, or an operator via --actor "
-                           f"or ESCALATION_OPERATOR); {actor!r} says nothing of who did it")
+                           f"or ESCALATION_OPERATOR); {actor!r} says nothing of who did it",
+                           field="actor")
     return actor
 
 
 def _check_key(key: str) -> str:
     check_text(key, "idempotency_key")
     if not key.strip() or len(key) > MAX_KEY_CHARS:
-        raise InvalidInput(f"idempotency_key: 1-{MAX_KEY_CHARS} characters, got {len(key)}")
+        raise InvalidInput(f"idempotency_key: 1-{MAX_KEY_CHARS} characters, got {len(key)}",
+                           field="idempotency_key")
     return key
 
 
@@ -270,7 +308,8 @@ def _check_note(value: str | None, name: str) -> str | None:
         return None
     check_text(value, name)
     if len(value) > MAX_NOTE_CHARS:
-        raise InvalidInput(f"{name}: at most {MAX_NOTE_CHARS} characters, got {len(value)}")
+        raise InvalidInput(f"{name}: at most {MAX_NOTE_CHARS} characters, got {len(value)}",
+                           field=name)
     return value
 
 
@@ -295,20 +334,21 @@ def _check_when(
         InvalidInput: naming ``occurred_at`` (the CLI's ``--at``)."""
     if occurred_at is None:
         if not asserted:
-            raise InvalidInput("occurred_at: required (an aware ISO 8601 instant)")
+            raise InvalidInput("occurred_at: required (an aware ISO 8601 instant)",
+                               field="occurred_at")
         return None
     at = check_instant(occurred_at, "occurred_at")
     if at > now + FUTURE_SKEW:
         raise InvalidInput(f"occurred_at: {at.isoformat()} is in the future (now "
-                           f"{now.isoformat()})")
+                           f"{now.isoformat()})", field="occurred_at")
     anchor, opened = enqueued.get("anchor_at"), enqueued.get("entered_tier_at")
     if anchor is not None:
         if at < datetime.fromisoformat(anchor):
             raise InvalidInput(f"occurred_at: {at.isoformat()} is before the dispute's "
-                               f"anchor {anchor}")
+                               f"anchor {anchor}", field="occurred_at")
     elif opened is not None and at < datetime.fromisoformat(opened):
         raise InvalidInput(f"occurred_at: {at.isoformat()} is before the dispute was opened "
-                           f"({opened}, its entry into its first tier)")
+                           f"({opened}, its entry into its first tier)", field="occurred_at")
     return at
 
 
@@ -318,16 +358,23 @@ def _money(cmd: RecordAction, act: ActionDef, disputed: Decimal) -> dict[str, An
     the amount is below it (recorded, but it meets nothing: ``obligations.effective``)."""
     if not act.money:
         if cmd.amount is not None or cmd.currency is not None:
-            raise InvalidInput(f"amount: the action {cmd.action!r} carries no amount")
+            raise InvalidInput(f"amount: the action {cmd.action!r} carries no amount",
+                               field="amount")
         return {}
     if cmd.amount is None:
-        raise InvalidInput(f"amount: required for the action {cmd.action!r} (Decimal text)")
+        raise InvalidInput(f"amount: required for the action {cmd.action!r} (Decimal text)",
+                           field="amount")
     try:  # floats, NaN, negatives refused
         amount = Materiality.parse(cmd.amount).amount
     except InvalidInput as exc:  # its messages say "materiality"; this field is the amount
-        raise InvalidInput("amount: " + str(exc).replace("materiality", "the amount")) from None
+        raise InvalidInput("amount: " + str(exc).replace("materiality", "the amount"),
+                           field="amount") from None
     if amount <= 0:
-        raise InvalidInput(f"amount: must be greater than 0 for the action {cmd.action!r}")
+        raise InvalidInput(f"amount: must be greater than 0 for the action {cmd.action!r}",
+                           field="amount")
+    if cmd.currency is None:
+        raise InvalidParameter("{currency} is required with {amount}: an active ISO 4217 "
+                               "code such as USD", "currency", "amount")
     check_currency(cmd.currency)  # an active ISO 4217 code (domain.currencies)
     out: dict[str, Any] = {"amount": str(amount), "currency": cmd.currency}
     if act.full_amount and disputed == 0:
@@ -340,15 +387,16 @@ def _money(cmd: RecordAction, act: ActionDef, disputed: Decimal) -> dict[str, An
 def _evidence(ref: str | None, sha: str | None) -> dict[str, str] | None:
     if ref is None:
         if sha is not None:
-            raise InvalidInput("evidence_ref: required with evidence_sha256")
+            raise InvalidInput("evidence_ref: required with evidence_sha256", field="evidence_ref")
         return None
     check_text(ref, "evidence_ref")
     if not ref.strip() or len(ref) > 1000:
-        raise InvalidInput("evidence_ref: 1-1000 characters")
+        raise InvalidInput("evidence_ref: 1-1000 characters", field="evidence_ref")
     out = {"ref": ref}
     if sha is not None:
         if not _SHA256.match(sha.lower()):
-            raise InvalidInput("evidence_sha256: 64 hexadecimal characters (SHA-256)")
+            raise InvalidInput("evidence_sha256: 64 hexadecimal characters (SHA-256)",
+                               field="evidence_sha256")
         out["sha256"] = sha.lower()
     return out
 
@@ -387,11 +435,13 @@ def _replay(
 
 
 def _replan(
-    esc: Escalation, status: Status, ladder: Ladder, bind: tuple[tuple[str, datetime], ...],
-    calendars: CalendarRegistry, now: datetime,
+    current: tuple[Escalation, Status], ladder: Ladder,
+    bind: tuple[tuple[str, datetime], ...], calendars: CalendarRegistry, now: datetime,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Projection changes for the new binding clocks, and the ``replan`` details (None when
-    the due time did not move)."""
+    """Projection changes for the new binding clocks of ``current`` (the state and status
+    :func:`_current` read), and the ``replan`` details (None when the due time did not
+    move)."""
+    esc, status = current
     new_cap, new_deadline = tier_cap(ladder, esc.tier, dict(bind), calendars)
     changes: dict[str, Any] = {"deadlines": bind, "regulatory_deadline": new_deadline}
     if status is not Status.PENDING:
@@ -421,10 +471,12 @@ def _clock_details(placed: Sequence[Clock]) -> dict[str, Any]:
 
 
 def record_action(
-    cmd: RecordAction, *, scheduler: Scheduler, store: ObligationStore, ladders: LadderSource,
-    calendars: CalendarRegistry, on_replanned: OnScheduled | None = None,
+    cmd: RecordAction, ports: ObligationPorts, on_replanned: OnScheduled | None = None,
 ) -> ObligationResult:
     """Record one action and re-plan the dispute's clocks and due time (module doc).
+
+    ``ports``: the scheduler, the ledger, the ladders and the calendars
+    (:class:`ObligationPorts`).
 
     ``on_replanned``: called with the pending state when the due time moved, after Redis
     holds it (the pre-breach warnings of the re-planned window are scheduled there, keyed by
@@ -445,15 +497,17 @@ def record_action(
     _check_note(cmd.note, "note")
     check_text(cmd.action, "action")
     evidence = _evidence(cmd.evidence_ref, cmd.evidence_sha256)
+    scheduler, store = ports.scheduler, ports.store
     for _ in range(CAS_RETRIES):
         esc, status = _current(store, did)
-        ladder = ladders.get(esc.ladder, esc.ladder_version)
+        ladder = ports.ladders.get(esc.ladder, esc.ladder_version)
         act = ladder.action(cmd.action)
         money = _money(cmd, act, esc.materiality.amount)
         rows = store.trail(did)
         if act.after is not None and not any(
                 a.action == act.after and not a.partial for a in recorded_actions(rows)):
-            raise InvalidInput(f"action: {cmd.action!r} needs a {act.after!r} on record first")
+            raise InvalidInput(f"action: {cmd.action!r} needs a {act.after!r} on record first",
+                               field="action")
         now = scheduler.time()
         at = _check_when(cmd.occurred_at, _asserts(cmd), now, _enqueued(rows))
         content: dict[str, Any] = {
@@ -463,7 +517,7 @@ def record_action(
                 "timely": cmd.asserted_timely, "source": cmd.asserted_by or ""},
         }
         content = {k: v for k, v in content.items() if v is not None}
-        scoped = esc.calendars(calendars)
+        scoped = esc.calendars(ports.calendars)
         first = _replay(rows, cmd.idempotency_key, content, cmd.actor)
         if first is not None:
             actions = recorded_actions(rows)
@@ -474,15 +528,15 @@ def record_action(
             partial=bool(money.get("partial")), unchecked=bool(money.get("amount_unchecked")))]
         placed = dispute_clocks(ladder, rows, actions, scoped, esc.deadlines)
         bind = binding(ladder, placed, actions, now)
-        changes, replan = _replan(esc, status, ladder, bind, scoped, now)
+        changes, replan = _replan((esc, status), ladder, bind, scoped, now)
         changes["obligations"] = tuple((c.name, c.at) for c in placed if c.at is not None)
         details = {**content, "idempotency_key": cmd.idempotency_key,
                    "clocks": _clock_details(placed), "binding": [n for n, _ in bind],
                    **({"replan": replan} if replan is not None else {})}
         try:
-            state = store.append_event(
+            state = store.append_event(LedgerEvent(
                 did, ACTION_EVENT, f"ACTION_{cmd.action.upper()}", cmd.actor, now, changes,
-                details, expected_seq=esc.seq)
+                details, expected_seq=esc.seq))
         except ConflictError:
             time.sleep(random.uniform(*CAS_PAUSE_S))
             continue
@@ -504,15 +558,16 @@ def resolve(
     cmd: Resolve, *, scheduler: Scheduler, store: ObligationStore, ladders: LadderSource,
     calendars: CalendarRegistry,
 ) -> ObligationResult:
-    """Resolve a dispute from pending, paused, terminal or cancelled (a cancel records no
-    finding): a ``RESOLVED`` row, the dispute out of Redis. The row lists the deadlines
-    missed (``details.late``).
+    """Resolve a dispute from pending, paused, terminal, or cancelled on a ladder version that
+    declares actions (there a cancel records no finding): a ``RESOLVED`` row, the dispute out
+    of Redis. The row lists the deadlines missed (``details.late``).
 
     Raises:
         InvalidInput: unknown or ``unstated`` outcome, or one the dispute's ladder version
             does not admit (``outcomes`` in the file); bad actor / key / instant / reason.
         NotFound: no escalation for the dispute.
-        ConflictError: already resolved (unless this is a replay), the key was used for
+        ConflictError: already resolved (unless this is a replay) or cancelled on a version
+            that declares no actions (domain.obligations.check_resolvable), the key was used for
             other content, or the seq kept moving.
     """
     did = parse_dispute_id(cmd.dispute_id)
@@ -525,13 +580,14 @@ def resolve(
         outcome = None
     if outcome is None or outcome is Outcome.UNSTATED:
         codes = ", ".join(o.value for o in Outcome if o is not Outcome.UNSTATED)
-        raise InvalidInput(f"outcome: one of {codes}; got {cmd.outcome!r}")
+        raise InvalidInput(f"outcome: one of {codes}; got {cmd.outcome!r}", field="outcome")
     for _ in range(CAS_RETRIES):
         esc, status = _current(store, did)
         ladder = ladders.get(esc.ladder, esc.ladder_version)
         if ladder.outcomes and outcome.value not in ladder.outcomes:
             raise InvalidInput(f"outcome: {outcome.value!r} is not an outcome of ladder "
-                               f"{ladder.key}; one of {', '.join(ladder.outcomes)}")
+                               f"{ladder.key}; one of {', '.join(ladder.outcomes)}",
+                               field="outcome")
         rows = store.trail(did)
         now = scheduler.time()
         asserted = _asserts(cmd)
@@ -555,8 +611,7 @@ def resolve(
             actions = recorded_actions(rows)
             placed = dispute_clocks(ladder, rows, actions, scoped, esc.deadlines)
             return ObligationResult(esc, first.seq, True, assess(ladder, placed, actions, now))
-        if status is Status.RESOLVED:
-            raise ConflictError(f"dispute {did} is already resolved; nothing written")
+        check_resolvable(ladder, status, did)
         actions = [*recorded_actions(rows), RecordedAction(
             RESOLUTION, at, cmd.actor, esc.seq + 1, cmd.asserted_timely, outcome.value,
             recorded_at=now)]
@@ -570,9 +625,9 @@ def resolve(
             "status": Status.RESOLVED, "deadlines": (),
             "obligations": tuple((c.name, c.at) for c in placed if c.at is not None)}
         try:
-            state = store.append_event(
+            state = store.append_event(LedgerEvent(
                 did, RESOLVED_EVENT, f"RESOLVED_{outcome.value.upper()}", cmd.actor, now,
-                changes, details, expected_seq=esc.seq)
+                changes, details, expected_seq=esc.seq))
         except ConflictError:
             time.sleep(random.uniform(*CAS_PAUSE_S))
             continue

@@ -27,6 +27,7 @@ from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import ConflictError, NotFound
 from escalation.domain.escalation import Escalation, Status, check_reason, parse_dispute_id
 from escalation.domain.sla_timing import (
+    DueCap,
     active_ms_between,
     calendar_of,
     cap_due,
@@ -44,6 +45,7 @@ from escalation.ports import (
     ApplyOutcome,
     EventLog,
     LadderSource,
+    LedgerEvent,
     Scheduler,
 )
 
@@ -92,10 +94,39 @@ def _apply_owner_less(scheduler: Scheduler, op: ApplyOp) -> ApplyOutcome:
     return outcome
 
 
-def pause(
-    dispute_id: object, *, scheduler: Scheduler, store: PauseStore, ladders: LadderSource,
-    calendars: CalendarRegistry, actor: str, reason: str,
-) -> PauseResult:
+@dataclass(frozen=True, slots=True)
+class PausePorts:
+    """The ports of :func:`pause` and :func:`resume`: ``scheduler`` (Redis TIME is their
+    clock), ``store`` (the dispute's state and trail, and the PAUSED / RESUMED appends), the
+    released ``ladders`` and the ``calendars`` SLA windows count in."""
+
+    scheduler: Scheduler
+    store: PauseStore
+    ladders: LadderSource
+    calendars: CalendarRegistry
+
+
+@dataclass(frozen=True, slots=True)
+class PauseClock:
+    """Pause one dispute's SLA clock (the command of :func:`pause`): ``dispute_id`` (a UUID or
+    its text), who pauses (``actor``, on record) and why (``reason``: 1-500 characters, no
+    control characters; ``check_reason``)."""
+
+    dispute_id: object
+    actor: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeClock:
+    """Resume one dispute's SLA clock (the command of :func:`resume`): ``dispute_id`` (a UUID
+    or its text) and who resumes (``actor``, on record)."""
+
+    dispute_id: object
+    actor: str
+
+
+def pause(cmd: PauseClock, ports: PausePorts) -> PauseResult:
     """Pause a pending escalation's clock.
 
     Returns:
@@ -108,7 +139,9 @@ def pause(
         ConflictError: already paused ("already paused"), terminal or cancelled, or the seq
             kept moving under concurrent firing (after ``CAS_RETRIES`` attempts).
     """
-    did = parse_dispute_id(dispute_id)
+    scheduler, store, ladders = ports.scheduler, ports.store, ports.ladders
+    actor, reason = cmd.actor, cmd.reason
+    did = parse_dispute_id(cmd.dispute_id)
     check_reason(reason)
     for _ in range(CAS_RETRIES):
         esc, status = _current(store, did)
@@ -119,21 +152,20 @@ def pause(
                                 "can be paused")
         ladder = ladders.get(esc.ladder, esc.ladder_version)
         window = tier_window(ladder, esc.tier, esc.materiality.amount)
-        cal = calendar_of(window, esc.calendars(calendars))
+        cal = calendar_of(window, esc.calendars(ports.calendars))
         now = scheduler.time()
         left = remaining_ms(window, cal, now, esc.due_at)
         basis = "open" if uses_open_time(window) else "elapsed"
         started, before = _clock_started(store, esc)
         consumed = before + active_ms_between(window, cal, started, now)
         try:
-            state = store.append_event(
+            state = store.append_event(LedgerEvent(
                 did, "PAUSED", "PAUSED", actor, now,
                 {"status": Status.PAUSED, "remaining_ms": left},
                 {"reason": reason, "remaining_ms": left, "basis": basis,
                  "consumed_ms": consumed,
                  "calendar": cal.id, "paused_due_at": esc.due_at.isoformat()},
-                expected_seq=esc.seq, calendar_version=cal.version,
-            )
+                expected_seq=esc.seq, calendar_version=cal.version))
         except ConflictError:
             continue
         outcome = _apply_owner_less(scheduler, ApplyOp(state, ApplyAction.PARK))
@@ -178,10 +210,7 @@ def _clock_started(store: PauseStore, esc: Escalation) -> tuple[datetime, int]:
     return esc.entered_tier_at, 0
 
 
-def resume(
-    dispute_id: object, *, scheduler: Scheduler, store: PauseStore, ladders: LadderSource,
-    calendars: CalendarRegistry, actor: str,
-) -> PauseResult:
+def resume(cmd: ResumeClock, ports: PausePorts) -> PauseResult:
     """Resume a paused escalation: due = now + remaining, counted in the tier's calendar.
 
     Returns:
@@ -192,14 +221,16 @@ def resume(
         NotFound: no escalation for the dispute.
         ConflictError: the escalation is not paused (pending, terminal or cancelled).
     """
-    did = parse_dispute_id(dispute_id)
+    scheduler, store, ladders = ports.scheduler, ports.store, ports.ladders
+    actor = cmd.actor
+    did = parse_dispute_id(cmd.dispute_id)
     for _ in range(CAS_RETRIES):
         esc, status = _current(store, did)
         if status is not Status.PAUSED:
             raise ConflictError(f"dispute {did} is {status.value}, not paused; nothing to resume")
         ladder = ladders.get(esc.ladder, esc.ladder_version)
         window = tier_window(ladder, esc.tier, esc.materiality.amount)
-        scoped = esc.calendars(calendars)
+        scoped = esc.calendars(ports.calendars)
         cal = calendar_of(window, scoped)
         left, consumed = _remaining_from_trail(store, did)
         now = scheduler.time()
@@ -211,18 +242,17 @@ def resume(
         prov = cap_provenance(
             ladder, esc.tier,
             deadline_values(ladder, esc.deadlines, esc.regulatory_deadline), scoped,
-            uncapped, due, at=capping) if ladder.deadlines else None
+            DueCap(uncapped, due, at=capping)) if ladder.deadlines else None
         basis = "open" if uses_open_time(window) else "elapsed"
         try:
-            state = store.append_event(
+            state = store.append_event(LedgerEvent(
                 did, "RESUMED", "RESUMED", actor, now,
                 {"status": Status.PENDING, "due_at": due, "remaining_ms": None},
                 {"remaining_ms": left, "basis": basis, "calendar": cal.id,
                  **({"consumed_ms": consumed, "window_ms": consumed + left}
                     if consumed is not None else {}),
                  **({"deadline": prov} if prov is not None else {})},
-                expected_seq=esc.seq, calendar_version=cal.version,
-            )
+                expected_seq=esc.seq, calendar_version=cal.version))
         except ConflictError:
             continue
         outcome = _apply_owner_less(scheduler, ApplyOp(state, ApplyAction.RESCHEDULE))

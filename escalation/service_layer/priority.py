@@ -52,7 +52,3 @@ def weight_fn(ladders: LadderSource) -> PriorityFn:
     return weight
 
 
-def max_extra_wait_ms(max_weight: int, weight: int, aging_ms: int = DEFAULT_AGING_MS) -> int:
-    """The span ``(W - w) * aging_ms`` (ms) of later-due escalations that may overtake one of
-    weight ``weight`` (see module doc)."""
-    return max(0, max_weight - weight) * aging_ms

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 from uuid import UUID
@@ -69,9 +68,16 @@ from escalation.domain.escalation import ENDED, Escalation, Status, parse_disput
 from escalation.domain.projection import ColumnDifference
 from escalation.domain.timeutil import to_ms
 from escalation.logs import get_logger
-from escalation.ports import ApplyOutcome, LedgerRow, ResyncMark, Scheduler, SchedulerInspection
+from escalation.ports import (
+    ApplyOutcome,
+    LedgerEvent,
+    LedgerRow,
+    ResyncMark,
+    Scheduler,
+    SchedulerInspection,
+)
 from escalation.service_layer.fire import lost_notifications, unapplied_notifications
-from escalation.service_layer.progress import Progress, no_progress
+from escalation.service_layer.progress_report import Progress, no_progress
 
 PAGE = 1000
 log = get_logger("escalation.reconcile")
@@ -97,12 +103,15 @@ class DiffKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Diff:
-    """One difference: ``kind``, the dispute id (ZSET member), and a short detail."""
+    """One difference: ``kind``, the dispute id (ZSET member), and a short detail (for
+    people). ``held``: for a ``LOCKED`` difference, the kind of difference left to the
+    worker holding the lease (code acts on it, never on ``detail``)."""
 
     kind: DiffKind
     dispute_id: str
     detail: str = ""
     repaired: bool = False
+    held: DiffKind | None = None
 
 
 @dataclass
@@ -189,12 +198,9 @@ class LostDecisionReader(Protocol):
 class ResetLedger(Protocol):
     """The ledger write of a reset (``PostgresAuditStore.append_event``)."""
 
-    def append_event(self, dispute_id: UUID, event: str, match_decision: str, actor: str,
-                     decided_at: datetime, changes: Mapping[str, Any],
-                     details: Mapping[str, Any], *,
-                     expected_seq: int | None = None,
-                     calendar_version: str | None = None) -> Escalation:
-        """Append one ledger row (CAS on ``expected_seq``); the new projection state."""
+    def append_event(self, entry: LedgerEvent) -> Escalation:
+        """Append one ledger row (CAS on ``entry.expected_seq``); the new projection
+        state."""
         ...
 
 
@@ -270,38 +276,77 @@ def _pages(store: PendingSource, page: int) -> Iterator[list[Escalation]]:
             return
 
 
-def reconcile(
-    *,
-    scheduler: Scheduler,
-    store: PendingSource,
-    redis_side: SchedulerInspection,
-    dry_run: bool = False,
-    page: int = PAGE,
-    progress: Progress = no_progress,
-    on_restored: Callable[[Sequence[Escalation]], None] | None = None,
-    projection: ProjectionLedger | None = None,
-    repair_projection: bool = False,
-    ahead: AheadRepair | None = None,
-) -> ReconcileReport:
+@dataclass(frozen=True, slots=True)
+class FullReconcile:
+    """A full reconcile run (the command of :func:`reconcile`).
+
+    ``dry_run``: only list the differences; ``page``: PostgreSQL page / Redis chunk size
+    (1-10000); ``repair_projection``: set differing projection rows from their ledger
+    (pass 0, with ``ReconcilePorts.projection``).
+    """
+
+    dry_run: bool = False
+    page: int = PAGE
+    repair_projection: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcilePorts:
+    """What :func:`reconcile` reads and repairs.
+
+    ``scheduler``: the Redis scheduler (its ``restore`` does the seq-guarded repairs);
+    ``store``: PostgreSQL (``pending_page``, ``get_many``, ``unapplied_decisions``);
+    ``redis_side``: reliability reads/scripts on the same namespace and shard count;
+    ``projection``: compare the projection with the ledger first (pass 0); None skips it
+    (the leader's periodic run: a whole-ledger scan every 5 minutes is too dear);
+    ``ahead``: what to do with Redis ahead of the ledger (:class:`AheadRepair`); None: only
+    report AHEAD payloads (missing payloads are restored as before).
+    """
+
+    scheduler: Scheduler
+    store: PendingSource
+    redis_side: SchedulerInspection
+    projection: ProjectionLedger | None = None
+    ahead: AheadRepair | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileHooks:
+    """What the caller observes a run with: ``progress`` (phase, done, total: ``("postgres",
+    rows checked, None)`` after each PostgreSQL page, ``("redis", members checked, None)``
+    after each Redis chunk) and ``on_restored`` (the pending escalations whose payload the
+    run re-created or brought up to date (MISSING, BEHIND): the keys lost with a payload may
+    hold their pre-breach warnings too, which the CLI and the maintenance job schedule;
+    scheduling is idempotent)."""
+
+    progress: Progress = no_progress
+    on_restored: Callable[[Sequence[Escalation]], None] | None = None
+
+
+NO_HOOKS = ReconcileHooks()
+"""No progress reports, nothing told of restored escalations."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """One run's ports, report and mode, as the private passes below share them."""
+
+    scheduler: Scheduler
+    redis_side: SchedulerInspection
+    report: ReconcileReport
+    dry_run: bool
+    store: PendingSource | None = None
+    ahead: AheadRepair | None = None
+
+
+def reconcile(cmd: FullReconcile, ports: ReconcilePorts,
+              hooks: ReconcileHooks = NO_HOOKS) -> ReconcileReport:
     """Compare PostgreSQL with Redis and repair Redis (see the module docstring).
 
     Args:
-        scheduler: the Redis scheduler (its ``restore`` does the seq-guarded repairs).
-        store: PostgreSQL (``pending_page``, ``get_many``, ``unapplied_decisions``).
-        redis_side: reliability reads/scripts on the same namespace and shard count.
-        dry_run: only list the differences.
-        page: PostgreSQL page / Redis chunk size (1-10000).
-        progress: called ``("postgres", rows checked, None)`` after each PostgreSQL page and
-            ``("redis", members checked, None)`` after each Redis chunk.
-        on_restored: called with the pending escalations whose payload this run re-created
-            or brought up to date (MISSING, BEHIND): the keys lost with a payload may hold
-            their pre-breach warnings too (the CLI and the maintenance job schedule those
-            still ahead; scheduling is idempotent).
-        projection: compare the projection with the ledger first (pass 0); None skips it
-            (the leader's periodic run: a whole-ledger scan every 5 minutes is too dear).
-        repair_projection: set differing projection rows from their ledger (pass 0).
-        ahead: what to do with Redis ahead of the ledger (:class:`AheadRepair`); None: only
-            report AHEAD payloads (missing payloads are restored as before).
+        cmd: what to run (:class:`FullReconcile`).
+        ports: what it reads and repairs (:class:`ReconcilePorts`).
+        hooks: progress and restored escalations (:class:`ReconcileHooks`).
 
     Returns:
         ReconcileReport.
@@ -310,15 +355,20 @@ def reconcile(
         Redis / database connection errors propagate (reconcile can be re-run at any time).
         An error about one item (:data:`ITEM_ERRORS`) does not: it goes to ``report.errors``.
     """
+    dry_run, page = cmd.dry_run, cmd.page
+    scheduler, store, redis_side = ports.scheduler, ports.store, ports.redis_side
+    projection, ahead = ports.projection, ports.ahead
+    progress, on_restored = hooks.progress, hooks.on_restored
     report = ReconcileReport(dry_run=dry_run)
+    run = _Run(scheduler, redis_side, report, dry_run, store, ahead)
     unknown: list[str] = []  # members the ledger does not know (pass 2), for ``ahead``
     untrusted: set[str] = set()
     if projection is not None:
-        untrusted = _check_projection(projection, report, dry_run, repair_projection)
+        untrusted = _check_projection(projection, report, dry_run, cmd.repair_projection)
     for page_rows in _pages(store, page):
         report.checked_db += len(page_rows)
         rows = [e for e in page_rows if str(e.dispute_id) not in untrusted]
-        restored = _db_to_redis(rows, scheduler, redis_side, report, dry_run, store, ahead)
+        restored = _db_to_redis(rows, run)
         if restored and on_restored is not None:
             on_restored(restored)
         progress("postgres", report.checked_db, None)
@@ -329,7 +379,7 @@ def reconcile(
             seen.update(members)
             report.checked_members += len(members)
             members = [m for m in members if m not in untrusted]
-            unknown += _redis_to_db(members, store, redis_side, report, dry_run, scheduler)
+            unknown += _redis_to_db(members, store, run)
             progress("redis", report.checked_members, None)
     if ahead is not None and unknown:
         _list_unknown(ahead, unknown, report, dry_run)
@@ -361,7 +411,7 @@ def _settle_mark(ahead: AheadRepair, report: ReconcileReport) -> None:
     mark the namespace when a run that does not reset found Redis ahead."""
     left = [d.dispute_id for d in report.diffs
             if (d.kind is DiffKind.AHEAD and not d.repaired)
-            or (d.kind is DiffKind.LOCKED and d.detail.startswith(DiffKind.AHEAD.value))]
+            or d.held is DiffKind.AHEAD]
     if ahead.ledger is not None:
         if not left and not report.errors:
             report.resync_cleared = ahead.mark.clear_resync()
@@ -417,11 +467,10 @@ Todo = list[tuple[Escalation, DiffKind, str]]
 Gaps = list[tuple[DiffKind, tuple[UUID, int, int]]]
 
 
-def _classify(rows: list[Escalation], seen: Mapping[str, Any], report: ReconcileReport,
-              find_ahead: bool) -> tuple[Todo, Gaps, list[Escalation]]:
+def _classify(rows: list[Escalation], seen: Mapping[str, Any],
+              report: ReconcileReport) -> tuple[Todo, Gaps, list[Escalation]]:
     """One page's differences: what to restore, the seq ranges of BEHIND / MISSING, and
-    (``find_ahead``) the escalations whose payload is ahead of the ledger (otherwise these
-    are only reported)."""
+    the escalations whose payload is ahead of the page (to confirm: :func:`_confirm`)."""
     ahead_of: list[Escalation] = []
     todo: Todo = []
     gaps: Gaps = []
@@ -436,11 +485,7 @@ def _classify(rows: list[Escalation], seen: Mapping[str, Any], report: Reconcile
         elif got.payload_seq < esc.seq:
             kind, detail = DiffKind.BEHIND, f"payload seq {got.payload_seq} < {esc.seq}"
         elif got.payload_seq > esc.seq:
-            if find_ahead:
-                ahead_of.append(esc)
-            else:
-                report.diffs.append(Diff(DiffKind.AHEAD, did,
-                                         f"payload seq {got.payload_seq} > {esc.seq}"))
+            ahead_of.append(esc)
             continue
         elif pending and got.score_ms is None:
             try:
@@ -451,7 +496,8 @@ def _classify(rows: list[Escalation], seen: Mapping[str, Any], report: Reconcile
         else:
             continue
         if got.locked:
-            report.diffs.append(Diff(DiffKind.LOCKED, did, f"{kind.value} left to its worker"))
+            report.diffs.append(Diff(DiffKind.LOCKED, did, f"{kind.value} left to its worker",
+                                     held=kind))
             continue
         todo.append((esc, kind, detail))
         if kind in (DiffKind.BEHIND, DiffKind.MISSING):
@@ -459,18 +505,20 @@ def _classify(rows: list[Escalation], seen: Mapping[str, Any], report: Reconcile
     return todo, gaps, ahead_of
 
 
-def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
-                 redis_side: SchedulerInspection,
-                 report: ReconcileReport, dry_run: bool,
-                 store: PendingSource | None = None,
-                 ahead: AheadRepair | None = None) -> list[Escalation]:
+def _db_to_redis(rows: list[Escalation], run: _Run) -> list[Escalation]:
     """Repair one PostgreSQL page's differences; returns the pending escalations restored."""
+    scheduler, redis_side, report = run.scheduler, run.redis_side, run.report
+    dry_run, store, ahead = run.dry_run, run.store, run.ahead
     seen = redis_side.inspect([str(e.dispute_id) for e in rows])
-    todo, gaps, ahead_of = _classify(rows, seen, report, ahead is not None)
+    todo, gaps, ahead_of = _classify(rows, seen, report)
+    ahead_of = _confirm(store, ahead_of, seen)
     restored: list[Escalation] = []
-    if ahead is not None and (ahead_of or gaps):
-        todo, gaps = _reset_ahead(ahead, ahead_of, todo, gaps, seen, scheduler, redis_side,
-                                  report, dry_run, restored)
+    if ahead is None:
+        report.diffs += [Diff(DiffKind.AHEAD, str(e.dispute_id),
+                              f"payload seq {seen[str(e.dispute_id)].payload_seq} > {e.seq}")
+                         for e in ahead_of]
+    elif ahead_of or gaps:
+        todo, gaps = _reset_ahead(run, ahead, _Page(seen, todo, gaps, ahead_of, restored))
     if dry_run or not todo:
         report.diffs += [Diff(k, str(e.dispute_id), d) for e, k, d in todo]
         return restored
@@ -487,29 +535,81 @@ def _db_to_redis(rows: list[Escalation], scheduler: Scheduler,
     return restored
 
 
-def _reset_ahead(
-    ahead: AheadRepair, ahead_of: list[Escalation], todo: Todo, gaps: Gaps,
-    seen: Mapping[str, Any], scheduler: Scheduler, redis_side: SchedulerInspection,
-    report: ReconcileReport, dry_run: bool, restored: list[Escalation],
-) -> tuple[Todo, Gaps]:
+def _confirm(store: PendingSource | None, ahead_of: list[Escalation],
+             seen: Mapping[str, Any]) -> list[Escalation]:
+    """The escalations still ahead of the ledger once it is read again, in their ledger
+    state of now. The page was read before Redis, and a worker records before it applies:
+    a decision recorded and applied between the two reads shows a payload ahead of the
+    page, but never ahead of a ledger read after Redis. Without ``store``: ``ahead_of``."""
+    if store is None or not ahead_of:
+        return ahead_of
+    now = store.get_many([e.dispute_id for e in ahead_of])
+    return [cur for e in ahead_of
+            if (cur := now.get(e.dispute_id)) is not None
+            and seen[str(e.dispute_id)].payload_seq > cur.seq]
+
+
+@dataclass(frozen=True, slots=True)
+class _Page:
+    """What the comparison of one PostgreSQL page found: Redis's view of its members
+    (``seen``), the repairs to make (``todo``), the seq gaps to notify (``gaps``), the
+    payloads ahead of the ledger (``ahead_of``) and the escalations restored so far."""
+
+    seen: Mapping[str, Any]
+    todo: Todo
+    gaps: Gaps
+    ahead_of: list[Escalation]
+    restored: list[Escalation]
+
+
+@dataclass(frozen=True, slots=True)
+class _Lost:
+    """One escalation found ahead of the ledger: the review-stream ``entries`` the ledger
+    lacks, the highest seq Redis used (``top``) and the line that describes it."""
+
+    esc: Escalation
+    entries: list[dict[str, str]]
+    top: int
+    detail: str
+
+
+def _reset_ahead(run: _Run, ahead: AheadRepair, pg: _Page) -> tuple[Todo, Gaps]:
     """Find what is ahead of the ledger on one page -- payloads ahead, and missing payloads
     whose review stream holds a later decision (a terminal decision the ledger lost) --
-    and reset each (or only report it: dry run, or no ``ahead.ledger``).
+    and reset each (or only report it: dry run, or no ``ahead.ledger``). A missing payload
+    is ahead only if the ledger, read again after the stream, still lacks the decision: a
+    terminal decision recorded, applied and notified since the page was read is not lost.
 
     Returns ``todo`` and ``gaps`` without the missing payloads found ahead (handled here)."""
+    ahead_of, todo, gaps, seen = pg.ahead_of, pg.todo, pg.gaps, pg.seen
+    report, dry_run, store = run.report, run.dry_run, run.store
     missing = [e for e, k, _ in todo if k is DiffKind.MISSING]
     wanted = {str(e.dispute_id): (e.seq, to_ms(e.entered_tier_at))
               for e in (*ahead_of, *missing)}
     later = ahead.stream.review_after(wanted) if wanted else {}
-    lost_missing = {e.dispute_id for e in missing if str(e.dispute_id) in later}
+    lost = [e for e in missing if str(e.dispute_id) in later]
+    moved: set[UUID] = set()  # the ledger moved on since the page: the next run sees it
+    if lost and store is not None:
+        now = store.get_many([e.dispute_id for e in lost])
+        still = []
+        for e in lost:
+            cur = now.get(e.dispute_id, e)
+            if cur.seq > e.seq:
+                moved.add(e.dispute_id)
+            entries = [x for x in later[str(e.dispute_id)] if _seq(x) > cur.seq]
+            if entries:
+                later[str(e.dispute_id)] = entries
+                still.append(cur)
+        lost = still
+    lost_missing = {e.dispute_id for e in lost} | moved
     if lost_missing:
         todo = [t for t in todo if t[0].dispute_id not in lost_missing]
         gaps = [g for g in gaps if g[1][0] not in lost_missing]
-    for esc in (*ahead_of, *(e for e in missing if e.dispute_id in lost_missing)):
+    for esc in (*ahead_of, *lost):
         did = str(esc.dispute_id)
         entries = later.get(did, [])
         redis_seq = seen[did].payload_seq
-        top = max([redis_seq or 0, *(int(x.get("seq", "0") or 0) for x in entries)])
+        top = max([redis_seq or 0, *(_seq(x) for x in entries)])
         detail = (f"Redis seq {redis_seq if redis_seq is not None else 'none'}, review "
                   f"stream up to seq {top}, ledger seq {esc.seq}: {len(entries)} notified "
                   "decision(s) the ledger lacks")
@@ -517,9 +617,12 @@ def _reset_ahead(
         if dry_run or ahead.ledger is None:
             report.diffs.append(Diff(DiffKind.AHEAD, did, detail))
             continue
-        _reset_one(ahead, ahead.ledger, esc, entries, top, detail, scheduler, redis_side,
-                   report, restored)
+        _reset_one(run, ahead, ahead.ledger, _Lost(esc, entries, top, detail), pg.restored)
     return todo, gaps
+
+
+def _seq(entry: Mapping[str, str]) -> int:
+    return int(entry.get("seq", "0") or 0)
 
 
 _LOST_FIELDS = ("seq", "match_decision", "from_tier", "to_tier", "decided_ms", "entry_id",
@@ -530,14 +633,14 @@ def _entry_summary(dispute_id: str, entry: Mapping[str, str]) -> dict[str, str]:
     return {"dispute_id": dispute_id, **{k: str(entry[k]) for k in _LOST_FIELDS if k in entry}}
 
 
-def _reset_one(ahead: AheadRepair, ledger: ResetLedger, esc: Escalation,
-               entries: list[dict[str, str]], top: int, detail: str, scheduler: Scheduler,
-               redis_side: SchedulerInspection, report: ReconcileReport,
+def _reset_one(run: _Run, ahead: AheadRepair, ledger: ResetLedger, lost_one: _Lost,
                restored: list[Escalation]) -> None:
     """Reset one escalation: Redis member and payload removed, one SCHEDULE_RESET row per
     sequence number Redis used beyond the ledger (each naming the decision notified at that
     seq, when the stream still holds it), then the ledger's state restored. The re-decision
     thus gets a seq (and an idempotency key) no lost notification used."""
+    esc, entries, top, detail = lost_one.esc, lost_one.entries, lost_one.top, lost_one.detail
+    scheduler, redis_side, report = run.scheduler, run.redis_side, run.report
     did = str(esc.dispute_id)
     try:
         result = redis_side.remove_member(did, esc.seq, "reset")
@@ -546,7 +649,8 @@ def _reset_one(ahead: AheadRepair, ledger: ResetLedger, esc: Escalation,
         report.diffs.append(Diff(DiffKind.AHEAD, did, f"{detail}: FAILED: {exc}"))
         return
     if result == "locked":
-        report.diffs.append(Diff(DiffKind.LOCKED, did, f"AHEAD left to its worker: {detail}"))
+        report.diffs.append(Diff(DiffKind.LOCKED, did, f"AHEAD left to its worker: {detail}",
+                                 held=DiffKind.AHEAD))
         return
     by_seq = {int(x.get("seq", "0") or 0): x for x in entries}
     state = esc
@@ -556,12 +660,12 @@ def _reset_one(ahead: AheadRepair, ledger: ResetLedger, esc: Escalation,
             entry = by_seq.get(seq)
             lost: dict[str, Any] = ({k: str(entry[k]) for k in _LOST_FIELDS if k in entry}
                                     if entry is not None else {"seq": str(seq)})
-            state = ledger.append_event(
+            state = ledger.append_event(LedgerEvent(
                 esc.dispute_id, SCHEDULE_RESET, REDIS_AHEAD, ahead.actor, now, {},
                 {"recovery": "redis_ahead_of_ledger", "ledger_seq": esc.seq,
                  "redis_seq": top, "lost_decision": lost,
                  "notified": entry is not None},
-                expected_seq=state.seq)
+                expected_seq=state.seq))
     except ITEM_ERRORS as exc:  # ConflictError, NotFound among them
         # Redis no longer holds the member: the next run finds it missing, with the same
         # later review-stream entries, and goes on from the ledger's seq
@@ -624,11 +728,11 @@ def _remove_after_lost_apply(
     return handled
 
 
-def _redis_to_db(members: list[str], store: PendingSource, redis_side: SchedulerInspection,
-                 report: ReconcileReport, dry_run: bool,
-                 scheduler: Scheduler | None = None) -> list[str]:
+def _redis_to_db(members: list[str], store: PendingSource, run: _Run) -> list[str]:
     """Pass 2 for one chunk of members. Returns the members the ledger does not know (each
     removed as UNKNOWN_MEMBER, or listed by a dry run)."""
+    scheduler, redis_side = run.scheduler, run.redis_side
+    report, dry_run = run.report, run.dry_run
     ids: dict[str, UUID | None] = {}
     for m in members:
         try:

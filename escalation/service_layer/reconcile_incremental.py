@@ -32,7 +32,7 @@ errors propagate and the state is left as it was (the next run covers the same w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -44,12 +44,15 @@ from escalation.domain.projection import ColumnDifference
 from escalation.domain.reconcile_sweep import ID_SPACE, ReconcileState, SweepSlice, next_slice
 from escalation.logs import get_logger
 from escalation.ports import Scheduler, SchedulerInspection
-from escalation.service_layer.progress import Progress, no_progress
 from escalation.service_layer.reconcile import (
+    NO_HOOKS,
     PAGE,
     AheadRepair,
+    FullReconcile,
     PendingSource,
     ProjectionLedger,
+    ReconcileHooks,
+    ReconcilePorts,
     ReconcileReport,
     _check_projection,
     _db_to_redis,
@@ -58,6 +61,7 @@ from escalation.service_layer.reconcile import (
     _settle_mark,
     reconcile,
 )
+from escalation.service_layer.reconcile import _Run as _Pass
 
 log = get_logger("escalation.reconcile")
 
@@ -147,6 +151,9 @@ class IncrementalReconcile:
         full: run the full reconcile (every pending escalation, every ZSET member).
         dry_run: only list the differences; nothing written, the state included.
         repair_projection: set differing projection rows from their ledger.
+        check_projection: a full run also compares the whole projection with the ledger
+            (pass 0, with ``IncrementalPorts.full_projection``; the CLI's runs; the periodic
+            run does not: a whole-ledger scan every 5 minutes is too dear).
         page: PostgreSQL page / Redis chunk size, 1-10000.
         overlap_s: seconds below the watermark read again, 0-3600 (:data:`OVERLAP_S`).
         stream_overlap_s: seconds of review-stream entries read again, 0-3600
@@ -157,6 +164,7 @@ class IncrementalReconcile:
     full: bool = False
     dry_run: bool = False
     repair_projection: bool = False
+    check_projection: bool = False
     page: int = PAGE
     overlap_s: int = OVERLAP_S
     stream_overlap_s: int = 300
@@ -242,32 +250,50 @@ def _full_reason(cmd: IncrementalReconcile, state: ReconcileState | None,
     return ""
 
 
-def reconcile_incremental(
-    cmd: IncrementalReconcile,
-    *,
-    scheduler: Scheduler,
-    store: PendingSource,
-    redis_side: SchedulerInspection,
-    changes: LedgerChanges,
-    members: MemberSweep,
-    state_store: ReconcileStateStore,
-    ahead: AheadRepair | None = None,
-    projection: ProjectionSubset | None = None,
-    full_projection: ProjectionLedger | None = None,
-    progress: Progress = no_progress,
-    on_restored: Callable[[Sequence[Escalation]], None] | None = None,
-) -> IncrementalReport:
-    """One incremental (or, see the module doc, full) reconcile run.
+@dataclass(frozen=True, slots=True)
+class IncrementalPorts:
+    """The ports of :func:`reconcile_incremental`.
 
-    Args:
-        cmd: what to run (:class:`IncrementalReconcile`).
-        scheduler / store / redis_side / ahead / progress / on_restored: as
+    Attributes:
+        scheduler / store / redis_side / ahead: as
             :func:`~escalation.service_layer.reconcile.reconcile`.
         changes: the ledger since the watermark and the sweep's id ranges.
         members: the scheduled ZSETs, a slice at a time.
         state_store: the watermark and sweep cursors.
         projection: pass 0 over the changed disputes (None: skipped).
-        full_projection: pass 0 of a full run (None: skipped, as the periodic run does).
+        full_projection: pass 0 of a full run, when ``IncrementalReconcile.check_projection``
+            asks for it (None: skipped, as the periodic run does).
+    """
+
+    scheduler: Scheduler
+    store: PendingSource
+    redis_side: SchedulerInspection
+    changes: LedgerChanges
+    members: MemberSweep
+    state_store: ReconcileStateStore
+    ahead: AheadRepair | None = None
+    projection: ProjectionSubset | None = None
+    full_projection: ProjectionLedger | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """One run's command, ports and hooks, as the passes below read them."""
+
+    cmd: IncrementalReconcile
+    ports: IncrementalPorts
+    hooks: ReconcileHooks
+
+
+def reconcile_incremental(
+    cmd: IncrementalReconcile, ports: IncrementalPorts, hooks: ReconcileHooks = NO_HOOKS,
+) -> IncrementalReport:
+    """One incremental (or, see the module doc, full) reconcile run.
+
+    Args:
+        cmd: what to run (:class:`IncrementalReconcile`).
+        ports: what it reads and repairs (:class:`IncrementalPorts`).
+        hooks: progress and restored escalations (:class:`ReconcileHooks`).
 
     Returns:
         IncrementalReport (``report``: the differences, repairs and errors).
@@ -275,16 +301,20 @@ def reconcile_incremental(
     Raises:
         Connection errors propagate; the state is then not advanced.
     """
+    scheduler, store, redis_side = ports.scheduler, ports.store, ports.redis_side
+    changes, members, state_store = ports.changes, ports.members, ports.state_store
+    ahead, progress = ports.ahead, hooks.progress
+    run = _Run(cmd, ports, hooks)
     state = state_store.load()
     identity = state_store.database_identity()
     reason = _full_reason(cmd, state, identity, ahead)
     upto = changes.horizon()
     now_ms = state_store.now_ms()
     if reason:
-        rep = reconcile(scheduler=scheduler, store=store, redis_side=redis_side,
-                        dry_run=cmd.dry_run, page=cmd.page, progress=progress,
-                        on_restored=on_restored, projection=full_projection,
-                        repair_projection=cmd.repair_projection, ahead=ahead)
+        rep = reconcile(FullReconcile(cmd.dry_run, cmd.page, cmd.repair_projection),
+                        ReconcilePorts(scheduler, store, redis_side,
+                                       ports.full_projection if cmd.check_projection else None,
+                                       ahead), hooks)
         out = IncrementalReport(rep, "full", reason, watermark_to=upto.isoformat())
         if not cmd.dry_run:
             base = state if state is not None else ReconcileState(upto, identity)
@@ -303,8 +333,7 @@ def reconcile_incremental(
     for ids in changes.changed_since(since, upto, cmd.page):
         done.update(ids)
         out.changed += len(ids)
-        unknown += _changed(ids, cmd, scheduler, store, redis_side, ahead, projection,
-                            report, on_restored)
+        unknown += _changed(ids, run, report)
         progress("changed", out.changed, None)
     # the disputes of the decisions notified since the previous run: a decision Redis
     # applied and notified that the ledger lost (an asynchronous replica promoted) shows
@@ -316,11 +345,9 @@ def reconcile_incremental(
         done.update(ids)
         out.notified += len(ids)
         if ids:
-            unknown += _changed(ids, cmd, scheduler, store, redis_side, ahead, projection,
-                                report, on_restored)
+            unknown += _changed(ids, run, report)
     part = next_slice(state, now_ms, cmd.sweep_period_s)
-    cursors, swept_unknown = _sweep(part, state, cmd, scheduler, store, redis_side, changes,
-                                    members, ahead, out, progress, on_restored)
+    cursors, swept_unknown = _sweep(part, state, run, out)
     unknown += swept_unknown
     if ahead is not None and unknown:
         _list_unknown(ahead, sorted(set(unknown)), report, cmd.dry_run)
@@ -342,40 +369,37 @@ def reconcile_incremental(
     return out
 
 
-def _sweep(part: SweepSlice, state: ReconcileState, cmd: IncrementalReconcile,
-           scheduler: Scheduler, store: PendingSource, redis_side: SchedulerInspection,
-           changes: LedgerChanges, members: MemberSweep, ahead: AheadRepair | None,
-           out: IncrementalReport, progress: Progress,
-           on_restored: Callable[[Sequence[Escalation]], None] | None,
-           ) -> tuple[dict[str, int], list[str]]:
+def _sweep(part: SweepSlice, state: ReconcileState, run: _Run,
+           out: IncrementalReport) -> tuple[dict[str, int], list[str]]:
     """One sweep slice: pass 1 over the pending/paused escalations of the id range, pass 2
     over the ZSET members of the ZSCAN step. Returns the next ZSCAN cursors and the members
     the ledger does not know."""
+    cmd, ports, on_restored = run.cmd, run.ports, run.hooks.on_restored
+    scheduler, store, redis_side = ports.scheduler, ports.store, ports.redis_side
     report = out.report
-    for rows in changes.pending_range(part.low, part.high, cmd.page):
+    passes = _Pass(scheduler, redis_side, report, cmd.dry_run, store, ports.ahead)
+    for rows in ports.changes.pending_range(part.low, part.high, cmd.page):
         out.sweep_rows += len(rows)
         report.checked_db += len(rows)
-        restored = _db_to_redis(rows, scheduler, redis_side, report, cmd.dry_run, store, ahead)
+        restored = _db_to_redis(rows, passes)
         if restored and on_restored is not None:
             on_restored(restored)
-        progress("sweep", out.sweep_rows, None)
-    swept, cursors, _ = members.sweep_members(dict(state.member_cursors), part.fraction)
+        run.hooks.progress("sweep", out.sweep_rows, None)
+    swept, cursors, _ = ports.members.sweep_members(dict(state.member_cursors), part.fraction)
     out.sweep_members = len(swept)
     report.checked_members += len(swept)
     unknown: list[str] = []
     for start in range(0, len(swept), cmd.page):
-        unknown += _redis_to_db(swept[start:start + cmd.page], store, redis_side, report,
-                                cmd.dry_run, scheduler)
+        unknown += _redis_to_db(swept[start:start + cmd.page], store, passes)
     return cursors, unknown
 
 
-def _changed(ids: list[UUID], cmd: IncrementalReconcile, scheduler: Scheduler,
-             store: PendingSource, redis_side: SchedulerInspection,
-             ahead: AheadRepair | None, projection: ProjectionSubset | None,
-             report: ReconcileReport,
-             on_restored: Callable[[Sequence[Escalation]], None] | None) -> list[str]:
+def _changed(ids: list[UUID], run: _Run, report: ReconcileReport) -> list[str]:
     """Every check of a full run on one chunk of changed disputes; returns the members the
     ledger does not know."""
+    cmd, ports, on_restored = run.cmd, run.ports, run.hooks.on_restored
+    scheduler, store, redis_side = ports.scheduler, ports.store, ports.redis_side
+    ahead, projection = ports.ahead, ports.projection
     untrusted: set[str] = set()
     if projection is not None:
         untrusted = _check_projection(_Subset(projection, ids), report, cmd.dry_run,
@@ -384,7 +408,8 @@ def _changed(ids: list[UUID], cmd: IncrementalReconcile, scheduler: Scheduler,
     live = [e for e in known.values() if e.status in (Status.PENDING, Status.PAUSED)]
     live.sort(key=lambda e: e.dispute_id)
     report.checked_db += len(live)
-    restored = _db_to_redis(live, scheduler, redis_side, report, cmd.dry_run, store, ahead)
+    passes = _Pass(scheduler, redis_side, report, cmd.dry_run, store, ahead)
+    restored = _db_to_redis(live, passes)
     if restored and on_restored is not None:
         on_restored(restored)
     # a dispute that is no longer pending (or that the ledger has no projection for) must
@@ -394,7 +419,7 @@ def _changed(ids: list[UUID], cmd: IncrementalReconcile, scheduler: Scheduler,
                    or e.status is Status.PAUSED)]
     scheduled = _scheduled(redis_side, others)
     report.checked_members += len(scheduled)
-    return _redis_to_db(scheduled, store, redis_side, report, cmd.dry_run, scheduler)
+    return _redis_to_db(scheduled, store, passes)
 
 
 def _uuids(named: Iterable[str]) -> list[UUID]:

@@ -54,6 +54,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import ROUND_HALF_EVEN, Decimal
 from itertools import groupby
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -132,8 +133,8 @@ class TierFigures:
             "promoted_late": self.promoted_late,
             "breached": self.breached,
             "resolved": self.resolved,
-            "median_time_in_tier_s": _num(self.median_s),
-            "p95_time_in_tier_s": _num(self.p95_s),
+            "median_time_in_tier_s": duration_text(self.median_s),
+            "p95_time_in_tier_s": duration_text(self.p95_s),
             "regulatory_met": self.regulatory_met,
             "regulatory_missed": self.regulatory_missed,
             "regulatory_at_risk": self.regulatory_at_risk,
@@ -156,14 +157,29 @@ class TierFigures:
         setattr(self, name, getattr(self, name) + 1)
 
 
-def _num(value: float | None) -> str:
-    return "" if value is None else f"{value:.3f}"
+_MS = Decimal("0.001")
+
+
+def duration_text(value: float | None) -> str:
+    """A duration (s) to the millisecond, as text; "" for None.
+
+    Stay durations are whole microseconds, so a median (the mean of the two middle values)
+    is a multiple of half a microsecond; computed as ``(a + b) / 2`` in Python or as ``a +
+    (b - a) * 0.5`` by PostgreSQL's ``percentile_cont`` it may differ in the last bit of
+    the float, which decided which way an exact half millisecond rounded (``29648.3685``
+    shown as ``.369`` from one and ``.368`` from the other). The value is therefore first
+    rounded to a tenth of a microsecond, which removes that noise and keeps every half
+    microsecond, then to the millisecond, half to even.
+    """
+    if value is None:
+        return ""
+    return str(Decimal(repr(round(value, 7))).quantize(_MS, rounding=ROUND_HALF_EVEN))
 
 
 def _json_num(value: float | None) -> float | None:
     """A duration (s) for JSON: the number the CSV cell shows (to the millisecond, the same
     digits: ``227.367``), None (JSON null) without ended stays."""
-    return None if value is None else float(_num(value))
+    return None if value is None else float(duration_text(value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,8 +242,36 @@ class SlaReport:
         return [d for d in self.deadlines if d.status == DeadlineState.MISSED]
 
 
-def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
-            grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None,
+@dataclass(frozen=True, slots=True)
+class ReportSla:
+    """The SLA report of one window (the command of :func:`build` and :func:`compute`).
+
+    ``since``, ``until``: aware window ``[since, until)``; ``grace_s``: on-time grace in
+    seconds (>= 0); ``now``: aware instant deciding whether an unmet deadline has passed
+    (missed) or is still pending (None: :func:`build` takes the database clock,
+    :func:`compute` ``until``). Checked by :func:`check_window` before any row is read.
+    """
+
+    since: datetime
+    until: datetime
+    grace_s: int = DEFAULT_GRACE_S
+    now: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DisputeDeadlines:
+    """One dispute's regulatory deadlines (the command of :func:`dispute_deadlines`).
+
+    ``dispute_id``: the dispute (UUID); ``name``: only the deadline of this name (None:
+    every one); ``now``: aware instant of the states (None: the database clock).
+    """
+
+    dispute_id: Any
+    name: str | None = None
+    now: datetime | None = None
+
+
+def compute(rows: Iterable[Mapping[Any, Any]], cmd: ReportSla,
             calendars: CalendarRegistry | None = None,
             ladders: LadderLookup | None = None) -> SlaReport:
     """Compute the report from ledger rows (ordered by dispute then seq). Pure.
@@ -236,10 +280,8 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
         rows: ledger rows with the columns of ``_ROWS``; the optional keys
             ``details_entered_at`` (ISO 8601 text) and ``state_entered_tier_at`` (aware
             datetime) on the ENQUEUED row give the first tier's entry instant.
-        since, until: aware UTC window ``[since, until)``.
-        grace_s: on-time grace in seconds.
-        now: aware UTC instant deciding whether an unmet deadline has passed (missed) or is
-            still pending; default ``until`` (every deadline in the window has passed).
+        cmd: the window, grace and instant (:class:`ReportSla`; ``now`` defaults to
+            ``until``: every deadline in the window has passed).
         calendars: calendar registry for business-day lateness (default: built-ins).
         ladders: ``(name, version) -> Ladder`` for the deadlines' ``met_by`` and clocks
             (None: every ladder unknown, each deadline met by the resolution only).
@@ -247,16 +289,9 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
     Raises:
         InvalidInput: naive bounds, ``since >= until`` or negative grace.
     """
-    since = require_aware(since, "from")
-    until = require_aware(until, "to")
-    now = until if now is None else require_aware(now, "now")
-    # parameters named by each interface's own spelling (--from / from): InvalidParameter
-    if since >= until:
-        raise InvalidParameter("{from} ({since}) must be before {to} ({until})", "from", "to",
-                               since=since.isoformat(), until=until.isoformat())
-    if grace_s < 0:
-        raise InvalidParameter("{grace_s} must be >= 0 seconds, got {got}", "grace_s",
-                               got=grace_s)
+    grace_s = cmd.grace_s
+    since, until = check_window(cmd.since, cmd.until, grace_s)
+    now = until if cmd.now is None else require_aware(cmd.now, "now")
     figures: dict[tuple[str, str], TierFigures] = {}
     outcomes: list[DeadlineOutcome] = []
 
@@ -268,44 +303,105 @@ def compute(rows: Iterable[Mapping[Any, Any]], since: datetime, until: datetime,
 
     for _d, chain_iter in groupby(rows, key=lambda r: r["dispute_id"]):
         chain = list(chain_iter)
-        _tier_stays(chain, inside, fig, grace_s)
-        outcomes.extend(_regulatory(chain, inside, fig, now, calendars, ladders))
+        for ev in stay_events(chain, grace_s):
+            if ev.duration_s is not None:  # the tier of an ended stay is listed, even at 0
+                fig(ev.ladder, ev.tier)
+            if inside(ev.at):
+                ev.count_in(fig(ev.ladder, ev.tier))
+        outcomes.extend(_regulatory(deadline_items(chain, now, calendars, ladders), inside,
+                                    fig))
     tiers = sorted(figures.values(), key=lambda f: (f.ladder, f.tier))
     outcomes.sort(key=lambda o: (dl.SORT_KEYS["deadline_at"](o.outcome), o.dispute_id, o.name))
     return SlaReport(since, until, grace_s, tiers, outcomes)
 
 
-def _tier_stays(
-    chain: list[Mapping[Any, Any]], inside: Any, fig: Any, grace_s: int
-) -> None:
-    """Count one dispute's tier stays (its ledger rows by seq): an ENQUEUED or PROMOTED row
-    into a tier starts a stay, the next PROMOTED, TERMINAL, RESOLVED or CANCELLED row ends it.
-    Entries and endings count when they happen inside the window; an ending adds the stay's
-    duration (s) and counts as resolved (RESOLVED or CANCELLED), promoted on time or promoted
-    late. A RESOLVED row after TERMINAL ends no stay (TERMINAL already ended it, as
-    breached) but is a resolution recorded in the terminal tier: it counts in that tier's
-    resolved (no second duration)."""
+def check_window(since: datetime, until: datetime,
+                 grace_s: int = DEFAULT_GRACE_S) -> tuple[datetime, datetime]:
+    """The report's parameters checked (before anything is read): aware bounds,
+    ``since < until``, ``grace_s >= 0``; returns the bounds.
+
+    Raises:
+        InvalidInput: naive bounds. InvalidParameter: ``since >= until`` or a negative
+            grace, named by each interface's own spelling (``--from`` / ``from``).
+    """
+    since = require_aware(since, "from")
+    until = require_aware(until, "to")
+    if since >= until:
+        raise InvalidParameter("{from} ({since}) must be before {to} ({until})", "from", "to",
+                               since=since.isoformat(), until=until.isoformat())
+    if grace_s < 0:
+        raise InvalidParameter("{grace_s} must be >= 0 seconds, got {got}", "grace_s",
+                               got=grace_s)
+    return since, until
+
+
+STAY_KINDS: tuple[str, ...] = ("entered", "on_time", "late", "resolved")
+"""The kinds of :class:`StayEvent`."""
+
+
+@dataclass(frozen=True, slots=True)
+class StayEvent:
+    """One thing a tier stay contributes to the report, at the instant it counts.
+
+    Attributes:
+        kind: ``entered`` (a stay started), ``on_time`` / ``late`` (a stay ended by an
+            escalation, within the grace of the tier's due time or not), ``resolved`` (a
+            stay ended by RESOLVED or CANCELLED, or a resolution after the TERMINAL row
+            that ended a stay in the terminal tier).
+        ladder, tier: where it counts.
+        at: the ledger row's ``decided_at`` (the report's window selects on it).
+        duration_s: the stay's time in tier (s) when the event ends a stay; else None.
+    """
+
+    kind: str
+    ladder: str
+    tier: str
+    at: datetime
+    duration_s: float | None = None
+
+    def count_in(self, figures: TierFigures) -> None:
+        """Add this event to ``figures`` (its kind's count, its duration)."""
+        if self.duration_s is not None:
+            figures.durations.append(self.duration_s)
+        if self.kind == "entered":
+            figures.entered += 1
+        elif self.kind == "on_time":
+            figures.promoted_on_time += 1
+        elif self.kind == "late":
+            figures.promoted_late += 1
+        else:
+            figures.resolved += 1
+
+
+def stay_events(chain: Sequence[Mapping[Any, Any]], grace_s: int) -> list[StayEvent]:
+    """One dispute's tier stays (its ledger rows by seq) as events: an ENQUEUED or PROMOTED
+    row into a tier starts a stay (``entered``), the next PROMOTED, TERMINAL, RESOLVED or
+    CANCELLED row ends it with the stay's duration (s), as ``resolved`` (RESOLVED or
+    CANCELLED), ``on_time`` or ``late``. A RESOLVED row after TERMINAL ends no stay
+    (TERMINAL already ended it, as breached) but is a resolution recorded in the terminal
+    tier: ``resolved`` there, without a second duration. Each event is at its row's
+    ``decided_at``; the report counts those inside its window (the rollup keeps them all)."""
+    out: list[StayEvent] = []
     stay: Mapping[Any, Any] | None = None
     stay_start: datetime | None = None
     terminal: Mapping[Any, Any] | None = None  # the stay a TERMINAL row ended
     for row in chain:
         event = row["event"]
         if terminal is not None and event == "RESOLVED":
-            if inside(row["decided_at"]):
-                fig(terminal["ladder"], terminal["to_tier"]).resolved += 1
+            out.append(StayEvent("resolved", terminal["ladder"], terminal["to_tier"],
+                                 row["decided_at"]))
             terminal = None
         if stay is not None and stay_start is not None and event in (
             "PROMOTED", "TERMINAL", "RESOLVED", "CANCELLED"
         ):
-            f = fig(stay["ladder"], stay["to_tier"])
-            if inside(row["decided_at"]):
-                f.durations.append((row["decided_at"] - stay_start).total_seconds())
-                if event in ("RESOLVED", "CANCELLED"):
-                    f.resolved += 1
-                elif _on_time(row["decided_at"], row["due_at"], stay_start, grace_s):
-                    f.promoted_on_time += 1
-                else:
-                    f.promoted_late += 1
+            if event in ("RESOLVED", "CANCELLED"):
+                kind = "resolved"
+            elif _on_time(row["decided_at"], row["due_at"], stay_start, grace_s):
+                kind = "on_time"
+            else:
+                kind = "late"
+            out.append(StayEvent(kind, stay["ladder"], stay["to_tier"], row["decided_at"],
+                                 (row["decided_at"] - stay_start).total_seconds()))
             terminal = stay if event == "TERMINAL" else None
             stay = None
         if event in ("ENQUEUED", "PROMOTED") and row["to_tier"] is not None:
@@ -313,8 +409,8 @@ def _tier_stays(
             stay_start = (
                 _first_tier_entry(row, chain) if event == "ENQUEUED" else row["decided_at"]
             )
-            if inside(row["decided_at"]):
-                fig(row["ladder"], row["to_tier"]).entered += 1
+            out.append(StayEvent("entered", row["ladder"], row["to_tier"], row["decided_at"]))
+    return out
 
 
 def _on_time(decided: datetime, due: datetime | None, entered: datetime, grace_s: int) -> bool:
@@ -326,7 +422,8 @@ def _on_time(decided: datetime, due: datetime | None, entered: datetime, grace_s
     return (decided - due).total_seconds() <= grace_s
 
 
-def _first_tier_entry(enqueued: Mapping[Any, Any], chain: list[Mapping[Any, Any]]) -> datetime:
+def _first_tier_entry(enqueued: Mapping[Any, Any],
+                      chain: Sequence[Mapping[Any, Any]]) -> datetime:
     """Instant the escalation entered its first tier (see the module docstring)."""
     recorded = enqueued.get("details_entered_at")
     if recorded:
@@ -381,24 +478,57 @@ def _clocks_json(
     return () if last is None else (("regulatory_deadline", last),)
 
 
-def _regulatory(
-    chain: list[Mapping[Any, Any]], inside: Any, fig: Any, now: datetime,
+def deadline_items(
+    chain: Sequence[Mapping[Any, Any]], now: datetime,
     calendars: CalendarRegistry | None, ladders: LadderLookup | None,
-) -> list[DeadlineOutcome]:
+) -> list[tuple[DeadlineOutcome, str]]:
+    """Every regulatory deadline of one dispute with a known instant, as of ``now``, with
+    the ladder it counts in (the dispute's ladder at the deadline: the first row's when the
+    deadline passed before the dispute was even enqueued). The report counts those inside
+    its window in ``(ladder, outcome.tier)``."""
     cals = calendars if calendars is not None else builtin_calendars()
     deadline_chain = as_chain(chain)
     zone = _zone_of(deadline_chain, cals)
     out = []
     for o in dl.outcomes_of([deadline_chain], now, ladders or _unknown, cals):
-        if not inside(o.deadline):
+        if o.deadline is None:
             continue
-        assert o.deadline is not None  # noqa: S101 - inside() holds only for an instant
         before = [r for r in chain if r["decided_at"] <= o.deadline]
-        # A deadline that passed before the dispute was even enqueued counts in its first tier.
         at_deadline = before[-1] if before else chain[0]
-        fig(at_deadline["ladder"], o.tier).count(o.status)
-        out.append(DeadlineOutcome(o, zone))
+        out.append((DeadlineOutcome(o, zone), str(at_deadline["ladder"])))
     return out
+
+
+def _regulatory(items: Iterable[tuple[DeadlineOutcome, str]], inside: Any,
+                fig: Any) -> list[DeadlineOutcome]:
+    out = []
+    for item, ladder in items:
+        if inside(item.deadline):
+            fig(ladder, item.outcome.tier).count(item.status)
+            out.append(item)
+    return out
+
+
+RollupRow = tuple[str, str, str, datetime, "float | None", "str | None", "str | None"]
+"""One row of the SLA rollup: (kind, ladder, tier, instant it counts at, duration in s or
+None, deadline state or None, deadline name or None); kind is one of :data:`STAY_KINDS`
+or ``deadline``."""
+
+
+def rollup_rows(chain: Sequence[Mapping[Any, Any]], now: datetime,
+                calendars: CalendarRegistry | None, ladders: LadderLookup | None,
+                grace_s: int = DEFAULT_GRACE_S) -> list[RollupRow]:
+    """What one dispute contributes to the report in any window: its stay events
+    (:func:`stay_events` at ``grace_s``) and its deadlines with their state as of ``now``
+    (:func:`deadline_items`): the same functions :func:`compute` counts with, so the
+    rollup's figures for a window are the full recount's (ADR 0033)."""
+    rows: list[RollupRow] = [(e.kind, e.ladder, e.tier, e.at, e.duration_s, None, None)
+                             for e in stay_events(chain, grace_s)]
+    for item, ladder in deadline_items(chain, now, calendars, ladders):
+        assert item.deadline is not None  # noqa: S101 - deadline_items keeps known instants
+        rows.append(("deadline", ladder, item.outcome.tier, item.deadline, None, item.status,
+                     item.name))
+    return rows
 
 
 def _zone_of(chain: DeadlineChain, calendars: CalendarRegistry) -> ZoneInfo:
@@ -412,26 +542,25 @@ def _zone_of(chain: DeadlineChain, calendars: CalendarRegistry) -> ZoneInfo:
     return tz if isinstance(tz, ZoneInfo) else ZoneInfo("UTC")
 
 
-def build(source: LedgerReports, since: datetime, until: datetime,
-          grace_s: int = DEFAULT_GRACE_S, now: datetime | None = None,
+def build(cmd: ReportSla, source: LedgerReports,
           calendars: CalendarRegistry | None = None,
           ladders: LadderLookup | None = None) -> SlaReport:
-    """Load the ledger rows of disputes active in the window and :func:`compute`.
+    """Load the ledger rows of disputes active in ``cmd``'s window and :func:`compute`.
 
     ``source`` (the ``LedgerReports`` port; adapter ``adapters.report_queries.
-    PostgresReports``) gives the rows. ``now`` (aware UTC) defaults to the database clock:
-    deadlines after it are open. ``calendars``: registry for business-day lateness
+    PostgresReports``) gives the rows. ``cmd.now`` (aware UTC) defaults to the database
+    clock: deadlines after it are open. ``calendars``: registry for business-day lateness
     (default: built-ins). ``ladders``: as for :func:`compute` (pass the deployment's, or
     every deadline is read as met by the resolution only).
 
     Raises:
-        InvalidInput: naive ``since`` / ``until``.
+        InvalidInput: naive ``since`` / ``until``, ``since >= until`` or a negative grace
+            (:func:`check_window`, before any row is read).
     """
-    since = require_aware(since, "from")
-    until = require_aware(until, "to")
+    since, until = check_window(cmd.since, cmd.until, cmd.grace_s)
     db_now, rows = source.sla_rows(since, until)
-    return compute(rows, since, until, grace_s, db_now if now is None else now, calendars,
-                   ladders)
+    return compute(rows, ReportSla(since, until, cmd.grace_s,
+                                   db_now if cmd.now is None else cmd.now), calendars, ladders)
 
 
 MISSED_COLUMNS: tuple[str, ...] = dl.CSV_COLUMNS
@@ -449,9 +578,8 @@ def missed_csv(report: SlaReport, *, bom: bool = False) -> str:
 
 
 def dispute_deadlines(
-    source: LedgerReports, dispute_id: Any, name: str | None = None,
-    calendars: CalendarRegistry | None = None, now: datetime | None = None,
-    ladders: LadderLookup | None = None,
+    cmd: DisputeDeadlines, source: LedgerReports,
+    calendars: CalendarRegistry | None = None, ladders: LadderLookup | None = None,
 ) -> list[DeadlineOutcome]:
     """Every regulatory deadline of one dispute (optionally only ``name``), by
     ``deadline_outcomes.outcomes_of`` (the console's function: met / missed / at_risk /
@@ -460,7 +588,8 @@ def dispute_deadlines(
 
     ``source``: the ``LedgerReports`` port (its ``dispute_rows``); ``now`` defaults to the
     database clock; ``ladders`` as for :func:`compute`."""
-    db_now, rows = source.dispute_rows(dispute_id)
+    name, now = cmd.name, cmd.now
+    db_now, rows = source.dispute_rows(cmd.dispute_id)
     if not rows:
         return []
     at = db_now if now is None else now

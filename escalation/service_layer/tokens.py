@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
 from escalation.domain.access import TokenInfo, check_name, check_scope, parse_role
 from escalation.domain.errors import ConflictError, InvalidInput, NotFound
 from escalation.domain.timeutil import require_aware
-from escalation.ports import TokenStore
+from escalation.ports import NewToken, TokenStore
 
 TOKEN_PREFIX = "esc_"  # noqa: S105 - a public marker, not a secret
 MAX_TTL_DAYS = 3660
@@ -30,26 +31,40 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
-def create_token(
-    store: TokenStore, name: str, role: str, ttl_days: int,
-    sources: list[str] | tuple[str, ...] | None = None, read_only: bool = False,
-) -> tuple[str, TokenInfo]:
-    """Create a token valid for ``ttl_days`` days (1-3660), limited to the disputes of
-    ``sources`` (None or empty = unscoped; service tokens only) and to reads if
-    ``read_only``. Returns (secret, info); the secret is not stored and cannot be shown again.
+@dataclass(frozen=True, slots=True)
+class CreateToken:
+    """Create an API token (the command of :func:`create_token`).
+
+    ``name``: unique, never reused (even revoked); ``role``: a role name
+    (``escalation.domain.access.Role``); ``ttl_days``: days of validity, 1-3660;
+    ``sources``: the dispute sources the token is limited to (None or empty = unscoped;
+    service tokens only); ``read_only``: reads only.
+    """
+
+    name: str
+    role: str
+    ttl_days: int
+    sources: list[str] | tuple[str, ...] | None = None
+    read_only: bool = False
+
+
+def create_token(cmd: CreateToken, store: TokenStore) -> tuple[str, TokenInfo]:
+    """Create the token ``cmd`` describes (:class:`CreateToken`). Returns (secret, info); the
+    secret is not stored and cannot be shown again.
 
     Raises:
         InvalidInput: bad name, role, ttl or source scope. ConflictError: the name exists
             (even revoked).
     """
-    check_name(name)
-    r = parse_role(role)
-    scope = check_scope(r, sources)
-    if not 1 <= ttl_days <= MAX_TTL_DAYS:
-        raise InvalidInput(f"--ttl-days must be 1-{MAX_TTL_DAYS}, got {ttl_days}")
+    check_name(cmd.name)
+    r = parse_role(cmd.role)
+    scope = check_scope(r, cmd.sources)
+    if not 1 <= cmd.ttl_days <= MAX_TTL_DAYS:
+        raise InvalidInput(f"--ttl-days must be 1-{MAX_TTL_DAYS}, got {cmd.ttl_days}")
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    info = store.insert(name, r, digest(secret), store.now() + timedelta(days=ttl_days),
-                        sources=scope, read_only=read_only)
+    info = store.insert(NewToken(cmd.name, r, digest(secret),
+                                 store.now() + timedelta(days=cmd.ttl_days),
+                                 sources=scope, read_only=cmd.read_only))
     return secret, info
 
 

@@ -43,6 +43,7 @@ from escalation.domain.errors import (
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder
 from escalation.domain.sla_timing import (
+    ActiveTime,
     active_warning_times,
     calendar_of,
     fraction_label,
@@ -57,6 +58,7 @@ from escalation.ports import (
     ApplyOutcome,
     EventLog,
     LadderSource,
+    LedgerEvent,
     LedgerRow,
     Scheduler,
     WarningMember,
@@ -179,10 +181,23 @@ def _fraction_plan(fractions: tuple[Decimal, ...]) -> tuple[tuple[int, int, str]
     return tuple(plan)
 
 
-def resumed_warning_members(
-    esc: Escalation, consumed_ms: int | None, remaining: int, resumed_at: datetime,
-    ladders: LadderSource, calendars: CalendarRegistry,
-) -> list[WarningMember]:
+@dataclass(frozen=True, slots=True)
+class ResumedTier:
+    """An escalation just resumed (what :func:`resumed_warning_members` plans from).
+
+    ``consumed_ms``: active SLA time of the tier consumed before the pause, milliseconds
+    (None: a pause recorded before it was kept); ``remaining_ms``: active time left,
+    milliseconds; ``resumed_at``: when it resumed (aware).
+    """
+
+    escalation: Escalation
+    consumed_ms: int | None
+    remaining_ms: int
+    resumed_at: datetime
+
+
+def resumed_warning_members(resumed: ResumedTier, ladders: LadderSource,
+                            calendars: CalendarRegistry) -> list[WarningMember]:
     """Warnings of an escalation just resumed, as fractions of **active** SLA time.
 
     The tier's window is ``consumed_ms + remaining`` of active time; a warning whose point was
@@ -190,6 +205,8 @@ def resumed_warning_members(
     the earlier run). Without ``consumed_ms`` (a pause recorded before it was kept) the
     escalation is treated as freshly entered (:func:`warning_members`).
     """
+    esc, consumed_ms = resumed.escalation, resumed.consumed_ms
+    remaining, resumed_at = resumed.remaining_ms, resumed.resumed_at
     if consumed_ms is None:
         return warning_members([esc], ladders, calendars)
     try:
@@ -197,8 +214,9 @@ def resumed_warning_members(
         tier = ladder.tier(esc.tier)
         window = tier_window(ladder, tier.id, esc.materiality.amount)
         cal = calendar_of(window, esc.calendars(calendars))
-        times = active_warning_times(window, cal, resumed_at, consumed_ms + remaining,
-                                     consumed_ms, tier.warn_at)
+        times = active_warning_times(window, cal, resumed_at,
+                                     ActiveTime(consumed_ms + remaining, consumed_ms),
+                                     tier.warn_at)
     except EscalationError:
         return []
     return [WarningMember(esc.dispute_id, esc.seq, fraction_label(f), to_ms(at))
@@ -231,8 +249,8 @@ def schedule_resumed(
     """Schedule the warnings of a ``pause.resume`` result (active-time fractions,
     :func:`resumed_warning_members`). Returns how many were new."""
     members = resumed_warning_members(
-        result.escalation, result.consumed_ms, result.remaining_ms,
-        result.at or result.escalation.entered_tier_at, ladders, calendars)
+        ResumedTier(result.escalation, result.consumed_ms, result.remaining_ms,
+                    result.at or result.escalation.entered_tier_at), ladders, calendars)
     return warnings.schedule(members)
 
 
@@ -254,11 +272,31 @@ def _moved_on(rows: Sequence[LedgerRow], seq: int, fraction: str) -> tuple[bool,
     return False, dup
 
 
-def fire_warnings(
-    *, warnings: WarningQueue, scheduler: Scheduler, store: WarningStore,
-    ladders: LadderSource, calendars: CalendarRegistry, actor: str, max_items: int = 100,
-    emit: EventSink | None = None,
-) -> WarningReport:
+@dataclass(frozen=True, slots=True)
+class FireWarnings:
+    """Fire one batch of due pre-breach warnings (the command of :func:`fire_warnings`).
+
+    ``actor``: who records the WARNING rows; ``max_items``: warnings claimed at most.
+    """
+
+    actor: str
+    max_items: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class WarningPorts:
+    """What :func:`fire_warnings` reads and writes: the warning queue it claims from, the
+    scheduler (Redis time), the ledger it records on, the released ladders and calendars."""
+
+    warnings: WarningQueue
+    scheduler: Scheduler
+    store: WarningStore
+    ladders: LadderSource
+    calendars: CalendarRegistry
+
+
+def fire_warnings(cmd: FireWarnings, ports: WarningPorts,
+                  emit: EventSink | None = None) -> WarningReport:
     """Claim and record one batch of due warnings (see module doc). Returns a report.
 
     A warning whose escalation's ladder version cannot be resolved now (a broken release: the
@@ -271,9 +309,11 @@ def fire_warnings(
         Database / Redis connection errors propagate; claimed warnings are then lost (a
         warning is advisory, at most once; the breach itself still fires).
     """
+    warnings, scheduler, store = ports.warnings, ports.scheduler, ports.store
+    ladders, calendars, actor = ports.ladders, ports.calendars, cmd.actor
     sink: EventSink = emit or (lambda event, **kw: None)
     report = WarningReport()
-    now, members = warnings.claim(max_items)
+    now, members = warnings.claim(cmd.max_items)
     report.claimed = len(members)
     report.next_due_ms = warnings.next_due_ms
     ops: list[ApplyOp] = []
@@ -292,13 +332,12 @@ def fire_warnings(
             ladder = ladders.get(esc.ladder, esc.ladder_version)
             cal = calendar_of(tier_window(ladder, esc.tier, esc.materiality.amount),
                               esc.calendars(calendars))
-            state = store.append_event(
+            state = store.append_event(LedgerEvent(
                 m.dispute_id, "WARNING", f"SLA_WARNING_{int(Decimal(m.fraction) * 100)}",
                 actor, now, {},
                 {"tier_seq": m.seq, "fraction": m.fraction, "tier": esc.tier,
                  "due_at": esc.due_at.isoformat(), **lateness(m.due_ms, now)},
-                expected_seq=esc.seq, calendar_version=cal.version,
-            )
+                expected_seq=esc.seq, calendar_version=cal.version))
         except DuplicateEvent:
             report.duplicate += 1  # unique index: another worker recorded it first
             continue

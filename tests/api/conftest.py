@@ -42,41 +42,48 @@ class Server:
 def make_tokens(engine: sa.Engine, prefix: str) -> tuple[dict[str, str], dict[str, str]]:
     """Tokens for service/compliance/admin, plus 'expired' and 'revoked' (service role)."""
     from escalation.adapters.token_store import PostgresTokenStore
-    from escalation.service_layer.tokens import create_token, digest, revoke_token
+    from escalation.service_layer.tokens import CreateToken, create_token, digest, revoke_token
 
     store = PostgresTokenStore(engine)
     tokens: dict[str, str] = {}
     names: dict[str, str] = {}
     for role in ("service", "compliance", "admin"):
         name = f"{prefix}-{role}"
-        tokens[role], _ = create_token(store, name, role, 30)
+        tokens[role], _ = create_token(CreateToken(name, role, 30), store)
         names[role] = name
-    secret, info = create_token(store, f"{prefix}-revoked", "service", 30)
+    secret, info = create_token(CreateToken(f"{prefix}-revoked", "service", 30), store)
     revoke_token(store, info.name)
     tokens["revoked"], names["revoked"] = secret, info.name
     from escalation.domain.access import Role
+    from escalation.ports import NewToken
 
     expired_secret = "esc_" + uuid.uuid4().hex + uuid.uuid4().hex[:11]
-    store.insert(f"{prefix}-expired", Role.SERVICE, digest(expired_secret),
-                 store.now() - timedelta(seconds=1))
+    store.insert(NewToken(f"{prefix}-expired", Role.SERVICE, digest(expired_secret),
+                          store.now() - timedelta(seconds=1)))
     tokens["expired"], names["expired"] = expired_secret, f"{prefix}-expired"
     return tokens, names
 
 
 def start_server(env: dict[str, str], workers: int = 1) -> tuple[str, subprocess.Popen[bytes]]:
-    """``escalation serve`` on a free loopback port (the benchmark's own starter)."""
+    """``escalation serve`` on a free loopback port (the benchmark's own starter). A first
+    start on a new database writes the ladders' baseline events: on a shared 2-core machine
+    at load 10 it took over 60 s, hence the wait."""
     from escalation.bench.api import start_api_server
 
-    return start_api_server(env, workers, timeout_s=60)
+    return start_api_server(env, workers, timeout_s=180)
 
 
 def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a server of :func:`start_server` and close its log file."""
     proc.terminate()
     try:
         proc.wait(20)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(5)
+    log = getattr(proc, "log_file", None)  # start_api_server's temporary log file
+    if log is not None:
+        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +136,6 @@ def body(**over: Any) -> dict[str, Any]:
     """A valid create body for a fresh dispute (due in a day, so nothing fires)."""
     did = over.pop("dispute_id", str(uuid.uuid4()))
     b: dict[str, Any] = {"dispute_id": did, "source_hash": uuid.uuid4().hex,
-                         "materiality": "125.50", "due_at": "2099-01-01T00:00:00+00:00"}
+                         "materiality": "125.50", "due_at": "2030-01-01T00:00:00+00:00"}
     b.update(over)
     return {k: v for k, v in b.items() if v is not None}

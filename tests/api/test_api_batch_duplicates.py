@@ -54,7 +54,7 @@ def test_a_repeat_with_different_content_does_not_change_the_record(service, com
     first = body(trace_id="first-occurrence", timezone="America/New_York")
     later = body(dispute_id=first["dispute_id"], trace_id="later-occurrence",
                  timezone="Europe/London", materiality="9.99",
-                 due_at="2099-02-01T00:00:00+00:00")
+                 due_at="2030-02-01T00:00:00+00:00")
     out = _post(service, [first, later])
     assert [r["created"] for r in out["results"]] == [True, False]
     shown = service.get(f"/v1/escalations/{first['dispute_id']}").json()

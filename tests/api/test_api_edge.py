@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -76,7 +76,12 @@ def edge(redis_url: str, database_url: str, engine: sa.Engine) -> Iterator[Edge]
     kw = parse_url(redis_url)
     proxy = TcpProxy(str(kw.get("host", "127.0.0.1")), int(kw.get("port", 6379)))
     proxy.start()
-    proxied = f"redis://127.0.0.1:{proxy.port}/{kw.get('db', 9)}"
+    # the same server through the proxy, with its credentials (the embedded Valkey has a
+    # generated password) and its database index
+    parts = urlsplit(redis_url)
+    auth = parts.netloc.rpartition("@")[0]
+    proxied = urlunsplit((parts.scheme, (f"{auth}@" if auth else "") + f"127.0.0.1:{proxy.port}",
+                          f"/{kw.get('db', 9)}", "", ""))
     namespace = f"t{uuid.uuid4().hex[:12]}"
     env = _env(proxied, database_url, namespace)
     tokens, names = make_tokens(engine, f"edge{uuid.uuid4().hex[:8]}")
@@ -344,8 +349,7 @@ def test_serve_exits_0_on_sigterm_after_answering_the_requests_in_flight(
         assert _finish(sock, payload) == 201
         assert proc.wait(30) == 0
     finally:
-        if proc.poll() is None:
-            stop_server(proc)
+        stop_server(proc)  # kills it if still running; closes its log either way
         import redis
 
         client = redis.Redis.from_url(redis_url)

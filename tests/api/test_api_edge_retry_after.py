@@ -19,10 +19,10 @@ def test_a_503_without_retry_after_gets_one_and_one_with_it_keeps_its_own(
     from escalation.adapters.token_store import PostgresTokenStore
     from escalation.entrypoints.api.app import create_app
     from escalation.entrypoints.api.problems import RETRY_AFTER_S
-    from escalation.service_layer.tokens import create_token
+    from escalation.service_layer.tokens import CreateToken, create_token
 
-    secret, _ = create_token(PostgresTokenStore(engine), f"ra{uuid.uuid4().hex[:8]}",
-                             Role.ADMIN.value, 1)
+    secret, _ = create_token(CreateToken(f"ra{uuid.uuid4().hex[:8]}", Role.ADMIN.value, 1),
+                             PostgresTokenStore(engine))
     app = create_app(settings)
     app.add_api_route("/test-bare-503", lambda: Response("down\n", 503,
                                                          media_type="text/plain"))

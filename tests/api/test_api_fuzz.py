@@ -188,9 +188,9 @@ def test_any_authorization_header_but_a_token_is_401(api_server, header):
 def test_non_standard_json_numbers_and_malformed_json_are_refused(service, engine):
     did = str(uuid.uuid4())
     for raw in (f'{{"dispute_id": "{did}", "source_hash": "ab", "materiality": NaN, '
-                '"due_at": "2099-01-01T00:00:00+00:00"}',
+                '"due_at": "2030-01-01T00:00:00+00:00"}',
                 f'{{"dispute_id": "{did}", "source_hash": "ab", "materiality": Infinity, '
-                '"due_at": "2099-01-01T00:00:00+00:00"}',
+                '"due_at": "2030-01-01T00:00:00+00:00"}',
                 f'{{"dispute_id": "{did}", "source_hash": "ab"', "", "[]", "null"):
         r = service.post("/v1/escalations", content=raw.encode(),
                          headers={"Content-Type": "application/json"})

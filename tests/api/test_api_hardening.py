@@ -48,7 +48,7 @@ def hard(redis_url: str, database_url: str, engine: sa.Engine) -> Iterator[Hard]
     import redis
 
     from escalation.adapters.token_store import PostgresTokenStore
-    from escalation.service_layer.tokens import create_token
+    from escalation.service_layer.tokens import CreateToken, create_token
 
     namespace = f"t{uuid.uuid4().hex[:12]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
@@ -66,8 +66,8 @@ def hard(redis_url: str, database_url: str, engine: sa.Engine) -> Iterator[Hard]
     for key, sources, ro in (("a", ["srca"], False), ("b", ["srcb"], False),
                              ("ab", ["srca", "srcb"], False), ("ro", None, True),
                              ("ro_a", ["srca"], True)):
-        tokens[key], info = create_token(store, f"{prefix}-{key}", "service", 30,
-                                         sources=sources, read_only=ro)
+        tokens[key], info = create_token(CreateToken(f"{prefix}-{key}", "service", 30,
+                                                     sources=sources, read_only=ro), store)
         names[key] = info.name
     url, proc = start_server(env)
     try:
@@ -359,13 +359,15 @@ def test_a_read_only_token_reads_but_never_writes(hard: Hard) -> None:
             assert ro.post("/v1/escalations", json=body()).status_code == 403
 
 
-def test_token_list_shows_every_scope(hard: Hard) -> None:
+def test_token_list_shows_every_scope(hard: Hard, redis_url: str) -> None:
     import subprocess
+    import sys
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
     env.update(ESCALATION_DATABASE_URL=str(hard.engine.url.render_as_string(False)),
-               ESCALATION_REDIS_URL="redis://127.0.0.1:6379/9")
-    out = subprocess.run([".venv/bin/escalation", "token", "list", "--json"], env=env,
+               ESCALATION_REDIS_URL=redis_url)
+    out = subprocess.run([sys.executable, "-m", "escalation", "token", "list", "--json"],
+                         env=env,
                          capture_output=True, text=True, timeout=60, check=True)
     rows = {r["name"]: r for r in json.loads(out.stdout)}
     assert rows[hard.names["a"]]["sources"] == ["srca"]
@@ -376,9 +378,23 @@ def test_token_list_shows_every_scope(hard: Hard) -> None:
 
 
 # --------------------------------------------------------------------------- 5. sessions
+#: the clients ``_sign_in`` opened in the running test; ``_close_signed_in`` closes them
+_SIGNED_IN: list[httpx.Client] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_signed_in() -> Iterator[None]:
+    """Close every client a test signed in with (an unclosed one is a ResourceWarning when
+    it is collected, and warnings are errors)."""
+    yield
+    while _SIGNED_IN:
+        _SIGNED_IN.pop().close()
+
+
 def _sign_in(hard: Hard, role: str = "compliance") -> httpx.Client:
     c = httpx.Client(base_url=hard.url, timeout=30, follow_redirects=False,
                      headers={"X-Forwarded-For": _addr()})
+    _SIGNED_IN.append(c)
     c.get("/console/login")
     r = c.post("/console/login", data={"token": hard.tokens[role],
                                        "csrf": c.cookies["esc_console_login"],
@@ -427,10 +443,10 @@ def test_sessions_expire_idle_and_absolute_and_with_their_token(hard: Hard) -> N
     assert c.get("/console/deadlines.csv").status_code == 303
     # revoking the token ends its sessions
     from escalation.adapters.token_store import PostgresTokenStore
-    from escalation.service_layer.tokens import create_token, revoke_token
+    from escalation.service_layer.tokens import CreateToken, create_token, revoke_token
 
     store = PostgresTokenStore(hard.engine)
-    secret, info = create_token(store, f"sess{uuid.uuid4().hex[:8]}", "compliance", 1)
+    secret, info = create_token(CreateToken(f"sess{uuid.uuid4().hex[:8]}", "compliance", 1), store)
     hard.tokens["temp"] = secret
     c = _sign_in(hard, "temp")
     assert c.get("/console/deadlines.csv").status_code == 200
@@ -444,6 +460,7 @@ def test_sessions_expire_idle_and_absolute_and_with_their_token(hard: Hard) -> N
 
 def test_failed_console_sign_ins_are_throttled(hard: Hard) -> None:
     c = httpx.Client(base_url=hard.url, timeout=30, headers={"X-Forwarded-For": _addr()})
+    _SIGNED_IN.append(c)
     c.get("/console/login")
     codes = []
     for _ in range(LIMIT + 2):
@@ -528,10 +545,10 @@ def test_no_process_serves_a_rotated_away_id_from_its_cache(engine: sa.Engine) -
     accepting it when the grace ends, though it had it cached."""
     from escalation.adapters.token_store import PostgresSessionStore, PostgresTokenStore
     from escalation.entrypoints.api.auth import SessionCache
-    from escalation.service_layer.tokens import create_token
+    from escalation.service_layer.tokens import CreateToken, create_token
 
-    _secret, info = create_token(PostgresTokenStore(engine), f"rc{uuid.uuid4().hex[:8]}",
-                                 "compliance", 1)
+    _secret, info = create_token(CreateToken(f"rc{uuid.uuid4().hex[:8]}", "compliance", 1),
+                                 PostgresTokenStore(engine))
     store = PostgresSessionStore(engine)
     one, two = (SessionCache(store, 60, 300, ROTATE_S, 1) for _ in range(2))
     sid0 = one.sign_in(info, 60, None)

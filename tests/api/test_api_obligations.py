@@ -270,3 +270,22 @@ def test_a_resolution_before_the_dispute_was_opened_is_422_on_every_ladder(
         "outcome": "no_error_found", "idempotency_key": "at-open",
         "occurred_at": opened.isoformat()})
     assert r.status_code == 201, r.text
+
+
+def test_resolve_of_a_cancelled_dispute_is_409_where_the_cancel_is_the_resolution(
+        service: httpx.Client, engine: Any) -> None:
+    """dispute_review v1 declares no actions: its cancel is the resolution (docs/sla.md,
+    "What a cancel meets"); a later resolve is a 409 problem and writes nothing."""
+    b = body()
+    assert service.post("/v1/escalations", json=b).status_code == 201
+    did = str(b["dispute_id"])
+    assert service.post(f"/v1/escalations/{did}/cancel",
+                        json={"reason": "dup"}).status_code == 200
+    n = len(_rows(engine, did))
+    r = service.post(f"/v1/escalations/{did}/resolve",
+                     json={"outcome": "closed", "idempotency_key": "cx-1"})
+    assert r.status_code == 409, r.text
+    assert r.headers["content-type"].startswith(PROBLEM)
+    assert "cancel is its resolution" in r.json()["detail"]
+    assert len(_rows(engine, did)) == n
+    assert [row.event for row in _rows(engine, did)] == ["ENQUEUED", "CANCELLED"]

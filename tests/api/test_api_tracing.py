@@ -26,13 +26,14 @@ def traced(settings: Any, engine: sa.Engine, redis_client: Any,
            ) -> Iterator[tuple[TestClient, InMemorySpanExporter, str]]:
     from escalation.adapters.token_store import PostgresTokenStore
     from escalation.entrypoints.api.app import create_app
-    from escalation.service_layer.tokens import create_token
+    from escalation.service_layer.tokens import CreateToken, create_token
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    secret, info = create_token(PostgresTokenStore(engine), f"trace{uuid.uuid4().hex[:8]}",
-                                Role.SERVICE.value, 1)
+    secret, info = create_token(
+        CreateToken(f"trace{uuid.uuid4().hex[:8]}", Role.SERVICE.value, 1),
+        PostgresTokenStore(engine))
     app = create_app(settings, tracer_provider=provider)
     with TestClient(app, headers={"Authorization": f"Bearer {secret}"}) as client:
         yield client, exporter, info.name

@@ -13,7 +13,7 @@ Not a timed test. Method:
   (pass 1 validates every row, pass 2 records + schedules in batches); no workers run.
 
     python tests/benchmarks/import_200k.py [--rows 200000] [--batch-size 5000]
-        [--warnings] [--general] [--cli]
+        [--warnings] [--general] [--keep] [--cli]
         [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
         [--redis-url redis://127.0.0.1:6379/9]
 
@@ -45,6 +45,7 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -52,8 +53,19 @@ import redis
 import sqlalchemy as sa
 
 from escalation.adapters import db
-from escalation.bootstrap import build, warnings_for
-from escalation.service_layer.importer import ColumnMapping, ImportTarget, import_csv
+from escalation.bootstrap import (
+    build,
+    outcome_fanout,
+    pass1_helper,
+    warnings_for,
+    write_pipeline,
+)
+from escalation.service_layer.importer import (
+    ColumnMapping,
+    ImportCsv,
+    ImportTarget,
+    import_csv,
+)
 from escalation.settings import get_settings
 
 # A sample of the CFPB complaints export, kept outside the repository (not redistributed).
@@ -254,15 +266,25 @@ def backend_cpu_s(engine: sa.Engine) -> float:
     return total
 
 
+KEPT_CFPB = ("Product", "Sub-product", "Issue", "Sub-issue", "Company", "State")
+"""The CFPB columns ``--keep`` keeps as source attributes (``--keep-column`` of the CLI)."""
+
+
 def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int,
-        warnings: bool = False, bulk: bool = True, processes: int | None = None) -> None:
+        warnings: bool = False, bulk: bool = True, processes: int | None = None,
+        keep: bool = False) -> None:
     """Generate the CSV, import it, print the figures. ``warnings``: schedule the pre-breach
     warnings as ``escalation import`` does (``ImportTarget.warnings``); ``bulk`` False: the
-    general per-row path (``import_csv(bulk=False)``)."""
+    general per-row path (``ImportCsv(bulk=False)``); ``keep``: keep :data:`KEPT_CFPB` as
+    each dispute's source attributes (CFPB rows only)."""
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "import.csv"
         mapping = write_csv(path, rows)
+        if keep:
+            if mapping.dispute_id != "Complaint ID":
+                raise SystemExit("--keep needs the CFPB rows ($ESCALATION_BENCH_CFPB_CSV)")
+            mapping = replace(mapping, keep_columns=KEPT_CFPB)
         size_mib = path.stat().st_size / 2**20
         settings = get_settings(redis_url=redis_url, database_url=url, namespace=namespace,
                                 log_format="json")
@@ -271,7 +293,9 @@ def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int,
             target = ImportTarget(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
                                   calendars=app.calendars,
                                   default_ladder=settings.default_ladder, actor=app.actor,
-                                  warnings=warnings_for(app) if warnings else None)
+                                  warnings=warnings_for(app) if warnings else None,
+                                  pipeline=write_pipeline(), helper=pass1_helper(processes),
+                                  fanout=outcome_fanout())  # as the CLI
             rss_before = peak_rss_mib()
             redis0 = redis_cpu_s(app.redis)
             cpu0 = time.process_time()
@@ -285,9 +309,9 @@ def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int,
                     marks["validated_cpu"] = time.process_time()
 
             with PssSampler() as pss:
-                res = import_csv(lambda: path.open(newline="", encoding="utf-8"), mapping,
-                                 target, batch_size=batch_size, progress=progress, bulk=bulk,
-                                 processes=processes)
+                res = import_csv(ImportCsv(lambda: path.open(newline="", encoding="utf-8"),
+                                           mapping, batch_size=batch_size, bulk=bulk,
+                                           processes=processes), target, progress)
             took = time.perf_counter() - t0
             cpu = time.process_time() - cpu0
             busy = busy_cpu_s() - busy0
@@ -299,7 +323,8 @@ def run(url: str, redis_url: str, namespace: str, rows: int, batch_size: int,
             app.close()
     if not res.written or res.errors:
         raise SystemExit(f"import failed: {res.errors[:5]}")
-    print(f"source: {'CFPB sample rows, repeated' if CFPB.is_file() else 'synthetic'}; "
+    print(f"source: {'CFPB sample rows, repeated' if CFPB.is_file() else 'synthetic'}"
+          f"{'; keeping ' + ', '.join(mapping.keep_columns) if mapping.keep_columns else ''}; "
           f"{rows:,} rows, {size_mib:.1f} MiB CSV, batch {batch_size}"
           f"{', with warnings' if warnings else ''}{'' if bulk else ', general path'}")
     print(f"import: {res.created:,} created in {took:.1f} s = {res.created / took:,.0f} rows/s")
@@ -332,14 +357,17 @@ def main() -> None:
     ap.add_argument("--warnings", action="store_true",
                     help="schedule pre-breach warnings, as `escalation import` does")
     ap.add_argument("--processes", type=int, default=None,
-                    help="pass 1 processes (import_csv(processes=...)); default: the import's")
+                    help="pass 1 processes (ImportCsv(processes=...)); default: the import's")
     ap.add_argument("--cli", action="store_true",
                     help="time the `escalation import` command in a child process instead")
     ap.add_argument("--first", action="store_true",
                     help="with --cli: the import is the new database's first command (it also "
                          "releases the shipped ladders as baseline)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the CFPB columns " + ", ".join(KEPT_CFPB) + " as source "
+                         "attributes (as --keep-column does)")
     ap.add_argument("--general", action="store_true",
-                    help="the general per-row path (import_csv(bulk=False)), for comparison")
+                    help="the general per-row path (ImportCsv(bulk=False)), for comparison")
     ap.add_argument("--admin-url", default=os.environ.get(
         "ESCALATION_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
     ap.add_argument("--redis-url", default=os.environ.get(
@@ -360,7 +388,8 @@ def main() -> None:
             run_cli(url, args.redis_url, namespace, args.rows, warm=not args.first)
         else:
             run(url, args.redis_url, namespace, args.rows, args.batch_size,
-                warnings=args.warnings, bulk=not args.general, processes=args.processes)
+                warnings=args.warnings, bulk=not args.general, processes=args.processes,
+                keep=args.keep)
     finally:
         print(f"cleanup: unlinked {unlink_namespace(args.redis_url, namespace)} Redis keys; "
               f"dropping {name}")

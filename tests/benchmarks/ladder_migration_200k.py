@@ -46,11 +46,20 @@ import sqlalchemy as sa
 from escalation.adapters import db
 from escalation.adapters.ladder_files import LadderCatalog
 from escalation.adapters.ladder_history import LadderHistoryStore
+from escalation.adapters.pipeline import Overlapped
 from escalation.bootstrap import App, build
 from escalation.ports import LadderSource
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many
-from escalation.service_layer.ladder_migration import apply_migration, plan_migration
-from escalation.service_layer.ladder_release import release_version
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueMany, EnqueueRequest, enqueue_many
+from escalation.service_layer.ladder_migration import (
+    ApplyHooks,
+    ApplyMigration,
+    LadderPorts,
+    PlanMigration,
+    apply_migration,
+    plan_migration,
+)
+from escalation.service_layer.ladder_release import ReleaseVersion, release_version
 from escalation.settings import get_settings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ladders"
@@ -82,8 +91,11 @@ def enqueue(app: App, catalog: LadderSource, n: int) -> float:
                 dispute_id=did, materiality=Decimal("125.00"),
                 source_hash=hashlib.sha256(did.bytes).hexdigest(), tier="standard",
                 due_at=due, ladder=LADDER))
-        enqueue_many(reqs, scheduler=app.scheduler, store=app.store, ladders=catalog,
-                     calendars=app.calendars, default_ladder=LADDER, actor="bench")
+        enqueue_many(
+            EnqueueMany(requests=reqs, actor="bench", default_ladder=LADDER),
+            CorePorts(scheduler=app.scheduler, store=app.store, ladders=catalog,
+                      calendars=app.calendars),
+        )
     return time.perf_counter() - t0
 
 
@@ -132,14 +144,14 @@ def run(app: App, ladders_dir: Path, n: int, batch_size: int) -> None:
     print(f"enqueued {n} on {LADDER}@1 in {took:.1f} s ({n / took:,.0f}/s); "
           f"peak RSS {peak_rss_mib():.0f} MiB")
     copy_ladder("inserted", 2, ladders_dir)
-    release_version(history=history, files=LadderCatalog.from_dir(ladders_dir, strict=False),
-                    ladder=LADDER, version=2,
-                    actor="bench", reason="benchmark", now=app.scheduler.time())
+    release_version(ReleaseVersion(LADDER, 2, "bench", "benchmark", app.scheduler.time()),
+                    history=history, files=LadderCatalog.from_dir(ladders_dir, strict=False))
     catalog = app.ladders
 
     t0 = time.perf_counter()
-    plan = plan_migration(history=history, ladders=catalog, calendars=app.calendars,
-                          ladder=LADDER, to_version=2)
+    ports = LadderPorts(history, app.scheduler, catalog, app.calendars,
+                        Overlapped("ladder-apply", read_ahead=True))  # as ladder_ports_for
+    plan = plan_migration(PlanMigration(LADDER, 2), ports)
     took = time.perf_counter() - t0
     print(f"plan:  {len(plan.items)} escalations in {took:.1f} s "
           f"({len(plan.items) / took:,.0f}/s), blocked {len(plan.blocked)}, "
@@ -156,10 +168,9 @@ def run(app: App, ladders_dir: Path, n: int, batch_size: int) -> None:
 
     pg0, redis0 = backend_cpu_s(app.engine), redis_cpu_s(app)
     t0, cpu0 = time.perf_counter(), time.process_time()
-    report = apply_migration(history=history, scheduler=app.scheduler, ladders=catalog,
-                             calendars=app.calendars, ladder=LADDER, to_version=2,
-                             plan_hash=plan.plan_hash, actor="bench", batch_size=batch_size,
-                             progress=progress)
+    report = apply_migration(
+        ApplyMigration(LADDER, 2, plan.plan_hash, actor="bench", batch_size=batch_size),
+        ports, ApplyHooks(progress=progress))
     took, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     print(f"apply: {report.migrated} escalations in {took:.1f} s "
           f"({report.migrated / took:,.0f}/s, planning at apply time included), "

@@ -41,7 +41,7 @@ import redis
 
 from escalation.adapters.ladder_files import LadderCatalog
 from escalation.adapters.redis_scheduler import RedisScheduler
-from escalation.domain.escalation import Escalation
+from escalation.domain.escalation import Escalation, NewEscalation
 from escalation.domain.sla_timing import band_weight
 from escalation.domain.timeutil import to_ms
 from escalation.service_layer.priority import weight_fn
@@ -89,10 +89,15 @@ def run(client: redis.Redis, ns: str, *, n: int, batch: int, aging_ms: int, spre
         band = rng.choices(list(AMOUNTS), weights=MIX)[0]
         did = uuid.uuid4()
         due = now - timedelta(milliseconds=rng.randrange(0, spread_ms))
-        escs.append(Escalation.new(
-            dispute_id=did, tier=ladder.tiers[0].id, due_at=due, materiality=AMOUNTS[band],
-            source_hash=hashlib.sha256(did.bytes).hexdigest(), ladder=ladder,
-            entered_tier_at=due - timedelta(days=1), trace_id=did.hex))
+        escs.append(Escalation.new(NewEscalation(
+            dispute_id=did,
+            tier=ladder.tiers[0].id,
+            due_at=due,
+            materiality=AMOUNTS[band],
+            source_hash=hashlib.sha256(did.bytes).hexdigest(),
+            entered_tier_at=due - timedelta(days=1),
+            trace_id=did.hex),
+            ladder))
         out.band[str(did)] = band
         out.weight[str(did)] = band_weight(ladder, Decimal(AMOUNTS[band]))
         out.due[str(did)] = to_ms(escs[-1].due_at)

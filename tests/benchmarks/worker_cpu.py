@@ -21,7 +21,7 @@ import argparse
 import statistics
 
 from escalation.bench.common import Target
-from escalation.bench.compare import PrivateRedis, product_round
+from escalation.bench.compare import PrivateRedis, ProductRound, product_round
 
 
 def main() -> None:
@@ -37,8 +37,8 @@ def main() -> None:
         tgt = Target.open(redis_url=srv.url)
         try:
             for _ in range(args.repeat):
-                r = product_round(tgt, args.n, args.workers, args.batch_size, None,
-                                  60.0 + args.n / 100)
+                r = product_round(ProductRound(args.n, args.workers, args.batch_size, None,
+                                               60.0 + args.n / 100), tgt)
                 cpu = r["cpu_s"]
                 per.append(r["cpu_us_per_item"])
                 print(f"worker_cpu: N={args.n} W={args.workers} B={args.batch_size}: "

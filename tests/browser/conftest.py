@@ -54,7 +54,7 @@ def seed(engine: sa.Engine, prefix: str) -> Seeded:
     """Record the CASES through the audit store (ENQUEUED then CANCELLED rows)."""
     from escalation.adapters.audit_store import PostgresAuditStore
     from escalation.adapters.ladder_files import load_ladder_file
-    from escalation.domain.escalation import Escalation
+    from escalation.domain.escalation import Escalation, NewEscalation
 
     ladder = load_ladder_file(LADDERS / "reg_e_error_resolution.v1.toml")
     store = PostgresAuditStore(engine)
@@ -64,11 +64,18 @@ def seed(engine: sa.Engine, prefix: str) -> Seeded:
         did = uuid.uuid4()
         ids[ext] = did
         entered = utc("2024-02-01T14:00:00Z") if suffix != "D" else utc("2024-02-13T14:00:00Z")
-        esc = Escalation.new(
-            dispute_id=did, tier=tier, due_at=utc(deadline), materiality="125.00",
-            source_hash="ab" * 32, ladder=ladder, entered_tier_at=entered,
-            trace_id=f"t-{ext}", external_id=ext, regulatory_deadline=utc(deadline),
-            deadlines=((DEADLINE, utc(deadline)),))
+        esc = Escalation.new(NewEscalation(
+            dispute_id=did,
+            tier=tier,
+            due_at=utc(deadline),
+            materiality="125.00",
+            source_hash="ab" * 32,
+            entered_tier_at=entered,
+            trace_id=f"t-{ext}",
+            external_id=ext,
+            regulatory_deadline=utc(deadline),
+            deadlines=((DEADLINE, utc(deadline)),)),
+            ladder)
         store.record_enqueue_many([esc], "seed-import", entered)
         # C's resolver is named like a spreadsheet formula: the CSV export must defuse it
         actor = "=SUM(1+1)" if suffix == "C" else "ops.jane"
@@ -84,13 +91,31 @@ def seed(engine: sa.Engine, prefix: str) -> Seeded:
         ext = f"{prefix}-{suffix}"
         did = uuid.uuid4()
         ids[ext] = did
-        esc = Escalation.new(
-            dispute_id=did, tier=tier, due_at=due, materiality="80.00",
-            source_hash="cd" * 32, ladder=ladder, entered_tier_at=now - timedelta(days=2),
-            trace_id=f"t-{ext}", external_id=ext, regulatory_deadline=deadline,
-            deadlines=((DEADLINE, deadline),))
+        esc = Escalation.new(NewEscalation(
+            dispute_id=did,
+            tier=tier,
+            due_at=due,
+            materiality="80.00",
+            source_hash="cd" * 32,
+            entered_tier_at=now - timedelta(days=2),
+            trace_id=f"t-{ext}",
+            external_id=ext,
+            regulatory_deadline=deadline,
+            deadlines=((DEADLINE, deadline),)),
+            ladder)
         store.record_enqueue_many([esc], "seed-import", now - timedelta(days=2))
     return Seeded(prefix, ids)
+
+
+def refresh_sla_rollup(env: dict[str, str]) -> None:
+    """``escalation report sla-refresh`` on the console's database, as an operator runs it
+    (the SLA page answers only from a backfilled rollup)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "escalation", "report", "sla-refresh"],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @dataclass
@@ -98,6 +123,7 @@ class Console:
     url: str
     tokens: dict[str, str]
     seeded: Seeded
+    env: dict[str, str]
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +159,10 @@ def console(redis_url: str, console_database: tuple[str, sa.Engine]) -> Iterator
                ESCALATION_INSTITUTION_TIMEZONE="America/New_York")
     tokens, _names = make_tokens(engine, f"ui{uuid.uuid4().hex[:8]}")
     seeded = seed(engine, f"REGE{uuid.uuid4().hex[:6].upper()}")
+    refresh_sla_rollup(env)
     url, proc = start_server(env)
     try:
-        yield Console(url, tokens, seeded)
+        yield Console(url, tokens, seeded, env)
     finally:
         stop_server(proc)
         client = redis.Redis.from_url(redis_url, decode_responses=True)

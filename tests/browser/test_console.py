@@ -136,6 +136,31 @@ def test_overview_now_pending_overdue_and_at_risk(page, console):
     assert f"{prefix}-E" in at_risk and f"{prefix}-F" not in at_risk
 
 
+def test_pending_list_stages_time_to_breach_and_share_elapsed(page, console):
+    prefix = console.seeded.prefix
+    login(page, console, next_path="/pending")
+
+    def mine() -> dict[str, list[str]]:
+        rows = [r.inner_text().split("\t") for r in page.locator("#pending tbody tr").all()]
+        return {r[1]: r for r in rows if r[1].startswith(prefix)}
+
+    rows = mine()
+    e, f = rows[f"{prefix}-E"], rows[f"{prefix}-F"]
+    assert e[4] == "breached" and e[7].startswith("breached ") and e[7].endswith(" ago")
+    assert f[4] == "in progress" and f[7].endswith("min")  # due in 30 min
+    # E entered its tier 2 days ago and was due 1 h ago: 47 h of a 47 h window and more
+    assert int(e[8].rstrip(" %")) > 100 > int(f[8].rstrip(" %")) > 90
+    with page.expect_navigation():
+        page.locator("#sort-elapsed").click()
+    assert "sort=elapsed" in page.url
+    order = [r.inner_text().split("\t")[1] for r in page.locator("#pending tbody tr").all()]
+    assert order.index(f"{prefix}-E") < order.index(f"{prefix}-F")
+    page.goto(console.url + "/console/pending?stage=breached")
+    assert set(mine()) == {f"{prefix}-E"}
+    page.goto(console.url + "/console/pending?stage=in_progress")
+    assert set(mine()) == {f"{prefix}-F"}
+
+
 def test_dispute_timeline(page, console):
     ext = f"{console.seeded.prefix}-B"
     did = console.seeded.ids[ext]
@@ -185,8 +210,8 @@ def test_audit_export_matches_manifest(page, console):
 def test_sla_report_charts_in_ladder_order(page, console):
     login(page, console, next_path="/sla?from=2024-02-01&to=2024-03-31")
     page.screenshot(path=str(ARTIFACTS / "console-sla.png"), full_page=True)
-    svgs = page.locator("figure svg")
-    assert svgs.count() == 2
+    assert page.locator("figure svg").count() == 4  # two trends, met vs missed, time in tier
+    svgs = page.locator("#met-missed-chart svg")
     labels = [r.inner_text().split("\t")[:2] for r in page.locator("#sla tbody tr").all()]
     reg_e = [t for lad, t in labels if lad == "reg_e_error_resolution"]
     order = {"standard": 0, "senior": 1, "compliance": 2}
@@ -202,6 +227,8 @@ def test_sla_report_charts_in_ladder_order(page, console):
 def test_bad_filter_values_are_a_422_page_not_a_server_error(console):
     cookies = session_cookies(console)
     for path in ("/console/pending?window=forever", "/console/pending?window=HOUR",
+                 "/console/pending?stage=late", "/console/pending?sort=size",
+                 "/console/pending?cursor=bm90IGEgY3Vyc29y",
                  "/console/audit?ladder_version=99999999999999999999",
                  "/console/audit?tier=%00", "/console/audit?tier=nope"):
         r = httpx.get(console.url + path, cookies=cookies)
@@ -243,3 +270,112 @@ def test_a_console_address_with_a_trailing_slash_goes_to_the_page(page, console)
     assert httpx.get(console.url + "/v1/audit/", headers=auth).status_code == 404  # exact
     page.goto(console.url + "/console/")  # a person typing it lands on the sign-in page
     assert page.url.startswith(console.url + "/console/login")
+
+
+def _trend_rows(page: Any, table: str) -> dict[tuple[str, str], list[str]]:
+    """The decided rows of a trend table: (key, span) -> [achieved, not, rate]."""
+    out = {}
+    for row in page.locator(f"#{table} tbody tr").all():
+        cells = row.inner_text().split("\t")
+        if len(cells) == 8 and cells[7] != "none decided":
+            out[(cells[1], cells[2])] = cells[5:8]
+    return out
+
+
+def test_sla_achievement_trend_per_week_and_per_month(page, console):
+    login(page, console, next_path="/sla?from=2024-02-01&to=2024-03-31")
+    # the seeded Reg E deadlines: A met, B and C missed on 15 Feb; D missed on 27 Feb
+    assert _trend_rows(page, "deadline-trend") == {
+        ("determine_or_provisionally_credit", "2024-02-12"): ["1", "2", "33.3 %"],
+        ("determine_or_provisionally_credit", "2024-02-26"): ["0", "1", "0.0 %"]}
+    # every stay ended by its resolution (cancel) in the tier: A 14 Feb, B 20 Feb, D 1 Mar
+    # in standard, C 16 Feb in senior
+    assert _trend_rows(page, "tier-trend") == {
+        ("standard", "2024-02-12"): ["1", "0", "100.0 %"],
+        ("standard", "2024-02-19"): ["1", "0", "100.0 %"],
+        ("standard", "2024-02-26"): ["1", "0", "100.0 %"],
+        ("senior", "2024-02-12"): ["1", "0", "100.0 %"]}
+    texts = page.locator("#deadline-trend-chart svg text").all_text_contents()
+    assert "2024-02-12: 33.3 % (1 of 3)" in texts, texts
+    # per month, chosen with the keyboard
+    page.locator("#period").focus()
+    page.keyboard.press("End")  # the last option: month
+    page.locator("#period").press("Tab")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")  # on Apply
+    assert "period=month" in page.url
+    assert _trend_rows(page, "deadline-trend") == {
+        ("determine_or_provisionally_credit", "2024-02"): ["1", "3", "25.0 %"]}
+    assert _trend_rows(page, "tier-trend") == {
+        ("standard", "2024-02"): ["2", "0", "100.0 %"],
+        ("standard", "2024-03"): ["1", "0", "100.0 %"],
+        ("senior", "2024-02"): ["1", "0", "100.0 %"]}
+    resp = page.goto(console.url + "/console/sla?period=day")
+    assert resp is not None and resp.status == 422
+    assert "period must be week or month" in page.locator(".error").inner_text()
+
+
+def test_the_sla_page_says_when_the_rollup_is_not_backfilled(page, console, console_database):
+    import sqlalchemy as sa
+
+    from tests.browser.conftest import refresh_sla_rollup
+
+    _url, engine = console_database
+    with engine.begin() as conn:  # as on a database where no refresh ever ran
+        conn.execute(sa.text("DELETE FROM sla_rollup_state"))
+    try:
+        login(page, console, next_path="/sla?from=2024-02-01&to=2024-03-31")
+        resp = page.goto(page.url)
+        assert resp is not None and resp.status == 503
+        notice = page.locator("#rollup-notice")
+        assert notice.is_visible() and notice.get_attribute("role") == "alert"
+        assert "escalation report sla-refresh" in notice.inner_text()
+        assert "not backfilled" in notice.inner_text()
+        assert page.locator("#sla").count() == 0  # no figures at all, not zeros
+        assert page.locator("figure svg").count() == 0
+        with engine.connect() as conn:  # the page started no backfill
+            assert conn.execute(sa.text("SELECT count(*) FROM sla_rollup_state")).scalar() == 0
+    finally:
+        refresh_sla_rollup(console.env)
+    page.reload()
+    assert page.locator("#rollup-notice").count() == 0
+    assert page.locator("#sla tbody tr").count() == 2
+
+
+def test_deadline_lists_and_overview_say_when_they_are_computed_from_the_ledger(
+        page, console, console_database):
+    import sqlalchemy as sa
+
+    from tests.browser.conftest import refresh_sla_rollup
+
+    prefix = console.seeded.prefix
+    _url, engine = console_database
+    path = f"/deadlines?status=missed&{FEB}&sort=late&dir=desc"
+
+    def rows() -> list[str]:
+        return [r.inner_text() for r in page.locator("#deadlines tbody tr").filter(
+            has_text=prefix).all()]
+
+    login(page, console, next_path=path)
+    from_rollup = rows()
+    assert len(from_rollup) == 3 and page.locator("#rollup-notice").count() == 0
+    page.goto(console.url + "/console?from=2024-02-01&to=2024-02-29")
+    missed = page.locator("#missed-link strong").inner_text()
+    with engine.begin() as conn:  # as on a database where no refresh ever ran
+        conn.execute(sa.text("DELETE FROM sla_rollup_state"))
+    try:
+        page.goto(console.url + "/console" + path)
+        notice = page.locator("#rollup-notice")
+        assert notice.is_visible() and notice.get_attribute("role") == "status"
+        assert "escalation report sla-refresh" in notice.inner_text()
+        assert "computed from the ledger" in notice.inner_text().lower()
+        assert rows() == from_rollup  # the same rows, the slow way
+        page.goto(console.url + "/console?from=2024-02-01&to=2024-02-29")
+        assert page.locator("#rollup-notice").is_visible()
+        assert page.locator("#missed-link strong").inner_text() == missed
+        with engine.connect() as conn:  # no page started the backfill
+            assert conn.execute(sa.text("SELECT count(*) FROM sla_rollup_state")).scalar() == 0
+    finally:
+        refresh_sla_rollup(console.env)
+    page.reload()
+    assert page.locator("#rollup-notice").count() == 0

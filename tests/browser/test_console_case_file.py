@@ -42,7 +42,7 @@ def console(redis_url: str, console_database: tuple[str, sa.Engine]) -> Iterator
     seeded = seed(engine, f"REGE{uuid.uuid4().hex[:6].upper()}")
     url, proc = start_server(env)
     try:
-        yield Console(url, tokens, seeded)
+        yield Console(url, tokens, seeded, env)
     finally:
         stop_server(proc)
 

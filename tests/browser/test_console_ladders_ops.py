@@ -19,6 +19,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from escalation.ports import NewRun
 from tests.api.conftest import make_tokens, start_server, stop_server
 
 pytestmark = pytest.mark.browser
@@ -80,11 +81,15 @@ def _dead_letters(app: Any) -> Any:
 
 
 def _fire(app: Any, lease_ms: int = 1) -> Any:
-    from escalation.service_layer.fire import fire_due
+    from escalation.service_layer.core import CorePorts
+    from escalation.service_layer.fire import FireDue, FiringHooks, fire_due
 
-    return fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                    calendars=app.calendars, batch_size=50, lease_ms=lease_ms, worker_id="w",
-                    on_poison=_dead_letters(app).on_decision_failed)
+    return fire_due(
+        FireDue(batch_size=50, lease_ms=lease_ms, worker_id="w"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+        FiringHooks(on_poison=_dead_letters(app).on_decision_failed),
+    )
 
 
 def make_dead_letter(app: Any) -> tuple[uuid.UUID, str]:
@@ -137,9 +142,9 @@ def test_compliance_sees_reg_e_versions_releases_runs_and_a_v2_v3_diff(tab, ops)
     history = LadderHistoryStore(ops.engine)
     v3 = ops.app.ladders.get(REG_E, 3)
     now = ops.app.scheduler.time()
-    run = history.start(ladder=REG_E, version=3, checksum=v3.checksum, plan_hash=PLAN_HASH,
-                        applied_by="ops.jane@host", started_at=now, planned=7,
-                        reason="v3 rollout")
+    run = history.start(NewRun(ladder=REG_E, version=3, checksum=v3.checksum, plan_hash=PLAN_HASH,
+                               applied_by="ops.jane@host", started_at=now, planned=7,
+                               reason="v3 rollout"))
     history.finish(run, "done", now)
     _sign_in(tab, ops, "compliance", "/console/ladders")
     table = tab.locator(f"#ladder-{REG_E}")
@@ -191,9 +196,10 @@ def test_ladder_events_on_the_ladders_page_in_the_audit_search_and_the_api(tab, 
     history = LadderHistoryStore(ops.engine)
     top = max(v for n, v in history.releases(ladder) if n == ladder)
     now = ops.app.scheduler.time()
-    run = history.start(ladder=ladder, version=top, checksum=ops.app.ladders.get(
-        ladder, top).checksum, plan_hash=plan_hash, applied_by="ops.kim@host",
-        started_at=now, planned=0, reason="CHG-77")
+    run = history.start(NewRun(
+        ladder=ladder, version=top, checksum=ops.app.ladders.get(ladder, top).checksum,
+        plan_hash=plan_hash, applied_by="ops.kim@host", started_at=now, planned=0,
+        reason="CHG-77"))
     history.finish(run, "done", now)
     base = history.releases(ladder)[(ladder, 1)].ledger
     assert base is not None
@@ -279,6 +285,7 @@ def test_admin_purge_leaves_a_purged_row_by_the_admins_name(ops) -> None:
         form = {"csrf": csrf.group(1), "member": f"decision:{did}", "reason": "bad ladder"}
         r = c.post("/console/operations/dead/purge", data=form)  # no confirm box
         assert r.status_code == 422 and "purge is permanent" in r.text
+        assert "to confirm; nothing purged" in r.text and "confirm with --yes" not in r.text
         assert ops.app.store.trail(did)[-1].event == "DEAD_LETTERED"  # nothing written
         r = c.post("/console/operations/dead/purge", data={**form, "confirm": "yes"})
         assert r.status_code == 303 and "purged=1" in r.headers["location"]

@@ -27,7 +27,8 @@ def pages(console: Console) -> list[str]:
     return ["/console", "/console?" + feb, "/console/deadlines?status=missed&" + feb,
             "/console/deadlines?status=at_risk", "/console/pending", "/console/disputes",
             f"/console/disputes/{some}", "/console/audit", "/console/audit?" + feb,
-            "/console/sla?" + feb, "/console/sla", "/console/ladders",
+            "/console/sla?" + feb, "/console/sla",
+            "/console/sla?period=month&from=2024-01-01&to=2024-06-30", "/console/ladders",
             "/console/ladders?from=reg_e_error_resolution@1&to=reg_e_error_resolution@3",
             "/console/operations",
             # a dead letter that is not there: the page's 404 form of itself
@@ -88,6 +89,25 @@ def labels_outside(page: Any) -> list[str]:
     }}""")
 
 
+def outside_viewbox(page: Any) -> list[str]:
+    """The chart texts whose box (``getBBox``, in the SVG's own units, as the font draws
+    them) is not within the SVG's ``viewBox``: a text the SVG itself cuts, whatever size
+    the page scales it to."""
+    return page.evaluate(f"""() => {{
+        const bad = [];
+        for (const svg of document.querySelectorAll('figure svg')) {{
+            const v = svg.viewBox.baseVal;
+            for (const t of svg.querySelectorAll('text')) {{
+                const b = t.getBBox();
+                if (b.x < v.x - {SLACK_PX} || b.x + b.width > v.x + v.width + {SLACK_PX} ||
+                    b.y < v.y - {SLACK_PX} || b.y + b.height > v.y + v.height + {SLACK_PX})
+                    bad.push(t.textContent + ' ' + Math.round(b.x + b.width) + '>' + v.width);
+            }}
+        }}
+        return bad;
+    }}""")
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_no_page_scrolls_sideways_and_no_chart_label_is_clipped(
         signed_in: Any, console: Console, width: int) -> None:
@@ -103,7 +123,7 @@ def test_no_page_scrolls_sideways_and_no_chart_label_is_clipped(
             got = overflow(page)
             if got["scrollWidth"] > got["innerWidth"] or got["out"]:
                 problems[path] = got
-            bad = labels_outside(page)
+            bad = labels_outside(page) + outside_viewbox(page)
             charts += page.locator("figure svg text").count()
             if bad:
                 problems[path + " (chart)"] = bad
@@ -193,6 +213,9 @@ def test_chart_labels_with_large_figures_and_long_names_stay_inside_the_svg(
         charts.distribution("time in tier", [(long, [1, 2, 3, 4, 5, 6, 7000])]),
         charts.grouped("grouped", ["a / b", long], [("entered", "#000", [1234567.0, 2.0]),
                                                     ("p95 h", "#111", [0.5, 99999.25])]),
+        charts.achievement("trend", [(long, [("2024-02-05", 123456, 654321),
+                                             ("2024-02-12", 0, 0), ("2024-02-19", 1, 0)])],
+                           ("achieved", "breached")),
     ]
     page = browser.new_page(viewport={"width": width, "height": 900})
     try:
@@ -203,6 +226,7 @@ def test_chart_labels_with_large_figures_and_long_names_stay_inside_the_svg(
             + "".join(f"<figure>{svg}</figure>" for svg in svgs) + "</body></html>")
         assert page.locator("figure svg text").count() > 10
         assert labels_outside(page) == []
+        assert outside_viewbox(page) == []
         assert page.evaluate("document.documentElement.scrollWidth") <= width
     finally:
         page.close()

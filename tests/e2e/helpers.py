@@ -13,7 +13,8 @@ from decimal import Decimal
 from typing import Any
 
 from escalation.bench.common import append_handle
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueMany, EnqueueRequest, enqueue_many
 
 
 def due_requests(n: int, now: datetime, tier: str = "standard",
@@ -32,9 +33,11 @@ def due_requests(n: int, now: datetime, tier: str = "standard",
 
 def enqueue(app: Any, reqs: list[EnqueueRequest]) -> list[uuid.UUID]:
     """Enqueue through the service layer; returns the dispute ids."""
-    res = enqueue_many(reqs, scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                       calendars=app.calendars, default_ladder=app.settings.default_ladder,
-                       actor="test")
+    res = enqueue_many(
+        EnqueueMany(requests=reqs, actor="test", default_ladder=app.settings.default_ladder),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+    )
     return [r.escalation.dispute_id for r in res]
 
 

@@ -25,8 +25,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from escalation.service_layer.enqueue import enqueue_many
-from escalation.service_layer.fire import fire_due
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueMany, enqueue_many
+from escalation.service_layer.fire import FireDue, fire_due
 from escalation.service_layer.importer import ColumnMapping, plan_import, stable_dispute_id
 from tests.conftest import SHARED_DATA
 
@@ -65,9 +66,10 @@ def test_cfpb_sample_deadlines_computed_and_every_breach_fires_once_in_due_order
     assert plan.errors == []
     expected = _expected()
     results = enqueue_many(
-        [req for _, req in plan.requests], scheduler=app.scheduler, store=app.store,
-        ladders=app.ladders, calendars=app.calendars,
-        default_ladder=app.settings.default_ladder, actor="import",
+        EnqueueMany(requests=[req for _, req in plan.requests], actor="import",
+                    default_ladder=app.settings.default_ladder),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
     )
     assert len(results) == len(expected) and all(r.created for r in results)
 
@@ -91,9 +93,11 @@ def test_cfpb_sample_deadlines_computed_and_every_breach_fires_once_in_due_order
     # Fire with one in-process worker until nothing is due.
     fired = 0
     for _ in range(200):
-        report = fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                          calendars=app.calendars, batch_size=500, lease_ms=60_000,
-                          worker_id="w1")
+        report = fire_due(
+            FireDue(batch_size=500, lease_ms=60_000, worker_id="w1"),
+            CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                      calendars=app.calendars),
+        )
         fired += report.recorded
         if report.claimed == 0:
             break

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from escalation.domain.errors import InvalidInput, UnknownTier
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueOne, EnqueueRequest, enqueue_on_breach
 from tests.helpers import run_cli
 
 GOOD_HASH = "ab" * 32
@@ -86,18 +87,20 @@ def test_non_uuid_dispute_id_is_refused(app: Any, cli_env: dict[str, str]) -> No
 def test_python_api_refuses_float_money_and_naive_datetime(app: Any) -> None:
     from datetime import datetime
 
-    deps = dict(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                calendars=app.calendars, default_ladder="dispute_review", actor="t")
+    ports = CorePorts(app.scheduler, app.store, app.ladders, app.calendars)
     did = uuid.uuid4()
     with pytest.raises(InvalidInput, match="float"):
-        enqueue_on_breach(EnqueueRequest(did, 12.5, GOOD_HASH, due_at=app.scheduler.time()),
-                          **deps)
+        enqueue_on_breach(EnqueueOne(EnqueueRequest(did, 12.5, GOOD_HASH,
+                                                    due_at=app.scheduler.time()),
+                                     "t", "dispute_review"), ports)
     with pytest.raises(InvalidInput, match="timezone-aware"):
-        enqueue_on_breach(EnqueueRequest(did, Decimal("1.00"), GOOD_HASH,
-                                         due_at=datetime(2026, 1, 1)), **deps)
+        enqueue_on_breach(EnqueueOne(EnqueueRequest(did, Decimal("1.00"), GOOD_HASH,
+                                                    due_at=datetime(2026, 1, 1)),
+                                     "t", "dispute_review"), ports)
     with pytest.raises(UnknownTier):
-        enqueue_on_breach(EnqueueRequest(did, Decimal("1.00"), GOOD_HASH, tier="vip",
-                                         due_at=app.scheduler.time()), **deps)
+        enqueue_on_breach(EnqueueOne(EnqueueRequest(did, Decimal("1.00"), GOOD_HASH, tier="vip",
+                                                    due_at=app.scheduler.time()),
+                                     "t", "dispute_review"), ports)
     assert app.store.get(did) is None and app.scheduler.payload(did) is None
 
 

@@ -10,14 +10,18 @@ from escalation.adapters.redis_payload import LEGACY_NAMES, PAYLOAD_FIELDS, payl
 from escalation.domain.decide import decide
 from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome, RecordStatus
 from escalation.service_layer.cancel import cancel
-from escalation.service_layer.fire import fire_due
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueMany
+from escalation.service_layer.fire import FireDue, fire_due
 from tests.e2e.helpers import due_requests, enqueue
 
 
 def fire(app: Any, worker: str = "w1", batch: int = 50, lease_ms: int = 5000) -> Any:
-    return fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                    calendars=app.calendars, batch_size=batch, lease_ms=lease_ms,
-                    worker_id=worker)
+    return fire_due(
+        FireDue(batch_size=batch, lease_ms=lease_ms, worker_id=worker),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+    )
 
 
 def events(app: Any, did: Any) -> list[str]:
@@ -95,8 +99,11 @@ def test_enqueue_is_idempotent_per_dispute(app: Any) -> None:
     [did] = enqueue(app, reqs)
     from escalation.service_layer.enqueue import enqueue_many
 
-    again = enqueue_many(reqs, scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                         calendars=app.calendars, default_ladder="dispute_review", actor="t")
+    again = enqueue_many(
+        EnqueueMany(requests=reqs, actor="t", default_ladder="dispute_review"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+    )
     assert again[0].created is False
     assert events(app, did) == ["ENQUEUED"]
 

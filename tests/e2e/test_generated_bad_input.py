@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from escalation.domain.errors import InvalidInput
-from escalation.service_layer.bulk import bulk_enqueue
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
+from escalation.service_layer.bulk import BulkEnqueue, bulk_enqueue
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueOne, EnqueueRequest, enqueue_on_breach
 from escalation.service_layer.importer import ColumnMapping, plan_import
 from tests.e2e.test_cli_bad_input import GOOD_HASH, assert_nothing_written
 from tests.helpers import run_cli
@@ -37,9 +38,8 @@ FAST = settings(max_examples=60, deadline=None,
                                        HealthCheck.too_slow])
 
 
-def _deps(app: Any) -> dict[str, Any]:
-    return dict(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                calendars=app.calendars, default_ladder="dispute_review", actor="t")
+def _ports(app: Any) -> CorePorts:
+    return CorePorts(app.scheduler, app.store, app.ladders, app.calendars)
 
 
 def _one_error_line(stderr: str) -> None:
@@ -130,7 +130,7 @@ def test_generated_enqueue_input_is_accepted_or_refused_cleanly(
     req = EnqueueRequest(did, money, source, tier=tier, due_at=app.scheduler.time(),
                          external_id=external, trace_id=trace or None)
     try:
-        enqueue_on_breach(req, **_deps(app))
+        enqueue_on_breach(EnqueueOne(req, "t", "dispute_review"), _ports(app))
     except InvalidInput:
         assert_nothing_written(app, str(did))
         return
@@ -153,7 +153,8 @@ def test_generated_import_rows_are_all_imported_or_nothing_is(
     mapping = ColumnMapping(dispute_id="id", opened_at="opened", materiality="amount",
                             tier="tier")
     plan = plan_import(io.StringIO(buf.getvalue()), mapping)
-    res = bulk_enqueue(plan.requests, prior_errors=plan.errors, **_deps(app))
+    res = bulk_enqueue(BulkEnqueue(plan.requests, "t", "dispute_review",
+                                   prior_errors=plan.errors), _ports(app))
     if res.errors:
         assert not res.results
         for did in ids:
@@ -166,6 +167,7 @@ def test_generated_import_rows_are_all_imported_or_nothing_is(
 
 def test_money_as_decimal_still_works(app: Any) -> None:
     did = uuid.uuid4()
-    enqueue_on_breach(EnqueueRequest(did, Decimal("1.00"), GOOD_HASH,
-                                     due_at=app.scheduler.time()), **_deps(app))
+    enqueue_on_breach(EnqueueOne(EnqueueRequest(did, Decimal("1.00"), GOOD_HASH,
+                                                due_at=app.scheduler.time()),
+                                 "t", "dispute_review"), _ports(app))
     assert app.store.get(did) is not None

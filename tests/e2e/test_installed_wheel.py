@@ -68,6 +68,8 @@ def test_wheel_carries_lua_scripts_migrations_and_ladders(wheel: Path) -> None:
     names = _names(wheel)
     for lua in (REPO / "escalation/adapters/lua").glob("*.lua"):
         assert f"escalation/adapters/lua/{lua.name}" in names
+    for lua in (REPO / "escalation/adapters/lua/includes").glob("*.lua"):
+        assert f"escalation/adapters/lua/includes/{lua.name}" in names
     for rev in (REPO / "migrations/versions").glob("*.py"):
         assert f"escalation/_data/migrations/versions/{rev.name}" in names
     assert "escalation/_data/migrations/env.py" in names

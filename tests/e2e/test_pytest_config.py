@@ -1,8 +1,10 @@
 """The test run's own guards (pyproject's [tool.pytest.ini_options]): a hung test fails
-instead of stalling the run, an xfail that passes fails, unknown config keys are errors."""
+instead of stalling the run, an xfail that passes fails, a warning fails its test, unknown
+config keys are errors; the unit tier's per-test timeout is 10 s."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +52,44 @@ def test_the_default_timeout_leaves_room_for_the_multi_process_tests(
 ) -> None:
     # the demo and bench tests give their subprocesses up to 300 s
     assert float(request.config.getini("timeout")) >= 300
+
+
+WARNS = '''
+import warnings
+
+def test_warns():
+    warnings.warn("old API", DeprecationWarning, stacklevel=1)
+'''
+
+
+def test_a_warning_fails_its_test(tmp_path: Path) -> None:
+    (tmp_path / "test_warns.py").write_text(WARNS)
+    res = _run(tmp_path, "test_warns.py")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "DeprecationWarning: old API" in res.stdout
+    assert "1 failed" in res.stdout
+
+
+PRINT_TIMEOUTS = '''
+def pytest_collection_finish(session):
+    for item in session.items:
+        marker = item.get_closest_marker("timeout")
+        print("TIMEOUT", item.nodeid, marker.args[0] if marker else None)
+'''
+
+
+def test_every_unit_test_times_out_at_10_s_or_sooner(tmp_path: Path) -> None:
+    (tmp_path / "print_timeouts.py").write_text(PRINT_TIMEOUTS)
+    repo = PYPROJECT.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(repo)])}
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "print_timeouts",
+         "--collect-only", "tests/unit/test_retry.py", "tests/e2e/test_pytest_config.py"],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    found = dict(line.split()[1:] for line in res.stdout.splitlines()
+                 if line.startswith("TIMEOUT "))
+    unit = {k: v for k, v in found.items() if k.startswith("tests/unit/")}
+    assert unit and set(unit.values()) == {"10"}, found
+    # the other tiers keep the project-wide default (no marker)
+    assert found["tests/e2e/test_pytest_config.py::test_a_warning_fails_its_test"] == "None"

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,8 +86,13 @@ def test_burst_worker_at_info_writes_one_line_per_batch_not_per_decision(
 
 
 @pytest.mark.slow
-def test_demo_runs_the_main_job_on_the_configured_servers(cli_env: dict[str, str]) -> None:
-    res = run_cli(cli_env, "demo", "--count", "60", timeout=300)
+def test_demo_runs_the_main_job_on_the_configured_servers(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    # no ESCALATION_HOME: the default data directory (under XDG_DATA_HOME here) is left alone
+    data = tmp_path / "data"
+    res = run_cli(dict(cli_env, XDG_DATA_HOME=str(data), HOME=str(tmp_path)), "demo",
+                  "--count", "60", timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     # 60 generated + the walkthrough dispute, said as such
     assert "enqueued 61 (already there: 0, invalid: 0; 60 + 1 that walks the whole ladder)" \
@@ -101,8 +108,26 @@ def test_demo_runs_the_main_job_on_the_configured_servers(cli_env: dict[str, str
     assert decisions[:3] == ["ENQUEUED", "PROMOTED_TO_SENIOR", "PROMOTED_TO_COMPLIANCE"]
     assert max(len(line.rstrip()) for line in trail.splitlines()) <= 100
     assert "standard" in trail and "senior" in trail and "compliance" in trail
-    # and it says where the worker logs are
-    assert "demo-logs/worker-*.log" in res.stdout
+    # and it says where the worker logs are: a temporary directory, not the data directory
+    said = res.stdout[res.stdout.index("worker logs: "):].split()[2]
+    logs = Path(said).parent
+    assert logs.name.startswith("escalation-demo-logs-"), said
+    assert f"worker logs: {logs}" in res.stderr, res.stderr[-2000:]
+    assert sorted(p.name for p in logs.glob("worker-*.log")), said
+    assert not (data / "escalation").exists() and not data.exists()
+    shutil.rmtree(logs)
+
+
+@pytest.mark.slow
+def test_demo_on_configured_servers_writes_its_logs_under_escalation_home(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    res = run_cli(dict(cli_env, ESCALATION_HOME=str(home)), "demo", "--count", "5",
+                  "--workers", "1", timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"worker logs: {home / 'demo-logs'}/worker-*.log" in res.stdout
+    assert list((home / "demo-logs").glob("worker-*.log"))
 
 
 def test_a_stop_signal_right_after_worker_started_ends_the_worker_cleanly(

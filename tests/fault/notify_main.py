@@ -11,19 +11,19 @@ from typing import Any
 
 def main(url: str, consumer: str, idle_ms: int) -> None:
     """Deliver review-stream entries to ``url`` until SIGTERM (exit 0)."""
-    from escalation.adapters.redis_reliability import ReliabilityRedis
+    from escalation.adapters.redis_reconcile_notify import ReliabilityRedis
     from escalation.adapters.webhook import post_notification
     from escalation.bootstrap import build
     from escalation.domain.retry import RetryPolicy
-    from escalation.service_layer.notify import Notifier
+    from escalation.service_layer.notify import ConsumeReviews, Notifier, NotifyPorts
     from escalation.settings import get_settings
 
     app = build(get_settings(), actor=consumer)
     rel = ReliabilityRedis(app.redis, app.settings.namespace, app.settings.shards)
-    notifier = Notifier(rel=rel, scheduler=app.scheduler, store=app.store,
-                        deliver=lambda f: post_notification(url, f, 10.0, b"fault-suite-secret"),
-                        policy=RetryPolicy((1.0, 2.0, 5.0)), consumer=consumer,
-                        actor=consumer, idle_ms=idle_ms)
+    notifier = Notifier(
+        ConsumeReviews(consumer, consumer, RetryPolicy((1.0, 2.0, 5.0)), idle_ms=idle_ms),
+        NotifyPorts(rel, app.scheduler, app.store,
+                    lambda f: post_notification(url, f, 10.0, b"fault-suite-secret")))
     stop = {"flag": False}
 
     def handler(signum: int, frame: Any) -> None:

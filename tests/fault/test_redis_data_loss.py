@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.fault, pytest.mark.slow]
 def test_redis_data_loss_reconcile_restores_every_pending_escalation_and_all_fire_once(
     private_valkey: PrivateValkey, fresh_database_url: str, namespace: str, make_app: AppFactory
 ) -> None:
-    from escalation.adapters.redis_reliability import ReliabilityRedis
-    from escalation.service_layer.reconcile import reconcile
+    from escalation.adapters.redis_reconcile_notify import ReliabilityRedis
+    from escalation.service_layer.reconcile import FullReconcile, ReconcilePorts, reconcile
 
     app = make_app(private_valkey.url, fresh_database_url, namespace)
     now = app.scheduler.time()
@@ -35,8 +35,8 @@ def test_redis_data_loss_reconcile_restores_every_pending_escalation_and_all_fir
     private_valkey.start()
     assert app.redis.zcard(pending) == 0  # everything lost
 
-    report = reconcile(scheduler=app.scheduler, store=app.store,
-                       redis_side=ReliabilityRedis(app.redis, namespace, app.settings.shards))
+    rel = ReliabilityRedis(app.redis, namespace, app.settings.shards)
+    report = reconcile(FullReconcile(), ReconcilePorts(app.scheduler, app.store, rel))
     assert report.checked_db >= 350
     restored = {m: s for m, s in app.redis.zrange(pending, 0, -1, withscores=True)}
     assert restored == scores  # 100 % restored, with their due times

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import escalation.entrypoints.worker as worker_mod
-from escalation.adapters.redis_claim import ClaimMixin
+from escalation.adapters.redis_scheduler import RedisScheduler
 
 
 def _freeze_hook() -> Callable[[str], None] | None:
@@ -26,14 +26,14 @@ def _freeze_hook() -> Callable[[str], None] | None:
     name, _, count = spec.partition(":")
     target, seen = int(count or "1"), [0]
     claimed = [0]  # items of the pass in progress (0: an empty claim, which does not count)
-    real_claim = ClaimMixin.claim
+    real_claim = RedisScheduler.claim
 
     def claim(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = real_claim(self, *args, **kwargs)
         claimed[0] = len(result.items)
         return result
 
-    ClaimMixin.claim = claim  # type: ignore[method-assign]
+    RedisScheduler.claim = claim  # type: ignore[method-assign]
 
     def hook(point: str) -> None:
         if point == name and (point != "after_claim" or claimed[0]):

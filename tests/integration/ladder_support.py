@@ -17,16 +17,23 @@ import sqlalchemy as sa
 
 from escalation.adapters.ladder_files import LadderCatalog, ReleasedLadders
 from escalation.adapters.ladder_history import LadderHistoryStore
+from escalation.adapters.pipeline import Overlapped
 from escalation.adapters.tables import escalation_audit
 from escalation.domain.ladder_plan import MigrationPlan
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueMany, EnqueueRequest, enqueue_many
 from escalation.service_layer.ladder_migration import (
+    ApplyHooks,
+    ApplyMigration,
     ApplyReport,
+    LadderPorts,
+    PlanMigration,
     apply_migration,
     plan_migration,
 )
 from escalation.service_layer.ladder_release import (
     ReleaseResult,
+    ReleaseVersion,
     baseline_releases,
     release_version,
 )
@@ -65,9 +72,9 @@ class MigEnv:
     def release(self, version: int = 2, *, actor: str = "test-admin",
                 reason: str = "CHG-1") -> ReleaseResult:
         """``ladder release --version``."""
-        return release_version(history=self.history, files=self.files, ladder=self.name,
-                               version=version, actor=actor, reason=reason,
-                               now=self.app.scheduler.time())
+        return release_version(
+            ReleaseVersion(self.name, version, actor, reason, self.app.scheduler.time()),
+            history=self.history, files=self.files)
 
     @property
     def catalog(self) -> ReleasedLadders:
@@ -97,23 +104,31 @@ class MigEnv:
                 source_hash=hashlib.sha256(str(did).encode()).hexdigest(), tier=tier,
                 due_at=due_at, opened_at=opened_at, ladder=self.name,
             ))
-        res = enqueue_many(reqs, scheduler=self.app.scheduler, store=self.app.store,
-                           ladders=self.catalog, calendars=self.app.calendars,
-                           default_ladder=self.name, actor="test")
+        res = enqueue_many(
+            EnqueueMany(requests=reqs, actor="test", default_ladder=self.name),
+            CorePorts(scheduler=self.app.scheduler, store=self.app.store, ladders=self.catalog,
+                      calendars=self.app.calendars),
+        )
         return [r.escalation.dispute_id for r in res]
 
     def plan(self, to: int = 2) -> MigrationPlan:
         """``ladder plan --to``."""
-        return plan_migration(history=self.history, ladders=self.catalog,
-                              calendars=self.app.calendars, ladder=self.name, to_version=to)
+        return plan_migration(PlanMigration(self.name, to), self.ports())
 
     def apply(self, plan_hash: str, to: int = 2, **kw: Any) -> ApplyReport:
         """``ladder apply --to --plan-hash``."""
         kw.setdefault("actor", "test-admin")
         kw.setdefault("reason", "CHG-1")
-        return apply_migration(history=self.history, scheduler=self.app.scheduler,
-                               ladders=self.catalog, calendars=self.app.calendars,
-                               ladder=self.name, to_version=to, plan_hash=plan_hash, **kw)
+        hooks = ApplyHooks(**{k: kw.pop(k) for k in ("progress", "hook", "on_scheduled")
+                              if k in kw})
+        return apply_migration(ApplyMigration(self.name, to, plan_hash, **kw), self.ports(),
+                               hooks)
+
+    def ports(self) -> LadderPorts:
+        """The ports of ``ladder plan`` / ``ladder apply`` over this environment, with the
+        pipeline the CLI runs them with (next page read ahead, restores overlapped)."""
+        return LadderPorts(self.history, self.app.scheduler, self.catalog, self.app.calendars,
+                           Overlapped("ladder-apply", read_ahead=True))
 
     def state(self, did: uuid.UUID) -> Any:
         """The projection state (Escalation) of ``did``."""

@@ -40,7 +40,7 @@ def own_app(redis_url: str, own_database_url: str, namespace: str,
 
 def reliability_redis(app: Any) -> Any:
     """ReliabilityRedis on the app's namespace."""
-    from escalation.adapters.redis_reliability import ReliabilityRedis
+    from escalation.adapters.redis_reconcile_notify import ReliabilityRedis
 
     return ReliabilityRedis(app.redis, app.settings.namespace, app.settings.shards)
 

@@ -17,7 +17,7 @@ from escalation.domain.escalation import Status
 from escalation.entrypoints.api.batching import CreateBatcher, Created
 from escalation.service_layer.enqueue import EnqueueRequest
 
-DUE = datetime.now(UTC) + timedelta(days=3650)
+DUE = datetime.now(UTC) + timedelta(days=3000)  # within DUE_IN_MAX
 
 
 def req(did: uuid.UUID | None = None, **over: Any) -> EnqueueRequest:
@@ -172,7 +172,7 @@ def test_a_dropped_pooled_connection_is_replaced_and_the_batch_written(app, engi
 
     try:
         asyncio.run(go([uuid.uuid4()]))  # the pool now holds one connection
-        with batcher._engine.connect() as conn:  # that same connection
+        with batcher._ledger.engine.connect() as conn:  # that same connection
             pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
         with engine.connect() as admin:
             assert admin.execute(sa.text("SELECT pg_terminate_backend(:p)"),

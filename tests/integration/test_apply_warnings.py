@@ -29,8 +29,9 @@ from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation
 from escalation.domain.materiality import Materiality
 from escalation.ports import MAX_OP_WARNINGS, ApplyAction, ApplyOp, ApplyOutcome, WarningMember
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
-from escalation.service_layer.fire import fire_due
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueOne, EnqueueRequest, enqueue_on_breach
+from escalation.service_layer.fire import FireDue, FiringHooks, fire_due
 from escalation.service_layer.warnings import warning_members
 
 LEASE_MS = 30_000
@@ -168,11 +169,13 @@ def _enqueue_due(app: Any, count: int) -> list[uuid.UUID]:
     for _ in range(count):
         did = uuid.uuid4()
         enqueue_on_breach(
-            EnqueueRequest(dispute_id=did, materiality="10.00",
+            EnqueueOne(request=EnqueueRequest(dispute_id=did, materiality="10.00",
                            source_hash=hashlib.sha256(did.bytes).hexdigest(),
-                           opened_at=now - timedelta(hours=25)),  # 24h standard tier: due
-            scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-            calendars=app.calendars, default_ladder="dispute_review", actor="test")
+                           opened_at=now - timedelta(hours=25)),
+                       actor="test", default_ladder="dispute_review"),
+            CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                      calendars=app.calendars),
+        )
         ids.append(did)
     return ids
 
@@ -181,9 +184,12 @@ def test_fire_due_with_the_fold_schedules_what_schedule_warnings_would(app: Any)
     ids = _enqueue_due(app, 5)
     seen: list[list[Escalation]] = []
     members = partial(warning_members, ladders=app.ladders, calendars=app.calendars)
-    report = fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                      calendars=app.calendars, batch_size=50, lease_ms=LEASE_MS,
-                      worker_id="w", on_scheduled=seen.append, warning_members=members)
+    report = fire_due(
+        FireDue(batch_size=50, lease_ms=LEASE_MS, worker_id="w"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+        FiringHooks(on_scheduled=seen.append, warning_members=members),
+    )
     assert report.recorded == report.applied == 5
     assert seen == []  # every escalation's warnings went with the apply call
     states = [app.store.get(did)[0] for did in ids]
@@ -204,9 +210,12 @@ def test_fire_due_overflow_goes_to_on_scheduled(app: Any) -> None:
         return [WarningMember(e.dispute_id, e.seq, f"0.{i:02d}", 2_000_000_000_000 + i)
                 for e in escs for i in range(MAX_OP_WARNINGS + 1)]
 
-    report = fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                      calendars=app.calendars, batch_size=50, lease_ms=LEASE_MS,
-                      worker_id="w", on_scheduled=seen.append, warning_members=many)
+    report = fire_due(
+        FireDue(batch_size=50, lease_ms=LEASE_MS, worker_id="w"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+        FiringHooks(on_scheduled=seen.append, warning_members=many),
+    )
     assert report.applied == 2
     assert [len(batch) for batch in seen] == [2]  # too many to travel with the op
     hook = schedule_for(app)

@@ -14,10 +14,12 @@ from escalation.adapters.checkpoints import PostgresCheckpoints
 from escalation.domain import audit_hash
 from escalation.domain.merkle import EMPTY_ROOT, leaf_hash, merkle_root, node_hash
 from escalation.service_layer.checkpoint import (
+    VerifyLedger,
     create_checkpoint,
     digest_of,
     read_digest,
     verify,
+    verify_ledger,
     write_digest,
 )
 from tests.helpers import run_cli
@@ -131,9 +133,9 @@ def test_digest_file_exposes_rewritten_checkpoint_tables(scratch, tmp_path):
     path = tmp_path / "digest.json"
     write_digest(cp, path)
     assert read_digest(path) == json.loads(json.dumps(digest_of(cp)))
-    assert verify(PostgresCheckpoints(engine), digest=read_digest(path)).ok
+    assert verify_ledger(VerifyLedger(digest=read_digest(path)), PostgresCheckpoints(engine)).ok
     forged = {**read_digest(path), "heads_root": "00" * 32}
-    report = verify(PostgresCheckpoints(engine), digest=forged)
+    report = verify_ledger(VerifyLedger(digest=forged), PostgresCheckpoints(engine))
     assert report.checkpoint_errors == ["checkpoint 1 in the database differs from the digest file"]
 
 
@@ -206,7 +208,7 @@ def test_an_older_digest_exposes_a_forgery_sealed_by_a_later_checkpoint(
         create_checkpoint(PostgresCheckpoints(engine), "mallory")
     # the last checkpoint sealed the forged head ...
     assert verify(PostgresCheckpoints(engine), victim).ok
-    report = verify(PostgresCheckpoints(engine), victim, digest=read_digest(path))
+    report = verify_ledger(VerifyLedger(victim, read_digest(path)), PostgresCheckpoints(engine))
     assert not report.ok  # ... but the older digest holds the genuine one
     assert report.checkpoint_mismatches == [(victim, 3)]
 

@@ -130,10 +130,11 @@ def test_cli_verify_of_a_dispute_with_no_rows_is_not_a_pass(scratch, cli_env) ->
 
 
 def test_api_maps_a_broken_released_ladder_file_to_503_not_422() -> None:
-    from escalation.domain.errors import RELEASE_BROKEN, LadderError, LadderReleaseError
+    from escalation.domain.errors import LadderError, LadderReleaseError
     from escalation.entrypoints.api.problems import status_of
 
-    assert status_of(LadderReleaseError(f"{RELEASE_BROKEN}: reg_e@3 is missing")) == 503
+    # the class's code decides, whatever the message says
+    assert status_of(LadderReleaseError("reg_e@3 is missing")) == 503
     assert status_of(LadderError("ladder file x: bad field")) == 422
     assert status_of(InvalidInput("due_at must be timezone-aware")) == 422
 
@@ -157,3 +158,66 @@ def test_a_decision_the_ladders_can_record_is_searchable_before_any_dispute_reac
     assert res.stdout.strip() == ""  # no rows: nobody reached compliance yet
     typo = _cli(cli_env, url, "audit", "search", "--decision", "PROMOTED_TO_COMPLIANSE")
     assert typo.returncode == 2 and "PROMOTED_TO_COMPLIANCE" in typo.stderr  # listed as known
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--missed", "--out", "F"], "--out needs --format csv"),
+    (["--missed", "--format", "html"], "--missed supports --format table or csv"),
+    (["--out", "F"], "--out needs --format csv or html"),
+    (["--json", "--format", "csv"], "--json prints JSON on stdout"),
+    (["--grace-s", "-1"], "--grace-s must be >= 0 seconds"),
+    (["--bom"], "--bom is for CSV output"),
+    (["--bom", "--format", "html", "--out", "F"], "--bom is for CSV output"),
+    (["--bom", "--json"], "--bom is for CSV output"),
+])
+def test_report_sla_refuses_its_options_before_any_query(
+    cli_env: dict[str, str], tmp_path: Path, args: list[str], message: str,
+) -> None:
+    """Every option of `report sla` is checked before the database is reached: with a
+    database that cannot be reached (nothing listens on port 1), a bad combination is
+    refused at once (exit 2, the options named), never a connection error, and --out's
+    file is not written."""
+    out = tmp_path / "F"
+    argv = [a if a != "F" else str(out) for a in args]
+    res = _cli(cli_env, "postgresql://postgres@127.0.0.1:1/none", "report", "sla",
+               "--from", "2026-01-01T00:00:00Z", "--to", "2026-02-01T00:00:00Z", *argv)
+    assert res.returncode == 2, res.stderr[-1500:]
+    assert message in res.stderr and "Traceback" not in res.stderr
+    assert "connect" not in res.stderr.lower() and not out.exists()
+
+
+def test_doctor_refuses_a_negative_skew_before_connecting(cli_env: dict[str, str]) -> None:
+    """A usage error (exit 2, the option named), with no server reachable: never a run."""
+    res = run_cli({**cli_env, "ESCALATION_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none",
+                   "ESCALATION_REDIS_URL": "redis://127.0.0.1:1/0"},
+                  "doctor", "--max-skew-ms", "-5")
+    assert res.returncode == 2, res.stderr[-1500:]
+    assert "--max-skew-ms" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_drop_expired_names_its_own_retention_option(cli_env: dict[str, str]) -> None:
+    """The bound is refused naming --retention-days, the option given (no such option as
+    --audit-retention-days), before any server is reached."""
+    res = run_cli({**cli_env, "ESCALATION_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none",
+                   "ESCALATION_REDIS_URL": "redis://127.0.0.1:1/0"},
+                  "audit", "partitions", "drop-expired", "--retention-days", "10")
+    assert res.returncode == 2, res.stderr[-1500:]
+    assert "--retention-days:" in res.stderr and "--audit-retention-days" not in res.stderr
+
+
+def test_dead_purge_without_yes_is_a_usage_error_before_connecting(
+        cli_env: dict[str, str]) -> None:
+    res = run_cli({**cli_env, "ESCALATION_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none",
+                   "ESCALATION_REDIS_URL": "redis://127.0.0.1:1/0"},
+                  "dead", "purge", "decision:x", "--reason", "bad ladder")
+    assert res.returncode == 2, res.stderr[-1500:]
+    assert "confirm with --yes" in res.stderr and "connect" not in res.stderr.lower()
+
+
+def test_audit_export_bom_with_jsonl_is_a_usage_error(cli_env: dict[str, str],
+                                                      tmp_path: Path) -> None:
+    out = tmp_path / "a.jsonl"
+    res = _cli(cli_env, "postgresql://postgres@127.0.0.1:1/none", "audit", "export",
+               "--format", "jsonl", "--bom", "--out", str(out))
+    assert res.returncode == 2, res.stderr[-1500:]
+    assert "--bom is for CSV output" in res.stderr and not out.exists()

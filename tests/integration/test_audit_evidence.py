@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.checkpoints import PostgresCheckpoints
-from escalation.adapters.partitions import drop_expired, partition_for
+from escalation.adapters.partitions import ExpiryRun, drop_expired, partition_for
 from escalation.adapters.signing import (
     Ed25519DigestSigner,
     Ed25519DigestVerifier,
@@ -31,9 +31,10 @@ from escalation.domain.merkle import checkpoint_hash, head_leaf, merkle_root
 from escalation.ports import SignatureStatus
 from escalation.service_layer.checkpoint import (
     SealRefused,
+    VerifyLedger,
     create_checkpoint,
     signed_digest,
-    verify,
+    verify_ledger,
 )
 from tests.conftest import signing_key_pem
 from tests.helpers import run_cli
@@ -63,8 +64,8 @@ def _seal(engine: sa.Engine):
 
 
 def _verify(engine: sa.Engine, dispute_id: UUID | None = None):
-    return verify(PostgresCheckpoints(engine), dispute_id, verifier=_verifier(),
-                  retention_days=SEVEN_YEARS)
+    return verify_ledger(VerifyLedger(dispute_id, retention_days=SEVEN_YEARS),
+                         PostgresCheckpoints(engine), _verifier())
 
 
 def _as(engine: sa.Engine, role: str, *sql: tuple[str, dict]) -> None:
@@ -75,6 +76,13 @@ def _as(engine: sa.Engine, role: str, *sql: tuple[str, dict]) -> None:
             conn.execute(sa.text("SET LOCAL ROLE escalation_app"))
         for text, params in sql:
             conn.execute(sa.text(text), params)
+
+
+def _as_role(url: str, role: str) -> str:
+    """``url`` connecting as ``role`` (``options=-c role=...``), whether or not it already
+    has a query (a socket directory in ``host``)."""
+    return sa.make_url(url).update_query_dict({"options": f"-c role={role}"}).render_as_string(
+        hide_password=False)
 
 
 def _db_now(engine: sa.Engine) -> datetime:
@@ -240,8 +248,8 @@ def test_a_real_removal_is_covered_by_the_next_signed_checkpoint(scratch):
     _chain(PostgresAuditStore(scratch))
     with scratch.begin() as conn:
         conn.execute(sa.text("SELECT escalation_audit_ensure_partition('2015-03-01')"))
-    result = drop_expired(scratch, _db_now(scratch), SEVEN_YEARS, actor="test",
-                          names=["escalation_audit_y2015m03"])
+    result = drop_expired(scratch, ExpiryRun(_db_now(scratch), SEVEN_YEARS, "test",
+                                             names=["escalation_audit_y2015m03"]))
     assert result.removed == ["escalation_audit_y2015m03"]
     assert _verify(scratch).ok
     cp = _seal(scratch)
@@ -360,7 +368,7 @@ def test_audit_checkpoint_runs_as_the_sealer_not_as_the_application(
 ):
     _chain(PostgresAuditStore(scratch))
     env = _env(scratch, cli_env, tmp_path)
-    env["ESCALATION_DATABASE_URL"] += f"?options=-c%20role%3D{role}"
+    env["ESCALATION_DATABASE_URL"] = _as_role(env["ESCALATION_DATABASE_URL"], role)
     res = run_cli(env, "audit", "checkpoint")
     if role == "escalation_sealer":
         assert res.returncode == 0, res.stderr
@@ -416,8 +424,9 @@ def test_a_digest_mismatch_names_the_digest_checkpoint(scratch, cli_env, tmp_pat
     digest = tmp_path / "cp1.json"
     digest.write_text(json.dumps(signed_digest(older)))
     _rewrite_whole_chain(scratch, victim, 2, "mallory")
-    with monkeypatch.context() as m:
+    with monkeypatch.context() as m:  # no head check, and a full seal (sealing the tails)
         m.setattr(cpmod, "_check_heads", lambda *a, **k: None)
+        m.setattr(cpmod, "_trusted", lambda *a, **k: None)
         _seal(scratch)
     env = _env(scratch, cli_env, tmp_path)
     res = run_cli(env, "audit", "verify", "--all", "--digest", str(digest),
@@ -429,7 +438,8 @@ def test_a_digest_mismatch_names_the_digest_checkpoint(scratch, cli_env, tmp_pat
 
 def _old_chain(engine: sa.Engine, month: str) -> UUID:
     """A chain created (and last written) in ``month`` (e.g. ``2015-03``): a dispute's rows
-    copied under a new id with old times and their hashes recomputed, as if enqueued then."""
+    copied under a new id with old times and their hashes recomputed, and its projection row
+    copied with them, as if enqueued then."""
     import uuid
 
     from escalation.domain import audit_hash
@@ -450,6 +460,15 @@ def _old_chain(engine: sa.Engine, month: str) -> UUID:
             conn.execute(sa.text(f"INSERT INTO escalation_audit ({', '.join(cols)}) VALUES "
                                  f"({', '.join(':' + c for c in cols)})"),
                          {**fields, "details": json.dumps(fields["details"])})
+        # its projection row, written with the rows as every append does: the chain's
+        # current head, which an incremental seal compares with the head it sealed
+        from escalation.adapters.tables import escalation_state
+
+        state = conn.execute(sa.select(escalation_state).where(
+            escalation_state.c.dispute_id == source)).mappings().one()
+        conn.execute(escalation_state.insert().values(
+            {**state, "dispute_id": new_id, "last_hash": prev, "created_at": old,
+             "updated_at": old}))
     return new_id
 
 
@@ -463,8 +482,8 @@ def test_a_sealed_chain_removed_by_retention_is_excused_only_by_a_true_row(scrat
     kept = _old_chain(scratch, "2015-03")
     hidden = _old_chain(scratch, "2016-05")
     _seal(scratch)
-    assert drop_expired(scratch, _db_now(scratch), SEVEN_YEARS, actor="test",
-                        names=["escalation_audit_y2015m03"]).removed == [
+    assert drop_expired(scratch, ExpiryRun(_db_now(scratch), SEVEN_YEARS, "test",
+                                           names=["escalation_audit_y2015m03"])).removed == [
                             "escalation_audit_y2015m03"]
     report = _verify(scratch)
     assert report.ok, report
@@ -489,7 +508,7 @@ def test_verify_runs_as_the_application_and_the_auditor_role(scratch, cli_env, t
     _chain(PostgresAuditStore(scratch))
     _seal(scratch)
     env = _env(scratch, cli_env, tmp_path)
-    env["ESCALATION_DATABASE_URL"] += f"?options=-c%20role%3D{role}"
+    env["ESCALATION_DATABASE_URL"] = _as_role(env["ESCALATION_DATABASE_URL"], role)
     res = run_cli(env, "audit", "verify", "--all")
     assert res.returncode == 0, res.stderr
     assert "permission denied" not in res.stderr

@@ -13,7 +13,7 @@ from escalation.domain.audit_hash import GENESIS
 from escalation.domain.decide import Decision, DecisionKind
 from escalation.domain.errors import ConflictError, InvalidInput, NotFound
 from escalation.domain.escalation import Status
-from escalation.ports import RecordStatus
+from escalation.ports import LedgerEvent, RecordStatus
 from tests.integration.audit_support import T0, claimed, make_escalation, promote, terminal
 
 
@@ -232,17 +232,16 @@ def test_stuck_member_is_chained_without_changing_the_state(store):
 
 def test_append_event_applies_changes_in_the_same_transaction(store):
     esc = store.record_enqueue(make_escalation(), "svc", T0)[1]
-    paused = store.append_event(
+    paused = store.append_event(LedgerEvent(
         esc.dispute_id,
         "PAUSED",
         "PAUSED",
         "admin",
         T0,
         {"status": Status.PAUSED, "remaining_ms": 5000},
-        {"why": "hold"},
-    )
+        {"why": "hold"}))
     assert paused.status is Status.PAUSED and paused.seq == 2
-    resumed = store.append_event(
+    resumed = store.append_event(LedgerEvent(
         esc.dispute_id,
         "RESUMED",
         "RESUMED",
@@ -250,8 +249,7 @@ def test_append_event_applies_changes_in_the_same_transaction(store):
         T0 + timedelta(hours=1),
         {"status": "pending", "due_at": T0 + timedelta(hours=1, seconds=5), "remaining_ms": None},
         {},
-        expected_seq=2,
-    )
+        expected_seq=2))
     assert resumed.status is Status.PENDING and resumed.due_at == T0 + timedelta(hours=1, seconds=5)
     rows = store.trail(esc.dispute_id)
     assert [r.event for r in rows] == ["ENQUEUED", "PAUSED", "RESUMED"]
@@ -261,7 +259,8 @@ def test_append_event_applies_changes_in_the_same_transaction(store):
 
 def test_a_claim_made_before_a_pause_is_stale(store):
     esc = store.record_enqueue(make_escalation(), "svc", T0)[1]
-    store.append_event(esc.dispute_id, "PAUSED", "PAUSED", "admin", T0, {"status": "paused"}, {})
+    store.append_event(LedgerEvent(esc.dispute_id, "PAUSED", "PAUSED", "admin", T0,
+                                   {"status": "paused"}, {}))
     (outcome,) = store.record_decisions([(claimed(esc), promote(esc))], "w")
     assert outcome.status is RecordStatus.STALE
     assert outcome.state is not None and outcome.state.status is Status.PAUSED
@@ -270,15 +269,17 @@ def test_a_claim_made_before_a_pause_is_stale(store):
 def test_append_event_refuses_bad_input_and_seq_mismatch(store):
     esc = store.record_enqueue(make_escalation(), "svc", T0)[1]
     with pytest.raises(InvalidInput, match="unknown ledger event"):
-        store.append_event(esc.dispute_id, "DELETED", "X", "a", T0, {}, {})
+        store.append_event(LedgerEvent(esc.dispute_id, "DELETED", "X", "a", T0, {}, {}))
     with pytest.raises(InvalidInput, match="last_seq"):
-        store.append_event(esc.dispute_id, "WARNING", "X", "a", T0, {"last_seq": 9}, {})
+        store.append_event(LedgerEvent(esc.dispute_id, "WARNING", "X", "a", T0,
+                                       {"last_seq": 9}, {}))
     with pytest.raises(InvalidInput, match="float"):
-        store.append_event(esc.dispute_id, "WARNING", "X", "a", T0, {}, {"ratio": 0.5})
+        store.append_event(LedgerEvent(esc.dispute_id, "WARNING", "X", "a", T0, {}, {"ratio": 0.5}))
     with pytest.raises(ConflictError, match="expected 7"):
-        store.append_event(esc.dispute_id, "WARNING", "X", "a", T0, {}, {}, expected_seq=7)
+        store.append_event(LedgerEvent(esc.dispute_id, "WARNING", "X", "a", T0, {}, {},
+                                       expected_seq=7))
     with pytest.raises(NotFound):
-        store.append_event(uuid.uuid4(), "WARNING", "X", "a", T0, {}, {})
+        store.append_event(LedgerEvent(uuid.uuid4(), "WARNING", "X", "a", T0, {}, {}))
     assert len(store.trail(esc.dispute_id)) == 1
 
 

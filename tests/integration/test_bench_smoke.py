@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import uuid
 from typing import Any
 
 import pytest
 import redis
 import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
 
 from tests.helpers import run_cli
 
@@ -83,21 +85,92 @@ def test_compare_runs_both_systems_and_measures_cpu(
 ) -> None:
     data, summary = _bench(cli_env, "compare", "--n", "200", "--rounds", "2",
                            "--batch-size", "100", "--concurrency", "20", "--lead-s", "4",
-                           "--database-url", database_url)
-    assert data["ok"] is True
-    assert [r["order"] for r in data["rounds"]] == [["escalation", "bullmq"],
-                                                     ["bullmq", "escalation"]]
+                           "--bullmq-job", "empty", "--database-url", database_url)
+    assert data["ok"] is True and data["bullmq_jobs"] == ["empty"]
+    assert data["audit_ok"] is None  # no audit job, no audit database
+    assert [r["order"] for r in data["rounds"]] == [["escalation", "bullmq:empty"],
+                                                     ["bullmq:empty", "escalation"]]
     for rnd in data["rounds"]:
         assert rnd["escalation"]["ledger_rows"] == 200
-        assert rnd["bullmq"]["completed"] == 200
-        for side in ("escalation", "bullmq"):
-            figures = rnd[side]
+        assert rnd["bullmq"]["empty"]["completed"] == 200
+        for figures in (rnd["escalation"], rnd["bullmq"]["empty"]):
             assert figures["rate_per_s"] > 0 and figures["cpu_us_per_item"] > 0
             assert figures["cpu_s"]["workers"] > 0 and figures["cpu_s"]["redis"] > 0
             assert figures["lag_ms"]["p50"] <= figures["lag_ms"]["p99"]
-        assert rnd["ratio"] == round(rnd["escalation"]["rate_per_s"]
-                                     / rnd["bullmq"]["rate_per_s"], 3)
+        assert rnd["ratio"]["empty"] == round(rnd["escalation"]["rate_per_s"]
+                                              / rnd["bullmq"]["empty"]["rate_per_s"], 3)
     assert summary.startswith("SUMMARY compare: N=200 W=2") and "ledger PASS" in summary
+    assert "ratio min/median empty " in summary and "audit rows" not in summary
+
+
+@needs_bullmq
+def test_compare_audit_job_writes_exactly_one_postgres_row_per_bullmq_job(
+    cli_env: dict[str, str], database_url: str
+) -> None:
+    """The default comparison: BullMQ's 'audit' processor INSERTs one audit row per job into
+    a table of its own; with --keep-audit-database the tables stay, and PostgreSQL itself
+    shows one row per job and per dispute in every round. The default also runs the empty
+    job and reports both ratios."""
+    keep = f"escbench_smoke_{uuid.uuid4().hex[:8]}_bullmq"
+    admin = sa.create_engine(database_url.replace("postgresql://", "postgresql+psycopg://", 1),
+                             isolation_level="AUTOCOMMIT")
+    kept = sa.create_engine(sa.make_url(admin.url).set(database=keep), poolclass=NullPool)
+    try:
+        data, summary = _bench(cli_env, "compare", "--n", "150", "--rounds", "2",
+                               "--batch-size", "100", "--concurrency", "20", "--lead-s", "4",
+                               "--bullmq-pg-pool", "4", "--keep-audit-database", keep,
+                               "--database-url", database_url)
+        with kept.connect() as conn:
+            tables = conn.execute(sa.text(
+                r"SELECT tablename FROM pg_tables WHERE tablename LIKE 'bullmq\_audit\_%'"
+            )).scalars().all()
+            rows = {t: tuple(conn.execute(sa.text(
+                f"SELECT count(*), count(DISTINCT job_id), count(DISTINCT dispute_id), "
+                f"count(*) FILTER (WHERE event = 'PROMOTED') FROM {t}")).one())
+                for t in tables}
+    finally:
+        kept.dispose()
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{keep}" WITH (FORCE)')
+        admin.dispose()
+    assert data["ok"] is True and data["audit_ok"] is True and data["audit_database"] == keep
+    assert data["bullmq_jobs"] == ["audit", "empty"] and data["pg_pool"] == 4
+    assert [r["order"] for r in data["rounds"]] == [
+        ["escalation", "bullmq:audit", "bullmq:empty"],
+        ["bullmq:empty", "bullmq:audit", "escalation"]]
+    # PostgreSQL itself: one table per round, one row per job, one per dispute
+    assert set(rows) == {r["bullmq"]["audit"]["audit_table"] for r in data["rounds"]}
+    assert len(rows) == 2 and all(v == (150, 150, 150, 150) for v in rows.values()), rows
+    for rnd in data["rounds"]:
+        audit = rnd["bullmq"]["audit"]
+        assert audit["completed"] == 150
+        assert audit["audit_rows"] == audit["audit_distinct_jobs"] == 150
+        assert audit["cpu_s"]["postgres"] >= 0 and "postgres" in rnd["escalation"]["cpu_s"]
+        assert audit["pg_backends"] == 2 * 4 and audit["pg_backends_lost"] == 0
+        assert set(rnd["ratio"]) == {"audit", "empty"}
+        assert rnd["ratio"]["audit"] == round(rnd["escalation"]["rate_per_s"]
+                                              / audit["rate_per_s"], 3)
+    median = data["median"]["bullmq"]
+    assert median["audit"]["ratio_min"] == min(r["ratio"]["audit"] for r in data["rounds"])
+    assert "jobs=audit,empty" in summary and "ratio min/median audit " in summary
+    assert ", empty " in summary and "audit rows PASS" in summary
+
+
+@needs_bullmq
+def test_compare_drops_its_audit_database(cli_env: dict[str, str], database_url: str) -> None:
+    """Without --keep-audit-database BullMQ's audit database is gone after the run."""
+    data, _ = _bench(cli_env, "compare", "--n", "50", "--rounds", "1", "--batch-size", "50",
+                     "--concurrency", "10", "--lead-s", "3", "--bullmq-job", "audit",
+                     "--database-url", database_url)
+    assert data["audit_ok"] is True and data["audit_database"].startswith("escbench_")
+    admin = sa.create_engine(database_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with admin.connect() as conn:
+            left = conn.execute(sa.text("SELECT count(*) FROM pg_database WHERE datname = :n"),
+                                {"n": data["audit_database"]}).scalar_one()
+    finally:
+        admin.dispose()
+    assert left == 0
 
 
 @needs_bullmq
@@ -109,15 +182,18 @@ def test_compare_escalate_job_moves_every_bullmq_job_to_the_next_tier(
     data, summary = _bench(cli_env, "compare", "--n", "150", "--rounds", "1",
                            "--batch-size", "100", "--concurrency", "20", "--lead-s", "4",
                            "--bullmq-job", "escalate", "--database-url", database_url)
-    assert data["ok"] is True and data["bullmq_job"] == "escalate"
-    bull = data["rounds"][0]["bullmq"]
+    assert data["ok"] is True and data["bullmq_jobs"] == ["escalate"]
+    bull = data["rounds"][0]["bullmq"]["escalate"]
     assert bull["job"] == "escalate" and bull["completed"] == 150
     assert bull["next_tier_jobs"] == 150 and bull["review_entries"] == 150
-    assert "job=escalate" in summary
+    assert "jobs=escalate" in summary
 
 
-def test_compare_refuses_an_unknown_bullmq_job(cli_env: dict[str, str]) -> None:
-    proc = run_cli(cli_env, "bench", "compare", "--bullmq-job", "sleep")
+@pytest.mark.parametrize("jobs", ["sleep", "audit,sleep", "audit,audit", ","])
+def test_compare_refuses_an_unknown_or_repeated_bullmq_job(
+    cli_env: dict[str, str], jobs: str
+) -> None:
+    proc = run_cli(cli_env, "bench", "compare", "--bullmq-job", jobs)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "--bullmq-job" in proc.stdout + proc.stderr
 
@@ -211,3 +287,27 @@ def test_notify_delivers_every_notification_signed_and_in_order_per_dispute(
     assert data["order_ok"] is True and data["same_dispute_overlaps"] == 0
     assert 1 <= data["connections"] <= 4 and _number(data["seconds"])
     assert summary.startswith("SUMMARY notify: 20 deliveries to a 10 ms receiver, concurrency 4")
+
+
+def test_ledger_builds_a_verifiable_ledger_of_cloned_chains(
+    cli_env: dict[str, str], database_url: str
+) -> None:
+    """2,000 disputes cloned from chains the product made, over 24 monthly partitions: every
+    audit answer runs and exits 0, ``audit verify --all`` and both seals included."""
+    data, summary = _bench(cli_env, "ledger", "--disputes", "2000", "--months", "24",
+                           "--changes", "40", "--database-url", database_url)
+    build, ledger = data["build"], data["ledger"]
+    assert build["disputes"] == 2000 and build["rows"] >= 2000 * 3
+    assert ledger["months_with_disputes"] == 24 and ledger["partitions"] >= 24
+    statuses = ledger["statuses"]
+    assert statuses.get("pending", 0) > 0 and statuses.get("terminal", 0) > 0
+    assert statuses.get("resolved", 0) > 0 and statuses.get("cancelled", 0) > 0
+    assert len(ledger["ladders"]) >= 3
+    audit = data["audit"]
+    for name in ("show_uuid", "show_external_id", "search_dispute", "search_month_tier",
+                 "export_month", "verify_all", "checkpoint_first", "checkpoint_incremental"):
+        assert audit[name]["exit"] == 0, (name, audit[name])
+        assert _number(audit[name]["s"])
+    assert audit["export_month"]["bytes"] > 0
+    assert audit["checkpoint_incremental"]["changed"] == 40
+    assert summary.startswith("SUMMARY ledger: 2,000 disputes")

@@ -154,6 +154,28 @@ def test_case_file_exports_and_verifies_offline(scratch: sa.Engine, cli_env: dic
     assert res.returncode == 2 and "unknown decision/event 'NO_SUCH'" in res.stderr, res.stderr
 
 
+def test_case_file_names_a_dispute_by_its_external_id_as_audit_show_does(
+        scratch: sa.Engine, cli_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**cli_env, "ESCALATION_DATABASE_URL": scratch.url.render_as_string(
+        hide_password=False)}
+    ext = f"OLD-{uuid.uuid4().hex[:8]}"
+    res = run_cli(env, "enqueue", "--source", "t", "--external-id", ext, "--source-hash", "ab",
+                  "--due-in", "1h", "--materiality", "10.00")
+    assert res.returncode == 0, res.stderr
+    assert run_cli(env, "audit", "checkpoint", "--out", str(tmp_path / "cp.json")).returncode == 0
+    shown = run_cli(env, "audit", "show", ext, "--json")
+    assert shown.returncode == 0, shown.stderr
+    did = json.loads(shown.stdout.splitlines()[0])["dispute_id"]
+    out = tmp_path / "x.json"
+    res = run_cli(env, "audit", "case-file", ext, "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    (entry,) = json.loads(out.read_bytes())["disputes"]
+    assert entry["dispute_id"] == did
+    missing = run_cli(env, "audit", "case-file", "NO-SUCH-1", "--out", str(tmp_path / "n.json"))
+    assert missing.returncode == 3 and "no dispute with id or external id" in missing.stderr
+    assert not (tmp_path / "n.json").exists()
+
+
 def test_the_offline_verifier_needs_no_server_library() -> None:
     code = ("import sys, escalation.domain.case_file; "
             "bad = {'sqlalchemy', 'psycopg', 'redis'} & set(sys.modules); "

@@ -8,8 +8,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from escalation.service_layer.core import CorePorts
 from escalation.service_layer.disputes import resolve_dispute
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many
+from escalation.service_layer.enqueue import EnqueueMany, EnqueueRequest, enqueue_many
 from tests.helpers import run_cli
 
 REG_E = {"new_account": "false", "point_of_sale": "false", "foreign_initiated": "false"}
@@ -23,9 +24,11 @@ def _enqueue(app: Any, notice: datetime, *, source: str | None = None,
     req = EnqueueRequest(dispute_id=did, materiality="100.00", source_hash="ab" * 8,
                          ladder="reg_e_error_resolution", opened_at=notice, anchor_at=notice,
                          external_id=external_id, attributes=dict(REG_E))
-    res = enqueue_many([req], scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                       calendars=app.calendars, default_ladder="reg_e_error_resolution",
-                       actor="svc")
+    res = enqueue_many(
+        EnqueueMany(requests=[req], actor="svc", default_ladder="reg_e_error_resolution"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+    )
     assert res[0].escalation.ladder_version == 3
     return res[0].escalation.dispute_id
 
@@ -53,6 +56,11 @@ def test_action_record_needs_a_named_actor_and_replays(app: Any, cli_env: dict[s
     naive = run_cli({**env, "ESCALATION_OPERATOR": "alice"},
                     *[a if a != at else "2026-03-01T10:00:00" for a in args])
     assert naive.returncode == 2 and "--at" in naive.stderr, naive.stderr
+    i = args.index("--currency")
+    no_currency = run_cli({**env, "ESCALATION_OPERATOR": "alice"}, *args[:i], *args[i + 2:])
+    assert no_currency.returncode == 2, no_currency.stderr
+    assert "--currency is required with --amount" in no_currency.stderr, no_currency.stderr
+    assert "None" not in no_currency.stderr
     assert [r.event for r in _trail(app, did)] == ["ENQUEUED"]  # nothing written
     done = run_cli({**env, "ESCALATION_OPERATOR": "alice"}, *args)
     assert done.returncode == 0, done.stderr

@@ -14,13 +14,14 @@ from structlog.testing import capture_logs
 
 from escalation.adapters.redis_keys import shard_of
 from escalation.domain.errors import InvalidInput
+from escalation.service_layer.core import CorePorts
 from escalation.service_layer.dead_letters import (
     DAY_MS,
     DeadLetterCap,
     DeadLetters,
     cap_dead_letters,
 )
-from escalation.service_layer.fire import fire_due
+from escalation.service_layer.fire import FireDue, FiringHooks, fire_due
 from escalation.service_layer.maintenance import alert_dead_letter_cap
 from tests.e2e.helpers import due_requests, enqueue
 from tests.integration.reliability_support import reliability_redis
@@ -46,9 +47,12 @@ def _notify_dead(app: Any, did: Any, seq: int, age_days: float = 0) -> str:
 def _poison_dead(app: Any, did: Any, dl: DeadLetters, age_days: float) -> str:
     keys = app.scheduler.keys_for(did)
     app.redis.hset(keys.payload(did), "l", "dispute_review@99")  # ladder version missing
-    fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-             calendars=app.calendars, batch_size=50, lease_ms=1, worker_id="w",
-             on_poison=dl.on_decision_failed)
+    fire_due(
+        FireDue(batch_size=50, lease_ms=1, worker_id="w"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+        FiringHooks(on_poison=dl.on_decision_failed),
+    )
     member = f"decision:{did}"
     score = app.redis.zscore(keys.dead, member)
     assert score is not None

@@ -9,8 +9,9 @@ import pytest
 
 from escalation.domain.errors import InvalidInput, NotFound
 from escalation.domain.escalation import Status
+from escalation.service_layer.core import CorePorts
 from escalation.service_layer.dead_letters import DeadLetters
-from escalation.service_layer.fire import fire_due
+from escalation.service_layer.fire import FireDue, FiringHooks, fire_due
 from tests.e2e.helpers import due_requests, enqueue
 from tests.integration.reliability_support import reliability_redis
 
@@ -21,9 +22,12 @@ def _dead(app: Any, max_attempts: int = 3) -> DeadLetters:
 
 
 def _fire(app: Any, dl: DeadLetters, lease_ms: int = 1) -> Any:
-    return fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                    calendars=app.calendars, batch_size=50, lease_ms=lease_ms,
-                    worker_id="w", on_poison=dl.on_decision_failed)
+    return fire_due(
+        FireDue(batch_size=50, lease_ms=lease_ms, worker_id="w"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+        FiringHooks(on_poison=dl.on_decision_failed),
+    )
 
 
 def _poison(app: Any, did: Any) -> None:
@@ -94,7 +98,7 @@ def test_retry_puts_a_dead_escalation_back_due_now_and_purge_needs_confirmation(
 
 
 @pytest.mark.parametrize("name", [n for n in __import__(
-    "escalation.adapters.redis_reliability", fromlist=["x"]).RELIABILITY_SCRIPTS])
+    "escalation.adapters.redis_reconcile_notify", fromlist=["x"]).RELIABILITY_SCRIPTS])
 def test_reliability_scripts_ship_with_a_complete_header(name: str) -> None:
     import re
 

@@ -57,10 +57,14 @@ def test_double_escalation_is_flagged(own_app: Any) -> None:
     import sqlalchemy as sa
 
     (did,) = enqueue(own_app, due_requests(1, own_app.scheduler.time()))
-    from escalation.service_layer.fire import fire_due
+    from escalation.service_layer.core import CorePorts
+    from escalation.service_layer.fire import FireDue, fire_due
 
-    fire_due(scheduler=own_app.scheduler, store=own_app.store, ladders=own_app.ladders,
-             calendars=own_app.calendars, batch_size=10, lease_ms=5000, worker_id="w")
+    fire_due(
+        FireDue(batch_size=10, lease_ms=5000, worker_id="w"),
+        CorePorts(scheduler=own_app.scheduler, store=own_app.store, ladders=own_app.ladders,
+                  calendars=own_app.calendars),
+    )
     # forge a second decision row out of the same tier (what a broken claim would leave)
     with own_app.engine.begin() as conn:
         row = dict(conn.execute(sa.text(

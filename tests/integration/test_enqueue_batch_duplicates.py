@@ -14,15 +14,17 @@ from typing import Any
 
 from escalation.adapters.redis_payload import payload_to_escalation
 from escalation.domain.escalation import Status
+from escalation.service_layer.core import CorePorts
 from escalation.service_layer.enqueue import (
+    EnqueueMany,
     EnqueueRequest,
     EnqueueResult,
     build_many,
     enqueue_many,
-    record_built,
+    record_batches,
 )
 
-DUE = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3650)
+DUE = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3000)  # within DUE_IN_MAX
 
 
 def req(did: uuid.UUID, **over: Any) -> EnqueueRequest:
@@ -33,9 +35,11 @@ def req(did: uuid.UUID, **over: Any) -> EnqueueRequest:
 
 
 def run(app: Any, requests: list[EnqueueRequest]) -> list[EnqueueResult]:
-    return enqueue_many(requests, scheduler=app.scheduler, store=app.store,
-                        ladders=app.ladders, calendars=app.calendars,
-                        default_ladder="dispute_review", actor="svc")
+    return enqueue_many(
+        EnqueueMany(requests=requests, actor="svc", default_ladder="dispute_review"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+    )
 
 
 def enqueued_rows(app: Any, did: uuid.UUID) -> list[Any]:
@@ -111,8 +115,9 @@ def test_a_repeat_in_a_later_chunk_is_answered_from_the_record(app):
     built = build_many([req(a, trace_id="a1"), req(b), req(c), req(a, trace_id="a2")],
                        ladders=app.ladders, calendars=app.calendars,
                        default_ladder="dispute_review", now=now)
-    results = record_built(built, scheduler=app.scheduler, store=app.store, actor="svc",
-                           now=now, chunk_size=2)
+    ports = CorePorts(app.scheduler, app.store, app.ladders, app.calendars)
+    results = [r for part in record_batches([built[:2], built[2:]], ports, "svc", now)
+               for r in part]
     assert [r.created for r in results] == [True, True, True, False]
     assert results[3].escalation.trace_id == "a1"
     assert_answers_match_the_record(app, results)

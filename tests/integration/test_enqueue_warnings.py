@@ -18,9 +18,8 @@ from typing import Any, cast
 import pytest
 import redis
 
-from escalation.adapters.redis_enqueue_rows import EncodedPayload
 from escalation.adapters.redis_keys import Keys
-from escalation.adapters.redis_scheduler import RedisScheduler, script_source
+from escalation.adapters.redis_scheduler import EncodedPayload, RedisScheduler, script_source
 from escalation.adapters.redis_warnings import RedisWarnings
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation

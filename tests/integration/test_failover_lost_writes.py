@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from escalation.service_layer.fire import fire_due
-from escalation.service_layer.reconcile import reconcile
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.fire import FireDue, fire_due
+from escalation.service_layer.reconcile import FullReconcile, ReconcilePorts, reconcile
 from tests.e2e.helpers import due_requests, enqueue
 from tests.integration import reliability_support as support
 from tests.integration.reliability_support import delete_namespace, reliability_redis
@@ -57,9 +58,11 @@ def _rollback(app: Any, snap: Snapshot) -> None:
 
 
 def _fire_all(app: Any) -> None:
-    while fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                   calendars=app.calendars, batch_size=100, lease_ms=5000,
-                   worker_id="w").claimed:
+    while fire_due(
+        FireDue(batch_size=100, lease_ms=5000, worker_id="w"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+    ).claimed:
         pass
 
 
@@ -81,8 +84,8 @@ def _decisions(app: Any, ids: list[Any]) -> Counter[str]:
 
 
 def _reconcile(app: Any) -> Any:
-    report = reconcile(scheduler=app.scheduler, store=app.store,
-                       redis_side=reliability_redis(app))
+    report = reconcile(FullReconcile(),
+                       ReconcilePorts(app.scheduler, app.store, reliability_redis(app)))
     assert not report.errors, report.as_dict()
     return report
 
@@ -187,8 +190,11 @@ class _Hooked:
 
 
 def _fire_with(app: Any, scheduler: Any) -> Any:
-    return fire_due(scheduler=scheduler, store=app.store, ladders=app.ladders,
-                    calendars=app.calendars, batch_size=100, lease_ms=5000, worker_id="w")
+    return fire_due(
+        FireDue(batch_size=100, lease_ms=5000, worker_id="w"),
+        CorePorts(scheduler=scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+    )
 
 
 def test_worker_repair_of_member_without_payload_sends_the_lost_entry(own_app: Any) -> None:
@@ -225,7 +231,7 @@ def test_reconcile_reads_the_stream_then_the_worker_repairs_then_reconcile_resto
     stuck: list[int] = []
     side = _Hooked(reliability_redis(own_app),
                    lambda: stuck.append(_fire_with(own_app, own_app.scheduler).stuck))
-    report = reconcile(scheduler=own_app.scheduler, store=own_app.store, redis_side=side)
+    report = reconcile(FullReconcile(), ReconcilePorts(own_app.scheduler, own_app.store, side))
     assert not report.errors, report.as_dict()
     assert side.calls >= 1 and stuck == [len(ids)]
     _assert_each_decision_notified_once(own_app, ids)
@@ -261,7 +267,8 @@ def test_worker_repair_then_reconcile_and_reconcile_then_worker_one_entry(own_ap
     _reconcile(own_app)  # re-creates payloads with their entries
     sched = _Hooked(own_app.scheduler, lambda: None)
     from escalation.service_layer.fire import _repair_stuck
-    _repair_stuck(claim.stuck, sched, own_app.store, "w", claim.now,
-                  lambda event, **kw: None)
+    _repair_stuck(claim.stuck, CorePorts(sched, own_app.store, own_app.ladders,
+                                         own_app.calendars),
+                  "w", claim.now, lambda event, **kw: None)
     assert sched.calls == 1
     _assert_each_decision_notified_once(own_app, first + second)

@@ -17,10 +17,11 @@ import pytest
 import sqlalchemy as sa
 
 from escalation.adapters.redis_keys import Keys
-from escalation.bootstrap import schedule_for, warnings_for
-from escalation.service_layer import import_parallel, importer, trace_ids
+from escalation.bootstrap import pass1_helper, schedule_for, warnings_for
+from escalation.service_layer import import_parallel, importer, trace_id_source
 from escalation.service_layer.importer import (
     ColumnMapping,
+    ImportCsv,
     ImportResult,
     ImportTarget,
     bulk_ports,
@@ -77,14 +78,15 @@ def _import(app: Any, path: Path, monkeypatch: pytest.MonkeyPatch, *, bulk: bool
     ``warn``: the warnings through the queue (as the CLI passes them), the ``schedule_for``
     hook (as the CLI passed them before), or ``"none"``."""
     counter = itertools.count(1)
-    monkeypatch.setattr(trace_ids, "new_trace_id",
+    monkeypatch.setattr(trace_id_source, "new_trace_id",
                         lambda: uuid.UUID(int=next(counter), version=4).hex)
     monkeypatch.setattr(app.scheduler, "time", lambda: NOW)
     target = ImportTarget(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
                           calendars=app.calendars, default_ladder=app.settings.default_ladder,
                           actor="test-import",
                           on_scheduled=schedule_for(app) if warn == "hook" else None,
-                          warnings=warnings_for(app) if warn == "queue" else None)
+                          warnings=warnings_for(app) if warn == "queue" else None,
+                          helper=pass1_helper(kw.get("processes")))
     paths: list[str] = []
     for name in ("write_pass", "write_encoded_pass"):
         real = getattr(importer, name)
@@ -92,8 +94,8 @@ def _import(app: Any, path: Path, monkeypatch: pytest.MonkeyPatch, *, bulk: bool
                             lambda *a, _real=real, _name=name, **k: (paths.append(_name),
                                                                      _real(*a, **k))[1])
     try:
-        res = import_csv(_opener(path), MAPPING, target, bulk=bulk, batch_size=batch_size,
-                         **kw)
+        res = import_csv(ImportCsv(_opener(path), MAPPING, bulk=bulk, batch_size=batch_size,
+                                   **kw), target)
     finally:
         monkeypatch.undo()
     if paths:  # the path the rows took, for the tests to check

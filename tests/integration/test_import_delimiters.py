@@ -13,8 +13,15 @@ from typing import Any
 
 import pytest
 
+from escalation.bootstrap import pass1_helper
 from escalation.service_layer import import_parallel
-from escalation.service_layer.importer import ColumnMapping, ImportResult, ImportTarget, import_csv
+from escalation.service_layer.importer import (
+    ColumnMapping,
+    ImportCsv,
+    ImportResult,
+    ImportTarget,
+    import_csv,
+)
 from tests.integration.test_import_two_processes import MAPPING, NOW, _ids, _rows, _written
 
 HASHED = replace(MAPPING, source_hash="hash")
@@ -36,9 +43,9 @@ def _import(app: Any, path: Path, mapping: ColumnMapping, processes: int) -> Imp
     app.scheduler.time = lambda: NOW
     target = ImportTarget(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
                           calendars=app.calendars, default_ladder=app.settings.default_ladder,
-                          actor="test-import", warnings=None)
-    return import_csv(lambda: path.open(newline="", encoding="utf-8"), mapping, target,
-                      processes=processes, batch_size=300)
+                          actor="test-import", warnings=None, helper=pass1_helper(processes))
+    return import_csv(ImportCsv(lambda: path.open(newline="", encoding="utf-8"), mapping,
+                                processes=processes, batch_size=300), target)
 
 
 @pytest.mark.parametrize("delimiter", [";", "\t"])

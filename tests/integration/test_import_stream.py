@@ -11,7 +11,12 @@ from typing import Any, TextIO
 
 import pytest
 
-from escalation.service_layer.importer import ColumnMapping, ImportTarget, import_csv
+from escalation.service_layer.importer import (
+    ColumnMapping,
+    ImportCsv,
+    ImportTarget,
+    import_csv,
+)
 
 MAPPING = ColumnMapping(dispute_id="id", opened_at="opened", materiality="amount",
                         default_tier="standard")
@@ -54,7 +59,7 @@ def test_bad_rows_are_all_reported_with_line_numbers_and_nothing_is_written(
             (ids[7], opened, "9.00")]
     calls: list[tuple[str, int, int | None]] = []
     opener = _Opener(_csv(tmp_path, rows))
-    res = import_csv(opener, MAPPING, _target(app),
+    res = import_csv(ImportCsv(opener, MAPPING), _target(app),
                      progress=lambda *c: calls.append(c))
     assert not res.written and res.rows == 9
     assert [line for line, _ in res.errors] == [4, 6, 7, 9]
@@ -65,8 +70,8 @@ def test_bad_rows_are_all_reported_with_line_numbers_and_nothing_is_written(
 
     calls.clear()
     opener = _Opener(opener.path)
-    res = import_csv(opener, MAPPING, _target(app), skip_invalid=True, batch_size=2,
-                     progress=lambda *c: calls.append(c))
+    res = import_csv(ImportCsv(opener, MAPPING, skip_invalid=True, batch_size=2),
+                     _target(app), progress=lambda *c: calls.append(c))
     assert res.written and res.created == 5 and res.existing == 0
     assert opener.opens == 1  # read once: the write pass takes the built rows from the spill
     writes = [c for c in calls if c[0] == "write"]
@@ -79,8 +84,8 @@ def test_bad_rows_are_all_reported_with_line_numbers_and_nothing_is_written(
 def test_reimporting_the_same_file_creates_nothing(app: Any, tmp_path: Path) -> None:
     rows = [(str(uuid.uuid4()), "2026-11-30", "1.50") for _ in range(7)]
     path = _csv(tmp_path, rows)
-    first = import_csv(_Opener(path), MAPPING, _target(app), batch_size=3)
-    again = import_csv(_Opener(path), MAPPING, _target(app), batch_size=3)
+    first = import_csv(ImportCsv(_Opener(path), MAPPING, batch_size=3), _target(app))
+    again = import_csv(ImportCsv(_Opener(path), MAPPING, batch_size=3), _target(app))
     assert (first.created, first.existing) == (7, 0)
     assert (again.created, again.existing) == (0, 7)
 
@@ -106,12 +111,13 @@ def test_a_blank_amount_cell_is_refused_unless_the_mapping_sets_a_default(
     amounts = ["10.00", "", "10.00", '"  "', "10.00", "10.00"]  # lines 3 and 5 blank
     path = _csv(tmp_path, [(did, opened, amount) for did, amount in zip(ids, amounts,
                                                                          strict=True)])
-    res = import_csv(_Opener(path), MAPPING, _target(app), bulk=bulk)
+    res = import_csv(ImportCsv(_Opener(path), MAPPING, bulk=bulk), _target(app))
     assert not res.written and res.created == 0
     assert res.errors == [(3, BLANK), (5, BLANK)]
     assert all(_nothing_written(app, did) for did in ids)
 
-    res = import_csv(_Opener(path), MAPPING, _target(app), bulk=bulk, skip_invalid=True)
+    res = import_csv(ImportCsv(_Opener(path), MAPPING, bulk=bulk, skip_invalid=True),
+                     _target(app))
     assert res.written and res.errors == [(3, BLANK), (5, BLANK)]
     assert (res.created, res.existing) == (4, 0)
     assert _nothing_written(app, ids[1]) and _nothing_written(app, ids[3])
@@ -122,7 +128,7 @@ def test_a_blank_amount_cell_is_refused_unless_the_mapping_sets_a_default(
 
     # An explicit default is the amount of the blank cells (the rest stay as imported).
     explicit = replace(MAPPING, default_materiality="40.00")
-    res = import_csv(_Opener(path), explicit, _target(app), bulk=bulk)
+    res = import_csv(ImportCsv(_Opener(path), explicit, bulk=bulk), _target(app))
     assert res.written and res.errors == [] and (res.created, res.existing) == (2, 4)
     for did in (ids[1], ids[3]):
         got = app.store.get(uuid.UUID(did))
@@ -136,7 +142,7 @@ def test_without_an_amount_column_every_row_is_imported_at_zero(
     ids = [str(uuid.uuid4()) for _ in range(3)]
     path = _csv(tmp_path, [(did, "2026-11-30", "") for did in ids])
     unmapped = replace(MAPPING, materiality="")  # the "amount" column is not read
-    res = import_csv(_Opener(path), unmapped, _target(app))
+    res = import_csv(ImportCsv(_Opener(path), unmapped), _target(app))
     assert res.written and res.errors == [] and res.created == 3
     for did in ids:
         got = app.store.get(uuid.UUID(did))

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from escalation.bootstrap import warnings_for
+from escalation.bootstrap import pass1_helper, warnings_for
 from escalation.service_layer import import_parallel
 from escalation.service_layer.importer import (
     ColumnMapping,
+    ImportCsv,
     ImportResult,
     ImportTarget,
     import_csv,
@@ -62,9 +63,10 @@ def _import(app: Any, path: Path, processes: int, **kw: Any) -> ImportResult:
     app.scheduler.time = lambda: NOW
     target = ImportTarget(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
                           calendars=app.calendars, default_ladder=app.settings.default_ladder,
-                          actor="test-import", warnings=warnings_for(app))
-    return import_csv(lambda: path.open(newline="", encoding="utf-8"), MAPPING, target,
-                      processes=processes, batch_size=300, **kw)
+                          actor="test-import", warnings=warnings_for(app),
+                          helper=pass1_helper(processes))
+    return import_csv(ImportCsv(lambda: path.open(newline="", encoding="utf-8"), MAPPING,
+                                processes=processes, batch_size=300, **kw), target)
 
 
 LEDGER = sa.text(

@@ -15,7 +15,8 @@ from escalation.adapters.ladder_files import check_ladder_dir_with_history as ch
 from escalation.adapters.tables import escalation_audit
 from escalation.domain.errors import UnknownPlanHash
 from escalation.domain.ladder_plan import change_hash
-from escalation.service_layer.fire import fire_due
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.fire import FireDue, fire_due
 from tests.integration.ladder_support import MigEnv, hours
 
 
@@ -34,14 +35,13 @@ def test_plan_writes_nothing_and_its_hash_is_deterministic(env: MigEnv) -> None:
 
 
 def test_plan_and_apply_report_progress_through_their_callbacks(env: MigEnv) -> None:
-    from escalation.service_layer.ladder_migration import plan_migration
+    from escalation.service_layer.ladder_migration import PlanMigration, plan_migration
 
     env.enqueue("standard", due_at=env.app.scheduler.time() + hours(3), n=3)
     env.add("inserted")
     calls: list[tuple[str, int, int | None]] = []
-    plan = plan_migration(history=env.history, ladders=env.catalog,
-                          calendars=env.app.calendars, ladder=env.name, to_version=2,
-                          progress=lambda phase, done, total: calls.append((phase, done, total)))
+    plan = plan_migration(PlanMigration(env.name, 2), env.ports(),
+                          lambda phase, done, total: calls.append((phase, done, total)))
     assert calls[-1] == ("plan", 3, 3)
     applied: list[tuple[str, int, int | None]] = []
     report = env.apply(plan.plan_hash, batch_size=2,
@@ -58,8 +58,11 @@ def test_apply_after_workers_decided_meanwhile_replans_them_instead_of_refusing(
     env.add("inserted")
     plan = env.plan()
     assert {i.from_tier for i in plan.items} == {"standard"}
-    fire_due(scheduler=env.app.scheduler, store=env.app.store, ladders=env.catalog,
-             calendars=env.app.calendars, batch_size=1, lease_ms=5000, worker_id="w")
+    fire_due(
+        FireDue(batch_size=1, lease_ms=5000, worker_id="w"),
+        CorePorts(scheduler=env.app.scheduler, store=env.app.store, ladders=env.catalog,
+                  calendars=env.app.calendars),
+    )
     promoted = [d for d in ids if env.state(d).tier != "standard"]
     assert len(promoted) == 1  # one decided on v1 after the plan was reviewed
 
@@ -196,9 +199,11 @@ def test_apply_while_two_workers_fire_keeps_chains_gapless_and_never_demotes(
         started.wait(30)
         try:
             while not stop.is_set():
-                fire_due(scheduler=env.app.scheduler, store=env.app.store, ladders=env.catalog,
-                         calendars=env.app.calendars, batch_size=10, lease_ms=5000,
-                         worker_id=wid)
+                fire_due(
+                    FireDue(batch_size=10, lease_ms=5000, worker_id=wid),
+                    CorePorts(scheduler=env.app.scheduler, store=env.app.store,
+                              ladders=env.catalog, calendars=env.app.calendars),
+                )
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 

@@ -61,12 +61,19 @@ def test_release_plan_apply_history_round_trip(cli_env: dict[str, str], tmp_path
     # a version nobody released is the caller's mistake: exit 2, nothing planned
     assert unreleased.returncode == 2 and "version 2 is not released" in unreleased.stderr
     for cmd in (("plan",), ("apply", "--plan-hash", "0" * 64)):
+        # a version that does not exist: exit 3 (docs/cli.md), nothing planned
         missing = _cli(env, *cmd, "--ladder", mig.name, "--to", "9")
-        assert missing.returncode == 2 and "version 9 has no file" in missing.stderr
+        assert missing.returncode == 3 and "version 9 has no file" in missing.stderr
+        # a ladder that does not exist: exit 3 too; a malformed name: exit 2
         unknown = _cli(env, *cmd, "--ladder", "no_such_ladder", "--to", "2")
-        assert unknown.returncode == 2, unknown.stderr
+        assert unknown.returncode == 3, unknown.stderr
         assert "unknown ladder 'no_such_ladder' (ladders: " in unknown.stderr
         assert mig.name in unknown.stderr
+        malformed = _cli(env, *cmd, "--ladder", "No Such!", "--to", "2")
+        assert malformed.returncode == 2, malformed.stderr
+        assert "'No Such!' is not a ladder name" in malformed.stderr
+    missing = _cli(env, "release", "--ladder", mig.name, "--version", "9")
+    assert missing.returncode == 3 and "no such ladder file" in missing.stderr, missing.stderr
     rel = _cli(env, "release", "--ladder", mig.name, "--version", "2", "--reason", "CHG-7")
     assert rel.returncode == 0, rel.stderr
     assert f"{mig.name}@2 released" in rel.stdout and "reason: CHG-7" in rel.stdout
@@ -105,7 +112,7 @@ def test_release_plan_apply_history_round_trip(cli_env: dict[str, str], tmp_path
         (1, "first use: every version that passes `ladder check` released as baseline"),
         (2, "CHG-7")]
     nope = _cli(env, "history", "--ladder", "no_such_ladder")
-    assert nope.returncode == 2 and "unknown ladder 'no_such_ladder'" in nope.stderr
+    assert nope.returncode == 3 and "unknown ladder 'no_such_ladder'" in nope.stderr
     assert nope.stdout == ""
 
 

@@ -20,7 +20,7 @@ from escalation.adapters.tables import escalation_audit
 from escalation.domain.audit_hash import verify_chain
 from escalation.domain.errors import InvalidInput
 from escalation.domain.ladder_ledger import ladder_chain_id
-from escalation.ports import AuditFilter
+from escalation.ports import AuditFilter, NewRelease, NewRun
 from escalation.service_layer.audit_export import check_filter
 from tests.helpers import run_cli
 from tests.integration.ladder_support import MigEnv, hours
@@ -112,11 +112,11 @@ def test_a_failed_apply_run_is_a_ledger_event_too(env: MigEnv) -> None:
 def test_a_run_status_other_than_done_or_failed_is_refused_and_nothing_written(
         env: MigEnv) -> None:
     env.add("inserted")
-    run = env.history.start(ladder=env.name, version=2, checksum="c", plan_hash="p",
-                            applied_by="x", started_at=T0, planned=0)
+    run = env.history.start(NewRun(ladder=env.name, version=2, checksum="c", plan_hash="p",
+                                   applied_by="x", started_at=T0, planned=0))
     with pytest.raises(InvalidInput, match="status"):
         env.history.finish(run, "running", T0)
-    assert env.history.get_run(run).finished_at is None
+    assert [r.finished_at for r in env.history.history(env.name) if r.run_id == run] == [None]
     assert len(_chain(env.app.engine, env.name, 2)) == 1
 
 
@@ -140,10 +140,10 @@ def _history_on(scratch: sa.Engine) -> LadderHistoryStore:
     history = LadderHistoryStore(scratch)
     history.baseline({"lad": [(1, "a" * 64)]}, released_by="baseline", reason="first use",
                      released_at=T0)
-    history.release(ladder="lad", version=2, checksum="b" * 64, released_by="jane",
-                    reason="CHG-1", released_at=T0)
-    run = history.start(ladder="lad", version=2, checksum="b" * 64, plan_hash="p" * 64,
-                        applied_by="carol", started_at=T0, planned=0)
+    history.release(NewRelease(ladder="lad", version=2, checksum="b" * 64, released_by="jane",
+                               reason="CHG-1", released_at=T0))
+    run = history.start(NewRun(ladder="lad", version=2, checksum="b" * 64, plan_hash="p" * 64,
+                               applied_by="carol", started_at=T0, planned=0))
     history.finish(run, "done", T0)
     return history
 

@@ -16,14 +16,14 @@ import pytest
 from escalation.adapters.ladder_files import check_ladder_dir_with_history as check
 from escalation.bootstrap import build, run_doctor
 from escalation.domain.errors import (
-    RELEASE_BROKEN,
     InvalidInput,
     LadderError,
     LadderMigrationError,
     LadderReleaseError,
 )
+from escalation.service_layer.core import CorePorts
 from escalation.service_layer.dead_letters import DeadLetters
-from escalation.service_layer.fire import fire_due
+from escalation.service_layer.fire import FireDue, FiringHooks, fire_due
 from tests.integration.ladder_support import MigEnv, hours
 from tests.integration.reliability_support import reliability_redis
 
@@ -42,9 +42,12 @@ def dir_app(settings: Any, env: MigEnv) -> Iterator[Any]:
 
 
 def _fire(env: MigEnv, dead: DeadLetters | None = None) -> Any:
-    return fire_due(scheduler=env.app.scheduler, store=env.app.store, ladders=env.catalog,
-                    calendars=env.app.calendars, batch_size=50, lease_ms=1, worker_id="w",
-                    on_poison=None if dead is None else dead.on_decision_failed)
+    return fire_due(
+        FireDue(batch_size=50, lease_ms=1, worker_id="w"),
+        CorePorts(scheduler=env.app.scheduler, store=env.app.store, ladders=env.catalog,
+                  calendars=env.app.calendars),
+        FiringHooks(on_poison=None if dead is None else dead.on_decision_failed),
+    )
 
 
 def _dead(env: MigEnv) -> DeadLetters:
@@ -125,7 +128,7 @@ def test_a_released_file_gone_missing_is_reported_and_dead_letters_at_once(
     assert env.state(did).ladder_version == 2
     v2.unlink()
     errors = check(env.dir, env.history)
-    assert any(e.startswith(RELEASE_BROKEN) and "is missing" in e and str(v2) in e
+    assert any(e.startswith("released ladder file broken") and "is missing" in e and str(v2) in e
                for e in errors)
     c = _ladder_check(dir_app)
     assert not c.ok and "1 broken release(s)" in c.detail and "restore" in c.advice
@@ -187,9 +190,12 @@ def test_restoring_an_edited_release_then_retry_all_fires_what_was_dead_lettered
     # state (stale), the next one promotes
     recorded = poison = 0
     for _ in range(3):
-        report = fire_due(scheduler=env.app.scheduler, store=env.app.store,
-                          ladders=env.catalog, calendars=env.app.calendars, batch_size=50,
-                          lease_ms=30_000, worker_id="w", on_poison=dead.on_decision_failed)
+        report = fire_due(
+            FireDue(batch_size=50, lease_ms=30_000, worker_id="w"),
+            CorePorts(scheduler=env.app.scheduler, store=env.app.store, ladders=env.catalog,
+                      calendars=env.app.calendars),
+            FiringHooks(on_poison=dead.on_decision_failed),
+        )
         recorded, poison = recorded + report.recorded, poison + report.poison
     assert (recorded, poison) == (2, 0)
     assert all(env.state(i).tier != "standard" for i in ids)
@@ -204,7 +210,7 @@ def test_a_due_warning_of_an_edited_release_is_dropped_and_logged_not_raised(
     escalation pinned to an edited released file is dropped (the breach dead-letters it)."""
     from escalation.adapters.redis_warnings import WarningMember
     from escalation.bootstrap import warnings_for
-    from escalation.service_layer.warnings import fire_warnings
+    from escalation.service_layer.warnings import FireWarnings, WarningPorts, fire_warnings
 
     v2 = env.add("inserted")
     [did] = env.enqueue("standard", due_at=env.app.scheduler.time() + hours(2))
@@ -212,9 +218,10 @@ def test_a_due_warning_of_an_edited_release_is_dropped_and_logged_not_raised(
     queue = warnings_for(env.app)
     queue.schedule([WarningMember(did, env.state(did).seq, "0.50", 0)])  # due long ago
     events: list[tuple[str, dict[str, Any]]] = []
-    report = fire_warnings(warnings=queue, scheduler=env.app.scheduler, store=env.app.store,
-                           ladders=env.catalog, calendars=env.app.calendars, actor="w",
-                           emit=lambda event, **kw: events.append((event, kw)))
+    report = fire_warnings(
+        FireWarnings("w"), WarningPorts(queue, env.app.scheduler, env.app.store, env.catalog,
+                                        env.app.calendars),
+        lambda event, **kw: events.append((event, kw)))
     assert (report.claimed, report.unresolvable, report.recorded) == (1, 1, 0)
     [(event, fields)] = events
     assert event == "escalation.warning_dropped" and fields["level"] == "warning"

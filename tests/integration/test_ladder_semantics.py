@@ -12,7 +12,8 @@ import pytest
 
 from escalation.domain.errors import LadderError, LadderMigrationError
 from escalation.domain.escalation import Status
-from escalation.service_layer.fire import fire_due
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.fire import FireDue, fire_due
 from tests.integration.ladder_support import MigEnv, hours
 
 
@@ -22,9 +23,11 @@ def env(app: Any, tmp_path: Path) -> MigEnv:
 
 
 def _fire(env: MigEnv) -> Any:
-    return fire_due(scheduler=env.app.scheduler, store=env.app.store, ladders=env.catalog,
-                    calendars=env.app.calendars, batch_size=50, lease_ms=5000,
-                    worker_id="w-test")
+    return fire_due(
+        FireDue(batch_size=50, lease_ms=5000, worker_id="w-test"),
+        CorePorts(scheduler=env.app.scheduler, store=env.app.store, ladders=env.catalog,
+                  calendars=env.app.calendars),
+    )
 
 
 def test_inserted_tier_keeps_current_tier_and_next_promotion_goes_to_new_tier(

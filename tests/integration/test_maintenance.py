@@ -9,7 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from escalation.adapters.leader_lease import LeaderLease
+from escalation.adapters.leader_lease import LeaderLease, LeaseTerms
 from escalation.adapters.maintenance_runs import PostgresMaintenanceRuns, runs
 from escalation.service_layer.maintenance import Job, Maintenance
 from tests.integration.reliability_support import reliability_redis
@@ -44,7 +44,7 @@ def test_four_contenders_one_leader_and_each_occurrence_runs_once(
     counter: list[int] = []
     lock = threading.Lock()
     makers = [Maintenance(runs=PostgresMaintenanceRuns(app.engine),
-                          lease=LeaderLease(rel, ttl_ms=10_000),
+                          lease=LeaderLease(rel, LeaseTerms(ttl_ms=10_000)),
                           jobs=[_job(name, counter, lock)], actor=f"w{i}") for i in range(4)]
     leaders = [m.lease.poll() for m in makers]
     assert leaders.count(True) == 1
@@ -87,8 +87,8 @@ def test_after_an_hour_of_downtime_the_job_runs_once_not_sixty_times(app: Any) -
 def test_leader_that_cannot_renew_stops_acting_before_its_lease_ends(app: Any) -> None:
     rel = reliability_redis(app)
     clock = FakeClock()
-    lease = LeaderLease(rel, ttl_ms=10_000, margin=0.2, clock=clock)
-    other = LeaderLease(rel, ttl_ms=10_000)
+    lease = LeaderLease(rel, LeaseTerms(ttl_ms=10_000, margin=0.2), clock=clock)
+    other = LeaderLease(rel, LeaseTerms(ttl_ms=10_000))
     assert lease.poll() and not other.poll()
     clock.t += 7.9
     assert lease.is_leader()
@@ -104,7 +104,7 @@ def test_leader_that_cannot_renew_stops_acting_before_its_lease_ends(app: Any) -
 
 def test_renew_checks_the_token_and_release_is_compare_and_delete(app: Any) -> None:
     rel = reliability_redis(app)
-    a = LeaderLease(rel, ttl_ms=5_000)
+    a = LeaderLease(rel, LeaseTerms(ttl_ms=5_000))
     assert a.poll()
     app.redis.pexpire(a.key, 1_000)
     assert a.poll() and app.redis.pttl(a.key) > 4_000  # renewed: expiry reset to the lease
@@ -114,7 +114,7 @@ def test_renew_checks_the_token_and_release_is_compare_and_delete(app: Any) -> N
     assert not a.release()
     assert app.redis.get(a.key) == "someone-else"
     app.redis.delete(a.key)
-    b = LeaderLease(rel, ttl_ms=5_000)
+    b = LeaderLease(rel, LeaseTerms(ttl_ms=5_000))
     assert b.poll() and b.release() and app.redis.get(b.key) is None
 
 
@@ -129,7 +129,7 @@ def test_every_lease_poll_is_one_redis_command(app: Any) -> None:
         sent.append(str(args[0]).upper())
         return real(*args, **kw)
 
-    a, b = LeaderLease(rel, ttl_ms=5_000), LeaderLease(rel, ttl_ms=5_000)
+    a, b = LeaderLease(rel, LeaseTerms(ttl_ms=5_000)), LeaderLease(rel, LeaseTerms(ttl_ms=5_000))
     app.redis.execute_command = counted
     try:
         assert a.poll()
@@ -143,7 +143,7 @@ def test_every_lease_poll_is_one_redis_command(app: Any) -> None:
 
 def test_a_leader_whose_lease_expired_unheld_takes_it_back_at_once(app: Any) -> None:
     rel = reliability_redis(app)
-    a = LeaderLease(rel, ttl_ms=5_000)
+    a = LeaderLease(rel, LeaseTerms(ttl_ms=5_000))
     assert a.poll()
     app.redis.delete(a.key)  # expired, nobody took it
     assert a.poll() and app.redis.get(a.key) == a.token

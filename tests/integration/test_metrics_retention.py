@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.metrics_queries import decisions
-from escalation.adapters.partitions import drop_expired, list_partitions
+from escalation.adapters.partitions import ExpiryRun, drop_expired, list_partitions
 from escalation.adapters.retired_figures import RedisRetiredFigures
 from tests.helpers import run_cli
 from tests.integration.audit_support import T0, claimed, make_escalation, promote, terminal
@@ -53,8 +53,7 @@ def test_decision_counters_do_not_fall_across_a_partition_drop(
     before = decisions(scratch, retired=retired.load)
     assert sum(before.by_kind.values()) == 7
     now = datetime.now(UTC)
-    assert drop_expired(scratch, now, SEVEN_YEARS, actor="test",
-                        retire=retired.save).removed == [OLD]
+    assert drop_expired(scratch, ExpiryRun(now, SEVEN_YEARS, "test"), retired.save).removed == [OLD]
     assert OLD not in {p.name for p in list_partitions(scratch)}
 
     after = decisions(scratch, retired=retired.load)
@@ -88,7 +87,7 @@ def test_a_removal_whose_save_fails_keeps_the_partition(
         raise redis.ConnectionError("Redis down")
 
     with pytest.raises(redis.ConnectionError):
-        drop_expired(scratch, datetime.now(UTC), SEVEN_YEARS, actor="test", retire=broken)
+        drop_expired(scratch, ExpiryRun(datetime.now(UTC), SEVEN_YEARS, "test"), broken)
     assert OLD in {p.name for p in list_partitions(scratch)}
     assert sum(decisions(scratch).by_kind.values()) == 2
 

@@ -15,8 +15,9 @@ import sqlalchemy as sa
 
 from escalation.adapters.webhook import post_notification
 from escalation.domain.retry import RetryPolicy
-from escalation.service_layer.fire import fire_due
-from escalation.service_layer.notify import Notifier, NotifyReport
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.fire import FireDue, fire_due
+from escalation.service_layer.notify import ConsumeReviews, Notifier, NotifyPorts, NotifyReport
 from tests.e2e.helpers import due_requests, enqueue
 from tests.integration.reliability_support import reliability_redis
 
@@ -71,18 +72,20 @@ def receiver_factory() -> Iterator[Any]:
 
 def _promote(app: Any, n: int) -> list[Any]:
     ids = enqueue(app, due_requests(n, app.scheduler.time()))
-    report = fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                      calendars=app.calendars, batch_size=100, lease_ms=30_000,
-                      worker_id="w")
+    report = fire_due(
+        FireDue(batch_size=100, lease_ms=30_000, worker_id="w"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+    )
     assert report.recorded == n
     return ids
 
 
 def _notifier(app: Any, url: str | None, policy: RetryPolicy = FAST, **kw: Any) -> Notifier:
     deliver = None if url is None else (lambda f: post_notification(url, f, 2.0, b"test-secret"))
-    return Notifier(rel=reliability_redis(app), scheduler=app.scheduler, store=app.store,
-                    deliver=deliver, policy=policy, consumer=kw.pop("consumer", "c1"),
-                    actor="notifier", **kw)
+    return Notifier(
+        ConsumeReviews(kw.pop("consumer", "c1"), "notifier", policy, **kw),
+        NotifyPorts(reliability_redis(app), app.scheduler, app.store, deliver))
 
 
 def _drain(notifier: Notifier, until: Any, rounds: int = 400) -> NotifyReport:
@@ -261,9 +264,11 @@ def test_notify_burst_for_one_tier_reads_past_a_full_page_of_other_tiers(
     from tests.helpers import run_cli
 
     def fire(n: int) -> None:
-        report = fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                          calendars=app.calendars, batch_size=500, lease_ms=30_000,
-                          worker_id="w")
+        report = fire_due(
+            FireDue(batch_size=500, lease_ms=30_000, worker_id="w"),
+            CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                      calendars=app.calendars),
+        )
         assert report.recorded == n
 
     # first in the streams: more than a page (100) per shard of standard -> senior entries

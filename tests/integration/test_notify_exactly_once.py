@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from escalation.service_layer.cancel import cancel
-from escalation.service_layer.fire import fire_due
-from escalation.service_layer.reconcile import reconcile
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.fire import FireDue, FiringHooks, fire_due
+from escalation.service_layer.reconcile import FullReconcile, ReconcilePorts, reconcile
 from tests.e2e.helpers import due_requests, enqueue
 from tests.integration import reliability_support as support
 from tests.integration.reliability_support import reliability_redis
@@ -35,9 +36,12 @@ def _kill_at(point: str) -> Any:
 
 
 def _fire(app: Any, crashpoint: Any = None) -> Any:
-    return fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                    calendars=app.calendars, batch_size=100, lease_ms=LEASE_MS,
-                    worker_id="w", crashpoint=crashpoint)
+    return fire_due(
+        FireDue(batch_size=100, lease_ms=LEASE_MS, worker_id="w"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+        FiringHooks(crashpoint=crashpoint),
+    )
 
 
 _IDS: list[Any] = []
@@ -70,16 +74,16 @@ def _recorded_not_applied(app: Any, n: int) -> list[Any]:
 
 def test_crash_after_record_then_reconcile_notifies_each_decision_once(own_app: Any) -> None:
     ids = _recorded_not_applied(own_app, 20)
-    report = reconcile(scheduler=own_app.scheduler, store=own_app.store,
-                       redis_side=reliability_redis(own_app), dry_run=False)
+    report = reconcile(FullReconcile(False),
+                       ReconcilePorts(own_app.scheduler, own_app.store, reliability_redis(own_app)))
     assert report.count(repaired=True) == 20
     decided = _decisions(own_app, ids)
     assert _notes(own_app) == decided
     # the members are due again; a worker now decides the next tier: one new notification
     # each, and the repaired decisions are not sent again; reconcile again changes nothing
     _fire(own_app)
-    reconcile(scheduler=own_app.scheduler, store=own_app.store,
-              redis_side=reliability_redis(own_app), dry_run=False)
+    reconcile(FullReconcile(False),
+              ReconcilePorts(own_app.scheduler, own_app.store, reliability_redis(own_app)))
     notes = _notes(own_app)
     assert set(notes.values()) == {1}
     assert notes == _decisions(own_app, ids)
@@ -102,7 +106,7 @@ def test_a_cancel_between_record_and_apply_still_notifies_the_promotion_once(
     assert _notes(own_app) == _decisions(own_app, ids)
     # nothing left to fire or repair; nothing is sent twice
     _fire(own_app)
-    reconcile(scheduler=own_app.scheduler, store=own_app.store,
-              redis_side=reliability_redis(own_app), dry_run=False)
+    reconcile(FullReconcile(False),
+              ReconcilePorts(own_app.scheduler, own_app.store, reliability_redis(own_app)))
     assert _notes(own_app) == _decisions(own_app, ids)
     assert set(_notes(own_app).values()) == {1}

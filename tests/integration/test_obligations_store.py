@@ -32,9 +32,11 @@ from escalation.domain.sla_timing import resolve_deadlines
 from escalation.domain.timeutil import to_ms
 from escalation.entrypoints.worker import run_worker
 from escalation.service_layer.checkpoint import verify
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
-from escalation.service_layer.fire import fire_due
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueOne, EnqueueRequest, enqueue_on_breach
+from escalation.service_layer.fire import FireDue, fire_due
 from escalation.service_layer.obligations import (
+    ObligationPorts,
     ObligationResult,
     RecordAction,
     Resolve,
@@ -43,7 +45,7 @@ from escalation.service_layer.obligations import (
     recorded_actions,
     resolve,
 )
-from escalation.service_layer.reconcile import reconcile
+from escalation.service_layer.reconcile import FullReconcile, ReconcilePorts, reconcile
 from tests.integration import reliability_support as support
 from tests.integration.reliability_support import reliability_redis
 
@@ -64,13 +66,13 @@ def _kw(app: Any) -> dict[str, Any]:
 def _enqueue(app: Any, anchor: datetime, *, ladder: str = REG_E, tier: str = "compliance",
              attributes: dict[str, object] | None = None) -> uuid.UUID:
     did = uuid.uuid4()
-    enqueue_on_breach(
+    enqueue_on_breach(EnqueueOne(
         EnqueueRequest(dispute_id=did, materiality="125.00",
                        source_hash=hashlib.sha256(did.bytes).hexdigest(), tier=tier,
                        opened_at=anchor, anchor_at=anchor, ladder=ladder,
                        timezone="America/New_York", calendar="us_federal_reserve",
                        attributes=NO if attributes is None and ladder == REG_E else attributes),
-        default_ladder=ladder, actor="svc", **_kw(app))
+        "svc", ladder), CorePorts(**_kw(app)))
     return did
 
 
@@ -78,7 +80,8 @@ def _act(app: Any, did: uuid.UUID, action: str, at: datetime, key: str) -> Oblig
     money = action == "provisional_credit"
     return record_action(RecordAction(did, action, at, "ops.alice", key,
                                       amount="125.00" if money else None,
-                                      currency="USD" if money else None), **_kw(app))
+                                      currency="USD" if money else None),
+                         ObligationPorts(**_kw(app)))
 
 
 def _projection(app: Any, did: uuid.UUID) -> dict[str, Any]:
@@ -177,7 +180,7 @@ def test_terminal_dispute_resolved_later_passes_the_projection_check(app: Any) -
     now = app.scheduler.time()
     did = _enqueue(app, _local(now, 70), ladder=CFPB, attributes={})
     for _ in range(5):
-        fire_due(batch_size=100, lease_ms=60_000, worker_id="w1", **_kw(app))
+        fire_due(FireDue(batch_size=100, lease_ms=60_000, worker_id="w1"), CorePorts(**_kw(app)))
         if app.store.get(did)[1] is Status.TERMINAL:
             break
     assert app.store.get(did)[1] is Status.TERMINAL
@@ -211,13 +214,13 @@ def test_reconcile_keeps_a_resolved_dispute_out_of_redis(own_app: Any) -> None:
     before = app.store.get(did)[0]
     resolve(Resolve(did, "error_corrected", "ops.alice", "r-1"), **_kw(app))
     assert str(did) not in _members(app)
-    reconcile(scheduler=app.scheduler, store=app.store, redis_side=reliability_redis(app))
+    reconcile(FullReconcile(), ReconcilePorts(app.scheduler, app.store, reliability_redis(app)))
     assert str(did) not in _members(app) and app.scheduler.payload(did) is None
     # a stale member (the pre-resolution state put back, as a lost cancel would leave it) is
     # removed, not restored
     app.scheduler.enqueue_many([before])
     assert str(did) in _members(app)
-    reconcile(scheduler=app.scheduler, store=app.store, redis_side=reliability_redis(app))
+    reconcile(FullReconcile(), ReconcilePorts(app.scheduler, app.store, reliability_redis(app)))
     assert str(did) not in _members(app) and app.scheduler.payload(did) is None
     assert app.store.get(did)[1] is Status.RESOLVED
 

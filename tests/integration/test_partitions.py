@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.checkpoints import PostgresCheckpoints
 from escalation.adapters.partitions import (
+    ExpiryRun,
     add_months,
     drop_expired,
     ensure_partitions,
@@ -83,8 +84,8 @@ def test_drop_expired_removes_only_partitions_entirely_older_than_retention(scra
     store = PostgresAuditStore(scratch)
     store.record_enqueue(make_escalation(), "svc", T0)
     young = partition_for(now).name
-    result = drop_expired(scratch, now, SEVEN_YEARS, actor="test",
-                          names=["escalation_audit_y2015m03", young])
+    result = drop_expired(scratch, ExpiryRun(now, SEVEN_YEARS, "test",
+                                             names=["escalation_audit_y2015m03", young]))
     assert result.removed == ["escalation_audit_y2015m03"]
     assert "after the retention cutoff" in result.refused[young]
     assert "escalation_audit_y2015m03" not in {p.name for p in list_partitions(scratch)}
@@ -111,9 +112,9 @@ def test_drop_expired_refuses_an_old_partition_holding_a_young_row(scratch):
             ),
             {"d": esc.dispute_id},
         )
-    result = drop_expired(scratch, now, SEVEN_YEARS, actor="test")
+    result = drop_expired(scratch, ExpiryRun(now, SEVEN_YEARS, "test"))
     assert result.removed == []
-    refused = drop_expired(scratch, now, SEVEN_YEARS, actor="test",
-                           names=["escalation_audit_y2016m05"]).refused
+    refused = drop_expired(scratch, ExpiryRun(now, SEVEN_YEARS, "test",
+                                              names=["escalation_audit_y2016m05"])).refused
     assert "younger than the retention cutoff" in refused["escalation_audit_y2016m05"]
     assert "escalation_audit_y2016m05" in {p.name for p in list_partitions(scratch)}

@@ -13,9 +13,11 @@ import pytest
 
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import to_ms
+from escalation.service_layer.core import CorePorts
 from escalation.service_layer.enqueue import (
     DUE_IN_MAX,
     PAST_DUE_TOLERANCE,
+    EnqueueMany,
     EnqueueRequest,
     enqueue_many,
 )
@@ -26,9 +28,11 @@ from tests.helpers import run_cli
 def _enqueue(app: Any, **kw: Any) -> Any:
     req = EnqueueRequest(dispute_id=kw.pop("dispute_id", uuid.uuid4()), materiality="10.00",
                          source_hash=GOOD_HASH, **kw)
-    (res,) = enqueue_many([req], scheduler=app.scheduler, store=app.store,
-                          ladders=app.ladders, calendars=app.calendars,
-                          default_ladder=app.settings.default_ladder, actor="test")
+    (res,) = enqueue_many(
+        EnqueueMany(requests=[req], actor="test", default_ladder=app.settings.default_ladder),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+    )
     return res
 
 

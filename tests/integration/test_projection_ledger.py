@@ -21,9 +21,10 @@ import sqlalchemy as sa
 from escalation.adapters.checkpoints import PostgresCheckpoints
 from escalation.bootstrap import projection_ledger_for
 from escalation.service_layer.checkpoint import verify
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
-from escalation.service_layer.obligations import RecordAction, record_action
-from escalation.service_layer.reconcile import DiffKind, reconcile
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueOne, EnqueueRequest, enqueue_on_breach
+from escalation.service_layer.obligations import ObligationPorts, RecordAction, record_action
+from escalation.service_layer.reconcile import DiffKind, FullReconcile, ReconcilePorts, reconcile
 from tests.helpers import run_cli
 from tests.integration import reliability_support as support
 from tests.integration.reliability_support import reliability_redis
@@ -46,17 +47,17 @@ def _dispute(app: Any, *, act: bool = True) -> uuid.UUID:
     did = uuid.uuid4()
     now = app.scheduler.time()
     anchor = now - timedelta(days=2)
-    enqueue_on_breach(
+    enqueue_on_breach(EnqueueOne(
         EnqueueRequest(dispute_id=did, materiality="125.00",
                        source_hash=hashlib.sha256(did.bytes).hexdigest(), tier="senior",
                        opened_at=anchor, anchor_at=anchor, ladder=REG_E,
                        timezone="America/New_York", calendar="us_federal_reserve",
                        attributes=NO),
-        default_ladder=REG_E, actor="svc", **_kw(app))
+        "svc", REG_E), CorePorts(**_kw(app)))
     if act:
         record_action(RecordAction(did, "provisional_credit", now - timedelta(hours=1),
                                    "ops.alice", f"pc-{did}", amount="125.00", currency="USD"),
-                      **_kw(app))
+                      ObligationPorts(**_kw(app)))
     return did
 
 
@@ -67,9 +68,9 @@ def _as_app(app: Any, sql: str, did: uuid.UUID) -> None:
 
 
 def _reconcile(app: Any, *, dry_run: bool = True, repair: bool = False) -> Any:
-    return reconcile(scheduler=app.scheduler, store=app.store,
-                     redis_side=reliability_redis(app), dry_run=dry_run,
-                     projection=projection_ledger_for(app), repair_projection=repair)
+    return reconcile(FullReconcile(dry_run, repair_projection=repair),
+                     ReconcilePorts(app.scheduler, app.store, reliability_redis(app),
+                                    projection_ledger_for(app)))
 
 
 def _cli_env(app: Any, database_url: str, redis_url: str) -> dict[str, str]:

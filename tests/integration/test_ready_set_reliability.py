@@ -15,10 +15,11 @@ import pytest
 
 from escalation.adapters.redis_payload import payload_to_escalation
 from escalation.bootstrap import run_doctor
+from escalation.domain.errors import ErrorCode
 from escalation.domain.escalation import Status
-from escalation.ports import ClaimedItem
+from escalation.ports import ClaimedItem, LedgerEvent
 from escalation.service_layer.dead_letters import DeadLetters
-from escalation.service_layer.reconcile import DiffKind, reconcile
+from escalation.service_layer.reconcile import DiffKind, FullReconcile, ReconcilePorts, reconcile
 from tests.e2e.helpers import due_requests, enqueue
 from tests.integration import reliability_support as support
 from tests.integration.reliability_support import reliability_redis
@@ -63,7 +64,8 @@ def test_dead_lettering_a_ready_member_removes_it_from_ready_and_prio_and_retry_
     app.redis.hset(keys.prio, str(did), "2")
     esc = payload_to_escalation(str(did), app.scheduler.payload(did))
     dl = _dead(app)
-    assert dl.on_decision_failed(ClaimedItem(esc, 999, 0), "poison") is True
+    assert dl.on_decision_failed(ClaimedItem(esc, 999, 0), ErrorCode.INVALID_INPUT,
+                                 "poison") is True
     assert app.redis.zscore(keys.ready, str(did)) is None
     assert app.redis.zscore(keys.pending, str(did)) is None
     assert app.redis.hget(keys.prio, str(did)) is None
@@ -84,7 +86,7 @@ def test_purging_a_dead_letter_also_clears_a_ready_copy_and_its_weight(app: Any)
     keys = app.scheduler.keys_for(did)
     esc = payload_to_escalation(str(did), app.scheduler.payload(did))
     dl = _dead(app)
-    assert dl.on_decision_failed(ClaimedItem(esc, 999, 0), "poison")
+    assert dl.on_decision_failed(ClaimedItem(esc, 999, 0), ErrorCode.INVALID_INPUT, "poison")
     # a stray ready entry + weight (e.g. written back by a late script) must not survive purge
     app.redis.zadd(keys.ready, {str(did): 1})
     app.redis.hset(keys.prio, str(did), "1")
@@ -104,11 +106,12 @@ def test_reconcile_counts_ready_members_as_scheduled_and_removes_a_cancelled_one
     now = app.scheduler.time()
     app.redis.hset(keys.prio, mapping={str(cancelled): "2", str(paused): "1"})
     app.store.record_cancel(cancelled, "t", now, "resolved")
-    app.store.append_event(paused, "PAUSED", "PAUSED", "t", now, {"status": Status.PAUSED}, {})
+    app.store.append_event(LedgerEvent(paused, "PAUSED", "PAUSED", "t", now,
+                                       {"status": Status.PAUSED}, {}))
     app.redis.zadd(keys.ready, {unknown_ready: 1})
 
-    dry = reconcile(scheduler=app.scheduler, store=app.store,
-                    redis_side=reliability_redis(app), dry_run=True)
+    dry = reconcile(FullReconcile(True),
+                    ReconcilePorts(app.scheduler, app.store, reliability_redis(app)))
     kinds = {(d.kind, d.dispute_id) for d in dry.diffs}
     assert (DiffKind.TERMINAL_MEMBER, str(cancelled)) in kinds
     assert (DiffKind.UNKNOWN_MEMBER, unknown_ready) in kinds
@@ -116,8 +119,8 @@ def test_reconcile_counts_ready_members_as_scheduled_and_removes_a_cancelled_one
     assert not any(d.kind is DiffKind.MISSING_MEMBER for d in dry.diffs)
     assert dry.checked_members == 6  # 1 claimed (pending) + 4 ready + 1 unknown
 
-    report = reconcile(scheduler=app.scheduler, store=app.store,
-                       redis_side=reliability_redis(app))
+    report = reconcile(FullReconcile(),
+                       ReconcilePorts(app.scheduler, app.store, reliability_redis(app)))
     got = {(d.kind, d.dispute_id): d.repaired for d in report.diffs}
     assert got[(DiffKind.TERMINAL_MEMBER, str(cancelled))] is True
     assert got[(DiffKind.UNKNOWN_MEMBER, unknown_ready)] is True
@@ -133,8 +136,8 @@ def test_reconcile_counts_ready_members_as_scheduled_and_removes_a_cancelled_one
     # the two untouched ready members are still there, and a second run finds nothing
     for d in rest[2:]:
         assert app.redis.zscore(keys.ready, str(d)) is not None
-    assert reconcile(scheduler=app.scheduler, store=app.store,
-                     redis_side=reliability_redis(app)).diffs == []
+    assert reconcile(FullReconcile(),
+                     ReconcilePorts(app.scheduler, app.store, reliability_redis(app))).diffs == []
 
 
 def test_reconcile_remove_unparks_a_ready_member_and_keeps_its_weight(own_app: Any) -> None:

@@ -9,7 +9,14 @@ import pytest
 
 from escalation.domain.escalation import Status
 from escalation.domain.timeutil import to_ms
-from escalation.service_layer.reconcile import DiffKind, reconcile
+from escalation.ports import LedgerEvent
+from escalation.service_layer.reconcile import (
+    DiffKind,
+    FullReconcile,
+    ReconcileHooks,
+    ReconcilePorts,
+    reconcile,
+)
 from tests.e2e.helpers import due_requests, enqueue
 from tests.helpers import run_cli
 from tests.integration import reliability_support as support
@@ -20,8 +27,8 @@ own_app = support.own_app
 
 
 def _run(app: Any, dry_run: bool = False) -> Any:
-    return reconcile(scheduler=app.scheduler, store=app.store,
-                     redis_side=reliability_redis(app), dry_run=dry_run)
+    return reconcile(FullReconcile(dry_run),
+                     ReconcilePorts(app.scheduler, app.store, reliability_redis(app)))
 
 
 def _pg_pending(app: Any) -> dict[str, int]:
@@ -49,9 +56,10 @@ def test_reconcile_restores_every_pending_escalation_with_its_due_time_after_nam
     assert _zset(own_app) == {}  # dry run wrote nothing
 
     calls: list[tuple[str, int, int | None]] = []
-    report = reconcile(scheduler=own_app.scheduler, store=own_app.store,
-                       redis_side=reliability_redis(own_app), page=64,
-                       progress=lambda phase, done, total: calls.append((phase, done, total)))
+    report = reconcile(
+        FullReconcile(page=64),
+        ReconcilePorts(own_app.scheduler, own_app.store, reliability_redis(own_app)),
+        ReconcileHooks(lambda phase, done, total: calls.append((phase, done, total))))
     assert report.count(DiffKind.MISSING, repaired=True) == 200
     assert [c for c in calls if c[0] == "postgres"][-1] == ("postgres", 200, None)
     assert len([c for c in calls if c[0] == "postgres"]) == 4  # one per page of 64
@@ -72,7 +80,7 @@ def test_reconcile_removes_unknown_and_terminal_members_and_reapplies_stale_payl
     r = own_app.redis
     keys = own_app.scheduler.keys_for(stale)
     # a payload behind PostgreSQL: PostgreSQL moved on (a WARNING row bumps seq)
-    own_app.store.append_event(stale, "WARNING", "TEST", "t", now, {}, {})
+    own_app.store.append_event(LedgerEvent(stale, "WARNING", "TEST", "t", now, {}, {}))
     # cancelled in PostgreSQL, still in Redis (crash between record and apply)
     own_app.store.record_cancel(cancelled, "t", now, "resolved")
     # member lost from the ZSET, payload kept
@@ -97,7 +105,7 @@ def test_reconcile_leaves_a_locked_member_to_its_worker(own_app: Any) -> None:
     now = own_app.scheduler.time()
     (did,) = enqueue(own_app, due_requests(1, now, past_s=-600))
     keys = own_app.scheduler.keys_for(did)
-    own_app.store.append_event(did, "WARNING", "TEST", "t", now, {}, {})
+    own_app.store.append_event(LedgerEvent(did, "WARNING", "TEST", "t", now, {}, {}))
     own_app.redis.set(keys.lock(did), "7:other-worker", px=60_000)
     report = _run(own_app)
     assert [d.kind for d in report.diffs] == [DiffKind.LOCKED]
@@ -109,8 +117,8 @@ def test_reconcile_takes_a_paused_member_out_of_the_zset_and_keeps_its_payload(
 ) -> None:
     now = own_app.scheduler.time()
     (did,) = enqueue(own_app, due_requests(1, now, past_s=-600))
-    own_app.store.append_event(did, "PAUSED", "PAUSED", "t", now,
-                               {"status": Status.PAUSED}, {})
+    own_app.store.append_event(LedgerEvent(did, "PAUSED", "PAUSED", "t", now,
+                               {"status": Status.PAUSED}, {}))
     report = _run(own_app)  # payload behind: restore parks it (ZREM, payload at new seq)
     assert report.count(DiffKind.BEHIND, repaired=True) == 1
     assert _zset(own_app) == {}
@@ -172,7 +180,8 @@ def test_reconcile_sends_the_notification_of_a_decision_recorded_but_never_appli
     """A worker dies (or a Redis failover loses its apply) after the ledger commit; its lease
     runs out; reconcile runs before any worker claims the member again. The BEHIND repair must
     send the decision's review-stream entry (once), not only bring the payload forward."""
-    from escalation.service_layer.fire import fire_due
+    from escalation.service_layer.core import CorePorts
+    from escalation.service_layer.fire import FireDue, FiringHooks, fire_due
 
     app = own_app
     ids = enqueue(app, due_requests(3, app.scheduler.time()))
@@ -185,9 +194,12 @@ def test_reconcile_sends_the_notification_of_a_decision_recorded_but_never_appli
             raise Died
 
     with pytest.raises(Died):
-        fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                 calendars=app.calendars, batch_size=10, lease_ms=60_000, worker_id="w-dead",
-                 crashpoint=die)
+        fire_due(
+            FireDue(batch_size=10, lease_ms=60_000, worker_id="w-dead"),
+            CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                      calendars=app.calendars),
+            FiringHooks(crashpoint=die),
+        )
     for d in ids:  # what the passage of the lease does to the dead worker's locks
         app.redis.delete(app.scheduler.keys_for(d).lock(d))
         assert int(app.scheduler.payload(d)["seq"]) == 1
@@ -213,7 +225,8 @@ def test_reconcile_stops_on_a_demoted_primary_instead_of_repairing_without_the_n
     item errors or falling back to a restore that would drop the notification."""
     import redis
 
-    from escalation.service_layer.fire import fire_due
+    from escalation.service_layer.core import CorePorts
+    from escalation.service_layer.fire import FireDue, FiringHooks, fire_due
 
     app = own_app
     [did] = enqueue(app, due_requests(1, app.scheduler.time()))
@@ -226,9 +239,12 @@ def test_reconcile_stops_on_a_demoted_primary_instead_of_repairing_without_the_n
             raise Died
 
     with pytest.raises(Died):
-        fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                 calendars=app.calendars, batch_size=10, lease_ms=60_000, worker_id="w-dead",
-                 crashpoint=die)
+        fire_due(
+            FireDue(batch_size=10, lease_ms=60_000, worker_id="w-dead"),
+            CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                      calendars=app.calendars),
+            FiringHooks(crashpoint=die),
+        )
     app.redis.delete(app.scheduler.keys_for(did).lock(did))
 
     class DemotedPrimary:
@@ -243,8 +259,8 @@ def test_reconcile_stops_on_a_demoted_primary_instead_of_repairing_without_the_n
         restore = apply
 
     with pytest.raises(redis.exceptions.ReadOnlyError):
-        reconcile(scheduler=DemotedPrimary(), store=app.store,  # type: ignore[arg-type]
-                  redis_side=reliability_redis(app))
+        reconcile(FullReconcile(),  # type: ignore[arg-type]
+                  ReconcilePorts(DemotedPrimary(), app.store, reliability_redis(app)))
     assert int(app.scheduler.payload(did)["seq"]) == 1  # nothing repaired without the note
     assert _run(app).count(DiffKind.BEHIND, repaired=True) == 1
     keys = [f["idempotency_key"] for k in app.scheduler.shard_keys()

@@ -1,5 +1,5 @@
 """A database restored to an earlier point under a namespace whose Redis is newer
-(docs/adr/0014-redis-ahead-of-the-ledger.md, docs/operations.md "Restoring the database").
+(docs/adr/0014-redis-ahead-of-the-ledger.md, docs/postgresql.md "Restoring the database").
 
 Real PostgreSQL (pg_dump / pg_restore into a new database) and real Redis, the CLI as an
 operator runs it: `db upgrade` refuses the restored database until `--restored`; then
@@ -193,3 +193,56 @@ def test_a_new_database_under_a_used_namespace_is_refused_and_its_lost_decisions
     assert {e["dispute_id"] for e in lost} == set(ids)
     assert all(e["unknown_to_ledger"] == "true" and e["seq"] == "2" for e in lost), lost
     assert report["resync_cleared"] is True
+
+
+def _tables(url: str) -> list[str]:
+    """The tables of ``url``'s public schema."""
+    engine = sa.create_engine(sa.engine.make_url(url).set(drivername="postgresql+psycopg"))
+    try:
+        return sorted(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_a_refused_db_upgrade_writes_nothing_and_an_unbound_database_serves_no_command(
+    cli_env: dict[str, str], two_dbs: tuple[str, str], redis_client: redis.Redis,
+) -> None:
+    from escalation.adapters.db import upgrade_to_head
+
+    url_a, url_new = two_dbs
+    env_a = dict(cli_env, ESCALATION_DATABASE_URL=url_a)
+    env_new = dict(cli_env, ESCALATION_DATABASE_URL=url_new)
+    assert run_cli(env_a, "db", "upgrade").returncode == 0
+    due = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    mine = str(uuid.uuid4())
+    res = run_cli(env_a, "enqueue", "--dispute-id", mine, "--source-hash", GOOD_HASH,
+                  "--due-at", due)
+    assert res.returncode == 0, res.stderr
+
+    # exit 2 = nothing written: the new database gets no migration, no binding
+    res = run_cli(env_new, "db", "upgrade")
+    assert res.returncode == 2 and "belongs to another database" in res.stderr, res.stderr
+    assert "escalation db upgrade --restored" in res.stderr, res.stderr
+    assert _tables(url_new) == []
+
+    # a database at head but never bound (migrated by other means) serves no command while
+    # the namespace's Redis records another database
+    upgrade_to_head(url_new)
+    theirs = str(uuid.uuid4())
+    for args in (["enqueue", "--dispute-id", theirs, "--source-hash", GOOD_HASH,
+                  "--due-in", "1s"], ["status"], ["reconcile"], ["worker", "--burst"]):
+        res = run_cli(env_new, *args)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert "belongs to another database" in res.stderr, (args, res.stderr)
+        assert "none (a new or never-stamped database)" in res.stderr, (args, res.stderr)
+        assert "escalation db upgrade --restored" in res.stderr, (args, res.stderr)
+
+    # the namespace's Redis holds only its own database's escalation: the worker claims and
+    # decides exactly that one (an enqueue through the new database would be claimed too,
+    # and lost: unknown to this ledger)
+    res = run_cli(env_a, "worker", "--burst")
+    assert res.returncode == 0 and _recorded(res) == 1, res.stderr
+    stopped = [json.loads(line) for line in (res.stderr + res.stdout).splitlines()
+               if line.startswith("{") and '"worker.stopped"' in line]
+    assert stopped and stopped[0]["claimed"] == 1, stopped
+    assert [e for _, e, _ in _ledger(url_a, [mine])[mine]] == ["ENQUEUED", "PROMOTED"]

@@ -24,7 +24,7 @@ import redis
 
 from escalation.adapters.ladder_files import LadderCatalog
 from escalation.adapters.redis_scheduler import RedisScheduler
-from escalation.domain.escalation import Escalation
+from escalation.domain.escalation import Escalation, NewEscalation
 from escalation.domain.sla_timing import band_weight
 from escalation.domain.timeutil import to_ms
 from escalation.service_layer.priority import weight_fn
@@ -52,10 +52,15 @@ def _drain(client: redis.Redis, namespace: str) -> tuple[dict[str, int], dict[st
         amount = rng.choices(AMOUNTS, weights=[70, 20, 10])[0]
         did = uuid.uuid4()
         at = now - timedelta(milliseconds=rng.randrange(0, SPREAD_MS))
-        escs.append(Escalation.new(
-            dispute_id=did, tier=ladder.tiers[0].id, due_at=at, materiality=amount,
-            source_hash=hashlib.sha256(did.bytes).hexdigest(), ladder=ladder,
-            entered_tier_at=at - timedelta(days=1), trace_id=did.hex))
+        escs.append(Escalation.new(NewEscalation(
+            dispute_id=did,
+            tier=ladder.tiers[0].id,
+            due_at=at,
+            materiality=amount,
+            source_hash=hashlib.sha256(did.bytes).hexdigest(),
+            entered_tier_at=at - timedelta(days=1),
+            trace_id=did.hex),
+            ladder))
         weight[str(did)] = band_weight(ladder, Decimal(amount))
         due[str(did)] = to_ms(escs[-1].due_at)
     sched.enqueue_many(escs)

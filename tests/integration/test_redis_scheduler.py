@@ -28,6 +28,13 @@ from escalation.domain.escalation import Escalation, Status
 from escalation.domain.materiality import Materiality
 from escalation.domain.timeutil import to_ms
 from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome
+from tests.redis_seed import (
+    earliest_due_ms,
+    fetch_due,
+    pop_if_due,
+    release_lock,
+    try_acquire_lock,
+)
 
 LEASE_MS = 30_000
 
@@ -80,7 +87,7 @@ def promoted(esc: Escalation, due_in: timedelta = timedelta(hours=4)) -> Escalat
 def test_due_member_is_claimable(sched: RedisScheduler) -> None:
     esc = make_esc(-timedelta(seconds=5))
     assert sched.enqueue(esc)
-    assert str(esc.dispute_id) in [m for m, _ in sched.fetch_due(10)]
+    assert str(esc.dispute_id) in [m for m, _ in fetch_due(sched, 10)]
     result = sched.claim(10, LEASE_MS, "worker-a")
     assert [i.escalation for i in result.items] == [esc]
     assert result.items[0].score_ms == to_ms(esc.due_at)
@@ -89,7 +96,7 @@ def test_due_member_is_claimable(sched: RedisScheduler) -> None:
 def test_future_member_is_not_claimable(sched: RedisScheduler) -> None:
     esc = make_esc(timedelta(minutes=10))
     assert sched.enqueue(esc)
-    assert sched.fetch_due(10) == []
+    assert fetch_due(sched, 10) == []
     result = sched.claim(10, LEASE_MS, "worker-a")
     assert result.items == []
     assert result.next_due_ms == to_ms(esc.due_at)
@@ -97,11 +104,11 @@ def test_future_member_is_not_claimable(sched: RedisScheduler) -> None:
 
 def test_second_lock_on_same_dispute_is_refused(sched: RedisScheduler) -> None:
     dispute = uuid.uuid4()
-    assert sched.try_acquire_lock(dispute, 30_000, "worker-a")
-    assert sched.try_acquire_lock(dispute, 30_000, "worker-b") is False
-    assert sched.release_lock(dispute, "worker-b") is False  # not the owner: unchanged
-    assert sched.release_lock(dispute, "worker-a") is True
-    assert sched.try_acquire_lock(dispute, 30_000, "worker-b")
+    assert try_acquire_lock(sched, dispute, 30_000, "worker-a")
+    assert try_acquire_lock(sched, dispute, 30_000, "worker-b") is False
+    assert release_lock(sched, dispute, "worker-b") is False  # not the owner: unchanged
+    assert release_lock(sched, dispute, "worker-a") is True
+    assert try_acquire_lock(sched, dispute, 30_000, "worker-b")
 
 
 def test_full_drain_removes_exactly_the_past_due_members(
@@ -122,7 +129,7 @@ def test_full_drain_removes_exactly_the_past_due_members(
     ]
     assert sched.apply(ops) == [ApplyOutcome.APPLIED] * len(past)
     assert before - zcard_pending() == len(past)
-    assert sched.earliest_due_ms() == to_ms(future[0].due_at)
+    assert earliest_due_ms(sched) == to_ms(future[0].due_at)
 
 
 # ----------------------------------------------------------------- enqueue
@@ -248,7 +255,7 @@ def test_stuck_member_is_reported_and_removed(
 def test_locked_member_is_skipped_as_lock_contention(sched: RedisScheduler) -> None:
     esc = make_esc(-timedelta(minutes=1))
     sched.enqueue(esc)
-    assert sched.try_acquire_lock(esc.dispute_id, 30_000, "someone-else")
+    assert try_acquire_lock(sched, esc.dispute_id, 30_000, "someone-else")
     result = sched.claim(10, LEASE_MS, "worker-a")
     assert result.items == []
     assert result.contended == 1
@@ -263,7 +270,7 @@ def test_contended_window_does_not_starve_claim_of_later_due_members(
     escs = [make_esc(-timedelta(minutes=60 - i)) for i in range(20)]
     sched.enqueue_many(escs)
     for esc in escs[:8]:  # the 8 earliest are held by another worker
-        assert sched.try_acquire_lock(esc.dispute_id, 30_000, "other")
+        assert try_acquire_lock(sched, esc.dispute_id, 30_000, "other")
     result = sched.claim(5, LEASE_MS, "worker-a")
     assert [i.escalation.dispute_id for i in result.items] == [e.dispute_id for e in escs[8:13]]
     assert result.contended >= 5
@@ -289,8 +296,8 @@ def test_claim_uses_redis_time_not_the_host_clock(
     skewed = time.time() + 3600
     monkeypatch.setattr(time, "time", lambda: skewed)
     assert sched.claim(10, LEASE_MS, "skewed-worker").items == []
-    assert sched.fetch_due(10) == []
-    assert sched.pop_if_due() is None
+    assert fetch_due(sched, 10) == []
+    assert pop_if_due(sched) is None
     assert abs(sched.time() - real_now) < timedelta(minutes=1)
 
 
@@ -309,12 +316,12 @@ def test_pop_if_due_never_pops_a_future_member(
 ) -> None:
     future = make_esc(timedelta(minutes=5))
     sched.enqueue(future)
-    assert sched.pop_if_due() is None
+    assert pop_if_due(sched) is None
     assert redis_client.zscore(keys(sched, future).pending, str(future.dispute_id)) is not None
     past = make_esc(-timedelta(seconds=1))
     sched.enqueue(past)
-    assert sched.pop_if_due() == (str(past.dispute_id), to_ms(past.due_at))
-    assert sched.pop_if_due() is None
+    assert pop_if_due(sched) == (str(past.dispute_id), to_ms(past.due_at))
+    assert pop_if_due(sched) is None
 
 
 # ----------------------------------------------------------------- apply
@@ -591,7 +598,7 @@ def test_restore_never_touches_a_locked_member(
     assert sched.restore([promoted(esc)]) == [ApplyOutcome.NOT_OWNER]
     assert sched.payload(esc.dispute_id) == before
     fresh = make_esc(timedelta(minutes=1))
-    assert sched.try_acquire_lock(fresh.dispute_id, 30_000, "x")
+    assert try_acquire_lock(sched, fresh.dispute_id, 30_000, "x")
     assert sched.restore([fresh]) == [ApplyOutcome.NOT_OWNER]
     assert sched.payload(fresh.dispute_id) is None
 

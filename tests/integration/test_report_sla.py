@@ -9,7 +9,7 @@ import pytest
 
 from escalation.domain.errors import InvalidInput
 from escalation.entrypoints.sla_html import to_html
-from escalation.service_layer.sla_report import CSV_COLUMNS, compute, to_csv
+from escalation.service_layer.sla_report import CSV_COLUMNS, ReportSla, compute, to_csv
 
 H = timedelta(hours=1)
 W0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -89,7 +89,7 @@ def _fixture():
 
 
 def test_report_figures_match_the_hand_computed_fixture():
-    report = compute(_fixture(), W0, W1, now=NOW)
+    report = compute(_fixture(), ReportSla(W0, W1, now=NOW))
     got = {f.tier: f.as_row() for f in report.tiers}
     # standard: entered A, B, C = 3; on time A, D = 2; late B = 1; resolved C = 1
     # time in tier: A 48h+10s, B 24h+300s, C 12h, D 36h -> sorted 12h, 24h5m, 36h, 48h0m10s
@@ -116,7 +116,7 @@ def test_report_figures_match_the_hand_computed_fixture():
 
 
 def test_imported_disputes_count_time_from_tier_entry_and_passed_deadlines_as_missed():
-    report = compute(_fixture() + _imported_fixture(), W0, W1, now=NOW)
+    report = compute(_fixture() + _imported_fixture(), ReportSla(W0, W1, now=NOW))
     got = {f.tier: f.as_row() for f in report.tiers if f.ladder == "cfpb"}
     # standard: entered E, F, G, H = 4; on time H (due t+24h, decided t+24h) = 1;
     # late F (due t-100h) = 1; resolved E = 1.
@@ -170,13 +170,13 @@ def test_a_resolved_row_ends_the_tier_stay_as_resolved_like_a_cancel():
         _row(z, 3, "TERMINAL", "senior", None, t + 48 * H, due=t + 48 * H),
         _row(z, 4, "RESOLVED", None, None, t + 50 * H),
     ]
-    got = {f.tier: f for f in compute(rows, W0, W1, now=NOW).tiers}
+    got = {f.tier: f for f in compute(rows, ReportSla(W0, W1, now=NOW)).tiers}
     assert (got["standard"].resolved, got["standard"].breached) == (1, 2)
     assert sorted(got["standard"].durations) == [3 * 3600.0, 24 * 3600.0, 24 * 3600.0]
     assert (got["senior"].resolved, got["senior"].breached) == (2, 1)
     assert sorted(got["senior"].durations) == [2 * 3600.0, 24 * 3600.0]
     # the same resolution outside the window counts nowhere
-    late = compute(rows, W0, T + 49 * H, now=NOW).tiers
+    late = compute(rows, ReportSla(W0, T + 49 * H, now=NOW)).tiers
     assert {f.tier: f.resolved for f in late} == {"standard": 1, "senior": 1}
 
 
@@ -191,7 +191,7 @@ def test_json_rows_give_durations_as_numbers_and_null_when_no_stay_ended():
              t + 227 * S + timedelta(microseconds=367_000)),
         _row(b, 1, "ENQUEUED", None, "senior", t, due=t + 24 * H),  # still open
     ]
-    report = compute(rows, W0, W1, now=NOW)
+    report = compute(rows, ReportSla(W0, W1, now=NOW))
     doc = grouped(report)["dispute_review"]
     by_tier = {r["tier"]: r for r in doc}
     assert by_tier["standard"]["median_time_in_tier_s"] == 227.367
@@ -209,12 +209,12 @@ def test_json_rows_give_durations_as_numbers_and_null_when_no_stay_ended():
 
 def test_a_deadline_after_now_is_pending_and_one_at_or_before_now_is_missed():
     g = _imported_fixture()[6:7]
-    assert compute(g, W0, W1, now=NOW).tiers[0].regulatory_missed == 0
-    assert compute(g, W0, W1).tiers[0].regulatory_missed == 1  # now defaults to --to
+    assert compute(g, ReportSla(W0, W1, now=NOW)).tiers[0].regulatory_missed == 0
+    assert compute(g, ReportSla(W0, W1)).tiers[0].regulatory_missed == 1  # now defaults to --to
 
 
 def test_csv_and_html_outputs_are_self_contained():
-    report = compute(_fixture(), W0, W1)
+    report = compute(_fixture(), ReportSla(W0, W1))
     lines = to_csv(report).splitlines()
     assert lines[0] == ",".join(CSV_COLUMNS)
     assert len(lines) == 3
@@ -226,7 +226,7 @@ def test_csv_and_html_outputs_are_self_contained():
 
 def test_report_refuses_an_empty_window():
     with pytest.raises(InvalidInput):
-        compute([], W1, W0)
+        compute([], ReportSla(W1, W0))
 
 
 def test_ledger_query_gives_the_first_tier_entry_of_an_imported_dispute(app, engine):
@@ -245,7 +245,8 @@ def test_ledger_query_gives_the_first_tier_entry_of_an_imported_dispute(app, eng
     assert [r["event"] for r in mine] == ["ENQUEUED"]
     assert mine[0]["state_entered_tier_at"] == opened
     assert mine[0]["decided_at"] > opened + 29 * 24 * H
-    report = sla_report.build(PostgresReports(engine), opened - H, opened + 3000 * H)
+    report = sla_report.build(sla_report.ReportSla(opened - H, opened + 3000 * H),
+                              PostgresReports(engine))
     assert any(f.entered >= 1 for f in report.tiers)
 
 
@@ -268,8 +269,8 @@ def test_every_deadline_of_a_multi_deadline_ladder_is_counted_and_listed() -> No
         "institution": {"timezone": "America/New_York", "calendar": "us_federal_reserve"}})
     cancelled = _row(d, 2, "CANCELLED", "complaint_analyst", "complaint_analyst",
                      datetime(2026, 3, 20, 15, tzinfo=UTC), deadline=d15, ladder="cfpb")
-    report = compute([enq, cancelled], W0, datetime(2026, 6, 1, tzinfo=UTC),
-                     now=datetime(2026, 6, 1, tzinfo=UTC))
+    report = compute([enq, cancelled], ReportSla(W0, datetime(2026, 6, 1, tzinfo=UTC),
+                                                 now=datetime(2026, 6, 1, tzinfo=UTC)))
     (fig,) = report.tiers
     assert (fig.regulatory_met, fig.regulatory_missed) == (1, 1)
     by_name = {o.name: o for o in report.deadlines}
@@ -305,8 +306,8 @@ def test_missed_csv_neutralises_formula_cells_and_uses_crlf_line_ends() -> None:
         "deadline_rules": {"company_response": {"at": d15.isoformat(),
                                                 "citation": "@SUM(1+1)"}},
         "institution": {"timezone": "America/New_York", "calendar": "us_federal_reserve"}})
-    report = compute([enq], W0, datetime(2026, 6, 1, tzinfo=UTC),
-                     now=datetime(2026, 6, 1, tzinfo=UTC))
+    report = compute([enq], ReportSla(W0, datetime(2026, 6, 1, tzinfo=UTC),
+                                      now=datetime(2026, 6, 1, tzinfo=UTC)))
     text = missed_csv(report)
     assert text.count("\r\n") == 2 and "\n" not in text.replace("\r\n", "")
     header, row = csv.reader(io.StringIO(text, newline=""))
@@ -329,7 +330,13 @@ def _reg_e_v3_disputes(app):
     credited on day 3 / nothing recorded / determination asserted timely by the source /
     asserted late / resolved late / a fresh one."""
     from escalation.service_layer.enqueue import EnqueueRequest
-    from escalation.service_layer.obligations import RecordAction, Resolve, record_action, resolve
+    from escalation.service_layer.obligations import (
+        ObligationPorts,
+        RecordAction,
+        Resolve,
+        record_action,
+        resolve,
+    )
     from tests.e2e.helpers import enqueue
 
     now = app.scheduler.time()
@@ -344,11 +351,12 @@ def _reg_e_v3_disputes(app):
     kw = {"scheduler": app.scheduler, "store": app.store, "ladders": app.ladders,
           "calendars": app.calendars}
     record_action(RecordAction(ids["credited"], "provisional_credit", old + timedelta(days=2),
-                               "ops.alice", "k-credit", amount="125.00", currency="USD"), **kw)
+                               "ops.alice", "k-credit", amount="125.00", currency="USD"),
+                  ObligationPorts(**kw))
     for name, timely in (("per_source_met", True), ("per_source_missed", False)):
         record_action(RecordAction(ids[name], "determination", None, "importer", f"k-{name}",
                                    asserted_timely=timely, asserted_by="Timely response?"),
-                      **kw)
+                      ObligationPorts(**kw))
     resolve(Resolve(ids["resolved_late"], "error_corrected", "ops.bob", "k-res"), **kw)
     return ids
 
@@ -368,12 +376,13 @@ def test_report_sla_and_audit_search_deadlines_agree_with_the_console(app, engin
 
     def console(did):
         return {o.name: (o.status, o.basis, o.action) for o in dl.deadline_outcomes(
-            queries, app.ladders.get, app.calendars, dispute_id=did, now=now)}
+            dl.DeadlineSources(queries, app.ladders.get, app.calendars), dispute_id=did,
+            now=now)}
 
     def search(did):
         return {o.name: (o.status, o.outcome.basis, o.outcome.action)
-                for o in sla_report.dispute_deadlines(reports, did, calendars=app.calendars,
-                                                      now=now, ladders=app.ladders.get)}
+                for o in sla_report.dispute_deadlines(sla_report.DisputeDeadlines(did, now=now),
+                                                      reports, app.calendars, app.ladders.get)}
 
     seen = {n: console(did) for n, did in ids.items()}
     for n, did in ids.items():
@@ -389,8 +398,9 @@ def test_report_sla_and_audit_search_deadlines_agree_with_the_console(app, engin
     assert seen["resolved_late"][d10] == ("missed", "record", "resolution")
     assert seen["fresh"][d10][0] == "pending"
     # report sla over the window holding every clock: the same states, dispute by dispute
-    report = sla_report.build(reports, now - timedelta(days=80), now + timedelta(days=80),
-                              now=now, calendars=app.calendars, ladders=app.ladders.get)
+    report = sla_report.build(
+        ReportSla(now - timedelta(days=80), now + timedelta(days=80), now=now), reports,
+        app.calendars, app.ladders.get)
     for n, did in ids.items():
         got = {o.name: (o.status, o.outcome.basis, o.outcome.action)
                for o in report.deadlines if o.dispute_id == str(did)}
@@ -401,9 +411,9 @@ def test_report_sla_and_audit_search_deadlines_agree_with_the_console(app, engin
     # the report's query); the others are still open in their first tier
     at, rows = reports.sla_rows(now - timedelta(days=80), now + timedelta(days=80))
     mine_rows = [r for r in rows if r["dispute_id"] in set(ids.values())]
-    first = {f.tier: f for f in sla_report.compute(
-        mine_rows, now - timedelta(days=80), now + timedelta(days=80), now=at,
-        calendars=app.calendars, ladders=app.ladders.get).tiers}
+    window = ReportSla(now - timedelta(days=80), now + timedelta(days=80), now=at)
+    first = {f.tier: f for f in sla_report.compute(mine_rows, window, app.calendars,
+                                                   app.ladders.get).tiers}
     assert len(first) == 1 and next(iter(first.values())).resolved == 1
     assert (str(ids["credited"]), d10) not in missed
     assert (str(ids["silent"]), d10) in missed
@@ -456,7 +466,7 @@ def test_report_sla_json_from_the_cli_gives_numbers_or_null(cli_env):
     run = run_cli(cli_env, "report", "sla", "--from", "2000-01-01T00:00:00Z", "--to",
                   "2100-01-01T00:00:00Z", "--json")
     assert run.returncode == 0, run.stderr
-    rows = [r for ladder in json.loads(run.stdout)["tiers"].values() for r in ladder]
+    rows = [r for ladder in json.loads(run.stdout)["ladders"].values() for r in ladder]
     assert rows
     for row in rows:
         for key in ("median_time_in_tier_s", "p95_time_in_tier_s"):

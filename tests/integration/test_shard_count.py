@@ -13,9 +13,10 @@ import pytest
 import redis
 
 from escalation.adapters.redis_layout import ShardCountMismatch, layout_key
-from escalation.adapters.redis_reliability import ReliabilityRedis
-from escalation.service_layer.fire import fire_due
-from escalation.service_layer.reconcile import reconcile
+from escalation.adapters.redis_reconcile_notify import ReliabilityRedis
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.fire import FireDue, fire_due
+from escalation.service_layer.reconcile import FullReconcile, ReconcilePorts, reconcile
 from tests.e2e.helpers import due_requests, enqueue
 from tests.integration import reliability_support as support
 
@@ -79,16 +80,18 @@ def test_migration_to_a_new_shard_count_under_a_new_namespace_strands_nothing(
     new = _build(redis_url, own_database_url, new_ns, 8)
     try:
         rel = ReliabilityRedis(new.redis, new_ns, 8, aging_ms=new.scheduler.aging_ms)
-        report = reconcile(scheduler=new.scheduler, store=new.store, redis_side=rel)
+        report = reconcile(FullReconcile(), ReconcilePorts(new.scheduler, new.store, rel))
         assert report.count(repaired=True) == 50
         for d in due + later:  # each one in the shard the new count assigns it
             keys = new.scheduler.keys_for(d)
             assert redis_client.zscore(keys.pending, str(d)) is not None
             assert new.scheduler.payload(d) is not None
         assert len({new.scheduler.keys_for(d).shard for d in due + later}) > 2
-        fired = fire_due(scheduler=new.scheduler, store=new.store, ladders=new.ladders,
-                         calendars=new.calendars, batch_size=500, lease_ms=5000,
-                         worker_id="w-new")
+        fired = fire_due(
+            FireDue(batch_size=500, lease_ms=5000, worker_id="w-new"),
+            CorePorts(scheduler=new.scheduler, store=new.store, ladders=new.ladders,
+                      calendars=new.calendars),
+        )
         assert fired.claimed == 30 and fired.recorded == 30
         assert all(new.store.get(i)[0].tier == "senior" for i in due)
         assert all(new.store.get(i)[0].tier == "standard" for i in later)

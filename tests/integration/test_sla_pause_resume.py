@@ -12,26 +12,28 @@ import pytest
 from escalation.domain.errors import ConflictError
 from escalation.domain.escalation import Status
 from escalation.service_layer.cancel import cancel
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
-from escalation.service_layer.fire import fire_due
-from escalation.service_layer.pause import pause, resume
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueOne, EnqueueRequest, enqueue_on_breach
+from escalation.service_layer.fire import FireDue, fire_due
+from escalation.service_layer.pause import PauseClock, PausePorts, ResumeClock, pause, resume
 
 
 def _enqueue(app: Any, hours: float = 10, ladder: str | None = None) -> uuid.UUID:
     did = uuid.uuid4()
     now = app.scheduler.time()
     enqueue_on_breach(
-        EnqueueRequest(dispute_id=did, materiality="100.00",
+        EnqueueOne(request=EnqueueRequest(dispute_id=did, materiality="100.00",
                        source_hash=hashlib.sha256(str(did).encode()).hexdigest(),
                        due_at=now + timedelta(hours=hours), ladder=ladder),
-        scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-        calendars=app.calendars, default_ladder=app.settings.default_ladder, actor="test")
+                   actor="test", default_ladder=app.settings.default_ladder),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+    )
     return did
 
 
-def _kw(app: Any) -> dict[str, Any]:
-    return {"scheduler": app.scheduler, "store": app.store, "ladders": app.ladders,
-            "calendars": app.calendars, "actor": "test"}
+def _ports(app: Any) -> PausePorts:
+    return PausePorts(app.scheduler, app.store, app.ladders, app.calendars)
 
 
 def _members(app: Any) -> set[str]:
@@ -40,7 +42,7 @@ def _members(app: Any) -> set[str]:
 
 def test_pause_takes_member_off_schedule_and_records_remaining(app: Any) -> None:
     did = _enqueue(app, hours=10)
-    res = pause(did, reason="waiting for cardholder", **_kw(app))
+    res = pause(PauseClock(did, "test", "waiting for cardholder"), _ports(app))
     assert res.escalation.status is Status.PAUSED
     assert 10 * 3_600_000 - 60_000 < res.remaining_ms <= 10 * 3_600_000
     assert str(did) not in _members(app)
@@ -54,9 +56,9 @@ def test_pause_takes_member_off_schedule_and_records_remaining(app: Any) -> None
 
 def test_resume_reschedules_at_now_plus_remaining(app: Any) -> None:
     did = _enqueue(app, hours=10)
-    paused = pause(did, reason="x", **_kw(app))
+    paused = pause(PauseClock(did, "test", "x"), _ports(app))
     before = app.scheduler.time()
-    res = resume(did, **_kw(app))
+    res = resume(ResumeClock(did, "test"), _ports(app))
     after = app.scheduler.time()
     due = res.escalation.due_at
     assert before + timedelta(milliseconds=paused.remaining_ms) <= due
@@ -69,32 +71,32 @@ def test_resume_reschedules_at_now_plus_remaining(app: Any) -> None:
 
 def test_pausing_twice_is_a_conflict(app: Any) -> None:
     did = _enqueue(app)
-    pause(did, reason="x", **_kw(app))
+    pause(PauseClock(did, "test", "x"), _ports(app))
     with pytest.raises(ConflictError, match="already paused"):
-        pause(did, reason="again", **_kw(app))
+        pause(PauseClock(did, "test", "again"), _ports(app))
 
 
 def test_resuming_a_pending_escalation_is_a_conflict(app: Any) -> None:
     did = _enqueue(app)
     with pytest.raises(ConflictError, match="not paused"):
-        resume(did, **_kw(app))
+        resume(ResumeClock(did, "test"), _ports(app))
 
 
 def test_cancelling_a_paused_escalation_removes_it(app: Any) -> None:
     did = _enqueue(app)
-    pause(did, reason="x", **_kw(app))
+    pause(PauseClock(did, "test", "x"), _ports(app))
     cancel(did, scheduler=app.scheduler, store=app.store, actor="test", reason="resolved")
     assert app.store.get(did)[1] is Status.CANCELLED
     assert app.scheduler.payload(did) is None
     with pytest.raises(ConflictError):
-        resume(did, **_kw(app))
+        resume(ResumeClock(did, "test"), _ports(app))
 
 
 def test_paused_escalation_does_not_fire_while_a_worker_held_its_claim(app: Any) -> None:
     did = _enqueue(app, hours=-1)  # already due
     claim = app.scheduler.claim(10, 5000, "w1")
     assert [i.escalation.dispute_id for i in claim.items] == [did]
-    pause(did, reason="x", **_kw(app))  # owner-less park while w1 holds the lock
+    pause(PauseClock(did, "test", "x"), _ports(app))  # owner-less park while w1 holds the lock
     # w1 goes on with its batch: record sees the pause (STALE) and nothing fires.
     from escalation.domain.decide import decide
     item = claim.items[0]
@@ -103,8 +105,11 @@ def test_paused_escalation_does_not_fire_while_a_worker_held_its_claim(app: Any)
         [(item, decide(item.escalation, ladder, claim.now, app.calendars))], "w1")[0]
     assert outcome.state.status is Status.PAUSED
     assert [r.event for r in app.store.trail(did)] == ["ENQUEUED", "PAUSED"]
-    report = fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-                      calendars=app.calendars, batch_size=10, lease_ms=5000, worker_id="w2")
+    report = fire_due(
+        FireDue(batch_size=10, lease_ms=5000, worker_id="w2"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+    )
     assert report.recorded == 0
     assert str(did) not in _members(app)
 

@@ -9,25 +9,29 @@ from typing import Any
 
 from escalation.adapters.redis_warnings import WarningMember
 from escalation.bootstrap import schedule_for, warnings_for
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
-from escalation.service_layer.warnings import fire_warnings
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueOne, EnqueueRequest, enqueue_on_breach
+from escalation.service_layer.warnings import FireWarnings, WarningPorts, fire_warnings
 
 
 def _enqueue(app: Any, opened_hours_ago: float) -> uuid.UUID:
     did = uuid.uuid4()
     now = app.scheduler.time()
     enqueue_on_breach(
-        EnqueueRequest(dispute_id=did, materiality="10.00",
+        EnqueueOne(request=EnqueueRequest(dispute_id=did, materiality="10.00",
                        source_hash=hashlib.sha256(did.bytes).hexdigest(),
                        opened_at=now - timedelta(hours=opened_hours_ago)),
-        scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
-        default_ladder="dispute_review", actor="test", on_scheduled=schedule_for(app))
+                   actor="test", default_ladder="dispute_review"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+        schedule_for(app),
+    )
     return did
 
 
 def _fire(app: Any) -> Any:
-    return fire_warnings(warnings=warnings_for(app), scheduler=app.scheduler, store=app.store,
-                         ladders=app.ladders, calendars=app.calendars, actor="w")
+    return fire_warnings(FireWarnings("w"), WarningPorts(
+        warnings_for(app), app.scheduler, app.store, app.ladders, app.calendars))
 
 
 def test_due_warning_is_recorded_once_and_streamed(app: Any) -> None:

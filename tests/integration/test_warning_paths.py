@@ -11,9 +11,10 @@ from typing import Any
 
 from escalation.bootstrap import schedule_for, schedule_resumed, warnings_for
 from escalation.domain.timeutil import from_ms
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
-from escalation.service_layer.pause import pause, resume
-from escalation.service_layer.warnings import fire_warnings
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueOne, EnqueueRequest, enqueue_on_breach
+from escalation.service_layer.pause import PauseClock, PausePorts, ResumeClock, pause, resume
+from escalation.service_layer.warnings import FireWarnings, WarningPorts, fire_warnings
 from tests.helpers import run_cli
 
 
@@ -48,17 +49,19 @@ def test_warnings_after_resume_are_fractions_of_active_time(app: Any) -> None:
     clock = ClockedScheduler(app.scheduler, entered)
     ladder = app.ladders.latest("visa_collaboration_prearb")
     enqueue_on_breach(
-        EnqueueRequest(dispute_id=did, materiality="10.00", source_hash=_hash(did),
+        EnqueueOne(
+            request=EnqueueRequest(dispute_id=did, materiality="10.00", source_hash=_hash(did),
                        ladder=ladder.name, opened_at=entered),
-        scheduler=clock, store=app.store, ladders=app.ladders, calendars=app.calendars,
-        default_ladder="dispute_review", actor="t", on_scheduled=schedule_for(app))
+                   actor="t", default_ladder="dispute_review"),
+        CorePorts(scheduler=clock, store=app.store, ladders=app.ladders, calendars=app.calendars),
+        schedule_for(app),
+    )
     clock.now = datetime(2030, 12, 2, 15, 0, tzinfo=UTC)
-    paused = pause(did, scheduler=clock, store=app.store, ladders=app.ladders,
-                   calendars=app.calendars, actor="t", reason="waiting for cardholder")
+    ports = PausePorts(clock, app.store, app.ladders, app.calendars)
+    paused = pause(PauseClock(did, "t", "waiting for cardholder"), ports)
     assert paused.consumed_ms == 86_400_000
     clock.now = datetime(2030, 12, 21, 15, 0, tzinfo=UTC)
-    res = resume(did, scheduler=clock, store=app.store, ladders=app.ladders,
-                 calendars=app.calendars, actor="t")
+    res = resume(ResumeClock(did, "t"), ports)
     assert res.escalation.due_at == datetime(2030, 12, 29, 5, 0, tzinfo=UTC)
     assert schedule_resumed(app, res) == 2
     pending = {member.rsplit(":", 1)[1]: from_ms(ms)
@@ -97,12 +100,16 @@ def test_a_warning_scheduled_after_its_instant_is_recorded_late_with_its_intende
     opened = datetime(2026, 11, 5, 0, 0, tzinfo=UTC)
     now = app.scheduler.time()
     enqueue_on_breach(
-        EnqueueRequest(dispute_id=did, materiality="10.00", source_hash=_hash(did),
+        EnqueueOne(
+            request=EnqueueRequest(dispute_id=did, materiality="10.00", source_hash=_hash(did),
                        opened_at=opened),
-        scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
-        default_ladder="dispute_review", actor="t", on_scheduled=schedule_for(app))
-    report = fire_warnings(warnings=warnings_for(app), scheduler=app.scheduler, store=app.store,
-                           ladders=app.ladders, calendars=app.calendars, actor="w")
+                   actor="t", default_ladder="dispute_review"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+        schedule_for(app),
+    )
+    report = fire_warnings(FireWarnings("w"), WarningPorts(
+        warnings_for(app), app.scheduler, app.store, app.ladders, app.calendars))
     assert report.recorded >= 1
     rows = [r for r in app.store.trail(did) if r.event == "WARNING"]
     assert rows
@@ -120,15 +127,19 @@ def test_an_on_time_warning_is_recorded_on_time(app: Any) -> None:
     did = uuid.uuid4()
     now = app.scheduler.time()
     enqueue_on_breach(
-        EnqueueRequest(dispute_id=did, materiality="10.00", source_hash=_hash(did),
+        EnqueueOne(
+            request=EnqueueRequest(dispute_id=did, materiality="10.00", source_hash=_hash(did),
                        opened_at=now - timedelta(hours=12, seconds=-1)),
-        scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
-        default_ladder="dispute_review", actor="t", on_scheduled=schedule_for(app))
+                   actor="t", default_ladder="dispute_review"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+        schedule_for(app),
+    )
     import time
 
     time.sleep(1.2)
-    fire_warnings(warnings=warnings_for(app), scheduler=app.scheduler, store=app.store,
-                  ladders=app.ladders, calendars=app.calendars, actor="w")
+    fire_warnings(FireWarnings("w"), WarningPorts(
+        warnings_for(app), app.scheduler, app.store, app.ladders, app.calendars))
     (row,) = [r for r in app.store.trail(did) if r.event == "WARNING"]
     assert row.details["late"] is False and row.details["late_by_ms"] < 60_000
 
@@ -136,9 +147,12 @@ def test_an_on_time_warning_is_recorded_on_time(app: Any) -> None:
 def test_migration_hook_schedules_only_warnings_still_ahead(app: Any) -> None:
     did = uuid.uuid4()
     res = enqueue_on_breach(
-        EnqueueRequest(dispute_id=did, materiality="10.00", source_hash=_hash(did),
+        EnqueueOne(
+            request=EnqueueRequest(dispute_id=did, materiality="10.00", source_hash=_hash(did),
                        opened_at=app.scheduler.time() - timedelta(hours=13)),
-        scheduler=app.scheduler, store=app.store, ladders=app.ladders, calendars=app.calendars,
-        default_ladder="dispute_review", actor="t")
+                   actor="t", default_ladder="dispute_review"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+    )
     schedule_for(app, only_ahead=True)([res.escalation])  # 50 % (12 h) passed, 75 % ahead
     assert [m.rsplit(":", 1)[1] for m, _ in warnings_for(app).pending(did)] == ["0.75"]

@@ -14,9 +14,10 @@ from standardwebhooks.webhooks import Webhook
 from escalation.adapters.redis_keys import Keys
 from escalation.adapters.webhook import WebhookClient, secret_key
 from escalation.bench.notify import BENCH_SECRET, LoopbackReceiver, write_entries
+from escalation.bootstrap import delivery_fanout
 from escalation.domain.errors import InvalidInput
 from escalation.domain.retry import RetryPolicy
-from escalation.service_layer.notify import Notifier, NotifyReport
+from escalation.service_layer.notify import ConsumeReviews, Notifier, NotifyPorts, NotifyReport
 from tests.integration.reliability_support import reliability_redis
 
 FAST = RetryPolicy(ladder_s=(0.02, 0.02, 0.02, 0.02, 0.02, 0.02))
@@ -47,16 +48,17 @@ def test_concurrent_delivery_keeps_each_disputes_order_through_5xx_retries(app: 
     key = secret_key(BENCH_SECRET)
     receiver = LoopbackReceiver(20.0, key, status_of)
     client = WebhookClient(receiver.url, key, 5.0, max_connections=8)
-    notifier = Notifier(rel=reliability_redis(app), scheduler=app.scheduler, store=app.store,
-                        deliver=client.deliver, policy=FAST, consumer="c1", actor="notifier",
-                        concurrency=8)
+    fanout = delivery_fanout(8)
+    notifier = Notifier(
+        ConsumeReviews("c1", "notifier", FAST, concurrency=8),
+        NotifyPorts(reliability_redis(app), app.scheduler, app.store, client.deliver, fanout))
     try:
         notifier.ensure_groups()
         ids.extend(write_entries(app.redis, app.settings.namespace, app.settings.shards,
                                  DISPUTES, PER_DISPUTE))
         total = _drain(notifier, DISPUTES * PER_DISPUTE)
     finally:
-        notifier.close()
+        fanout.close()
         client.close()
         receiver.close()
 
@@ -89,5 +91,6 @@ def test_concurrent_delivery_keeps_each_disputes_order_through_5xx_retries(app: 
 def test_concurrency_out_of_range_is_refused_naming_it(app: Any) -> None:
     for bad in (0, 257):
         with pytest.raises(InvalidInput, match="concurrency must be 1-256"):
-            Notifier(rel=reliability_redis(app), scheduler=app.scheduler, store=app.store,
-                     deliver=None, policy=FAST, consumer="c1", actor="n", concurrency=bad)
+            Notifier(
+                ConsumeReviews("c1", "n", FAST, concurrency=bad),
+                NotifyPorts(reliability_redis(app), app.scheduler, app.store, None))

@@ -20,8 +20,9 @@ from structlog.testing import capture_logs
 
 from escalation.adapters.webhook import WebhookError, post_notification, secret_key, sign
 from escalation.domain.retry import RetryPolicy
-from escalation.service_layer.fire import fire_due
-from escalation.service_layer.notify import Notifier
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.fire import FireDue, fire_due
+from escalation.service_layer.notify import ConsumeReviews, Notifier, NotifyPorts
 from tests.e2e.helpers import due_requests, enqueue
 from tests.integration.reliability_support import reliability_redis
 
@@ -29,9 +30,10 @@ DID = "7f0c1e9a-1111-4222-8333-444455556666"
 FIELDS = {"idempotency_key": f"{DID}:2", "dispute_id": DID, "seq": "2", "kind": "PROMOTED",
           "match_decision": "PROMOTED_TO_SENIOR", "from_tier": "standard", "to_tier": "senior",
           "ladder": "cfpb@3", "trace_id": "t1", "source_hash": "ab12", "external_id": "CFPB-9",
-          "materiality": "1250.00", "decided_ms": "1700000000123"}
+          "source": "cfpb", "materiality": "1250.00", "decided_ms": "1700000000123"}
 EVENT = {"type": "escalation.promoted", "version": 1, "id": f"{DID}:2", "dispute_id": DID,
-         "external_id": "CFPB-9", "seq": 2, "tier": "senior", "previous_tier": "standard",
+         "external_id": "CFPB-9", "source": "cfpb", "seq": 2, "tier": "senior",
+         "previous_tier": "standard",
          "match_decision": "PROMOTED_TO_SENIOR", "ladder": "cfpb", "ladder_version": 3,
          "materiality": "1250.00", "decided_at": "2023-11-14T22:13:20.123Z",
          "trace_id": "t1", "source_hash": "ab12"}
@@ -154,11 +156,15 @@ def test_the_reference_library_verifies_a_delivery_as_docs_reliability_says(
 def test_each_failed_delivery_is_logged_with_its_reason(app: Any, servers: Any) -> None:
     hook = servers(302, location="http://elsewhere.invalid/")
     ids = enqueue(app, due_requests(1, app.scheduler.time()))
-    fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-             calendars=app.calendars, batch_size=10, lease_ms=30_000, worker_id="w")
-    n = Notifier(rel=reliability_redis(app), scheduler=app.scheduler, store=app.store,
-                 deliver=lambda f: post_notification(hook.url, f, 2.0, b"k"),
-                 policy=RetryPolicy((0.01,)), consumer="c", actor="notifier")
+    fire_due(
+        FireDue(batch_size=10, lease_ms=30_000, worker_id="w"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+    )
+    n = Notifier(
+        ConsumeReviews("c", "notifier", RetryPolicy((0.01,))),
+        NotifyPorts(reliability_redis(app), app.scheduler, app.store,
+                    lambda f: post_notification(hook.url, f, 2.0, b"k")))
     with capture_logs() as logs:
         assert n.run_once().deferred == 1
     failed = [e for e in logs if e["event"] == "notify.delivery_failed"]
@@ -189,8 +195,11 @@ def test_notify_burst_exits_1_when_a_delivery_failed(
 ) -> None:
     """A cron job running `notify --burst` must see that a notification was not delivered."""
     enqueue(app, due_requests(1, app.scheduler.time()))
-    fire_due(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
-             calendars=app.calendars, batch_size=10, lease_ms=30_000, worker_id="w")
+    fire_due(
+        FireDue(batch_size=10, lease_ms=30_000, worker_id="w"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+    )
     hook = Server(status)
     try:
         res = subprocess.run([sys.executable, "-m", "escalation", "notify", "--burst",

@@ -88,8 +88,8 @@ def _drain_through_failover(
 ) -> dict[str, float]:
     """Enqueue N, start the workers, crash a primary mid-drain (``crash_primary(app)`` kills
     it and returns (its port, a "promotion done" predicate)); finish, reconcile, check."""
-    from escalation.adapters.redis_reliability import ReliabilityRedis
-    from escalation.service_layer.reconcile import reconcile
+    from escalation.adapters.redis_reconcile_notify import ReliabilityRedis
+    from escalation.service_layer.reconcile import FullReconcile, ReconcilePorts, reconcile
 
     ns = f"f{uuid.uuid4().hex[:10]}"
     app = _app(redis_url, database_url, ns)
@@ -129,7 +129,7 @@ def _drain_through_failover(
     fresh = _app(redis_url, database_url, ns)  # a client that never saw the old primary
     apps.append(fresh)
     rel = ReliabilityRedis(fresh.redis, ns, SHARDS, aging_ms=fresh.scheduler.aging_ms)
-    report = reconcile(scheduler=fresh.scheduler, store=fresh.store, redis_side=rel)
+    report = reconcile(FullReconcile(), ReconcilePorts(fresh.scheduler, fresh.store, rel))
     diag = (f"settled before stop: {settled_before_stop}; reconcile: "
             f"{report.as_dict()['differences']}")
     assert settled(fresh, ids), diag
@@ -148,7 +148,7 @@ def _drain_through_failover(
         diag += f"; worker log lines of 5 unnotified disputes in {path}"
     assert not verdict.problems() and verdict.decided == N, (diag, verdict.problems())
     assert report.count(repaired=False) == 0 and not report.errors, report.as_dict()
-    again = reconcile(scheduler=fresh.scheduler, store=fresh.store, redis_side=rel)
+    again = reconcile(FullReconcile(), ReconcilePorts(fresh.scheduler, fresh.store, rel))
     assert again.count(repaired=True) == 0, again.as_dict()
     maintenance = [ln for p in procs for ln in output(p).splitlines()
                    if '"maintenance.ran"' in ln and '"job": "reconcile"' in ln]
@@ -238,8 +238,8 @@ def test_sentinel_promotes_a_restarted_node_before_its_resync_every_decision_not
     must send the review-stream entry of each decision recorded before the loss (they were
     lost with the rest); the workers decide the others. Then every decision has exactly one
     entry (docs/reliability.md "Failover and notifications")."""
-    from escalation.adapters.redis_reliability import ReliabilityRedis
-    from escalation.service_layer.reconcile import reconcile
+    from escalation.adapters.redis_reconcile_notify import ReliabilityRedis
+    from escalation.service_layer.reconcile import FullReconcile, ReconcilePorts, reconcile
 
     n = 3000
     url = topologies.topology_test_url("sentinel")
@@ -285,7 +285,7 @@ def test_sentinel_promotes_a_restarted_node_before_its_resync_every_decision_not
         namespace_keys.append(fresh)
         assert all(fresh.scheduler.payload(d) is None for d in ids)  # every key lost
         rel = ReliabilityRedis(fresh.redis, ns, SHARDS, aging_ms=fresh.scheduler.aging_ms)
-        repair = reconcile(scheduler=fresh.scheduler, store=fresh.store, redis_side=rel)
+        repair = reconcile(FullReconcile(), ReconcilePorts(fresh.scheduler, fresh.store, rel))
         # every escalation was found missing and restored by this run; (below) each
         # decision is notified exactly once
         assert repair.count() == n and not repair.errors, repair.as_dict()
@@ -297,7 +297,7 @@ def test_sentinel_promotes_a_restarted_node_before_its_resync_every_decision_not
         codes = stop(procs)
         _heal_sentinel()
     assert codes == [0, 0], "\n".join(output(p)[-4000:] for p in procs)
-    again = reconcile(scheduler=fresh.scheduler, store=fresh.store, redis_side=rel)
+    again = reconcile(FullReconcile(), ReconcilePorts(fresh.scheduler, fresh.store, rel))
     verdict = check(fresh, ids)
     print(f"FAILOVER empty promotion: decided before the loss {before}, entries {verdict.notes}, "
           f"reconcile after the loss {repair.as_dict()['differences']}")

@@ -1,17 +1,58 @@
-"""Hypothesis profiles of the unit tier.
+"""Settings of the unit tier: Hypothesis profiles and a 10 s per-test timeout.
 
-``unit`` (the default) keeps ``pytest tests/unit`` to a few seconds: property tests run
-100 generated examples each. ``thorough`` runs 1000 per property test, for CI's nightly job
-or a change to a fast path (``HYPOTHESIS_PROFILE=thorough pytest tests/unit``). Property
-tests leave ``max_examples`` to the profile; they set only what is theirs (``deadline``).
+The unit tier needs no server and runs in seconds: the target is under 10 s of CPU for
+``pytest tests/unit`` (measure with ``/usr/bin/time -v``, user + sys). Every test here gets a
+10 s timeout (pytest-timeout; the project's 600 s is for the tiers that start servers and
+processes), so a unit test that hangs, or grows slow enough to belong in another tier, fails
+at once.
+
+Hypothesis profiles: ``unit`` (the default) runs 100 generated examples per property test.
+``thorough`` runs 1,000: for whoever changes a rule or a fast path that a property test
+covers, run by hand before landing (``HYPOTHESIS_PROFILE=thorough pytest tests/unit``; no CI
+job runs it; its per-test timeout is 100 s, ten times the unit one, as its examples are).
+Property tests leave ``max_examples`` to the profile; they set only what is theirs
+(``deadline``), except the few costly equivalence tests that draw
+``property_budget.examples(n)`` (n under this profile, the profile's count under any other).
+
+A unit test needs no server: one that asks for a server fixture (``server_urls``, which
+``database_url``, ``redis_url``, ``engine`` and the rest depend on) stops the run at
+collection, naming it; such a test belongs in tests/integration.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("unit", max_examples=100)
 settings.register_profile("thorough", max_examples=1000)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "unit"))
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "unit")
+settings.load_profile(PROFILE)
+
+#: seconds a unit test may take, fixtures included (under the ``unit`` profile; ``thorough``
+#: draws ten times the examples, so a property test gets ten times as long)
+UNIT_TIMEOUT_S = 10 if PROFILE == "unit" else 100
+
+_HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None:
+    """Give every test of this directory the unit timeout, or its own if shorter, and refuse
+    one that needs a server (a session-wide hook: the items of other tiers are left as they
+    are)."""
+    needs_server = []
+    for item in items:
+        if _HERE not in Path(item.path).resolve().parents:
+            continue
+        if "server_urls" in getattr(item, "fixturenames", ()):
+            needs_server.append(item.nodeid)
+        own = item.get_closest_marker("timeout")
+        if own is None or not own.args or own.args[0] > UNIT_TIMEOUT_S:
+            item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_S), append=False)
+    if needs_server:
+        raise pytest.UsageError("unit tests must not need a server (move them to "
+                                f"tests/integration): {', '.join(needs_server)}")

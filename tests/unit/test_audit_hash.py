@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from escalation.domain.audit_hash import (
     GENESIS,
     HASHED_FIELDS,
     canonical_bytes,
+    canonical_json,
+    canonical_string,
+    decode_canonical_json,
+    is_canonical_json,
     row_hash,
+    stored_canonical_bytes,
     verify_chain,
 )
 from escalation.domain.errors import InvalidInput
+from tests.unit.property_budget import examples
 
 PINNED_DIGEST = "aff4b44c39f00e8157070a09716cabbca387704705ed84dd08d0494198a227dd"
 DISPUTE = UUID("6F1C4A52-0B7E-4F7A-9C1D-3E5B2A4C6D8E")
@@ -103,6 +112,25 @@ def test_decimal_keeps_its_cents_and_differs_from_an_unquantized_value():
     )
 
 
+def test_what_orjson_refuses_is_rendered_by_the_definition_or_refused_as_it_does():
+    import json
+
+    from tests.unit import spec_verifier
+
+    # an integer beyond 64 bits: json.dumps, the definition, writes it exactly
+    big = canonical_bytes(_fields(fence_token=2**70, details={"n": -(2**65)}))
+    assert b'"fence_token":1180591620717411303424' in big
+    assert b'"details":{"n":-36893488147419103232}' in big
+    doc = json.loads(big)
+    assert big == json.dumps(doc, sort_keys=True, separators=(",", ":"),
+                             ensure_ascii=False).encode("utf-8")
+    exported = {**doc, "fence_token": 2**70}
+    assert spec_verifier.canonical(exported) == big
+    # a lone surrogate has no UTF-8 bytes: refused, never replaced
+    with pytest.raises(UnicodeEncodeError):
+        canonical_bytes(_fields(actor="a\ud800b"))
+
+
 def test_recorded_at_and_hash_columns_are_not_hashed():
     base = canonical_bytes(_fields())
     extra = _fields(recorded_at=datetime.now(UTC), prev_hash=b"x" * 32, row_hash=b"y" * 32)
@@ -150,3 +178,79 @@ def test_first_row_must_start_from_genesis():
     rows = _chain(2)
     rows[0]["prev_hash"] = b"\x01" * 32
     assert verify_chain(rows) == 1
+
+
+# ------------------------------------------------------------- one renderer, two shapes
+_text = st.text(max_size=12)
+_plain_json = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**80), max_value=2**80),
+              _text),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(_text, inner, max_size=3)),
+    max_leaves=10)
+_aware = st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1),
+                      timezones=st.sampled_from([UTC, timezone(timedelta(hours=-5))]))
+
+
+@st.composite
+def _rows(draw: st.DrawFn) -> dict[str, Any]:
+    """A writer's hashed fields (aware datetimes, Decimal, UUID, plain JSON details)."""
+    return _fields(
+        draw(st.integers(1, 10**6)), dispute_id=draw(st.uuids()), actor=draw(_text),
+        materiality=draw(st.decimals(min_value=0, max_value=10**9, places=2,
+                                     allow_nan=False, allow_infinity=False)),
+        due_at=draw(_aware), next_due_at=draw(st.none() | _aware),
+        decided_at=draw(_aware), external_id=draw(st.none() | _text),
+        fence_token=draw(st.none() | st.integers(0, 2**70)), details=draw(_plain_json))
+
+
+def _stored(fields: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The row as PostgreSQL gives it back to ``audit verify --all``: the instants, UUID and
+    amount as their canonical text, ``details`` as ``jsonb`` text (spaced, keys reordered)."""
+    text_of = json.loads(canonical_bytes(fields))
+    stored = {k: text_of[k] for k in HASHED_FIELDS if k != "details"}
+    details = fields["details"]
+    if isinstance(details, dict):
+        details = dict(sorted(details.items(), key=lambda kv: (len(kv[0]), kv[0])))
+    return stored, json.dumps(details, ensure_ascii=False)
+
+
+@settings(deadline=None, max_examples=examples(200))
+@given(_rows())
+def test_a_stored_row_renders_the_writers_bytes_in_either_entry(fields: dict[str, Any]) -> None:
+    stored, details_text = _stored(fields)
+    details = decode_canonical_json(details_text)
+    want = canonical_bytes(fields)
+    assert canonical_bytes({**stored, "details": details}) == want
+    assert stored_canonical_bytes(dict(stored), details) == want
+
+
+@settings(deadline=None, max_examples=examples(200))
+@given(_plain_json)
+def test_a_value_renders_as_canonical_bytes_writes_it_inside_a_row(value: Any) -> None:
+    text = canonical_bytes(_fields(details=value)).decode("utf-8")
+    assert is_canonical_json(value)
+    assert f'"details":{canonical_json(value)},' in text
+    if isinstance(value, str):
+        assert canonical_string(value) == canonical_json(value)
+
+
+@pytest.mark.parametrize("text", ['{"a": 1.5}', "[1e3]", '{"x": NaN}', "-Infinity"])
+def test_decoding_refuses_what_the_canonical_form_refuses(text: str) -> None:
+    with pytest.raises(InvalidInput, match="no canonical form"):
+        decode_canonical_json(text)
+
+
+def test_decoding_keeps_integers_exact_and_refuses_trailing_text() -> None:
+    assert decode_canonical_json('{"n": 123456789012345678901234567890}').value == {
+        "n": 123456789012345678901234567890}
+    with pytest.raises(ValueError, match="Extra data"):
+        decode_canonical_json('{"n": 1} x')
+
+
+def test_values_that_are_not_their_own_canonical_form() -> None:
+    for value in (1.5, Decimal("1"), DISPUTE, datetime(2026, 1, 1, tzinfo=UTC), b"x",
+                  {1: "a"}, [{"a": 0.5}]):
+        assert not is_canonical_json(value)
+    assert canonical_json({"due": datetime(2026, 1, 1, tzinfo=UTC)}) == (
+        '{"due":"2026-01-01T00:00:00.000000Z"}')

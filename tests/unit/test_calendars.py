@@ -172,6 +172,19 @@ def test_business_hours_skip_holiday() -> None:
     assert FED.add(start, 2, U.BUSINESS_HOURS) == ny(2026, 11, 27, 10, 0)
 
 
+def test_a_resumed_pause_walks_working_hours_as_a_business_hours_window() -> None:
+    # one walk: the remainder of a paused window (open ms) ends where a window of as many
+    # business hours would, across a weekend and a holiday, minute fractions included
+    from escalation.domain.sla_timing import advance_open_ms
+
+    start = ny(2026, 11, 25, 16, 30)  # the day before Thanksgiving
+    for hours in (1, 2, 9, 30):
+        assert advance_open_ms(FED, start, hours * 3_600_000) == FED.add(start, hours,
+                                                                          U.BUSINESS_HOURS)
+    assert advance_open_ms(FED, start, 90 * 60_000 + 1) == ny(2026, 11, 27, 10, 0) + timedelta(
+        milliseconds=1)
+
+
 def test_utc_calendar_counts_business_units_as_calendar_units() -> None:
     start = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
     assert UTC_CALENDAR.add(start, 2, U.BUSINESS_DAYS) == start + timedelta(days=2)

@@ -3,9 +3,8 @@
 * ``claimed_payload_to_escalation`` (the claim's trusted decode of a flat HGETALL reply) equals
   ``payload_to_escalation`` on every payload this code writes, on payloads of the earlier
   long-name format, and refuses (InvalidInput) exactly what the general decode refuses;
-* ``_json_pairs`` (apply.lua's pair lists, orjson) decodes to the same strings as the
-  ASCII-escaping encoder it replaced, and falls back to it for what orjson refuses;
-  ``_json_lists`` (all lists of a call in one array) encodes each list as it would alone.
+* ``_json_lists`` (apply.lua's pair lists of a call in one array, orjson) decodes to the
+  lists, and falls back to the ASCII-escaping encoder per list for what orjson refuses.
 """
 
 from __future__ import annotations
@@ -25,10 +24,11 @@ from escalation.adapters.redis_payload import (
     escalation_to_payload,
     payload_to_escalation,
 )
-from escalation.adapters.redis_scheduler import _json_lists, _json_pairs
+from escalation.adapters.redis_scheduler import _json_lists
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation
 from escalation.domain.materiality import Materiality
+from tests.unit.property_budget import examples
 from tests.unit.test_redis_payload import bare_esc, full_esc, long_name_payload
 
 T0 = datetime(2026, 3, 2, 9, 0, 0, 123000, tzinfo=UTC)
@@ -102,7 +102,7 @@ def test_trusted_decode_ignores_nothing_an_unknown_field_changes() -> None:
 _text = st.text(min_size=1, max_size=12).filter(lambda s: "@" not in s)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None, max_examples=examples(30))
 @given(tier=_text, ladder=_text, seq=st.integers(0, 10**9), cents=st.integers(0, 10**17 - 1),
        due=st.integers(0, 2**41), entered=st.integers(0, 2**41), trace=_text,
        external=st.none() | _text, tz=st.none() | _text)
@@ -125,21 +125,7 @@ def _ascii_pairs(mapping: dict[str, str]) -> str:
                            for k, v in mapping.items()) + "]"
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=20), max_size=12))
-def test_json_pairs_decode_to_the_strings_of_the_ascii_form(mapping: dict[str, str]) -> None:
-    got = _json_pairs(mapping)
-    assert json.loads(got) == json.loads(_ascii_pairs(mapping)) == [
-        x for kv in mapping.items() for x in kv]
-
-
-def test_json_pairs_falls_back_for_a_lone_surrogate() -> None:
-    mapping = {"trace_id": "a\ud800b"}
-    got = _json_pairs(mapping)
-    assert got == _ascii_pairs(mapping)
-
-
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None, max_examples=examples(30))
 @given(st.lists(st.lists(st.text(max_size=12), max_size=6), max_size=6))
 def test_json_lists_decode_to_the_lists(lists: list[list[str]]) -> None:
     assert json.loads(_json_lists(lists)) == lists
@@ -152,12 +138,12 @@ def test_json_lists_falls_back_per_list_for_a_lone_surrogate() -> None:
     assert got == '[["t","x"],' + _ascii_pairs({"r": "a\ud800b"}) + ",[]]"
 
 
-def test_json_pairs_writes_utf8_not_escapes() -> None:
+def test_json_lists_writes_utf8_not_escapes() -> None:
     """Redis stores the same bytes either way (cjson turns escapes into UTF-8); orjson
     sends them as they are."""
-    got = _json_pairs({"r": "caf\u00e9 \U0001f600"})
+    got = _json_lists([["r", "caf\u00e9 \U0001f600"]])
     assert isinstance(got, bytes)
-    assert got == '["r","caf\u00e9 \U0001f600"]'.encode()
+    assert got == '[["r","caf\u00e9 \U0001f600"]]'.encode()
 
 
 @pytest.mark.parametrize("make", [full_esc, bare_esc])
@@ -168,7 +154,7 @@ def test_payload_pairs_is_the_payload_flattened(make: object) -> None:
     assert payload_pairs(esc) == flat(escalation_to_payload(esc))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(seq=st.integers(0, 10**9), ms=st.integers(0, 2**40))
 def test_encode_op_sends_the_payload_seq_and_due_ms(seq: int, ms: int) -> None:
     from escalation.adapters.redis_scheduler import RedisScheduler

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import typer.main
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from escalation.domain.errors import (
     ConflictError,
@@ -54,7 +54,10 @@ def _walk(cmd: Any, path: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:
     return found
 
 
-COMMANDS = _walk(typer.main.get_command(app), ())
+#: the click command tree, built once: building it (typer.main.get_command) costs several
+#: times what one ``-h`` costs, and typer's CliRunner would build it again for every call
+TREE = typer.main.get_command(app)
+COMMANDS = _walk(TREE, ())
 
 
 def _groups(cmd: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
@@ -66,7 +69,7 @@ def _groups(cmd: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
     return found
 
 
-GROUPS = _groups(typer.main.get_command(app), ())
+GROUPS = _groups(TREE, ())
 
 
 def _opts(cmd: Any) -> set[str]:
@@ -104,7 +107,7 @@ def test_allow_list_names_only_commands_that_exist() -> None:
                                          | {" ".join(g) for g in GROUPS} | {""}))
 def test_minus_h_is_help_everywhere(path: str) -> None:
     args = [*path.split(), "-h"]
-    res = CliRunner().invoke(app, args)
+    res = CliRunner().invoke(TREE, args, prog_name="escalation")
     assert res.exit_code == 0, (args, res.output)
     assert "Usage:" in res.output and "-h" in res.output
 
@@ -119,7 +122,7 @@ def test_version_prints_the_installed_version_and_exits_0() -> None:
 
 
 def test_shell_completion_is_switched_on() -> None:
-    root = _opts(typer.main.get_command(app))
+    root = _opts(TREE)
     assert {"--install-completion", "--show-completion"} <= root
 
 
@@ -155,11 +158,13 @@ def test_resolve_lists_every_outcome_code() -> None:
 
 def test_importing_the_cli_loads_no_heavy_library() -> None:
     """``escalation --help`` and every command's start-up: the database, Redis, web and
-    holiday libraries are imported by the commands that use them, not by the CLI module."""
+    holiday libraries are imported by the commands that use them, not by the CLI module
+    (what the database commands import: tests/integration/test_cli_imports.py)."""
     probe = ("import json, sys; import escalation.entrypoints.cli; "
              "print(json.dumps(sorted(m for m in ('sqlalchemy', 'redis', 'fastapi', 'jinja2', "
-             "'holidays', 'psycopg', 'uvicorn', 'starlette', 'pydantic_settings') "
-             "if m in sys.modules)))")
+             "'holidays', 'psycopg', 'uvicorn', 'starlette', 'pydantic_settings', 'pydantic', "
+             "'structlog', 'opentelemetry', 'alembic', 'httpx', 'prometheus_client', "
+             "'escalation.bootstrap', 'escalation.settings') if m in sys.modules)))")
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, timeout=60)
     assert json.loads(res.stdout) == []

@@ -36,20 +36,3 @@ def test_a_host_without_a_port_gets_5432_and_the_password_is_kept() -> None:
 def test_a_bad_port_in_the_host_list_is_a_config_error_naming_it() -> None:
     with pytest.raises(ConfigError, match=r"port 'x' of host 'h2'"):
         normalize_url("postgresql://u@h1:5432,h2:x/db")
-
-
-def test_no_session_state_goes_on_the_connection(database_url: str) -> None:
-    # transaction pooling: no startup `options` (pgbouncer refuses them) and no server-side
-    # prepared statements (the next transaction runs on another server connection)
-    engine = make_engine(database_url)
-    try:
-        with engine.connect() as conn:
-            driver = conn.connection.driver_connection
-            assert driver is not None and driver.prepare_threshold is None
-            assert "options" not in driver.info.get_parameters()
-            for _ in range(8):  # psycopg would prepare from the 5th use
-                conn.execute(sa.text("SELECT 1 WHERE 1 = :x"), {"x": 1})
-            prepared = conn.execute(sa.text("SELECT count(*) FROM pg_prepared_statements"))
-            assert prepared.scalar_one() == 0
-    finally:
-        engine.dispose()

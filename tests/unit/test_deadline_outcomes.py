@@ -17,7 +17,7 @@ from escalation.adapters.ladder_files import load_ladder_file
 from escalation.domain.business_calendar import builtin_calendars
 from escalation.domain.csv_cells import csv_cell
 from escalation.domain.errors import InvalidInput, LadderError
-from escalation.ports import ChainEvent, DeadlineChain, PendingEscalation
+from escalation.ports import ChainEvent, DeadlineChain, PendingEscalation, TierCount
 from escalation.service_layer import deadline_outcomes as dl
 
 LADDER_DIR = Path(__file__).resolve().parents[2] / "ladders"
@@ -101,12 +101,12 @@ def test_select_filters_and_sorts():
     a = one(chain([ENQ, ("CANCELLED", DEADLINE + timedelta(hours=5), "standard", "x")]))
     b = one(chain([ENQ, ("CANCELLED", DEADLINE + timedelta(hours=50), "standard", "x")]))
     c = one(chain([ENQ, ("CANCELLED", DEADLINE - timedelta(hours=1), "standard", "x")]))
-    got = dl.select([a, b, c], status="missed", sort="late", descending=True)
+    got = dl.select([a, b, c], dl.Selection(status="missed", sort="late", descending=True))
     assert got == [b, a]
     with pytest.raises(InvalidInput):
-        dl.select([a], status="late")
+        dl.select([a], dl.Selection(status="late"))
     with pytest.raises(InvalidInput):
-        dl.select([a], sort="nope")
+        dl.select([a], dl.Selection(sort="nope"))
 
 
 @pytest.mark.parametrize("cell", ["=1+1", "+1", "-1", "@SUM(A1)", "\tx", "\rx"])
@@ -142,6 +142,21 @@ def test_tier_load_in_ladder_order_with_windows():
     assert dl.pending_window(p("x", now), now, "overdue")
     with pytest.raises(InvalidInput):
         dl.pending_window(p("x", now), now, "week")
+
+
+def test_tier_load_of_the_databases_counts_adds_versions_in_ladder_order():
+    rows = dl.tier_load_of([
+        TierCount(LADDER.name, 1, "compliance", 2, 0, 0, 2),
+        TierCount(LADDER.name, 1, "standard", 3, 1, 2, 0),
+        TierCount(LADDER.name, 2, "standard", 4, 0, 1, 1),  # another version: added up
+        TierCount(LADDER.name, 1, "senior", 1, 0, 0, 0),
+        TierCount("gone", 1, "x", 5, 0, 0, 5)], lookup)  # unknown ladder: rank last
+    assert [(r.ladder, r.tier) for r in rows] == [
+        ("gone", "x"), (LADDER.name, "standard"), (LADDER.name, "senior"),
+        (LADDER.name, "compliance")]
+    std = rows[1]
+    assert (std.pending, std.due_hour, std.due_day, std.overdue) == (7, 1, 3, 1)
+    assert rows[0].rank == 1 << 30
 
 
 def test_lateness_is_counted_in_the_disputes_own_institution_zone():
@@ -277,7 +292,8 @@ def test_per_source_met_and_missed_and_undetermined():
     # and the results notice it started has no known instant
     notice = missed["results_notice"]
     assert (notice.status, notice.deadline) == ("undetermined", None)
-    assert dl.select(list(missed.values()), status="undetermined") == [missed[D45], notice]
+    assert dl.select(list(missed.values()), dl.Selection(status="undetermined")) == [
+        missed[D45], notice]
 
 
 def test_unknown_ladder_reads_every_recorded_deadline_as_met_by_the_resolution():

@@ -30,7 +30,7 @@ units = st.sampled_from([WindowUnit.BUSINESS_DAYS, WindowUnit.BUSINESS_HOURS,
                          WindowUnit.CALENDAR_DAYS, WindowUnit.CALENDAR_HOURS])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(entered=instants, amount=st.integers(1, 15), unit=units, zone_name=st.sampled_from(ZONES),
        pause_frac=st.floats(0, 0.999), pause_len=st.integers(0, 40 * 24 * 3600),
        cap_days=st.integers(0, 60))
@@ -62,7 +62,7 @@ def attributes(draw: st.DrawFn) -> dict[str, object]:
             "foreign_initiated": draw(st.booleans())}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(ladder_i=st.integers(0, len(LADDERS) - 1), anchor=instants,
        zone_name=st.sampled_from(ZONES), attrs=attributes())
 def test_no_due_time_or_deadline_later_than_its_rule_allows(

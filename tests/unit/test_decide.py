@@ -12,7 +12,7 @@ from escalation.domain.business_calendar import builtin_calendars
 from escalation.domain.calendars import SlaWindow, WindowUnit
 from escalation.domain.decide import DecisionKind, decide
 from escalation.domain.errors import InvalidInput
-from escalation.domain.escalation import Escalation
+from escalation.domain.escalation import Escalation, NewEscalation
 from escalation.domain.ladder import Ladder, Tier
 
 CALS = builtin_calendars()
@@ -35,17 +35,16 @@ def _ladder(version: int = 1, senior: SlaWindow | None = None) -> Ladder:
 
 
 def _esc(tier: str, due_at: datetime, ladder: Ladder, deadline: datetime | None = None):
-    return Escalation.new(
+    return Escalation.new(NewEscalation(
         dispute_id=uuid.uuid4(),
         tier=tier,
         due_at=due_at,
         materiality="100.00",
         source_hash="ab" * 32,
-        ladder=ladder,
         entered_tier_at=due_at - timedelta(hours=24),
         trace_id="t",
-        regulatory_deadline=deadline,
-    )
+        regulatory_deadline=deadline),
+        ladder)
 
 
 def test_due_standard_is_promoted_to_senior_with_due_from_now() -> None:
@@ -150,12 +149,17 @@ def test_terminal_tier_due_is_capped_at_its_deadline_minus_buffer() -> None:
     lad = Ladder("cfpb", 1, tiers, "compliance", deadlines=(d15, d60))
     anchor = T0
     at15, at60 = T0 + timedelta(days=15), T0 + timedelta(days=60)  # 2026-05-01 12:00 UTC
-    esc = Escalation.new(
-        dispute_id=uuid.uuid4(), tier="senior", due_at=T0 + timedelta(days=10),
-        materiality="1.00", source_hash="ab", ladder=lad, entered_tier_at=T0 + timedelta(days=5),
-        trace_id="t", regulatory_deadline=at15,
-        deadlines=(("response", at15), ("final", at60)),
-    )
+    esc = Escalation.new(NewEscalation(
+        dispute_id=uuid.uuid4(),
+        tier="senior",
+        due_at=T0 + timedelta(days=10),
+        materiality="1.00",
+        source_hash="ab",
+        entered_tier_at=T0 + timedelta(days=5),
+        trace_id="t",
+        regulatory_deadline=at15,
+        deadlines=(("response", at15), ("final", at60))),
+        lad)
     now = anchor + timedelta(days=10)
     d = decide(esc, lad, now, CALS)
     # 90-day window from now would end on day 100: capped at day 60 - 5 days, not at day 13.

@@ -75,7 +75,7 @@ def _protocols() -> list[str]:
     return sorted(
         name
         for name, obj in inspect.getmembers(ports, inspect.isclass)
-        if obj.__module__ == ports.__name__ and getattr(obj, "_is_protocol", False)
+        if obj.__module__.startswith(f"{ports.__name__}.") and getattr(obj, "_is_protocol", False)
     )
 
 

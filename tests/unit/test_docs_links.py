@@ -20,6 +20,7 @@ quoted name, not for an ``#anchor``. Headings inside fenced code blocks are not 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -99,6 +100,14 @@ def names_section(name: str, anchors: set[str]) -> bool:
     return any(a == wanted or a.startswith(wanted + "-") for a in anchors)
 
 
+@functools.lru_cache(maxsize=256)
+def _headings(markdown: str) -> tuple[set[str], set[str]]:
+    """``(anchors, anchors and bold run-in titles)`` of a doc's text: computed once per
+    text, not once per reference to it (a doc is named by hundreds of references)."""
+    anchors = anchors_of(markdown)
+    return anchors, anchors | bold_leads_of(markdown)
+
+
 @dataclass(frozen=True)
 class Reference:
     """One pointer at a doc: where it is written, the file it names, and the heading."""
@@ -114,11 +123,11 @@ class Reference:
             return f"{self.source}: {self.target.relative_to(ROOT)} does not exist"
         if self.anchor is None and self.section is None:
             return None
-        text = self.target.read_text(encoding="utf-8")
+        anchors, sections = _headings(self.target.read_text(encoding="utf-8"))
         if self.anchor is not None:
-            if self.anchor in anchors_of(text):
+            if self.anchor in anchors:
                 return None
-        elif names_section(self.section or "", anchors_of(text) | bold_leads_of(text)):
+        elif names_section(self.section or "", sections):
             return None
         shown = f"#{self.anchor}" if self.anchor is not None else f'"{self.section}"'
         return f"{self.source}: {self.target.relative_to(ROOT)} has no heading {shown}"
@@ -161,7 +170,9 @@ def _scanned_files() -> list[Path]:
     return files
 
 
+@functools.lru_cache(maxsize=1)
 def _all_references() -> list[Reference]:
+    """Every reference of the scanned files (read once for the tests of this module)."""
     found: list[Reference] = []
     for path in _scanned_files():
         found += references_in(path, path.read_text(encoding="utf-8", errors="replace"))

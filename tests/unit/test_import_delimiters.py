@@ -104,7 +104,7 @@ def test_one_reader_goes_on_after_a_record_csv_refuses(monkeypatch: pytest.Monke
     assert isinstance(got[2][3], csv.Error) and got[2][1].startswith("m2,")
 
 
-@settings(max_examples=600, deadline=None)
+@settings(deadline=None)
 @given(st.sampled_from([",", ";", "\t"]), st.data())
 def test_one_streaming_reader_gives_the_rows_of_csv_reading_the_whole_text(
         delimiter: str, data: st.DataObject) -> None:

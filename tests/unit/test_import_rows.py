@@ -93,7 +93,7 @@ def test_control_characters_are_refused_in_mapped_cells_only() -> None:
     assert isinstance(rows[1][1], str) and rows[1][1].startswith("id: control character")
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(deadline=None)
 @given(st.text(alphabet='a,"\n\r', max_size=60))
 def test_records_split_where_the_csv_module_splits_them(text: str) -> None:
     """Each record ``_lines`` yields is exactly one row of Python's ``csv`` reading the

@@ -34,6 +34,13 @@ def test_option_names_are_typers() -> None:
                                                                    "--ladder-version"]
 
 
-def test_api_field_words_name_query_parameters_never_cli_flags() -> None:
-    assert field_of("ladder version must be 1..2147483647, got 0") == "ladder_version"
-    assert field_of("grace_s must be 0-86400, got -1") == "grace_s"
+def test_api_fields_are_the_parameters_never_cli_flags_nor_message_words() -> None:
+    version = InvalidParameter("{ladder_version} must be 1..{top}", "ladder_version", top=9)
+    assert field_of(version) == "ladder_version"
+    # the field is data: a message reworded (or naming other words) names the same field
+    assert field_of(InvalidInput("the amount's currency is unknown", field="currency")) == (
+        "currency")
+    assert field_of(InvalidInput("grace_s must be 0-86400, got -1")) is None  # named nowhere
+    assert field_of(InvalidInput("x", field="due_at").in_item(2)) == "items[2].due_at"
+    assert field_of(InvalidInput("x").in_item(2)) == "items[2]"
+    assert field_of(InvalidInput("x", field="due_at"), fields=("from", "to")) is None

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from escalation.domain.business_calendar import builtin_calendars
 from escalation.domain.calendars import SlaWindow, WindowUnit
-from escalation.domain.escalation import Escalation
+from escalation.domain.escalation import Escalation, NewEscalation
 from escalation.domain.ladder import DUE_FROM_TIER_ENTRY, Ladder, MigrationPolicy, Tier
 from escalation.domain.ladder_plan import (
     Blocked,
@@ -39,9 +39,15 @@ def _v2(*tiers: Tier, tier_map: dict[str, str] | None = None, recompute: bool = 
 
 
 def _esc(tier: str, entered: datetime, due: datetime) -> Escalation:
-    return Escalation.new(dispute_id=uuid.uuid4(), tier=tier, due_at=due, materiality="1.00",
-                          source_hash="ab", ladder=V1, entered_tier_at=entered,
-                          trace_id="t").with_changes(seq=3)
+    return Escalation.new(NewEscalation(
+        dispute_id=uuid.uuid4(),
+        tier=tier,
+        due_at=due,
+        materiality="1.00",
+        source_hash="ab",
+        entered_tier_at=entered,
+        trace_id="t"),
+        V1).with_changes(seq=3)
 
 
 def test_shortened_window_due_is_floored_at_now_plus_grace_and_capped_by_current_due() -> None:
@@ -137,9 +143,15 @@ def test_a_recomputed_due_applies_the_materiality_band_as_decide_does() -> None:
     band = MaterialityBand("large", Decimal("1000.00"), None, Decimal("0.5"))
     v1 = replace(V1, bands=(band,))
     v2 = replace(_v2(*tiers, recompute=True), bands=(band,))
-    large = Escalation.new(dispute_id=uuid.uuid4(), tier="standard", due_at=T0 + timedelta(hours=6),
-                           materiality="5000.00", source_hash="ab", ladder=v1,
-                           entered_tier_at=T0 - timedelta(hours=6), trace_id="t")
+    large = Escalation.new(NewEscalation(
+        dispute_id=uuid.uuid4(),
+        tier="standard",
+        due_at=T0 + timedelta(hours=6),
+        materiality="5000.00",
+        source_hash="ab",
+        entered_tier_at=T0 - timedelta(hours=6),
+        trace_id="t"),
+        v1)
     item = plan_escalation(large.with_changes(seq=3), {1: v1, 2: v2}, v2, CAL)
     assert isinstance(item, PlanItem) and item.due.rule is DueRule.RECOMPUTED
     assert item.due.resolve(T0, CAL) == T0 + timedelta(hours=18)  # entry + 48 h x 0.5
@@ -178,10 +190,17 @@ def test_migrated_pending_escalation_names_the_deadline_bounding_its_due_time() 
     cat = LadderCatalog.from_dir(Path(__file__).resolve().parents[2] / "ladders")
     v1, v2 = cat.get("reg_z_billing_error", 1), cat.get("reg_z_billing_error", 2)
     at = datetime(2026, 4, 6, 4, tzinfo=UTC)
-    esc = Escalation.new(dispute_id=uuid.uuid4(), tier="senior", due_at=at - timedelta(days=9),
-                         materiality="1.00", source_hash="ab" * 32, ladder=v1,
-                         entered_tier_at=at - timedelta(days=29), trace_id="t",
-                         regulatory_deadline=at, deadlines=(("resolution", at),))
+    esc = Escalation.new(NewEscalation(
+        dispute_id=uuid.uuid4(),
+        tier="senior",
+        due_at=at - timedelta(days=9),
+        materiality="1.00",
+        source_hash="ab" * 32,
+        entered_tier_at=at - timedelta(days=29),
+        trace_id="t",
+        regulatory_deadline=at,
+        deadlines=(("resolution", at),)),
+        v1)
     item = plan_escalation(esc, {1: v1, 2: v2}, v2, CAL)
     assert isinstance(item, PlanItem)
     assert item.deadline == {"name": "resolution", "citation": "12 CFR 1026.13(c)(2)",

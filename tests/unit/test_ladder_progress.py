@@ -1,5 +1,5 @@
 """`ladder plan`/`apply` progress: the use cases report through the one progress callback
-(``service_layer.progress.Progress``), drawn as a rich bar on a terminal only."""
+(``service_layer.progress_report.Progress``), drawn as a rich bar on a terminal only."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ import io
 
 from rich.console import Console
 
-from escalation.entrypoints.progress import cli_progress
+from escalation.entrypoints.progress_bars import cli_progress
 from escalation.service_layer import ladder_migration
-from escalation.service_layer.progress import Progress, no_progress
+from escalation.service_layer.progress_report import Progress, no_progress
 
 
 def test_plan_and_apply_take_the_shared_progress_callback() -> None:
-    for fn in (ladder_migration.plan_migration, ladder_migration.apply_migration):
-        annotation = inspect.signature(fn).parameters["progress"].annotation
-        assert "Progress" in str(annotation)
+    annotation = inspect.signature(ladder_migration.plan_migration).parameters["progress"]
+    assert "Progress" in str(annotation.annotation)
+    hook = inspect.signature(ladder_migration.ApplyHooks).parameters["progress"]
+    assert "Progress" in str(hook.annotation)
     assert ladder_migration.Progress is Progress
 
 

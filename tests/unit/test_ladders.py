@@ -14,7 +14,7 @@ from escalation.adapters.ladder_files import (
     render_json_schema,
 )
 from escalation.domain.calendars import SlaWindow, WindowUnit
-from escalation.domain.errors import InvalidInput, LadderError
+from escalation.domain.errors import InvalidInput, LadderError, LadderNotFound
 from escalation.domain.ladder import Ladder, RegulatoryDeadline, Tier
 from escalation.domain.ladder_check import check_ladders
 
@@ -100,8 +100,11 @@ def test_catalog_lookups(tmp_path: Path) -> None:
     assert [lad.key for lad in cat.all()] == ["dispute_review@1", "dispute_review@2"]
     with pytest.raises(LadderError, match="version 3 not found"):
         cat.get("dispute_review", 3)
-    with pytest.raises(LadderError, match="not found"):
-        cat.latest("nope")
+    with pytest.raises(LadderNotFound, match=r"unknown ladder 'nope' \(ladders: dispute_review"):
+        cat.latest("nope")  # exit 3, code not_found
+    with pytest.raises(LadderError, match="is not a ladder name") as malformed:
+        cat.latest("No pe")
+    assert not isinstance(malformed.value, LadderNotFound)  # exit 2
 
 
 def test_warn_at_and_bands_are_decimals(tmp_path: Path) -> None:

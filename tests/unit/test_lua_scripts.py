@@ -3,8 +3,12 @@
 What "the scripts interpolate no values" means here, checked for every .lua file:
 
 * the script text is fixed: no ``loadstring`` / ``load`` / ``loadfile`` / ``dofile`` /
-  ``require`` (no code built at run time), and the Python side sends each file verbatim
-  (``register_script(script_source(...))``; no ``eval``/``evalsha`` of built text);
+  ``require`` (no code built at run time), and the Python side sends each file as
+  ``script_source`` loads it, its ``-- @include`` lines replaced by the shared helpers of
+  ``lua/includes/`` (``register_script(script_source(...))``; no ``eval``/``evalsha`` of
+  built text); the checks below read that loaded text;
+* a helper function is defined in one file only: shared ones in ``lua/includes/``, included
+  where they are needed, and inserted once per script;
 * every Redis command name is a string literal (``redis.call('ZADD', ...)``): no command
   chosen or built from ARGV;
 * every key a command touches is a KEYS element, directly or through a local bound only to
@@ -21,9 +25,14 @@ from pathlib import Path
 
 import pytest
 
+from escalation.adapters import redis_scripts
+from escalation.adapters.redis_scripts import INCLUDE, script_source
+
 ROOT = Path(__file__).resolve().parents[2]
 LUA_DIR = ROOT / "escalation/adapters/lua"
 SCRIPTS = sorted(p.stem for p in LUA_DIR.glob("*.lua"))
+HELPERS = sorted(p.stem for p in (LUA_DIR / "includes").glob("*.lua"))
+FUNCTION_DEF = re.compile(r"^\s*(?:local\s+)?function\s+([A-Za-z_][A-Za-z0-9_.:]*)", re.MULTILINE)
 
 # Key positions (1-based among the arguments after the command name) of the commands the
 # scripts may use; "all" = every argument is a key. A command missing here fails the test:
@@ -43,7 +52,8 @@ NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
 def _source(name: str) -> str:
-    return (LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
+    """The script as Redis receives it (its includes expanded)."""
+    return script_source(name)
 
 
 def _strip_comments(text: str) -> str:
@@ -151,8 +161,60 @@ def _is_key(arg: str, names: set[str]) -> bool:
 
 
 def test_every_lua_file_is_checked() -> None:
-    assert len(SCRIPTS) >= 12  # every file in adapters/lua (a glob that found none would pass)
+    assert len(SCRIPTS) >= 11  # every file in adapters/lua (a glob that found none would pass)
     assert {"claim", "apply", "enqueue", "cancel"} <= set(SCRIPTS)
+    assert {"fail", "is_int"} <= set(HELPERS)
+
+
+def test_no_helper_function_is_defined_in_two_files() -> None:
+    """A function written twice drifts; a shared one lives in lua/includes/ once."""
+    where: dict[str, list[str]] = {}
+    files = [LUA_DIR / f"{n}.lua" for n in SCRIPTS]
+    files += [LUA_DIR / "includes" / f"{n}.lua" for n in HELPERS]
+    for path in files:
+        code = _strip_comments(path.read_text(encoding="utf-8"))
+        for fn in FUNCTION_DEF.findall(code):
+            where.setdefault(fn, []).append(path.relative_to(LUA_DIR).as_posix())
+    twice = {fn: paths for fn, paths in where.items() if len(paths) > 1}
+    assert not twice, f"defined in more than one Lua file: {twice}"
+    assert {"fail", "is_int"} <= set(where)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_loaded_script_has_no_include_left_and_each_function_once(name: str) -> None:
+    text = _source(name)
+    assert not INCLUDE.search(text)
+    raw = (LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
+    for helper in INCLUDE.findall(raw):
+        assert f"-- includes/{helper}.lua: " in text
+    defs = FUNCTION_DEF.findall(_strip_comments(text))
+    assert len(defs) == len(set(defs)), f"{name}.lua defines a function twice: {defs}"
+
+
+@pytest.mark.parametrize("name", HELPERS)
+def test_every_helper_is_included_somewhere_and_uses_no_keys(name: str) -> None:
+    text = (LUA_DIR / "includes" / f"{name}.lua").read_text(encoding="utf-8")
+    assert text.startswith(f"-- includes/{name}.lua: ")
+    assert not re.search(r"\b(KEYS|ARGV)\b", _strip_comments(text))
+    users = [s for s in SCRIPTS
+             if name in INCLUDE.findall((LUA_DIR / f"{s}.lua").read_text(encoding="utf-8"))]
+    assert users, f"includes/{name}.lua is included by no script"
+
+
+def test_a_helper_included_twice_is_inserted_once_and_a_cycle_raises(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    files = {
+        ("includes", "a.lua"): '-- includes/a.lua: a\n-- @include "b"\nlocal function a() end\n',
+        ("includes", "b.lua"): "-- includes/b.lua: b\nlocal function b() end\n",
+        ("includes", "c.lua"): '-- includes/c.lua: c\n-- @include "d"\n',
+        ("includes", "d.lua"): '-- includes/d.lua: d\n-- @include "c"\n',
+    }
+    monkeypatch.setattr(redis_scripts, "_lua_file", lambda *parts: files[parts])
+    text = redis_scripts._expand('-- @include "a"\n-- @include "b"\nreturn 1\n', set(), ("s",))
+    assert text.count("local function b()") == 1
+    assert text.index("local function b()") < text.index("local function a()")
+    with pytest.raises(ValueError, match="c -> d -> c"):
+        redis_scripts._expand('-- @include "c"\n', set(), ("s",))
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

@@ -23,13 +23,16 @@ import pytest
 
 from escalation.adapters.ladder_files import LadderCatalog
 from escalation.domain.business_calendar import builtin_calendars
-from escalation.domain.errors import ConflictError, InvalidInput
+from escalation.domain.errors import ConflictError, ErrorCode, InvalidInput, InvalidParameter
 from escalation.domain.escalation import Escalation, Status
-from escalation.domain.obligations import DeadlineState
+from escalation.domain.obligations import DeadlineState, check_resolvable
 from escalation.domain.timeutil import to_ms
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
-from escalation.service_layer.fire import fire_due
+from escalation.service_layer.cancel import cancel
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueOne, EnqueueRequest, enqueue_on_breach
+from escalation.service_layer.fire import FireDue, fire_due
 from escalation.service_layer.obligations import (
+    ObligationPorts,
     ObligationResult,
     RecordAction,
     Resolve,
@@ -42,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CATALOG = LadderCatalog.from_dir(ROOT / "ladders")
 REG_E = CATALOG.get("reg_e_error_resolution", 3)
 CFPB = CATALOG.get("cfpb_complaint_response", 4)
+REVIEW = CATALOG.get("dispute_review", 1)  # declares no actions
 CALS = builtin_calendars()
 NY = ZoneInfo("America/New_York")
 NO = {"new_account": False, "point_of_sale": False, "foreign_initiated": False}
@@ -74,7 +78,7 @@ class World:
     def __init__(self) -> None:
         self.scheduler = FakeScheduler(now=ANCHOR.astimezone(UTC))
         self.store = FakeAuditLog()
-        self.ladders = FakeLadders([REG_E, CFPB])
+        self.ladders = FakeLadders([REG_E, CFPB, REVIEW])
 
     def kw(self) -> dict[str, Any]:
         return {"scheduler": self.scheduler, "store": self.store, "ladders": self.ladders,
@@ -88,8 +92,8 @@ class World:
             opened_at=ANCHOR, anchor_at=ANCHOR, ladder=ladder, timezone="America/New_York",
             calendar="us_federal_reserve",
             attributes=NO if attributes is None else attributes)
-        return enqueue_on_breach(req, default_ladder=ladder, actor="svc",
-                                 **self.kw()).escalation
+        return enqueue_on_breach(EnqueueOne(req, "svc", ladder),
+                                 CorePorts(**self.kw())).escalation
 
     def at(self, when: datetime) -> None:
         self.scheduler.now = when.astimezone(UTC)
@@ -100,7 +104,7 @@ class World:
             kw.setdefault("amount", "125.00")
             kw.setdefault("currency", "USD")
         return record_action(RecordAction(did, action, when, "ops.alice", key, **kw),
-                             **self.kw())
+                             ObligationPorts(**self.kw()))
 
     def rows(self, did: uuid.UUID) -> int:
         return len(self.store.trail(did))
@@ -227,10 +231,10 @@ def test_same_key_other_content_is_a_conflict_and_writes_nothing(change: dict[st
     w.at(L(2026, 1, 8, 12))
     cmd = RecordAction(esc.dispute_id, "provisional_credit", L(2026, 1, 8, 11), "ops.alice",
                        "pc-1", amount="125.00", currency="USD")
-    record_action(cmd, **w.kw())
+    record_action(cmd, ObligationPorts(**w.kw()))
     rows, state = w.rows(esc.dispute_id), w.store.states[esc.dispute_id]
     with pytest.raises(ConflictError, match="idempotency_key"):
-        record_action(replace(cmd, **change), **w.kw())
+        record_action(replace(cmd, **change), ObligationPorts(**w.kw()))
     assert w.rows(esc.dispute_id) == rows
     assert w.store.states[esc.dispute_id] == state
 
@@ -273,13 +277,25 @@ def test_bad_input_names_the_field_and_writes_nothing(
     rows, state = w.rows(esc.dispute_id), w.store.states[esc.dispute_id]
     score = w.scheduler.scores[str(esc.dispute_id)]
     with pytest.raises(InvalidInput) as err:
-        record_action(RecordAction(esc.dispute_id, **{**GOOD, **change}), **w.kw())
+        record_action(RecordAction(esc.dispute_id, **{**GOOD, **change}), ObligationPorts(**w.kw()))
     assert str(err.value).startswith(field) or f"{field}:" in str(err.value) \
         or f" {field} " in str(err.value), f"{why}: {err.value}"
     assert "materiality" not in str(err.value), why
     assert w.rows(esc.dispute_id) == rows
     assert w.store.states[esc.dispute_id] == state
     assert w.scheduler.scores[str(esc.dispute_id)] == score
+
+
+def test_an_amount_without_a_currency_says_the_currency_is_required() -> None:
+    w = World()
+    esc = w.enqueue()
+    w.at(L(2026, 1, 8, 12))
+    with pytest.raises(InvalidParameter) as err:
+        record_action(RecordAction(esc.dispute_id, **{**GOOD, "currency": None}),
+                      ObligationPorts(**w.kw()))
+    assert err.value.field == "currency"
+    assert str(err.value).startswith("currency is required with amount")
+    assert "None" not in str(err.value)
 
 
 @pytest.mark.parametrize("outcome", ["unstated", "fixed", ""])
@@ -336,8 +352,10 @@ def test_resolve_from_terminal_then_twice_is_a_conflict() -> None:
     w = World()
     esc = w.enqueue(tier="compliance", ladder="cfpb_complaint_response", attributes={})
     w.at(L(2026, 3, 16, 10))
-    report = fire_due(scheduler=w.scheduler, store=w.store, ladders=w.ladders, calendars=CALS,
-                      batch_size=10, lease_ms=30_000, worker_id="w1")
+    report = fire_due(
+        FireDue(batch_size=10, lease_ms=30_000, worker_id="w1"),
+        CorePorts(scheduler=w.scheduler, store=w.store, ladders=w.ladders, calendars=CALS),
+    )
     assert report.recorded == 1
     assert w.store.states[esc.dispute_id].status is Status.TERMINAL
     res = resolve(Resolve(esc.dispute_id, "closed_with_explanation", "ops.alice", "r-1"),
@@ -355,6 +373,50 @@ def test_resolve_from_terminal_then_twice_is_a_conflict() -> None:
         resolve(Resolve(esc.dispute_id, "closed_with_explanation", "ops.alice", "r-2"),
                 **w.kw())
     assert w.rows(esc.dispute_id) == rows
+
+
+def test_resolve_after_a_cancel_is_refused_where_the_cancel_is_the_resolution() -> None:
+    """dispute_review v1 declares no actions: its cancel counts as the resolution
+    (docs/sla.md, "What a cancel meets"), so a later resolve is a conflict, nothing written."""
+    assert not REVIEW.actions
+    w = World()
+    esc = w.enqueue(tier="standard", ladder="dispute_review", attributes={})
+    cancel(esc.dispute_id, scheduler=w.scheduler, store=w.store, actor="ops.alice",
+           reason="dup")
+    rows = w.rows(esc.dispute_id)
+    with pytest.raises(ConflictError, match="cancel is its resolution") as caught:
+        resolve(Resolve(esc.dispute_id, "closed", "ops.alice", "r-1"), **w.kw())
+    assert caught.value.code is ErrorCode.CONFLICT
+    assert w.rows(esc.dispute_id) == rows
+    assert w.store.states[esc.dispute_id].status is Status.CANCELLED
+
+
+def test_resolve_after_a_cancel_is_recorded_where_the_ladder_declares_actions() -> None:
+    """Reg E v3 declares actions: its cancel records no finding, and a resolve may follow."""
+    w = World()
+    esc = w.enqueue()
+    cancel(esc.dispute_id, scheduler=w.scheduler, store=w.store, actor="ops.alice",
+           reason="dup")
+    res = resolve(Resolve(esc.dispute_id, "no_error_found", "ops.alice", "r-1"), **w.kw())
+    assert res.escalation.status is Status.RESOLVED
+    assert w.store.trail(esc.dispute_id)[-1].details["from_status"] == "cancelled"
+
+
+@pytest.mark.parametrize(("status", "refused"), [
+    (Status.PENDING, False), (Status.PAUSED, False), (Status.TERMINAL, False),
+    (Status.RESOLVED, True), (Status.CANCELLED, True)])
+def test_check_resolvable_on_a_ladder_without_actions(status: Status, refused: bool) -> None:
+    if refused:
+        with pytest.raises(ConflictError):
+            check_resolvable(REVIEW, status, "d")
+    else:
+        check_resolvable(REVIEW, status, "d")
+    # on a version that declares actions only a resolved dispute is refused
+    if status is Status.RESOLVED:
+        with pytest.raises(ConflictError):
+            check_resolvable(REG_E, status, "d")
+    else:
+        check_resolvable(REG_E, status, "d")
 
 
 def test_an_action_after_the_resolution_is_recorded() -> None:

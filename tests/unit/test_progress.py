@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from escalation.entrypoints.progress import cli_progress
-from escalation.service_layer.progress import no_progress
+from escalation.entrypoints.progress_bars import cli_progress
+from escalation.service_layer.progress_report import no_progress
 
 
 def test_progress_is_drawn_on_a_terminal() -> None:

@@ -23,9 +23,11 @@ from escalation.domain.reconcile_sweep import (
     next_slice,
 )
 from escalation.ports import MemberState
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_on_breach
+from escalation.service_layer.core import CorePorts
+from escalation.service_layer.enqueue import EnqueueOne, EnqueueRequest, enqueue_on_breach
 from escalation.service_layer.reconcile import DiffKind
 from escalation.service_layer.reconcile_incremental import (
+    IncrementalPorts,
     IncrementalReconcile,
     reconcile_incremental,
 )
@@ -51,11 +53,14 @@ class World:
 
     def enqueue(self, dispute_id: UUID) -> Escalation:
         esc = enqueue_on_breach(
-            EnqueueRequest(dispute_id=dispute_id, materiality="10.00", source_hash="ab" * 32,
+            EnqueueOne(
+                request=EnqueueRequest(dispute_id=dispute_id, materiality="10.00",
+                    source_hash="ab" * 32,
                            due_at=T0 + timedelta(hours=1)),
-            scheduler=self.scheduler, store=self.store, ladders=FakeLadders([LADDER]),
-            calendars=builtin_calendars(), default_ladder="dispute_review",
-            actor="svc").escalation
+                       actor="svc", default_ladder="dispute_review"),
+            CorePorts(scheduler=self.scheduler, store=self.store, ladders=FakeLadders([LADDER]),
+                      calendars=builtin_calendars()),
+        ).escalation
         self.recorded.append((self.clock, dispute_id))
         return esc
 
@@ -138,8 +143,8 @@ class World:
     def run(self, **kw: Any) -> Any:
         return reconcile_incremental(
             IncrementalReconcile(kw.pop("period_s", 3600), overlap_s=0, **kw),
-            scheduler=self.scheduler, store=self, redis_side=self, changes=self,
-            members=self, state_store=self)
+            IncrementalPorts(scheduler=self.scheduler, store=self, redis_side=self,
+                             changes=self, members=self, state_store=self))
 
 
 def _id(high_half: bool) -> UUID:

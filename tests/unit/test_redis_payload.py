@@ -24,7 +24,7 @@ from escalation.domain.materiality import Materiality
 
 T0 = datetime(2026, 3, 2, 9, 0, 0, 123000, tzinfo=UTC)
 OLD_NAMES = ("tier", "ladder", "seq", "due_ms", "entered_ms", "materiality", "source_hash",
-             "trace_id", "external_id", "deadline_ms", "deadlines", "tz", "cal")
+             "trace_id", "external_id", "source", "deadline_ms", "deadlines", "tz", "cal")
 
 
 def full_esc() -> Escalation:
@@ -33,7 +33,7 @@ def full_esc() -> Escalation:
         dispute_id=uuid.uuid4(), tier="senior", due_at=T0 + timedelta(hours=4),
         materiality=Materiality(Decimal("1250.25")), source_hash="ab" * 32,
         ladder="cfpb_complaint_response", ladder_version=3, seq=4, entered_tier_at=T0,
-        trace_id=uuid.uuid4().hex, external_id="2026-0417-0093",
+        trace_id=uuid.uuid4().hex, external_id="2026-0417-0093", source="cfpb",
         regulatory_deadline=T0 + timedelta(days=15),
         deadlines=(("company_response", T0 + timedelta(days=15)),
                    ("final", T0 + timedelta(days=60))),
@@ -61,6 +61,8 @@ def long_name_payload(esc: Escalation) -> dict[str, str]:
     }
     if esc.external_id is not None:
         fields["external_id"] = esc.external_id
+    if esc.source is not None:  # no earlier version wrote it; the long name is read all the same
+        fields["source"] = esc.source
     if esc.regulatory_deadline is not None:
         fields["deadline_ms"] = str(int(esc.regulatory_deadline.timestamp() * 1000))
     if esc.deadlines:

@@ -87,6 +87,14 @@ def test_out_of_range_override_is_refused_naming_parameter_and_range(
     assert TABLE[name][0] in message
 
 
+def test_an_override_is_named_by_the_option_that_gave_it() -> None:
+    with pytest.raises(ConfigError) as info:
+        get_settings(audit_retention_days=10,
+                     spelled={"audit_retention_days": "--retention-days"})
+    assert "--retention-days:" in str(info.value)
+    assert "--audit-retention-days" not in str(info.value)
+
+
 @pytest.mark.parametrize(("name", "value"), BOUNDARIES)
 def test_boundary_values_are_accepted_from_env(
     monkeypatch: pytest.MonkeyPatch, name: str, value: float

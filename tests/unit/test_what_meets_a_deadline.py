@@ -118,7 +118,7 @@ def test_a_credit_on_a_dispute_without_its_amount_counts_but_says_it_was_not_che
 
 def test_an_idempotency_key_is_one_actors() -> None:
     from escalation.domain.errors import ConflictError
-    from escalation.service_layer.obligations import RecordAction, record_action
+    from escalation.service_layer.obligations import ObligationPorts, RecordAction, record_action
 
     w = World()
     esc = w.enqueue(tier="standard")
@@ -127,7 +127,7 @@ def test_an_idempotency_key_is_one_actors() -> None:
     rows = w.rows(esc.dispute_id)
     with pytest.raises(ConflictError, match="used by another actor"):
         record_action(RecordAction(esc.dispute_id, "determination", L(2026, 1, 8, 11),
-                                   "ops.bob", "k"), **w.kw())
+                                   "ops.bob", "k"), ObligationPorts(**w.kw()))
     assert w.rows(esc.dispute_id) == rows
 
 
@@ -168,11 +168,11 @@ def test_an_assertion_without_timeliness_recorded_before_the_deadline_meets_it()
     w = World()
     esc = w.enqueue(tier="standard")
     w.at(L(2026, 1, 8, 12))
-    from escalation.service_layer.obligations import RecordAction, record_action
+    from escalation.service_layer.obligations import ObligationPorts, RecordAction, record_action
 
     res = record_action(RecordAction(esc.dispute_id, "determination", None, "importer",
                                      "import:determination", asserted_timely=None,
-                                     asserted_by="Timely response?"), **w.kw())
+                                     asserted_by="Timely response?"), ObligationPorts(**w.kw()))
     got = {a.name: a for a in res.assessments}[D10_NAME]
     assert (got.state, got.basis, got.by.occurred_at) == (  # type: ignore[union-attr]
         DeadlineState.MET, Basis.RECORD, None)
@@ -186,11 +186,11 @@ def test_an_assertion_of_a_late_action_is_missed_per_source_even_recorded_early(
     w = World()
     esc = w.enqueue(tier="standard")
     w.at(L(2026, 1, 8, 12))
-    from escalation.service_layer.obligations import RecordAction, record_action
+    from escalation.service_layer.obligations import ObligationPorts, RecordAction, record_action
 
     res = record_action(RecordAction(esc.dispute_id, "determination", None, "importer",
                                      "import:determination", asserted_timely=False,
-                                     asserted_by="Timely response?"), **w.kw())
+                                     asserted_by="Timely response?"), ObligationPorts(**w.kw()))
     by = {a.name: a for a in res.assessments}
     assert (by[D10_NAME].state, by[D10_NAME].basis, by[D10_NAME].late_s) == (
         DeadlineState.MISSED, Basis.SOURCE, None)

@@ -38,8 +38,7 @@
 -- Writes to the shard's shared keys (ZREM ready, ZADD / ZREM pending, HDEL prio) are collected
 -- and sent as one multi-member command per kind at the end (or before an op whose id repeats
 -- an earlier op's, so a repeated id sees its predecessor's writes): per applied op only
--- HGET seq, GET lock, DEL payload (+ lock), HSET payload and XADD remain (CHANGELOG.md,
--- "Firing path CPU (fourth pass)").
+-- HGET seq, GET lock, DEL payload (+ lock), HSET payload and XADD remain.
 --
 -- KEYS[1]      pending ZSET (score = due time, epoch milliseconds)
 -- KEYS[2]      review STREAM
@@ -79,10 +78,10 @@
 --              "a" applied, "s" stale_seq, "o" not_owner, "m" missing
 -- Errors:      "EINVAL apply: <reason>" (nothing written)
 
-local function fail(msg) return redis.error_reply('EINVAL apply: ' .. msg) end
-local find, tonumber, type, pcall, decode = string.find, tonumber, type, pcall, cjson.decode
--- a decimal integer string of at most 16 digits
-local function is_int(s) return type(s) == 'string' and #s <= 16 and find(s, '^%d+$') ~= nil end
+local SCRIPT = 'apply'
+-- @include "fail"
+-- @include "is_int"
+local tonumber, type, pcall, decode = tonumber, type, pcall, cjson.decode
 local ACTIONS = {reschedule = true, remove = true, park = true}
 
 local maxlen = ARGV[1]

@@ -43,8 +43,9 @@
 --                id, token, due_ms (before re-scoring), {f1, v1, ...} (the payload)
 -- Errors:      "EINVAL claim: <reason>" (nothing written; also when fence is not an integer)
 
-local function fail(msg) return redis.error_reply('EINVAL claim: ' .. msg) end
-local function is_int(s) return type(s) == 'string' and string.match(s, '^%d+$') ~= nil and #s <= 16 end
+local SCRIPT = 'claim'
+-- @include "fail"
+-- @include "is_int"
 
 local lease, worker, max_items, aging, pmax, skip = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 if not is_int(lease) or tonumber(lease) < 1 or tonumber(lease) > 86400000 then
@@ -84,9 +85,8 @@ local base = tonumber(fence)  -- tokens handed out by this call: base + 1, base 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- Commands are batched per call, not per member (CHANGELOG.md, "Firing path CPU (fourth pass)"
--- and the seventh): the
--- weights come from one HMGET (none when the prio HASH does not exist: every weight is 0),
+-- Commands are batched per call, not per member: the weights come from one HMGET (none when
+-- the prio HASH does not exist: every weight is 0),
 -- the moves pending -> ready are one ZADD per chunk of CHUNK members + one ZREMRANGEBYRANK
 -- (the members read are the lowest-ranked of pending), the claimed members' re-scoring one
 -- ZREM (or ZREMRANGEBYRANK when they are the head's first members) + one ZADD per chunk, the

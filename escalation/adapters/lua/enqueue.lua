@@ -34,8 +34,9 @@
 -- Returns:   array of n integers: 1 = scheduled now, 0 = payload already existed (no change)
 -- Errors:    "EINVAL enqueue: <reason>" (nothing written) for any malformed argument.
 
-local function fail(msg) return redis.error_reply('EINVAL enqueue: ' .. msg) end
-local function is_int(s) return type(s) == 'string' and string.match(s, '^%d+$') ~= nil and #s <= 16 end
+local SCRIPT = 'enqueue'
+-- @include "fail"
+-- @include "is_int"
 
 -- per item, in parallel arrays (no table per item: this loop runs once per enqueued row):
 -- its dispute id, due_ms and the ARGV range of its field/value pairs (payload key KEYS[4 + i])

@@ -1,9 +1,9 @@
--- release_lock.lua: compare-and-delete of a lock (RedisScheduler.release_lock).
--- Deletes the lock only while it still holds the caller's value, so a worker whose lock
--- expired cannot release a lock another worker acquired since (GET then DEL, made atomic).
+-- release_lock.lua: compare-and-delete of a lock (the leader lease's release, leader_lease.py).
+-- Deletes the lock only while it still holds the caller's value, so a holder whose lock
+-- expired cannot release a lock another holder acquired since (GET then DEL, made atomic).
 --
--- KEYS[1]  lock STRING of one dispute
--- ARGV[1]  expected value: the owner string given to try_acquire_lock (non-empty)
+-- KEYS[1]  lock STRING (a leader lease: escalations:{ns:s}:leader:<role>)
+-- ARGV[1]  expected value: the owner string the lock was set with (non-empty)
 -- Returns: 1 = deleted (caller owned it), 0 = absent or owned by someone else (unchanged)
 -- Errors:  "EINVAL release_lock: empty owner" (nothing written)
 

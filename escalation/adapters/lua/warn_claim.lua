@@ -12,7 +12,8 @@
 --           none is left (the worker sleeps on it instead of polling every loop)
 -- Errors:   "EINVAL warn_claim: <reason>" (nothing written)
 
-local function fail(msg) return redis.error_reply('EINVAL warn_claim: ' .. msg) end
+local SCRIPT = 'warn_claim'
+-- @include "fail"
 local max_items = ARGV[1]
 if #KEYS ~= 1 then return fail('expected 1 KEY') end
 if type(max_items) ~= 'string' or not string.match(max_items, '^%d+$') or #max_items > 4

@@ -34,12 +34,12 @@ from datetime import datetime
 
 import sqlalchemy.exc
 
-from escalation.adapters.audit_store import PostgresAuditStore
-from escalation.adapters.db import make_engine
-from escalation.bootstrap import App, schedule_for
-from escalation.domain.errors import ConflictError, InvalidInput
+from escalation.bootstrap import App, schedule_for, writer_ledger_for
+from escalation.domain.errors import ConflictError, InvalidInput, about
 from escalation.domain.escalation import ENDED
+from escalation.service_layer.core import CorePorts
 from escalation.service_layer.enqueue import (
+    EnqueueMany,
     EnqueueRequest,
     EnqueueResult,
     build_with_provenance,
@@ -90,9 +90,7 @@ class CreateBatcher:
         self._executor = ThreadPoolExecutor(writers, thread_name_prefix="create-batch")
         # the writers' own pool, without a pre-ping round trip per checkout: a batch that
         # meets a dropped connection is written again once (_enqueue)
-        self._engine = make_engine(core.urls.database_url, pool_size=writers,
-                                   io_timeout_s=core.settings.io_timeout_s, pre_ping=False)
-        self._store = PostgresAuditStore(self._engine)
+        self._ledger = writer_ledger_for(core, writers)
         self.batches = 0
         """Batches written so far (tests and diagnostics)."""
         self.largest = 0
@@ -161,9 +159,10 @@ class CreateBatcher:
         for attempt in (1, 2):
             try:
                 return enqueue_many(
-                    requests, scheduler=c.scheduler, store=self._store, ladders=c.ladders,
-                    calendars=c.calendars, default_ladder=c.settings.default_ladder,
-                    actor=actor, on_scheduled=self._hook, now=now,
+                    EnqueueMany(requests=requests, actor=actor,
+                                default_ladder=c.settings.default_ladder, now=now),
+                    CorePorts(c.scheduler, self._ledger.store, c.ladders, c.calendars),
+                    self._hook,
                 )
             except sqlalchemy.exc.DBAPIError as exc:
                 if attempt == 2 or not exc.connection_invalidated:
@@ -204,7 +203,8 @@ class CreateBatcher:
         """The error ``enqueue_many([request])`` would raise while validating, or None."""
         c = self._core
         try:
-            ladder = c.ladders.latest(request.ladder or c.settings.default_ladder)
+            with about("ladder"):
+                ladder = c.ladders.latest(request.ladder or c.settings.default_ladder)
             build_with_provenance(request, ladder, c.calendars, now)
         except InvalidInput as exc:
             return exc
@@ -213,7 +213,7 @@ class CreateBatcher:
     def close(self) -> None:
         """Stop the write threads (after the writes under way, if any); close the pool."""
         self._executor.shutdown(wait=True)
-        self._engine.dispose()
+        self._ledger.close()
 
 
 def _take(queue: list[_Pending], most: int) -> tuple[list[_Pending], list[_Pending]]:

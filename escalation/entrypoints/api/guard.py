@@ -62,9 +62,10 @@ class _TooMany(Exception):
 
 
 def json_limits(raw: bytes, *, max_depth: int, max_keys: int,
-                batch_limit: int | None = None) -> str | None:
-    """Why a JSON body breaks a structural limit, or None (also for a body that is not JSON:
-    the schema check names where it broke).
+                batch_limit: int | None = None) -> tuple[str, str] | None:
+    """``(field, why)`` when a JSON body breaks a structural limit (``items`` for a batch
+    over its length, else ``body``), or None (also for a body that is not JSON: the schema
+    check names where it broke).
 
     Counts object keys as the C decoder builds each object (stops at ``max_keys``), then
     measures the nesting depth (only when the bytes could nest deeper than ``max_depth``)
@@ -84,18 +85,18 @@ def json_limits(raw: bytes, *, max_depth: int, max_keys: int,
     try:
         doc = json.loads(raw, object_pairs_hook=pairs)
     except _TooMany as exc:
-        return str(exc)
+        return "body", str(exc)
     except RecursionError:
-        return f"the body nests deeper than {max_depth} levels (api_max_json_depth)"
+        return "body", f"the body nests deeper than {max_depth} levels (api_max_json_depth)"
     except ValueError:
         return None
     if raw.count(b"[") + raw.count(b"{") > max_depth and _depth_over(doc, max_depth):
-        return f"the body nests deeper than {max_depth} levels (api_max_json_depth)"
+        return "body", f"the body nests deeper than {max_depth} levels (api_max_json_depth)"
     if batch_limit is not None and isinstance(doc, dict):
         items = doc.get("items")
         if isinstance(items, list) and len(items) > batch_limit:
-            return (f"items: at most {batch_limit} items per batch (api_max_batch), "
-                    f"got {len(items)}")
+            return "items", (f"items: at most {batch_limit} items per batch (api_max_batch), "
+                             f"got {len(items)}")
     return None
 
 
@@ -185,9 +186,8 @@ class Guard:
         scheme, _, secret = raw.partition(" ")
         secret = secret.strip()
         if scheme.lower() != "bearer" or not secret:
-            await self._problem(scope, receive, send, 401,
-                                "missing bearer token (Authorization: Bearer <token>)",
-                                CHALLENGE)
+            await problem(401, "missing bearer token (Authorization: Bearer <token>)",
+                          scope["path"], CHALLENGE)(scope, receive, send)
             return None
         tokens: TokenCache = app.state.tokens
         throttle: Throttle = app.state.throttle
@@ -198,24 +198,17 @@ class Guard:
             wait = throttle.wait_s(*keys)
             if wait > 0:
                 retry = str(max(1, math.ceil(wait)))
-                await self._problem(scope, receive, send, 429,
-                                    f"too many failed authentications from this client or "
-                                    f"with this token; retry after {retry} s",
-                                    {"Retry-After": retry})
+                await problem(429, "too many failed authentications from this client or "
+                                   f"with this token; retry after {retry} s", scope["path"],
+                              {"Retry-After": retry})(scope, receive, send)
                 return None
         info = await run_in_threadpool(tokens.check, secret) if hit is False else hit
         if info is None:
             throttle.fail(*keys)
-            await self._problem(scope, receive, send, 401,
-                                "invalid, expired or revoked token", CHALLENGE)
+            await problem(401, "invalid, expired or revoked token", scope["path"],
+                          CHALLENGE)(scope, receive, send)
             return None
         return info
-
-    @staticmethod
-    async def _problem(scope: Scope, receive: Receive, send: Send, status: int, detail: str,
-                       headers: dict[str, str] | None = None, **extra: Any) -> None:
-        response = problem(status, detail, scope["path"], headers, **extra)
-        await response(scope, receive, send)
 
 
 class _Body:
@@ -267,11 +260,11 @@ class _Body:
         path: str = self._scope["path"]
         if body and path.startswith("/v1/") and (not kind or "json" in kind):
             s = self._settings
-            why = json_limits(body, max_depth=s.api_max_json_depth,
-                              max_keys=s.api_max_json_keys,
-                              batch_limit=s.api_max_batch
-                              if path.endswith("/escalations/batch") else None)
-            if why is not None:
-                field = "items" if why.startswith("items:") else "body"
+            over = json_limits(body, max_depth=s.api_max_json_depth,
+                               max_keys=s.api_max_json_keys,
+                               batch_limit=s.api_max_batch
+                               if path.endswith("/escalations/batch") else None)
+            if over is not None:
+                field, why = over
                 raise Refused(422, why, errors=[{"field": field, "message": why}])
         return body

@@ -42,8 +42,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from escalation.adapters import metrics_queries as q
-from escalation.bootstrap import App, retired_figures_for
+from escalation.bootstrap import App, metrics_figures_for
 from escalation.entrypoints.api.auth import AuditReader
 from escalation.entrypoints.api.deps import Core
 from escalation.entrypoints.api.http_metrics import HttpCollector
@@ -60,12 +59,12 @@ class EscalationCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Yield every metric family (one Redis pass, three PostgreSQL queries)."""
-        engine = self._core.engine
+        figures = metrics_figures_for(self._core)
         stats = self._core.scheduler.stats()
         pending = GaugeMetricFamily("escalation_pending",
                                     "Pending escalations by ladder and tier (PostgreSQL).",
                                     labels=["ladder", "tier"])
-        for ladder, tier, n in q.pending_by_ladder_tier(engine):
+        for ladder, tier, n in figures.pending_by_ladder_tier():
             pending.add_metric([ladder, tier], n)
         yield pending
         yield GaugeMetricFamily("escalation_due_now",
@@ -76,7 +75,7 @@ class EscalationCollector(Collector):
             "Redis TIME minus the earliest due time still scheduled (0 = nothing overdue).",
             value=int(stats.get("oldest_overdue_ms") or 0) / 1000)
         # rows still attached + figures saved by retention: never falls across a drop
-        figs = q.decisions(engine, retired=retired_figures_for(self._core).load)
+        figs = figures.decisions()
         kinds = CounterMetricFamily("escalation_decisions",
                                     "Recorded escalation decisions by kind (ledger).",
                                     labels=["kind"])
@@ -110,7 +109,7 @@ class EscalationCollector(Collector):
         soon = GaugeMetricFamily("escalation_regulatory_deadlines_due_24h",
                                  "Regulatory deadlines of open escalations in the next 24 h.",
                                  labels=["deadline"])
-        for name, n in q.deadlines_due_within(engine, 24).items():
+        for name, n in figures.deadlines_due_within(24).items():
             soon.add_metric([name], n)
         yield soon
 

@@ -15,6 +15,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
 
 from escalation.domain.obligations import Outcome
+from escalation.domain.source_attributes import (
+    MAX_NAME_CHARS,
+    MAX_SOURCE_ATTRIBUTES,
+    MAX_VALUE_CHARS,
+)
 
 MAX_BATCH = 1000
 RESOLVE_OUTCOMES: list[JsonValue] = [o.value for o in Outcome if o is not Outcome.UNSTATED]
@@ -36,6 +41,14 @@ ExternalIdText = Annotated[str, WithJsonSchema({
 HexText = Annotated[str, WithJsonSchema({
     "type": "string", "pattern": "^[0-9a-fA-F]{1,128}$"})]
 """A hex digest (1-128 hex digits)."""
+SOURCE_ATTRIBUTES_SCHEMA: dict[str, Any] = {
+    "type": "object", "maxProperties": MAX_SOURCE_ATTRIBUTES,
+    "propertyNames": {"minLength": 1, "maxLength": MAX_NAME_CHARS},
+    "additionalProperties": {"type": "string", "maxLength": MAX_VALUE_CHARS}}
+"""The bounds of ``domain.source_attributes`` as JSON Schema (the domain enforces them; the
+schema says them)."""
+SourceAttributes = Annotated[dict[str, str], WithJsonSchema(SOURCE_ATTRIBUTES_SCHEMA)]
+"""A dispute's source attributes: name -> text."""
 DISPUTE_NAMED_ONCE: dict[str, Any] = {
     "oneOf": [
         {"required": ["dispute_id"], "properties": {"dispute_id": {"type": "string"}}},
@@ -77,10 +90,11 @@ class EscalationIn(_In):
     due_at: InstantText | None = Field(None, description="Breach time, ISO-8601 with offset (an "
                                "instant: a date alone is refused). More than 5 minutes "
                                "before now: accepted and flagged (past_due_ms), as is a due "
-                               "time from opened_at that lies there.")
+                               "time from opened_at that lies there; more than 3650 days "
+                               "after now: refused.")
     due_in: str | None = Field(None, description="Breach delay from now (the server's clock, "
                                "Redis TIME): 36h, 2d, 1h30m, or ISO 8601 days and time such "
-                               "as PT36H; instead of due_at / opened_at.")
+                               "as PT36H, at most 3650 days; instead of due_at / opened_at.")
     opened_at: InstantText | None = Field(None, description="Tier entry time, ISO-8601 with offset "
                                   "(a date alone is refused); due = opened_at + the tier's "
                                   "SLA window.")
@@ -97,6 +111,14 @@ class EscalationIn(_In):
         None, description="Dispute attributes the ladder's deadlines need, e.g. "
         "{\"cycle_closing_day\": 6} (Reg Z) or {\"new_account\": false, \"point_of_sale\": "
         "false, \"foreign_initiated\": false} (Reg E); a missing one is refused.")
+    source_attributes: SourceAttributes | None = Field(
+        None, description="The source system's own facts about the dispute, shown with it "
+        "and recorded in its ENQUEUED ledger row (under the row hash); nothing acts on them, "
+        "e.g. {\"product\": \"Checking or savings account\", \"company\": \"Example "
+        f"Bank\", \"state\": \"FL\"}}. At most {MAX_SOURCE_ATTRIBUTES} names of 1-"
+        f"{MAX_NAME_CHARS} characters, values of at most {MAX_VALUE_CHARS} characters, "
+        "single-line text; past a bound: 422 naming source_attributes (or "
+        "source_attributes.<name>).")
 
 
 class BatchIn(_In):
@@ -243,6 +265,9 @@ class EscalationOut(BaseModel):
     regulatory_deadline: datetime | None
     deadlines: list[DeadlineOut]
     trace_id: str
+    source_attributes: dict[str, str] | None = Field(
+        None, description="The source attributes recorded on the dispute's ENQUEUED ledger "
+        "row; null when it was enqueued without any.")
     created: bool | None = Field(None, description="Create only: false = already there.")
     source_hash_differs: bool | None = Field(
         None, description="Create only: true = the dispute was already there with another "
@@ -282,19 +307,6 @@ class BatchOut(BaseModel):
     created: int
     existing: int
     results: list[BatchItemOut]
-
-
-class LedgerRowOut(BaseModel):
-    """One ledger row in the export format (docs/audit.md): UTC ``Z`` times, money as a
-    decimal string, hex hashes."""
-
-    model_config = ConfigDict(extra="allow")
-
-    dispute_id: UuidText
-    seq: int
-    event: str
-    match_decision: str
-    actor: str
 
 
 class AuditPage(BaseModel):

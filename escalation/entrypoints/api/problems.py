@@ -8,6 +8,8 @@ error                                   status  ``type``
 request body/query fails its schema,    422     ``/problems/invalid-input``
 or names an undeclared query parameter
 ``InvalidInput`` (domain validation)    422     ``/problems/invalid-input``
+``LadderNotFound`` (a ladder that a    422     ``/problems/invalid-input``
+body or query names: a request field)
 ``NotFound``                            404     ``/problems/not-found``
 ``ConflictError``                       409     ``/problems/conflict``
 missing, bad, expired, revoked token    401     ``/problems/unauthorized``
@@ -23,7 +25,10 @@ Redis/PostgreSQL unreachable, schema    503     ``/problems/unavailable``
 not at head, a released ladder file
 missing or edited (``LadderReleaseError``),
 PostgreSQL read-only (a hot standby, a
-failover in progress: ``DatabaseReadOnly``)
+failover in progress: ``DatabaseReadOnly``),
+the SLA rollup not backfilled yet
+(``RollupNotBackfilled``: ``code`` and
+``action`` members name it and the command)
 ======================================  ======  ===========================
 
 A released ladder file that is missing or edited is the deployment's fault, not the
@@ -33,15 +38,15 @@ request's: 503 (retry once the file is restored), never 422 (which a client may 
 422 documents carry ``errors: [{"field": ..., "message": ...}]`` naming each bad field
 (``items[3].due_at`` for the 4th item of a batch), the first ``api_max_errors`` of them
 (``error_count`` and ``errors_truncated`` say when more were found). An
-``InvalidParameter`` names its parameters itself (``from``, ``grace_s``); other domain
-messages are mapped to a field by the words they use (:func:`field_of`). Messages name the
+``InvalidInput`` names its field as data where the value is read (``field``; an
+``InvalidParameter`` its first parameter) and a batch item's position (``item``), never
+words of its message (:func:`field_of`; ADR 0029). Messages name the
 API's own parameters, never the CLI's flags (``from``, not ``--from``): the layers below
 render nothing interface-specific.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,9 +60,10 @@ from escalation.domain.errors import (
     DatabaseReadOnly,
     EscalationError,
     InvalidInput,
-    InvalidParameter,
+    InvalidItems,
     LadderReleaseError,
     NotFound,
+    RollupNotBackfilled,
     SchemaNotAtHead,
     UnreadableRelease,
 )
@@ -81,45 +87,6 @@ TITLES: dict[int, tuple[str, str]] = {
     503: ("/problems/unavailable", "A backing service is unavailable"),
 }
 
-# Words a domain message uses for a field -> the request field name (for the messages that
-# do not say which parameter they are about: an InvalidParameter names its own).
-_FIELD_WORDS: tuple[tuple[str, str], ...] = (
-    ("opened_at", "opened_at"),
-    ("due_at", "due_at"),
-    ("due_in", "due_in"),
-    ("anchor_at", "notice_at"),
-    ("notice_at", "notice_at"),
-    ("materiality", "materiality"),
-    ("source hash", "source_hash"),
-    ("external id", "external_id"),
-    ("external_id", "external_id"),
-    ("trace id", "trace_id"),
-    ("dispute id", "dispute_id"),
-    ("dispute_id", "dispute_id"),
-    ("source", "source"),
-    ("tier", "tier"),
-    ("ladder", "ladder"),
-    ("reason", "reason"),
-    ("ladder version", "ladder_version"),
-    ("ladder_version", "ladder_version"),
-    ("grace_s", "grace_s"),
-    ("limit", "limit"),
-    ("cursor", "cursor"),
-    ("from (", "from"),
-    ("from must", "from"),
-    ("to must", "to"),
-    ("from:", "from"),
-    ("to:", "to"),
-    ("decision", "decision"),
-    ("actor", "actor"),
-    ("dispute attribute", "attributes"),
-    ("time zone", "timezone"),
-    ("timezone", "timezone"),
-    ("calendar", "calendar"),
-)
-_REQUEST_N = re.compile(r"^request (\d+): ")
-
-
 class ApiProblem(Exception):
     """An HTTP error the API raises itself (401, 403, ...)."""
 
@@ -132,23 +99,21 @@ class ApiProblem(Exception):
         self.extra = extra
 
 
-def field_of(message: str, fields: Sequence[str] = ()) -> str | None:
-    """The request field a domain error message is about, or None.
+def field_of(exc: InvalidInput, fields: Sequence[str] = ()) -> str | None:
+    """The request field an ``InvalidInput`` is about, from its ``field`` and ``item``
+    (ADR 0029), or None: ``items[i].<field>`` for the i-th item of a batch. ``fields``
+    restricts the answer to the fields of the request at hand (e.g. a query's
+    parameters)."""
+    field = exc.field if exc.field is not None and (not fields or exc.field in fields) else None
+    if exc.item is None:
+        return field
+    return f"items[{exc.item}]" + ("" if field is None else f".{field}")
 
-    ``request N: ...`` (batch) becomes ``items[N-1].<field>``. ``fields`` restricts the
-    candidates to the fields of the request at hand (e.g. a query's parameters).
-    """
-    prefix = ""
-    m = _REQUEST_N.match(message)
-    if m:
-        prefix = f"items[{int(m.group(1)) - 1}]."
-        message = message[m.end():]
-    low = message.lower()
-    hits = [(low.find(word), -len(word), name) for word, name in _FIELD_WORDS
-            if word in low and (not fields or name in fields)]
-    if hits:
-        return prefix + min(hits)[2]  # the field the message names first
-    return prefix.rstrip(".") or None
+
+def message_of(exc: InvalidInput) -> str:
+    """The message of an ``InvalidInput`` as the API shows it: a batch item's starts with
+    ``items[i]: `` (JSON counts from 0; the layers below say ``request i + 1`` for people)."""
+    return str(exc) if exc.item is None else f"items[{exc.item}]: {exc.detail}"
 
 
 RETRY_AFTER_S = 5
@@ -213,8 +178,10 @@ def status_of(exc: EscalationError) -> int:
         return 404
     if isinstance(exc, ConflictError):
         return 409
-    if isinstance(exc, (SchemaNotAtHead, DatabaseReadOnly)):
-        return 503  # with Retry-After: the same request succeeds once a primary answers
+    if isinstance(exc, (SchemaNotAtHead, DatabaseReadOnly, RollupNotBackfilled)):
+        # with Retry-After: the same request succeeds once a primary answers, or once the
+        # deployment's step is done (db upgrade, report sla-refresh): not the request's fault
+        return 503
     return 500
 
 
@@ -265,13 +232,13 @@ def install(app: FastAPI) -> None:
         message = str(exc)  # an InvalidParameter's str() spells parameters as the API does
         if isinstance(exc, LadderReleaseError) and exc.release is not None:
             message, extra = unreadable_ladder(exc.release)
-        if status == 422:
-            field = (exc.params[0] if isinstance(exc, InvalidParameter) and exc.params
-                     else field_of(message))
-            m = _REQUEST_N.match(message)
-            if m:  # the service layer counts a batch's requests from 1; JSON indexes from 0
-                message = f"items[{int(m.group(1)) - 1}]: {message[m.end():]}"
-            extra["errors"] = [{"field": field, "message": message}]
+        if isinstance(exc, RollupNotBackfilled):  # a client branches on the code (ADR 0029)
+            extra.update(code=exc.code.value, action="escalation report sla-refresh")
+        if status == 422 and isinstance(exc, InvalidInput):
+            found = exc.errors if isinstance(exc, InvalidItems) else (exc,)
+            errors = [{"field": field_of(e), "message": message_of(e)} for e in found]
+            message = "; ".join(message_of(e) for e in found[:5])
+            extra.update(capped(errors, len(errors), max_errors(request)))
         return problem(status, message, request.url.path, **extra)
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:

@@ -4,18 +4,19 @@ ladders and their versions, the SLA report as JSON. Rows use the export format (
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
+from uuid import UUID
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Depends, Query, Response
 
 from escalation.domain.errors import NotFound
 from escalation.domain.ladder import Ladder
+from escalation.domain.timeutil import parse_time
 from escalation.entrypoints.api.auth import AuditReader
 from escalation.entrypoints.api.deps import Core, Dispute, path_parameters
-from escalation.entrypoints.api.models import AuditPage
+from escalation.entrypoints.api.models import AuditPage, Problem
 from escalation.entrypoints.api.routes_escalations import DISPUTE_PATHS, ERRORS
-from escalation.entrypoints.cli_common import parse_time
-from escalation.ports import LedgerRow
+from escalation.ports import AuditFilter, LedgerRow
 from escalation.service_layer.disputes import resolve_dispute
 
 router = APIRouter(prefix="/v1", tags=["audit"])
@@ -56,35 +57,95 @@ LadderQ = Annotated[str | None, Query(description="Ladder name.")]
 LadderVersionQ = Annotated[int | None, Query(description="Ladder version.")]
 
 
+class _Filters(NamedTuple):
+    """The audit search filters as sent (times not yet parsed)."""
 
-@router.get("/audit", response_model=AuditPage, responses=ERRORS)
-def search(
-    core: Core, token: AuditReader,
+    tier: str | None
+    decision: str | None
+    since: str | None
+    until: str | None
+    actor: str | None = None
+    ladder: str | None = None
+    ladder_version: int | None = None
+
+    def audit_filter(self, dispute_id: UUID | None = None) -> AuditFilter:
+        """The port's filter (``from`` / ``to`` parsed; InvalidInput names the field)."""
+        return AuditFilter(dispute_id=dispute_id, tier=self.tier, decision=self.decision,
+                           since=parse_time(self.since, "from"),
+                           until=parse_time(self.until, "to"), actor=self.actor,
+                           ladder=self.ladder, ladder_version=self.ladder_version)
+
+
+# FastAPI collects a route's query parameters from its dependencies, in order: the filters
+# are split in two so that no function takes more than five of them (ADR 0028).
+def _what_when(tier: TierQ = None, decision: DecisionQ = None, since: SinceQ = None,
+               until: UntilQ = None) -> _Filters:
+    return _Filters(tier, decision, since, until)
+
+
+def _who_which(actor: ActorQ = None, ladder: LadderQ = None,
+               ladder_version: LadderVersionQ = None) -> tuple[str | None, str | None,
+                                                               int | None]:
+    return actor, ladder, ladder_version
+
+
+def _filters(
+    first: Annotated[_Filters, Depends(_what_when)],
+    rest: Annotated[tuple[str | None, str | None, int | None], Depends(_who_which)],
+) -> _Filters:
+    actor, ladder, ladder_version = rest
+    return first._replace(actor=actor, ladder=ladder, ladder_version=ladder_version)
+
+
+Filters = Annotated[_Filters, Depends(_filters)]
+
+
+class _DisputeRef(NamedTuple):
+    dispute_id: str | None
+    source: str | None
+    external_id: str | None
+
+
+def _dispute_ref(
     dispute_id: Annotated[str | None, Query(description="Dispute UUID.")] = None,
     source: Annotated[str | None, Query(description="Source system (with external_id).")] = None,
     external_id: Annotated[str | None, Query(description="The source's dispute id.")] = None,
-    tier: TierQ = None, decision: DecisionQ = None, since: SinceQ = None,
-    until: UntilQ = None, actor: ActorQ = None, ladder: LadderQ = None,
-    ladder_version: LadderVersionQ = None,
+) -> _DisputeRef:
+    return _DisputeRef(dispute_id, source, external_id)
+
+
+class _PageQuery(NamedTuple):
+    limit: int
+    cursor: str | None
+
+
+def _page(
     limit: Annotated[int, Query(description="Rows per page, 1-1000.")] = 100,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page.")]
     = None,
+) -> _PageQuery:
+    return _PageQuery(limit, cursor)
+
+
+
+@router.get("/audit", response_model=AuditPage, responses=ERRORS)
+def search(
+    core: Core, token: AuditReader, ref: Annotated[_DisputeRef, Depends(_dispute_ref)],
+    filters: Filters, page: Annotated[_PageQuery, Depends(_page)],
 ) -> AuditPage:
     """Search the ledger, ordered by decision time; page with ``cursor``."""
-    from escalation.adapters.audit_search import PostgresLedgerSearch
-    from escalation.ports import AuditFilter
+    from escalation.bootstrap import ledger_search_for
     from escalation.service_layer.audit_export import check_filter
     from escalation.service_layer.audit_page import search_page
 
     did = None
-    if dispute_id is not None or source is not None or external_id is not None:
-        did = resolve_dispute(dispute_id, source=source, external_id=external_id)[0]
-    flt = AuditFilter(dispute_id=did, tier=tier, decision=decision,
-                      since=parse_time(since, "from"), until=parse_time(until, "to"),
-                      actor=actor, ladder=ladder, ladder_version=ladder_version)
-    ledger = PostgresLedgerSearch(core.engine)
+    if ref.dispute_id is not None or ref.source is not None or ref.external_id is not None:
+        did = resolve_dispute(ref.dispute_id, source=ref.source,
+                              external_id=ref.external_id)[0]
+    flt = filters.audit_filter(did)
+    ledger = ledger_search_for(core)
     check_filter(ledger, flt, core.ladders.all())
-    rows, nxt = search_page(ledger, flt, limit, cursor)
+    rows, nxt = search_page(ledger, flt, page.limit, page.cursor)
     return AuditPage(rows=[row_json(r) for r in rows], next_cursor=nxt)
 
 
@@ -129,7 +190,11 @@ def ladder_version(name: str, version: int, core: Core, token: AuditReader) -> d
     return _ladder_json(core.ladders.get(name, version))
 
 
-@router.get("/reports/sla", responses=ERRORS)
+@router.get("/reports/sla", responses={**ERRORS, 503: {
+    "model": Problem, "content": {"application/problem+json": {}},
+    "description": "The SLA rollup is not backfilled yet (`code`: "
+                   "`sla_rollup_not_backfilled`; run `escalation report sla-refresh`), or a "
+                   "backing service is unavailable."}})
 def sla_report(
     core: Core, token: AuditReader,
     since: Annotated[str, Query(
@@ -138,17 +203,29 @@ def sla_report(
         alias="to", description="Window end, exclusive (ISO-8601 with offset).")],
     grace_s: Annotated[int, Query(description="On time = decided within N s of due.")] = 60,
 ) -> dict[str, Any]:
-    """SLA compliance per ladder and tier (the CLI's ``report sla``) as JSON."""
-    from escalation.adapters.report_queries import PostgresReports
+    """SLA compliance per ladder and tier (the CLI's ``report sla``) as JSON. At the default
+    grace (60 s) the figures come from the SLA rollup (ADR 0033), brought up to date with
+    the ledger first, as ``report sla`` does: the same figures, in time proportional to what
+    changed since the last refresh. Until the rollup has been backfilled once
+    (``escalation report sla-refresh``) the answer is a 503 problem with ``code``
+    ``sla_rollup_not_backfilled``, never partial figures. Another ``grace_s`` recounts the
+    window from the ledger (slow on a large ledger)."""
+    from escalation.bootstrap import ledger_reports_for, sla_rollup_for
     from escalation.domain.errors import InvalidParameter
     from escalation.service_layer import sla_report as rep
+    from escalation.service_layer import sla_rollup
 
     start, end = parse_time(since, "from"), parse_time(until, "to")
     assert start is not None and end is not None  # noqa: S101 - required parameters
     if not 0 <= grace_s <= 86_400:  # (rep.build refuses a window that is not from < to)
         raise InvalidParameter("{grace_s} must be 0-86400, got {got}", "grace_s", got=grace_s)
-    report = rep.build(PostgresReports(core.engine), start, end, grace_s,
-                       calendars=core.calendars, ladders=core.ladders.get)
+    if grace_s == rep.DEFAULT_GRACE_S:
+        report, _at = sla_rollup.served_report(
+            sla_rollup.RollupReport(start, end),
+            sla_rollup.RollupPorts(sla_rollup_for(core), core.calendars, core.ladders.get))
+    else:
+        report = rep.build(rep.ReportSla(start, end, grace_s), ledger_reports_for(core),
+                           core.calendars, core.ladders.get)
     return {"from": start.isoformat(), "to": end.isoformat(), "grace_s": grace_s,
             "ladders": rep.grouped(report)}
 
@@ -163,7 +240,7 @@ def _case_file_response(core: Any, token: Any, cmd: Any, filename: str) -> Respo
     from escalation.service_layer.case_file import CaseFileRefused, export_case_file
 
     try:
-        ports = case_file_ports_for(core.engine, core.settings, core.ladders.get,
+        ports = case_file_ports_for(core, core.settings, core.ladders.get,
                                     core.calendars)
         if cmd.search is not None:
             check_filter(ports.ledger, cmd.search, core.ladders.all())
@@ -191,26 +268,18 @@ def case_file(did: Dispute, core: Core, token: AuditReader) -> Response:
 @router.get("/case-file", response_class=Response, responses={**ERRORS, 503: ERRORS[404], 200: {
     "content": {"application/json": {}},
     "description": "The case file (format escalation-case-file/1), as an attachment."}})
-def case_file_search(
-    core: Core, token: AuditReader,
-    tier: TierQ = None, decision: DecisionQ = None, since: SinceQ = None,
-    until: UntilQ = None, actor: ActorQ = None, ladder: LadderQ = None,
-    ladder_version: LadderVersionQ = None,
-) -> Response:
+def case_file_search(core: Core, token: AuditReader, filters: Filters) -> Response:
     """One case file of every dispute with a ledger row matching the audit search filters
     (at most 500 disputes; the CLI's ``audit case-file --ladder/--tier/...``). 422 when no
     filter is given, a name is unknown or no dispute matches (``dispute_ids``), 409 / 503 as
     for one dispute."""
     from escalation.domain.errors import InvalidInput
-    from escalation.ports import AuditFilter
     from escalation.service_layer.case_file import ExportCaseFile
 
-    flt = AuditFilter(tier=tier, decision=decision, since=parse_time(since, "from"),
-                      until=parse_time(until, "to"), actor=actor, ladder=ladder,
-                      ladder_version=ladder_version)
+    flt = filters.audit_filter()
     if flt == AuditFilter():
         raise InvalidInput("dispute_ids: give at least one filter (tier, decision, from, to, "
-                           "actor, ladder, ladder_version)")
+                           "actor, ladder, ladder_version)", field="dispute_ids")
     return _case_file_response(core, token, ExportCaseFile((), token.name, flt),
                                "case-file.json")
 

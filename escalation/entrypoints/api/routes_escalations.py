@@ -14,11 +14,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Request, Response
 
-from escalation.bootstrap import App, schedule_for
-from escalation.domain.errors import InvalidInput, LadderReleaseError, NotFound
+from escalation.bootstrap import App, core_ports_for, schedule_for
+from escalation.domain.errors import InvalidInput, LadderReleaseError, NotFound, invalid_items
 from escalation.domain.escalation import Escalation, Status
-from escalation.domain.obligations import Assessment, DeadlineState, assess
-from escalation.domain.timeutil import parse_duration
+from escalation.domain.obligations import Assessment, DeadlineState
+from escalation.domain.source_attributes import recorded_source_attributes
+from escalation.domain.timeutil import parse_duration, parse_time
 from escalation.entrypoints.api.auth import StatusReader, Writer
 from escalation.entrypoints.api.batching import CreateBatcher
 from escalation.entrypoints.api.deps import (
@@ -41,19 +42,23 @@ from escalation.entrypoints.api.models import (
     Problem,
     ResolveIn,
 )
-from escalation.entrypoints.api.problems import ApiProblem, field_of
+from escalation.entrypoints.api.problems import ApiProblem
 from escalation.entrypoints.api.tracing import child_span
-from escalation.entrypoints.cli_common import parse_time
 from escalation.ports import LedgerRow
 from escalation.service_layer.disputes import resolve_dispute
-from escalation.service_layer.enqueue import EnqueueRequest, enqueue_many
+from escalation.service_layer.enqueue import (
+    EnqueueMany,
+    EnqueueRequest,
+    enqueue_many,
+    validation_errors,
+)
 from escalation.service_layer.obligations import (
+    ObligationPorts,
     ObligationResult,
     RecordAction,
     Resolve,
-    dispute_clocks,
+    deadline_states,
     record_action,
-    recorded_actions,
 )
 from escalation.service_layer.obligations import resolve as do_resolve
 from escalation.service_layer.tokens import source_refusal
@@ -84,10 +89,12 @@ def to_request(body: EscalationIn, trace_id: str | None = None) -> EnqueueReques
         tier=body.tier, due_at=parse_time(body.due_at, "due_at"),
         opened_at=parse_time(body.opened_at, "opened_at"), ladder=body.ladder,
         external_id=ext if ext is not None else body.external_id,
+        source=body.source,
         trace_id=body.trace_id or trace_id,
         anchor_at=parse_time(body.notice_at, "notice_at"),
         timezone=body.timezone, calendar=body.calendar, attributes=body.attributes,
         due_in=parse_duration(body.due_in, "due_in"),
+        source_attributes=body.source_attributes,
     )
 
 
@@ -111,12 +118,8 @@ def assessments(core: App, esc: Escalation, now: datetime,
     Raises:
         LadderReleaseError (503): the released ladder file of ``esc`` is missing or edited.
     """
-    ladder = core.ladders.get(esc.ladder, esc.ladder_version)
     rows = core.store.trail(esc.dispute_id) if trail is None else trail
-    actions = recorded_actions(rows)
-    placed = dispute_clocks(ladder, rows, actions, esc.calendars(core.calendars),
-                            esc.deadlines)
-    return assess(ladder, placed, actions, now)
+    return deadline_states(core.ladders, rows, esc, core.calendars, now)
 
 
 def render(core: App, esc: Escalation, now: datetime | None = None,
@@ -124,7 +127,13 @@ def render(core: App, esc: Escalation, now: datetime | None = None,
            trail: Sequence[LedgerRow] | None = None, **extra: Any) -> EscalationOut:
     """The response body of one escalation, with every deadline's state at Redis TIME
     (``now``, when the caller has just read it; else read here). ``states``: the
-    assessments a use case returned (else computed from the trail, ``trail`` if given)."""
+    assessments a use case returned (else computed from the trail, ``trail`` if given).
+    ``source_attributes`` (in ``extra``): the dispute's, when the caller knows them; else
+    read from its ENQUEUED row (``trail``, read here unless given)."""
+    if "source_attributes" not in extra:
+        if trail is None:
+            trail = core.store.trail(esc.dispute_id)
+        extra["source_attributes"] = source_attributes_of(trail)
     if states is None:
         if now is None:
             now = core.scheduler.time()
@@ -139,6 +148,12 @@ def render(core: App, esc: Escalation, now: datetime | None = None,
         deadlines=[deadline_out(a) for a in states],
         trace_id=esc.trace_id, **extra,
     )
+
+
+def source_attributes_of(trail: Sequence[LedgerRow]) -> dict[str, str] | None:
+    """The source attributes a dispute's ENQUEUED row recorded (None: none recorded)."""
+    return next((recorded_source_attributes(r.details) for r in trail
+                 if r.event == "ENQUEUED"), None)
 
 
 def _hook(core: App) -> Callable[..., None]:
@@ -161,45 +176,55 @@ async def create(body: EscalationIn, request: Request, token: Writer) -> Respons
     why = source_refusal(token, body.source)
     if why is not None:
         raise ApiProblem(403, why, errors=[{"field": "source", "message": why}])
+    req = to_request(body, getattr(request.state, "trace_id", None))
     with child_span("ledger.write", operation="create"):
-        done = await batcher.submit(
-            to_request(body, getattr(request.state, "trace_id", None)), token.name)
+        done = await batcher.submit(req, token.name)
     res = done.result
-    # a dispute just created has no actions: its clocks are its projection's (no trail read)
+    # a dispute just created has no actions: its clocks are its projection's and its source
+    # attributes the request's, as recorded (no trail read); a replay reads what is recorded
+    known: dict[str, Any] = ({"source_attributes": dict(req.source_attributes or {}) or None}
+                             if res.created else {})
     out = render(core, res.escalation.with_changes(status=res.status), done.now,
                  trail=[] if res.created else None,
                  created=res.created, source_hash_differs=res.source_hash_differs,
-                 past_due_ms=res.past_due_ms)
+                 past_due_ms=res.past_due_ms, **known)
     return Response(out.model_dump_json(), status_code=201 if res.created else 200,
                     media_type="application/json")
 
 
 @router.post("/escalations/batch", response_model=BatchOut, responses=ERRORS)
 def create_batch(body: BatchIn, core: Core, token: Writer, request: Request) -> BatchOut:
-    """Schedule up to 1,000 escalations. Every item is validated first; one bad item -> 422
-    naming it (``items[i].field``) and nothing is written. Existing disputes are reported
-    with ``created: false`` (``source_hash_differs`` true = it carried another source hash,
-    which was not applied)."""
+    """Schedule up to 1,000 escalations. Every item is validated first; a bad item -> 422
+    naming it (``items[i].field``, each bad item listed) and nothing is written. Existing
+    disputes are reported with ``created: false`` (``source_hash_differs`` true = it carried
+    another source hash, which was not applied)."""
     requests = []
     for i, item in enumerate(body.items):
         why = source_refusal(token, item.source)
         if why is not None:
             raise ApiProblem(403, f"items[{i}]: {why}",
                              errors=[{"field": f"items[{i}].source", "message": why}])
+    bad: list[InvalidInput] = []
+    positions: list[int] = []
     for i, item in enumerate(body.items):
         try:
             requests.append(to_request(item, getattr(request.state, "trace_id", None)))
-        except Exception as exc:
-            from escalation.domain.errors import InvalidInput
-
-            if isinstance(exc, InvalidInput):
-                raise type(exc)(f"request {i + 1}: {exc}") from None
-            raise
+            positions.append(i)
+        except InvalidInput as exc:
+            bad.append(exc.in_item(i))
+    if bad:  # every item's error listed (the first api_max_errors: problems.capped),
+        # those of the items that parsed too
+        bad += validation_errors(
+            EnqueueMany(requests=requests, actor=token.name,
+                        default_ladder=core.settings.default_ladder),
+            core_ports_for(core), positions)
+        raise invalid_items(sorted(bad, key=lambda e: e.item or 0))
     with child_span("ledger.write", operation="create_batch", items=len(requests)):
         results = enqueue_many(
-            requests, scheduler=core.scheduler, store=core.store, ladders=core.ladders,
-            calendars=core.calendars, default_ladder=core.settings.default_ladder,
-            actor=token.name, on_scheduled=_hook(core),
+            EnqueueMany(requests=requests, actor=token.name,
+                        default_ladder=core.settings.default_ladder),
+            core_ports_for(core),
+            _hook(core),
         )
     items = [BatchItemOut(dispute_id=str(r.escalation.dispute_id), created=r.created,
                           status=r.status.value, source_hash_differs=r.source_hash_differs,
@@ -249,23 +274,24 @@ def cancel(did: Dispute, core: Core, token: Writer,
 def pause(did: Dispute, core: Core, token: Writer,
           body: PauseIn | None = Body(None)) -> EscalationOut:
     """Stop a pending escalation's SLA clock; 409 if it is not pending."""
+    from escalation.bootstrap import pause_ports_for
+    from escalation.service_layer.pause import PauseClock
     from escalation.service_layer.pause import pause as do_pause
 
     with child_span("ledger.write", operation="pause"):
-        res = do_pause(did, scheduler=core.scheduler, store=core.store, ladders=core.ladders,
-                       calendars=core.calendars, actor=token.name,
-                       reason=(body or PauseIn()).reason)
+        res = do_pause(PauseClock(did, token.name, (body or PauseIn()).reason),
+                       pause_ports_for(core))
     return render(core, res.escalation, remaining_ms=res.remaining_ms, basis=res.basis)
 
 
 def resume(did: Dispute, core: Core, token: Writer) -> EscalationOut:
     """Restart a paused escalation's clock: due = now + remaining window; 409 if not paused."""
-    from escalation.bootstrap import schedule_resumed
+    from escalation.bootstrap import pause_ports_for, schedule_resumed
+    from escalation.service_layer.pause import ResumeClock
     from escalation.service_layer.pause import resume as do_resume
 
     with child_span("ledger.write", operation="resume"):
-        res = do_resume(did, scheduler=core.scheduler, store=core.store, ladders=core.ladders,
-                        calendars=core.calendars, actor=token.name)
+        res = do_resume(ResumeClock(did, token.name), pause_ports_for(core))
     schedule_resumed(core, res)  # warnings as fractions of active (unpaused) time
     return render(core, res.escalation, remaining_ms=res.remaining_ms, basis=res.basis)
 
@@ -276,30 +302,30 @@ IdempotencyHeader = Annotated[str | None, Header(
 ACTION_FIELDS = ("action", "occurred_at", "evidence.ref", "evidence.sha256", "amount",
                  "currency", "note", "idempotency_key")
 RESOLVE_FIELDS = ("outcome", "reason", "occurred_at", "idempotency_key")
-_MESSAGE_FIELDS = {"evidence_ref": "evidence.ref", "evidence_sha256": "evidence.sha256",
-                   "materiality": "amount"}
+_API_FIELDS = {"evidence_ref": "evidence.ref", "evidence_sha256": "evidence.sha256",
+               "materiality": "amount"}
+"""The use cases' field names -> the request's, where they differ."""
 
 
 def _key(body_key: str | None, header_key: str | None) -> str:
     """The idempotency key of a request: the body's or the header's (equal if both)."""
     if body_key is not None and header_key is not None and body_key != header_key:
         raise InvalidInput("idempotency_key: the body's differs from the Idempotency-Key "
-                           "header; give one, or the same in both")
+                           "header; give one, or the same in both", field="idempotency_key")
     key = body_key if body_key is not None else header_key
     if key is None:
         raise InvalidInput("idempotency_key: required (body field idempotency_key or the "
-                           "Idempotency-Key header)")
+                           "Idempotency-Key header)", field="idempotency_key")
     return key
 
 
-def _field(message: str, fields: Sequence[str]) -> str | None:
-    """The request field an ``InvalidInput`` of the obligation use cases is about: the name
-    its message starts with (``"occurred_at: ..."``), else the words it uses."""
-    head = message.split(":", 1)[0].split(" ", 1)[0]
-    head = _MESSAGE_FIELDS.get(head, head)
-    if head in fields:
-        return head
-    return field_of(message, fields)
+def _field(exc: InvalidInput, fields: Sequence[str]) -> str | None:
+    """The request field an ``InvalidInput`` of the obligation use cases is about: its
+    ``field`` in the API's spelling, if it is one of ``fields``."""
+    if exc.field is None:
+        return None
+    field = _API_FIELDS.get(exc.field, exc.field)
+    return field if field in fields else None
 
 
 def _obligation(fields: Sequence[str], run: Callable[[], ObligationResult]) -> ObligationResult:
@@ -310,7 +336,7 @@ def _obligation(fields: Sequence[str], run: Callable[[], ObligationResult]) -> O
         raise  # the server's ladder files: 503
     except InvalidInput as exc:
         message = str(exc)
-        raise ApiProblem(422, message, errors=[{"field": _field(message, fields),
+        raise ApiProblem(422, message, errors=[{"field": _field(exc, fields),
                                                 "message": message}]) from None
 
 
@@ -337,9 +363,9 @@ def record(did: Dispute, body: ActionIn, core: Core, token: Writer,
             evidence_sha256=None if body.evidence is None else body.evidence.sha256,
             amount=body.amount, currency=body.currency, note=body.note)
         with child_span("ledger.write", operation="action"):
-            return record_action(cmd, scheduler=core.scheduler, store=core.store,
-                                 ladders=core.ladders, calendars=core.calendars,
-                                 on_replanned=schedule_for(core, only_ahead=True))
+            return record_action(
+                cmd, ObligationPorts(core.scheduler, core.store, core.ladders, core.calendars),
+                schedule_for(core, only_ahead=True))
 
     return _answer(core, _obligation(ACTION_FIELDS, run))
 

@@ -4,15 +4,18 @@ anonymous up/down, details with a token). None of them is shed under load (``edg
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from escalation.adapters.ladder_files import ReleasedLadders
 from escalation.entrypoints.api.models import Liveness, Problem, Readiness
 from escalation.entrypoints.api.problems import RETRY_AFTER_S
 from escalation.logs import get_logger
+from escalation.ports import ServerCheck, ServerFault
+
+if TYPE_CHECKING:
+    from escalation.bootstrap import App
 
 _log = get_logger(__name__)
 
@@ -50,23 +53,21 @@ def livez_head() -> dict[str, str]:
     return {"status": "ok"}
 
 
-def _outage(exc: BaseException) -> str:
-    """What a readiness check says of a failure: a kind, never the driver's text (which may
-    name an internal address); the text goes to the log."""
-    from escalation.domain.errors import SchemaNotAtHead
-
-    if isinstance(exc, SchemaNotAtHead):
+def _shown(check: ServerCheck) -> str:
+    """What a readiness check says of one server: ``ok`` or a kind, never the driver's text
+    (which may name an internal address); the text goes to the log."""
+    if check.fault is None:
+        return "ok"
+    if check.fault is ServerFault.SCHEMA_NOT_AT_HEAD:
         return "schema not at head (run escalation db upgrade)"
-    _log.warning("api.readiness_check_failed", error=f"{type(exc).__name__}: "
-                 f"{(str(exc).strip().splitlines() or [''])[0]}")
-    if isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower():
-        return "timeout"
-    return "unreachable"
+    _log.warning("api.readiness_check_failed", error=check.error)
+    return check.fault.value
 
 
-def ladder_check(ladders: ReleasedLadders) -> str | dict[str, Any]:
+def ladder_check(core: App) -> str | dict[str, Any]:
     """The ``ladders`` entry of ``/readyz`` details: ``"ok"``, or the released versions
     this process cannot read from its ladder directory and the invalid files in it."""
+    ladders = core.ladders
     unreadable = ladders.unreadable()
     invalid = list(ladders.files.errors)
     if not unreadable and not invalid:
@@ -94,21 +95,13 @@ def readyz(request: Request) -> JSONResponse:
     versions this server cannot read from its ladder directory (ladder, version, fault,
     expected and found checksum, what to do) are refused for new escalations while the rest
     is served, so they do not make the server not ready. Never shed."""
-    from escalation.adapters.db import check_at_head
+    from escalation.bootstrap import readiness_probe_for
 
     core = request.app.state.core
-    checks: dict[str, Any] = {}
-    try:
-        core.redis.ping()
-        checks["redis"] = "ok"
-    except Exception as exc:
-        checks["redis"] = _outage(exc)
-    try:
-        check_at_head(core.engine)
-        checks["postgres"] = "ok"
-    except Exception as exc:
-        checks["postgres"] = _outage(exc)
-    checks["ladders"] = ladder_check(core.ladders)
+    servers = readiness_probe_for(core).check()
+    checks: dict[str, Any] = {"redis": _shown(servers.redis_check),
+                              "postgres": _shown(servers.postgres_check),
+                              "ladders": ladder_check(core)}
     # the ladder directory never takes the server out of rotation: every escalation pinned
     # to a version it can read is still served (a create on an unreadable one is refused)
     ok = all(v == "ok" for k, v in checks.items() if k != "ladders")

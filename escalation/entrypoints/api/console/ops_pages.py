@@ -222,7 +222,8 @@ async def dead_retry(request: Request) -> Response:
 @router.post("/operations/dead/purge")
 async def dead_purge(request: Request) -> Response:
     """Purge one dead letter (``escalation dead purge MEMBER --yes --reason TEXT``): the
-    form's confirm box is ``--yes``; the reason goes on the PURGED ledger row."""
+    form's confirm box is the CLI's ``--yes`` (a refusal names the box, never the option);
+    the reason goes on the PURGED ledger row."""
     got = await _admin_form(request)
     if isinstance(got, Response):
         return got
@@ -235,6 +236,10 @@ async def dead_purge(request: Request) -> Response:
                              reason=form.get("reason", "")))
     except EscalationError as exc:
         code = 404 if isinstance(exc, NotFound) else 422
-        return await run_in_threadpool(_dead_page, request, info, member, code, str(exc))
+        message = str(exc)
+        if isinstance(exc, InvalidInput) and exc.field == "confirm":  # the form's own words
+            message = ("purge is permanent: tick \"Purge is permanent\" to confirm; "
+                       "nothing purged")
+        return await run_in_threadpool(_dead_page, request, info, member, code, message)
     return RedirectResponse("/console/operations?" + urlencode({"purged": int(written)}),
                             303, headers=_headers())

@@ -16,34 +16,59 @@ UTC offset; a date typed in a filter is a local date in that zone (the form says
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
+import itertools
 import json
 import math
 import secrets
 import tempfile
+import threading
+import time as clock
 from collections import defaultdict
-from dataclasses import asdict
+from collections.abc import Iterable, Iterator
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
+from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request
-from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.concurrency import iterate_in_threadpool, run_in_threadpool
+from fastapi.responses import (
+    HTMLResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
-from starlette.background import BackgroundTask
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from escalation.bootstrap import App
+from escalation.bootstrap import (
+    App,
+    checkpoint_store_for,
+    console_queries_for,
+    ledger_search_for,
+    rolled_deadlines_for,
+    sla_rollup_for,
+)
 from escalation.domain.access import Permission, TokenInfo
-from escalation.domain.errors import EscalationError, InvalidInput, NotFound
+from escalation.domain.errors import EscalationError, InvalidInput, NotFound, RollupNotBackfilled
+from escalation.domain.timeutil import iso_text
 from escalation.entrypoints import charts
 from escalation.entrypoints.api.auth import throttle_keys
 from escalation.entrypoints.api.console import HERE
+from escalation.ports import (
+    ClockFilter,
+    ClockKey,
+    DeadlineList,
+    LedgerSearch,
+    PendingEscalation,
+    PendingFilter,
+)
 from escalation.service_layer import deadline_outcomes as dl
 
 router = APIRouter(prefix="/console", include_in_schema=False)
@@ -109,6 +134,40 @@ def _details(value: Any) -> str:
     return str(value)
 
 
+def _brief(value: Any) -> str:
+    """The plain (text, number, true/false) entries of a ledger row's details, sorted by key,
+    as ``key: value; ...``; nested objects and lists are left to the row's full payload."""
+    if not isinstance(value, dict):
+        return _details(value)
+    return "; ".join(f"{k}: {v}" for k, v in sorted(value.items())
+                     if isinstance(v, (str, int, float, bool)) and v != "")
+
+
+def _pretty(value: Any) -> str:
+    """A ledger row's details as indented JSON with sorted keys (text: autoescaped by the
+    template, so a payload holding markup is shown as text)."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def source_of(trail: Any) -> str | None:
+    """The source system's name a dispute was enqueued from: its ENQUEUED row's
+    ``details.source`` (the projection's ``escalation_state.source`` is copied from it);
+    None when not recorded (named by UUID over the API, or enqueued before it was kept)."""
+    for r in trail:
+        if r.event == "ENQUEUED" and isinstance(r.details, dict) and r.details.get("source"):
+            return str(r.details["source"])
+    return None
+
+
+def source_attributes_of(trail: Any) -> dict[str, str] | None:
+    """The source attributes (``domain.source_attributes``) a dispute's ENQUEUED row
+    recorded; None when it recorded none. The page reads them from the trail it shows."""
+    from escalation.domain.source_attributes import recorded_source_attributes
+
+    return next((recorded_source_attributes(r.details) for r in trail
+                 if r.event == "ENQUEUED"), None)
+
+
 def describe_row(event: str, details: Any, zone: ZoneInfo) -> str:
     """A readable line for an ACTION_RECORDED or RESOLVED ledger row (action, instant,
     actor-independent facts: amount, evidence, note; a resolution's outcome and the
@@ -155,6 +214,8 @@ def _soft(value: Any) -> Markup:
 
 
 env.filters["details"] = _details
+env.filters["brief"] = _brief
+env.filters["pretty"] = _pretty
 env.filters["soft"] = _soft
 env.filters["dur"] = fmt_duration
 
@@ -227,14 +288,39 @@ class SessionCookie:
         await self.app(scope, receive, send_cookie)
 
 
-def _queries(request: Request) -> Any:
-    q = getattr(request.app.state, "console_queries", None)
+def _queries(request: Request) -> dl.ConsoleQueries:
+    q: dl.ConsoleQueries | None = getattr(request.app.state, "console_queries", None)
     if q is None:
-        from escalation.adapters.console_queries import PostgresConsoleQueries
-
-        q = PostgresConsoleQueries(_core(request).engine)
+        q = console_queries_for(_core(request))
         request.app.state.console_queries = q
     return q
+
+
+ROLLUP_NOTICE = ("Computed from the ledger, not from the SLA rollup ({why}): slow on a large "
+                 "ledger. Run `escalation report sla-refresh` once to serve this page from "
+                 "the rollup.")
+"""What the deadline lists and the overview say while the rollup is not backfilled."""
+
+
+def _rolled(request: Request) -> tuple[dl.RolledDeadlines, datetime] | str:
+    """The rollup's deadline rows, just refreshed, and the instant their states hold at
+    (docs/adr/0037); while the rollup is not backfilled (ADR 0034: a request never runs
+    the backfill) the notice the page shows instead, and the caller computes from the
+    ledger."""
+    from escalation.service_layer import sla_rollup as roll
+
+    core = _core(request)
+    try:
+        at = roll.served_refresh(roll.RollupPorts(sla_rollup_for(core), core.calendars,
+                                                  core.ladders.get))
+    except RollupNotBackfilled as exc:
+        why = str(exc).split("(", 1)[-1].split(")", 1)[0]
+        return ROLLUP_NOTICE.format(why=f"not backfilled: {why}")
+    reads: dl.RolledDeadlines | None = getattr(request.app.state, "rolled_deadlines", None)
+    if reads is None:
+        reads = rolled_deadlines_for(core)
+        request.app.state.rolled_deadlines = reads
+    return reads, at
 
 
 def _headers(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -278,18 +364,24 @@ def parse_instant(
     """
     if text is None:
         return None
+    text = iso_text(text, name)  # week dates, sub-microsecond fractions; t/z read
     try:
         d = date.fromisoformat(text)
     except ValueError:
         pass
     else:
+        if end and d == date.max:  # its next day is past the calendar's end
+            raise InvalidInput(f"{name}: {text!r} is past the last date this bound can name",
+                               field=name)
         return datetime.combine(d + timedelta(days=1 if end else 0), time(0), zone)
     try:
         t = datetime.fromisoformat(text)
     except ValueError:
-        raise InvalidInput(f"{name}: not a date or ISO-8601 time: {text!r}") from None
+        raise InvalidInput(f"{name}: not a date or ISO-8601 time: {text!r}",
+                           field=name) from None
     if t.tzinfo is None:
-        raise InvalidInput(f"{name}: a time needs its UTC offset (e.g. -05:00): {text!r}")
+        raise InvalidInput(f"{name}: a time needs its UTC offset (e.g. -05:00): {text!r}",
+                           field=name)
     return t
 
 
@@ -408,10 +500,14 @@ async def logout(request: Request) -> Response:
 # --------------------------------------------------------------------------- overview
 @router.get("", response_class=HTMLResponse)
 def overview(request: Request) -> HTMLResponse:
-    """Pending by ladder and tier, due soon, overdue, deadlines at risk and missed."""
+    """Pending by ladder and tier, due soon, overdue, deadlines at risk and missed: from
+    the SLA rollup, refreshed first (docs/adr/0037); from the ledger, saying so, while the
+    rollup is not backfilled."""
     _user(request)
     core, zone, q = _core(request), _zone(request), _queries(request)
-    now = q.now()
+    rolled = _rolled(request)
+    notice = rolled if isinstance(rolled, str) else None
+    now = q.now() if isinstance(rolled, str) else rolled[1]
     # released ladder versions this server cannot read from its directory: a banner, while
     # everything else is served (docs/operations.md "Ladder directory out of step with the
     # releases")
@@ -422,118 +518,294 @@ def overview(request: Request) -> HTMLResponse:
         return _error(request, exc, "overview.html", load=[], counts={}, now=now,
                       since_t=_param(request, "from") or "",
                       until_t=_param(request, "to") or "", period="",
-                      unreadable=unreadable)
-    load = dl.tier_load(q.pending(), now, _ladder_lookup(core))
-    window = dl.deadline_outcomes(q, core.ladders.get, core.calendars, since, until, now=now)
-    ahead = dl.deadline_outcomes(q, core.ladders.get, core.calendars, now,
-                                 now + dl.AT_RISK, now=now)
-    # open misses are counted whatever their instant: a period must not hide them
-    open_missed = dl.open_misses(q, core.ladders.get, core.calendars, core.ladders.all(),
-                                 now=now)
-    counts = {
-        "open_missed": len(open_missed),
-        "missed": sum(o.status == "missed" for o in window),
-        "met": sum(o.status == "met" for o in window),
-        "undetermined": sum(o.status == "undetermined" for o in window),
-        "at_risk": sum(o.status == "at_risk" for o in ahead),
-        "pending": sum(t.pending for t in load),
-        "due_hour": sum(t.due_hour for t in load),
-        "due_day": sum(t.due_day for t in load),
-        "overdue": sum(t.overdue for t in load),
-    }
+                      unreadable=unreadable, rollup_notice=notice)
+    load = dl.tier_load_of(q.tier_counts(now), _ladder_lookup(core))
+    # the "now" cards: open misses whatever their instant (a period must not hide them),
+    # at risk, and deadlines falling due in the next hour and day; each the exact count
+    # of the list it links to
+    cards = (("open_missed", "open_miss", None, None), ("at_risk", "at_risk", None, None),
+             ("breach_hour", "at_risk", now, now + timedelta(hours=1)),
+             ("breach_day", "at_risk", now, now + timedelta(days=1)))
+    counts: dict[str, Any]
+    window: dict[str, int] | None
+    if isinstance(rolled, str):
+        post = dl.after_end(core.ladders.all())
+        src = dl.DeadlineSources(q, core.ladders.get, core.calendars)
+        counts = {name: dl.count_state(src, ClockFilter(
+            since=lo, until=hi, state=state, at_risk_s=dl.AT_RISK.total_seconds(),
+            after_end=post), now) for name, state, lo, hi in cards}
+        window = dl.period_counts(src, since, until, now)
+    else:
+        counts = {name: rolled[0].count(ClockFilter(since=lo, until=hi, state=state))
+                  for name, state, lo, hi in cards}
+        window = dl.rolled_counts(rolled[0], since, until)
+    counts.update(
+        period_counted=window is not None,
+        missed=None if window is None else window["missed"],
+        met=None if window is None else window["met"],
+        undetermined=None if window is None else window["undetermined"],
+        pending=sum(t.pending for t in load), due_hour=sum(t.due_hour for t in load),
+        due_day=sum(t.due_day for t in load), overdue=sum(t.overdue for t in load))
+    soon = {f"{k}_qs": urlencode({"status": "at_risk", "from": now.isoformat(),
+                                  "to": (now + span).isoformat()})
+            for k, span in (("hour", timedelta(hours=1)), ("day", timedelta(days=1)))}
     period = urlencode({"from": since_t, "to": until_t})
     return render(request, "overview.html", load=load, counts=counts, now=now,
-                  since_t=since_t, until_t=until_t, period=period, unreadable=unreadable)
+                  since_t=since_t, until_t=until_t, period=period, unreadable=unreadable,
+                  cap=dl.COUNT_CAP, hour_qs=soon["hour_qs"], day_qs=soon["day_qs"],
+                  rollup_notice=notice)
+
+
+def _cursor(now: datetime, keyset: tuple[str, ...]) -> str:
+    """An opaque next-page cursor: the walk's ``now`` and the last row's keyset."""
+    return base64.urlsafe_b64encode(json.dumps([now.isoformat(), *keyset]).encode()).decode()
+
+
+def _uncursor(text: str | None) -> tuple[datetime, tuple[str, ...]] | None:
+    """The walk's ``now`` and keyset of a cursor; None for none. Raises InvalidInput."""
+    if text is None:
+        return None
+    try:
+        got = json.loads(base64.urlsafe_b64decode(text.encode()))
+        now = datetime.fromisoformat(got[0])
+        if now.tzinfo is None or not all(isinstance(k, str) for k in got[1:]):
+            raise ValueError(text)
+        return now, tuple(got[1:])
+    except (ValueError, TypeError, IndexError, UnicodeError):
+        raise InvalidInput("cursor: not a cursor of this list (start again from the first "
+                           "page)") from None
+
+
+def stage_of(p: PendingEscalation, now: datetime) -> str:
+    """``paused``, ``breached`` (due at or before ``now``) or ``in progress``."""
+    if p.status == "paused" or p.due_at is None:
+        return "paused"
+    return "breached" if p.due_at <= now else "in progress"
+
+
+def elapsed_share(p: PendingEscalation, now: datetime) -> float | None:
+    """The share of the tier's SLA window elapsed at ``now`` (1.0 = due now; over 1 once
+    breached); None while paused."""
+    if p.due_at is None:
+        return None
+    window = max((p.due_at - p.entered_tier_at).total_seconds(), 0.001)
+    return (now - p.entered_tier_at).total_seconds() / window
 
 
 @router.get("/pending", response_class=HTMLResponse)
 def pending(request: Request) -> HTMLResponse:
-    """Pending escalations (filters: ladder, tier, window = hour | day | overdue)."""
+    """Pending and paused escalations (filters: ladder, tier, window = hour | day | overdue,
+    stage = in_progress | breached | paused; sort = due (time to breach) | elapsed (% of
+    the SLA window)), in keyset pages over all of them."""
     _user(request)
     core, q = _core(request), _queries(request)
-    now = q.now()
     ladder, tier, window = _param(request, "ladder"), _param(request, "tier"), \
         _param(request, "window")
+    stage, sort = _param(request, "stage"), _param(request, "sort") or "due"
+    ctx: dict[str, Any] = {"ladder": ladder, "tier": tier, "window": window, "stage": stage,
+                           "sort": sort, "qs": lambda **c: _qs(request, **c), "core": core,
+                           "stage_of": stage_of, "elapsed": elapsed_share}
     try:
-        rows = [p for p in q.pending()
-                if (ladder is None or p.ladder == ladder) and (tier is None or p.tier == tier)
-                and dl.pending_window(p, now, window)]
+        flt = PendingFilter(ladder, tier, window, stage, sort)
+        walk = _uncursor(_param(request, "cursor"))
+        now = q.now() if walk is None else walk[0]
+        got = q.pending_page(now, flt, None if walk is None else walk[1], PAGE_SIZE + 1)
+        total = q.pending_total(now, flt)
     except InvalidInput as exc:
-        return _error(request, exc, "pending.html", rows=[], now=now, ladder=ladder, tier=tier,
-                      window=None, page=1, pages=1, total=0,
-                      qs=lambda **c: _qs(request, **c), core=core)
-    page, pages, shown = _page(request, rows)
-    return render(request, "pending.html", rows=shown, now=now, ladder=ladder, tier=tier,
-                  window=window, page=page, pages=pages, total=len(rows),
-                  qs=lambda **c: _qs(request, **c), core=core)
+        return _error(request, exc, "pending.html", rows=[], now=q.now(), total=0, nxt=None,
+                      **{**ctx, "window": None, "stage": None, "sort": "due"})
+    nxt = _cursor(now, got[PAGE_SIZE - 1][1]) if len(got) > PAGE_SIZE else None
+    return render(request, "pending.html", rows=[r for r, _k in got[:PAGE_SIZE]], now=now,
+                  total=total, nxt=nxt, first=walk is None, **ctx)
 
 
-def _page(request: Request, rows: list[Any]) -> tuple[int, int, list[Any]]:
+def _page_of(request: Request, total: int) -> tuple[int, int]:
+    """(page asked for, clamped to the list; pages) of a list of ``total`` rows."""
     try:
         page = max(1, int(request.query_params.get("page", "1")))
     except ValueError:
         page = 1
-    pages = max(1, -(-len(rows) // PAGE_SIZE))
-    page = min(page, pages)
-    return page, pages, rows[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
+    pages = max(1, -(-total // PAGE_SIZE))
+    return min(page, pages), pages
 
 
 # --------------------------------------------------------------------------- deadlines
-def _deadlines(request: Request) -> tuple[list[dl.DeadlineOutcome], dict[str, Any]]:
-    core, zone, q = _core(request), _zone(request), _queries(request)
-    now = q.now()
-    since, until, since_t, until_t = _period(request, zone, None, now)
-    status = _param(request, "status")
-    sort = _param(request, "sort") or "deadline_at"
-    desc = request.query_params.get("dir") == "desc"
-    still_open = request.query_params.get("open") == "1"
-    if still_open:  # the overview's open-misses card: every instant, open misses only
-        found = dl.open_misses(q, core.ladders.get, core.calendars, core.ladders.all(),
-                               now=now)
-        found = [o for o in found if o.deadline is not None
-                 and (since is None or o.deadline >= since)
-                 and (until is None or o.deadline < until)]
-    else:
-        found = dl.deadline_outcomes(q, core.ladders.get, core.calendars, since, until,
-                                     now=now)
-    ladders = sorted({o.ladder for o in found})
-    names = sorted({o.name for o in found})
-    rows = dl.select(found, status=status, ladder=_param(request, "ladder"),
-                     deadline=_param(request, "deadline"), sort=sort, descending=desc)
-    return rows, {"now": now, "since_t": since_t, "until_t": until_t, "status": status,
-                  "still_open": still_open,
-                  "sort": sort, "desc": desc, "ladders": ladders, "names": names,
-                  "ladder": _param(request, "ladder"), "deadline": _param(request, "deadline")}
+class _DeadlineQuery:
+    """The deadline list's parameters, checked, and the clock filter they make."""
+
+    def __init__(self, request: Request) -> None:
+        core, zone, q = _core(request), _zone(request), _queries(request)
+        self.status = _param(request, "status")
+        self.sort = _param(request, "sort") or "deadline_at"
+        self.desc = request.query_params.get("dir") == "desc"
+        self.still_open = request.query_params.get("open") == "1"
+        self.ladder, self.deadline = _param(request, "ladder"), _param(request, "deadline")
+        if self.status is not None and self.status not in dl.STATUSES:
+            raise InvalidInput(f"status must be one of {', '.join(dl.STATUSES)}, "
+                               f"got {self.status!r}")
+        if self.sort not in dl.SORT_KEYS:
+            raise InvalidInput(f"sort must be one of {', '.join(dl.SORT_KEYS)}, "
+                               f"got {self.sort!r}")
+        walk = _uncursor(_param(request, "cursor"))
+        self.now = q.now() if walk is None else walk[0]
+        self.after: ClockKey | None = None
+        if walk is not None:
+            try:
+                self.after = (datetime.fromisoformat(walk[1][0]), UUID(walk[1][1]), walk[1][2])
+            except (ValueError, IndexError):
+                raise InvalidInput("cursor: not a cursor of this list (start again from the "
+                                   "first page)") from None
+        self.first = walk is None
+        since, until, self.since_t, self.until_t = _period(request, zone, None, self.now)
+        known = core.ladders.all()
+        self.ladders = sorted({lad.name for lad in known})
+        self.names = sorted({d.name for lad in known for d in lad.deadlines})
+        # a filter naming nothing the ladders know would list nothing and look like "no
+        # misses": refused, as the API and the CLI refuse it
+        for field, value, names in (("ladder", self.ladder, self.ladders),
+                                    ("deadline", self.deadline, self.names)):
+            if value is not None and value not in names:
+                raise InvalidInput(f"{field}: unknown {field} {value!r}; known: "
+                                   f"{', '.join(names)}")
+        state = "open_miss" if self.still_open else self.status
+        if self.still_open and self.status not in (None, "missed"):
+            state = "none"  # an open miss is missed: any other status selects nothing
+        self.flt = ClockFilter(since, until, self.ladder, self.deadline, state,
+                               dl.AT_RISK.total_seconds(), dl.after_end(known))
+        self.rolled: dl.RolledDeadlines | None = None
+        self.notice: str | None = None
+
+    def ctx(self) -> dict[str, Any]:
+        """The template's context of the filters."""
+        return {"now": self.now, "since_t": self.since_t, "until_t": self.until_t,
+                "status": self.status, "still_open": self.still_open, "sort": self.sort,
+                "desc": self.desc, "ladders": self.ladders, "names": self.names,
+                "ladder": self.ladder, "deadline": self.deadline,
+                "rollup_notice": self.notice}
+
+    def refresh(self, request: Request) -> None:
+        """Read from the SLA rollup, refreshed now (its instant becomes this list's
+        ``now``: a later page refreshes again and reads at its own), or, while it is not
+        backfilled, from the ledger with a notice saying so."""
+        got = _rolled(request)
+        if isinstance(got, str):
+            self.rolled, self.notice = None, got
+        else:
+            self.rolled, self.now = got
+            self.notice = None
+
+    def total(self, request: Request) -> int:
+        """How many deadlines a list sorted by another key than the instant holds:
+        refused above :data:`dl.COUNT_CAP` (InvalidInput naming the sort)."""
+        if self.flt.state == "none":
+            return 0
+        if self.rolled is not None:
+            n = self.rolled.count(self.flt, dl.COUNT_CAP + 1)
+        else:
+            n = _queries(request).clock_count(self.now, self.flt, dl.COUNT_CAP + 1)
+        if n > dl.COUNT_CAP:
+            raise InvalidInput(
+                f"sort: sorting by {self.sort} reads every matching deadline, and more than "
+                f"{dl.COUNT_CAP:,} match; narrow the period, ladder or deadline, or sort by "
+                "deadline_at (paged over all of them)")
+        return n
+
+    def sorted_rows(self, request: Request, offset: int,
+                    limit: int) -> list[dl.DeadlineOutcome]:
+        """Rows ``offset`` to ``offset + limit`` of the list sorted by a key other than the
+        instant (call :meth:`total` first): ordered by the database from the rollup, with
+        the outcomes of those rows only; from the ledger, every matching outcome computed
+        and sorted here."""
+        core, q = _core(request), _queries(request)
+        if self.flt.state == "none":
+            return []
+        src = dl.DeadlineSources(q, core.ladders.get, core.calendars)
+        if self.rolled is not None:
+            return dl.rolled_sorted(src, self.rolled, self.listed(), offset, limit)
+        found = [o for o, _k in dl.walk(src, DeadlineList(self.flt, self.now), batch=1000)
+                 if o is not None]
+        return dl.select(found, dl.Selection(sort=self.sort,
+                                             descending=self.desc))[offset:offset + limit]
+
+    def listed(self) -> DeadlineList:
+        """The list asked for: filter, instant, sort and direction."""
+        return DeadlineList(self.flt, self.now, self.sort, self.desc)
 
 
 @router.get("/deadlines", response_class=HTMLResponse)
 def deadlines(request: Request) -> HTMLResponse:
-    """Met / missed / at-risk deadline lists with filters, sorting and pages."""
+    """Met / missed / at-risk deadline lists with filters and sorting: by instant in keyset
+    pages over every deadline; by another column over at most ``COUNT_CAP`` of them. From
+    the SLA rollup (docs/adr/0037), or from the ledger while it is not backfilled."""
     _user(request)
+    core, q = _core(request), _queries(request)
+    qs = lambda **c: _qs(request, **c)  # noqa: E731 - the template's link builder
     try:
-        rows, ctx = _deadlines(request)
+        dq = _DeadlineQuery(request)
+        dq.refresh(request)
+        if dq.sort != "deadline_at":
+            total = dq.total(request)
+            page, pages = _page_of(request, total)
+            shown = dq.sorted_rows(request, (page - 1) * PAGE_SIZE, PAGE_SIZE)
+            return render(request, "deadlines.html", rows=shown, page=page, pages=pages,
+                          total=total, nxt=None, scanned=0, statuses=dl.STATUSES,
+                          sorts=list(dl.SORT_KEYS), qs=qs, **dq.ctx())
+        if dq.flt.state == "none":
+            got = dl.DeadlinePage([], None, 0)
+        elif dq.rolled is not None:
+            got = dl.rolled_page(dl.DeadlineSources(q, core.ladders.get, core.calendars),
+                                 dq.rolled, dq.listed(), dq.after, PAGE_SIZE)
+        else:
+            got = dl.deadline_page(dl.DeadlineSources(q, core.ladders.get, core.calendars),
+                                   dq.listed(), dq.after, PAGE_SIZE)
     except InvalidInput as exc:
-        return _error(request, exc, "deadlines.html", rows=[], page=1, pages=1, total=0,
-                      ladders=[], names=[], statuses=dl.STATUSES, sorts=list(dl.SORT_KEYS),
-                      qs=lambda **c: _qs(request, **c))
-    page, pages, shown = _page(request, rows)
-    return render(request, "deadlines.html", rows=shown, page=page, pages=pages,
-                  total=len(rows), statuses=dl.STATUSES, sorts=list(dl.SORT_KEYS),
-                  qs=lambda **c: _qs(request, **c), **ctx)
+        return _error(request, exc, "deadlines.html", rows=[], page=1, pages=1, total=None,
+                      nxt=None, scanned=0, ladders=[], names=[], statuses=dl.STATUSES,
+                      sorts=list(dl.SORT_KEYS), qs=qs, first=True)
+    nxt = None if got.next_key is None else _cursor(dq.now, (
+        got.next_key[0].isoformat(), str(got.next_key[1]), got.next_key[2]))
+    return render(request, "deadlines.html", rows=got.rows, page=1, pages=1, total=None,
+                  nxt=nxt, scanned=got.scanned, first=dq.first, statuses=dl.STATUSES,
+                  sorts=list(dl.SORT_KEYS), qs=qs, **dq.ctx())
+
+
+def _started(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """``chunks`` with its first chunk already produced: a refusal raised while the query
+    starts (a bad filter value) is answered as 422 before the response's head is sent,
+    instead of cutting the connection of a 200 mid-stream."""
+    first = next(chunks, None)
+    return chunks if first is None else itertools.chain((first,), chunks)
 
 
 @router.get("/deadlines.csv")
 def deadlines_csv(request: Request) -> Response:
-    """The filtered deadline list as CSV (every page; formula injection neutralised)."""
+    """The filtered deadline list as CSV (every row, every page; formula injection
+    neutralised), streamed as the list is read."""
     _user(request)
+    core, q, zone = _core(request), _queries(request), _zone(request)
     try:
-        rows, _ctx = _deadlines(request)
+        dq = _DeadlineQuery(request)
+        dq.refresh(request)
+        if dq.sort != "deadline_at":
+            rows: Iterable[dl.DeadlineOutcome] = dq.sorted_rows(request, 0,
+                                                                dq.total(request))
+        elif dq.flt.state == "none":
+            rows = []
+        elif dq.rolled is not None:
+            rows = dl.rolled_walk(dl.DeadlineSources(q, core.ladders.get, core.calendars),
+                                  dq.rolled, dq.listed(), dq.after)
+        else:
+            rows = (o for o, _k in dl.walk(
+                dl.DeadlineSources(q, core.ladders.get, core.calendars), dq.listed(),
+                dq.after, batch=1000) if o is not None)
+        body = _started(c.encode("utf-8") for c in dl.csv_chunks(
+            rows, zone, bom=_param(request, "bom") == "1"))
     except InvalidInput as exc:
         return Response(str(exc) + "\n", 422, media_type="text/plain", headers=_headers())
-    return Response(dl.to_csv(rows, _zone(request), bom=_param(request, "bom") == "1"),
-                    media_type="text/csv; charset=utf-8",
-                    headers=_headers({"Content-Disposition":
-                                      'attachment; filename="deadlines.csv"'}))
+    return StreamingResponse(iterate_in_threadpool(body),
+                             media_type="text/csv; charset=utf-8",
+                             headers=_headers({"Content-Disposition":
+                                               'attachment; filename="deadlines.csv"'}))
 
 
 # --------------------------------------------------------------------------- dispute
@@ -569,10 +841,8 @@ def dispute(request: Request, dispute_id: str) -> HTMLResponse:
             raise NotFound(f"no audit rows for dispute {did}")
     except EscalationError as exc:
         return _error(request, exc, "dispute_lookup.html")
-    from escalation.adapters.checkpoints import PostgresCheckpoints
-
     state = core.store.get(did)
-    checkpoints = PostgresCheckpoints(core.engine)
+    checkpoints = checkpoint_store_for(core)
     report = checkpoint.verify(checkpoints, did)
     cp = None
     if report.checkpoint_id is not None:
@@ -580,9 +850,11 @@ def dispute(request: Request, dispute_id: str) -> HTMLResponse:
             cp = snap.checkpoint(report.checkpoint_id)
     covered = cp is not None and any(r.recorded_at is not None and r.recorded_at <= cp.created_at
                                      for r in trail)
-    outcomes = dl.deadline_outcomes(q, core.ladders.get, core.calendars, dispute_id=did)
+    outcomes = dl.outcomes_of(q.chains_of([did]), q.now(), core.ladders.get, core.calendars)
     return render(request, "dispute.html", did=did, trail=trail, state=state, report=report,
                   checkpoint=cp, covered=covered, outcomes=outcomes, describe=describe_row,
+                  source=source_of(trail), source_attributes=source_attributes_of(trail),
+                  external_id=next((r.external_id for r in trail if r.external_id), None),
                   broken={seq for d, seq in report.broken_chains if d == did})
 
 
@@ -604,7 +876,7 @@ def dispute_case_file(request: Request, dispute_id: str) -> Response:
     core = _core(request)
     try:
         did = resolve_dispute(dispute_id)[0]
-        ports = case_file_ports_for(core.engine, core.settings, core.ladders.get,
+        ports = case_file_ports_for(core, core.settings, core.ladders.get,
                                     core.calendars)
         data = export_case_file(ExportCaseFile((did,), info.name), ports)
     except EscalationError as exc:
@@ -620,10 +892,8 @@ AUDIT_FIELDS = ("dispute_id", "source", "external_id", "tier", "decision", "from
                 "actor", "ladder", "ladder_version")
 
 
-def _ledger(request: Request) -> Any:
-    from escalation.adapters.audit_search import PostgresLedgerSearch
-
-    return PostgresLedgerSearch(_core(request).engine)
+def _ledger(request: Request) -> LedgerSearch:
+    return ledger_search_for(_core(request))
 
 
 def _audit_filter(request: Request) -> Any:
@@ -651,16 +921,58 @@ def _audit_filter(request: Request) -> Any:
     return flt
 
 
+DECISIONS_TTL_S = 300.0
+"""How long the audit form's list of recorded decisions is reused before it is read again."""
+_decisions_cache: dict[int, tuple[float, list[str]]] = {}
+_decisions_lock = threading.Lock()
+_decisions_reading: set[int] = set()
+
+
+def _decision_names(request: Request) -> list[str]:
+    """The audit form's decision names: every ledger event, every decision the ladders can
+    record and every one recorded so far. Reading the recorded ones reads the whole ledger
+    (a DISTINCT over every row), so it runs in a background thread at most once per
+    :data:`DECISIONS_TTL_S` per process; until the first read ends, the form lists the
+    events and the ladders' decisions (a search for any other recorded decision still runs:
+    ``check_filter`` reads the ledger for a name it does not know)."""
+    from escalation.service_layer.audit_export import known_decisions, ladder_decisions
+
+    core = _core(request)
+    ledger = _ledger(request)
+    producible = ladder_decisions(core.ladders.all())
+    key = id(core)
+    with _decisions_lock:
+        cached = _decisions_cache.get(key)
+        stale = cached is None or clock.monotonic() - cached[0] > DECISIONS_TTL_S
+        start = stale and key not in _decisions_reading
+        if start:
+            _decisions_reading.add(key)
+
+    def read() -> None:
+        try:
+            names = known_decisions(ledger, producible)
+            with _decisions_lock:
+                _decisions_cache[key] = (clock.monotonic(), names)
+        finally:
+            with _decisions_lock:
+                _decisions_reading.discard(key)
+
+    if start:
+        threading.Thread(target=read, name="console-decisions", daemon=True).start()
+    if cached is not None:
+        return sorted(set(cached[1]) | producible)
+    return sorted(set(ledger.ledger_events()) | producible)
+
+
 @router.get("/audit", response_class=HTMLResponse)
 def audit(request: Request) -> HTMLResponse:
     """Audit search (the filters of ``escalation audit search``), cursor pages."""
     _user(request)
-    from escalation.service_layer.audit_export import known_decisions, ladder_decisions
     from escalation.service_layer.audit_page import search_page
 
     ledger = _ledger(request)
     values = {f: request.query_params.get(f, "") for f in AUDIT_FIELDS}
-    decisions = known_decisions(ledger, ladder_decisions(_core(request).ladders.all()))
+    decisions = _decision_names(request)
     try:
         flt = _audit_filter(request)
         rows, nxt = search_page(ledger, flt, PAGE_SIZE, _param(request, "cursor"))
@@ -699,57 +1011,96 @@ def audit_export(request: Request, fmt: str) -> Response:
     want = request.query_params.get("format", "csv") if fmt == "manifest" else fmt
     if want not in ("csv", "jsonl"):
         return Response(f"unknown export format {want!r}\n", 404, media_type="text/plain")
+    if fmt != "manifest":  # the file itself: streamed as the ledger is read
+        from escalation.service_layer.audit_export import export_stream
+
+        try:
+            body = _started(export_stream(_ledger(request), "csv" if want == "csv" else "jsonl",
+                                          _audit_filter(request),
+                                          bom=_param(request, "bom") == "1"))
+        except EscalationError as exc:
+            return Response(str(exc) + "\n", 422, media_type="text/plain",
+                            headers=_headers())
+        media = "text/csv; charset=utf-8" if want == "csv" else "application/x-ndjson"
+        return StreamingResponse(iterate_in_threadpool(body), media_type=media, headers=_headers(
+            {"Content-Disposition": f'attachment; filename="audit.{want}"'}))
     try:
         out, manifest = _export(request, want)
     except EscalationError as exc:
         return Response(str(exc) + "\n", 422, media_type="text/plain", headers=_headers())
-    if fmt == "manifest":
-        _cleanup(out)
-        return Response(json.dumps(manifest, indent=2) + "\n", media_type="application/json",
-                        headers=_headers({"Content-Disposition":
-                                          f'attachment; filename="audit.{want}.manifest.json"'}))
-    media = "text/csv; charset=utf-8" if want == "csv" else "application/x-ndjson"
-    return FileResponse(out, media_type=media, filename=f"audit.{want}",
-                        headers=_headers(), background=BackgroundTask(_cleanup, out))
+    _cleanup(out)
+    return Response(json.dumps(manifest, indent=2) + "\n", media_type="application/json",
+                    headers=_headers({"Content-Disposition":
+                                      f'attachment; filename="audit.{want}.manifest.json"'}))
 
 
 # --------------------------------------------------------------------------- SLA report
 @router.get("/sla", response_class=HTMLResponse)
 def sla(request: Request) -> HTMLResponse:
-    """The SLA report: figures per tier in ladder order, met vs missed and time-in-tier
-    charts (server-side SVG)."""
+    """The SLA report from its rollup (ADR 0033; the figures of ``report sla`` for the
+    period): figures per tier in ladder order, the achievement rate per week or month
+    (``period``) per ladder and tier and per regulatory deadline, met vs missed and
+    time-in-tier charts (server-side SVG), each with its figures as a table. A rollup not
+    yet backfilled is a 503 page saying what to run, never partial figures."""
     _user(request)
-    from escalation.adapters.report_queries import PostgresReports
     from escalation.service_layer import sla_report as rep
+    from escalation.service_layer import sla_rollup as roll
 
-    core, zone, q = _core(request), _zone(request), _queries(request)
-    now = q.now()
+    core, zone = _core(request), _zone(request)
+    store = sla_rollup_for(core)
+    period = _param(request, "period") or "week"
+    empty: dict[str, Any] = {"tiers": [], "grace_s": rep.DEFAULT_GRACE_S, "period": period,
+                             "periods": roll.PERIODS}
     try:
-        since, until, since_t, until_t = _period(request, zone, 30, now)
+        since, until, since_t, until_t = _period(request, zone, 30, _queries(request).now())
         assert since is not None and until is not None  # noqa: S101 - defaults given
-        report = rep.build(PostgresReports(core.engine), since, until, now=now,
-                           calendars=core.calendars, ladders=core.ladders.get)
+        cut = roll.spans(since, until, period, zone)
+        report, _at = roll.served_report(
+            roll.RollupReport(since, until),
+            roll.RollupPorts(store, core.calendars, core.ladders.get))
+    except RollupNotBackfilled as exc:
+        return render(request, "sla.html", 503, notice=str(exc),
+                      since_t=_param(request, "from") or "",
+                      until_t=_param(request, "to") or "", **empty)
     except InvalidInput as exc:
-        return _error(request, exc, "sla.html", tiers=[], charts=[],
-                      grace_s=rep.DEFAULT_GRACE_S)  # the caption still names the grace
-    tiers = sorted(report.tiers, key=lambda f: (f.ladder, _rank(core, f.ladder, f.tier), f.tier))
-    outcomes = dl.deadline_outcomes(q, core.ladders.get, core.calendars, since, until, now=now)
-    per_tier: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-    for o in outcomes:
-        if o.status in ("met", "missed"):
-            per_tier[(o.ladder, o.tier)][0 if o.status == "met" else 1] += 1
-    order = sorted(per_tier, key=lambda k: (k[0], _rank(core, k[0], k[1]), k[1]))
+        return _error(request, exc, "sla.html", **empty)  # the caption still names the grace
+
+    def order(ladder: str, tier: str) -> tuple[str, int, str]:
+        return (ladder, _rank(core, ladder, tier), tier)
+
+    tiers = sorted(report.tiers, key=lambda f: order(f.ladder, f.tier))
+    met_missed = [(f.ladder, f.tier, f.regulatory_met, f.regulatory_missed) for f in tiers
+                  if f.regulatory_met or f.regulatory_missed]
     mm = charts.met_missed("Regulatory deadlines met vs missed, by the tier holding them",
-                           [(f"{lad} / {t}", per_tier[(lad, t)][0], per_tier[(lad, t)][1])
-                            for lad, t in order])
-    dist_rows = [(f"{f.ladder} / {f.tier}", charts.bucket_counts(f.durations))
-                 for f in tiers if f.durations]
+                           [(f"{lad} / {t}", met, missed) for lad, t, met, missed in met_missed])
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * len(charts.BUCKETS))
+    for ladder, tier, bucket, stays in store.durations(
+            since, until, [upper for _b, upper in charts.BUCKETS[:-1]]):
+        counts[(ladder, tier)][bucket] += stays
+    dist_rows = [(f"{lad} / {t}", counts[(lad, t)]) for lad, t in sorted(counts, key=lambda k:
+                                                                        order(*k))]
     dist = charts.distribution("Time in tier: share of stays by duration", dist_rows)
+    trend = roll.trend(store, cut)
+    tier_lines = sorted(trend.tiers, key=lambda a: order(a.ladder, a.key))
+
+    def cells(a: roll.Achievement) -> list[tuple[str, int, int]]:
+        return [(s.label, good, bad) for s, (good, bad) in zip(trend.spans, a.counts,
+                                                                 strict=True)]
+
+    word = "week" if period == "week" else "month"
+    tier_svg = charts.achievement(
+        f"SLA achievement per {word}: stays resolved in the tier vs escalated",
+        [(f"{a.ladder} / {a.key}", cells(a)) for a in tier_lines], ("achieved", "breached"))
+    deadline_svg = charts.achievement(
+        f"Regulatory deadlines met per {word}",
+        [(f"{a.ladder} / {a.key}", cells(a)) for a in trend.deadlines], ("met", "missed"))
     return render(request, "sla.html", tiers=tiers, since_t=since_t, until_t=until_t,
                   grace_s=report.grace_s, met_missed_svg=mm, dist_svg=dist,
                   buckets=[b for b, _u in charts.BUCKETS], dist_rows=dist_rows,
-                  met_missed=[(lad, t, *per_tier[(lad, t)]) for lad, t in order],
-                  asdict=asdict)
+                  met_missed=met_missed, period=period, periods=roll.PERIODS,
+                  spans=trend.spans, tier_lines=tier_lines, deadline_lines=trend.deadlines,
+                  tier_trend_svg=tier_svg, deadline_trend_svg=deadline_svg,
+                  percent=charts.percent, end_day=lambda s: s.end - timedelta(microseconds=1))
 
 
 # --------------------------------------------------------------------------- trailing slash

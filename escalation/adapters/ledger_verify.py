@@ -1,0 +1,463 @@
+"""``audit verify --all`` in parallel: every ledger partition read once, by its own process,
+all in one exported snapshot, streamed; each chain recomputed, its tail compared with its
+projection head and its projection row compared with what the chain determines.
+
+The whole-ledger walk of :meth:`AuditQueries.verify` is split by partition (a chain never
+spans partitions: ADR 0007). The calling connection opens a REPEATABLE READ transaction and
+exports its snapshot (``pg_export_snapshot``); each worker process imports it (``SET
+TRANSACTION SNAPSHOT``), so every partition is read as of the same instant, and streams its
+rows through a server-side cursor (constant memory) in ``(dispute_id, seq)`` order.
+
+Per chain, in the worker (:func:`check_partition`):
+
+* every link is checked as :func:`escalation.domain.audit_hash.verify_chain` checks it (seq
+  1, 2, 3, ..., ``prev_hash`` the previous ``row_hash``, ``row_hash`` recomputed with
+  :func:`~escalation.domain.audit_hash.canonical_bytes`, the one renderer);
+* the chains of a batch fetch their projection rows in one index lookup by dispute id,
+  narrowed to the partition's range of ``created_at`` (the chain's partition key is its
+  dispute's ``escalation_state.created_at``: docs/audit.md, "Partitions and retention"). The
+  chain's last row must be the projection head (``last_seq`` / ``last_hash``), and the
+  projection row must be what the chain determines (``domain.projection``, the rules
+  ``adapters.projection_scan`` applies; the ledger rows taken are those whose
+  ``chain_created_at`` is the projection's ``created_at``, as that scan joins them).
+
+A projection row whose chain is in no partition of its month is found by counting: the
+workers count the projection rows they met; when that is not every projection row in the
+partitions' ranges, one query names the rows without their chain (:func:`head_mismatches`).
+Projection rows outside every partition's range (a month removed by retention) are compared
+as before, by dispute id over the whole ledger.
+
+What travels is what the hash needs, in the form the hash takes: PostgreSQL renders the
+instants, the UUID and the amount as the canonical strings of docs/audit.md ("Canonical
+bytes": ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC, lower-case hyphenated UUID, ``numeric(18,2)``
+as printed) and ``details`` as JSON text, decoded once; ``canonical_bytes`` (the one renderer,
+fed the row in this stored shape: :func:`row_canonical_bytes`) takes a string as it is, so
+the bytes hashed are the ones the Python values would give. A rendering that
+differed would make a sound row read as broken (never the reverse: different values never
+render alike), and ``tests/integration/test_audit_incremental_seal.py`` compares this walk
+with the one-scan walk (``test_parallel_verify_all_finds_what_one_scan_finds``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import re
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from functools import lru_cache
+from itertools import groupby
+from operator import itemgetter
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from escalation.adapters.projection_scan import projection_row, render
+from escalation.domain.audit_hash import (
+    GENESIS,
+    HASHED_FIELDS,
+    CanonicalJson,
+    decode_canonical_json,
+    stored_canonical_bytes,
+)
+from escalation.domain.errors import InvalidInput
+from escalation.domain.projection import LedgerStep, compare_projection
+
+_TIME = "to_char({c} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS {c}"
+_NAMES: tuple[str, ...] = (
+    "dispute_id", "seq", "event", "match_decision", "from_tier", "to_tier", "ladder",
+    "ladder_version", "calendar_version", "materiality", "due_at", "next_due_at",
+    "regulatory_deadline", "decided_at", "actor", "trace_id", "source_hash", "external_id",
+    "fence_token", "details", "prev_hash", "row_hash",
+)
+_HASHED = _NAMES[:20]
+_STORED = _NAMES[:19]
+"""The hashed columns but ``details`` (the last hashed one), in stream-row order."""
+if set(_HASHED) != set(HASHED_FIELDS) or _HASHED[-1] != "details":  # pragma: no cover
+    raise RuntimeError("ledger_verify: the streamed columns are not the hashed fields")
+(_SEQ, _EVENT, _TO_TIER, _LADDER, _LADDER_VERSION, _MATERIALITY, _NEXT_DUE, _REG_DEADLINE,
+ _TRACE, _SOURCE_HASH, _EXTERNAL, _DETAILS, _PREV, _HASH) = (
+    _NAMES.index(n) for n in (
+        "seq", "event", "to_tier", "ladder", "ladder_version", "materiality", "next_due_at",
+        "regulatory_deadline", "trace_id", "source_hash", "external_id", "details",
+        "prev_hash", "row_hash"))
+_CREATED = len(_NAMES)
+"""Position of ``chain_created_at`` in a worker's stream row (after the hashed columns)."""
+
+
+def select_list(prefix: str = "") -> str:
+    """The ``SELECT`` list of the hashed columns in canonical form (module doc), each
+    column read from ``prefix`` (e.g. ``"a."``)."""
+    return ", ".join(
+        _TIME.format(c=prefix + n).replace(f" AS {prefix}{n}", f" AS {n}")
+        if n in ("due_at", "next_due_at", "regulatory_deadline", "decided_at")
+        else f"CAST({prefix}{n} AS text) AS {n}" if n in ("dispute_id", "materiality", "details")
+        else f"{prefix}{n} AS {n}"
+        for n in _NAMES
+    )
+
+
+_SELECT = select_list()
+STREAM_ROWS = 5000
+"""Rows per round trip of a worker's server-side cursor."""
+SORT_MEMORY = "64MB"
+"""``work_mem`` of a worker's scan: its sort by ``(dispute_id, seq)`` stays in memory up to
+a partition of about 80,000 rows; a bigger one is sorted on disk (in a temporary file)."""
+LOOKUP_CHAINS = 2000
+"""Chains whose projection rows a worker fetches in one index lookup."""
+_PARTITIONS = sa.text(
+    """
+    SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname),
+           pg_get_expr(c.relpartbound, c.oid)
+      FROM pg_inherits i
+      JOIN pg_class c ON c.oid = i.inhrelid
+      JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE i.inhparent = 'escalation_audit'::regclass
+     ORDER BY c.relname
+    """
+)
+_PROJECTIONS = """
+    SELECT CAST(dispute_id AS text) AS key, dispute_id, status, tier, due_at, materiality,
+           ladder, ladder_version, regulatory_deadline, trace_id, source_hash, external_id,
+           source, CAST(deadlines AS text) AS deadlines,
+           CAST(obligations AS text) AS obligations, last_seq, last_hash, created_at
+      FROM escalation_state
+     WHERE dispute_id = ANY(CAST(%(ids)s AS uuid[]))
+       AND created_at >= CAST(%(lo)s AS timestamptz) AND created_at < CAST(%(hi)s AS timestamptz)
+"""
+_FACT_EVENTS = frozenset({"ENQUEUED", "ACTION_RECORDED", "RESOLVED", "PURGED"})
+_FACT_KEYS = ("deadlines", "clocks", "binding", "member", "source")
+
+
+@dataclass(slots=True)
+class PartitionResult:
+    """One partition walked: its broken chains ``(dispute_id, first bad seq)`` (links and
+    projection heads), its projection rows that differ from their chain ``(dispute_id,
+    differing columns)``, rows and chains read, and the projection rows met (``heads``:
+    those of its chains, in its range; None when the partition has no range to narrow
+    them by, and its chains' heads were not compared here)."""
+
+    broken: list[tuple[UUID, int]] = field(default_factory=list)
+    rows: int = 0
+    chains: int = 0
+    mismatches: list[tuple[UUID, str]] = field(default_factory=list)
+    heads: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerWalk:
+    """Every partition walked (:func:`verify_all_chains`): broken chains sorted by dispute
+    id text, projection mismatches likewise, rows and chains read, and the projection rows
+    met in the partitions' ranges (``covered``: those ranges as a ``tstzmultirange``
+    literal, None when no partition has one)."""
+
+    broken: list[tuple[UUID, int]]
+    mismatches: list[tuple[UUID, str]]
+    rows: int
+    chains: int
+    heads: int
+    covered: str | None
+
+
+def decoded(row: Sequence[Any]) -> dict[str, Any]:
+    """The fields of one ``select_list`` row as ``verify_chain`` takes them."""
+    fields = dict(zip(_NAMES, row, strict=True))
+    fields["details"] = _json(fields["details"])
+    return fields
+
+
+def _json(text: str) -> Any:
+    """``details`` text decoded exactly: integers at any magnitude (orjson would read one
+    beyond 64 bits as a float, which the canonical form refuses: a sound row read as
+    broken), a fraction or exponent as a float (which it refuses)."""
+    try:
+        return decode_canonical_json(text).value
+    except InvalidInput:
+        import json
+
+        return json.loads(text)
+
+
+def row_canonical_bytes(row: Sequence[Any], details: CanonicalJson) -> bytes:
+    """``domain.audit_hash.canonical_bytes`` of one stream row, through its stored-row form
+    (``audit_hash.stored_canonical_bytes``: the same bytes by construction): every hashed
+    column but ``details`` arrives as a ``str``, ``int`` or None (``select_list`` renders
+    the instants, the UUID and the amount as their canonical text; the rest are text or
+    integer columns), ``details`` decoded by ``audit_hash.decode_canonical_json``."""
+    return stored_canonical_bytes(dict(zip(_STORED, row, strict=False)), details)
+
+
+def first_bad_link(rows: Sequence[Sequence[Any]],
+                   details: list[Any] | None = None) -> int | None:
+    """The seq of the first broken link of one chain (``_SELECT`` tuples in seq order), or
+    None: exactly :func:`escalation.domain.audit_hash.verify_chain` on :func:`decoded` rows
+    (expected seq, ``prev_hash``, recomputed ``row_hash``; a row with no canonical form is
+    broken), on the tuples as they come. ``details`` (optional) receives each row's decoded
+    ``details`` (None for a row not reached or not decodable as canonical JSON)."""
+    expected_prev = GENESIS
+    expected_seq = 1
+    sha256 = hashlib.sha256
+    for row in rows:
+        if row[_SEQ] != expected_seq or row[_PREV] != expected_prev:
+            return expected_seq
+        try:
+            value = decode_canonical_json(row[_DETAILS])
+            canonical = row_canonical_bytes(row, value)
+        except InvalidInput:
+            return expected_seq
+        if details is not None:
+            details.append(value.value)
+        computed = sha256(expected_prev + canonical).digest()
+        stored = row[_HASH]
+        if stored is None or computed != stored:
+            return expected_seq
+        expected_prev = bytes(stored)
+        expected_seq += 1
+    return None
+
+
+@lru_cache(maxsize=8192)
+def _utc_text(value: str | None) -> datetime | None:
+    """An instant rendered ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (``_TIME``), aware UTC (cached:
+    a chain repeats its deadlines)."""
+    return None if value is None else datetime.fromisoformat(value)
+
+
+@lru_cache(maxsize=1024)
+def _amount(value: str) -> Decimal:
+    """A ``numeric(18,2)`` as printed, exactly (cached: a chain repeats its amount)."""
+    return Decimal(value)
+
+
+def _strip_nulls(value: Any) -> Any:
+    """``jsonb_strip_nulls``: object members whose value is null removed, at every depth
+    (array elements kept)."""
+    if isinstance(value, dict):
+        return {k: _strip_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_strip_nulls(v) for v in value]
+    return value
+
+
+def _facts(row: Sequence[Any], details: Any) -> dict[str, Any]:
+    """The ``details`` keys the projection fold reads, as ``adapters.projection_scan``'s
+    scan builds them (``jsonb_strip_nulls`` of the five keys; only on the events that carry
+    them). ``details``: the row's decoded ``details``, or None to decode them here."""
+    if row[_EVENT] not in _FACT_EVENTS:
+        return {}
+    if details is None:
+        details = _json(row[_DETAILS])
+    if not isinstance(details, dict):
+        return {}
+    if "null" not in row[_DETAILS]:  # no null anywhere: nothing to strip
+        return {k: details[k] for k in _FACT_KEYS if k in details}
+    return {k: _strip_nulls(details[k]) for k in _FACT_KEYS if details.get(k) is not None}
+
+
+def ledger_step(row: Sequence[Any], details: Any = None) -> LedgerStep:
+    """The projection fold's view of one stream row (``details`` as for :func:`_facts`)."""
+    return LedgerStep(
+        seq=int(row[_SEQ]), event=row[_EVENT], to_tier=row[_TO_TIER],
+        next_due_at=_utc_text(row[_NEXT_DUE]), regulatory_deadline=_utc_text(row[_REG_DEADLINE]),
+        ladder=row[_LADDER], ladder_version=int(row[_LADDER_VERSION]),
+        materiality=_amount(row[_MATERIALITY]), trace_id=row[_TRACE],
+        source_hash=row[_SOURCE_HASH], external_id=row[_EXTERNAL],
+        details=_facts(row, details))
+
+
+def head_bad_seq(state_seq: int, ledger_seq: int | None) -> int:
+    """First seq in doubt when the projection head and the chain's last row disagree."""
+    if ledger_seq is None:
+        return 1
+    if ledger_seq == state_seq:
+        return state_seq  # same seq, different hash: the last row was rewritten
+    return min(ledger_seq, state_seq) + 1
+
+
+class _Lookup:
+    """A worker's batches of walked chains waiting for their projection rows."""
+
+    def __init__(self, conn: Any, bounds: tuple[str, str], out: PartitionResult) -> None:
+        self._conn = conn
+        self._bounds = bounds
+        self._out = out
+        self._chains: list[tuple[str, Sequence[Sequence[Any]], list[Any]]] = []
+        self._met = 0
+
+    def add(self, key: str, rows: Sequence[Sequence[Any]], details: list[Any]) -> None:
+        """One walked chain: its rows and the decoded ``details`` of those reached."""
+        self._chains.append((key, rows, details))
+        if len(self._chains) >= LOOKUP_CHAINS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Fetch the batch's projection rows; compare heads and columns."""
+        from psycopg.rows import dict_row
+
+        if not self._chains:
+            return
+        chains = {key: (rows, details) for key, rows, details in self._chains}
+        self._chains = []
+        lo, hi = self._bounds
+        with self._conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(_PROJECTIONS, {"ids": list(chains), "lo": lo, "hi": hi})
+            found = cur.fetchall()
+        out = self._out
+        self._met += len(found)
+        out.heads = self._met
+        for state in found:
+            rows, details = chains[state["key"]]
+            tail = rows[-1]
+            last_seq, last_hash = int(state["last_seq"]), bytes(state["last_hash"])
+            if tail[_SEQ] != last_seq or bytes(tail[_HASH] or b"") != last_hash:
+                out.broken.append((state["dispute_id"], head_bad_seq(last_seq, tail[_SEQ])))
+            created = state["created_at"]
+            steps = [ledger_step(r, details[i] if i < len(details) else None)
+                     for i, r in enumerate(rows) if r[_CREATED] == created]
+            differences = compare_projection(projection_row(state), steps)
+            if differences:
+                out.mismatches.append((state["dispute_id"], render(differences)))
+
+
+_BOUND = re.compile(r"^FOR VALUES FROM \((?P<lo>.+)\) TO \((?P<hi>.+)\)$", re.DOTALL)
+_LITERAL = re.compile(r"^'((?:[^']|'')*)'$")
+
+
+def partition_bounds(bound: str | None) -> tuple[str, str] | None:
+    """``(from, to)`` of a range partition's ``chain_created_at`` as the server prints them
+    (``pg_get_expr`` of its bound, e.g. ``FOR VALUES FROM ('2026-12-01 00:00:00+00') TO
+    (...)``: an instant with its offset), or None for any other bound (MINVALUE, DEFAULT)."""
+    match = _BOUND.match(bound or "")
+    if match is None:
+        return None
+    lo, hi = (_LITERAL.match(match[k].strip()) for k in ("lo", "hi"))
+    if lo is None or hi is None:
+        return None
+    return lo[1].replace("''", "'"), hi[1].replace("''", "'")
+
+
+def verify_partition(url: str, snapshot: str, table: str,
+                     bounds: tuple[str, str] | None = None) -> PartitionResult:
+    """Walk one partition in the exported ``snapshot`` (a worker process's task): every
+    chain's links and, with ``bounds``, its projection head and row (module doc).
+
+    The rows are read through the parent ``escalation_audit``, the table the roles that
+    verify (``escalation_app``, ``escalation_auditor``, ``escalation_sealer``) may read: its
+    partitions are not granted to them. With the partition's ``bounds`` the range on the
+    partition key prunes the scan to that one partition; without, ``tableoid`` selects its
+    rows (correct, but every partition is scanned) and its chains' projection rows are left
+    to the caller (``heads`` None).
+    """
+    import psycopg
+
+    if bounds is not None:
+        where = ("chain_created_at >= CAST(%(lo)s AS timestamptz)"
+                 " AND chain_created_at < CAST(%(hi)s AS timestamptz)")
+        params: dict[str, str] = {"lo": bounds[0], "hi": bounds[1]}
+    else:
+        where, params = "tableoid = CAST(%(t)s AS regclass)", {"t": table}
+    out = PartitionResult()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+        # one process per partition already: no parallel workers under it; sort in memory
+        conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+        conn.execute(f"SET LOCAL work_mem = '{SORT_MEMORY}'")
+        lookup = None if bounds is None else _Lookup(conn, bounds, out)
+        with conn.cursor(name="verify_partition") as cur:
+            cur.itersize = STREAM_ROWS
+            cur.execute(f"SELECT {_SELECT}, chain_created_at FROM escalation_audit"
+                        f" WHERE {where} ORDER BY escalation_audit.dispute_id, seq", params)
+            for key, chain in groupby(cur, key=itemgetter(0)):
+                rows = list(chain)
+                out.chains += 1
+                out.rows += len(rows)
+                details: list[Any] = []
+                bad = first_bad_link(rows, details)
+                if bad is not None:
+                    out.broken.append((UUID(key), bad))
+                if lookup is not None:
+                    lookup.add(key, rows, details)
+        if lookup is not None:
+            lookup.flush()
+        conn.execute("COMMIT")
+    return out
+
+
+def _psycopg_url(engine: sa.Engine) -> str:
+    """The libpq connection string of ``engine``'s connections, parameters as the engine's
+    driver passes them (a URL ``options`` such as ``-c role=...`` included: a worker connects
+    with the same identity and role as the parent). Not the rendered URL: libpq reads a
+    ``+`` in a URI query as itself, not as the space SQLAlchemy encodes it for."""
+    from psycopg.conninfo import make_conninfo
+
+    _, params = engine.dialect.create_connect_args(engine.url)
+    kept = {k: v for k, v in params.items()
+            if v is not None and isinstance(v, str | int) and not isinstance(v, bool)}
+    return make_conninfo("", **kept)
+
+
+def default_jobs() -> int:
+    """Worker processes: the cores this process may use (at least 1, at most 8)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
+def _multirange(ranges: Sequence[tuple[str, str]]) -> str | None:
+    """A ``tstzmultirange`` literal of ``[from, to)`` ranges (None for none)."""
+    if not ranges:
+        return None
+    return "{" + ",".join(f'["{lo}","{hi}")' for lo, hi in ranges) + "}"
+
+
+def verify_all_chains(
+    conn: sa.Connection, engine: sa.Engine, jobs: int | None = None,
+    progress: Callable[[str, int, int | None], None] | None = None,
+) -> LedgerWalk:
+    """Walk every partition in ``jobs`` processes, in ``conn``'s snapshot (``conn`` must be
+    inside a REPEATABLE READ transaction that stays open until this returns).
+
+    ``progress("chains", chains so far, None)`` is called as partitions finish (when a
+    thousand more chains were checked), and ``("chains", chains, chains)`` at the end.
+    The heads of projection rows outside the partitions' ranges, and of those whose chain
+    is not in their month's partition, are left to :func:`head_mismatches`.
+    """
+    tables = [(str(t), partition_bounds(b)) for t, b in conn.execute(_PARTITIONS)]
+    snapshot = str(conn.execute(sa.text("SELECT pg_export_snapshot()")).scalar_one())
+    url = _psycopg_url(engine)
+    n = max(1, min(jobs or default_jobs(), len(tables) or 1))
+    total = PartitionResult(heads=0)
+
+    def add(res: PartitionResult) -> None:
+        total.broken += res.broken
+        total.mismatches += res.mismatches
+        total.rows += res.rows
+        before, total.chains = total.chains, total.chains + res.chains
+        total.heads = (total.heads or 0) + (res.heads or 0)
+        if progress is not None and total.chains // 1000 > before // 1000:
+            progress("chains", total.chains, None)
+
+    if n == 1:
+        for t, b in tables:
+            add(verify_partition(url, snapshot, t, b))
+    else:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(n, mp_context=ctx) as pool:
+            futures = [pool.submit(verify_partition, url, snapshot, t, b)
+                       for t, b in tables]
+            for fut in as_completed(futures):
+                add(fut.result())
+    if progress is not None:
+        progress("chains", total.chains, total.chains)
+    return LedgerWalk(sorted(total.broken, key=lambda item: str(item[0])),
+                      sorted(total.mismatches, key=lambda item: str(item[0])),
+                      total.rows, total.chains, total.heads or 0,
+                      _multirange([b for _, b in tables if b is not None]))

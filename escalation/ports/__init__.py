@@ -1,0 +1,193 @@
+"""Ports: the Protocols the service layer depends on, and the values that cross them.
+
+One module per area (see docs/architecture.md, "ports/"); this package re-exports every
+public name: ``from escalation.ports import Scheduler`` names any port without its area.
+
+Adapters implement them against real servers (``adapters.redis_scheduler.RedisScheduler``,
+``adapters.audit_store.PostgresAuditStore``); unit tests of the service layer may use small
+in-memory fakes of these ports (never of Redis itself).
+"""
+
+from __future__ import annotations
+
+from escalation.domain.record_rule import RecordStatus
+from escalation.ports.access import (
+    NewToken,
+    SessionSeen,
+    SessionStore,
+    TokenStore,
+)
+from escalation.ports.case_file import (
+    DocumentSigner,
+    EvidenceFile,
+)
+from escalation.ports.checkpoints import (
+    ChangedChains,
+    Checkpoint,
+    CheckpointSignature,
+    CheckpointSnapshot,
+    CheckpointStore,
+    DigestSigner,
+    DigestVerifier,
+    LedgerCheck,
+    RetentionRecord,
+    SealedHead,
+    SignatureStatus,
+)
+from escalation.ports.console import (
+    ChainEvent,
+    ClockFilter,
+    ClockKey,
+    ConsoleOpsReads,
+    DeadlineChain,
+    DeadlineList,
+    HeldClaim,
+    MaintenanceRunRow,
+    OpsSnapshot,
+    PendingEscalation,
+    PendingFilter,
+    ShardDepth,
+    TierCount,
+)
+from escalation.ports.ladders import (
+    ALL_OPEN,
+    BatchResult,
+    HistoryRow,
+    LadderFiles,
+    LadderHistory,
+    LadderSource,
+    MigrationBatch,
+    NewRelease,
+    NewRun,
+    OpenFilter,
+    Page,
+    ReleaseRow,
+    Replan,
+)
+from escalation.ports.ledger import (
+    AuditFilter,
+    AuditLog,
+    EventLog,
+    LedgerEvent,
+    LedgerReports,
+    LedgerRow,
+    LedgerSearch,
+    RecordOutcome,
+)
+from escalation.ports.maintenance import (
+    Lease,
+    MaintenanceRuns,
+    OccurrenceClaim,
+)
+from escalation.ports.metrics import (
+    LAG_BUCKETS_S,
+    DecisionFigures,
+    MetricsFigures,
+    StatsCounter,
+)
+from escalation.ports.readiness import (
+    BackingServers,
+    ReadinessProbe,
+    ServerCheck,
+    ServerFault,
+)
+from escalation.ports.reconcile import (
+    DEAD_DECISION,
+    DEAD_NOTIFY,
+    MemberState,
+    NotifyRetry,
+    ResyncMark,
+    SchedulerInspection,
+)
+from escalation.ports.scheduler import (
+    MAX_OP_WARNINGS,
+    ApplyAction,
+    ApplyOp,
+    ApplyOutcome,
+    ClaimedItem,
+    ClaimResult,
+    Scheduler,
+    WarningMember,
+    WarningQueue,
+)
+
+__all__ = [
+    "ALL_OPEN",
+    "DEAD_DECISION",
+    "DEAD_NOTIFY",
+    "LAG_BUCKETS_S",
+    "MAX_OP_WARNINGS",
+    "ApplyAction",
+    "ApplyOp",
+    "ApplyOutcome",
+    "AuditFilter",
+    "AuditLog",
+    "BackingServers",
+    "BatchResult",
+    "ChainEvent",
+    "ChangedChains",
+    "Checkpoint",
+    "CheckpointSignature",
+    "CheckpointSnapshot",
+    "CheckpointStore",
+    "ClaimResult",
+    "ClaimedItem",
+    "ClockFilter",
+    "ClockKey",
+    "ConsoleOpsReads",
+    "DeadlineChain",
+    "DeadlineList",
+    "DecisionFigures",
+    "DigestSigner",
+    "DigestVerifier",
+    "DocumentSigner",
+    "EventLog",
+    "EvidenceFile",
+    "HeldClaim",
+    "HistoryRow",
+    "LadderFiles",
+    "LadderHistory",
+    "LadderSource",
+    "Lease",
+    "LedgerCheck",
+    "LedgerEvent",
+    "LedgerReports",
+    "LedgerRow",
+    "LedgerSearch",
+    "MaintenanceRunRow",
+    "MaintenanceRuns",
+    "MemberState",
+    "MetricsFigures",
+    "MigrationBatch",
+    "NewRelease",
+    "NewRun",
+    "NewToken",
+    "NotifyRetry",
+    "OccurrenceClaim",
+    "OpenFilter",
+    "OpsSnapshot",
+    "Page",
+    "PendingEscalation",
+    "PendingFilter",
+    "ReadinessProbe",
+    "RecordOutcome",
+    "RecordStatus",
+    "ReleaseRow",
+    "Replan",
+    "ResyncMark",
+    "RetentionRecord",
+    "Scheduler",
+    "SchedulerInspection",
+    "SealedHead",
+    "ServerCheck",
+    "ServerFault",
+    "SessionSeen",
+    "SessionStore",
+    "ShardDepth",
+    "SignatureStatus",
+    "StatsCounter",
+    "TierCount",
+    "TokenStore",
+    "WarningMember",
+    "WarningQueue",
+]
