@@ -125,11 +125,13 @@ def test_search_cli_and_api_find_ladder_events(env: MigEnv, cli_env: dict[str, s
     env.release(2, actor="jane@ops", reason="CHG-11")
     ledger = PostgresLedgerSearch(env.app.engine)
     flt = AuditFilter(decision="LADDER_RELEASED", ladder=env.name)
-    check_filter(ledger, flt, [])  # a known decision, though no ladder file produces it
+    # a known decision, though no ladder file produces it; the ladder filter names a
+    # released ladder (an unknown one is refused: test_cli_config_and_input_errors)
+    check_filter(ledger, flt, env.catalog.all())
     [row] = ledger.search(flt, 10)
     assert (row.ladder_version, row.actor, row.details["reason"]) == (2, "jane@ops", "CHG-11")
-    res = run_cli(cli_env, "audit", "search", "--decision", "LADDER_BASELINE", "--ladder",
-                  env.name, "--json")
+    res = run_cli({**cli_env, "ESCALATION_LADDERS_DIR": str(env.dir)}, "audit", "search",
+                  "--decision", "LADDER_BASELINE", "--ladder", env.name, "--json")
     assert res.returncode == 0, res.stderr
     [found] = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
     assert (found["event"], found["ladder_version"]) == ("LADDER_BASELINE", 1)
