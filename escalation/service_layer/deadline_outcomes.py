@@ -708,14 +708,14 @@ def to_csv(outcomes: Iterable[DeadlineOutcome], zone: ZoneInfo, *, bom: bool = F
 
 def csv_chunks(outcomes: Iterable[DeadlineOutcome], zone: ZoneInfo, *, bom: bool = False,
                rows_per_chunk: int = 500) -> Iterator[str]:
-    """:func:`to_csv` in pieces of ``rows_per_chunk`` rows (the header with the first), for
-    a download that starts before the last row is known."""
+    """:func:`to_csv` in pieces: the header with the first row, then ``rows_per_chunk``
+    rows at a time, for a download that starts as soon as its first row is known."""
     buf = io.StringIO(newline="")
     writer = CsvWriter(buf, CSV_COLUMNS, bom=bom)
     for n, o in enumerate(outcomes, 1):
         row = row_of(o, zone)
         writer.row([row[c] for c in CSV_COLUMNS])
-        if n % rows_per_chunk == 0:
+        if n % rows_per_chunk == 1 or rows_per_chunk == 1:
             yield buf.getvalue()
             buf.seek(0)
             buf.truncate()
@@ -842,17 +842,19 @@ def rolled_page(
 
 def rolled_walk(
     src: DeadlineSources, rolled: RolledDeadlines, lst: DeadlineList,
-    after: ClockKey | None = None, batch: int = 1000,
+    after: ClockKey | None = None, sizes: tuple[int, int] = (50, 1000),
 ) -> Iterator[DeadlineOutcome]:
     """Every outcome :func:`rolled_page` would give, page after page (a CSV download):
-    ``batch`` keys and their chains in memory at a time."""
-    cursor = after
+    ``sizes[0]`` keys and their chains first, then ``sizes[1]`` at a time (the first rows
+    come as quickly as a page of the list; memory stays that of one batch)."""
+    first, batch = sizes
+    cursor, size = after, min(first, batch)
     while True:
-        keys = rolled.keys(lst.flt, cursor, batch, lst.descending)
+        keys = rolled.keys(lst.flt, cursor, size, lst.descending)
         yield from _outcomes_at(src, keys, lst.now, lst.flt.state)
-        if len(keys) < batch:
+        if len(keys) < size:
             return
-        cursor = keys[-1]
+        cursor, size = keys[-1], batch
 
 
 def rolled_sorted(

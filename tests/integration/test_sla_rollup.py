@@ -209,7 +209,7 @@ def _console_lists_equal_the_recount(app: Any, store: PostgresSlaRollup) -> None
                 assert _keyed(rows) == _keyed(dl.select(want, dl.Selection(
                     sort="deadline_at", descending=desc))), (state, desc)
                 csv_rows = dl.rolled_walk(src, rolled, DeadlineList(flt, at, descending=desc),
-                                          None, 4)
+                                          None, (3, 4))  # 3 keys, then 4 at a time
                 assert _keyed(csv_rows) == _keyed(rows)
                 for sort in [k for k in dl.SORT_KEYS if k != "deadline_at"]:
                     got = [o for off in range(0, len(want) + 1, 4) for o in dl.rolled_sorted(

@@ -125,6 +125,26 @@ def test_csv_guards_cells_and_shows_the_zone_offset():
     assert row["late_business_days"] == str(o.late_business_days)
 
 
+def test_csv_chunks_send_the_first_row_at_once_then_whole_chunks():
+    # a download's first bytes wait for one row, not for a chunk of rows: the first chunk
+    # is the header and row 1, then rows 2-4, 5-7, then the rest; together the whole CSV
+    outcomes = [one(chain([ENQ]))] * 8
+    seen: list[int] = []
+
+    def counted():
+        for n, o in enumerate(outcomes, 1):
+            seen.append(n)
+            yield o
+
+    chunks = dl.csv_chunks(counted(), ZoneInfo("UTC"), rows_per_chunk=3)
+    first = next(chunks)
+    assert seen == [1]  # nothing past the first row was read
+    assert first.count("\n") == 2 and first.startswith("dispute_id,")
+    rest = list(chunks)
+    assert [c.count("\n") for c in rest] == [3, 3, 1]
+    assert first + "".join(rest) == dl.to_csv(outcomes, ZoneInfo("UTC"))
+
+
 def test_tier_load_in_ladder_order_with_windows():
     now = NOW
 
