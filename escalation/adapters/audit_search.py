@@ -6,7 +6,10 @@ REPEATABLE READ snapshot, so an export's memory stays constant whatever the row 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import dataclasses
+import heapq
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -22,6 +25,21 @@ _A = escalation_audit
 _ORDER = (_A.c.decided_at, _A.c.dispute_id, _A.c.seq)
 
 
+def decision_branches(decision: str) -> list[sa.ColumnElement[bool]]:
+    """The rows a decision filter matches (their event or their ``match_decision`` is
+    ``decision``) as disjoint conditions, each an ordered range of one index (migration
+    0021): ``event = decision`` (only for a ledger event's name: the ``event_known``
+    constraint allows no other) and ``match_decision = decision`` on the rows whose decision
+    differs from their event. Searched apart and merged by ``decided_at``, a rare decision
+    is found without walking every partition."""
+    branches: list[sa.ColumnElement[bool]] = []
+    if decision in LEDGER_EVENTS:
+        branches.append(_A.c.event == decision)
+    branches.append(sa.and_(_A.c.match_decision == decision,
+                            _A.c.match_decision != _A.c.event))
+    return branches
+
+
 def conditions(flt: AuditFilter) -> list[sa.ColumnElement[bool]]:
     """SQLAlchemy conditions for ``flt``. Raises InvalidInput for naive times."""
     conds: list[sa.ColumnElement[bool]] = []
@@ -30,9 +48,7 @@ def conditions(flt: AuditFilter) -> list[sa.ColumnElement[bool]]:
     if flt.tier is not None:
         conds.append(sa.or_(_A.c.from_tier == flt.tier, _A.c.to_tier == flt.tier))
     if flt.decision is not None:
-        conds.append(
-            sa.or_(_A.c.match_decision == flt.decision, _A.c.event == flt.decision)
-        )
+        conds.append(sa.or_(*decision_branches(flt.decision)))
     if flt.since is not None:
         conds.append(_A.c.decided_at >= require_aware(flt.since, "from"))
     if flt.until is not None:
@@ -71,14 +87,15 @@ class PostgresLedgerSearch:
                after: tuple[datetime, UUID, int] | None = None) -> list[LedgerRow]:
         """Rows matching ``flt`` in (decided_at, dispute_id, seq) order, at most ``limit``;
         with ``after``, only rows whose (decided_at, dispute_id, seq) is greater (keyset)."""
-        conds = conditions(flt)
+        conds = conditions(dataclasses.replace(flt, decision=None))
         if after is not None:
             at, did, seq = after
             conds.append(sa.tuple_(*_ORDER)
                          > sa.tuple_(sa.literal(at), sa.literal(did), sa.literal(seq)))
-        stmt = sa.select(_A).where(*conds).order_by(*_ORDER).limit(limit)
+        queries = _branches([c.name for c in _A.c], flt.decision, conds)
         with self._engine.connect() as conn:
-            return [ledger_row(r) for r in conn.execute(stmt).mappings()]
+            found = [conn.execute(q.limit(limit)).mappings().all() for q in queries]
+        return [ledger_row(r) for r in itertools.islice(_merged(found), limit)]
 
     def count(self, flt: AuditFilter) -> int:
         """Number of rows matching ``flt``."""
@@ -89,9 +106,49 @@ class PostgresLedgerSearch:
     def stream(self, flt: AuditFilter, columns: Sequence[str]) -> Iterator[Mapping[Any, Any]]:
         """Matching rows (``columns``) in (decided_at, dispute_id, seq) order, streamed with a
         server-side cursor fetching ``batch`` rows at a time, in one snapshot."""
-        stmt = sa.select(*[_A.c[c] for c in columns]).where(*conditions(flt)).order_by(*_ORDER)
+        queries = _branches(columns, flt.decision,
+                            conditions(dataclasses.replace(flt, decision=None)))
         conn_ctx = self._engine.connect().execution_options(
             isolation_level="REPEATABLE READ", stream_results=True, yield_per=self._batch
         )
-        with conn_ctx as conn, conn.begin():
-            yield from conn.execute(stmt).mappings()
+        with conn_ctx as conn, conn.begin():  # the branches' cursors share the snapshot
+            # a download starts as soon as its first rows are read: plans that return rows
+            # at once (ordered index scans merged), not a sort of every match first
+            conn.execute(sa.text(
+                "SELECT set_config('cursor_tuple_fraction', '0.01', true), "
+                "set_config('jit', 'off', true)")).all()
+            results = [conn.execute(q).mappings() for q in queries]
+            try:
+                extra = any(c.name not in columns for c in _ORDER)
+                for row in _merged(results):
+                    yield {c: row[c] for c in columns} if extra else row
+            finally:
+                for res in results:
+                    res.close()
+
+
+def _branches(columns: Sequence[str], decision: str | None,
+              conds: Sequence[sa.ColumnElement[bool]]) -> list[sa.Select[Any]]:
+    """One ordered query of ``columns`` (plus the order's keys) per
+    :func:`decision_branches` branch of ``decision`` (one query without a decision filter),
+    each in (decided_at, dispute_id, seq) order. Apart, each is an index range merged
+    across partitions (PostgreSQL does not merge the branches of a ``UNION ALL`` over
+    partitioned tables in order: it sorts every match, 2 s for 144,000 ``RESOLVED`` rows)."""
+    wanted = [*columns, *[c.name for c in _ORDER if c.name not in columns]]
+    picked = [_A.c[c] for c in wanted]
+    branches = [None] if decision is None else decision_branches(decision)
+    return [sa.select(*picked).where(*conds, *([] if b is None else [b])).order_by(*_ORDER)
+            for b in branches]
+
+
+def _merged(results: Sequence[Iterable[Mapping[Any, Any]]]) -> Iterator[Mapping[Any, Any]]:
+    """The rows of ``results`` (each in (decided_at, dispute_id, seq) order, disjoint)
+    merged in that order."""
+    if len(results) == 1:
+        return iter(results[0])
+    return heapq.merge(*results, key=_order_key)
+
+
+def _order_key(row: Mapping[Any, Any]) -> tuple[datetime, UUID, int]:
+    """A row's (decided_at, dispute_id, seq)."""
+    return row["decided_at"], row["dispute_id"], row["seq"]

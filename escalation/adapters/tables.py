@@ -107,6 +107,10 @@ escalation_audit = sa.Table(
     sa.Index(None, "event", "decided_at"),
     sa.Index(None, "actor"),
     sa.Index(None, "recorded_at"),  # migration 0016: the SLA rollup's refresh reads by it
+    # Migration 0021: the audit search's decision filter (adapters.audit_search), for the
+    # rows whose decision is not their event (the event index finds the others).
+    sa.Index("ix_escalation_audit_decision", "match_decision", "decided_at",
+             postgresql_where=sa.text("match_decision <> event")),
     # Migration 0004: a pre-breach warning (dispute, tier-entry seq, fraction) is
     # recorded at most once.
     sa.Index(
