@@ -363,6 +363,10 @@ class RollupNotBackfilled(EscalationError):
 
     code = ErrorCode.SLA_ROLLUP_NOT_BACKFILLED
 
+    def __init__(self, message: str = "", *, why: str = "") -> None:
+        super().__init__(message)
+        self.why = why  # the reason alone (no refresh ran, backfill unfinished, ...)
+
 
 class DatabaseReadOnly(EscalationError):
     """The database refused a write because it is read-only: a hot standby, or a primary in a

@@ -365,7 +365,7 @@ def check_backfilled(store: RollupStore) -> None:
         why = f"it was folded at a grace of {state[2]} s, not {DEFAULT_GRACE_S} s"
     else:
         return
-    raise RollupNotBackfilled(NOT_BACKFILLED.format(why=why))
+    raise RollupNotBackfilled(NOT_BACKFILLED.format(why=why), why=why)
 
 
 def served_report(q: RollupReport, ports: RollupPorts) -> tuple[SlaReport, datetime]:

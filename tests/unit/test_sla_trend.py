@@ -58,6 +58,7 @@ def test_a_rollup_not_backfilled_is_refused_before_anything_is_read_or_written(
             sla_rollup.RollupPorts(store, None, None))  # type: ignore[arg-type]
     assert code_of(caught.value) is ErrorCode.SLA_ROLLUP_NOT_BACKFILLED
     assert why in str(caught.value)
+    assert why in caught.value.why and "sla-refresh" not in caught.value.why  # as data
     assert "escalation report sla-refresh" in str(caught.value)
     assert store.calls == []  # no refresh: a backfill in a request would take minutes
 

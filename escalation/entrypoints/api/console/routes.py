@@ -314,8 +314,7 @@ def _rolled(request: Request) -> tuple[dl.RolledDeadlines, datetime] | str:
         at = roll.served_refresh(roll.RollupPorts(sla_rollup_for(core), core.calendars,
                                                   core.ladders.get))
     except RollupNotBackfilled as exc:
-        why = str(exc).split("(", 1)[-1].split(")", 1)[0]
-        return ROLLUP_NOTICE.format(why=f"not backfilled: {why}")
+        return ROLLUP_NOTICE.format(why=f"not backfilled: {exc.why}")
     reads: dl.RolledDeadlines | None = getattr(request.app.state, "rolled_deadlines", None)
     if reads is None:
         reads = rolled_deadlines_for(core)
