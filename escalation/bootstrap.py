@@ -533,6 +533,15 @@ def outcome_fanout() -> Fanout:
     return Threads(OUTCOME_THREADS, "import-outcomes")
 
 
+def page_fanout() -> Fanout:
+    """How a console page runs its independent reads: up to three at once on helper
+    threads (the overview's load per tier, its cards and its period figures; each takes a
+    connection of the PostgreSQL pool's 5 plus 5)."""
+    from escalation.adapters.pipeline import Threads
+
+    return Threads(3, "console-page")
+
+
 OUTCOME_THREADS = 4
 """Rows of the import's pass 3 recorded at once (:func:`outcome_fanout`)."""
 

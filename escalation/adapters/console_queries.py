@@ -17,6 +17,7 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from escalation.adapters.audit_rows import deadlines_from_json
+from escalation.adapters.db import no_jit
 from escalation.adapters.report_queries import clocks_sql
 from escalation.ports import (
     ChainEvent,
@@ -201,7 +202,8 @@ class PostgresConsoleQueries:
 
     def tier_counts(self, now: datetime) -> list[TierCount]:
         """See ``ConsoleQueries.tier_counts``."""
-        with self._engine.connect() as conn:
+        with self._engine.connect() as conn, conn.begin():
+            no_jit(conn)
             return [TierCount(r["ladder"], int(r["ladder_version"]), r["tier"],
                               int(r["pending"]), int(r["due_hour"]), int(r["due_day"]),
                               int(r["overdue"]))

@@ -188,6 +188,15 @@ def database_writable(engine: sa.Engine) -> bool:
     return bool(writable)
 
 
+def no_jit(conn: sa.Connection) -> None:
+    """No JIT compilation for the rest of ``conn``'s transaction (``SET LOCAL``: safe behind
+    a transaction pooler). For reads that aggregate or stream many rows in a few hundred
+    ms, where compiling the plan's expressions costs more than it saves: 60-140 ms of the
+    SLA rollup's window aggregates on 800,000 rows, 70-200 ms of the overview's count of
+    220,000 pending escalations, 1-2 s before a streamed export's first row."""
+    conn.execute(sa.text("SET LOCAL jit = off"))
+
+
 def make_engine(url: str, pool_size: int = 5, io_timeout_s: float | None = None,
                 pre_ping: bool = True) -> sa.Engine:
     """A SQLAlchemy engine on psycopg 3 with ``pool_pre_ping`` (connections checked on checkout).

@@ -18,6 +18,7 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
+from escalation.adapters.db import no_jit
 from escalation.adapters.reconcile_state import PostgresLedgerChanges
 from escalation.adapters.report_queries import SLA_SELECT
 from escalation.adapters.tables import LADDER_CHAIN_EVENTS
@@ -113,13 +114,6 @@ def _copy_rows(conn: sa.Connection, rows: Sequence[StoredRow]) -> None:
     with driver.cursor() as cur, cur.copy(_COPY) as copy:
         for row in rows:
             copy.write_row(row)
-
-
-def _no_jit(conn: sa.Connection) -> None:
-    """No JIT compilation for the rest of ``conn``'s transaction: the window aggregates
-    run for a few hundred ms, and compiling their expressions cost 60-140 ms of it
-    (``EXPLAIN ANALYZE`` on 800,000 rows of a 30-day window)."""
-    conn.execute(sa.text("SET LOCAL jit = off"))
 
 
 class PostgresSlaRollup:
@@ -243,7 +237,7 @@ class PostgresSlaRollup:
         """Per (ladder, tier) with a row in [since, until): the report's counts, the number
         of ended stays and their median and p95 durations (s; None without one)."""
         with self._engine.connect() as conn, conn.begin():
-            _no_jit(conn)
+            no_jit(conn)
             return [dict(r) for r in conn.execute(
                 _FIGURES, {"since": since, "until": until}).mappings()]
 
@@ -272,7 +266,7 @@ class PostgresSlaRollup:
         the database (``width_bucket`` over ``uppers``, seconds, ascending: bucket 0 below
         the first, i in ``[uppers[i-1], uppers[i])``)."""
         with self._engine.connect() as conn, conn.begin():
-            _no_jit(conn)
+            no_jit(conn)
             return [(r[0], r[1], int(r[2]), int(r[3])) for r in conn.execute(
                 _DURATIONS, {"since": since, "until": until, "uppers": list(uppers)})]
 
@@ -283,6 +277,6 @@ class PostgresSlaRollup:
         an escalation: ``on_time`` and ``late``), deadlines ``met`` and ``missed``; one
         index range scan of the window."""
         with self._engine.connect() as conn, conn.begin():
-            _no_jit(conn)
+            no_jit(conn)
             return [dict(r) for r in conn.execute(_OUTCOMES, {
                 "bounds": list(bounds), "since": bounds[0], "until": bounds[-1]}).mappings()]

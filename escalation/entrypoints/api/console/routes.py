@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time as clock
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ from escalation.bootstrap import (
     checkpoint_store_for,
     console_queries_for,
     ledger_search_for,
+    page_fanout,
     rolled_deadlines_for,
     sla_rollup_for,
 )
@@ -518,26 +519,39 @@ def overview(request: Request) -> HTMLResponse:
                       since_t=_param(request, "from") or "",
                       until_t=_param(request, "to") or "", period="",
                       unreadable=unreadable, rollup_notice=notice)
-    load = dl.tier_load_of(q.tier_counts(now), _ladder_lookup(core))
     # the "now" cards: open misses whatever their instant (a period must not hide them),
     # at risk, and deadlines falling due in the next hour and day; each the exact count
     # of the list it links to
     cards = (("open_missed", "open_miss", None, None), ("at_risk", "at_risk", None, None),
              ("breach_hour", "at_risk", now, now + timedelta(hours=1)),
              ("breach_day", "at_risk", now, now + timedelta(days=1)))
-    counts: dict[str, Any]
-    window: dict[str, int] | None
+    counted: Callable[[], dict[str, Any]]
+    windowed: Callable[[], dict[str, int] | None]
     if isinstance(rolled, str):
         post = dl.after_end(core.ladders.all())
         src = dl.DeadlineSources(q, core.ladders.get, core.calendars)
-        counts = {name: dl.count_state(src, ClockFilter(
-            since=lo, until=hi, state=state, at_risk_s=dl.AT_RISK.total_seconds(),
-            after_end=post), now) for name, state, lo, hi in cards}
-        window = dl.period_counts(src, since, until, now)
+
+        def counted() -> dict[str, Any]:
+            return {name: dl.count_state(src, ClockFilter(
+                since=lo, until=hi, state=state, at_risk_s=dl.AT_RISK.total_seconds(),
+                after_end=post), now) for name, state, lo, hi in cards}
+
+        def windowed() -> dict[str, int] | None:
+            return dl.period_counts(src, since, until, now)
     else:
-        counts = {name: rolled[0].count(ClockFilter(since=lo, until=hi, state=state))
-                  for name, state, lo, hi in cards}
-        window = dl.rolled_counts(rolled[0], since, until)
+        rolled_reads = rolled[0]
+
+        def counted() -> dict[str, Any]:
+            return {name: rolled_reads.count(ClockFilter(since=lo, until=hi, state=state))
+                    for name, state, lo, hi in cards}
+
+        def windowed() -> dict[str, int] | None:
+            return dl.rolled_counts(rolled_reads, since, until)
+    # three independent reads (the load per tier, the cards, the period's figures), at
+    # once on the helper threads bootstrap gives: the page waits for the slowest, not the sum
+    parts: list[Callable[[], Any]] = [lambda: q.tier_counts(now), counted, windowed]
+    tiers, counts, window = page_fanout().map(lambda read: read(), parts)
+    load = dl.tier_load_of(tiers, _ladder_lookup(core))
     counts.update(
         period_counted=window is not None,
         missed=None if window is None else window["missed"],
