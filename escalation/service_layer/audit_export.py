@@ -320,9 +320,9 @@ def export_stream(
     ledger: LedgerSearch, fmt: Format, flt: AuditFilter, bom: bool = False,
     rows_per_chunk: int = 1000,
 ) -> Iterator[bytes]:
-    """The bytes :func:`export` writes to its file, in pieces of ``rows_per_chunk`` rows
-    (the console's download: it starts before the last row is read; the manifest is
-    :func:`export`'s, of the same bytes).
+    """The bytes :func:`export` writes to its file: the header with the first row, then
+    pieces of ``rows_per_chunk`` rows (the console's download: it starts as soon as its
+    first row is read; the manifest is :func:`export`'s, of the same bytes).
 
     Raises:
         InvalidInput: unknown format (before anything is read).
@@ -344,7 +344,7 @@ def _chunks(ledger: LedgerSearch, fmt: Format, flt: AuditFilter, bom: bool,
         else:
             buf.write(json.dumps(dict(zip(COLUMNS, values, strict=True)), sort_keys=False,
                                  separators=(",", ":"), ensure_ascii=False) + "\n")
-        if n % rows_per_chunk == 0:
+        if n % rows_per_chunk == 1 or rows_per_chunk == 1:
             yield buf.getvalue().encode("utf-8")
             buf.seek(0)
             buf.truncate()

@@ -21,6 +21,7 @@ from escalation.service_layer.audit_export import (
     check_filter,
     export,
     export_ledger,
+    export_stream,
     manifest_path,
     read_csv,
     search,
@@ -76,6 +77,22 @@ def test_a_csv_export_reads_back_as_the_ledger_holds_the_rows(tmp_path: Path) ->
     assert "'=HYPERLINK" in text and ',"=HYPERLINK' not in text  # neutralised in the file
     assert back[0]["details"] == rows[0].details
     assert back[0]["decided_at"] == rows[0].decided_at
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_a_streamed_export_sends_its_first_row_at_once_and_the_same_bytes(
+    tmp_path: Path, fmt: str,
+) -> None:
+    # the console's download: the header and row 1 first (a download starts when its
+    # first row is read, not after a chunk of rows), then 2 rows a chunk; the bytes are
+    # export()'s file (whose manifest the console serves)
+    ledger = _ledger()  # 6 rows
+    chunks = list(export_stream(ledger, fmt, AuditFilter(), rows_per_chunk=2))  # type: ignore[arg-type]
+    lines = [c.decode().count("\n") for c in chunks]
+    assert lines == ([2, 2, 2, 1] if fmt == "csv" else [1, 2, 2, 1])
+    out = tmp_path / f"ledger.{fmt}"
+    export(ledger, fmt, out, AuditFilter())  # type: ignore[arg-type]
+    assert b"".join(chunks) == out.read_bytes()
 
 
 def test_an_export_to_a_missing_directory_or_in_an_unknown_format_writes_nothing(
