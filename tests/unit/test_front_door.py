@@ -11,6 +11,7 @@ so it fails without import-linter installed, and it sees imports inside function
 from __future__ import annotations
 
 import ast
+import functools
 import tomllib
 from pathlib import Path
 
@@ -48,8 +49,12 @@ def adapter_imports(source: str, module: str, is_package: bool = False) -> list[
     """``"line: imported name"`` of every import of ``escalation.adapters`` in ``source``
     (``import``, ``from ... import``, relative imports, and ``importlib.import_module`` /
     ``__import__`` with a literal name), at any depth."""
+    return _adapter_imports(ast.parse(source), module, is_package)
+
+
+def _adapter_imports(tree: ast.Module, module: str, is_package: bool) -> list[str]:
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -72,6 +77,15 @@ def _front_modules() -> list[Path]:
     return sorted(p for d in FRONT for p in (PACKAGE / d).rglob("*.py"))
 
 
+@functools.cache
+def _findings(path: Path) -> tuple[list[str], list[str]]:
+    """(adapter imports, raw client reads) of one front module: two tests read each module,
+    its source is parsed once."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return (_adapter_imports(tree, _module_name(path), path.name == "__init__.py"),
+            _raw_client_reads(tree))
+
+
 def test_the_front_door_packages_have_modules() -> None:
     # an empty walk would pass whatever the code does
     names = {p.relative_to(PACKAGE).as_posix() for p in _front_modules()}
@@ -84,8 +98,7 @@ def test_the_front_door_packages_have_modules() -> None:
 @pytest.mark.parametrize("path", _front_modules(),
                          ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_no_entrypoint_or_bench_module_imports_an_adapter(path: Path) -> None:
-    found = adapter_imports(path.read_text(encoding="utf-8"), _module_name(path),
-                            is_package=path.name == "__init__.py")
+    found = _findings(path)[0]
     assert not found, (
         f"{path.relative_to(PACKAGE.parent)} imports adapters ({'; '.join(found)}): build the "
         "object in escalation/bootstrap.py (or a composition_*.py beside it) and hand it out "
@@ -142,7 +155,10 @@ def raw_client_reads(source: str) -> list[str]:
     bans the attribute names rather than following the App. A call of a method of that name
     (the bench ``Target``'s ``tgt.redis()`` / ``tgt.engine()``, clients on the bench's own
     servers built by ``composition_bench``) is not a read of the App's field and passes."""
-    tree = ast.parse(source)
+    return _raw_client_reads(ast.parse(source))
+
+
+def _raw_client_reads(tree: ast.Module) -> list[str]:
     called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     found = []
     for node in ast.walk(tree):
@@ -160,7 +176,7 @@ def raw_client_reads(source: str) -> list[str]:
                          ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_no_entrypoint_or_bench_module_reaches_into_the_apps_redis_or_engine(
         path: Path) -> None:
-    found = raw_client_reads(path.read_text(encoding="utf-8"))
+    found = _findings(path)[1]
     assert not found, (
         f"{path.relative_to(PACKAGE.parent)} reads the App's raw Redis client or SQLAlchemy "
         f"engine ({'; '.join(found)}): add a port accessor in escalation/bootstrap.py "
