@@ -26,6 +26,7 @@ from escalation.domain.audit_hash import (
     verify_chain,
 )
 from escalation.domain.errors import InvalidInput
+from tests.unit.property_budget import examples
 
 PINNED_DIGEST = "aff4b44c39f00e8157070a09716cabbca387704705ed84dd08d0494198a227dd"
 DISPUTE = UUID("6F1C4A52-0B7E-4F7A-9C1D-3E5B2A4C6D8E")
@@ -214,7 +215,7 @@ def _stored(fields: dict[str, Any]) -> tuple[dict[str, Any], str]:
     return stored, json.dumps(details, ensure_ascii=False)
 
 
-@settings(deadline=None)
+@settings(deadline=None, max_examples=examples(40))  # equivalences: tests/unit/property_budget.py
 @given(_rows())
 def test_a_stored_row_renders_the_writers_bytes_in_either_entry(fields: dict[str, Any]) -> None:
     stored, details_text = _stored(fields)
@@ -224,7 +225,7 @@ def test_a_stored_row_renders_the_writers_bytes_in_either_entry(fields: dict[str
     assert stored_canonical_bytes(dict(stored), details) == want
 
 
-@settings(deadline=None)
+@settings(deadline=None, max_examples=examples(40))
 @given(_plain_json)
 def test_a_value_renders_as_canonical_bytes_writes_it_inside_a_row(value: Any) -> None:
     text = canonical_bytes(_fields(details=value)).decode("utf-8")
