@@ -11,6 +11,7 @@ end (the ledger refuses DELETE by design, so tests use fresh dispute ids instead
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import os
@@ -104,25 +105,63 @@ def redis_url(server_urls: tuple[str, str], redis_topology: str) -> str:
     return f"redis://{auth}{host}:{port}/{TEST_REDIS_DB}"
 
 
+_TEMPLATES: dict[str, str] = {}  # admin URL -> this process's template database at head
+
+
+def _template_at_head(admin: sa.Engine, admin_url: str) -> str:
+    """The name of a database at the Alembic head that this pytest process copies for each
+    scratch database (``CREATE DATABASE ... TEMPLATE``: about 50 ms instead of running every
+    migration, 1-3 s). Created on first use; dropped when the process ends. Nothing connects
+    to it after its migration, as PostgreSQL requires of a template."""
+    from escalation.adapters.db import upgrade_to_head
+
+    name = _TEMPLATES.get(admin_url)
+    if name is not None:
+        return name
+    name = f"escalation_template_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        upgrade_to_head(sa.engine.make_url(admin_url).set(database=name)
+                        .render_as_string(hide_password=False))
+    except BaseException:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        raise
+    _TEMPLATES[admin_url] = name
+
+    def drop() -> None:
+        eng = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+        try:
+            with eng.connect() as conn:
+                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        except sa.exc.OperationalError:
+            pass  # the server this test run started (embedded) was stopped before exit
+        finally:
+            eng.dispose()
+
+    atexit.register(drop)
+    return name
+
+
 @contextlib.contextmanager
 def scratch_database(admin_url: str, prefix: str, *, migrate: bool = True) -> Iterator[str]:
-    """Create ``<prefix>_<random>`` at the Alembic head (empty with ``migrate=False``); yield
-    its URL; drop it afterwards.
+    """Create ``<prefix>_<random>`` at the Alembic head (a copy of this process's template
+    database; empty with ``migrate=False``); yield its URL; drop it afterwards.
 
     The one place tests create databases (the ledger refuses DELETE, so isolation is by
     database, never by cleanup).
     """
-    from escalation.adapters.db import normalize_url, upgrade_to_head
+    from escalation.adapters.db import normalize_url
 
     admin_url = normalize_url(admin_url)
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    template = f' TEMPLATE "{_template_at_head(admin, admin_url)}"' if migrate else ""
     with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"{template}')
     url = sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     try:
-        if migrate:
-            upgrade_to_head(url)
         yield url
     finally:
         with admin.connect() as conn:

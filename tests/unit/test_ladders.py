@@ -254,6 +254,24 @@ def test_tier_windows_must_fit_inside_the_regulatory_deadline() -> None:
     assert errors[0].startswith("ladders/reg_e.v1.toml: regulatory: tier windows do not fit")
 
 
+def test_a_rewritten_file_is_checked_again_and_a_repeated_check_gives_the_same_answer(
+    tmp_path: Path,
+) -> None:
+    """The regulatory fit is remembered per file checksum in a process (the baseline release
+    and a later release check the same files): a file rewritten under the same name has a new
+    checksum and is swept again; the old bytes get the old answer back."""
+    fits = V1 + REG  # 24 + 72 + ... calendar hours end long before 60 days minus 1
+    path = _write(tmp_path, "dispute_review.v1.toml", fits)
+    assert check_ladder_dir(tmp_path) == []
+    _write(tmp_path, "dispute_review.v1.toml", fits.replace("amount = 60", "amount = 1"))
+    tight = check_ladder_dir(tmp_path)
+    assert len(tight) == 1
+    assert tight[0].startswith(f"{path}: regulatory: tier windows do not fit inside respond")
+    assert check_ladder_dir(tmp_path) == tight
+    _write(tmp_path, "dispute_review.v1.toml", fits)
+    assert check_ladder_dir(tmp_path) == []
+
+
 def test_unknown_window_calendar_is_reported() -> None:
     lad = Ladder(
         name="x",
