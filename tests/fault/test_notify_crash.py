@@ -66,6 +66,7 @@ def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
     r.server.shutdown()
+    r.server.server_close()  # its listening socket: left to the GC, an unclosed socket
 
 
 def _notify(env: dict[str, str], url: str, worker_id: str) -> subprocess.Popen[bytes]:
