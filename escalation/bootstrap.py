@@ -361,18 +361,18 @@ def build(
         ladders = released_ladders(LadderHistoryStore(engine), settings.ladders_dir,
                                    from_ms(clock[0]), calendars,
                                    refresh_s=settings.ladder_refresh_s)
+        # materiality weights are written at enqueue; claim.lua ages them (docs/sla.md)
+        scheduler = RedisScheduler(
+            client, namespace=settings.namespace, shards=settings.shards,
+            priority=weight_fn(ladders), aging_ms=settings.priority_aging_s * 1000,
+        )
+        _check_layout(client, settings)
     except BaseException:
         client.close()
         engine.dispose()
         raise
     from escalation.adapters.audit_store import PostgresAuditStore
 
-    # materiality weights are written at enqueue; claim.lua ages them (docs/sla.md)
-    scheduler = RedisScheduler(
-        client, namespace=settings.namespace, shards=settings.shards,
-        priority=weight_fn(ladders), aging_ms=settings.priority_aging_s * 1000,
-    )
-    _check_layout(client, settings)
     return App(
         settings=settings,
         urls=urls,

@@ -209,6 +209,16 @@ def scratch(server_urls: tuple[str, str]) -> Iterator[sa.Engine]:
             eng.dispose()
 
 
+@pytest.fixture(autouse=True)
+def _reap_children() -> Iterator[None]:
+    """After each test: the child processes it started with an output file
+    (:func:`tests.helpers.own_log`) killed if still running, their files closed."""
+    yield
+    from tests.helpers import reap_children
+
+    reap_children()
+
+
 @pytest.fixture()
 def namespace() -> str:
     """A fresh Redis key namespace for one test."""

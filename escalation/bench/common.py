@@ -275,7 +275,7 @@ class WorkerProc:
     def start(cls, env: dict[str, str], worker_id: str) -> WorkerProc:
         """Start one worker (output to a temp file, so a full pipe never blocks it) on the
         same source tree as this process (:func:`same_tree`)."""
-        log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
+        log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         with append_handle(log) as out:
             # -P: the working directory stays off sys.path (-m puts it first, ahead of
             # PYTHONPATH), so a bench started inside another checkout does not run its code

@@ -15,6 +15,7 @@ from typing import Any
 from escalation.bench.common import append_handle
 from escalation.service_layer.core import CorePorts
 from escalation.service_layer.enqueue import EnqueueMany, EnqueueRequest, enqueue_many
+from tests.helpers import own_log
 
 
 def due_requests(n: int, now: datetime, tier: str = "standard",
@@ -48,13 +49,13 @@ def start_worker(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
     read it back with :func:`worker_output`. The level defaults to DEBUG: the tests read
     the per-decision events (``escalation.promoted``...), which INFO leaves out.
     """
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the process object
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the test ends (own_log)
     with append_handle(log) as out:  # the worker's own offset: reading never moves it
         proc = subprocess.Popen(
             [sys.executable, "-m", "escalation", "worker", *args],
             env={"ESCALATION_LOG_LEVEL": "DEBUG", **env}, stdout=out, stderr=subprocess.STDOUT,
         )
-    proc.log_file = log  # type: ignore[attr-defined]
+    own_log(proc, log)
     return proc
 
 

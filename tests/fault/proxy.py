@@ -61,11 +61,19 @@ class TcpProxy:
         self._call(self._listen())
 
     def stop(self) -> None:
-        """Close everything and stop the loop thread."""
-        with contextlib.suppress(Exception):
-            self._call(self._shutdown())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
+        """Close everything, stop the loop thread and close the loop (an event loop left
+        open holds its selector and self-pipe sockets until the garbage collector finds it,
+        which then warns ``unclosed event loop`` inside whichever test runs at that time)."""
+        if self._loop.is_closed():
+            return
+        if self._thread.is_alive():
+            with contextlib.suppress(Exception):
+                self._call(self._shutdown())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+            if self._thread.is_alive():
+                raise RuntimeError("tcp-proxy loop thread did not stop within 5 s")
+        self._loop.close()
 
     def drop_all(self) -> int:
         """Reset every open connection (both sides); returns how many sockets were closed."""
@@ -84,6 +92,16 @@ class TcpProxy:
         if self._server is not None:
             self._server.close()
         await self._drop()
+        # the connection handlers still running (a black-holed read, a pipe, a connect to
+        # the upstream): cancelled and awaited, or closing the loop would leave them pending
+        # ("Task was destroyed but it is pending") with their sockets open
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in others:
+            t.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        # a closed transport closes its socket in a callback of the next loop iterations
+        for _ in range(3):
+            await asyncio.sleep(0)
 
     async def _drop(self) -> int:
         n = 0
@@ -96,28 +114,37 @@ class TcpProxy:
 
     async def _handle(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        if self.refuse:
+        try:
+            await self._serve(c_reader, c_writer)
+        except asyncio.CancelledError:
+            # only _shutdown cancels; returning normally spares Python 3.11's start_server
+            # callback, which calls task.exception() on a cancelled task and logs the
+            # CancelledError as "Exception in callback"
+            pass
+        finally:
+            self._writers.discard(c_writer)
             _reset(c_writer)
+
+    async def _serve(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
+        if self.refuse:
             return
         if self.blackhole:
             self._writers.add(c_writer)
             with contextlib.suppress(Exception):
                 while await c_reader.read(_CHUNK):
                     self.swallowed += 1
-            self._writers.discard(c_writer)
-            _reset(c_writer)
             return
         try:
             u_reader, u_writer = await asyncio.open_connection(*self.upstream)
         except OSError:
-            _reset(c_writer)
             return
         self._writers |= {c_writer, u_writer}
-        await asyncio.gather(self._pipe(c_reader, u_writer), self._pipe(u_reader, c_writer),
-                             return_exceptions=True)
-        for w in (c_writer, u_writer):
-            self._writers.discard(w)
-            _reset(w)
+        try:
+            await asyncio.gather(self._pipe(c_reader, u_writer), self._pipe(u_reader, c_writer),
+                                 return_exceptions=True)
+        finally:
+            self._writers.discard(u_writer)
+            _reset(u_writer)
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -42,6 +42,7 @@ from tests.fault.support import (
     wait_until,
     worker_env,
 )
+from tests.helpers import own_log
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]
 
@@ -96,13 +97,13 @@ def test_frozen_worker_resumed_after_takeover_records_stale_and_changes_nothing(
 ) -> None:
     healthy = spawn(worker_env(redis_url, database_url, namespace), "healthy", BATCH)
     env = worker_env(redis_url, database_url, namespace, ESCALATION_FAULT_FREEZE="after_claim:2")
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the process
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the test ends (own_log)
     with append_handle(log) as out:  # own offset, O_APPEND
         frozen = subprocess.Popen(
             [sys.executable, "-m", "tests.fault.worker_main", "worker", *WORKER_ARGS,
              "--batch-size", str(BATCH), "--worker-id", "frozen"],
             env=env, stdout=out, stderr=subprocess.STDOUT)
-    frozen.log_file = log  # type: ignore[attr-defined]
+    own_log(frozen, log)
     try:
         assert wait_until(lambda: all('"worker.started"' in worker_output(p)
                                       for p in (frozen, healthy)), 120), (

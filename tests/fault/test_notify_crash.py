@@ -25,6 +25,7 @@ from escalation.bench.common import append_handle
 from tests.e2e.helpers import due_requests, enqueue, worker_output
 from tests.e2e.test_firing_protocol import fire
 from tests.fault.support import check, settled, stop, wait_until, worker_env
+from tests.helpers import own_log
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]
 
@@ -65,15 +66,16 @@ def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
     r.server.shutdown()
+    r.server.server_close()  # its listening socket: left to the GC, an unclosed socket
 
 
 def _notify(env: dict[str, str], url: str, worker_id: str) -> subprocess.Popen[bytes]:
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the process
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the test ends (own_log)
     with append_handle(log) as out:  # own offset, O_APPEND
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.fault.notify_main", url, worker_id, "2000"],
             env=env, stdout=out, stderr=subprocess.STDOUT)
-    proc.log_file = log  # type: ignore[attr-defined]
+    own_log(proc, log)
     return proc
 
 
