@@ -491,7 +491,8 @@ def webhook_client_for(url: str, key: bytes, timeout_s: float,
 def delivery_fanout(concurrency: int) -> KeptThreads:
     """How ``escalation notify`` delivers the disputes of one step: up to ``concurrency``
     webhook calls at once on helper threads kept for the whole run (``NotifyPorts.fanout``;
-    the caller closes it after the notifier's last step; docs/performance.md)."""
+    the caller closes it after the notifier's last step; the webhooks figure of
+    docs/performance.md, "Current figures")."""
     from escalation.adapters.pipeline import KeptThreads
 
     return KeptThreads(concurrency, "notify")
@@ -506,7 +507,7 @@ def warnings_for(app: App) -> RedisWarnings:
 
 def write_pipeline() -> Pipeline:
     """How enqueue and import write their batches: the Redis step of batch k on one helper
-    thread while batch k+1 is recorded in PostgreSQL (docs/performance.md)."""
+    thread while batch k+1 is recorded in PostgreSQL (docs/performance.md, "CSV import")."""
     from escalation.adapters.pipeline import Overlapped
 
     return Overlapped("enqueue-redis")
@@ -526,8 +527,9 @@ def pass1_helper(processes: int | None = None) -> HelperProcess | None:
 
 
 def outcome_fanout() -> Fanout:
-    """How the import's pass 3 records outcomes: four rows at once on helper threads (the
-    PostgreSQL pool holds 5 connections plus 5 under load; docs/performance.md)."""
+    """How the import's pass 3 records outcomes: ``OUTCOME_THREADS`` rows at once on helper
+    threads, within the engine's pool (5 connections, up to 5 more under load:
+    ``adapters.db.make_engine``)."""
     from escalation.adapters.pipeline import Threads
 
     return Threads(OUTCOME_THREADS, "import-outcomes")
