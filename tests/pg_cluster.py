@@ -333,10 +333,11 @@ class PgCluster:
             for path in (ini, users):
                 shutil.chown(path, "postgres")
         exe = pgbouncer_bin()
-        self._pgbouncer = subprocess.Popen(
-            _as_server_user([str(exe), str(ini)]), stdout=subprocess.DEVNULL,
-            stderr=open(self.base / "pgbouncer.stderr", "wb"),  # noqa: SIM115
-            start_new_session=True)
+        # the child writes to its own copy of the descriptor: the parent's closes at once
+        with open(self.base / "pgbouncer.stderr", "wb") as stderr:
+            self._pgbouncer = subprocess.Popen(
+                _as_server_user([str(exe), str(ini)]), stdout=subprocess.DEVNULL,
+                stderr=stderr, start_new_session=True)
         self._started.add("pgbouncer")
         self._wait(lambda: self._answers(self.pgbouncer_url()), 30, "pgbouncer")
 
