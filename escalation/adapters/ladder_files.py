@@ -7,7 +7,9 @@ message names the file and the field, e.g.
 ``ladders/dispute_review.v2.toml: tiers[1].rank: ranks must be strictly increasing``.
 A released file is never edited (a change is a new version; ADR 0004): its SHA-256
 ``checksum`` is compared with the one recorded when it was applied
-(``escalation.domain.ladder_check``).
+(``escalation.domain.ladder_check``). The regulatory-fit rule of those checks is answered
+from this process's memo (``adapters.regulatory_fit_memo``) when the same file was checked
+before.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Annotated, Any, Literal
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from escalation.adapters.regulatory_fit_memo import PROCESS_FIT_MEMO
 from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit
 from escalation.domain.errors import (
     InvalidInput,
@@ -46,7 +49,7 @@ from escalation.domain.ladder import (
     Tier,
     unknown_ladder,
 )
-from escalation.domain.ladder_check import check_ladders
+from escalation.domain.ladder_check import RegulatoryFitCheck, check_ladders
 from escalation.domain.obligations import Outcome
 from escalation.ports import LadderHistory
 
@@ -444,6 +447,7 @@ def load_ladder_file(path: Path) -> Ladder:
 def check_ladder_dir(
     path: Path, applied_checksums: Mapping[tuple[str, int], str] | None = None,
     calendars: CalendarRegistry | None = None, skip: Collection[str] = (),
+    *, fit_check: RegulatoryFitCheck | None = PROCESS_FIT_MEMO,
 ) -> list[str]:
     """Everything ``escalation ladder check`` reports for the ``*.toml`` files in ``path``.
 
@@ -451,6 +455,8 @@ def check_ladder_dir(
     parsed, against ``calendars`` (the deployment's: built-in plus its calendars file; None
     = the built-in ones). An empty list means every file is valid. Never raises for a bad
     file. ``skip``: names of files left out (their problems are reported otherwise).
+    ``fit_check``: the regulatory-fit check (default: this process's memo of it; None = the
+    domain's sweep every time).
     """
     errors: list[str] = []
     ladders: list[Ladder] = []
@@ -461,17 +467,20 @@ def check_ladder_dir(
         errors.extend(file_errors)
         if ladder is not None:
             ladders.append(ladder)
-    errors.extend(check_ladders(ladders, applied_checksums or {}, calendars))
+    errors.extend(check_ladders(ladders, applied_checksums or {}, calendars,
+                                fit_check=fit_check))
     return errors
 
 
 class LadderCatalog:
     """Every ladder version loaded from a directory, by ``(name, version)``."""
 
-    def __init__(self, ladders: list[Ladder], errors: list[str] | None = None) -> None:
+    def __init__(self, ladders: list[Ladder], errors: list[str] | None = None, *,
+                 fit_check: RegulatoryFitCheck | None = PROCESS_FIT_MEMO) -> None:
         """Index ``ladders``. Raises LadderError on a duplicate ``(name, version)``.
 
         ``errors``: messages of files that failed to load (lenient loading only).
+        ``fit_check``: kept as :attr:`fit_check` (default: this process's memo).
         """
         self.errors: list[str] = list(errors or [])
         self.path = Path("ladders")
@@ -479,6 +488,10 @@ class LadderCatalog:
         self.calendars: CalendarRegistry | None = None
         """The deployment's calendars the files are checked against (release, baseline,
         migration: ``check_ladders``); None = the built-in ones (:meth:`from_dir`)."""
+        self.fit_check = fit_check
+        """How those checks check the regulatory fit: this process's memo of the sweep
+        (``adapters.regulatory_fit_memo``) unless given another; None = the domain's sweep
+        every time."""
         self._by_key: dict[tuple[str, int], Ladder] = {}
         for ladder in ladders:
             key = (ladder.name, ladder.version)
@@ -488,12 +501,14 @@ class LadderCatalog:
 
     @classmethod
     def from_dir(cls, path: Path, *, strict: bool = True,
-                 calendars: CalendarRegistry | None = None) -> LadderCatalog:
+                 calendars: CalendarRegistry | None = None,
+                 fit_check: RegulatoryFitCheck | None = PROCESS_FIT_MEMO) -> LadderCatalog:
         """Load every ``*.toml`` in ``path`` (sorted by file name).
 
         ``calendars``: the deployment's calendars (built-in plus ``ESCALATION_CALENDARS_FILE``),
         kept as :attr:`calendars` for the checks that run on the catalog; a ladder may name
-        any of them.
+        any of them. ``fit_check``: kept as :attr:`fit_check` (default: this process's memo
+        of the regulatory-fit sweep).
 
         ``strict=False`` (read-only commands: status, audit, doctor, ...) skips invalid files
         and keeps their messages in ``errors``, so one broken file does not stop commands
@@ -515,7 +530,7 @@ class LadderCatalog:
                 if strict:
                     raise
                 errors.append(str(exc))
-        catalog = cls(ladders, errors)
+        catalog = cls(ladders, errors, fit_check=fit_check)
         catalog.path = path
         catalog.calendars = calendars
         return catalog

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 from escalation.domain.calendars import CalendarRegistry, WindowUnit, window_end
@@ -35,20 +35,18 @@ ANCHOR_FROM = datetime(2026, 1, 1, tzinfo=UTC)
 ANCHOR_SPAN = datetime(2031, 1, 1, tzinfo=UTC) - ANCHOR_FROM  # anchors across 2026-2030
 ANCHOR_STEP = timedelta(hours=7)  # coprime with 24: anchors visit every hour of the day
 
-_FIT_SEEN: dict[tuple[object, ...], list[str]] = {}
-"""Results of :func:`_check_regulatory_fit` in this process, by (file, checksum, deadline,
-calendars). The sweep is a pure function of the ladder file's bytes and the calendars (about
-0.2-1.3 s per deadline, 8 s for the shipped ladders); a process that checks the same files
-again (the first-use baseline, then ``ladder release`` or ``migrate`` in one process, or one
-process building apps on several new databases) reuses the answer. Calendars are compared
-by value (frozen dataclasses; a holiday rule by identity), so a calendars file read again
-is checked again."""
+RegulatoryFitCheck = Callable[[Ladder, RegulatoryDeadline, CalendarRegistry], list[str]]
+"""How :func:`check_ladders` checks one regulatory deadline of one ladder version:
+:func:`check_regulatory_fit`, or something that answers as it does (the ladder-file
+adapter's memo of the sweep, ``adapters.regulatory_fit_memo``)."""
 
 
 def check_ladders(
     ladders: list[Ladder],
     applied_checksums: Mapping[tuple[str, int], str] | None = None,
     calendars: CalendarRegistry | None = None,
+    *,
+    fit_check: RegulatoryFitCheck | None = None,
 ) -> list[str]:
     """All problems found in ``ladders`` (every version of every ladder being checked).
 
@@ -56,6 +54,9 @@ def check_ladders(
         ladders: parsed ladder versions (``Ladder.source`` names the file in messages).
         applied_checksums: ``(name, version) -> SHA-256 hex`` recorded when applied.
         calendars: calendars by id; default ``builtin_calendars()`` (utc, us_federal_reserve).
+        fit_check: checks one regulatory deadline of a version that passed every other
+            rule; None = :func:`check_regulatory_fit`, run every time (this module keeps
+            nothing between calls).
 
     Returns:
         Error lines, empty when everything is valid. Never raises for a bad ladder.
@@ -64,6 +65,7 @@ def check_ladders(
         from escalation.domain.business_calendar import builtin_calendars
 
         calendars = builtin_calendars()
+    fit = check_regulatory_fit if fit_check is None else fit_check
     errors: list[str] = []
     by_name: dict[str, dict[int, Ladder]] = defaultdict(dict)
     for ladder in ladders:
@@ -79,7 +81,7 @@ def check_ladders(
             )
         for version in sorted(versions):
             ladder = versions[version]
-            errors.extend(_check_one(ladder, calendars))
+            errors.extend(_check_one(ladder, calendars, fit))
             previous = versions.get(version - 1)
             if previous is not None:
                 errors.extend(_check_map(previous, ladder))
@@ -87,7 +89,8 @@ def check_ladders(
     return errors
 
 
-def _check_one(ladder: Ladder, calendars: CalendarRegistry) -> list[str]:
+def _check_one(ladder: Ladder, calendars: CalendarRegistry,
+               fit: RegulatoryFitCheck) -> list[str]:
     label, errors = ladder.label, []
     expected = None if ladder.version == 1 else ladder.version - 1
     if ladder.previous_version != expected:
@@ -105,7 +108,7 @@ def _check_one(ladder: Ladder, calendars: CalendarRegistry) -> list[str]:
     if ladder.deadlines and not errors:
         for reg in ladder.deadlines:
             if not reg.started_by:  # an action's clock starts mid-case: no tier chain
-                errors.extend(_regulatory_fit_once(ladder, reg, calendars))
+                errors.extend(fit(ladder, reg, calendars))
     return errors
 
 
@@ -212,34 +215,28 @@ def attribute_variants(reg: RegulatoryDeadline) -> list[dict[str, object]]:
     return out
 
 
-def _regulatory_fit_once(
-    ladder: Ladder, reg: RegulatoryDeadline, calendars: CalendarRegistry
-) -> list[str]:
-    """:func:`_check_regulatory_fit`, answered from ``_FIT_SEEN`` when this process has
-    checked the same file against equal calendars before (a ladder built in code, with no
-    file checksum, is checked every time)."""
-    if not ladder.checksum:
-        return _check_regulatory_fit(ladder, reg, calendars)
-    try:
-        key: tuple[object, ...] = (ladder.label, ladder.checksum, reg.name,
-                                   tuple(sorted(calendars.items())))
-        hash(key)
-    except TypeError:  # a calendar that cannot be compared by value: checked every time
-        return _check_regulatory_fit(ladder, reg, calendars)
-    seen = _FIT_SEEN.get(key)
-    if seen is None:
-        if len(_FIT_SEEN) > 512:
-            _FIT_SEEN.clear()
-        seen = _FIT_SEEN[key] = _check_regulatory_fit(ladder, reg, calendars)
-    return list(seen)
-
-
-def _check_regulatory_fit(
+def check_regulatory_fit(
     ladder: Ladder, reg: RegulatoryDeadline, calendars: CalendarRegistry
 ) -> list[str]:
     """The tier windows chained from the anchor up to the last tier ``reg`` caps end no later
     than ``reg``'s deadline minus its buffer (worst case over the sampled anchors and every
-    attribute variant)."""
+    attribute variant).
+
+    A pure function of ``ladder``, ``reg`` and ``calendars``, and the slow rule of ``ladder
+    check``: anchors every ``ANCHOR_STEP`` across ``ANCHOR_SPAN`` times every attribute
+    variant (about 0.2-1.3 s per deadline; 8 s for the shipped ladders).
+
+    Args:
+        ladder: one version that passes the other rules (its calendars are known).
+        reg: one of ``ladder.deadlines`` (a clock started by a tier, not by an action).
+        calendars: calendars by id (``ladder``'s institution calendar and zone are scoped
+            onto them).
+
+    Returns:
+        One line naming the worst anchor when the windows run past the deadline minus its
+        buffer (or when a window, deadline or buffer cannot be computed); empty when it
+        fits. Never raises for a bad ladder.
+    """
     from escalation.domain.business_calendar import scoped_calendars
     from escalation.domain.deadline_rules import zone_of
 

@@ -12,6 +12,7 @@ from uuid import UUID
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.escalation import Escalation
 from escalation.domain.ladder import Ladder
+from escalation.domain.ladder_check import RegulatoryFitCheck
 from escalation.domain.ladder_ledger import ReleaseEvent
 from escalation.domain.ladder_plan import Blocked, PlanItem
 
@@ -182,6 +183,12 @@ class LadderFiles(Protocol):
     def calendars(self) -> CalendarRegistry | None:
         """The deployment's calendars the files are checked against (built-in plus the
         calendars file); None = the built-in ones."""
+        ...
+
+    @property
+    def fit_check(self) -> RegulatoryFitCheck | None:
+        """How the files' regulatory fit is checked (the adapter's memo of the sweep); None
+        = ``check_ladders``' own check, every time."""
         ...
 
     def find(self, name: str, version: int) -> Ladder | None:

@@ -202,7 +202,8 @@ def _change(
     # since (v3 while planning to v2) is not part of this change
     errors = check_ladders(list(versions.values()),
                            {k: c for k, c in released.items()
-                            if k[0] == name and k[1] <= to_version}, files.calendars)
+                            if k[0] == name and k[1] <= to_version}, files.calendars,
+                           fit_check=files.fit_check)
     if errors:
         raise LadderMigrationError("ladder files fail `ladder check`:\n" + "\n".join(errors))
     return versions, versions[to_version]
@@ -244,7 +245,7 @@ def _why_unreleased(files: LadderFiles, released: Mapping[tuple[str, int], str],
     if target is not None:
         chain = [ld for ld in files.all() if ld.name == name and ld.version <= version]
         problems = check_ladders(chain, {k: c for k, c in released.items() if k[0] == name},
-                                 files.calendars)
+                                 files.calendars, fit_check=files.fit_check)
         return (f"is invalid ({' | '.join(problems)})" if problems else "is not released",
                 LadderNotReleased)
     bad = [e for e in files.errors if f"{name}.v{version}.toml" in e]

@@ -25,7 +25,7 @@ from datetime import datetime
 from escalation.domain.calendars import CalendarRegistry
 from escalation.domain.errors import LadderError, LadderVersionNotFound
 from escalation.domain.ladder import Ladder
-from escalation.domain.ladder_check import check_ladders
+from escalation.domain.ladder_check import RegulatoryFitCheck, check_ladders
 from escalation.logs import get_logger
 from escalation.ports import LadderFiles, LadderHistory, NewRelease, ReleaseRow
 
@@ -93,7 +93,7 @@ def release_version(
             f"in order (nothing released)")
     chain = [ld for ld in files.all() if ld.name == ladder and ld.version <= version]
     errors = check_ladders(chain, {k: v for k, v in released.items() if k[0] == ladder},
-                           files.calendars)
+                           files.calendars, fit_check=files.fit_check)
     if errors:
         raise LadderError(f"{ladder}@{version} fails `ladder check`, nothing released:\n"
                           + "\n".join(errors))
@@ -126,15 +126,18 @@ def _target_file(files: LadderFiles, ladder: str, version: int) -> Ladder:
 
 def baseline_prefix(versions: list[Ladder],
                     applied: Mapping[tuple[str, int], str] | None = None,
-                    calendars: CalendarRegistry | None = None) -> list[Ladder]:
+                    calendars: CalendarRegistry | None = None, *,
+                    fit_check: RegulatoryFitCheck | None = None) -> list[Ladder]:
     """The longest run ``v1..vk`` of one ladder's versions that passes ``ladder check``
     (including the checksums of versions an earlier apply recorded: ``applied``) against
-    ``calendars`` (the deployment's; None = the built-in ones)."""
+    ``calendars`` (the deployment's; None = the built-in ones), the regulatory fit checked by
+    ``fit_check`` (None = ``check_ladders``' own check)."""
     ordered = sorted(versions, key=lambda ld: ld.version)
     for k in range(len(ordered), 0, -1):
         prefix = ordered[:k]
         contiguous = [ld.version for ld in prefix] == list(range(1, k + 1))
-        if contiguous and not check_ladders(prefix, applied or {}, calendars):
+        if contiguous and not check_ladders(prefix, applied or {}, calendars,
+                                            fit_check=fit_check):
             return prefix
     return []
 
@@ -152,7 +155,8 @@ def baseline_releases(history: LadderHistory, files: LadderFiles,
             by_name[ladder.name].append(ladder)
     applied = history.applied_checksums()
     todo = {name: [(ld.version, ld.checksum) for ld in baseline_prefix(
-        vs, {k: c for k, c in applied.items() if k[0] == name}, files.calendars)]
+        vs, {k: c for k, c in applied.items() if k[0] == name}, files.calendars,
+        fit_check=files.fit_check)]
         for name, vs in by_name.items()}
     rows = history.baseline({n: v for n, v in todo.items() if v}, released_by=BASELINE_ACTOR,
                             reason=BASELINE_REASON, released_at=now)
