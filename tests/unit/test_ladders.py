@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,12 @@ from escalation.adapters.ladder_files import (
     load_ladder_file,
     render_json_schema,
 )
-from escalation.domain.calendars import SlaWindow, WindowUnit
+from escalation.adapters.regulatory_fit_memo import PROCESS_FIT_MEMO, RegulatoryFitMemo
+from escalation.domain import ladder_check
+from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit
 from escalation.domain.errors import InvalidInput, LadderError, LadderNotFound
 from escalation.domain.ladder import Ladder, RegulatoryDeadline, Tier
-from escalation.domain.ladder_check import check_ladders
+from escalation.domain.ladder_check import check_ladders, check_regulatory_fit
 
 REPO = Path(__file__).resolve().parents[2]
 LADDERS = REPO / "ladders"
@@ -254,22 +257,92 @@ def test_tier_windows_must_fit_inside_the_regulatory_deadline() -> None:
     assert errors[0].startswith("ladders/reg_e.v1.toml: regulatory: tier windows do not fit")
 
 
+class _CountedFit:
+    """The domain's regulatory-fit sweep, counting the ladder versions it swept."""
+
+    def __init__(self) -> None:
+        self.swept: list[str] = []
+
+    def __call__(self, ladder: Ladder, reg: RegulatoryDeadline,
+                 calendars: CalendarRegistry) -> list[str]:
+        self.swept.append(ladder.label)
+        return check_regulatory_fit(ladder, reg, calendars)
+
+
 def test_a_rewritten_file_is_checked_again_and_a_repeated_check_gives_the_same_answer(
     tmp_path: Path,
 ) -> None:
-    """The regulatory fit is remembered per file checksum in a process (the baseline release
-    and a later release check the same files): a file rewritten under the same name has a new
-    checksum and is swept again; the old bytes get the old answer back."""
+    """The regulatory fit is remembered per file checksum in a process by the ladder-file
+    adapter's memo (the baseline release and a later release check the same files): a repeated
+    check of an unchanged file runs no sweep, a file rewritten under the same name has a new
+    checksum and is swept again, and the old bytes get the old answer back."""
+    sweep = _CountedFit()
+    memo = RegulatoryFitMemo(sweep)
     fits = V1 + REG  # 24 + 72 + ... calendar hours end long before 60 days minus 1
     path = _write(tmp_path, "dispute_review.v1.toml", fits)
-    assert check_ladder_dir(tmp_path) == []
+    assert check_ladder_dir(tmp_path, fit_check=memo) == []
+    assert check_ladder_dir(tmp_path, fit_check=memo) == []
+    assert sweep.swept == [str(path)]  # the second check cost no sweep
     _write(tmp_path, "dispute_review.v1.toml", fits.replace("amount = 60", "amount = 1"))
-    tight = check_ladder_dir(tmp_path)
+    tight = check_ladder_dir(tmp_path, fit_check=memo)
     assert len(tight) == 1
     assert tight[0].startswith(f"{path}: regulatory: tier windows do not fit inside respond")
-    assert check_ladder_dir(tmp_path) == tight
+    assert check_ladder_dir(tmp_path, fit_check=memo) == tight
     _write(tmp_path, "dispute_review.v1.toml", fits)
-    assert check_ladder_dir(tmp_path) == []
+    assert check_ladder_dir(tmp_path, fit_check=memo) == []
+    assert sweep.swept == [str(path)] * 2  # the rewrite once; the old bytes from memory
+    assert len(memo) == 2
+
+
+def test_the_ladder_file_adapter_checks_with_the_process_memo(tmp_path: Path) -> None:
+    """Every catalog and ``ladder check`` of the adapter share this process's memo (what the
+    baseline release, ``ladder release``, ``ladder plan``/``apply`` and ``doctor`` check with)
+    unless given another; None is the domain's sweep every time."""
+    _write(tmp_path, "dispute_review.v1.toml", V1 + REG)
+    assert LadderCatalog.from_dir(tmp_path).fit_check is PROCESS_FIT_MEMO
+    assert LadderCatalog([]).fit_check is PROCESS_FIT_MEMO
+    assert inspect.signature(check_ladder_dir).parameters["fit_check"].default \
+        is PROCESS_FIT_MEMO
+    assert LadderCatalog.from_dir(tmp_path, fit_check=None).fit_check is None
+    assert check_ladder_dir(tmp_path, fit_check=None) == check_ladder_dir(tmp_path) == []
+
+
+def test_the_memo_checks_a_ladder_built_in_code_every_time() -> None:
+    """A ladder with no file checksum has nothing to be remembered by: swept on every check,
+    with the same answer."""
+    lad = Ladder("x", 1, (Tier("a", "A", 1, SlaWindow(30, WindowUnit.CALENDAR_DAYS)),), "a",
+                 regulatory=RegulatoryDeadline(
+                     "respond", "notice", SlaWindow(10, WindowUnit.CALENDAR_DAYS)))
+    sweep = _CountedFit()
+    memo = RegulatoryFitMemo(sweep)
+    first = check_ladders([lad], fit_check=memo)
+    assert first and "do not fit inside respond" in first[0]
+    assert check_ladders([lad], fit_check=memo) == first
+    assert sweep.swept == ["x@1", "x@1"]
+    assert len(memo) == 0
+
+
+def test_the_domain_check_keeps_nothing_between_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``check_ladders`` without a ``fit_check`` sweeps every time, even a file it saw (the
+    memo is the adapter's); with one, each regulatory deadline is asked of it."""
+    sweep = _CountedFit()
+    monkeypatch.setattr(ladder_check, "check_regulatory_fit", sweep)
+    reg_e = load_ladder_file(_write(tmp_path, "dispute_review.v1.toml", V1 + REG))
+    assert reg_e.checksum and reg_e.deadlines
+    assert check_ladders([reg_e]) == check_ladders([reg_e]) == []
+    assert sweep.swept == [reg_e.label] * (2 * len(reg_e.deadlines))
+    asked: list[str] = []
+
+    def fake(ladder: Ladder, reg: RegulatoryDeadline, calendars: CalendarRegistry) -> list[str]:
+        asked.append(reg.name)
+        return [f"{ladder.label}: regulatory: {reg.name} asked"]
+
+    assert check_ladders([reg_e], fit_check=fake) == [
+        f"{reg_e.label}: regulatory: {r.name} asked" for r in reg_e.deadlines]
+    assert asked == [r.name for r in reg_e.deadlines]
+    assert len(sweep.swept) == 2 * len(reg_e.deadlines)  # the given check, not the sweep
 
 
 def test_unknown_window_calendar_is_reported() -> None:
