@@ -45,8 +45,11 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None
     one that needs a server (a session-wide hook: the items of other tiers are left as they
     are)."""
     needs_server = []
+    here: dict[Path, bool] = {}  # per file: resolving a path costs a stat per component
     for item in items:
-        if _HERE not in Path(item.path).resolve().parents:
+        if item.path not in here:
+            here[item.path] = _HERE in Path(item.path).resolve().parents
+        if not here[item.path]:
             continue
         if "server_urls" in getattr(item, "fixturenames", ()):
             needs_server.append(item.nodeid)
