@@ -156,27 +156,45 @@ def test_resolve_lists_every_outcome_code() -> None:
     assert len(OUTCOME_CODES) == len(set(OUTCOME_CODES))
 
 
-def test_importing_the_cli_loads_no_heavy_library() -> None:
-    """``escalation --help`` and every command's start-up: the database, Redis, web and
-    holiday libraries are imported by the commands that use them, not by the CLI module
-    (what the database commands import: tests/integration/test_cli_imports.py)."""
-    probe = ("import json, sys; import escalation.entrypoints.cli; "
-             "print(json.dumps(sorted(m for m in ('sqlalchemy', 'redis', 'fastapi', 'jinja2', "
-             "'holidays', 'psycopg', 'uvicorn', 'starlette', 'pydantic_settings', 'pydantic', "
-             "'structlog', 'opentelemetry', 'alembic', 'httpx', 'prometheus_client', "
-             "'escalation.bootstrap', 'escalation.settings') if m in sys.modules)))")
-    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True, timeout=60)
-    assert json.loads(res.stdout) == []
+#: what the CLI module must not import (the first probe below)
+HEAVY = ('sqlalchemy', 'redis', 'fastapi', 'jinja2', 'holidays', 'psycopg', 'uvicorn',
+         'starlette', 'pydantic_settings', 'pydantic', 'structlog', 'opentelemetry', 'alembic',
+         'httpx', 'prometheus_client', 'escalation.bootstrap', 'escalation.settings')
 
 
-def test_help_runs_without_the_heavy_libraries() -> None:
-    probe = ("import runpy, sys; sys.argv = ['escalation', '--help']\n"
+@pytest.fixture(scope="module")
+def start_up() -> subprocess.CompletedProcess[str]:
+    """One fresh interpreter, two probes (an interpreter's start costs more than either):
+    it imports the CLI module and prints which of :data:`HEAVY` are loaded (``imported:``),
+    then runs ``escalation --help`` as ``python -m escalation`` does and prints which of the
+    database, Redis, web and holiday libraries are loaded (last); both lines go to stderr,
+    the help to stdout. Importing the module first changes nothing the help run loads: it
+    imports the same module."""
+    probe = ("import json, runpy, sys\n"
+             "import escalation.entrypoints.cli\n"
+             f"print('imported:', json.dumps(sorted(m for m in {HEAVY!r} "
+             "if m in sys.modules)), file=sys.stderr)\n"
+             "sys.argv = ['escalation', '--help']\n"
              "try:\n    runpy.run_module('escalation', run_name='__main__')\n"
              "except SystemExit:\n    pass\n"
              "print(sorted(m for m in ('sqlalchemy', 'redis', 'fastapi', 'holidays') "
              "if m in sys.modules), file=sys.stderr)")
-    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=False, timeout=60)
-    assert res.stderr.strip().splitlines()[-1] == "[]", res.stderr
-    assert "Usage:" in res.stdout
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=False, timeout=60)
+
+
+def test_importing_the_cli_loads_no_heavy_library(
+        start_up: subprocess.CompletedProcess[str]) -> None:
+    """``escalation --help`` and every command's start-up: the database, Redis, web and
+    holiday libraries are imported by the commands that use them, not by the CLI module
+    (what the database commands import: tests/integration/test_cli_imports.py)."""
+    assert start_up.returncode == 0, start_up.stderr
+    imported = [line for line in start_up.stderr.splitlines() if line.startswith("imported: ")]
+    assert len(imported) == 1, start_up.stderr
+    assert json.loads(imported[0].removeprefix("imported: ")) == []
+
+
+def test_help_runs_without_the_heavy_libraries(
+        start_up: subprocess.CompletedProcess[str]) -> None:
+    assert start_up.stderr.strip().splitlines()[-1] == "[]", start_up.stderr
+    assert "Usage:" in start_up.stdout

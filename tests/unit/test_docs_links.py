@@ -108,6 +108,12 @@ def _headings(markdown: str) -> tuple[set[str], set[str]]:
     return anchors, anchors | bold_leads_of(markdown)
 
 
+@functools.lru_cache(maxsize=256)
+def _headings_of(path: Path) -> tuple[set[str], set[str]]:
+    """:func:`_headings` of the doc at ``path``, read once for all the references to it."""
+    return _headings(path.read_text(encoding="utf-8"))
+
+
 @dataclass(frozen=True)
 class Reference:
     """One pointer at a doc: where it is written, the file it names, and the heading."""
@@ -123,7 +129,7 @@ class Reference:
             return f"{self.source}: {self.target.relative_to(ROOT)} does not exist"
         if self.anchor is None and self.section is None:
             return None
-        anchors, sections = _headings(self.target.read_text(encoding="utf-8"))
+        anchors, sections = _headings_of(self.target)
         if self.anchor is not None:
             if self.anchor in anchors:
                 return None

@@ -49,12 +49,13 @@ def adapter_imports(source: str, module: str, is_package: bool = False) -> list[
     """``"line: imported name"`` of every import of ``escalation.adapters`` in ``source``
     (``import``, ``from ... import``, relative imports, and ``importlib.import_module`` /
     ``__import__`` with a literal name), at any depth."""
-    return _adapter_imports(ast.parse(source), module, is_package)
+    return _adapter_imports(list(ast.walk(ast.parse(source))), module, is_package)
 
 
-def _adapter_imports(tree: ast.Module, module: str, is_package: bool) -> list[str]:
+def _adapter_imports(nodes: list[ast.AST], module: str, is_package: bool) -> list[str]:
+    """:func:`adapter_imports` over ``nodes``, every node of a module's tree."""
     found = []
-    for node in ast.walk(tree):
+    for node in nodes:
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -80,10 +81,10 @@ def _front_modules() -> list[Path]:
 @functools.cache
 def _findings(path: Path) -> tuple[list[str], list[str]]:
     """(adapter imports, raw client reads) of one front module: two tests read each module,
-    its source is parsed once."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    return (_adapter_imports(tree, _module_name(path), path.name == "__init__.py"),
-            _raw_client_reads(tree))
+    its source is parsed and its tree walked once."""
+    nodes = list(ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+    return (_adapter_imports(nodes, _module_name(path), path.name == "__init__.py"),
+            _raw_client_reads(nodes))
 
 
 def test_the_front_door_packages_have_modules() -> None:
@@ -155,13 +156,14 @@ def raw_client_reads(source: str) -> list[str]:
     bans the attribute names rather than following the App. A call of a method of that name
     (the bench ``Target``'s ``tgt.redis()`` / ``tgt.engine()``, clients on the bench's own
     servers built by ``composition_bench``) is not a read of the App's field and passes."""
-    return _raw_client_reads(ast.parse(source))
+    return _raw_client_reads(list(ast.walk(ast.parse(source))))
 
 
-def _raw_client_reads(tree: ast.Module) -> list[str]:
-    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+def _raw_client_reads(nodes: list[ast.AST]) -> list[str]:
+    """:func:`raw_client_reads` over ``nodes``, every node of a module's tree."""
+    called = {id(node.func) for node in nodes if isinstance(node, ast.Call)}
     found = []
-    for node in ast.walk(tree):
+    for node in nodes:
         if (isinstance(node, ast.Attribute) and node.attr in RAW_CLIENTS
                 and id(node) not in called):
             found.append(f"{node.lineno}: .{node.attr}")
