@@ -215,7 +215,9 @@ sla_rollup = sa.Table(
     sa.Column("open_miss", sa.Boolean),
     sa.CheckConstraint("kind IN ('entered', 'on_time', 'late', 'resolved', 'deadline')",
                        name="kind_known"),
-    sa.Index(None, "at"),
+    # Migration 0022: the window's aggregates (adapters.sla_rollup) read only the index
+    sa.Index("ix_sla_rollup_window", "at",
+             postgresql_include=["kind", "ladder", "tier", "state", "name", "duration_s"]),
     sa.Index(None, "dispute_id"),
     sa.Index("ix_sla_rollup_open_deadlines", "at",
              postgresql_where=sa.text("kind = 'deadline' AND state IN ('at_risk', 'pending')")),

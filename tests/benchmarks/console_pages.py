@@ -28,7 +28,8 @@ load before and after.
     python tests/benchmarks/console_pages.py build --rows 300000
     python tests/benchmarks/console_pages.py measure --n 20
     (--admin-url postgresql://postgres@127.0.0.1:5432/postgres, --database NAME,
-     --redis-url redis://127.0.0.1:6379/9, --namespace NS)
+     --redis-url redis://127.0.0.1:6379/9, --namespace NS; on a database `build` did not
+     make, e.g. one of `escalation bench ledger`: --dispute UUID)
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ PAGES: tuple[str, ...] = (
     "/console/pending?window=overdue",
     "/console/pending?sort=elapsed",
     "/console/disputes/{dispute}",
+    "/console/ladders",
+    "/console/operations",
     "/console/audit",
     "/console/audit?decision=RESOLVED",
     "/console/audit/export.csv?decision=RESOLVED",
@@ -200,7 +203,8 @@ def measure(args: argparse.Namespace) -> None:
                     "today_at": midnight.isoformat().replace("+", "%2B"),
                     "month_ago_at": (midnight - timedelta(days=30)).isoformat()
                     .replace("+", "%2B"),
-                    "dispute": stable_dispute_id(str(args.first + 7), "cfpb")[0]}
+                    "dispute": args.dispute
+                    or stable_dispute_id(str(args.first + 7), "cfpb")[0]}
             pages = [p.format(**days) for p in PAGES if (args.only is None or args.only in p)
                      and (args.skip is None or args.skip not in p)]
             figures: dict[str, list[float]] = {p: [] for p in pages}
@@ -236,6 +240,8 @@ def main() -> None:
     p.add_argument("--days", type=int, default=120)
     p.add_argument("--answered", type=float, default=0.02)
     p.add_argument("--n", type=int, default=20)
+    p.add_argument("--dispute", default=None,
+                   help="the dispute page's id (default: a row of the CSV `build` imports)")
     p.add_argument("--only", default=None, help="measure only the pages containing this")
     p.add_argument("--skip", default=None, help="leave out the pages containing this")
     p.add_argument("--port", type=int, default=18431)
