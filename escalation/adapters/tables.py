@@ -219,6 +219,9 @@ sla_rollup = sa.Table(
     sa.Index("ix_sla_rollup_window", "at",
              postgresql_include=["kind", "ladder", "tier", "state", "name", "duration_s"]),
     sa.Index(None, "dispute_id"),
+    # Migration 0023: the exact median and p95 read only the window's ended stays
+    sa.Index("ix_sla_rollup_ended", "at", postgresql_include=["ladder", "tier", "duration_s"],
+             postgresql_where=sa.text("duration_s IS NOT NULL")),
     sa.Index("ix_sla_rollup_open_deadlines", "at",
              postgresql_where=sa.text("kind = 'deadline' AND state IN ('at_risk', 'pending')")),
     sa.Index("ix_sla_rollup_deadline_keys", "at", "dispute_id", "name",
@@ -233,6 +236,24 @@ tier-stay event and per regulatory deadline, as ``service_layer.sla_report.rollu
 computes them, a deadline with its lateness and whether it is a miss still open (migration
 0019: the console's lists and overview); replaced per dispute by each refresh
 (``adapters.sla_rollup``)."""
+
+sla_rollup_hours = sa.Table(
+    "sla_rollup_hours",
+    metadata,
+    sa.Column("hour", TZ, nullable=False),
+    sa.Column("ladder", sa.Text, nullable=False),
+    sa.Column("tier", sa.Text, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("name", sa.Text(collation="C"), nullable=False),
+    sa.Column("bucket", sa.SmallInteger, nullable=False),
+    sa.Column("n", sa.BigInteger, nullable=False),
+    sa.PrimaryKeyConstraint("hour", "ladder", "tier", "kind", "state", "name", "bucket"),
+)
+"""How many ``sla_rollup`` rows there are per UTC hour of ``at`` and per (ladder, tier, kind,
+state, name, duration bucket) (migration 0023; ``state`` and ``name`` '' where the row has
+none, ``bucket`` -1 without a duration): kept by ``adapters.sla_rollup`` in the
+transaction that replaces the rows, so a window's counts sum its whole hours."""
 
 sla_rollup_state = sa.Table(
     "sla_rollup_state",

@@ -161,7 +161,62 @@ def test_the_rollup_equals_a_full_recount_after_a_random_mix(
             sla_rollup.RollupDeadlines(since, until, at, missed_only=True, page=3), ports))
         assert _listed(missed) == _listed(full.missed)
     assert any(_figures(full).values())  # the mix produced figures to compare
+    _hour_counts_equal_the_rows(app.engine, store, now)
     _console_lists_equal_the_recount(app, store)
+
+
+_UPPERS = "ARRAY[3600, 14400, 86400, 172800, 432000, 864000]::float8[]"
+_ROW_OUTCOMES = sa.text(
+    """
+    SELECT width_bucket(at, CAST(:bounds AS timestamptz[])) - 1 AS span, ladder, tier, name,
+           count(*) FILTER (WHERE kind = 'resolved' AND duration_s IS NOT NULL) AS achieved,
+           count(*) FILTER (WHERE kind IN ('on_time', 'late')) AS breached,
+           count(*) FILTER (WHERE state = 'met') AS met,
+           count(*) FILTER (WHERE state = 'missed') AS missed
+      FROM sla_rollup
+     WHERE at >= :since AND at < :until AND kind <> 'entered'
+     GROUP BY span, ladder, tier, name
+    """
+)
+"""The trend's counts straight from the rollup rows: what the hour counts must add up to."""
+
+
+def _hour_counts_equal_the_rows(engine: sa.Engine, store: PostgresSlaRollup,
+                                now: Any) -> None:
+    """``sla_rollup_hours``, kept by every replace of the mix, equals a recount of the
+    rollup rows per hour; and the trend and the time-in-tier counts summed from it (whole
+    hours, plus the rows of the edges and of the hours a span bound cuts) equal the same
+    counts taken from the rows."""
+    with engine.connect() as conn:
+        kept = set(conn.execute(sa.text(
+            "SELECT hour, ladder, tier, kind, state, name, bucket, n FROM sla_rollup_hours "
+            "WHERE n <> 0")).all())
+        recount = set(conn.execute(sa.text(
+            "SELECT date_trunc('hour', at, 'UTC'), ladder, tier, kind, COALESCE(state, ''), "
+            f"COALESCE(name, ''), COALESCE(width_bucket(duration_s, {_UPPERS}), -1), "
+            "count(*) FROM sla_rollup GROUP BY 1, 2, 3, 4, 5, 6, 7")).all())
+    assert kept == recount and kept
+    uppers = [3600.0, 14400.0, 86400.0, 172800.0, 432000.0, 864000.0]
+    # bounds off the hour (a span bound cuts an hour), on the hour, and a window inside one
+    for bounds in ([now - timedelta(days=80, minutes=7), now - timedelta(days=30),
+                    now - timedelta(days=2, minutes=31), now + timedelta(days=30)],
+                   [now.replace(minute=0, second=0, microsecond=0) - timedelta(days=d)
+                    for d in (60, 20, 0)],
+                   [now - timedelta(minutes=20), now - timedelta(minutes=1)]):
+        with engine.connect() as conn:
+            rows = {(r.span, r.ladder, r.tier, r.name, r.achieved, r.breached, r.met, r.missed)
+                    for r in conn.execute(_ROW_OUTCOMES, {
+                        "bounds": bounds, "since": bounds[0], "until": bounds[-1]})
+                    if r.achieved or r.breached or r.met or r.missed}
+            stays = {(r[0], r[1], int(r[2]), int(r[3])) for r in conn.execute(sa.text(
+                "SELECT ladder, tier, width_bucket(duration_s, CAST(:u AS float8[])), "
+                "count(*) FROM sla_rollup WHERE at >= :s AND at < :e AND duration_s IS NOT "
+                "NULL GROUP BY 1, 2, 3"), {"u": uppers, "s": bounds[0], "e": bounds[-1]})}
+        summed = {(o["span"], o["ladder"], o["tier"], o["name"], o["achieved"], o["breached"],
+                   o["met"], o["missed"]) for o in store.outcomes(bounds)
+                  if o["achieved"] or o["breached"] or o["met"] or o["missed"]}
+        assert summed == rows, bounds
+        assert set(store.durations(bounds[0], bounds[-1], uppers)) == stays, bounds
 
 
 def _keyed(rows: Any) -> list[tuple[Any, ...]]:
