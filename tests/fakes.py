@@ -1227,9 +1227,11 @@ class FakeRollupStore:
     rows of a dispute are ``reports``' rows of its chain, a row's recorded_at is its
     ``decided_at`` (the fake ledger has no database clock), ``horizon_at``/``now_at`` the
     horizon and database clock. ``rows``: the rollup rows by dispute; ``fail_on_replace``:
-    the call number (1-based) of :meth:`replace` that raises (an interrupted refresh).
-    The figures, durations, outcomes and deadline pages aggregate in PostgreSQL
-    (percentiles, buckets, keyset pages) and are tested there
+    the call number (1-based) of :meth:`replace` that raises (an interrupted refresh);
+    ``hours_recounted``: how many finished refreshes asked for the counts kept beside the
+    rows to be recounted (after a backfill). The figures, durations, outcomes and
+    deadline pages aggregate in PostgreSQL (percentiles, buckets, keyset pages) and are
+    tested there
     (tests/integration/test_sla_rollup.py): here they raise."""
 
     reports: FakeLedgerReports
@@ -1239,6 +1241,7 @@ class FakeRollupStore:
     st: tuple[datetime, datetime, int, UUID | None] | None = None
     replaced: list[list[UUID]] = field(default_factory=list)
     fail_on_replace: int = 0
+    hours_recounted: int = 0
 
     def state(self) -> tuple[datetime, datetime, int, UUID | None] | None:
         return self.st
@@ -1293,8 +1296,10 @@ class FakeRollupStore:
         self.rows.clear()
         self.st = (watermark, computed_at, grace_s, UUID(int=0))
 
-    def set_state(self, watermark: datetime, computed_at: datetime, grace_s: int) -> None:
+    def set_state(self, watermark: datetime, computed_at: datetime, grace_s: int,
+                  recount_hours: bool = False) -> None:
         self.st = (watermark, computed_at, grace_s, None)
+        self.hours_recounted += recount_hours
 
     def figures(self, since: datetime, until: datetime) -> list[dict[str, Any]]:
         raise NotImplementedError("aggregated in PostgreSQL: tests/integration")

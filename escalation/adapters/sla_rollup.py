@@ -60,6 +60,8 @@ _REMOVE = sa.text(
 _ADD = sa.text(_ADD_HOURS.format(
     sign="", rows="(SELECT * FROM sla_rollup WHERE dispute_id = ANY(:ids)) AS r"))
 """The rows just written for ``ids`` added to the hour counts."""
+_RECOUNT_HOURS = sa.text(_ADD_HOURS.format(sign="", rows="sla_rollup"))
+"""Every rollup row counted into (an emptied) ``sla_rollup_hours``: the end of a backfill."""
 _HOUR_COUNTS = sa.text(
     """
     SELECT width_bucket(hour, CAST(:bounds AS timestamptz[])) - 1 AS span, ladder, tier,
@@ -244,10 +246,15 @@ class PostgresSlaRollup:
         with self._engine.begin() as conn:
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": ROLLUP_LOCK_KEY})
             key = {"ids": list(ids), "uppers": list(HOUR_BUCKET_UPPERS_S)}
-            conn.execute(_REMOVE, key)
+            if backfill_after is None:
+                conn.execute(_REMOVE, key)
+            else:  # a backfill's chunk: the hour counts are recounted when it finishes
+                conn.execute(sa.text("DELETE FROM sla_rollup WHERE dispute_id = ANY(:ids)"),
+                             key)
             if rows:
                 _copy_rows(conn, rows)
-                conn.execute(_ADD, key)
+                if backfill_after is None:
+                    conn.execute(_ADD, key)
             if backfill_after is not None:
                 conn.execute(sa.text(
                     "UPDATE sla_rollup_state SET backfill_after = :a WHERE id = 1"),
@@ -267,10 +274,18 @@ class PostgresSlaRollup:
                 "backfill_after) VALUES (1, :w, :c, :g, :a)"),
                 {"w": watermark, "c": computed_at, "g": grace_s, "a": UUID(int=0)})
 
-    def set_state(self, watermark: datetime, computed_at: datetime, grace_s: int) -> None:
+    def set_state(self, watermark: datetime, computed_at: datetime, grace_s: int,
+                  recount_hours: bool = False) -> None:
         """Record a finished refresh (the watermark never moves back; no backfill is left
-        unfinished)."""
+        unfinished); with ``recount_hours`` (after a backfill, whose chunks leave the hour
+        counts alone), ``sla_rollup_hours`` is first recounted from the rows, in the same
+        transaction: the hour counts are exact whenever no backfill is unfinished."""
         with self._engine.begin() as conn:
+            if recount_hours:
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
+                             {"k": ROLLUP_LOCK_KEY})
+                conn.execute(sa.text("DELETE FROM sla_rollup_hours"))
+                conn.execute(_RECOUNT_HOURS, {"uppers": list(HOUR_BUCKET_UPPERS_S)})
             conn.execute(sa.text(
                 "INSERT INTO sla_rollup_state (id, watermark, computed_at, grace_s) "
                 "VALUES (1, :w, :c, :g) ON CONFLICT (id) DO UPDATE SET "

@@ -128,8 +128,11 @@ class RollupStore(Protocol):
         """Remove every rollup row and record a backfill begun at ``watermark``."""
         ...
 
-    def set_state(self, watermark: datetime, computed_at: datetime, grace_s: int) -> None:
-        """Record a finished refresh."""
+    def set_state(self, watermark: datetime, computed_at: datetime, grace_s: int,
+                  recount_hours: bool = False) -> None:
+        """Record a finished refresh; with ``recount_hours`` (a backfill ran), first bring
+        any count the store keeps beside the rows up to date with them, in the same
+        transaction."""
         ...
 
     def figures(self, since: datetime, until: datetime) -> list[dict[str, Any]]:
@@ -268,7 +271,7 @@ def refresh(cmd: RefreshRollup, ports: RollupPorts) -> RefreshReport:
     for i in range(0, len(stale), chunk):
         _recompute(ports, stale[i:i + chunk], at)
     count += len(stale)
-    store.set_state(horizon, at, DEFAULT_GRACE_S)
+    store.set_state(horizon, at, DEFAULT_GRACE_S, recount_hours=full)
     return RefreshReport(full, count, horizon, at)
 
 

@@ -67,6 +67,9 @@ def test_a_later_refresh_reads_only_what_was_recorded_since_the_watermark() -> N
     w.store.horizon_at = w.store.now_at = HORIZON + timedelta(hours=2)
     done = refresh(RefreshRollup(), RollupPorts(w.store, CALS, None))
     assert (done.full, done.disputes, w.store.replaced) == (False, 1, [[w.ids[1]]])
+    # only the backfill (the first refresh) asked for the hour counts to be recounted:
+    # the incremental ones keep them with each replace
+    assert w.store.hours_recounted == 1
 
 
 def test_an_interrupted_backfill_resumes_after_its_last_chunk() -> None:
@@ -80,6 +83,7 @@ def test_an_interrupted_backfill_resumes_after_its_last_chunk() -> None:
     assert (done.full, done.disputes) == (True, 2)  # the two chunks after it, not the first
     assert w.store.replaced == [[w.ids[0]], [w.ids[1]], [w.ids[2]]]
     assert w.store.st is not None and w.store.st[3] is None
+    assert w.store.hours_recounted == 1  # when the resumed backfill finished, not before
 
 
 def test_a_later_refresh_recomputes_only_the_deadlines_the_clock_moved() -> None:
