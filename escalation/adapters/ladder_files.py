@@ -26,10 +26,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from escalation.adapters.regulatory_fit_memo import PROCESS_FIT_MEMO
 from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit
+from escalation.domain.currencies import check_currency
 from escalation.domain.errors import (
     InvalidInput,
     LadderError,
@@ -158,6 +166,21 @@ class ActionModel(_Model):
         default=None, description="an action that must be on record first (a reversal "
         "needs the provisional credit it reverses)")
     source: str = Field(default="", description="citation, e.g. 12 CFR 1005.11(c)(2)(i)")
+    currency: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")] | None = Field(
+        default=None, description="with full_amount: the ISO 4217 code of the disputed "
+        "amounts it is compared with (default USD); a credit in another currency is "
+        "recorded as amount unchecked")
+
+    @model_validator(mode="after")
+    def _currency_with_full_amount(self) -> ActionModel:
+        if self.currency is not None:
+            if not self.full_amount:
+                raise ValueError("currency is only meaningful with full_amount = true")
+            try:
+                check_currency(self.currency)
+            except InvalidInput as exc:  # a ValidationError naming the field, as others
+                raise ValueError(str(exc).removeprefix("currency: ")) from None
+        return self
 
 
 class VariantModel(_Model):
@@ -397,7 +420,8 @@ def _to_domain(model: LadderFile, label: str, checksum: str,
             institution_calendar=model.institution.calendar,
             migration=MigrationPolicy(recompute_due=model.migration.recompute_due,
                                       grace=grace_window),
-            actions=tuple(ActionDef(a.id, a.name, a.money, a.source, a.full_amount, a.after)
+            actions=tuple(ActionDef(a.id, a.name, a.money, a.source, a.full_amount, a.after,
+                                    a.currency or "USD")
                           for a in model.actions),
             outcomes=tuple(o.value for o in model.outcomes),
         )

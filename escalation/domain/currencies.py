@@ -44,3 +44,23 @@ def check_currency(code: str | None, field: str = "currency") -> str:
         raise InvalidInput(f"{field}: not an active ISO 4217 currency code{form}, got "
                            f"{code!r}", field=field)
     return code
+
+
+_MINOR_UNIT_EXCEPTIONS: dict[str, int | None] = {
+    **dict.fromkeys(["BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF",
+                     "UGX", "UYI", "VND", "VUV", "XAF", "XOF", "XPF"], 0),
+    **dict.fromkeys(["BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"], 3),
+    **dict.fromkeys(["CLF", "UYW"], 4),
+    # List One gives "N.A." as the minor unit of these funds and precious metals
+    **dict.fromkeys(["XAG", "XAU", "XBA", "XBB", "XBC", "XBD", "XDR", "XPD", "XPT", "XSU",
+                     "XUA"], None),
+}
+"""ISO 4217 List One's minor unit ("CcyMnrUnts": decimal places) of each active code that
+does not have 2, as of the date in the module docstring."""
+
+
+def minor_unit(code: str) -> int | None:
+    """The decimal places of ``code``'s minor unit (ISO 4217 List One: 0 for JPY, 2 for USD,
+    3 for BHD, 4 for CLF), None where the list gives none (funds and precious metals such as
+    XAU, XDR). ``code``: an active code (:func:`check_currency`)."""
+    return _MINOR_UNIT_EXCEPTIONS.get(code, 2)

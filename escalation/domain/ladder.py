@@ -92,6 +92,11 @@ class ActionDef:
             alleged error"); a smaller one is recorded as partial and meets nothing.
         after: an action id that must be on record before this one (a reversal of a
             provisional credit needs the credit), or None.
+        currency: for a ``full_amount`` action, the ISO 4217 code of the disputed amounts
+            it is compared with (materiality carries no currency; ``"USD"`` unless the
+            ladder file says otherwise: the shipped full-amount rule is Reg E's, for US
+            consumer accounts). An amount in another currency is not compared: it is
+            recorded as ``amount_unchecked``.
     """
 
     id: str
@@ -100,6 +105,7 @@ class ActionDef:
     source: str = ""
     full_amount: bool = False
     after: str | None = None
+    currency: str = "USD"
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,29 +47,7 @@ class Materiality:
         """
         if isinstance(value, Materiality):
             return value
-        if isinstance(value, (bool, float)):
-            raise _invalid(
-                f"materiality must be a Decimal or a decimal string, not {type(value).__name__}"
-                f" ({value!r}); floats cannot represent cents exactly"
-            )
-        if isinstance(value, Decimal):
-            dec = value
-        elif isinstance(value, int):
-            dec = Decimal(value)
-        elif isinstance(value, str):
-            dec = _parse_text(value)
-        else:
-            raise _invalid(
-                f"materiality must be a Decimal or string, not {type(value).__name__}"
-            )
-        if not dec.is_finite():
-            raise _invalid(f"materiality must be finite, got {value!r}")
-        if dec < 0:
-            raise _invalid(f"materiality must not be negative, got {value!r}")
-        if dec.adjusted() >= MAX_INTEGER_DIGITS:
-            raise _invalid(
-                f"materiality {value!r} has more than {MAX_INTEGER_DIGITS} integer digits"
-            )
+        dec = checked_decimal(value)
         cents = dec.quantize(CENT)
         if cents != dec:
             raise _invalid(
@@ -80,6 +58,41 @@ class Materiality:
 
     def __str__(self) -> str:
         return format(self.amount, "f")
+
+
+def checked_decimal(value: object) -> Decimal:
+    """``value`` (a ``Decimal``, ``int`` or plain decimal string, as :meth:`Materiality.parse`
+    takes) as a finite, non-negative ``Decimal`` of at most 15 integer digits, unrounded: the
+    checks of :meth:`Materiality.parse` but the cent, for amounts whose minor unit depends on
+    their currency (``domain.currencies.minor_unit``).
+
+    Raises:
+        InvalidInput: as :meth:`Materiality.parse` (the message names ``materiality``).
+    """
+    if isinstance(value, (bool, float)):
+        raise _invalid(
+            f"materiality must be a Decimal or a decimal string, not {type(value).__name__}"
+            f" ({value!r}); floats cannot represent cents exactly"
+        )
+    if isinstance(value, Decimal):
+        dec = value
+    elif isinstance(value, int):
+        dec = Decimal(value)
+    elif isinstance(value, str):
+        dec = _parse_text(value)
+    else:
+        raise _invalid(
+            f"materiality must be a Decimal or string, not {type(value).__name__}"
+        )
+    if not dec.is_finite():
+        raise _invalid(f"materiality must be finite, got {value!r}")
+    if dec < 0:
+        raise _invalid(f"materiality must not be negative, got {value!r}")
+    if dec.adjusted() >= MAX_INTEGER_DIGITS:
+        raise _invalid(
+            f"materiality {value!r} has more than {MAX_INTEGER_DIGITS} integer digits"
+        )
+    return dec
 
 
 def _invalid(message: str) -> InvalidInput:

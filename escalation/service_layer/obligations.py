@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from escalation.domain.calendars import CalendarRegistry, window_end
-from escalation.domain.currencies import check_currency
+from escalation.domain.currencies import check_currency, minor_unit
 from escalation.domain.errors import ConflictError, InvalidInput, InvalidParameter, NotFound
 from escalation.domain.escalation import (
     ENDED,
@@ -42,7 +42,7 @@ from escalation.domain.escalation import (
     parse_dispute_id,
 )
 from escalation.domain.ladder import RESOLUTION, ActionDef, Ladder
-from escalation.domain.materiality import Materiality
+from escalation.domain.materiality import checked_decimal
 from escalation.domain.obligations import (
     Assessment,
     Clock,
@@ -365,7 +365,7 @@ def _money(cmd: RecordAction, act: ActionDef, disputed: Decimal) -> dict[str, An
         raise InvalidInput(f"amount: required for the action {cmd.action!r} (Decimal text)",
                            field="amount")
     try:  # floats, NaN, negatives refused
-        amount = Materiality.parse(cmd.amount).amount
+        amount = checked_decimal(cmd.amount)
     except InvalidInput as exc:  # its messages say "materiality"; this field is the amount
         raise InvalidInput("amount: " + str(exc).replace("materiality", "the amount"),
                            field="amount") from None
@@ -376,9 +376,21 @@ def _money(cmd: RecordAction, act: ActionDef, disputed: Decimal) -> dict[str, An
         raise InvalidParameter("{currency} is required with {amount}: an active ISO 4217 "
                                "code such as USD", "currency", "amount")
     check_currency(cmd.currency)  # an active ISO 4217 code (domain.currencies)
-    out: dict[str, Any] = {"amount": str(amount), "currency": cmd.currency}
+    places = minor_unit(cmd.currency)
+    if places is not None:  # never rounded: digits below the currency's minor unit refused
+        exact = amount.quantize(Decimal(1).scaleb(-places))
+        if exact != amount:
+            raise InvalidInput(
+                f"amount: {cmd.amount!r} has digits below the {cmd.currency} minor unit "
+                f"({places} decimal place{'' if places == 1 else 's'}, ISO 4217); money is "
+                "never rounded", field="amount")
+        amount = exact
+    out: dict[str, Any] = {"amount": format(amount, "f"), "currency": cmd.currency}
     if act.full_amount and disputed == 0:
         out["amount_unchecked"] = True  # no disputed amount on record to compare with
+    elif act.full_amount and cmd.currency != act.currency:
+        # the disputed amount is in the ladder's currency: another one is not compared
+        out["amount_unchecked"] = True
     elif act.full_amount and amount < disputed:
         out["partial"] = True
     return out

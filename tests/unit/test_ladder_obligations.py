@@ -126,3 +126,30 @@ def test_every_shipped_obligation_version_names_a_citation_per_deadline_and_acti
         lad = load_ladder_file(root / f"{name}.toml")
         assert all(d.source for d in lad.deadlines), name
         assert all(a.source for a in lad.actions), name
+
+
+def test_a_full_amount_action_compares_in_usd_unless_the_file_names_a_currency(
+    tmp_path: Path,
+) -> None:
+    """A ``full_amount`` credit is compared with the disputed amount, which carries no
+    currency: the action says which (``currency``, default USD, the shipped rule being Reg
+    E's 12 CFR 1005.11(c)(2)(i) for US consumer accounts)."""
+    full = BASE.replace('money = true\n', 'money = true\nfull_amount = true\n', 1)
+    ladder = _load(tmp_path, full)
+    assert ladder.actions[0].currency == "USD"  # type: ignore[attr-defined]
+    eur = _load(tmp_path, full.replace('full_amount = true\n',
+                                       'full_amount = true\ncurrency = "EUR"\n', 1))
+    assert eur.actions[0].currency == "EUR"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("extra", "why"), [
+    ('currency = "EUR"\n', "only meaningful with full_amount"),
+    ('full_amount = true\ncurrency = "XXQ"\n', "not an active ISO 4217 currency code"),
+    ('full_amount = true\ncurrency = "usd"\n', "currency"),
+])
+def test_a_comparison_currency_is_refused_without_full_amount_or_unknown(
+    tmp_path: Path, extra: str, why: str,
+) -> None:
+    text = BASE.replace('money = true\n', 'money = true\n' + extra, 1)
+    with pytest.raises(LadderError, match=why):
+        _load(tmp_path, text)

@@ -259,3 +259,60 @@ def test_an_instant_outside_what_utc_holds_is_refused_naming_the_field() -> None
         resolve(Resolve(esc.dispute_id, "no_error_found", "ops.alice", "r",
                         occurred_at=early), **w.kw())
     assert w.rows(esc.dispute_id) == rows
+
+
+def test_a_credit_in_another_currency_is_recorded_as_unchecked_not_compared() -> None:
+    """1005.11(c)(2)(i): a credit "in the amount of the alleged error". The disputed 125.00
+    carries no currency; Reg E's full-amount rule compares in USD (the ladder's action
+    currency). 100 JPY is not 100 USD: recorded, flagged ``amount_unchecked`` (the deadline
+    shows it was met without the amount being compared), never ``partial`` nor plain met."""
+    w = World()
+    esc = w.enqueue(tier="standard")
+    w.at(L(2026, 1, 8, 12))
+    res = w.record(esc.dispute_id, "provisional_credit", L(2026, 1, 8, 11), "j",
+                   amount="100", currency="JPY")
+    details = w.store.trail(esc.dispute_id)[-1].details
+    assert (details["amount"], details["currency"]) == ("100", "JPY")
+    assert details["amount_unchecked"] is True and "partial" not in details
+    assert states(res)[D10_NAME] == (DeadlineState.MET, "provisional_credit")
+    usd = w.record(esc.dispute_id, "provisional_credit", L(2026, 1, 8, 11, 5), "u",
+                   amount="125", currency="USD")
+    details = w.store.trail(esc.dispute_id)[-1].details
+    assert details["amount"] == "125.00" and "amount_unchecked" not in details
+    assert states(usd)[D10_NAME] == (DeadlineState.MET, "provisional_credit")
+
+
+@pytest.mark.parametrize(("amount", "currency", "stored"), [
+    ("1.234", "BHD", "1.234"),  # ISO 4217: the dinar has three decimal places
+    ("1.5", "BHD", "1.500"),
+    ("1500", "JPY", "1500"),    # the yen has none
+    ("1500.00", "JPY", "1500"),  # zeros below the unit are not digits
+    ("0.0001", "CLF", "0.0001"),  # four
+    ("2.5", "XAU", "2.5"),      # gold: List One gives no minor unit, none is imposed
+])
+def test_an_amount_has_the_decimal_places_of_its_currency(amount: str, currency: str,
+                                                           stored: str) -> None:
+    w = World()
+    esc = w.enqueue(tier="standard")
+    w.at(L(2026, 1, 8, 12))
+    w.record(esc.dispute_id, "provisional_credit", L(2026, 1, 8, 11), "k", amount=amount,
+             currency=currency)
+    assert w.store.trail(esc.dispute_id)[-1].details["amount"] == stored
+
+
+@pytest.mark.parametrize(("amount", "currency", "places"), [
+    ("1.50", "JPY", "0 decimal places"), ("100.005", "USD", "2 decimal places"),
+    ("1.2345", "KWD", "3 decimal places"),
+])
+def test_digits_below_the_currencys_minor_unit_are_refused_and_nothing_written(
+    amount: str, currency: str, places: str,
+) -> None:
+    w = World()
+    esc = w.enqueue(tier="standard")
+    w.at(L(2026, 1, 8, 12))
+    rows = w.rows(esc.dispute_id)
+    with pytest.raises(InvalidInput, match=f"^amount: .*{currency} minor unit \\({places}") as e:
+        w.record(esc.dispute_id, "provisional_credit", L(2026, 1, 8, 11), "x",
+                 amount=amount, currency=currency)
+    assert e.value.field == "amount"
+    assert w.rows(esc.dispute_id) == rows
