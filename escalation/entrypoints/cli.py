@@ -623,10 +623,11 @@ def worker(  # noqa: PLR0913 - a typer command: one parameter per option (ADR 00
         if as_json:
             _print_json({"claimed": totals.claimed, "recorded": totals.recorded,
                          "already_decided": totals.stale, "stuck_repaired": totals.stuck,
-                         "not_decided": totals.poison})
+                         "not_decided": totals.poison, "warnings_recorded": totals.warnings})
         else:
             out.print(f"burst done: {totals.claimed} claimed, {totals.recorded} recorded, "
-                      f"{totals.stale} already decided, {totals.stuck} stuck repaired{failed}",
+                      f"{totals.stale} already decided, {totals.stuck} stuck repaired, "
+                      f"{totals.warnings} warnings recorded{failed}",
                       markup=False, highlight=False)
         if totals.poison:  # a cron job or CI step must see that the drain is not complete
             raise typer.Exit(1)

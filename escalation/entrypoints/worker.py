@@ -107,6 +107,8 @@ class WorkerTotals:
     stale: int = 0
     stuck: int = 0
     poison: int = 0
+    warnings: int = 0
+    """Pre-breach warnings recorded (``SLA_WARNING_*`` ledger rows)."""
 
 
 def _emit(event: str, level: str = "info", **fields: Any) -> None:
@@ -343,6 +345,7 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
                 failures = 0
                 _outage_ended(ctx)  # logs only when an outage was open
                 _add(totals, report)
+                totals.warnings = ctx.warnings_recorded
                 if not burst and idle.maintenance_due():
                     poll_maintenance(maint)  # every maint_every_s at most (idle cost)
                 if state["stop"] or (max_batches is not None and totals.batches >= max_batches):
@@ -402,6 +405,7 @@ class _Pass:
     writable: Callable[[], bool] | None = None  # probe: the database accepts writes
     read_only: bool = False  # the last write or probe found the database read-only
     outage: _Outage | None = None  # Redis or PostgreSQL unreachable since the last good pass
+    warnings_recorded: int = 0  # pre-breach warnings recorded by this worker's passes
 
 
 def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
@@ -445,6 +449,7 @@ def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
             WarningPorts(ctx.warn_adapter, app.scheduler, app.store, app.ladders,
                          app.calendars), _emit)
         ctx.idle.warned(wrep.next_due_ms)
+        ctx.warnings_recorded += wrep.recorded
     return report, now_ms
 
 

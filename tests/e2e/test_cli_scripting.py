@@ -67,7 +67,7 @@ def test_worker_burst_summary_is_on_stdout_and_json_on_request(
     assert as_json.returncode == 0, as_json.stderr[-2000:]
     figures = json.loads(as_json.stdout)
     assert set(figures) == {"claimed", "recorded", "already_decided", "stuck_repaired",
-                            "not_decided"}
+                            "not_decided", "warnings_recorded"}
     refused = run_cli(cli_env, "worker", "--json")  # --json reports a burst only
     assert refused.returncode == 2 and "--json goes with --burst" in refused.stderr
 
@@ -98,3 +98,33 @@ def test_json_of_commands_that_printed_text_parses_whole(
     ran = run_cli(cli_env, "maintenance", "run", "--json")
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert isinstance(json.loads(ran.stdout)["ran"], list)
+
+
+def test_worker_burst_counts_the_warnings_it_recorded(
+    app: Any, cli_env: dict[str, str]
+) -> None:
+    """A burst that records only pre-breach warnings says so: "0 recorded" alone read as a
+    run that did nothing, while the ledger gained SLA_WARNING rows."""
+    import hashlib
+    from datetime import timedelta
+
+    from escalation.bootstrap import schedule_for
+    from escalation.service_layer.core import CorePorts
+    from escalation.service_layer.enqueue import EnqueueOne, EnqueueRequest, enqueue_on_breach
+
+    did = uuid.uuid4()
+    now = app.scheduler.time()
+    enqueue_on_breach(  # a 24 h tier opened 13 h ago: its 50% warning (12 h) is due
+        EnqueueOne(request=EnqueueRequest(dispute_id=did, materiality="10.00",
+                                          source_hash=hashlib.sha256(did.bytes).hexdigest(),
+                                          opened_at=now - timedelta(hours=13)),
+                   actor="test", default_ladder="dispute_review"),
+        CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
+                  calendars=app.calendars),
+        schedule_for(app))
+    res = run_cli(cli_env, "worker", "--burst", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    figures = json.loads(res.stdout)
+    warned = [r for r in app.store.trail(did) if r.match_decision.startswith("SLA_WARNING")]
+    assert [r.match_decision for r in warned] == ["SLA_WARNING_50"]
+    assert figures["warnings_recorded"] >= 1

@@ -24,8 +24,9 @@ def test_non_utf8_bytes_in_a_payload_do_not_crash_the_worker(
     assert "Traceback" not in res.stderr
     # the summary (on stdout, logs stay on stderr) says one could not be decided, and where
     assert res.stdout.rstrip().splitlines()[-1] == (
-        "burst done: 5 claimed, 4 recorded, 0 already decided, 0 stuck repaired, 1 could not "
-        "be decided (retried later or dead-lettered: `escalation dead list`)")
+        "burst done: 5 claimed, 4 recorded, 0 already decided, 0 stuck repaired, 0 warnings "
+        "recorded, 1 could not be decided (retried later or dead-lettered: `escalation dead "
+        "list`)")
     for did in good:
         assert [r.match_decision for r in app.store.trail(did)][-1] == "PROMOTED_TO_SENIOR"
 
