@@ -726,7 +726,10 @@ def test_concurrent_workers_never_claim_the_same_member_twice(
         results = list(pool.map(drain, [f"worker-{n}" for n in range(4)]))
     claimed = [d for r in results for d in r]
     assert len(claimed) == len(set(claimed)) == 3000
-    assert all(results), "every worker got a share"
+    # the claims interleaved (else the check above proves nothing about concurrency). Not
+    # "every worker got a share": four Python threads share one GIL, and on a loaded machine
+    # one of them was once not scheduled until the other three had drained the backlog
+    assert sum(1 for r in results if r) >= 2, "the claims interleaved"
 
 
 def test_corrupt_payload_is_logged_and_does_not_cost_the_batch(
