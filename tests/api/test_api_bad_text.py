@@ -55,6 +55,21 @@ def test_a_body_that_is_not_json_names_the_body_and_where_it_broke(
         assert problem["detail"].startswith("body: the body is not valid JSON at character ")
 
 
+def test_nan_and_a_number_too_long_to_read_are_named_as_the_body(
+    service: httpx.Client,
+) -> None:
+    item = json.dumps(body())
+    for raw, says in ((item.replace('"materiality": "', '"materiality": NaN, "x": "'),
+                       "NaN is not a JSON number"),
+                      (item[:-1] + ', "n": ' + "7" * 5000 + "}", "a number of 5000 digits")):
+        r = service.post("/v1/escalations", content=raw.encode(),
+                         headers={"content-type": "application/json"})
+        assert r.status_code == 422, (r.status_code, r.text[:300])
+        problem = r.json()
+        assert [e["field"] for e in problem["errors"]] == ["body"], problem
+        assert says in problem["detail"], problem["detail"]
+
+
 def test_a_lone_surrogate_in_an_external_id_or_source_is_422_not_500(
     service: httpx.Client, compliance: httpx.Client
 ) -> None:

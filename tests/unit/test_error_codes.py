@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from escalation.domain.errors import (
     ErrorCode,
     InvalidInput,
@@ -178,3 +180,25 @@ def test_a_body_over_a_json_limit_names_its_field_as_data() -> None:
                                                    "(api_max_batch), got 3")
     field, _why = json_limits(b'{"a": {"b": {"c": 1}}}', max_depth=2, max_keys=100) or ("", "")
     assert field == "body"
+
+
+@pytest.mark.parametrize("raw", [b'{"materiality": NaN}', b'{"a": [1, Infinity]}',
+                                 b'{"a": -Infinity}'])
+def test_nan_and_infinity_are_refused_as_not_json(raw: bytes) -> None:
+    """RFC 8259 section 6: NaN and Infinity are not JSON numbers; Python's parser reads them,
+    and the schema then said "Input should be a valid string" instead."""
+    from escalation.entrypoints.api.guard import json_limits
+
+    field, why = json_limits(raw, max_depth=8, max_keys=100) or ("", "")
+    assert field == "body" and why.startswith("the body is not valid JSON: ")
+    assert "is not a JSON number" in why
+
+
+def test_an_integer_over_the_digit_limit_is_named_not_a_bare_parse_error() -> None:
+    from escalation.entrypoints.api.guard import MAX_INT_DIGITS, json_limits
+
+    ok = b'{"a": ' + b"9" * MAX_INT_DIGITS + b"}"
+    assert json_limits(ok, max_depth=8, max_keys=100) is None
+    long = b'{"a": -' + b"9" * (MAX_INT_DIGITS + 700) + b"}"
+    field, why = json_limits(long, max_depth=8, max_keys=100) or ("", "")
+    assert field == "body" and f"a number of {MAX_INT_DIGITS + 700} digits" in why

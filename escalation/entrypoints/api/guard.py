@@ -58,14 +58,22 @@ _CLOSE = {"Connection": "close"}  # the rest of an over-large body is never read
 
 
 class _TooMany(Exception):
-    """A JSON body over a structural limit (the message says which)."""
+    """A JSON body refused before the route: over a structural limit, or holding a number
+    JSON cannot carry here (the message says which)."""
+
+
+MAX_INT_DIGITS = 4_300
+"""Longest integer literal a body may hold: CPython's default ``int`` conversion limit
+(``sys.get_int_max_str_digits``); a longer one failed inside FastAPI's parser as a bare 400."""
 
 
 def json_limits(raw: bytes, *, max_depth: int, max_keys: int,
                 batch_limit: int | None = None) -> tuple[str, str] | None:
     """``(field, why)`` when a JSON body breaks a structural limit (``items`` for a batch
     over its length, else ``body``), or None (also for a body that is not JSON: the schema
-    check names where it broke).
+    check names where it broke). ``NaN``, ``Infinity`` and ``-Infinity``, which Python's
+    parser accepts but JSON has not, and an integer literal of more than
+    :data:`MAX_INT_DIGITS` digits are refused here too, naming the ``body``.
 
     Counts object keys as the C decoder builds each object (stops at ``max_keys``), then
     measures the nesting depth (only when the bytes could nest deeper than ``max_depth``)
@@ -82,8 +90,21 @@ def json_limits(raw: bytes, *, max_depth: int, max_keys: int,
                            "(api_max_json_keys)")
         return dict(items)
 
+    def constant(name: str) -> Any:
+        raise _TooMany(f"the body is not valid JSON: {name} is not a JSON number (RFC 8259 "
+                       "section 6: NaN, Infinity and -Infinity have no JSON form); send "
+                       "amounts as decimal strings")
+
+    def integer(text: str) -> int:
+        if len(text.lstrip("-")) > MAX_INT_DIGITS:
+            raise _TooMany(f"the body holds a number of {len(text.lstrip('-'))} digits: at "
+                           f"most {MAX_INT_DIGITS} are read (RFC 8259 section 6 lets a "
+                           "parser limit the range of numbers)")
+        return int(text)
+
     try:
-        doc = json.loads(raw, object_pairs_hook=pairs)
+        doc = json.loads(raw, object_pairs_hook=pairs, parse_constant=constant,
+                         parse_int=integer)
     except _TooMany as exc:
         return "body", str(exc)
     except RecursionError:
