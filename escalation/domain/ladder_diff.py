@@ -110,9 +110,10 @@ def deadline_lines(d: RegulatoryDeadline) -> tuple[str, ...]:
 
 
 def action_lines(a: ActionDef) -> tuple[str, ...]:
-    """An action described one fact a line (name, money, full amount, citation)."""
+    """An action described one fact a line (name, money, full amount and the currency it is
+    compared in, citation)."""
     return (f"name: {a.name}", f"money: {'yes' if a.money else 'no'}",
-            f"full amount: {'yes' if a.full_amount else 'no'}",
+            f"full amount: {f'yes, in {a.currency}' if a.full_amount else 'no'}",
             f"citation: {a.source or 'none'}")
 
 

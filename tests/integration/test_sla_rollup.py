@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from escalation.adapters.console_queries import PostgresConsoleQueries, PostgresRolledDeadlines
 from escalation.adapters.report_queries import PostgresReports
-from escalation.adapters.sla_rollup import PostgresSlaRollup
+from escalation.adapters.sla_rollup import HOUR_BUCKET_UPPERS_S, PostgresSlaRollup
 from escalation.domain.errors import EscalationError
 from escalation.ports import ClockFilter, DeadlineList
 from escalation.service_layer import deadline_outcomes as dl
@@ -196,7 +196,7 @@ def _hour_counts_equal_the_rows(engine: sa.Engine, store: PostgresSlaRollup,
             f"COALESCE(name, ''), COALESCE(width_bucket(duration_s, {_UPPERS}), -1), "
             "count(*) FROM sla_rollup GROUP BY 1, 2, 3, 4, 5, 6, 7")).all())
     assert kept == recount and kept
-    uppers = [3600.0, 14400.0, 86400.0, 172800.0, 432000.0, 864000.0]
+    uppers = [float(u) for u in HOUR_BUCKET_UPPERS_S]  # the counted buckets
     # bounds off the hour (a span bound cuts an hour), on the hour, and a window inside one
     for bounds in ([now - timedelta(days=80, minutes=7), now - timedelta(days=30),
                     now - timedelta(days=2, minutes=31), now + timedelta(days=30)],

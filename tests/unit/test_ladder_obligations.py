@@ -140,6 +140,9 @@ def test_a_full_amount_action_compares_in_usd_unless_the_file_names_a_currency(
     eur = _load(tmp_path, full.replace('full_amount = true\n',
                                        'full_amount = true\ncurrency = "EUR"\n', 1))
     assert eur.actions[0].currency == "EUR"  # type: ignore[attr-defined]
+    from escalation.domain.ladder_diff import action_lines
+    # a diff between two versions shows the change of comparison currency
+    assert "full amount: yes, in EUR" in action_lines(eur.actions[0])  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(("extra", "why"), [
