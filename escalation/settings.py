@@ -137,8 +137,8 @@ class Settings(BaseSettings):
     @field_validator("institution_timezone")
     @classmethod
     def _zone(cls, value: str) -> str:
+        from escalation.domain.calendars import zone
         from escalation.domain.errors import InvalidInput
-        from escalation.domain.wall_time import zone
 
         try:
             zone(value)

@@ -32,14 +32,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from escalation.domain.business_calendar import (
+from escalation.domain.calendars import (
     WEEKDAYS,
     BusinessCalendar,
+    Calendar,
     builtin_calendars,
     fixed_holidays,
     with_institution,
 )
-from escalation.domain.calendars import Calendar
 from escalation.domain.errors import ConfigError, InvalidInput
 
 # defer_build: a model's validator is built at its first use, not at import (every command

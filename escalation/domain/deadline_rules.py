@@ -30,8 +30,15 @@ from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from escalation.domain.business_calendar import BusinessCalendar
-from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit, window_end
+from escalation.domain.calendars import (
+    BusinessCalendar,
+    CalendarRegistry,
+    SlaWindow,
+    WindowUnit,
+    end_of_local_day,
+    local_date,
+    window_end,
+)
 from escalation.domain.errors import InvalidInput
 from escalation.domain.ladder import (
     BILLING_CYCLE_ATTRIBUTE,
@@ -39,7 +46,6 @@ from escalation.domain.ladder import (
     ResolvedDeadline,
 )
 from escalation.domain.timeutil import require_aware
-from escalation.domain.wall_time import end_of_local_day, local_date
 
 _TRUE = {"true", "yes", "y", "1"}
 _FALSE = {"false", "no", "n", "0"}

@@ -12,8 +12,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from uuid import UUID
 
-from escalation.domain.business_calendar import scoped_calendars
-from escalation.domain.calendars import CalendarRegistry
+from escalation.domain.calendars import CalendarRegistry, scoped_calendars
 from escalation.domain.errors import InvalidInput
 from escalation.domain.ladder import Ladder
 from escalation.domain.materiality import Materiality
@@ -287,7 +286,7 @@ class Escalation:
 
     def calendars(self, registry: CalendarRegistry) -> CalendarRegistry:
         """``registry`` with its ``institution`` calendar bound to this escalation's zone and
-        calendar (``business_calendar.scoped_calendars``). Raises InvalidInput if unknown."""
+        calendar (``calendars.scoped_calendars``). Raises InvalidInput if unknown."""
         return scoped_calendars(registry, self.institution_calendar, self.institution_tz)
 
     def with_changes(self, **changes: object) -> Escalation:

@@ -27,7 +27,15 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
-from escalation.domain.calendars import CalendarRegistry, WindowUnit, window_end
+from escalation.domain.calendars import (
+    INSTITUTION,
+    CalendarRegistry,
+    WindowUnit,
+    builtin_calendars,
+    scoped_calendars,
+    window_end,
+    zone,
+)
 from escalation.domain.errors import InvalidInput
 from escalation.domain.ladder import Ladder, RegulatoryDeadline
 
@@ -62,8 +70,6 @@ def check_ladders(
         Error lines, empty when everything is valid. Never raises for a bad ladder.
     """
     if calendars is None:
-        from escalation.domain.business_calendar import builtin_calendars
-
         calendars = builtin_calendars()
     fit = check_regulatory_fit if fit_check is None else fit_check
     errors: list[str] = []
@@ -118,9 +124,6 @@ def _check_calendars(ladder: Ladder, calendars: CalendarRegistry) -> list[str]:
     ``calendars`` (not ``institution`` itself). Checked here, not first when an escalation is
     enqueued or a deadline counted on the version (each would fail then, or stop this check
     with a message naming no file)."""
-    from escalation.domain.business_calendar import INSTITUTION
-    from escalation.domain.wall_time import zone
-
     label, errors = ladder.label, []
     for i, tier in enumerate(ladder.tiers):
         if tier.window.calendar not in calendars:
@@ -237,7 +240,6 @@ def check_regulatory_fit(
         buffer (or when a window, deadline or buffer cannot be computed); empty when it
         fits. Never raises for a bad ladder.
     """
-    from escalation.domain.business_calendar import scoped_calendars
     from escalation.domain.deadline_rules import zone_of
 
     calendars = scoped_calendars(calendars, ladder.institution_calendar,

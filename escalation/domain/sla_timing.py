@@ -27,8 +27,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
 
-from escalation.domain.business_calendar import BusinessCalendar
 from escalation.domain.calendars import (
+    BusinessCalendar,
     Calendar,
     CalendarRegistry,
     SlaWindow,

@@ -322,7 +322,12 @@ def run_worker(app: App, *, burst: bool = False, max_batches: int | None = None,
                 warn_members=partial(warning_members, ladders=app.ladders,
                                      calendars=app.calendars),
                 dead=dead, idle=idle, metrics=metrics,
-                decision_events=str(settings.log_level).upper() == "DEBUG",
+                # the worker's command, the same for every pass: the per-decision events
+                # feed the DEBUG log and the metrics (lag histogram)
+                fire=FireDue(batch_size=settings.batch_size, lease_ms=settings.lease_ms,
+                             worker_id=app.actor,
+                             decision_events=str(settings.log_level).upper() == "DEBUG"
+                             or metrics is not None),
                 resync=namespace_binding_for(app), burst=burst,
                 writable=database_writable_for(app))
     # Wired first, then the handlers and at once the try: a stop signal right after
@@ -388,6 +393,7 @@ class _Pass:
     """What one pass of the worker loop works with (wired once by :func:`run_worker`)."""
 
     app: App
+    fire: FireDue  # the command of every pass's ``fire_due``
     crashpoint: Callable[[str], None] | None  # test hook (ESCALATION_CRASHPOINT)
     warn_adapter: WarningQueue
     warn_schedule: Callable[[Sequence[Escalation]], None]
@@ -398,7 +404,6 @@ class _Pass:
     stats: StatsCounter  # the namespace's counters read by /metrics
     resync: ResyncMark  # the namespace's resync mark (ADR 0014)
     metrics: WorkerMetrics | None = None
-    decision_events: bool = True  # per-decision DEBUG events built only at DEBUG
     resync_next: float = 0.0  # monotonic time of the next read of the mark
     refusing: bool = False  # the last read found the mark set
     burst: bool = False  # a --burst run raises RedisAheadOfLedger instead of waiting
@@ -415,7 +420,7 @@ def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
     the namespace's resync mark is set nothing is claimed (an empty report).
     ``ctx.metrics`` (``--metrics-port``) observes every decision event, whatever the log
     level, and the batch."""
-    app, settings, metrics = ctx.app, ctx.app.settings, ctx.metrics
+    app, metrics = ctx.app, ctx.metrics
     if ctx.read_only:
         _check_writable(ctx)  # claims nothing until a writable primary answers
     if _refuses_namespace(ctx, burst=ctx.burst):  # Redis ahead of the ledger (ADR 0014)
@@ -423,9 +428,7 @@ def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
     started = time.monotonic()
     emit = _BatchEmit()
     report = fire_due(
-        FireDue(batch_size=settings.batch_size, lease_ms=settings.lease_ms, worker_id=app.actor,
-                # the per-decision events feed the DEBUG log and the metrics (lag histogram)
-                decision_events=ctx.decision_events or metrics is not None),
+        ctx.fire,
         CorePorts(scheduler=app.scheduler, store=app.store, ladders=app.ladders,
                   calendars=app.calendars),
         FiringHooks(emit=emit if metrics is None else metrics.sink(emit, started),
@@ -445,7 +448,7 @@ def _fire_pass(ctx: _Pass) -> tuple[BatchReport, int]:
     if ctx.idle.warnings_due(now_ms):
         # pre-breach warnings: only when one is due or after a wake (idle cost)
         wrep = fire_warnings(
-            FireWarnings(app.actor, settings.batch_size),
+            FireWarnings(app.actor, ctx.fire.batch_size),
             WarningPorts(ctx.warn_adapter, app.scheduler, app.store, app.ladders,
                          app.calendars), _emit)
         ctx.idle.warned(wrep.next_due_ms)

@@ -35,8 +35,14 @@ from typing import Any, Protocol, cast
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from escalation.domain.business_calendar import INSTITUTION, BusinessCalendar, with_institution
-from escalation.domain.calendars import CalendarRegistry, SlaWindow, WindowUnit
+from escalation.domain.calendars import (
+    INSTITUTION,
+    BusinessCalendar,
+    CalendarRegistry,
+    SlaWindow,
+    WindowUnit,
+    with_institution,
+)
 from escalation.domain.csv_cells import CsvWriter, csv_text
 from escalation.domain.errors import EscalationError, InvalidInput, LadderError
 from escalation.domain.ladder import RESOLUTION, ActionDef, Ladder, RegulatoryDeadline

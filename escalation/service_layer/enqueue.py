@@ -15,8 +15,14 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
 
-from escalation.domain.business_calendar import institution_defaults, with_institution
-from escalation.domain.calendars import CalendarRegistry, window_end
+from escalation.domain.calendars import (
+    CalendarRegistry,
+    institution_defaults,
+    start_of_local_day,
+    window_end,
+    with_institution,
+    zone,
+)
 from escalation.domain.deadline_rules import check_attributes
 from escalation.domain.errors import (
     ConflictError,
@@ -43,7 +49,6 @@ from escalation.domain.sla_timing import (
 from escalation.domain.source_attributes import FIELD as SOURCE_ATTRIBUTES
 from escalation.domain.source_attributes import check_source_attributes
 from escalation.domain.timeutil import require_aware
-from escalation.domain.wall_time import start_of_local_day, zone
 from escalation.ports import AuditLog, LadderSource, Scheduler
 from escalation.service_layer import trace_id_source
 from escalation.service_layer.core import CorePorts
@@ -163,7 +168,7 @@ def institution_of(
 
 def _instant(value: datetime | date, tz_name: str, name: str) -> datetime:
     """A request time: an aware datetime as is; a ``date`` = start of that local date in
-    the institution's zone (escalation.domain.wall_time)."""
+    the institution's zone (escalation.domain.calendars)."""
     if isinstance(value, date) and not isinstance(value, datetime):
         return check_instant(_day_start(value, tz_name), name)
     return check_instant(value, name)

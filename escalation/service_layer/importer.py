@@ -3,7 +3,7 @@
 Each row becomes an :class:`EnqueueRequest`. A non-UUID dispute id (e.g. CFPB "Complaint
 ID") is mapped to a stable UUID5 in a per-source namespace and kept as ``external_id``; the
 source hash is the SHA-256 of the row's raw CSV line. Times follow the one wall-time rule
-(``escalation.domain.wall_time``): a date-only value is that local date in the institution's
+(``escalation.domain.calendars``): a date-only value is that local date in the institution's
 zone (the row's zone column, else the mapping's ``timezone``, else the ladder version's, else
 the deployment's ``institution_timezone``); a naive time is read in that zone (a gap or
 overlap time takes the earlier instant). Every row is validated before anything is written:
@@ -40,8 +40,12 @@ from typing import Any, Protocol, TextIO, runtime_checkable
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from escalation.domain.business_calendar import institution_defaults
-from escalation.domain.calendars import CalendarRegistry
+from escalation.domain.calendars import (
+    CalendarRegistry,
+    institution_defaults,
+    parse_wall_time,
+    zone,
+)
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import (
     MAX_EXTERNAL_ID_LEN,
@@ -58,7 +62,6 @@ from escalation.domain.source_attributes import (
     MAX_SOURCE_ATTRIBUTES,
     MAX_VALUE_CHARS,
 )
-from escalation.domain.wall_time import parse_wall_time, zone
 from escalation.ports import (
     AuditLog,
     LadderSource,

@@ -59,8 +59,7 @@ from itertools import groupby
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from escalation.domain.business_calendar import INSTITUTION, builtin_calendars
-from escalation.domain.calendars import CalendarRegistry
+from escalation.domain.calendars import INSTITUTION, CalendarRegistry, builtin_calendars
 from escalation.domain.csv_cells import csv_text
 from escalation.domain.errors import InvalidParameter, LadderError
 from escalation.domain.ladder import Ladder

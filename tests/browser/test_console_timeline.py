@@ -110,7 +110,7 @@ def attributed(console: Console, console_database: tuple[str, sa.Engine]) -> dic
     use case's builder, recorded as ``record_built`` records it), and one without any."""
     from escalation.adapters.audit_store import PostgresAuditStore
     from escalation.adapters.ladder_files import load_ladder_file
-    from escalation.domain.business_calendar import builtin_calendars
+    from escalation.domain.calendars import builtin_calendars
     from escalation.service_layer.enqueue import EnqueueRequest, build_one
 
     _url, engine = console_database

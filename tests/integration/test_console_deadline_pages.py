@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from escalation.adapters.audit_store import PostgresAuditStore
 from escalation.adapters.console_queries import PostgresConsoleQueries
 from escalation.adapters.ladder_files import load_ladder_file
-from escalation.domain.business_calendar import builtin_calendars
+from escalation.domain.calendars import builtin_calendars
 from escalation.domain.errors import LadderError
 from escalation.domain.escalation import Escalation, NewEscalation
 from escalation.domain.ladder import Ladder

@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 import sqlalchemy as sa
 
 from escalation.adapters.checkpoints import PostgresCheckpoints
-from escalation.domain.business_calendar import with_institution
+from escalation.domain.calendars import with_institution
 from escalation.domain.escalation import Status
 from escalation.domain.obligations import binding
 from escalation.domain.sla_timing import resolve_deadlines

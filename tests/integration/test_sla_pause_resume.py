@@ -119,7 +119,7 @@ def test_business_hours_pause_keeps_open_time_not_elapsed_time(app: Any) -> None
     from datetime import datetime
     from zoneinfo import ZoneInfo
 
-    from escalation.domain.business_calendar import US_FEDERAL_RESERVE
+    from escalation.domain.calendars import US_FEDERAL_RESERVE
     from escalation.domain.sla_timing import advance_open_ms, open_ms_between
     ny = ZoneInfo("America/New_York")
     fri = datetime(2025, 3, 7, 16, 0, tzinfo=ny)

@@ -12,13 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from escalation.adapters.calendar_files import load_calendars
-from escalation.domain.business_calendar import (
+from escalation.domain.calendars import (
     US_FEDERAL_RESERVE,
+    UTC_CALENDAR,
     BusinessCalendar,
+    SlaWindow,
+    WindowUnit,
     fixed_holidays,
     is_fed_holiday,
+    window_end,
 )
-from escalation.domain.calendars import UTC_CALENDAR, SlaWindow, WindowUnit, window_end
 from escalation.domain.errors import ConfigError, InvalidInput
 
 NY = ZoneInfo("America/New_York")

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from escalation.adapters.evidence import Ed25519DocumentSigner
 from escalation.adapters.signing import Ed25519DigestSigner, Ed25519DigestVerifier
-from escalation.domain.business_calendar import builtin_calendars
+from escalation.domain.calendars import builtin_calendars
 from escalation.domain.case_file import public_key_from_pem, verify_bundle
 from escalation.domain.errors import InvalidInput, NotFound
 from escalation.domain.merkle import head_leaf, merkle_root, root_from_inclusion

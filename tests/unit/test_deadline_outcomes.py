@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from escalation.adapters.ladder_files import load_ladder_file
-from escalation.domain.business_calendar import builtin_calendars
+from escalation.domain.calendars import builtin_calendars
 from escalation.domain.csv_cells import csv_cell
 from escalation.domain.errors import InvalidInput, LadderError
 from escalation.ports import ChainEvent, DeadlineChain, PendingEscalation, TierCount

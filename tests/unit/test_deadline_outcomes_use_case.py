@@ -14,7 +14,7 @@ from uuid import UUID
 import pytest
 
 from escalation.adapters.ladder_files import load_ladder_file
-from escalation.domain.business_calendar import builtin_calendars
+from escalation.domain.calendars import builtin_calendars
 from escalation.domain.errors import InvalidInput, LadderError
 from escalation.domain.escalation import Status
 from escalation.domain.ladder import Ladder

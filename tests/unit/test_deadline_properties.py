@@ -11,11 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from escalation.adapters.ladder_files import LadderCatalog
-from escalation.domain.business_calendar import builtin_calendars, with_institution
-from escalation.domain.calendars import SlaWindow, WindowUnit, window_end
+from escalation.domain.calendars import (
+    SlaWindow,
+    WindowUnit,
+    builtin_calendars,
+    end_of_local_day,
+    local_date,
+    window_end,
+    with_institution,
+)
 from escalation.domain.deadline_rules import billing_cycle_end, zone_of
 from escalation.domain.sla_timing import cap_due, remaining_ms, resume_due
-from escalation.domain.wall_time import end_of_local_day, local_date
 from escalation.service_layer.enqueue import EnqueueRequest, build_with_provenance
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,13 +13,14 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from escalation.adapters.ladder_files import LadderCatalog
-from escalation.domain.business_calendar import (
+from escalation.domain.calendars import (
     US_FEDERAL_RESERVE,
     builtin_calendars,
+    parse_wall_time,
+    resolve_wall,
     with_institution,
 )
 from escalation.domain.errors import InvalidInput
-from escalation.domain.wall_time import parse_wall_time, resolve_wall
 from escalation.service_layer.enqueue import EnqueueRequest, build_with_provenance
 from escalation.service_layer.importer import ColumnMapping, plan_import
 

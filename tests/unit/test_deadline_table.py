@@ -19,8 +19,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from escalation.domain.business_calendar import builtin_calendars, with_institution
-from escalation.domain.calendars import SlaWindow, WindowUnit
+from escalation.domain.calendars import SlaWindow, WindowUnit, builtin_calendars, with_institution
 from escalation.domain.ladder import DeadlineVariant, RegulatoryDeadline
 from escalation.domain.sla_timing import remaining_ms, resume_due
 

@@ -8,8 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from escalation.domain.business_calendar import builtin_calendars
-from escalation.domain.calendars import SlaWindow, WindowUnit
+from escalation.domain.calendars import SlaWindow, WindowUnit, builtin_calendars
 from escalation.domain.decide import DecisionKind, decide
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation, NewEscalation

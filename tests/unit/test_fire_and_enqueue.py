@@ -11,8 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from escalation.domain.business_calendar import builtin_calendars
-from escalation.domain.calendars import SlaWindow, WindowUnit
+from escalation.domain.calendars import SlaWindow, WindowUnit, builtin_calendars
 from escalation.domain.decide import Decision, DecisionKind
 from escalation.domain.errors import (
     ConflictError,
@@ -523,7 +522,6 @@ def test_a_decision_that_overflows_the_calendar_is_poison_and_the_batch_goes_on(
 
 
 def test_an_sla_window_longer_than_a_century_is_refused() -> None:
-    from escalation.domain.calendars import SlaWindow, WindowUnit
     from escalation.domain.errors import InvalidInput
 
     assert SlaWindow(36_000, WindowUnit.CALENDAR_DAYS).amount == 36_000

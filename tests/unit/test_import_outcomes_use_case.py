@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from escalation.adapters.ladder_files import LadderCatalog
-from escalation.domain.business_calendar import builtin_calendars
+from escalation.domain.calendars import builtin_calendars
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Status
 from escalation.service_layer.import_outcomes import (

@@ -17,7 +17,7 @@ import pytest
 from escalation.adapters.audit_enqueue import EnqueuedLineTemplate
 from escalation.adapters.ladder_files import load_ladder_file
 from escalation.adapters.redis_scheduler import PayloadTemplate
-from escalation.domain.business_calendar import builtin_calendars
+from escalation.domain.calendars import builtin_calendars
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation
 from escalation.resources import shipped_ladders_dir

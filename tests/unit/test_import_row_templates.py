@@ -21,7 +21,7 @@ from escalation.adapters.redis_keys import Keys, shard_of
 from escalation.adapters.redis_payload import escalation_to_payload
 from escalation.adapters.redis_scheduler import PayloadTemplate
 from escalation.domain.audit_hash import GENESIS, canonical_bytes
-from escalation.domain.business_calendar import builtin_calendars
+from escalation.domain.calendars import builtin_calendars
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation
 from escalation.resources import shipped_ladders_dir

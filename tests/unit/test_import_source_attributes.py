@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from escalation.adapters.ladder_files import load_ladder_file
-from escalation.domain.business_calendar import builtin_calendars
+from escalation.domain.calendars import builtin_calendars
 from escalation.domain.errors import InvalidInput
 from escalation.domain.source_attributes import (
     MAX_NAME_CHARS,

@@ -15,7 +15,7 @@ from uuid import UUID
 import pytest
 
 from escalation.adapters.ladder_files import LadderCatalog
-from escalation.domain.business_calendar import builtin_calendars
+from escalation.domain.calendars import builtin_calendars
 from escalation.domain.errors import (
     ErrorCode,
     LadderMigrationError,

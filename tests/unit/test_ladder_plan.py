@@ -6,8 +6,7 @@ import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from escalation.domain.business_calendar import builtin_calendars
-from escalation.domain.calendars import SlaWindow, WindowUnit
+from escalation.domain.calendars import SlaWindow, WindowUnit, builtin_calendars
 from escalation.domain.escalation import Escalation, NewEscalation
 from escalation.domain.ladder import DUE_FROM_TIER_ENTRY, Ladder, MigrationPolicy, Tier
 from escalation.domain.ladder_plan import (

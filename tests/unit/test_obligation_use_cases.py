@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from escalation.adapters.ladder_files import LadderCatalog
-from escalation.domain.business_calendar import builtin_calendars
+from escalation.domain.calendars import builtin_calendars
 from escalation.domain.errors import ConflictError, ErrorCode, InvalidInput, InvalidParameter
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.obligations import DeadlineState, check_resolvable

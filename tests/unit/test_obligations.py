@@ -37,7 +37,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from escalation.adapters.ladder_files import LadderCatalog
-from escalation.domain.business_calendar import builtin_calendars, with_institution
+from escalation.domain.calendars import builtin_calendars, with_institution
 from escalation.domain.ladder import RESOLUTION, Ladder
 from escalation.domain.obligations import (
     Basis,

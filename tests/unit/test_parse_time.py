@@ -7,9 +7,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from escalation.domain.calendars import parse_wall_time
 from escalation.domain.errors import InvalidInput
 from escalation.domain.timeutil import parse_time, parse_time_or_date
-from escalation.domain.wall_time import parse_wall_time
 
 
 def test_an_instant_with_offset_is_read_as_utc() -> None:

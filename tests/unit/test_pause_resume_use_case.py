@@ -9,8 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from escalation.domain.business_calendar import builtin_calendars
-from escalation.domain.calendars import SlaWindow, WindowUnit
+from escalation.domain.calendars import SlaWindow, WindowUnit, builtin_calendars
 from escalation.domain.errors import ConflictError, InvalidInput, NotFound
 from escalation.domain.escalation import Status
 from escalation.domain.ladder import Ladder, Tier

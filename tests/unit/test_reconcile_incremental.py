@@ -11,8 +11,7 @@ from uuid import UUID
 
 import pytest
 
-from escalation.domain.business_calendar import builtin_calendars
-from escalation.domain.calendars import SlaWindow, WindowUnit
+from escalation.domain.calendars import SlaWindow, WindowUnit, builtin_calendars
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.ladder import Ladder, Tier

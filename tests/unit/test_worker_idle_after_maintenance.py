@@ -22,7 +22,7 @@ def _ctx(waits: list[float]) -> Any:
 
     app = SimpleNamespace(actor="w1", scheduler=SimpleNamespace(wait_for_wake=wait_for_wake),
                           settings=SimpleNamespace(poll_interval_s=1.0, jitter=0.0))
-    return w._Pass(app=app, crashpoint=None, warn_adapter=None,  # type: ignore[arg-type]
+    return w._Pass(app=app, fire=None, crashpoint=None, warn_adapter=None,  # type: ignore[arg-type]
                    warn_schedule=None, warn_members=None, dead=None, stats=None, resync=None,
                    idle=w._IdleState(maint_every_s=30.0, woke=False))
 

@@ -40,7 +40,7 @@ def _ctx(time_fails: int = 0, db_fails: int = 0) -> tuple[Any, dict[str, int]]:
         return True
 
     app = SimpleNamespace(actor="w1", scheduler=SimpleNamespace(time=redis_time))
-    ctx = w._Pass(app=app, crashpoint=None, warn_adapter=None,  # type: ignore[arg-type]
+    ctx = w._Pass(app=app, fire=None, crashpoint=None, warn_adapter=None,  # type: ignore[arg-type]
                   warn_schedule=None, warn_members=None, dead=None, stats=None, resync=None,
                   idle=w._IdleState(maint_every_s=30.0), writable=writable)
     return ctx, calls
