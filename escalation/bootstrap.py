@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -577,7 +578,7 @@ def ladder_ports_for(app: App) -> LadderPorts:
 
 def schedule_for(
     app: App, *, only_ahead: bool = False
-) -> Callable[[Sequence[Escalation]], None]:
+) -> Callable[[Sequence[Escalation]], object]:
     """A hook ``escalations -> None`` scheduling their pre-breach warnings (the
     ``on_scheduled`` of enqueue, import, fire_due and ladder migration). ``only_ahead``:
     drop warnings whose instant has passed (a migration re-schedules a tier already
@@ -585,14 +586,13 @@ def schedule_for(
     from escalation.service_layer.warnings import schedule_ahead, schedule_warnings
 
     queue = warnings_for(app)
+    if not only_ahead:
+        return partial(schedule_warnings, warnings=queue, ladders=app.ladders,
+                       calendars=app.calendars)
 
     def hook(escalations: Sequence[Escalation]) -> None:
-        if only_ahead:
-            schedule_ahead(escalations, warnings=queue, ladders=app.ladders,
-                           calendars=app.calendars, now=app.scheduler.time())
-        else:
-            schedule_warnings(escalations, warnings=queue, ladders=app.ladders,
-                              calendars=app.calendars)
+        schedule_ahead(escalations, warnings=queue, ladders=app.ladders,
+                       calendars=app.calendars, now=app.scheduler.time())
 
     return hook
 

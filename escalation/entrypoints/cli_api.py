@@ -163,7 +163,7 @@ def serve(
     from escalation.domain.errors import InvalidInput
     from escalation.logs import configure_logging
 
-    # http_metrics.MULTIPROC_ENV, not imported here: importing that module would give this
+    # edge.MULTIPROC_ENV, not imported here: importing that module would give this
     # process (which serves nothing) figures of its own in the shared directory
     multiproc_env = "PROMETHEUS_MULTIPROC_DIR"
 

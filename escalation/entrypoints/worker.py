@@ -396,7 +396,7 @@ class _Pass:
     fire: FireDue  # the command of every pass's ``fire_due``
     crashpoint: Callable[[str], None] | None  # test hook (ESCALATION_CRASHPOINT)
     warn_adapter: WarningQueue
-    warn_schedule: Callable[[Sequence[Escalation]], None]
+    warn_schedule: Callable[[Sequence[Escalation]], object]
     # escalations -> their pre-breach warnings (sent with the apply call)
     warn_members: Callable[[Sequence[Escalation]], list[WarningMember]]
     dead: DeadLetters

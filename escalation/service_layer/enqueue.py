@@ -119,9 +119,9 @@ class EnqueueRequest:
     None or empty = none."""
 
 
-OnScheduled = Callable[[Sequence[Escalation]], None]
+OnScheduled = Callable[[Sequence[Escalation]], object]
 """Hook called with the escalations just scheduled in Redis (pre-breach warnings,
-docs/sla.md "Warnings before breach")."""
+docs/sla.md "Warnings before breach"); what it returns is ignored."""
 
 
 @dataclass(frozen=True, slots=True)

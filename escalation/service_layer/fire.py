@@ -138,7 +138,7 @@ class FiringHooks:
     emit: EventSink | None = None
     crashpoint: Callable[[str], None] | None = None
     on_poison: Callable[[ClaimedItem, ErrorCode, str], object] | None = None
-    on_scheduled: Callable[[list[Escalation]], None] | None = None
+    on_scheduled: Callable[[list[Escalation]], object] | None = None
     warning_members: Callable[[Sequence[Escalation]], list[WarningMember]] | None = None
 
 

@@ -152,7 +152,7 @@ class ApplyHooks:
 
     progress: Progress | None = None
     hook: Hook | None = None
-    on_scheduled: Callable[[Sequence[Escalation]], None] | None = None
+    on_scheduled: Callable[[Sequence[Escalation]], object] | None = None
 
 
 NO_APPLY_HOOKS = ApplyHooks()

@@ -320,7 +320,7 @@ class ReconcileHooks:
     scheduling is idempotent)."""
 
     progress: Progress = no_progress
-    on_restored: Callable[[Sequence[Escalation]], None] | None = None
+    on_restored: Callable[[Sequence[Escalation]], object] | None = None
 
 
 NO_HOOKS = ReconcileHooks()

@@ -138,7 +138,7 @@ def test_a_5xx_marks_the_span_as_an_error(
 
 def test_tracing_is_off_without_an_endpoint_and_asks_for_the_extra_with_one() -> None:
     from escalation.domain.errors import ConfigError
-    from escalation.entrypoints.api import tracing
+    from escalation.entrypoints.api import edge as tracing
 
     assert tracing.tracer_provider(None) is None
     provider = tracing.tracer_provider("http://127.0.0.1:1/v1/traces")
@@ -174,6 +174,6 @@ def test_tracing_is_off_without_an_endpoint_and_asks_for_the_extra_with_one() ->
     ("00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01", None),
     ("garbage", None), ("", None)])
 def test_traceparent_parsing(header: str, expected: str | None) -> None:
-    from escalation.entrypoints.api.tracing import parse_traceparent
+    from escalation.entrypoints.api.edge import parse_traceparent
 
     assert parse_traceparent(header.encode()) == expected

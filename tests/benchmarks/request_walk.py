@@ -27,6 +27,10 @@ Usage:
     python tests/benchmarks/request_walk.py
         [--redis-url redis://127.0.0.1:6379/12]
         [--admin-url postgresql://postgres@127.0.0.1:5432/postgres] [--functions]
+        [--max-create N] [--max-firing N]
+
+``--max-create`` / ``--max-firing``: exit 1 (after printing both walks) when a walk runs more
+files than that (``tests/integration/test_request_walk.py`` holds the bounds of ADR 0039).
 
 Other settings are the defaults (``ESCALATION_*`` variables in the environment apply), but
 for two periodic re-reads held off (``HELD_OFF``: the ladder directory, a token's cache
@@ -182,8 +186,8 @@ def create_body() -> dict[str, str]:
             "materiality": "125.50", "due_at": "2030-01-01T00:00:00+00:00"}
 
 
-def walk_create(walk: Walk, settings: Any, secret: str) -> None:
-    """One warm-up create, then one recorded create."""
+def walk_create(walk: Walk, settings: Any, secret: str) -> int:
+    """One warm-up create, then one recorded create. Returns its count of files."""
     from starlette.testclient import TestClient
 
     from escalation.entrypoints.api.app import create_app
@@ -199,6 +203,7 @@ def walk_create(walk: Walk, settings: Any, secret: str) -> None:
         if r.status_code != 201:
             raise SystemExit(f"recorded create: {r.status_code} {r.text}")
     walk.report("One API create (POST /v1/escalations, single)")
+    return len(walk.files)
 
 
 def enqueue_due_now(app: Any) -> None:
@@ -215,8 +220,9 @@ def enqueue_due_now(app: Any) -> None:
         core_ports_for(app), schedule_for(app))
 
 
-def walk_firing(walk: Walk, app: Any) -> None:
-    """The worker loop, one batch, recording inside ``_fire_pass`` only."""
+def walk_firing(walk: Walk, app: Any) -> int:
+    """The worker loop, one batch, recording inside ``_fire_pass`` only. Returns its count
+    of files."""
     from escalation.entrypoints import worker
 
     real: Callable[..., Any] = worker._fire_pass
@@ -231,6 +237,7 @@ def walk_firing(walk: Walk, app: Any) -> None:
     if totals.recorded != 1:
         raise SystemExit(f"the worker pass recorded {totals.recorded} escalations, not 1")
     walk.report("One firing (a worker pass claiming one due escalation)")
+    return len(walk.files)
 
 
 def main() -> None:
@@ -240,6 +247,10 @@ def main() -> None:
     ap.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     ap.add_argument("--functions", action="store_true",
                     help="under each file, the functions of it that ran")
+    ap.add_argument("--max-create", type=int, default=None,
+                    help="exit 1 when the API create runs more files than this")
+    ap.add_argument("--max-firing", type=int, default=None,
+                    help="exit 1 when the firing runs more files than this")
     args = ap.parse_args()
 
     from escalation.bootstrap import build, token_store_for
@@ -262,13 +273,18 @@ def main() -> None:
             try:
                 secret, _ = create_token(CreateToken(f"walk-{namespace}", Role.SERVICE.value, 1),
                                          token_store_for(app))
-                walk_create(walk, settings, secret)
-                walk_firing(walk, app)
+                counts = {"create": walk_create(walk, settings, secret),
+                          "firing": walk_firing(walk, app)}
             finally:
                 app.close()
     finally:
         sys.setprofile(None)
         threading.setprofile(None)
+    over = [f"{name}: {counts[name]} files, more than {bound}"
+            for name, bound in (("create", args.max_create), ("firing", args.max_firing))
+            if bound is not None and counts[name] > bound]
+    if over:
+        raise SystemExit("over the bound: " + "; ".join(over))
 
 
 if __name__ == "__main__":

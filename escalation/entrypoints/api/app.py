@@ -46,7 +46,7 @@ def create_app(settings: Settings | None = None, tracer_provider: Any = None) ->
 
     ``tracer_provider``: an OpenTelemetry ``TracerProvider`` to trace requests with (tests
     pass one with an in-memory exporter); None = the one ``ESCALATION_OTEL_ENDPOINT`` names,
-    or no tracing when it is unset (``tracing.tracer_provider``).
+    or no tracing when it is unset (``edge.tracer_provider``).
     """
 
     @asynccontextmanager
@@ -60,8 +60,8 @@ def create_app(settings: Settings | None = None, tracer_provider: Any = None) ->
         configure_logging(s.log_format, s.log_level)
         core = build(s, actor="api")
         app.state.core = core
-        from escalation.entrypoints.api.tracing import TRACER_NAME
-        from escalation.entrypoints.api.tracing import tracer_provider as provider_for
+        from escalation.entrypoints.api.edge import TRACER_NAME
+        from escalation.entrypoints.api.edge import tracer_provider as provider_for
 
         provider = tracer_provider or provider_for(s.otel_endpoint)
         app.state.tracer = None if provider is None else provider.get_tracer(TRACER_NAME)

@@ -22,7 +22,7 @@ metric                                                      source
 ==========================================================  ======================================
 
 The API's own HTTP figures (requests by route template, method and status; latency; shed
-requests) are listed in ``entrypoints.api.http_metrics``.
+requests) are listed in ``entrypoints.api.edge``.
 
 Workers export their in-process view (firing lag due -> applied, per batch) on their own
 port: ``escalation worker --metrics-port N`` (``entrypoints.worker_metrics``).
@@ -45,7 +45,7 @@ from prometheus_client.registry import Collector
 from escalation.bootstrap import App, metrics_figures_for
 from escalation.entrypoints.api.auth import AuditReader
 from escalation.entrypoints.api.deps import Core
-from escalation.entrypoints.api.http_metrics import HttpCollector
+from escalation.entrypoints.api.edge import HttpCollector
 
 router = APIRouter(tags=["operations"])
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

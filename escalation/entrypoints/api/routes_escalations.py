@@ -28,6 +28,7 @@ from escalation.entrypoints.api.deps import (
     path_parameters,
     refuse_duplicate_keys,
 )
+from escalation.entrypoints.api.edge import child_span
 from escalation.entrypoints.api.models import (
     ActionIn,
     BatchIn,
@@ -43,7 +44,6 @@ from escalation.entrypoints.api.models import (
     ResolveIn,
 )
 from escalation.entrypoints.api.problems import ApiProblem
-from escalation.entrypoints.api.tracing import child_span
 from escalation.ports import LedgerRow
 from escalation.service_layer.disputes import resolve_dispute
 from escalation.service_layer.enqueue import (
@@ -156,7 +156,7 @@ def source_attributes_of(trail: Sequence[LedgerRow]) -> dict[str, str] | None:
                  if r.event == "ENQUEUED"), None)
 
 
-def _hook(core: App) -> Callable[..., None]:
+def _hook(core: App) -> Callable[..., object]:
     from escalation.bootstrap import schedule_for
 
     return schedule_for(core)

@@ -1,6 +1,6 @@
 """The compliance console: server-rendered pages under ``/console`` in the API app
-(docs/console.md). ``install(app)`` adds its routes, static assets and the
-middleware that sends a rotated session id."""
+(docs/console.md). ``install(app)`` adds its routes and static assets (a rotated
+session id is sent by the API's edge middleware, ``edge.Edge``)."""
 
 from __future__ import annotations
 
@@ -19,5 +19,4 @@ def install(app: FastAPI) -> None:
     app.include_router(ops_pages.router)
     app.include_router(routes.router)
     app.add_exception_handler(routes.LoginRequired, routes.on_login_required)
-    app.add_middleware(routes.SessionCookie)  # the new id of a session rotated (ADR 0011)
     app.mount("/console/static", StaticFiles(directory=HERE / "static"), name="console-static")

@@ -8,7 +8,7 @@ id, never the token, and is no bearer token. A session ends at sign-out (server-
 when its token is revoked or expires. Failed sign-ins count in the API's throttle (429). The
 only POST forms (sign-in, sign-out) carry a CSRF token: before sign-in a random value
 double-submitted in a cookie, after sign-in an HMAC of the session id. The first request
-``console_session_rotate_s`` after the id was issued gets a new id (``SessionCookie``); the
+``console_session_rotate_s`` after the id was issued gets a new id (``edge.Edge`` sends it); the
 old one works ``console_session_rotate_grace_s`` more. Filters are GET forms.
 Times are shown in the institution's zone (``ESCALATION_INSTITUTION_TIMEZONE``) with the
 UTC offset; a date typed in a filter is a local date in that zone (the form says so).
@@ -45,7 +45,6 @@ from fastapi.responses import (
 )
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from escalation.bootstrap import (
     App,
@@ -239,7 +238,7 @@ def _zone(request: Request) -> ZoneInfo:
 
 def _user(request: Request) -> tuple[TokenInfo, str]:
     """The session's token and the id the browser sent (what its CSRF token is of). If the
-    check rotated the id, the response carries the new one (``SessionCookie``) and pages
+    check rotated the id, the response carries the new one (``edge.Edge`` sends it) and pages
     rendered for it carry the new id's CSRF token."""
     secret = request.cookies.get(SESSION_COOKIE)
     nxt = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -263,30 +262,6 @@ def session_cookie(request: Request, session_id: str) -> tuple[bytes, bytes]:
     resp.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="strict",
                     path="/console", secure=request.url.scheme == "https")
     return next(h for h in resp.raw_headers if h[0] == b"set-cookie")
-
-
-class SessionCookie:
-    """Pure ASGI middleware for ``/console``: adds the cookie of a session id rotated while
-    the request was served (``request.state.session_cookie``, set by ``_user``) to the
-    response, whatever the route returns (page, download, redirect)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Pass the request on; add the header to ``http.response.start`` if set."""
-        if scope["type"] != "http" or not scope["path"].startswith("/console"):
-            await self.app(scope, receive, send)
-            return
-        state = scope.setdefault("state", {})
-
-        async def send_cookie(message: Message) -> None:
-            header = state.get("session_cookie")
-            if message["type"] == "http.response.start" and header is not None:
-                message = {**message, "headers": [*message.get("headers", []), header]}
-            await send(message)
-
-        await self.app(scope, receive, send_cookie)
 
 
 def _queries(request: Request) -> dl.ConsoleQueries:
