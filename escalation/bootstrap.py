@@ -45,8 +45,12 @@ from escalation.adapters.ladder_files import (
     check_ladder_dir_with_history,
 )
 from escalation.adapters.ladder_history import LadderHistoryStore
-from escalation.adapters.redis_binding import NamespaceBinding
-from escalation.adapters.redis_client import OUTAGE_ERRORS, make_redis, ping_checked
+from escalation.adapters.redis_client import (
+    OUTAGE_ERRORS,
+    NamespaceBinding,
+    make_redis,
+    ping_checked,
+)
 from escalation.adapters.redis_layout import check_shard_count
 from escalation.adapters.redis_scheduler import RedisScheduler
 from escalation.domain.errors import (

@@ -21,7 +21,7 @@ from escalation.adapters.db import make_engine, normalize_url
 from escalation.adapters.reconcile_state import PostgresLedgerChanges, RedisReconcileState
 from escalation.adapters.redis_client import make_redis
 from escalation.adapters.redis_keys import Keys, shard_of
-from escalation.adapters.redis_payload import LEGACY_NAMES, escalation_to_payload
+from escalation.adapters.redis_scheduler import LEGACY_NAMES, escalation_to_payload
 from escalation.adapters.token_store import PostgresTokenStore
 from escalation.adapters.webhook import sign
 from escalation.bootstrap import App

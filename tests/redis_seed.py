@@ -13,8 +13,12 @@ from __future__ import annotations
 from typing import cast
 from uuid import UUID
 
-from escalation.adapters.redis_scheduler import RedisScheduler
-from escalation.adapters.redis_scripts import check_range, run_script, script_source
+from escalation.adapters.redis_scheduler import (
+    RedisScheduler,
+    check_range,
+    run_script,
+    script_source,
+)
 
 POP_IF_DUE_LUA = """\
 -- pop the earliest pending member only if it is due. A ZPOPMIN that pushes the member back

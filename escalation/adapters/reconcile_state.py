@@ -35,7 +35,7 @@ from escalation.adapters.projection_scan import (
     ledger_step,
     projection_row,
 )
-from escalation.adapters.redis_binding import identity_key
+from escalation.adapters.redis_client import identity_key
 from escalation.adapters.redis_keys import Keys
 from escalation.adapters.tables import LADDER_CHAIN_EVENTS, escalation_state
 from escalation.domain.escalation import Escalation, Status

@@ -21,9 +21,9 @@ from escalation.adapters.redis_scheduler import (
     DEFAULT_AGING_MS,
     NOTIFIED_SLACK_MS,
     review_notified,
+    run_script,
     script_source,
 )
-from escalation.adapters.redis_scripts import run_script
 from escalation.domain.errors import NotFound
 from escalation.ports import DEAD_DECISION, DEAD_NOTIFY, MemberState, NotifyRetry
 

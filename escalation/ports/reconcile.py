@@ -80,7 +80,7 @@ class ResyncMark(Protocol):
     """The namespace's resync mark: set while Redis may be ahead of the ledger (a restore to
     an earlier point, a failover that lost commits); workers refuse to fire the namespace
     while it is set, ``reconcile`` resets Redis to the ledger and clears it (adapter:
-    ``adapters.redis_binding.NamespaceBinding``; ADR 0014)."""
+    ``adapters.redis_client.NamespaceBinding``; ADR 0014)."""
 
     def resync(self) -> dict[str, Any] | None:
         """The mark (``{"reason", "since_ms", "detail"}``), or None when not set."""

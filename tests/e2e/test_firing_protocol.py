@@ -6,7 +6,11 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from escalation.adapters.redis_payload import LEGACY_NAMES, PAYLOAD_FIELDS, payload_to_escalation
+from escalation.adapters.redis_scheduler import (
+    LEGACY_NAMES,
+    PAYLOAD_FIELDS,
+    payload_to_escalation,
+)
 from escalation.domain.decide import decide
 from escalation.ports import ApplyAction, ApplyOp, ApplyOutcome, RecordStatus
 from escalation.service_layer.cancel import cancel

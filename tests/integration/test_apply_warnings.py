@@ -22,8 +22,7 @@ import orjson
 import pytest
 import redis
 
-from escalation.adapters.redis_scheduler import RedisScheduler
-from escalation.adapters.redis_scripts import ScriptRefused
+from escalation.adapters.redis_scheduler import RedisScheduler, ScriptRefused
 from escalation.bootstrap import schedule_for, warnings_for
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation

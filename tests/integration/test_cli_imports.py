@@ -126,7 +126,7 @@ def test_db_upgrade_does_not_import_the_audit_store() -> None:
     # `db upgrade` migrates and binds the database and builds no App: the audit store (the
     # largest adapter, with the ledger's SQL and verification) is build()'s, not its
     modules = [CLI, "escalation.settings", "escalation.bootstrap", "escalation.composition_cli",
-               "escalation.adapters.db", "escalation.adapters.redis_binding",
+               "escalation.adapters.db", "escalation.adapters.redis_client",
                "alembic.command", "alembic.script"]
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, json.dumps([modules])],

@@ -12,7 +12,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from escalation.adapters.redis_payload import payload_to_escalation
+from escalation.adapters.redis_scheduler import payload_to_escalation
 from escalation.domain.escalation import Status
 from escalation.service_layer.core import CorePorts
 from escalation.service_layer.enqueue import (

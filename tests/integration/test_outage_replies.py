@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from escalation.adapters.redis_client import OUTAGE_ERRORS
-from escalation.adapters.redis_scripts import ScriptRefused, run_script
+from escalation.adapters.redis_scheduler import ScriptRefused, run_script
 from tests import topologies
 
 

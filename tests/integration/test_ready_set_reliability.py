@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from escalation.adapters.redis_payload import payload_to_escalation
+from escalation.adapters.redis_scheduler import payload_to_escalation
 from escalation.bootstrap import run_doctor
 from escalation.domain.errors import ErrorCode
 from escalation.domain.escalation import Status

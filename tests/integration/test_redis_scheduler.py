@@ -21,8 +21,7 @@ from structlog.testing import capture_logs
 
 from escalation.adapters.redis_client import make_redis
 from escalation.adapters.redis_keys import Keys
-from escalation.adapters.redis_payload import payload_to_escalation
-from escalation.adapters.redis_scheduler import RedisScheduler
+from escalation.adapters.redis_scheduler import RedisScheduler, payload_to_escalation
 from escalation.domain.errors import ConflictError, InvalidInput
 from escalation.domain.escalation import Escalation, Status
 from escalation.domain.materiality import Materiality

@@ -17,9 +17,10 @@ import pytest
 import redis
 
 from escalation.adapters.redis_keys import Keys
-from escalation.adapters.redis_payload import escalation_to_payload, payload_to_escalation
 from escalation.adapters.redis_scheduler import (
     RedisScheduler,
+    escalation_to_payload,
+    payload_to_escalation,
     script_source,
 )
 from escalation.domain.errors import InvalidInput

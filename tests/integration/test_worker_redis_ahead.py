@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from escalation.adapters.redis_binding import NamespaceBinding
+from escalation.adapters.redis_client import NamespaceBinding
 from escalation.bootstrap import reliability_for
 from escalation.entrypoints.worker import RedisAheadOfLedger, run_worker
 from tests.e2e.helpers import due_requests, enqueue

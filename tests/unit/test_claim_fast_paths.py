@@ -19,12 +19,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from escalation.adapters.redis_payload import (
+from escalation.adapters.redis_scheduler import (
+    _json_lists,
     claimed_payload_to_escalation,
     escalation_to_payload,
     payload_to_escalation,
 )
-from escalation.adapters.redis_scheduler import _json_lists
 from escalation.domain.errors import InvalidInput
 from escalation.domain.escalation import Escalation
 from escalation.domain.materiality import Materiality
@@ -148,7 +148,7 @@ def test_json_lists_writes_utf8_not_escapes() -> None:
 
 @pytest.mark.parametrize("make", [full_esc, bare_esc])
 def test_payload_pairs_is_the_payload_flattened(make: object) -> None:
-    from escalation.adapters.redis_payload import payload_pairs
+    from escalation.adapters.redis_scheduler import payload_pairs
 
     esc = make()  # type: ignore[operator]
     assert payload_pairs(esc) == flat(escalation_to_payload(esc))

@@ -18,8 +18,7 @@ from escalation.adapters.audit_enqueue import EnqueuedLineTemplate, stage_line
 from escalation.adapters.audit_writes import enqueue_rows
 from escalation.adapters.ladder_files import load_ladder_file
 from escalation.adapters.redis_keys import Keys, shard_of
-from escalation.adapters.redis_payload import escalation_to_payload
-from escalation.adapters.redis_scheduler import PayloadTemplate
+from escalation.adapters.redis_scheduler import PayloadTemplate, escalation_to_payload
 from escalation.domain.audit_hash import GENESIS, canonical_bytes
 from escalation.domain.calendars import builtin_calendars
 from escalation.domain.errors import InvalidInput

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from escalation.adapters import redis_scripts
-from escalation.adapters.redis_scripts import INCLUDE, script_source
+from escalation.adapters import redis_scheduler
+from escalation.adapters.redis_scheduler import INCLUDE, script_source
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA_DIR = ROOT / "escalation/adapters/lua"
@@ -209,12 +209,12 @@ def test_a_helper_included_twice_is_inserted_once_and_a_cycle_raises(
         ("includes", "c.lua"): '-- includes/c.lua: c\n-- @include "d"\n',
         ("includes", "d.lua"): '-- includes/d.lua: d\n-- @include "c"\n',
     }
-    monkeypatch.setattr(redis_scripts, "_lua_file", lambda *parts: files[parts])
-    text = redis_scripts._expand('-- @include "a"\n-- @include "b"\nreturn 1\n', set(), ("s",))
+    monkeypatch.setattr(redis_scheduler, "_lua_file", lambda *parts: files[parts])
+    text = redis_scheduler._expand('-- @include "a"\n-- @include "b"\nreturn 1\n', set(), ("s",))
     assert text.count("local function b()") == 1
     assert text.index("local function b()") < text.index("local function a()")
     with pytest.raises(ValueError, match="c -> d -> c"):
-        redis_scripts._expand('-- @include "c"\n', set(), ("s",))
+        redis_scheduler._expand('-- @include "c"\n', set(), ("s",))
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

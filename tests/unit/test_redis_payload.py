@@ -1,4 +1,4 @@
-"""The payload HASH mapping (``adapters/redis_payload.py``) without Redis: round trip in the
+"""The payload HASH mapping (``adapters/redis_scheduler.py``) without Redis: round trip in the
 current short-name format and decoding of the long-name format earlier versions wrote."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from escalation.adapters.redis_payload import (
+from escalation.adapters.redis_scheduler import (
     LEGACY_NAMES,
     OPTIONAL_FIELDS,
     PAYLOAD_FIELDS,
