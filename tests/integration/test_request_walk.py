@@ -1,6 +1,7 @@
-"""The files one request runs stay within the bounds of ADR 0039: ``tests/benchmarks/request_walk.py``
-(the tables of docs/architecture.md, "Following a request") run on the real Redis and
-PostgreSQL with its ``--max-create`` / ``--max-firing`` bounds. A change that spreads one
+"""The files one request runs stay within the bounds of ADR 0039:
+``tests/benchmarks/request_walk.py`` (the tables of docs/architecture.md, "Following a
+request") run on the real Redis and PostgreSQL with its ``--max-create`` / ``--max-firing``
+bounds. A change that spreads one
 request over more modules fails here, and the ADR says what the bound is for."""
 
 from __future__ import annotations
