@@ -25,7 +25,8 @@ import redis
 import sqlalchemy as sa
 
 # Imported here: what build() wires, which every command that builds an App needs (the
-# audit store, the largest, is imported by build() itself: `db upgrade` builds no App). The
+# audit store, the largest, and the ladder history, which builds its ledger rows with the
+# audit store's helpers, are imported by build() itself: `db upgrade` builds no App). The
 # adapters and use cases of one command or one worker task are imported inside the
 # ``*_for`` function that wires them, so a command loads only its own
 # (docs/performance.md, "CLI start-up"; tests/integration/test_cli_imports.py holds it).
@@ -44,7 +45,6 @@ from escalation.adapters.ladder_files import (
     ReleasedLadders,
     check_ladder_dir_with_history,
 )
-from escalation.adapters.ladder_history import LadderHistoryStore
 from escalation.adapters.redis_client import (
     OUTAGE_ERRORS,
     NamespaceBinding,
@@ -69,6 +69,7 @@ from escalation.service_layer.priority import weight_fn
 if TYPE_CHECKING:
     from escalation.adapters.audit_store import PostgresAuditStore
     from escalation.adapters.console_ops import ConsoleOpsStore
+    from escalation.adapters.ladder_history import LadderHistoryStore
     from escalation.adapters.pipeline import KeptThreads
     from escalation.adapters.redis_reconcile_notify import ReliabilityRedis
     from escalation.adapters.redis_warnings import RedisWarnings
@@ -357,6 +358,8 @@ def build(
         seconds, micros = client.time()
         clock[:] = [int(seconds) * 1000 + int(micros) // 1000]
 
+    from escalation.adapters.ladder_history import LadderHistoryStore
+
     try:  # anything that fails from here to the App closes what was opened
         retry_startup(probe, settings.startup_timeout_s)
         calendars = load_institution_calendars(
@@ -462,6 +465,8 @@ def metrics_figures_for(app: App) -> MetricsFigures:
 def ladder_history_for(app: App) -> LadderHistory:
     """The ladder releases, apply runs and the per-batch migration write
     (``ports.LadderHistory``) on ``app``'s engine."""
+    from escalation.adapters.ladder_history import LadderHistoryStore
+
     return LadderHistoryStore(app.engine)
 
 
@@ -573,6 +578,7 @@ def ladder_ports_for(app: App) -> LadderPorts:
     database, its scheduler, ladder files and calendars, and a pipeline that reads and plans
     the next page and restores the previous batch into Redis while a batch is recorded
     (docs/performance.md, "Ladder migrations")."""
+    from escalation.adapters.ladder_history import LadderHistoryStore
     from escalation.adapters.pipeline import Overlapped
     from escalation.service_layer.ladder_migration import LadderPorts
 
@@ -775,6 +781,8 @@ def ladder_file_problems(app: App) -> list[LadderProblem]:
     """Broken releases (released files missing, invalid or edited, re-read now; code
     ``RELEASE_BROKEN``), then every other ``ladder check`` problem of the other files (code
     ``LADDER_INVALID``); a failure of the check is reported, never raised."""
+    from escalation.adapters.ladder_history import LadderHistoryStore
+
     try:
         ladders = app.ladders
         ladders.refresh()
@@ -1015,6 +1023,7 @@ def case_file_ports_for(source: App | sa.Engine, settings: Settings,
     from escalation.adapters.audit_store import PostgresAuditStore
     from escalation.adapters.checkpoints import PostgresCheckpoints
     from escalation.adapters.evidence import Ed25519DocumentSigner, EvidenceFiles
+    from escalation.adapters.ladder_history import LadderHistoryStore
     from escalation.adapters.report_queries import PostgresReports
     from escalation.adapters.signing import KEY_ENV, KEY_FILE_ENV, load_private_key
     from escalation.domain.errors import ConfigError

@@ -323,7 +323,7 @@ class FakeAuditLog:
             self.states[esc.dispute_id] = state
             self._append(state, "ENQUEUED", "ENQUEUED", actor, decided_at, from_tier=None,
                          to_tier=esc.tier, due_at=esc.due_at, next_due_at=esc.due_at,
-                         # as the real store's rows (adapters.audit_enqueue.enqueued_details)
+                         # as the real store's rows (adapters.audit_store.enqueued_details)
                          details={"entered_tier_at": esc.entered_tier_at.isoformat(),
                                   **((details or {}).get(esc.dispute_id) or {})})
             out.append((True, state))

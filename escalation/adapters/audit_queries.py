@@ -1,6 +1,8 @@
 """Read side of the audit store: state lookups, trails, reconcile scans, health and verify.
 
 Mixed into :class:`escalation.adapters.audit_store.PostgresAuditStore`; nothing here writes.
+The row mapping (``escalation_from_state``, ``ledger_row``) is that module's; since it imports
+this one (the mixin), the methods here import the mapping when they run, not at load.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from escalation.adapters.audit_rows import escalation_from_state, ledger_row
 from escalation.adapters.ledger_verify import (
     LedgerWalk,
     head_bad_seq,
@@ -140,6 +141,8 @@ class AuditQueries:
 
     def get(self, dispute_id: UUID) -> tuple[Escalation, Status] | None:
         """The recorded state of one escalation and its status, or None if never enqueued."""
+        from escalation.adapters.audit_store import escalation_from_state  # it imports this module
+
         with self._engine.connect() as conn:
             row = conn.execute(sa.select(_S).where(_S.c.dispute_id == dispute_id)).mappings()
             first = row.first()
@@ -150,6 +153,8 @@ class AuditQueries:
 
     def get_many(self, dispute_ids: Iterable[UUID]) -> dict[UUID, Escalation]:
         """Recorded states by dispute id (ids with no escalation are absent)."""
+        from escalation.adapters.audit_store import escalation_from_state  # it imports this module
+
         ids = list(set(dispute_ids))
         if not ids:
             return {}
@@ -168,6 +173,8 @@ class AuditQueries:
 
     def trail(self, dispute_id: UUID) -> list[LedgerRow]:
         """Every ledger row of one dispute, in ``seq`` order (empty if none)."""
+        from escalation.adapters.audit_store import ledger_row  # it imports this module
+
         with self._engine.connect() as conn:
             rows = conn.execute(
                 sa.select(_A).where(_A.c.dispute_id == dispute_id).order_by(_A.c.seq)
@@ -186,6 +193,8 @@ class AuditQueries:
         Args:
             ranges: (dispute id, after seq, upto seq) triples.
         """
+        from escalation.adapters.audit_store import ledger_row  # it imports this module
+
         if not ranges:
             return {}
         ids = [r[0] for r in ranges]
@@ -220,6 +229,8 @@ class AuditQueries:
         Raises:
             InvalidInput: ``limit`` out of range.
         """
+        from escalation.adapters.audit_store import escalation_from_state  # it imports this module
+
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidInput(f"page limit must be 1-{MAX_PAGE}, got {limit}")
         stmt = sa.select(_S).where(_S.c.status.in_([Status(s).value for s in statuses]))

@@ -16,7 +16,7 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from escalation.adapters.audit_rows import ledger_row
+from escalation.adapters.audit_store import ledger_row
 from escalation.adapters.tables import LEDGER_EVENTS, escalation_audit
 from escalation.domain.timeutil import require_aware
 from escalation.ports import AuditFilter, LedgerRow

@@ -19,7 +19,7 @@ from typing import Any, cast
 import redis
 import sqlalchemy as sa
 
-from escalation.adapters.audit_rows import utc
+from escalation.adapters.audit_store import utc
 from escalation.adapters.ladder_history import LadderHistoryStore
 from escalation.adapters.leader_lease import LEADER_NAME
 from escalation.adapters.redis_keys import Keys

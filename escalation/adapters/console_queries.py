@@ -16,7 +16,7 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from escalation.adapters.audit_rows import deadlines_from_json
+from escalation.adapters.audit_store import deadlines_from_json
 from escalation.adapters.db import no_jit
 from escalation.adapters.report_queries import clocks_sql
 from escalation.ports import (

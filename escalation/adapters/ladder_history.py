@@ -31,15 +31,15 @@ from uuid import UUID
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
-from escalation.adapters.audit_rows import (
+from escalation.adapters.audit_store import (
     RowFacts,
     chained_row,
     escalation_from_state,
     utc,
     utc_opt,
 )
-from escalation.adapters.audit_sql import array_literal as _array_literal
-from escalation.adapters.audit_sql import copy_ledger as _copy_ledger
+from escalation.adapters.audit_store import array_literal as _array_literal
+from escalation.adapters.audit_store import copy_ledger as _copy_ledger
 from escalation.adapters.tables import (
     escalation_audit,
     escalation_state,

@@ -27,7 +27,7 @@ from uuid import UUID
 import redis
 import sqlalchemy as sa
 
-from escalation.adapters.audit_rows import escalation_from_state
+from escalation.adapters.audit_store import escalation_from_state
 from escalation.adapters.projection_scan import (
     _SCAN,
     STREAM_ROWS,

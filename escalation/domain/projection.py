@@ -30,9 +30,8 @@ An action row without ``details.clocks`` (written before the obligations existed
 as name -> instant maps (JSONB keeps no key order); an empty list and NULL are both "no
 clocks" for ``deadlines``.
 
-Source of the rules: the writers in ``adapters/audit_writes.py``, ``adapters/audit_store.py``,
-``adapters/ladder_history.py`` and ``service_layer/obligations.py`` (docs/reliability.md,
-"Projection against the ledger").
+Source of the rules: the writers in ``adapters/audit_store.py``, ``adapters/ladder_history.py``
+and ``service_layer/obligations.py`` (docs/reliability.md, "Projection against the ledger").
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def test_every_stored_hash_recomputes_from_the_spec(scratch, tmp_path) -> None:
         after = res[0].state
         assert after is not None
         store.record_decisions([(claimed(after, token=2**60), terminal(after))], "worker-8")
-    # the batch path writes through the staging COPY and its row templates (audit_enqueue)
+    # the batch path writes through the staging COPY and its row templates (audit_store)
     batch = [dataclasses.replace(make_escalation(), external_id=f"B-{i}\u00e9\x07")
              for i in range(2)]
     store.record_enqueue_many(

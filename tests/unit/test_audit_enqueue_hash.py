@@ -1,6 +1,6 @@
-"""The staged ENQUEUED write (``adapters.audit_enqueue``) hashes the same fields as the
-general row builder (``audit_writes.enqueue_rows``): both go through the one renderer,
-``audit_hash.canonical_bytes``, and must agree on every hashed value."""
+"""The staged ENQUEUED write (``adapters.audit_store``, "ENQUEUED staging") hashes the same
+fields as the general row builder (``audit_store.enqueue_rows``): both go through the one
+renderer, ``audit_hash.canonical_bytes``, and must agree on every hashed value."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from escalation.adapters.audit_enqueue import (
+from escalation.adapters.audit_store import (
+    enqueue_rows,
     enqueued_canonical_bytes,
     enqueued_details,
     enqueued_row_hash,
 )
-from escalation.adapters.audit_writes import enqueue_rows
 from escalation.domain.audit_hash import canonical_bytes
 from escalation.domain.escalation import Escalation
 from escalation.domain.materiality import Materiality

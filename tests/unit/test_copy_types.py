@@ -1,12 +1,12 @@
 """The binary COPY of ledger rows names each column's PostgreSQL type up front
-(``audit_sql.COPY_TYPES``, derived from the SQLAlchemy column types): a wrong or missing type
+(``audit_store.COPY_TYPES``, derived from the SQLAlchemy column types): a wrong or missing type
 would fail every recorded batch, so the mapping is checked against the compiled DDL here."""
 
 from __future__ import annotations
 
 from sqlalchemy.dialects import postgresql as pg
 
-from escalation.adapters.audit_sql import COPY_COLUMNS, COPY_TYPES
+from escalation.adapters.audit_store import COPY_COLUMNS, COPY_TYPES
 from escalation.adapters.tables import escalation_audit
 
 # The compiled SQL type of a column -> the type name psycopg's binary dumpers are chosen by.

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from escalation.adapters.audit_enqueue import EnqueuedLineTemplate
+from escalation.adapters.audit_store import EnqueuedLineTemplate
 from escalation.adapters.ladder_files import load_ladder_file
 from escalation.adapters.redis_scheduler import PayloadTemplate
 from escalation.domain.calendars import builtin_calendars

@@ -1,5 +1,5 @@
 """The CSV import's row templates render, for any per-row values, exactly what the general
-path writes: the staging COPY line of ``audit_enqueue.stage_line`` (whose hash is the one
+path writes: the staging COPY line of ``audit_store.stage_line`` (whose hash is the one
 of ``audit_hash.canonical_bytes``) and the enqueue.lua arguments of
 ``RedisScheduler.enqueue_many``; ``RowEncoder`` raises what ``build_one`` raises."""
 
@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from escalation.adapters.audit_enqueue import EnqueuedLineTemplate, stage_line
-from escalation.adapters.audit_writes import enqueue_rows
+from escalation.adapters.audit_store import EnqueuedLineTemplate, enqueue_rows, stage_line
 from escalation.adapters.ladder_files import load_ladder_file
 from escalation.adapters.redis_keys import Keys, shard_of
 from escalation.adapters.redis_scheduler import PayloadTemplate, escalation_to_payload

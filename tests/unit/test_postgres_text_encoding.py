@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from escalation.adapters.audit_sql import _details_json, array_literal, reference_array_literal
+from escalation.adapters.audit_store import _details_json, array_literal, reference_array_literal
 from tests.unit.property_budget import examples
 
 zones = st.sampled_from([dt.UTC, dt.timezone(dt.timedelta(hours=5, minutes=30)),
