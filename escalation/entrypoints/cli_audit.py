@@ -182,15 +182,16 @@ def _verify_ok(report: Any, signed: bool) -> None:
     """The one line of a passed ``audit verify`` on stdout."""
     cp = report.checkpoint_id
     counted = f"{report.rows} row(s) of {report.disputes} dispute(s) checked"
-    if not report.projection_compared:
-        counted += " (evidence only: projection rows not compared, see the note)"
+    unfolded = ("" if report.projection_compared else
+                "; projection rows NOT compared with their chains (add --projection)")
     if cp:
-        out.print(f"ok: chains intact, {counted}; last signed checkpoint {cp} matches"
-                  if signed else f"ok: chains intact, {counted}; last checkpoint {cp} matches",
-                  markup=False, highlight=False)
+        out.print((f"ok: chains intact, {counted}; last signed checkpoint {cp} matches"
+                   if signed else f"ok: chains intact, {counted}; last checkpoint {cp} matches")
+                  + unfolded, markup=False, highlight=False)
     else:
         out.print(f"ok: chains intact, {counted}; no checkpoint yet "
-                  "(run `escalation audit checkpoint`)", markup=False, highlight=False)
+                  f"(run `escalation audit checkpoint`){unfolded}", markup=False,
+                  highlight=False)
 
 
 def _verify_json(report: Any, digest_signature_checked: bool | None = None) -> None:
