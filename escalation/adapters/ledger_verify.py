@@ -1,14 +1,32 @@
-"""``audit verify --all`` in parallel: every ledger partition read once, by its own process,
-all in one exported snapshot, streamed; each chain recomputed, its tail compared with its
-projection head and its projection row compared with what the chain determines.
+"""``audit verify --all`` in parallel: every ledger partition checked by its own process,
+all in one exported snapshot, streamed. By default the evidence (hashes, links, seqs, each
+chain's tail against its projection head: :func:`verify_partition_evidence`); with the
+projection fold also each projection row against what its chain determines
+(:func:`verify_partition`, ``audit verify --all --projection``). ADR 0040.
 
 The whole-ledger walk of :meth:`AuditQueries.verify` is split by partition (a chain never
 spans partitions: ADR 0007). The calling connection opens a REPEATABLE READ transaction and
 exports its snapshot (``pg_export_snapshot``); each worker process imports it (``SET
 TRANSACTION SNAPSHOT``), so every partition is read as of the same instant, and streams its
-rows through a server-side cursor (constant memory) in ``(dispute_id, seq)`` order.
+rows through a server-side cursor (constant memory).
 
-Per chain, in the worker (:func:`check_partition`):
+Evidence, in the worker (:func:`verify_partition_evidence`), without sorting the partition:
+
+* every row, in physical order, hashed on its own: ``row_hash`` recomputed on the row's own
+  ``prev_hash`` with :func:`~escalation.domain.audit_hash.canonical_bytes` (the one
+  renderer, :func:`row_hash_holds`);
+* in PostgreSQL: every link (seq 1 on the genesis hash, every later row's predecessor
+  present with its ``prev_hash`` as ``row_hash``: a hash join of the partition with itself),
+  every chain's row count against its last seq (n rows end at seq n: none missing or
+  repeated), and, narrowed to the partition's range of ``created_at``, every chain's last
+  row against its projection head;
+* every chain one of those flags is read again by index in ``(dispute_id, seq)`` order and
+  walked by :func:`first_bad_link` (and its tail compared), so its first bad seq is the
+  sorted walk's. A chain nothing flags is one the sorted walk passes, so the broken chains
+  are the sorted walk's for any edit (``tests/integration/test_audit_verify_evidence.py``).
+
+With the projection fold, per chain, in the worker (:func:`verify_partition`), streamed in
+``(dispute_id, seq)`` order:
 
 * every link is checked as :func:`escalation.domain.audit_hash.verify_chain` checks it (seq
   1, 2, 3, ..., ``prev_hash`` the previous ``row_hash``, ``row_hash`` recomputed with
@@ -22,8 +40,9 @@ Per chain, in the worker (:func:`check_partition`):
   ``chain_created_at`` is the projection's ``created_at``, as that scan joins them).
 
 A projection row whose chain is in no partition of its month is found by counting: the
-workers count the projection rows they met; when that is not every projection row in the
-partitions' ranges, one query names the rows without their chain (:func:`head_mismatches`).
+workers (of either walk) count the projection rows they met; when that is not every
+projection row in the partitions' ranges, one query names the rows without their chain
+(:func:`head_mismatches`).
 Projection rows outside every partition's range (a month removed by retention) are compared
 as before, by dispute id over the whole ledger.
 
@@ -107,7 +126,9 @@ STREAM_ROWS = 5000
 """Rows per round trip of a worker's server-side cursor."""
 SORT_MEMORY = "64MB"
 """``work_mem`` of a worker's scan: its sort by ``(dispute_id, seq)`` stays in memory up to
-a partition of about 80,000 rows; a bigger one is sorted on disk (in a temporary file)."""
+a partition of about 80,000 rows; a bigger one is sorted on disk (in a temporary file). The
+evidence walk's hash joins of a partition with itself stay in memory up to about 500,000
+rows (more are joined in batches on disk)."""
 LOOKUP_CHAINS = 2000
 """Chains whose projection rows a worker fetches in one index lookup."""
 _PARTITIONS = sa.text(
@@ -517,7 +538,7 @@ def _where(bounds: tuple[str, str] | None,
 
 def _begin(conn: Any, snapshot: str) -> None:
     """A worker's transaction: read only, in the exported snapshot, no parallel workers
-    (one process per partition already), ``work_mem`` for its sort and hash joins."""
+    (one process per partition already), ``work_mem`` for its sort or hash joins."""
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
     conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
