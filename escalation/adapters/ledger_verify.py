@@ -347,43 +347,40 @@ class _Lookup:
                 out.mismatches.append((state["dispute_id"], render(differences)))
 
 
-_LINKS = """
-    SELECT CAST(a.dispute_id AS text), min(a.seq)
-      FROM escalation_audit AS a
-      LEFT JOIN escalation_audit AS b
-        ON b.dispute_id = a.dispute_id AND b.seq = a.seq - 1 AND {b}
-     WHERE {a}
-       AND CASE WHEN a.seq = 1 THEN a.prev_hash IS DISTINCT FROM CAST(%(genesis)s AS bytea)
-                ELSE b.row_hash IS DISTINCT FROM a.prev_hash END
-     GROUP BY a.dispute_id
-"""
-"""Rows whose link is broken, per chain the lowest seq: seq 1 not on the genesis hash, or a
-later row whose predecessor (seq - 1) is missing or has another ``row_hash`` than its
-``prev_hash`` (one hash join of the partition with itself)."""
-_TAILS = """
-    WITH m AS (SELECT dispute_id, max(seq) AS last, count(*) AS n FROM escalation_audit
-                WHERE {w} GROUP BY dispute_id),
-    h AS MATERIALIZED (
-        SELECT m.dispute_id, m.last, m.n, s.dispute_id IS NOT NULL AS known, s.last_seq,
-               t.row_hash IS NOT DISTINCT FROM s.last_hash AS same
-          FROM m
+_CHAINS = """
+    WITH c AS MATERIALIZED (
+        SELECT a.dispute_id, count(*) AS n, max(a.seq) AS last,
+               min(a.seq) FILTER (WHERE CASE
+                   WHEN a.seq = 1 THEN a.prev_hash IS DISTINCT FROM CAST(%(genesis)s AS bytea)
+                   ELSE b.row_hash IS DISTINCT FROM a.prev_hash END) AS bad,
+               max(s.last_seq) AS last_seq,
+               bool_or(a.seq = s.last_seq AND a.row_hash = s.last_hash) AS head
+          FROM escalation_audit AS a
+          LEFT JOIN escalation_audit AS b
+            ON b.dispute_id = a.dispute_id AND b.seq = a.seq - 1 AND {b}
           LEFT JOIN escalation_state AS s
-            ON s.dispute_id = m.dispute_id
-           AND s.created_at >= CAST(%(lo)s AS timestamptz)
-           AND s.created_at < CAST(%(hi)s AS timestamptz)
-          LEFT JOIN escalation_audit AS t
-            ON t.dispute_id = m.dispute_id AND t.seq = m.last AND {t})
-    SELECT CAST(dispute_id AS text), last, n, known, last_seq, NULL
-      FROM h WHERE n <> last OR (known AND (last <> last_seq OR NOT same))
+            ON s.dispute_id = a.dispute_id AND {s}
+         WHERE {a}
+         GROUP BY a.dispute_id)
+    SELECT CAST(dispute_id AS text), n, last, bad, last_seq, NULL FROM c
+     WHERE bad IS NOT NULL OR n <> last
+        OR (last_seq IS NOT NULL AND (last <> last_seq OR NOT head))
     UNION ALL
-    SELECT NULL, NULL, NULL, NULL, NULL,
-           ARRAY[(SELECT count(DISTINCT dispute_id) FROM m),
-                 (SELECT count(DISTINCT dispute_id) FROM h WHERE known)]
+    SELECT NULL, NULL, NULL, NULL, NULL, ARRAY[count(*), count(last_seq)] FROM c
 """
-"""Per chain of the partition its last seq and row count (rows 1..n are n rows whose last
-seq is n: any other count is a seq missing or repeated), and, against its projection row
-in the partition's range, its tail (``last_seq`` / ``last_hash``). The problem rows, then
-one row: ``[chains, projection rows met]``."""
+"""Every chain of the partition in one pass of PostgreSQL (hash joins of the partition with
+itself on ``(dispute_id, seq - 1)`` and with its projection rows; no sort):
+
+* ``bad``: its lowest seq whose link is broken: seq 1 not on the genesis hash, or a later
+  row whose predecessor is missing or has another ``row_hash`` than its ``prev_hash``;
+* ``n`` against ``last``: joined rows against the last seq. With every predecessor present,
+  its seqs include 1..last, so ``n == last`` only when each seq is there once;
+* its projection row in the partition's range of ``created_at``: its last seq must be
+  ``last_seq`` and its row at ``last_seq`` must have ``last_hash`` (the tail of a chain
+  whose seqs are 1..n).
+
+The problem chains ``(dispute_id, n, last, bad, last_seq)``, then one row: ``[chains,
+projection rows met]``."""
 _SUSPECT_ROWS = """
     SELECT {sel} FROM escalation_audit
      WHERE dispute_id = ANY(CAST(%(ids)s AS uuid[])) AND {w}
@@ -399,7 +396,7 @@ _SUSPECT_HEADS = """
 def row_hash_holds(row: Sequence[Any]) -> bool:
     """One stream row on its own: its ``details`` have a canonical form and
     ``sha256(prev_hash || canonical bytes) == row_hash`` (its own stored ``prev_hash``; that
-    this is its predecessor's ``row_hash`` is the link check, :data:`_LINKS`)."""
+    this is its predecessor's ``row_hash`` is the link check, :data:`_CHAINS`)."""
     prev, stored = row[_PREV], row[_HASH]
     if prev is None or stored is None:
         return False
@@ -416,8 +413,8 @@ def verify_partition_evidence(url: str, snapshot: str, table: str,
     task), without sorting it and without the projection fold (module doc, "Evidence"):
 
     1. every row streamed in physical order and hashed on its own (:func:`row_hash_holds`);
-    2. the links in PostgreSQL (:data:`_LINKS`), seq continuity and, with ``bounds``, each
-       chain's tail against its projection head (:data:`_TAILS`);
+    2. the links, seq continuity and, with ``bounds``, each chain's tail against its
+       projection head in PostgreSQL (:data:`_CHAINS`);
     3. each chain a check flagged (a suspect) read again by index in ``(dispute_id, seq)``
        order and walked by :func:`first_bad_link`, so its first bad seq and its tail are
        the sorted walk's (:func:`verify_partition`).
@@ -468,28 +465,29 @@ def _stream_row_hashes(conn: Any, where: str, params: dict[str, str],
 def _sql_checks(conn: Any, where: Callable[[str], str], params: dict[str, str],
                 bounds: tuple[str, str] | None, suspects: dict[str, int],
                 ) -> tuple[list[tuple[str, int, int]], int, int | None]:
-    """The links (:data:`_LINKS`) and seq counts (:data:`_TAILS`) of the partition in
-    PostgreSQL, a failing chain flagged. Returns ``(dispute_id, projection last_seq, chain's
-    last seq)`` of the chains whose tail is not their projection head, the chains, and the
-    projection rows met (None without ``bounds``: no projection head compared here)."""
-    prefixed = {"a": where("a."), "b": where("b."), "t": where("t."), "w": where("")}
-    for key, seq in conn.execute(_LINKS.format(**prefixed), {**params, "genesis": GENESIS}):
-        _suspect(suspects, key, int(seq))
-    tails = _TAILS.format(**prefixed)
-    if bounds is None:  # no range to narrow the projection rows by: heads left out
-        tails = tails.replace("s.created_at >= CAST(%(lo)s AS timestamptz)", "false")
-    heads: list[tuple[str, int, int]] = []
+    """The links, seq counts and heads of the partition in PostgreSQL (:data:`_CHAINS`), a
+    chain whose links or seqs fail flagged. Returns ``(dispute_id, projection last_seq,
+    chain's last seq)`` of the chains whose tail is not their projection head, the chains,
+    and the projection rows met (None without ``bounds``: no projection head compared
+    here)."""
+    heads = ("s.created_at >= CAST(%(lo)s AS timestamptz)"
+             " AND s.created_at < CAST(%(hi)s AS timestamptz)" if bounds is not None
+             else "false")  # no range to narrow the projection rows by: heads left out
+    sql = _CHAINS.format(a=where("a."), b=where("b."), s=heads)
+    found: list[tuple[str, int, int]] = []
     chains, met = 0, 0
-    for key, last, n, known, last_seq, counts in conn.execute(
-            tails, {"lo": None, "hi": None, **params}):
+    for key, n, last, bad, last_seq, counts in conn.execute(
+            sql, {**params, "genesis": GENESIS}):
         if key is None:
             chains, met = int(counts[0]), int(counts[1])
-        else:
-            if n != last:
-                _suspect(suspects, key, 1)
-            if known:
-                heads.append((key, int(last_seq), int(last)))
-    return heads, chains, None if bounds is None else met
+            continue
+        if bad is not None:
+            _suspect(suspects, key, int(bad))
+        if n != last:
+            _suspect(suspects, key, 1)
+        if last_seq is not None:
+            found.append((key, int(last_seq), int(last)))
+    return found, chains, None if bounds is None else met
 
 
 def _walk_suspects(conn: Any, suspects: dict[str, int], where: Callable[[str], str],
