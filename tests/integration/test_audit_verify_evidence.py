@@ -25,8 +25,8 @@ _TRIGGERS = ("trg_escalation_audit_no_mutation", "trg_escalation_audit_no_trunca
 
 
 def _chain(store: PostgresAuditStore, months_back: int, promotions: int):
-    """A chain created ``months_back`` months before T0 (its own partition): enqueued, then
-    promoted ``promotions`` times (each a decision of its own rows)."""
+    """A chain due ``months_back`` months before T0: enqueued, then promoted ``promotions``
+    times (each a decision of its own rows)."""
     esc = make_escalation(due_at=T0 - timedelta(days=31 * months_back))
     state = store.record_enqueue(esc, "svc", esc.due_at - timedelta(days=1))[1]
     for tier in ("senior", "compliance", "executive", "board")[:promotions]:
@@ -55,13 +55,22 @@ def _row_hash(engine: sa.Engine, dispute_id, seq: int, prev_hash: bytes) -> byte
     return hashlib.sha256(prev_hash + canonical).digest()
 
 
-def _ensure_months(engine: sa.Engine, months: int) -> None:
+def _move(engine: sa.Engine, dispute_id, months: int) -> None:
+    """Move a chain and its projection row ``months`` months back (a partition of its own:
+    the chain lives in the partition of its projection's ``created_at``)."""
     with engine.begin() as conn:
-        for m in range(months + 1):
-            conn.execute(sa.text(
-                "SELECT escalation_audit_ensure_partition("
-                "(date_trunc('month', CAST(:t AS timestamptz) AT TIME ZONE 'UTC')"
-                " - make_interval(months => :m))::date)"), {"t": T0, "m": m})
+        conn.execute(sa.text(
+            "SELECT escalation_audit_ensure_partition((date_trunc('month', created_at"
+            " AT TIME ZONE 'UTC') - make_interval(months => :m))::date)"
+            " FROM escalation_state WHERE dispute_id = :d"), {"d": dispute_id, "m": months})
+    shift = "- make_interval(months => :m)"
+    _behind_the_triggers(
+        engine,
+        (f"UPDATE escalation_audit SET chain_created_at = chain_created_at {shift}"
+         " WHERE dispute_id = :d", {"d": dispute_id, "m": months}),
+        (f"UPDATE escalation_state SET created_at = created_at {shift}"
+         " WHERE dispute_id = :d", {"d": dispute_id, "m": months}),
+    )
 
 
 def _rows(engine: sa.Engine, dispute_id) -> int:
@@ -73,9 +82,14 @@ def _rows(engine: sa.Engine, dispute_id) -> int:
 
 def test_the_evidence_walk_reports_what_the_sorted_walk_reports_for_every_tampering(scratch):
     engine = scratch
-    _ensure_months(engine, 3)
     store = PostgresAuditStore(engine)
-    states = [_chain(store, months_back=i % 3, promotions=4) for i in range(14)]
+    states = [_chain(store, months_back=0, promotions=4) for i in range(14)]
+    for i, state in enumerate(states):  # chains in three partitions, walked in parallel
+        if i % 3:
+            _move(engine, state.dispute_id, i % 3)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text(
+            "SELECT count(DISTINCT tableoid) FROM escalation_audit")).scalar_one() == 3
     clean = store.check_ledger(projection=False)
     assert (clean.broken, clean.projection_mismatches, clean.projection_compared) == (
         [], [], False)
@@ -153,3 +167,43 @@ def test_the_default_report_says_projection_rows_were_not_compared(scratch):
     assert not full.ok and full.projection_compared
     assert [d for d, _ in full.projection_mismatches] == [states[1].dispute_id]
     assert PROJECTION_NOT_COMPARED not in full.notes
+
+
+def test_a_partition_without_a_range_is_verified_as_the_sorted_walk_verifies_it(scratch):
+    """A DEFAULT partition has no range to prune by or to narrow projection rows by: its rows
+    are selected by ``tableoid`` and its chains' heads compared after the walk."""
+    engine = scratch
+    store = PostgresAuditStore(engine)
+    states = [_chain(store, months_back=0, promotions=2) for _ in range(5)]
+    d = [s.dispute_id for s in states]
+    with engine.begin() as conn:  # their month's rows move to a DEFAULT partition
+        table = conn.execute(sa.text(
+            "SELECT DISTINCT tableoid::regclass::text FROM escalation_audit"
+            " WHERE dispute_id = :d"), {"d": d[2]}).scalar_one()
+        schema = table.rsplit(".", 1)[0]
+        conn.execute(sa.text(f"ALTER TABLE escalation_audit DETACH PARTITION {table}"))
+        conn.execute(sa.text(f"CREATE TABLE {schema}.escalation_audit_default"
+                             " PARTITION OF escalation_audit DEFAULT"))
+        conn.execute(sa.text("ALTER TABLE escalation_audit DISABLE TRIGGER ALL"))
+        conn.execute(sa.text(f"INSERT INTO escalation_audit SELECT * FROM {table}"))
+        for trg in _TRIGGERS:
+            conn.execute(sa.text(f"ALTER TABLE escalation_audit ENABLE ALWAYS TRIGGER {trg}"))
+        conn.execute(sa.text(f"DROP TABLE {table}"))
+        moved = conn.execute(sa.text(
+            "SELECT count(DISTINCT dispute_id) FROM escalation_audit"
+            " WHERE tableoid::regclass::text LIKE '%escalation_audit_default'")).scalar_one()
+    assert moved == 5
+    assert store.check_ledger(projection=False).broken == []
+    _behind_the_triggers(
+        engine,
+        ("UPDATE escalation_audit SET actor = 'mallory' WHERE dispute_id = :d AND seq = 2",
+         {"d": d[2]}),
+        ("DELETE FROM escalation_audit WHERE dispute_id = :d AND seq = 3", {"d": d[3]}),
+    )
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE escalation_state SET last_hash = decode(repeat('ab', 32),"
+                             " 'hex') WHERE dispute_id = :d"), {"d": d[4]})
+    evidence = store.check_ledger(projection=False)
+    store.parallel_verify = False
+    assert evidence.broken == store.verify() == store.check_ledger(projection=True).broken
+    assert dict(evidence.broken) == {d[2]: 2, d[3]: 3, d[4]: 3}
