@@ -964,11 +964,13 @@ class FakeCheckpointStore:
 
     def check_ledger(
         self, progress: Callable[[str, int, int | None], None] | None = None,
+        projection: bool = True,
     ) -> LedgerCheck:
         snap = FakeCheckpointSnapshot(self)
         disputes, rows = snap.ledger_counts(None)
         return LedgerCheck(sorted(self.broken_chains(None), key=lambda i: str(i[0])),
-                           snap.projection_mismatches(None), disputes, rows)
+                           snap.projection_mismatches(None) if projection else [],
+                           disputes, rows, projection)
 
     def retained_from(self) -> datetime | None:
         return max((r.range_to for r in self.retention), default=None)

@@ -280,7 +280,9 @@ class AuditQueries:
         all) and at the end. Every chain (``dispute_id`` None) is walked partition by
         partition in parallel processes sharing this snapshot (:meth:`check_ledger`).
 
-        Walks each chain (one dispute, or all with ``dispute_id`` None, streamed) with
+        Every chain is checked for its evidence only (no projection row compared: the broken
+        chains are the same). Walks each chain (one dispute, or all with ``dispute_id`` None,
+        streamed) with
         :func:`escalation.domain.audit_hash.verify_chain`, and compares each projection
         head (``last_seq``/``last_hash``), and each ladder version chain's head on
         ``ladder_release``, with its chain's last row, so a removed or added tail is caught
@@ -288,7 +290,7 @@ class AuditQueries:
         Returns an empty list when everything verifies; sorted by dispute id.
         """
         if dispute_id is None and self.parallel_verify:
-            return self.check_ledger(progress).broken
+            return self.check_ledger(progress, projection=False).broken
         bad: dict[UUID, int] = {}
         stmt = sa.select(_A).order_by(_A.c.dispute_id, _A.c.seq)
         if dispute_id is not None:
@@ -313,20 +315,23 @@ class AuditQueries:
 
     def check_ledger(
         self, progress: Callable[[str, int, int | None], None] | None = None,
+        projection: bool = True,
     ) -> LedgerCheck:
         """The whole ledger in one snapshot and one read: every partition walked by its own
-        process (``adapters.ledger_verify``: links, projection heads and projection rows),
-        then the projection heads the walk could not compare (:func:`head_mismatches`) and
-        the ladder version chains' heads. ``progress`` as for :meth:`verify`."""
+        process (``adapters.ledger_verify``: links and projection heads, and with
+        ``projection`` projection rows), then the projection heads the walk could not
+        compare (:func:`head_mismatches`) and the ladder version chains' heads. ``progress``
+        as for :meth:`verify`."""
         bad: dict[UUID, int] = {}
         repeatable = self._engine.connect().execution_options(isolation_level="REPEATABLE READ")
         with repeatable as conn, conn.begin():
-            walk = verify_all_chains(conn, self._engine, progress=progress)
+            walk = verify_all_chains(conn, self._engine, progress=progress,
+                                     projection=projection)
             bad.update(walk.broken)
             _add_heads(bad, head_mismatches(conn, walk))
             _add_heads(bad, conn.execute(_LADDER_HEAD_MISMATCH, {"id": None}))
         return LedgerCheck(sorted(bad.items(), key=lambda item: str(item[0])),
-                           walk.mismatches, walk.chains, walk.rows)
+                           walk.mismatches, walk.chains, walk.rows, walk.projection)
 
 
 def _add_heads(bad: dict[UUID, int], heads: Iterable[Sequence[Any]]) -> None:

@@ -280,9 +280,10 @@ class PostgresCheckpoints:
 
     def check_ledger(
         self, progress: Callable[[str, int, int | None], None] | None = None,
+        projection: bool = True,
     ) -> LedgerCheck:
         """``PostgresAuditStore.check_ledger``: the whole ledger, one read, in parallel."""
-        return PostgresAuditStore(self._engine).check_ledger(progress)
+        return PostgresAuditStore(self._engine).check_ledger(progress, projection)
 
     def retained_from(self) -> datetime | None:
         """See ``adapters.partitions.retained_from``."""

@@ -1,14 +1,32 @@
-"""``audit verify --all`` in parallel: every ledger partition read once, by its own process,
-all in one exported snapshot, streamed; each chain recomputed, its tail compared with its
-projection head and its projection row compared with what the chain determines.
+"""``audit verify --all`` in parallel: every ledger partition checked by its own process,
+all in one exported snapshot, streamed. By default the evidence (hashes, links, seqs, each
+chain's tail against its projection head: :func:`verify_partition_evidence`); with the
+projection fold also each projection row against what its chain determines
+(:func:`verify_partition`, ``audit verify --all --projection``). ADR 0040.
 
 The whole-ledger walk of :meth:`AuditQueries.verify` is split by partition (a chain never
 spans partitions: ADR 0007). The calling connection opens a REPEATABLE READ transaction and
 exports its snapshot (``pg_export_snapshot``); each worker process imports it (``SET
 TRANSACTION SNAPSHOT``), so every partition is read as of the same instant, and streams its
-rows through a server-side cursor (constant memory) in ``(dispute_id, seq)`` order.
+rows through a server-side cursor (constant memory).
 
-Per chain, in the worker (:func:`check_partition`):
+Evidence, in the worker (:func:`verify_partition_evidence`), without sorting the partition:
+
+* every row, in physical order, hashed on its own: ``row_hash`` recomputed on the row's own
+  ``prev_hash`` with :func:`~escalation.domain.audit_hash.canonical_bytes` (the one
+  renderer, :func:`row_hash_holds`);
+* in PostgreSQL: every link (seq 1 on the genesis hash, every later row's predecessor
+  present with its ``prev_hash`` as ``row_hash``: a hash join of the partition with itself),
+  every chain's row count against its last seq (n rows end at seq n: none missing or
+  repeated), and, narrowed to the partition's range of ``created_at``, every chain's last
+  row against its projection head;
+* every chain one of those flags is read again by index in ``(dispute_id, seq)`` order and
+  walked by :func:`first_bad_link` (and its tail compared), so its first bad seq is the
+  sorted walk's. A chain nothing flags is one the sorted walk passes, so the broken chains
+  are the sorted walk's for any edit (``tests/integration/test_audit_verify_evidence.py``).
+
+With the projection fold, per chain, in the worker (:func:`verify_partition`), streamed in
+``(dispute_id, seq)`` order:
 
 * every link is checked as :func:`escalation.domain.audit_hash.verify_chain` checks it (seq
   1, 2, 3, ..., ``prev_hash`` the previous ``row_hash``, ``row_hash`` recomputed with
@@ -22,8 +40,9 @@ Per chain, in the worker (:func:`check_partition`):
   ``chain_created_at`` is the projection's ``created_at``, as that scan joins them).
 
 A projection row whose chain is in no partition of its month is found by counting: the
-workers count the projection rows they met; when that is not every projection row in the
-partitions' ranges, one query names the rows without their chain (:func:`head_mismatches`).
+workers (of either walk) count the projection rows they met; when that is not every
+projection row in the partitions' ranges, one query names the rows without their chain
+(:func:`head_mismatches`).
 Projection rows outside every partition's range (a month removed by retention) are compared
 as before, by dispute id over the whole ledger.
 
@@ -107,7 +126,9 @@ STREAM_ROWS = 5000
 """Rows per round trip of a worker's server-side cursor."""
 SORT_MEMORY = "64MB"
 """``work_mem`` of a worker's scan: its sort by ``(dispute_id, seq)`` stays in memory up to
-a partition of about 80,000 rows; a bigger one is sorted on disk (in a temporary file)."""
+a partition of about 80,000 rows; a bigger one is sorted on disk (in a temporary file). The
+evidence walk's hash joins of a partition with itself stay in memory up to about 500,000
+rows (more are joined in batches on disk)."""
 LOOKUP_CHAINS = 2000
 """Chains whose projection rows a worker fetches in one index lookup."""
 _PARTITIONS = sa.text(
@@ -154,7 +175,8 @@ class LedgerWalk:
     """Every partition walked (:func:`verify_all_chains`): broken chains sorted by dispute
     id text, projection mismatches likewise, rows and chains read, and the projection rows
     met in the partitions' ranges (``covered``: those ranges as a ``tstzmultirange``
-    literal, None when no partition has one)."""
+    literal, None when no partition has one). ``projection``: whether projection rows were
+    compared with their chains (False: ``mismatches`` is empty, nothing was compared)."""
 
     broken: list[tuple[UUID, int]]
     mismatches: list[tuple[UUID, str]]
@@ -162,6 +184,7 @@ class LedgerWalk:
     chains: int
     heads: int
     covered: str | None
+    projection: bool = True
 
 
 def decoded(row: Sequence[Any]) -> dict[str, Any]:
@@ -324,6 +347,202 @@ class _Lookup:
                 out.mismatches.append((state["dispute_id"], render(differences)))
 
 
+_CHAINS = """
+    WITH c AS MATERIALIZED (
+        SELECT a.dispute_id, count(*) AS n, max(a.seq) AS last,
+               min(a.seq) FILTER (WHERE CASE
+                   WHEN a.seq = 1 THEN a.prev_hash IS DISTINCT FROM CAST(%(genesis)s AS bytea)
+                   ELSE b.row_hash IS DISTINCT FROM a.prev_hash END) AS bad,
+               max(s.last_seq) AS last_seq,
+               bool_or(a.seq = s.last_seq AND a.row_hash = s.last_hash) AS head
+          FROM escalation_audit AS a
+          LEFT JOIN escalation_audit AS b
+            ON b.dispute_id = a.dispute_id AND b.seq = a.seq - 1 AND {b}
+          LEFT JOIN escalation_state AS s
+            ON s.dispute_id = a.dispute_id AND {s}
+         WHERE {a}
+         GROUP BY a.dispute_id)
+    SELECT CAST(dispute_id AS text), n, last, bad, last_seq, NULL FROM c
+     WHERE bad IS NOT NULL OR n <> last
+        OR (last_seq IS NOT NULL AND (last <> last_seq OR NOT head))
+    UNION ALL
+    SELECT NULL, NULL, NULL, NULL, NULL, ARRAY[count(*), count(last_seq)] FROM c
+"""
+"""Every chain of the partition in one pass of PostgreSQL (hash joins of the partition with
+itself on ``(dispute_id, seq - 1)`` and with its projection rows; no sort):
+
+* ``bad``: its lowest seq whose link is broken: seq 1 not on the genesis hash, or a later
+  row whose predecessor is missing or has another ``row_hash`` than its ``prev_hash``;
+* ``n`` against ``last``: joined rows against the last seq. With every predecessor present,
+  its seqs include 1..last, so ``n == last`` only when each seq is there once;
+* its projection row in the partition's range of ``created_at``: its last seq must be
+  ``last_seq`` and its row at ``last_seq`` must have ``last_hash`` (the tail of a chain
+  whose seqs are 1..n).
+
+The problem chains ``(dispute_id, n, last, bad, last_seq)``, then one row: ``[chains,
+projection rows met]``."""
+_SUSPECT_ROWS = """
+    SELECT {sel} FROM escalation_audit
+     WHERE dispute_id = ANY(CAST(%(ids)s AS uuid[])) AND {w}
+     ORDER BY escalation_audit.dispute_id, seq
+"""
+_SUSPECT_HEADS = """
+    SELECT CAST(dispute_id AS text), last_seq, last_hash FROM escalation_state
+     WHERE dispute_id = ANY(CAST(%(ids)s AS uuid[]))
+       AND created_at >= CAST(%(lo)s AS timestamptz) AND created_at < CAST(%(hi)s AS timestamptz)
+"""
+
+
+def row_hash_holds(row: Sequence[Any]) -> bool:
+    """One stream row on its own: its ``details`` have a canonical form and
+    ``sha256(prev_hash || canonical bytes) == row_hash`` (its own stored ``prev_hash``; that
+    this is its predecessor's ``row_hash`` is the link check, :data:`_CHAINS`)."""
+    prev, stored = row[_PREV], row[_HASH]
+    if prev is None or stored is None:
+        return False
+    try:
+        canonical = row_canonical_bytes(row, decode_canonical_json(row[_DETAILS]))
+    except InvalidInput:
+        return False
+    return bool(hashlib.sha256(prev + canonical).digest() == stored)
+
+
+def verify_partition_evidence(url: str, snapshot: str, table: str,
+                              bounds: tuple[str, str] | None = None) -> PartitionResult:
+    """Verify one partition's evidence in the exported ``snapshot`` (a worker process's
+    task), without sorting it and without the projection fold (module doc, "Evidence"):
+
+    1. every row streamed in physical order and hashed on its own (:func:`row_hash_holds`);
+    2. the links, seq continuity and, with ``bounds``, each chain's tail against its
+       projection head in PostgreSQL (:data:`_CHAINS`);
+    3. each chain a check flagged (a suspect) read again by index in ``(dispute_id, seq)``
+       order and walked by :func:`first_bad_link`, so its first bad seq and its tail are
+       the sorted walk's (:func:`verify_partition`).
+
+    A chain nothing flags is one the sorted walk passes: its seqs are 1..n (each row after
+    the first has its predecessor, n rows end at seq n), each ``prev_hash`` is the previous
+    ``row_hash`` (or the genesis hash at seq 1) and each row hashes to its ``row_hash``.
+    """
+    import psycopg
+
+    where, params = _where(bounds, table)
+    out = PartitionResult()
+    suspects: dict[str, int] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        _begin(conn, snapshot)
+        out.rows = _stream_row_hashes(conn, where(""), params, suspects)
+        heads, out.chains, out.heads = _sql_checks(conn, where, params, bounds, suspects)
+        out.broken += [(UUID(key), head_bad_seq(last_seq, last))
+                       for key, last_seq, last in heads if key not in suspects]
+        if suspects:
+            out.broken += _walk_suspects(conn, suspects, where, params, bounds)
+        conn.execute("COMMIT")
+    return out
+
+
+def _suspect(suspects: dict[str, int], key: str, seq: int) -> None:
+    """Flag chain ``key`` at ``seq`` (the lowest flag of a chain kept)."""
+    suspects[key] = min(seq, suspects.get(key, seq))
+
+
+def _stream_row_hashes(conn: Any, where: str, params: dict[str, str],
+                       suspects: dict[str, int]) -> int:
+    """Stream the partition in physical order through a server-side cursor, each row
+    hashed on its own (:func:`row_hash_holds`), a failing row's chain flagged at its seq;
+    returns the rows read."""
+    rows = 0
+    holds = row_hash_holds
+    with conn.cursor(name="verify_partition") as cur:
+        cur.itersize = STREAM_ROWS
+        cur.execute(f"SELECT {_SELECT} FROM escalation_audit WHERE {where}", params)
+        for row in cur:
+            rows += 1
+            if not holds(row):
+                _suspect(suspects, row[0], row[_SEQ])
+    return rows
+
+
+def _sql_checks(conn: Any, where: Callable[[str], str], params: dict[str, str],
+                bounds: tuple[str, str] | None, suspects: dict[str, int],
+                ) -> tuple[list[tuple[str, int, int]], int, int | None]:
+    """The links, seq counts and heads of the partition in PostgreSQL (:data:`_CHAINS`), a
+    chain whose links or seqs fail flagged. Returns ``(dispute_id, projection last_seq,
+    chain's last seq)`` of the chains whose tail is not their projection head, the chains,
+    and the projection rows met (None without ``bounds``: no projection head compared
+    here)."""
+    heads = ("s.created_at >= CAST(%(lo)s AS timestamptz)"
+             " AND s.created_at < CAST(%(hi)s AS timestamptz)" if bounds is not None
+             else "false")  # no range to narrow the projection rows by: heads left out
+    sql = _CHAINS.format(a=where("a."), b=where("b."), s=heads)
+    found: list[tuple[str, int, int]] = []
+    chains, met = 0, 0
+    for key, n, last, bad, last_seq, counts in conn.execute(
+            sql, {**params, "genesis": GENESIS}):
+        if key is None:
+            chains, met = int(counts[0]), int(counts[1])
+            continue
+        if bad is not None:
+            _suspect(suspects, key, int(bad))
+        if n != last:
+            _suspect(suspects, key, 1)
+        if last_seq is not None:
+            found.append((key, int(last_seq), int(last)))
+    return found, chains, None if bounds is None else met
+
+
+def _walk_suspects(conn: Any, suspects: dict[str, int], where: Callable[[str], str],
+                   params: dict[str, str], bounds: tuple[str, str] | None,
+                   ) -> list[tuple[UUID, int]]:
+    """The suspect chains walked in seq order (:func:`first_bad_link`) and, with ``bounds``,
+    their tails compared with their projection heads, as :func:`verify_partition` does:
+    ``(dispute_id, first bad seq)`` of each. A suspect the walk passed (none should: every
+    flag is a link the walk refuses) is reported at the seq flagged, never dropped."""
+    found: list[tuple[UUID, int]] = []
+    ids = sorted(suspects)
+    for start in range(0, len(ids), LOOKUP_CHAINS):
+        batch = ids[start:start + LOOKUP_CHAINS]
+        state: dict[str, tuple[int, bytes]] = {}
+        if bounds is not None:
+            for key, last_seq, last_hash in conn.execute(
+                    _SUSPECT_HEADS, {"ids": batch, "lo": bounds[0], "hi": bounds[1]}):
+                state[key] = (int(last_seq), bytes(last_hash))
+        walked: set[str] = set()
+        cur = conn.execute(_SUSPECT_ROWS.format(sel=_SELECT, w=where("")),
+                           {**params, "ids": batch})
+        for key, chain in groupby(cur, key=itemgetter(0)):
+            rows = list(chain)
+            walked.add(key)
+            seqs = [s for s in (first_bad_link(rows),) if s is not None]
+            if key in state:
+                tail = rows[-1]
+                last_seq, last_hash = state[key]
+                if tail[_SEQ] != last_seq or bytes(tail[_HASH] or b"") != last_hash:
+                    seqs.append(head_bad_seq(last_seq, tail[_SEQ]))
+            found.append((UUID(key), min(seqs) if seqs else suspects[key]))
+        found += [(UUID(k), suspects[k]) for k in batch if k not in walked]
+    return found
+
+
+def _where(bounds: tuple[str, str] | None,
+           table: str) -> tuple[Callable[[str], str], dict[str, str]]:
+    """The rows of one partition (``prefix`` -> SQL condition) and its parameters: the range
+    of its partition key (the scan pruned to it) or, with no range, its ``tableoid``."""
+    if bounds is not None:
+        return (lambda p: f"{p}chain_created_at >= CAST(%(lo)s AS timestamptz)"
+                          f" AND {p}chain_created_at < CAST(%(hi)s AS timestamptz)",
+                {"lo": bounds[0], "hi": bounds[1]})
+    return (lambda p: f"{p}tableoid = CAST(%(t)s AS regclass)"), {"t": table}
+
+
+def _begin(conn: Any, snapshot: str) -> None:
+    """A worker's transaction: read only, in the exported snapshot, no parallel workers
+    (one process per partition already), ``work_mem`` for its sort or hash joins."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+    conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+    conn.execute(f"SET LOCAL work_mem = '{SORT_MEMORY}'")
+
+
 _BOUND = re.compile(r"^FOR VALUES FROM \((?P<lo>.+)\) TO \((?P<hi>.+)\)$", re.DOTALL)
 _LITERAL = re.compile(r"^'((?:[^']|'')*)'$")
 
@@ -355,24 +574,15 @@ def verify_partition(url: str, snapshot: str, table: str,
     """
     import psycopg
 
-    if bounds is not None:
-        where = ("chain_created_at >= CAST(%(lo)s AS timestamptz)"
-                 " AND chain_created_at < CAST(%(hi)s AS timestamptz)")
-        params: dict[str, str] = {"lo": bounds[0], "hi": bounds[1]}
-    else:
-        where, params = "tableoid = CAST(%(t)s AS regclass)", {"t": table}
+    where, params = _where(bounds, table)
     out = PartitionResult()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
-        # one process per partition already: no parallel workers under it; sort in memory
-        conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
-        conn.execute(f"SET LOCAL work_mem = '{SORT_MEMORY}'")
+        _begin(conn, snapshot)
         lookup = None if bounds is None else _Lookup(conn, bounds, out)
         with conn.cursor(name="verify_partition") as cur:
             cur.itersize = STREAM_ROWS
             cur.execute(f"SELECT {_SELECT}, chain_created_at FROM escalation_audit"
-                        f" WHERE {where} ORDER BY escalation_audit.dispute_id, seq", params)
+                        f" WHERE {where('')} ORDER BY escalation_audit.dispute_id, seq", params)
             for key, chain in groupby(cur, key=itemgetter(0)):
                 rows = list(chain)
                 out.chains += 1
@@ -421,9 +631,13 @@ def _multirange(ranges: Sequence[tuple[str, str]]) -> str | None:
 def verify_all_chains(
     conn: sa.Connection, engine: sa.Engine, jobs: int | None = None,
     progress: Callable[[str, int, int | None], None] | None = None,
+    projection: bool = True,
 ) -> LedgerWalk:
     """Walk every partition in ``jobs`` processes, in ``conn``'s snapshot (``conn`` must be
-    inside a REPEATABLE READ transaction that stays open until this returns).
+    inside a REPEATABLE READ transaction that stays open until this returns): with
+    ``projection``, the sorted walk with the projection fold (:func:`verify_partition`);
+    without, the evidence only (:func:`verify_partition_evidence`: the same broken chains,
+    no projection row compared, ``mismatches`` empty).
 
     ``progress("chains", chains so far, None)`` is called as partitions finish (when a
     thousand more chains were checked), and ``("chains", chains, chains)`` at the end.
@@ -435,6 +649,7 @@ def verify_all_chains(
     url = _psycopg_url(engine)
     n = max(1, min(jobs or default_jobs(), len(tables) or 1))
     total = PartitionResult(heads=0)
+    task = verify_partition if projection else verify_partition_evidence
 
     def add(res: PartitionResult) -> None:
         total.broken += res.broken
@@ -447,11 +662,11 @@ def verify_all_chains(
 
     if n == 1:
         for t, b in tables:
-            add(verify_partition(url, snapshot, t, b))
+            add(task(url, snapshot, t, b))
     else:
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(n, mp_context=ctx) as pool:
-            futures = [pool.submit(verify_partition, url, snapshot, t, b)
+            futures = [pool.submit(task, url, snapshot, t, b)
                        for t, b in tables]
             for fut in as_completed(futures):
                 add(fut.result())
@@ -460,4 +675,4 @@ def verify_all_chains(
     return LedgerWalk(sorted(total.broken, key=lambda item: str(item[0])),
                       sorted(total.mismatches, key=lambda item: str(item[0])),
                       total.rows, total.chains, total.heads or 0,
-                      _multirange([b for _, b in tables if b is not None]))
+                      _multirange([b for _, b in tables if b is not None]), projection)

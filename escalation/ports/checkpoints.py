@@ -125,13 +125,15 @@ class LedgerCheck:
 
     ``broken``: ``(dispute_id, first bad seq)`` of the hash chains and projection heads, as
     :meth:`CheckpointStore.broken_chains` of every chain. ``projection_mismatches``: as
-    :meth:`CheckpointSnapshot.projection_mismatches` of every dispute. ``disputes`` /
-    ``rows``: the chains and ledger rows read (:meth:`CheckpointSnapshot.ledger_counts`)."""
+    :meth:`CheckpointSnapshot.projection_mismatches` of every dispute (empty, not compared,
+    when ``projection_compared`` is False). ``disputes`` / ``rows``: the chains and ledger
+    rows read (:meth:`CheckpointSnapshot.ledger_counts`)."""
 
     broken: list[tuple[UUID, int]]
     projection_mismatches: list[tuple[UUID, str]]
     disputes: int
     rows: int
+    projection_compared: bool = True
 
 
 class CheckpointSnapshot(Protocol):
@@ -225,10 +227,11 @@ class CheckpointStore(Protocol):
 
     def check_ledger(
         self, progress: Callable[[str, int, int | None], None] | None = None,
+        projection: bool = True,
     ) -> LedgerCheck:
-        """Every chain recomputed, every projection head and projection row compared with
-        its chain, counted, in one snapshot and one read of the ledger; ``progress`` as for
-        :meth:`broken_chains`."""
+        """Every chain recomputed, every projection head and (with ``projection``) every
+        projection row compared with its chain, counted, in one snapshot and one read of
+        the ledger; ``progress`` as for :meth:`broken_chains`."""
         ...
 
     def retained_from(self) -> datetime | None:

@@ -72,7 +72,9 @@ class VerifyReport:
     rows that do not pass the retention checks (:func:`retention_fault`). ``notes``: what
     was not checked or not trusted, which is no failure by itself. ``disputes`` / ``rows``:
     how much of the ledger was checked. ``checkpoint_id``: the checkpoint the heads were
-    compared with (the last one whose signature verifies).
+    compared with (the last one whose signature verifies). ``projection_compared``: whether
+    projection rows were compared with their chains (False: ``projection_mismatches`` is
+    empty because nothing was compared, and a note says so).
     """
 
     broken_chains: list[tuple[UUID, int]] = field(default_factory=list)
@@ -86,6 +88,7 @@ class VerifyReport:
     notes: list[str] = field(default_factory=list)
     disputes: int | None = None
     rows: int | None = None
+    projection_compared: bool = True
 
     @property
     def ok(self) -> bool:
@@ -441,12 +444,24 @@ def _check_snapshot(snap: CheckpointSnapshot, report: VerifyReport, dispute_id: 
     return trusted
 
 
+PROJECTION_NOT_COMPARED = (
+    "projection rows (escalation_state) were NOT compared with the rows their chains "
+    "determine: this verified the evidence (hashes, links, seq, projection heads, "
+    "checkpoints, signatures, retention rows); run `escalation audit verify --all "
+    "--projection` to compare them too")
+
+
 def _ledger_report(check: LedgerCheck) -> VerifyReport:
     """A report begun with the whole-ledger check (chains, projection heads and rows,
-    counts); :func:`_check_snapshot` adds the rest."""
-    return VerifyReport(broken_chains=check.broken,
-                        projection_mismatches=check.projection_mismatches,
-                        disputes=check.disputes, rows=check.rows)
+    counts); :func:`_check_snapshot` adds the rest. A check that compared no projection row
+    says so in a note (:data:`PROJECTION_NOT_COMPARED`)."""
+    report = VerifyReport(broken_chains=check.broken,
+                          projection_mismatches=check.projection_mismatches,
+                          disputes=check.disputes, rows=check.rows,
+                          projection_compared=check.projection_compared)
+    if not check.projection_compared:
+        report.notes.append(PROJECTION_NOT_COMPARED)
+    return report
 
 
 def _check_heads(heads: list[SealedHead], cp: Checkpoint, report: VerifyReport,
@@ -483,12 +498,17 @@ class VerifyLedger:
     loaded with :func:`read_digest` to compare with the stored checkpoint of the same id (an
     attacker who rewrote the checkpoint tables too is caught by the copy kept elsewhere).
     ``retention_days``: the configured retention period in days (see
-    :func:`retention_fault`; None: not checked against a period).
+    :func:`retention_fault`; None: not checked against a period). ``projection``: compare
+    every projection row with the row its chain determines (the projection fold; one
+    dispute's row is compared either way); False verifies the evidence only, with the same
+    broken chains, and notes that projection rows were not compared (docs/audit.md, ADR
+    0040; ``audit verify --all`` without ``--projection``).
     """
 
     dispute_id: UUID | None = None
     digest: dict[str, Any] | None = None
     retention_days: int | None = None
+    projection: bool = True
 
 
 def verify(store: CheckpointStore, dispute_id: UUID | None = None) -> VerifyReport:
@@ -515,7 +535,8 @@ def verify_ledger(cmd: VerifyLedger, store: CheckpointStore,
         A :class:`VerifyReport`.
     """
     dispute_id, digest, retention_days = cmd.dispute_id, cmd.digest, cmd.retention_days
-    report = (_ledger_report(store.check_ledger(progress)) if dispute_id is None
+    report = (_ledger_report(store.check_ledger(progress, cmd.projection))
+              if dispute_id is None
               else VerifyReport(broken_chains=store.broken_chains(dispute_id, progress)))
     with store.snapshot() as snap:
         trusted = _check_snapshot(snap, report, dispute_id, verifier, retention_days)

@@ -407,10 +407,18 @@ def test_verify_counts_rows_and_disputes(scratch, cli_env, tmp_path):
     res = run_cli(_env(scratch, cli_env, tmp_path), "audit", "verify", "--all")
     assert res.returncode == 0, res.stderr
     assert ("ok: chains intact, 6 row(s) of 2 dispute(s) checked; last signed checkpoint 1 "
-            "matches") in res.stdout
+            "matches; projection rows NOT compared with their chains (add --projection)"
+            ) in res.stdout
+    assert "note: projection rows (escalation_state) were NOT compared" in res.stderr
     res = run_cli(_env(scratch, cli_env, tmp_path), "audit", "verify", "--all", "--json")
     body = json.loads(res.stdout)
-    assert (body["rows"], body["disputes"]) == (6, 2)
+    assert (body["rows"], body["disputes"], body["projection_compared"]) == (6, 2, False)
+    assert any("--projection" in note for note in body["notes"])
+    res = run_cli(_env(scratch, cli_env, tmp_path), "audit", "verify", "--all", "--projection",
+                  "--json")
+    body = json.loads(res.stdout)
+    assert (body["ok"], body["rows"], body["projection_compared"]) == (True, 6, True)
+    assert not any("--projection" in note for note in body["notes"])
 
 
 def test_a_digest_mismatch_names_the_digest_checkpoint(scratch, cli_env, tmp_path, monkeypatch):

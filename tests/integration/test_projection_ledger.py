@@ -177,7 +177,10 @@ def test_the_cli_names_the_column_and_repairs_on_request(
     _as_app(own_app, "UPDATE escalation_state SET tier = 'compliance' WHERE dispute_id = :d",
             victim)
     env = _cli_env(own_app, own_database_url, redis_url)
-    res = run_cli(env, "audit", "verify", "--all")
+    res = run_cli(env, "audit", "verify", "--all")  # the evidence holds: the fold is asked for
+    assert res.returncode == 0, res.stderr
+    assert "projection rows NOT compared with their chains (add --projection)" in res.stdout
+    res = run_cli(env, "audit", "verify", "--all", "--projection")
     assert res.returncode == 1, res.stderr
     assert (f"projection mismatch: dispute {victim}: escalation_state differs from the ledger "
             "in tier (projection 'compliance', ledger 'senior')") in res.stderr
@@ -188,5 +191,5 @@ def test_the_cli_names_the_column_and_repairs_on_request(
             "'compliance', ledger 'senior')") in res.stderr
     res = run_cli(env, "reconcile", "--repair-projection")
     assert res.returncode == 0, res.stderr
-    res = run_cli(env, "audit", "verify", "--all")
+    res = run_cli(env, "audit", "verify", "--all", "--projection")
     assert res.returncode == 0, res.stderr

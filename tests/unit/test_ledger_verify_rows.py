@@ -17,6 +17,7 @@ from escalation.adapters.ledger_verify import (
     decoded,
     first_bad_link,
     row_canonical_bytes,
+    row_hash_holds,
 )
 from escalation.domain.audit_hash import (
     GENESIS,
@@ -106,3 +107,23 @@ def test_facts_are_what_the_scan_builds():
     assert _facts(_row(1, DETAILS[4]), None) == {}
     assert _facts(_row(1, DETAILS[1]), None) == {
         "deadlines": [["x", "2026-12-07T10:00:00+00:00"]]}
+
+
+def test_a_row_hashed_on_its_own_holds_exactly_when_the_walk_passes_it():
+    """The evidence walk (ADR 0040) hashes each row on its own ``prev_hash``: a sound row
+    holds, a row whose hashed field, hash or ``details`` form was changed does not; a forged
+    ``prev_hash`` with its hash recomputed holds on its own (the link check refuses it)."""
+    rows = _chain(DETAILS[:4])
+    assert all(row_hash_holds(r) for r in rows)
+    third = list(rows[2])
+    third[_NAMES.index("actor")] = "mallory"
+    assert not row_hash_holds(tuple(third))
+    assert not row_hash_holds((*rows[1][:-1], b"\xcd" * 32))
+    assert not row_hash_holds((*rows[1][:-1], None))
+    assert not row_hash_holds(_row(1, '{"amount": 1.5}', GENESIS, rows[0][-1]))
+    forged = _chain(DETAILS[:1])[0]
+    prev = b"\x11" * 32
+    digest = hashlib.sha256(prev + canonical_bytes(decoded(forged))).digest()
+    relinked = _row(1, DETAILS[0], prev, digest)
+    assert row_hash_holds(relinked)
+    assert first_bad_link([relinked]) == 1
