@@ -91,5 +91,15 @@ def pytest_collection(session: pytest.Session) -> Generator[None, object, object
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_unconfigure(config: Any) -> None:
-    """Unfreeze before pytest's last collection, which then finds every cycle left over."""
+    """Unfreeze before pytest's last collection, which then finds every cycle left over; then
+    freeze what survives it.
+
+    pytest collects once more in its cleanups, and the interpreter's exit collects the
+    ~290,000 objects the run leaves and frees them one by one: about 0.8 s of the tier's CPU,
+    spent after every test has run and every leftover cycle has been found. Frozen, they are
+    left to the process's exit (the interpreter's exit went from about 0.9 s to 0.1 s of
+    CPU). The freeze is the first cleanup to run (``add_cleanup``: last added, first run),
+    after every ``pytest_unconfigure``, pytest's last collection included.
+    """
     gc.unfreeze()
+    config.add_cleanup(gc.freeze)
