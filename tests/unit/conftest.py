@@ -1,10 +1,11 @@
 """Settings of the unit tier: Hypothesis profiles and a 10 s per-test timeout.
 
-The unit tier needs no server and runs in seconds: the target is under 10 s of CPU for
-``pytest tests/unit`` (measure with ``/usr/bin/time -v``, user + sys). Every test here gets a
-10 s timeout (pytest-timeout; the project's 600 s is for the tiers that start servers and
-processes), so a unit test that hangs, or grows slow enough to belong in another tier, fails
-at once.
+The unit tier needs no server, starts no process and runs in seconds: the target is under
+10 s of CPU for ``pytest tests/unit`` (measure with ``/usr/bin/time -v``, user + sys). Every
+test here gets a 10 s timeout (pytest-timeout; the project's 600 s is for the tiers that
+start servers and processes), so a unit test that hangs, or grows slow enough to belong in
+another tier, fails at once. A test that starts an interpreter, a shell or a forked child
+belongs in tests/integration, which asks for a server only in the tests that use one.
 
 Hypothesis profiles: ``unit`` (the default) runs 100 generated examples per property test.
 ``thorough`` runs 1,000: for whoever changes a rule or a fast path that a property test
