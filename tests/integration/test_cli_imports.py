@@ -14,8 +14,8 @@ module it forbids is forbidden in every stage before it too, so one loaded earli
 that earlier stage.
 No server is needed; the test is in this tier for its time: the interpreter imports the
 whole server stack (2.4-2.7 s CPU, 9-10 s wall at load 11 on 2 cores), past the unit tier's
-10 s per test. The unit tier checks the CLI module alone
-(``tests/unit/test_cli_contract.py``).
+10 s per test. What importing the CLI module alone loads, and ``--help`` run as a command:
+``tests/integration/test_cli_start_up.py``.
 ``opentelemetry`` itself is not forbidden: redis-py imports ``opentelemetry.sdk.metrics``
 at ``import redis`` when the SDK is installed (the ``otel`` extra); the API's tracing
 (``opentelemetry.sdk.trace``, the OTLP exporter) is.

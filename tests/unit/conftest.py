@@ -1,10 +1,11 @@
 """Settings of the unit tier: Hypothesis profiles and a 10 s per-test timeout.
 
-The unit tier needs no server and runs in seconds: the target is under 10 s of CPU for
-``pytest tests/unit`` (measure with ``/usr/bin/time -v``, user + sys). Every test here gets a
-10 s timeout (pytest-timeout; the project's 600 s is for the tiers that start servers and
-processes), so a unit test that hangs, or grows slow enough to belong in another tier, fails
-at once.
+The unit tier needs no server, starts no process and runs in seconds: the target is under
+10 s of CPU for ``pytest tests/unit`` (measure with ``/usr/bin/time -v``, user + sys). Every
+test here gets a 10 s timeout (pytest-timeout; the project's 600 s is for the tiers that
+start servers and processes), so a unit test that hangs, or grows slow enough to belong in
+another tier, fails at once. A test that starts an interpreter, a shell or a forked child
+belongs in tests/integration, which asks for a server only in the tests that use one.
 
 Hypothesis profiles: ``unit`` (the default) runs 100 generated examples per property test.
 ``thorough`` runs 1,000: for whoever changes a rule or a fast path that a property test
@@ -91,5 +92,15 @@ def pytest_collection(session: pytest.Session) -> Generator[None, object, object
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_unconfigure(config: Any) -> None:
-    """Unfreeze before pytest's last collection, which then finds every cycle left over."""
+    """Unfreeze before pytest's last collection, which then finds every cycle left over; then
+    freeze what survives it.
+
+    pytest collects once more in its cleanups, and the interpreter's exit collects the
+    ~290,000 objects the run leaves and frees them one by one: about 0.8 s of the tier's CPU,
+    spent after every test has run and every leftover cycle has been found. Frozen, they are
+    left to the process's exit (the interpreter's exit went from about 0.9 s to 0.1 s of
+    CPU). The freeze is the first cleanup to run (``add_cleanup``: last added, first run),
+    after every ``pytest_unconfigure``, pytest's last collection included.
+    """
     gc.unfreeze()
+    config.add_cleanup(gc.freeze)

@@ -3,7 +3,6 @@ a repeated unknown token costs one store lookup, and a throttled key waits out i
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 
 from escalation.domain.access import Role, TokenInfo
@@ -65,18 +64,23 @@ def test_the_negative_cache_is_bounded() -> None:
 
 
 def test_throttle_refuses_after_the_limit_until_the_window_ends() -> None:
-    t = Throttle(limit=3, window_s=0.5)
+    now = [1000.0]
+    t = Throttle(limit=3, window_s=0.5, clock=lambda: now[0])
     keys = throttle_keys("10.0.0.1", "esc_abcdefghXYZ")
     assert keys == ("addr:10.0.0.1", "prefix:esc_abcdefgh")
     for _ in range(3):
         assert t.wait_s(*keys) == 0
         t.fail(*keys)
-    wait = t.wait_s(*keys)
-    assert 0 < wait <= 0.5
+    now[0] += 0.25  # (binary fractions: the sums below are exact)
+    assert t.wait_s(*keys) == 0.25
     # the same prefix from another address is throttled too; another prefix there is not
     assert t.wait_s(*throttle_keys("10.9.9.9", "esc_abcdefghOTHER")) > 0
     assert t.wait_s(*throttle_keys("10.9.9.9", "esc_zzzzzzzz")) == 0
-    time.sleep(0.55)
+    now[0] += 0.125
+    assert t.wait_s(*keys) == 0.125
+    now[0] += 0.125  # the window's end
+    assert t.wait_s(*keys) == 0
+    t.fail(*keys)  # a failure after it opens a new window: one of three, not throttled
     assert t.wait_s(*keys) == 0
 
 

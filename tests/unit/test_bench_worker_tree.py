@@ -1,12 +1,12 @@
 """Bench workers run the source tree of the bench that starts them (an A/B run with
 ``PYTHONPATH=<base tree>`` from inside another checkout measured that checkout's workers:
-``python -m`` puts the working directory ahead of ``PYTHONPATH``)."""
+``python -m`` puts the working directory ahead of ``PYTHONPATH``): the environment
+``same_tree`` gives them. A worker interpreter started that way:
+tests/integration/test_bench_worker_interpreter.py."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import escalation
@@ -20,17 +20,3 @@ def test_same_tree_puts_this_tree_first_once() -> None:
     assert env["PYTHONPATH"].split(os.pathsep) == [ROOT, "/elsewhere"]
     assert env["X"] == "1"
     assert same_tree({})["PYTHONPATH"] == ROOT
-
-
-def test_a_worker_interpreter_started_in_another_checkout_imports_this_tree(
-    tmp_path: Path,
-) -> None:
-    decoy = tmp_path / "escalation"
-    decoy.mkdir()
-    (decoy / "__init__.py").write_text("")
-    (decoy / "__main__.py").write_text("print('decoy')\n")
-    env = same_tree({k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    code = "import escalation, sys; print(escalation.__file__)"
-    out = subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, check=True).stdout.strip()
-    assert out == str(Path(ROOT) / "escalation" / "__init__.py")

@@ -1,6 +1,7 @@
 """What a script may rely on from every ``escalation`` command (docs/cli.md): ``-h``,
-``--version``, shell completion, ``--json`` on every command that reports, the exit-code
-table, and a start-up that imports no database, Redis, web or calendar library.
+shell completion, ``--json`` on every command that reports and the exit-code table, checked
+in this process. ``--version`` and a start-up that imports no database, Redis, web or
+calendar library are checked in fresh interpreters: tests/integration/test_cli_start_up.py.
 
 The command tree is walked live, so a command added later is checked too: it either takes
 ``--json`` or is named in :data:`DOES_NOT_REPORT` with the reason.
@@ -8,9 +9,6 @@ The command tree is walked live, so a command added later is checked too: it eit
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -112,15 +110,6 @@ def test_minus_h_is_help_everywhere(path: str) -> None:
     assert "Usage:" in res.output and "-h" in res.output
 
 
-def test_version_prints_the_installed_version_and_exits_0() -> None:
-    from importlib.metadata import version
-
-    res = subprocess.run([sys.executable, "-m", "escalation", "--version"],
-                         capture_output=True, text=True, check=False, timeout=60)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout == f"escalation {version('escalation')}\n"
-
-
 def test_shell_completion_is_switched_on() -> None:
     root = _opts(TREE)
     assert {"--install-completion", "--show-completion"} <= root
@@ -154,47 +143,3 @@ def test_resolve_lists_every_outcome_code() -> None:
 
     assert set(OUTCOME_CODES) == {o.value for o in Outcome if o is not Outcome.UNSTATED}
     assert len(OUTCOME_CODES) == len(set(OUTCOME_CODES))
-
-
-#: what the CLI module must not import (the first probe below)
-HEAVY = ('sqlalchemy', 'redis', 'fastapi', 'jinja2', 'holidays', 'psycopg', 'uvicorn',
-         'starlette', 'pydantic_settings', 'pydantic', 'structlog', 'opentelemetry', 'alembic',
-         'httpx', 'prometheus_client', 'escalation.bootstrap', 'escalation.settings')
-
-
-@pytest.fixture(scope="module")
-def start_up() -> subprocess.CompletedProcess[str]:
-    """One fresh interpreter, two probes (an interpreter's start costs more than either):
-    it imports the CLI module and prints which of :data:`HEAVY` are loaded (``imported:``),
-    then runs ``escalation --help`` as ``python -m escalation`` does and prints which of the
-    database, Redis, web and holiday libraries are loaded (last); both lines go to stderr,
-    the help to stdout. Importing the module first changes nothing the help run loads: it
-    imports the same module."""
-    probe = ("import json, runpy, sys\n"
-             "import escalation.entrypoints.cli\n"
-             f"print('imported:', json.dumps(sorted(m for m in {HEAVY!r} "
-             "if m in sys.modules)), file=sys.stderr)\n"
-             "sys.argv = ['escalation', '--help']\n"
-             "try:\n    runpy.run_module('escalation', run_name='__main__')\n"
-             "except SystemExit:\n    pass\n"
-             "print(sorted(m for m in ('sqlalchemy', 'redis', 'fastapi', 'holidays') "
-             "if m in sys.modules), file=sys.stderr)")
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=False, timeout=60)
-
-
-def test_importing_the_cli_loads_no_heavy_library(
-        start_up: subprocess.CompletedProcess[str]) -> None:
-    """``escalation --help`` and every command's start-up: the database, Redis, web and
-    holiday libraries are imported by the commands that use them, not by the CLI module
-    (what the database commands import: tests/integration/test_cli_imports.py)."""
-    assert start_up.returncode == 0, start_up.stderr
-    imported = [line for line in start_up.stderr.splitlines() if line.startswith("imported: ")]
-    assert len(imported) == 1, start_up.stderr
-    assert json.loads(imported[0].removeprefix("imported: ")) == []
-
-
-def test_help_runs_without_the_heavy_libraries(
-        start_up: subprocess.CompletedProcess[str]) -> None:
-    assert start_up.stderr.strip().splitlines()[-1] == "[]", start_up.stderr
-    assert "Usage:" in start_up.stdout

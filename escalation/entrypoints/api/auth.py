@@ -98,18 +98,21 @@ class Throttle:
     """Failed authentications counted per key (a client address, a token prefix) in fixed
     windows of ``window_s`` seconds: once a key has ``limit`` failures in its window, it is
     refused until the window ends (in memory, per process; at most ``max_keys`` keys, the
-    least recently failed forgotten first). Thread-safe."""
+    least recently failed forgotten first). Thread-safe. ``clock`` gives the seconds the
+    windows are measured in (monotonic; a test passes its own)."""
 
-    def __init__(self, limit: int, window_s: float, max_keys: int = 100_000) -> None:
+    def __init__(self, limit: int, window_s: float, max_keys: int = 100_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._limit = limit
         self._window_s = window_s
         self._max_keys = max_keys
+        self._clock = clock
         self._lock = threading.Lock()
         self._keys: OrderedDict[str, list[float]] = OrderedDict()
 
     def wait_s(self, *keys: str) -> float:
         """Seconds until every throttled key of ``keys`` may try again (0: none is)."""
-        now = time.monotonic()
+        now = self._clock()
         wait = 0.0
         with self._lock:
             for key in keys:
@@ -120,7 +123,7 @@ class Throttle:
 
     def fail(self, *keys: str) -> None:
         """Count one failure against each key."""
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             for key in keys:
                 got = self._keys.pop(key, None)

@@ -1,5 +1,8 @@
 """The README's ``field`` helper (captures a field of a ``--json`` document): empty input,
-what a failed command leaves on stdout, stops with a one-line message, not a traceback."""
+what a failed command leaves on stdout, stops with a one-line message, not a traceback.
+
+No server is needed; each test runs the helper in bash (and the Python it starts), which the
+unit tier does not."""
 
 from __future__ import annotations
 
