@@ -23,7 +23,9 @@ collection, naming it; such a test belongs in tests/integration.
 from __future__ import annotations
 
 import gc
+import multiprocessing.util
 import os
+import subprocess
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -104,3 +106,19 @@ def pytest_unconfigure(config: Any) -> None:
     """
     gc.unfreeze()
     config.add_cleanup(gc.freeze)
+
+
+def _refuse_process(*_args: Any, **_kwargs: Any) -> Any:
+    raise AssertionError("a unit test starts no process (an interpreter, a shell or a forked "
+                         "child): move the test to tests/integration")
+
+
+@pytest.fixture(autouse=True)
+def _starts_no_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hold the unit tier's rule that a test starts no process: every way Python starts one
+    (``subprocess``, ``os.fork``, ``os.posix_spawn``, the spawn of ``multiprocessing``) fails
+    the test that tries, naming the rule."""
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", _refuse_process)
+    monkeypatch.setattr(os, "fork", _refuse_process)
+    monkeypatch.setattr(os, "posix_spawn", _refuse_process)
+    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", _refuse_process)
