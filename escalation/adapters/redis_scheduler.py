@@ -429,7 +429,7 @@ def claimed_payload_to_escalation(member: str, flat: Sequence[str]) -> Escalatio
     n = len(flat)
     f = dict(zip(flat[0:n - 1:2], flat[1:n:2], strict=True)) if n % 2 == 0 else None
     if f is None or not _CURRENT_NAMES.issuperset(f):
-        return payload_to_escalation(member, f if f is not None else _pairs_of(flat))
+        return payload_to_escalation(member, f if f is not None else as_dict(flat))
     try:
         tier, ladder_key, seq, due, entered, amount, source_hash, trace_id = (
             f["t"], f["l"], f["seq"], f["due_ms"], f["e"], f["m"], f["h"], f["r"])
@@ -475,12 +475,6 @@ def _digits(text: str) -> bool:
     """True when ``text`` is non-empty ASCII digits (``str.isdigit`` alone admits other
     scripts' digits and superscripts)."""
     return text.isascii() and text.isdigit()
-
-
-def _pairs_of(flat: Sequence[str]) -> dict[str, str]:
-    """``{f1: v1, ...}`` of a flat reply; a trailing odd element is ignored."""
-    even = len(flat) // 2 * 2
-    return dict(zip(flat[0:even:2], flat[1:even:2], strict=True))
 
 
 # --------------------------------------------------------------------------- RedisScheduler

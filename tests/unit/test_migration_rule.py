@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from escalation.domain.escalation import Status
 from escalation.domain.ladder_plan import Blocked, DuePlan, DueRule, PlanItem
 from escalation.domain.migration_rule import LockedHead, Planned, check_batch
+from tests.unit.property_budget import examples
 
 T0 = datetime(2026, 3, 2, 12, tzinfo=UTC)
 TARGET = 3
@@ -94,7 +95,7 @@ def test_a_due_time_set_by_the_grace_floor_is_counted_suppressed() -> None:
 _STATUSES = st.sampled_from(list(Status))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 6), _STATUSES, st.integers(1, 4), st.booleans(),
                           st.integers(0, 6), _STATUSES),
                 min_size=0, max_size=12))
