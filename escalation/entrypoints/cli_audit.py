@@ -181,9 +181,10 @@ def audit_verify(  # noqa: PLR0913 - a typer command: one parameter per option (
 def _verify_ok(report: Any, signed: bool) -> None:
     """The one line of a passed ``audit verify`` on stdout."""
     cp = report.checkpoint_id
-    counted = f"{report.rows} row(s) of {report.disputes} dispute(s) checked"
-    unfolded = ("" if report.projection_compared else
-                "; projection rows NOT compared with their chains (add --projection)")
+    # a chain is a dispute's or a ladder's (ADR 0012): both are counted, as chains
+    counted = f"{report.rows} row(s) of {report.disputes} chain(s) checked"
+    unfolded = ("; projection rows compared with their chains" if report.projection_compared
+                else "; projection rows NOT compared with their chains (add --projection)")
     if cp:
         out.print((f"ok: chains intact, {counted}; last signed checkpoint {cp} matches"
                    if signed else f"ok: chains intact, {counted}; last checkpoint {cp} matches")
@@ -349,8 +350,12 @@ def audit_verify_digest(
         if pid + 1 != did:
             # the link is checked or the digest is refused: it printed "ok" for a --previous
             # two checkpoints back, or after it, without comparing anything
+            wanted = (f"give the digest of checkpoint {did - 1}" if did > 1 else
+                      f"checkpoint {did} is the first: it has no previous one")
+            if pid >= did:
+                wanted = f"--previous takes the older digest; {wanted}"
             problems.append(f"{previous} is checkpoint {pid}, not the one just before "
-                            f"checkpoint {did}: give the digest of checkpoint {did - 1}")
+                            f"checkpoint {did}: {wanted}")
         elif prev.get("checkpoint_hash") != dig.get("prev_checkpoint_hash"):
             problems.append(f"{digest} does not chain to {previous}")
     if as_json:

@@ -245,10 +245,14 @@ def export_case_file(cmd: ExportCaseFile, ports: CaseFilePorts) -> bytes:
         trails[did] = trail
         report = verify(ports.checkpoints, did)
         if not report.ok:
+            breaks = [*(f"chain broken at seq {seq}" for _, seq in report.broken_chains[:2]),
+                     *(f"projection differs ({cols})"
+                       for _, cols in report.projection_mismatches[:2]),
+                     *(f"sealed head differs (seq {seq})"
+                       for _, seq in report.checkpoint_mismatches[:2]),
+                     *(f"checkpoint: {e}" for e in report.checkpoint_errors[:2])]
             raise CaseFileRefused(
-                f"dispute {did} does not verify (chains {report.broken_chains[:2]}, "
-                f"projection {report.projection_mismatches[:2]}, checkpoint "
-                f"{report.checkpoint_mismatches[:2]} {report.checkpoint_errors[:2]}); run "
+                f"dispute {did} does not verify ({'; '.join(breaks) or 'see verify'}); run "
                 f"`escalation audit verify --dispute {did}`")
     with ports.checkpoints.snapshot() as snap:
         trusted = trusted_checkpoint(snap.checkpoints(), ports.signer)

@@ -399,7 +399,8 @@ def _money(cmd: RecordAction, act: ActionDef, disputed: Decimal) -> dict[str, An
 def _evidence(ref: str | None, sha: str | None) -> dict[str, str] | None:
     if ref is None:
         if sha is not None:
-            raise InvalidInput("evidence_ref: required with evidence_sha256", field="evidence_ref")
+            raise InvalidInput("evidence_ref: required with evidence_sha256 (the digest of the "
+                               "evidence it names)", field="evidence_ref")
         return None
     check_text(ref, "evidence_ref")
     if not ref.strip() or len(ref) > 1000:

@@ -406,13 +406,17 @@ def test_verify_counts_rows_and_disputes(scratch, cli_env, tmp_path):
     _seal(scratch)
     res = run_cli(_env(scratch, cli_env, tmp_path), "audit", "verify", "--all")
     assert res.returncode == 0, res.stderr
-    assert ("ok: chains intact, 6 row(s) of 2 dispute(s) checked; last signed checkpoint 1 "
+    assert ("ok: chains intact, 6 row(s) of 2 chain(s) checked; last signed checkpoint 1 "
             "matches; projection rows NOT compared with their chains (add --projection)"
             ) in res.stdout
     assert "note: projection rows (escalation_state) were NOT compared" in res.stderr
     res = run_cli(_env(scratch, cli_env, tmp_path), "audit", "verify", "--all", "--json")
     body = json.loads(res.stdout)
     assert (body["rows"], body["disputes"], body["projection_compared"]) == (6, 2, False)
+    res = run_cli(_env(scratch, cli_env, tmp_path), "audit", "verify", "--all", "--projection")
+    assert res.returncode == 0, res.stderr
+    assert ("6 row(s) of 2 chain(s) checked; last signed checkpoint 1 matches; projection "
+            "rows compared with their chains") in res.stdout
     assert any("--projection" in note for note in body["notes"])
     res = run_cli(_env(scratch, cli_env, tmp_path), "audit", "verify", "--all", "--projection",
                   "--json")

@@ -48,6 +48,9 @@ def test_signed_checkpoint_verifies_offline_and_exposes_a_rewrite(
         res = _cli(env, "audit", "verify-digest", str(newer), "--public-key", str(pub),
                    "--previous", str(older))
         assert res.returncode == 1 and "not the one just before" in res.stderr, res.stderr
+    # the older digest given as the newer: said which way round they go, and that 1 is first
+    assert "--previous takes the older digest" in res.stderr
+    assert "checkpoint 1 is the first: it has no previous one" in res.stderr, res.stderr
     # a digest edited without the private key (e.g. to match rewritten tables) fails offline
     forged = {**json.loads(d1.read_text()), "heads_root": "00" * 32}
     bad = tmp_path / "forged.json"

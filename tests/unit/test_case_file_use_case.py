@@ -131,8 +131,10 @@ def test_a_dispute_that_does_not_verify_is_refused_naming_it() -> None:
     w.seal()
     i = next(i for i, r in enumerate(w.log.ledger) if r.dispute_id == w.b)
     w.log.ledger[i] = replace(w.log.ledger[i], actor="mallory")  # hash left as it was
-    with pytest.raises(CaseFileRefused, match=f"dispute {w.b} does not verify"):
+    with pytest.raises(CaseFileRefused, match=f"dispute {w.b} does not verify") as refused:
         w.export(w.a, w.b)
+    # said in words, not as Python reprs of the report's lists
+    assert "UUID(" not in str(refused.value) and "[]" not in str(refused.value)
 
 
 def test_bad_input_names_the_field() -> None:
